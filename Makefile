@@ -1,0 +1,34 @@
+# Thin wrapper: every target installs what is missing, builds, then does its job.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CONFIG ?= config/moongate.yaml
+JOBS ?= 2
+
+.PHONY: all setup build run test asan bench clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+# The gateway with the default config and the demo engine (canned answers, not a model).
+run: build
+	@scripts/run-demo $(BUILD)/moongate $(CONFIG)
+
+# Every test (C units, Lua specs, e2e) through ctest.
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The same suite against an ASan/UBSan build.
+asan:
+	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=Asan
+
+bench: build
+	@bench/run
+
+clean:
+	rm -rf build build-asan

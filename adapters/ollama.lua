@@ -1,0 +1,444 @@
+-- adapters/ollama.lua: Ollama's native API (/api/chat, /api/generate, /api/embed).
+--
+-- Translates both ways: OpenAI-shaped requests become Ollama requests (encode), Ollama answers
+-- become OpenAI objects (decode), and each NDJSON line of an Ollama stream becomes zero or more
+-- OpenAI stream chunks (decode_event).
+--
+-- Provider config: base_url is the server root, e.g. http://127.0.0.1:11434 (no /v1; for
+-- Ollama's OpenAI-compatible /v1 endpoints use the openai adapter instead). api_key is
+-- optional and sent as a Bearer token (for Ollama behind an authenticating proxy).
+--
+-- Mapping notes:
+--   * max_tokens (or max_completion_tokens, or the gateway's max_output_tokens) -> options.num_predict;
+--     temperature, top_p, top_k, seed, stop, frequency_penalty, presence_penalty -> options.
+--   * response_format json_object -> format = "json"; json_schema -> format = the schema.
+--   * Message content parts: text parts are joined with "\n"; image_url parts must be
+--     data: URLs (Ollama cannot fetch URLs) and go to images[] as bare base64. Other part
+--     types raise an error (the core then skips this candidate).
+--   * Tools: `tools` is passed through (Ollama uses the OpenAI shape). Tool calls come back with
+--     arguments as an object and are returned OpenAI-style, arguments as a JSON string, with
+--     finish_reason "tool_calls". Assistant tool calls in the history go the other way.
+--   * Embeddings honour encoding_format = "base64" (the official OpenAI SDKs ask for it by
+--     default) by packing the vector as float32, as OpenAI does.
+--   * Not mapped (Ollama has no equivalent): n > 1, logprobs, logit_bias, tool_choice, user.
+
+local util = require("moongate.util")
+local json = require("moongate.json")
+
+local null, array, nonnull = util.null, util.array, util.nonnull
+
+local M = { name = "ollama", version = 1 }
+
+M.passthrough = false
+
+-- Provider data: where each endpoint lives under base_url.
+local PATHS = {
+    chat = "/api/chat",
+    completions = "/api/generate",
+    embeddings = "/api/embed",
+}
+
+-- Ollama's done_reason -> OpenAI's finish_reason ("load"/"unload" only answer empty requests).
+local FINISH = { stop = "stop", length = "length" }
+
+function M.check(provider)
+    local url = provider.base_url
+    if type(url) ~= "string" or url == "" then
+        return "ollama: base_url is required (e.g. http://127.0.0.1:11434)"
+    end
+    if not url:match("^https?://") then
+        return "ollama: base_url must start with http:// or https:// (got " .. url .. ")"
+    end
+    if url:sub(-1) == "/" then
+        return "ollama: base_url must not end with '/' (paths such as /api/chat are appended)"
+    end
+    if url:match("/v1$") then
+        return "ollama: base_url must be the server root (e.g. http://127.0.0.1:11434), not /v1;"
+            .. " use the openai adapter for Ollama's /v1 endpoints"
+    end
+    return nil
+end
+
+---------------------------------------------------------------------------------------------
+-- encode: OpenAI request -> Ollama request
+---------------------------------------------------------------------------------------------
+
+-- The text and images of one message's content (a string, null, or an array of parts).
+local function split_content(content)
+    content = nonnull(content)
+    if content == nil then
+        return "", nil
+    end
+    if type(content) == "string" then
+        return content, nil
+    end
+    local texts, images = {}, array()
+    for _, part in ipairs(content) do
+        if part.type == "text" then
+            texts[#texts + 1] = part.text
+        elseif part.type == "image_url" then
+            local url = type(part.image_url) == "table" and part.image_url.url or part.image_url
+            local b64 = type(url) == "string" and url:match("^data:[^,]*;base64,(.*)$")
+            if not b64 then
+                error("ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)", 0)
+            end
+            images[#images + 1] = b64
+        else
+            error("ollama: unsupported content part type " .. tostring(part.type), 0)
+        end
+    end
+    return table.concat(texts, "\n"), (#images > 0) and images or nil
+end
+
+-- OpenAI tool_calls (arguments = JSON string) -> Ollama tool_calls (arguments = object).
+local function tool_calls_to_ollama(calls, names_by_id)
+    return util.map_array(calls, function(call)
+        local fn = call["function"] or {}
+        local args = nonnull(fn.arguments)
+        if type(args) == "string" then
+            local ok, decoded = pcall(json.decode, args ~= "" and args or "{}")
+            if not ok then
+                error("ollama: tool call arguments are not valid JSON: " .. decoded, 0)
+            end
+            args = decoded
+        end
+        if call.id and call.id ~= null then
+            names_by_id[call.id] = fn.name
+        end
+        return { ["function"] = { name = fn.name, arguments = args or {} } }
+    end)
+end
+
+local function encode_messages(messages)
+    local names_by_id = {} -- tool_call_id -> function name, for Ollama's tool_name
+    return util.map_array(messages, function(m)
+        local role = m.role == "developer" and "system" or m.role
+        local content, images = split_content(m.content)
+        local out = { role = role, content = content, images = images }
+        local calls = nonnull(m.tool_calls)
+        if calls and #calls > 0 then
+            out.tool_calls = tool_calls_to_ollama(calls, names_by_id)
+        end
+        if role == "tool" then
+            out.tool_name = names_by_id[nonnull(m.tool_call_id)] or nonnull(m.name)
+        end
+        return out
+    end)
+end
+
+-- The options table shared by /api/chat and /api/generate.
+local function encode_options(req, body)
+    local stop = nonnull(body.stop)
+    if type(stop) == "string" then
+        stop = array({ stop })
+    end
+    local options = {
+        num_predict = nonnull(body.max_tokens) or nonnull(body.max_completion_tokens)
+            or req.max_tokens,
+        temperature = nonnull(body.temperature),
+        top_p = nonnull(body.top_p),
+        top_k = nonnull(body.top_k),
+        seed = nonnull(body.seed),
+        stop = stop,
+        frequency_penalty = nonnull(body.frequency_penalty),
+        presence_penalty = nonnull(body.presence_penalty),
+    }
+    if next(options) == nil then
+        return nil
+    end
+    return options
+end
+
+local function encode_format(body)
+    local rf = nonnull(body.response_format)
+    if type(rf) ~= "table" then
+        return nil
+    end
+    if rf.type == "json_object" then
+        return "json"
+    elseif rf.type == "json_schema" and type(rf.json_schema) == "table" then
+        return nonnull(rf.json_schema.schema)
+    end
+    return nil
+end
+
+local function encode_chat(req, route, body)
+    local tools = nonnull(body.tools)
+    return {
+        model = route.model,
+        messages = encode_messages(body.messages or array()),
+        stream = req.stream == true, -- always explicit: Ollama streams by default
+        options = encode_options(req, body),
+        format = encode_format(body),
+        tools = (tools and #tools > 0) and tools or nil,
+    }
+end
+
+local function encode_generate(req, route, body)
+    local prompt = nonnull(body.prompt)
+    if type(prompt) == "table" then
+        prompt = prompt[1]
+    end
+    if type(prompt) ~= "string" then
+        error("ollama: prompt must be a string or an array of strings", 0)
+    end
+    local suffix = nonnull(body.suffix)
+    return {
+        model = route.model,
+        prompt = prompt,
+        suffix = type(suffix) == "string" and suffix or nil,
+        stream = req.stream == true,
+        options = encode_options(req, body),
+    }
+end
+
+local function encode_embed(route, body)
+    local input = nonnull(body.input)
+    if type(input) == "table" then
+        for _, s in ipairs(input) do
+            if type(s) ~= "string" then
+                error("ollama: embedding input must be a string or an array of strings", 0)
+            end
+        end
+        input = array(util.copy(input))
+    elseif type(input) ~= "string" then
+        error("ollama: embedding input must be a string or an array of strings", 0)
+    end
+    return { model = route.model, input = input, dimensions = nonnull(body.dimensions) }
+end
+
+-- encode(req, route): once per attempt.
+function M.encode(req, route)
+    local path = PATHS[req.endpoint]
+    if not path then
+        error("ollama: unsupported endpoint " .. tostring(req.endpoint), 0)
+    end
+    local body = req.body or {}
+    local out
+    if req.endpoint == "chat" then
+        out = encode_chat(req, route, body)
+    elseif req.endpoint == "completions" then
+        out = encode_generate(req, route, body)
+    else
+        out = encode_embed(route, body)
+    end
+    local headers = {}
+    if type(route.api_key) == "string" and route.api_key ~= "" then
+        headers["Authorization"] = "Bearer " .. route.api_key
+    end
+    return { method = "POST", path = path, headers = headers, body = out,
+             stream_format = "ndjson" }
+end
+
+---------------------------------------------------------------------------------------------
+-- decode: Ollama answer -> OpenAI object
+---------------------------------------------------------------------------------------------
+
+local function raise_if_error(obj)
+    local err = nonnull(obj.error)
+    if err ~= nil then
+        error("ollama: " .. (type(err) == "table" and tostring(err.message) or tostring(err)), 0)
+    end
+end
+
+local function usage_of(resp)
+    local p = nonnull(resp.prompt_eval_count) or 0
+    local c = nonnull(resp.eval_count) or 0
+    return { prompt_tokens = p, completion_tokens = c, total_tokens = p + c }
+end
+
+local function finish_of(resp, had_tool_calls)
+    local reason = FINISH[nonnull(resp.done_reason)] or "stop"
+    if had_tool_calls and reason == "stop" then
+        return "tool_calls"
+    end
+    return reason
+end
+
+-- Ollama tool_calls -> OpenAI tool_calls. `first` is the OpenAI index of the first call (a
+-- stream may deliver calls over several lines); ids are made up when Ollama gives none.
+local function tool_calls_to_openai(req, calls, first, with_index)
+    return util.map_array(calls, function(call, i)
+        local fn = call["function"] or {}
+        local args = nonnull(fn.arguments)
+        if type(args) ~= "string" then
+            args = json.encode(args or {})
+        end
+        local n = first + i - 1
+        local id = nonnull(call.id) or ("call_" .. tostring(req.request_id) .. "_" .. n)
+        return {
+            index = with_index and n or nil,
+            id = id,
+            type = "function",
+            ["function"] = { name = fn.name, arguments = args },
+        }
+    end)
+end
+
+local function completion_id(req)
+    local prefix = req.endpoint == "completions" and "cmpl-" or "chatcmpl-"
+    return prefix .. tostring(req.request_id)
+end
+
+local function decode_chat(req, resp)
+    local msg = resp.message or {}
+    local calls = nonnull(msg.tool_calls)
+    local has_calls = calls ~= nil and #calls > 0
+    local content = nonnull(msg.content) or ""
+    local message = { role = "assistant", content = content, refusal = null }
+    if has_calls then
+        message.tool_calls = tool_calls_to_openai(req, calls, 0, false)
+        if content == "" then
+            message.content = null
+        end
+    end
+    return {
+        id = completion_id(req),
+        object = "chat.completion",
+        created = req.created,
+        model = resp.model,
+        choices = array({
+            { index = 0, message = message, logprobs = null,
+              finish_reason = finish_of(resp, has_calls) },
+        }),
+        usage = usage_of(resp),
+    }
+end
+
+local function decode_generate(req, resp)
+    return {
+        id = completion_id(req),
+        object = "text_completion",
+        created = req.created,
+        model = resp.model,
+        choices = array({
+            { index = 0, text = nonnull(resp.response) or "", logprobs = null,
+              finish_reason = finish_of(resp, false) },
+        }),
+        usage = usage_of(resp),
+    }
+end
+
+local function decode_embed(req, resp)
+    local base64 = type(req.body) == "table" and req.body.encoding_format == "base64"
+    local data = util.map_array(resp.embeddings or {}, function(vec, i)
+        return { object = "embedding", index = i - 1,
+                 embedding = base64 and util.float32_base64(vec) or vec }
+    end)
+    local p = nonnull(resp.prompt_eval_count) or 0
+    return {
+        object = "list",
+        data = data,
+        model = resp.model,
+        usage = { prompt_tokens = p, total_tokens = p },
+    }
+end
+
+-- decode(req, resp): once, for a non-stream answer. resp = the upstream JSON as a table.
+function M.decode(req, resp)
+    raise_if_error(resp)
+    if req.endpoint == "chat" then
+        return decode_chat(req, resp)
+    elseif req.endpoint == "completions" then
+        return decode_generate(req, resp)
+    elseif req.endpoint == "embeddings" then
+        return decode_embed(req, resp)
+    end
+    error("ollama: unsupported endpoint " .. tostring(req.endpoint), 0)
+end
+
+---------------------------------------------------------------------------------------------
+-- decode_event: one NDJSON line of an Ollama stream -> OpenAI chunks
+---------------------------------------------------------------------------------------------
+
+-- A chat.completion.chunk with one choice. finish_reason and logprobs are explicitly null
+-- where OpenAI sends null: the core cannot tell an absent field from a null one.
+local function chat_chunk(req, line, delta, finish_reason)
+    return {
+        id = completion_id(req),
+        object = "chat.completion.chunk",
+        created = req.created,
+        model = line.model,
+        choices = array({
+            { index = 0, delta = delta, logprobs = null, finish_reason = finish_reason or null },
+        }),
+    }
+end
+
+local function text_chunk(req, line, text, finish_reason)
+    return {
+        id = completion_id(req),
+        object = "text_completion",
+        created = req.created,
+        model = line.model,
+        choices = array({
+            { index = 0, text = text, logprobs = null, finish_reason = finish_reason or null },
+        }),
+    }
+end
+
+local function stream_usage(line)
+    if nonnull(line.prompt_eval_count) == nil and nonnull(line.eval_count) == nil then
+        return nil
+    end
+    return usage_of(line)
+end
+
+local function chat_event(req, line, state)
+    local out = array()
+    local msg = nonnull(line.message) or {}
+    local content = nonnull(msg.content) or ""
+    local calls = nonnull(msg.tool_calls)
+    local delta = {}
+    if not state.started then
+        delta.role = "assistant"
+    end
+    if content ~= "" or not state.started then
+        delta.content = content
+    end
+    if calls and #calls > 0 then
+        state.tool_calls = state.tool_calls or 0
+        delta.tool_calls = tool_calls_to_openai(req, calls, state.tool_calls, true)
+        state.tool_calls = state.tool_calls + #calls
+    end
+    if next(delta) ~= nil then
+        state.started = true
+        out[#out + 1] = chat_chunk(req, line, delta, nil)
+    end
+    if line.done == true then
+        local last = chat_chunk(req, line, {}, finish_of(line, (state.tool_calls or 0) > 0))
+        last.usage = stream_usage(line)
+        out[#out + 1] = last
+        state.done = true
+    end
+    return out
+end
+
+local function generate_event(req, line, state)
+    local out = array()
+    local text = nonnull(line.response) or ""
+    if line.done == true then
+        local last = text_chunk(req, line, text, finish_of(line, false))
+        last.usage = stream_usage(line)
+        out[1] = last
+        state.done = true
+    elseif text ~= "" then
+        out[1] = text_chunk(req, line, text, nil)
+    end
+    return out
+end
+
+-- decode_event(req, line, state): once per NDJSON line of a stream. state starts as {} and is
+-- kept for the request: started (the role chunk went out), tool_calls (how many so far),
+-- done (Ollama sent its final line; a stream that ends without it is truncated).
+function M.decode_event(req, line, state)
+    raise_if_error(line)
+    if req.endpoint == "chat" then
+        return chat_event(req, line, state)
+    elseif req.endpoint == "completions" then
+        return generate_event(req, line, state)
+    end
+    error("ollama: streaming is not supported for endpoint " .. tostring(req.endpoint), 0)
+end
+
+return M

@@ -1,0 +1,45 @@
+-- wrk script for bench/run: POST an OpenAI-style chat completion (~300 B body).
+-- env: MODEL=name   -> the "model" field (default gpt-4o-mini); moongate routes the SSE variant
+--                      through a second logical model, so bench/run sets it per variant
+--      STREAM=1     -> add "stream":true (+ include_usage)
+--      THINK_MS=N   -> paced test: after each response a connection pauses a random,
+--                      exponentially distributed time with mean N ms (de-synchronises the
+--                      connections, so arrivals are ~Poisson at ~conns*1000/(N+latency) req/s)
+-- At the end it prints one line "WRKJSON {...}" (latencies in microseconds) for bench/run.
+local stream = os.getenv("STREAM") == "1"
+local think  = tonumber(os.getenv("THINK_MS") or "0")
+local model  = os.getenv("MODEL") or "gpt-4o-mini"
+
+local body = '{"model":"' .. model .. '","messages":[{"role":"system","content":"You are a concise assistant."},'
+          .. '{"role":"user","content":"In one short sentence, explain why an HTTP reverse proxy should keep upstream connections alive and pooled."}],'
+          .. '"max_tokens":64,"temperature":0.2,"user":"bench-client-0001"'
+if stream then body = body .. ',"stream":true,"stream_options":{"include_usage":true}' end
+body = body .. '}'
+
+wrk.method = "POST"
+wrk.path   = "/v1/chat/completions"
+wrk.body   = body
+-- identical headers for every variant
+wrk.headers["Content-Type"]  = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-mock-0000000000000000"
+
+local nthreads = 0
+function setup(thread) nthreads = nthreads + 1; thread:set("tid", nthreads) end
+function init(args) math.randomseed(os.time() * 1000 + (tid or 0) * 7919) end
+
+if think > 0 then
+  function delay() return math.floor(-think * math.log(1 - math.random())) end
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,'
+    .. '"err_connect":%d,"err_read":%d,"err_write":%d,"err_status":%d,"err_timeout":%d,'
+    .. '"lat_mean_us":%.1f,"lat_min_us":%d,"lat_p50_us":%d,"lat_p90_us":%d,"lat_p99_us":%d,'
+    .. '"lat_p999_us":%d,"lat_max_us":%d}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.min, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9), latency.max))
+end

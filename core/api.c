@@ -1,0 +1,234 @@
+/* api: paths to handlers, the error shape, and the endpoints the gateway answers
+ * itself; see api.h. */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+
+#include "log.h"
+#include "proxy.h"
+
+const char *mg_api_error_type(int status)
+{
+    if (status == 429) return "rate_limit_error";
+    if (status == 401) return "authentication_error";
+    if (status == 403) return "permission_error";
+    if (status >= 500) return "api_error";
+    return "invalid_request_error";
+}
+
+static void log_simple(mg_http_req_t *req, int status, const char *error_code)
+{
+    mg_log_level_t lv = status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
+    if (!mg_log_enabled(lv)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, lv, "request");
+    mg_log_str(&l, "request_id", req->request_id);
+    mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
+    mg_log_str(&l, "path", req->path);
+    mg_log_int(&l, "status", status);
+    if (error_code) mg_log_str(&l, "error", error_code);
+    mg_log_end(&l);
+}
+
+static void respond_logged(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int status,
+                           const char *extra, const char *body, size_t len)
+{
+    double secs = (double)(uv_now(s->loop) - req->start_ms) / 1000.0;
+    mg_metrics_request(&s->metrics, ep, status, secs);
+    log_simple(req, status, NULL);
+    mg_http_respond(req, status, "application/json", extra, body, len);
+}
+
+void mg_api_error(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int status,
+                  const char *code, const char *message, int retry_after_ms)
+{
+    char esc[1024];
+    char body[1536];
+    char extra[64] = "";
+    mg_json_escape(esc, sizeof(esc), message, strlen(message));
+    int n = snprintf(body, sizeof(body),
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\","
+                     "\"request_id\":\"%s\"",
+                     esc, mg_api_error_type(status), code, req->request_id);
+    if (retry_after_ms > 0) {
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"retry_after_ms\":%d", retry_after_ms);
+        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    }
+    n += snprintf(body + n, sizeof(body) - (size_t)n, "}}");
+    double secs = (double)(uv_now(s->loop) - req->start_ms) / 1000.0;
+    mg_metrics_request(&s->metrics, ep, status, secs);
+    log_simple(req, status, code);
+    mg_http_respond(req, status, "application/json", extra, body, (size_t)n);
+}
+
+static void respond_json(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int status,
+                         cJSON *obj)
+{
+    char *text = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!text) {
+        mg_api_error(s, req, ep, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    respond_logged(s, req, ep, status, NULL, text, strlen(text));
+    free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Endpoints answered by the gateway                                         */
+/* ------------------------------------------------------------------------ */
+
+static void handle_models(mg_server_t *s, mg_http_req_t *req)
+{
+    mg_gen_t *g = s->gen;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    /* a stable `created`: when this generation's config was loaded is as honest as any */
+    for (size_t i = 0; i < g->cfg->n_models; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", g->cfg->models[i].name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)s->started_at);
+        cJSON_AddStringToObject(m, "owned_by", "moongate");
+        cJSON_AddItemToArray(data, m);
+    }
+    respond_json(s, req, MG_EP_MODELS, 200, root);
+}
+
+/* Ready: config loaded, storage open, at least one provider configured. */
+static void handle_ready(mg_server_t *s, mg_http_req_t *req)
+{
+    int providers = (int)s->gen->cfg->n_providers;
+    int ready = s->store && providers > 0 && !s->stopping;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "status", ready ? "ready" : "not_ready");
+    cJSON *checks = cJSON_AddObjectToObject(root, "checks");
+    cJSON_AddBoolToObject(checks, "config", 1);
+    cJSON_AddBoolToObject(checks, "storage", s->store != NULL);
+    cJSON_AddBoolToObject(checks, "providers", providers > 0);
+    cJSON_AddBoolToObject(checks, "accepting", !s->stopping);
+    respond_json(s, req, MG_EP_OTHER, ready ? 200 : 503, root);
+}
+
+static void handle_status(mg_server_t *s, mg_http_req_t *req)
+{
+    mg_gen_t *g = s->gen;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "status", s->stopping ? "stopping" : "ok");
+    cJSON_AddNumberToObject(root, "generation", g->id);
+    cJSON *rl = cJSON_AddObjectToObject(root, "reload");
+    cJSON_AddStringToObject(rl, "result", s->reload_result);
+    if (s->reload_error[0]) cJSON_AddStringToObject(rl, "error", s->reload_error);
+    else cJSON_AddNullToObject(rl, "error");
+    if (s->reload_at) cJSON_AddNumberToObject(rl, "at", (double)s->reload_at);
+    cJSON_AddNumberToObject(root, "in_flight", s->in_flight);
+    cJSON_AddNumberToObject(root, "connections", (double)s->api.n_conns);
+    cJSON_AddNumberToObject(root, "upstream_transfers", (double)mg_upstream_active(s->upstream));
+    cJSON_AddNumberToObject(root, "uptime_s", (double)(time(NULL) - s->started_at));
+    cJSON *ps = cJSON_AddArrayToObject(root, "providers");
+    for (size_t i = 0; i < g->cfg->n_providers; i++) {
+        const mg_provider_conf_t *p = &g->cfg->providers[i];
+        const mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", p->id);
+        cJSON_AddStringToObject(o, "adapter", p->adapter);
+        cJSON_AddStringToObject(o, "pool", p->pool);
+        cJSON_AddBoolToObject(o, "local", p->local);
+        cJSON_AddBoolToObject(o, "available", mg_pool_available(st));
+        cJSON_AddNumberToObject(o, "in_flight", st ? st->in_flight : 0);
+        cJSON_AddNumberToObject(o, "requests_total", st ? (double)st->requests_total : 0);
+        cJSON_AddNumberToObject(o, "failures_total", st ? (double)st->failures_total : 0);
+        cJSON_AddNumberToObject(o, "consecutive_failures", st ? st->consecutive_failures : 0);
+        cJSON_AddItemToArray(ps, o);
+    }
+    cJSON *ms = cJSON_AddArrayToObject(root, "models");
+    for (size_t i = 0; i < g->cfg->n_models; i++)
+        cJSON_AddItemToArray(ms, cJSON_CreateString(g->cfg->models[i].name));
+    respond_json(s, req, MG_EP_OTHER, 200, root);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Routing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum { ROUTE_GET, ROUTE_POST } route_method_t;
+
+typedef struct {
+    const char *path;
+    route_method_t method;
+    mg_endpoint_t ep;
+    void (*fn)(mg_server_t *s, mg_http_req_t *req);
+} route_t;
+
+static void handle_chat(mg_server_t *s, mg_http_req_t *req)
+{
+    mg_proxy_handle(s, req, MG_EP_CHAT);
+}
+
+static void handle_completions(mg_server_t *s, mg_http_req_t *req)
+{
+    mg_proxy_handle(s, req, MG_EP_COMPLETIONS);
+}
+
+static void handle_embeddings(mg_server_t *s, mg_http_req_t *req)
+{
+    mg_proxy_handle(s, req, MG_EP_EMBEDDINGS);
+}
+
+static void handle_health(mg_server_t *s, mg_http_req_t *req)
+{
+    static const char body[] = "{\"status\":\"ok\"}";
+    respond_logged(s, req, MG_EP_OTHER, 200, NULL, body, sizeof(body) - 1);
+}
+
+static const route_t routes[] = {
+    {"/v1/chat/completions", ROUTE_POST, MG_EP_CHAT, handle_chat},
+    {"/v1/completions", ROUTE_POST, MG_EP_COMPLETIONS, handle_completions},
+    {"/v1/embeddings", ROUTE_POST, MG_EP_EMBEDDINGS, handle_embeddings},
+    {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
+    {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
+    {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
+    {"/health/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
+    {"/status", ROUTE_GET, MG_EP_OTHER, handle_status},
+};
+
+void mg_api_handle(void *server, mg_http_req_t *req)
+{
+    mg_server_t *s = server;
+    size_t path_len = strlen(req->path);
+    while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(routes[i].path, req->path) != 0) continue;
+        int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;
+        if (req->method != want && !(want == HTTP_GET && req->method == HTTP_HEAD)) {
+            mg_api_error(s, req, routes[i].ep, 405, "METHOD_NOT_ALLOWED",
+                         routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
+            return;
+        }
+        routes[i].fn(s, req);
+        return;
+    }
+    mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such endpoint", 0);
+}
+
+void mg_api_handle_metrics(void *server, mg_http_req_t *req)
+{
+    mg_server_t *s = server;
+    if (strcmp(req->path, "/metrics") != 0) {
+        mg_http_respond(req, 404, "text/plain", NULL, "not found\n", 10);
+        return;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (mg_metrics_render(&s->metrics, &s->pool, s->in_flight, s->gen->id, &text, &len) != 0) {
+        mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    mg_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text, len);
+    free(text);
+}

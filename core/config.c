@@ -1,0 +1,1075 @@
+/* config: the YAML configuration file turned into a validated mg_config_t.
+ *
+ * libyaml's document API builds the node tree (each node keeps its start mark, so every
+ * error can name the line). A small schema walker then visits the known sections in a
+ * fixed order, expands ${NAME} references from the environment in scalar values, checks
+ * types and ranges, and fills an mg_config_t that starts out holding every default.
+ * Strictness is the point: unknown keys, duplicate keys and wrong types are errors, so a
+ * typo in a config never passes silently.
+ *
+ * What this file deliberately does not do: merge keys (<<), tags, `$${` escapes, size
+ * suffixes ("16MiB"), or more than one YAML document per file.
+ *
+ * Secrets: providers[].api_key is never copied into an error message, and neither is
+ * the value of any environment variable it references.
+ *
+ * Aliases: the document API shares aliased nodes instead of copying them, so a small file
+ * can describe a huge tree ("billion laughs"). The walker has a fixed depth, and every
+ * byte the result allocates is charged to a budget proportional to the input size. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#define DEFAULT_MAX_HEADER_BYTES (16u * 1024u)
+#define DEFAULT_STORAGE_PATH "data/moongate.db"
+#define MAX_FILE_BYTES (4u * 1024u * 1024u)
+#define MAX_ID_LEN 128          /* provider ids and adapter names */
+#define MAX_NAME_LEN 256        /* logical and upstream model names */
+#define MAX_TIMEOUT_MS 86400000 /* one day: keeps ms arithmetic far from int overflow */
+#define KIB 1024LL
+#define MIB (1024LL * 1024LL)
+#define GIB (1024LL * 1024LL * 1024LL)
+
+typedef struct loader_s {
+    const char *name;  /* file name for messages */
+    const char *input; /* the YAML text (reader errors give a byte offset) */
+    size_t input_len;
+    yaml_document_t *doc;
+    mg_config_t *cfg;
+    char *err;
+    size_t err_len;
+    size_t budget; /* bytes the result may still allocate; bounds alias expansion */
+} loader_t;
+
+/* ---------------------------------------------------------------- errors and helpers */
+
+/* Writes "NAME:LINE: message" (or "NAME: message" when line <= 0) into the error buffer
+ * and returns -1, so callers can `return fail(...)`. */
+static int fail(loader_t *l, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(loader_t *l, int line, const char *fmt, ...)
+{
+    if (!l->err || l->err_len == 0) return -1;
+    int n;
+    if (line > 0)
+        n = snprintf(l->err, l->err_len, "%s:%d: ", l->name, line);
+    else
+        n = snprintf(l->err, l->err_len, "%s: ", l->name);
+    if (n < 0 || (size_t)n >= l->err_len) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->err + n, l->err_len - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int line_of(const yaml_node_t *n)
+{
+    return n ? (int)n->start_mark.line + 1 : 0;
+}
+
+static yaml_node_t *node_at(loader_t *l, int index)
+{
+    return yaml_document_get_node(l->doc, index);
+}
+
+/* Takes `bytes` from the allocation budget; fails once a (probably aliased) document
+ * would expand far beyond its own size. */
+static int charge(loader_t *l, int line, size_t bytes)
+{
+    if (bytes > l->budget) return fail(l, line, "configuration expands too much (aliases?)");
+    l->budget -= bytes;
+    return 0;
+}
+
+/* Copies s for the result, charging the budget. */
+static char *dup_str(loader_t *l, int line, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (charge(l, line, n) < 0) return NULL;
+    char *p = malloc(n);
+    if (!p) {
+        fail(l, line, "out of memory");
+        return NULL;
+    }
+    memcpy(p, s, n);
+    return p;
+}
+
+/* A short printable rendering of a value for messages (never used for secrets):
+ * non-printable bytes become '?', long values end in "...". */
+static const char *shown(const char *s, char *buf, size_t len)
+{
+    size_t i = 0;
+    for (; s[i] && i + 4 < len; i++)
+        buf[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
+    strcpy(buf + i, s[i] ? "..." : "");
+    return buf;
+}
+
+static bool is_scalar(const yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE;
+}
+
+static const char *scalar_text(const yaml_node_t *n)
+{
+    return (const char *)n->data.scalar.value;
+}
+
+/* A plain (unquoted) empty, ~ or null scalar is YAML's null. */
+static bool is_null(const yaml_node_t *n)
+{
+    if (!is_scalar(n) || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
+    const char *s = scalar_text(n);
+    return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+/* --------------------------------------------------------------- ${NAME} expansion */
+
+typedef struct strbuf_s {
+    char *p;
+    size_t len, cap;
+} strbuf_t;
+
+static int sb_add(strbuf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+static bool valid_env_name(const char *s, size_t n)
+{
+    if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_')) return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_')) return false;
+    return true;
+}
+
+/* Returns a malloc'd copy of the scalar `v` with every ${NAME} replaced by the value of
+ * environment variable NAME; text around references is kept. An undefined variable is an
+ * error, unless `missing` is given (api_key): then an undefined or empty variable sets
+ * *missing and the caller treats the whole value as absent. `path` names the key in
+ * messages, which may name a variable but never show the value or the scalar, so this is
+ * safe for secrets. Returns NULL with the error set on failure. */
+static char *expand(loader_t *l, const yaml_node_t *v, int line, const char *path, bool *missing)
+{
+    const char *s = scalar_text(v);
+    if (strlen(s) != v->data.scalar.length) {
+        fail(l, line, "%s contains a NUL character", path);
+        return NULL;
+    }
+    strbuf_t b = {0};
+    if (sb_add(&b, "", 0) < 0) goto oom;
+    while (*s) {
+        const char *ref = strstr(s, "${");
+        if (!ref) {
+            if (sb_add(&b, s, strlen(s)) < 0) goto oom;
+            break;
+        }
+        if (sb_add(&b, s, (size_t)(ref - s)) < 0) goto oom;
+        const char *name = ref + 2;
+        const char *end = strchr(name, '}');
+        if (!end) {
+            fail(l, line, "unterminated ${ in %s", path);
+            goto err;
+        }
+        size_t n = (size_t)(end - name);
+        if (!valid_env_name(name, n)) {
+            fail(l, line, "invalid environment variable reference in %s (expected ${NAME})", path);
+            goto err;
+        }
+        char var[256];
+        if (n >= sizeof var) {
+            fail(l, line, "environment variable name too long in %s", path);
+            goto err;
+        }
+        memcpy(var, name, n);
+        var[n] = '\0';
+        const char *val = getenv(var);
+        if (missing && (!val || !*val)) {
+            *missing = true;
+        } else if (!val) {
+            fail(l, line, "undefined environment variable '%s' in %s", var, path);
+            goto err;
+        } else if (sb_add(&b, val, strlen(val)) < 0) {
+            goto oom;
+        }
+        s = end + 1;
+    }
+    if (charge(l, line, b.len + 1) < 0) goto err;
+    return b.p;
+oom:
+    fail(l, line, "out of memory");
+err:
+    free(b.p);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ mapping walking */
+
+static bool key_is(loader_t *l, const yaml_node_pair_t *p, const char *key)
+{
+    yaml_node_t *k = node_at(l, p->key);
+    return is_scalar(k) && !strcmp(scalar_text(k), key);
+}
+
+/* The pair with scalar key `key` in mapping `map`, or NULL. */
+static yaml_node_pair_t *find_pair(loader_t *l, yaml_node_t *map, const char *key)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++)
+        if (key_is(l, p, key)) return p;
+    return NULL;
+}
+
+typedef struct keyref_s {
+    const char *key;
+    size_t index;
+} keyref_t;
+
+static int keyref_cmp(const void *a, const void *b)
+{
+    const keyref_t *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Index of the first entry (in file order) whose key repeats an earlier one, or -1.
+ * Sorting keeps this O(n log n) for large, fuzzed inputs. Reorders `refs`. */
+static long first_duplicate(keyref_t *refs, size_t n)
+{
+    qsort(refs, n, sizeof *refs, keyref_cmp);
+    long best = -1;
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(refs[i - 1].key, refs[i].key) && (best < 0 || refs[i].index < (size_t)best))
+            best = (long)refs[i].index;
+    return best;
+}
+
+/* Checks that every key of mapping `map` is a string, appears once and, when `allowed`
+ * (NULL-terminated) is given, is one of the allowed keys. `where` completes messages:
+ * "unknown key 'x' in server". */
+static int check_keys(loader_t *l, yaml_node_t *map, const char *where, const char *const *allowed)
+{
+    yaml_node_pair_t *start = map->data.mapping.pairs.start;
+    size_t n = (size_t)(map->data.mapping.pairs.top - start);
+    char buf[72];
+    unsigned long long seen = 0; /* bit i: allowed[i] already met */
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *k = node_at(l, start[i].key);
+        if (!is_scalar(k) || is_null(k))
+            return fail(l, line_of(k), "keys must be strings %s", where);
+        const char *key = scalar_text(k);
+        if (strlen(key) != k->data.scalar.length)
+            return fail(l, line_of(k), "key contains a NUL character %s", where);
+        if (!allowed) continue;
+        size_t a = 0;
+        while (allowed[a] && strcmp(allowed[a], key))
+            a++;
+        if (!allowed[a])
+            return fail(l, line_of(k), "unknown key '%s' %s", shown(key, buf, sizeof buf), where);
+        if (seen & (1ULL << a)) return fail(l, line_of(k), "duplicate key '%s' %s", key, where);
+        seen |= 1ULL << a;
+    }
+    if (allowed || n < 2) return 0;
+    keyref_t *refs = malloc(n * sizeof *refs);
+    if (!refs) return fail(l, line_of(map), "out of memory");
+    for (size_t i = 0; i < n; i++)
+        refs[i] = (keyref_t){scalar_text(node_at(l, start[i].key)), i};
+    long dup = first_duplicate(refs, n);
+    free(refs);
+    if (dup >= 0) {
+        yaml_node_t *k = node_at(l, start[dup].key);
+        return fail(l, line_of(k), "duplicate key '%s' %s", shown(scalar_text(k), buf, sizeof buf),
+                    where);
+    }
+    return 0;
+}
+
+/* Checks that `v` (the value at `path`, on `line`) is a mapping with only `allowed` keys.
+ * Returns 1 for a mapping, 0 for null (an empty section), -1 on error. */
+static int want_map(loader_t *l, yaml_node_t *v, int line, const char *path,
+                    const char *const *allowed)
+{
+    if (is_null(v)) return 0;
+    if (v->type != YAML_MAPPING_NODE) return fail(l, line, "%s must be a mapping", path);
+    char where[340];
+    snprintf(where, sizeof where, "in %s", path);
+    return check_keys(l, v, where, allowed) < 0 ? -1 : 1;
+}
+
+/* ----------------------------------------------------------------- typed field access */
+
+/* A field being read: the mapping it lives in, the value and its dotted path. */
+typedef struct field_s {
+    yaml_node_t *val; /* NULL when the key is absent */
+    int line;         /* the key's line (the mapping's when absent) */
+    char path[360];   /* e.g. "server.listen", "providers[2].weight" */
+} field_t;
+
+static void field_get(loader_t *l, yaml_node_t *map, const char *path, const char *key, field_t *f)
+{
+    yaml_node_pair_t *p = map ? find_pair(l, map, key) : NULL;
+    f->val = p ? node_at(l, p->value) : NULL;
+    f->line = p ? line_of(node_at(l, p->key)) : line_of(map);
+    snprintf(f->path, sizeof f->path, "%s.%s", path, key);
+}
+
+/* Reads the field as a string with ${NAME} expanded; the result is owned by the caller.
+ * Null and non-scalars are type errors. */
+static int field_string(loader_t *l, const field_t *f, char **out)
+{
+    if (!is_scalar(f->val) || is_null(f->val))
+        return fail(l, f->line, "%s must be a string", f->path);
+    *out = expand(l, f->val, f->line, f->path, NULL);
+    return *out ? 0 : -1;
+}
+
+/* Optional non-empty string: absent leaves *dst unchanged; present replaces it. */
+static int opt_string(loader_t *l, yaml_node_t *map, const char *path, const char *key, char **dst)
+{
+    field_t f;
+    field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    char *s = NULL;
+    if (field_string(l, &f, &s) < 0) return -1;
+    if (!*s) {
+        free(s);
+        return fail(l, f.line, "%s must not be empty", f.path);
+    }
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+/* Required non-empty string. */
+static int req_string(loader_t *l, yaml_node_t *map, const char *path, const char *key, char **dst)
+{
+    if (!find_pair(l, map, key))
+        return fail(l, line_of(map), "%s is missing required key '%s'", path, key);
+    return opt_string(l, map, path, key, dst);
+}
+
+/* Optional integer in [lo, hi] (decimal, optional sign). */
+static int opt_int(loader_t *l, yaml_node_t *map, const char *path, const char *key, long long lo,
+                   long long hi, long long *dst)
+{
+    field_t f;
+    field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    char *s = NULL;
+    if (!is_scalar(f.val) || is_null(f.val))
+        return fail(l, f.line, "%s must be an integer", f.path);
+    if (field_string(l, &f, &s) < 0) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    bool ok = *s && !isspace((unsigned char)*s) && !*end && errno == 0;
+    free(s);
+    if (!ok) return fail(l, f.line, "%s must be an integer", f.path);
+    if (v < lo || v > hi)
+        return fail(l, f.line, "%s must be between %lld and %lld", f.path, lo, hi);
+    *dst = v;
+    return 0;
+}
+
+static int opt_int_field(loader_t *l, yaml_node_t *map, const char *path, const char *key,
+                         long long lo, long long hi, int *dst)
+{
+    long long v = *dst;
+    if (opt_int(l, map, path, key, lo, hi, &v) < 0) return -1;
+    *dst = (int)v;
+    return 0;
+}
+
+/* Optional boolean: true/false (also YAML 1.1's yes/no/on/off), any case. */
+static int opt_bool(loader_t *l, yaml_node_t *map, const char *path, const char *key, bool *dst)
+{
+    field_t f;
+    field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    if (!is_scalar(f.val) || is_null(f.val))
+        return fail(l, f.line, "%s must be true or false", f.path);
+    char *s = NULL;
+    if (field_string(l, &f, &s) < 0) return -1;
+    static const char *const yes[] = {"true", "yes", "on", NULL};
+    static const char *const no[] = {"false", "no", "off", NULL};
+    int v = -1;
+    for (int i = 0; yes[i]; i++) {
+        if (!strcasecmp(s, yes[i])) v = 1;
+        if (!strcasecmp(s, no[i])) v = 0;
+    }
+    free(s);
+    if (v < 0) return fail(l, f.line, "%s must be true or false", f.path);
+    *dst = v == 1;
+    return 0;
+}
+
+/* Optional finite number > 0 and <= hi. */
+static int opt_positive(loader_t *l, yaml_node_t *map, const char *path, const char *key, double hi,
+                        double *dst)
+{
+    field_t f;
+    field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    if (!is_scalar(f.val) || is_null(f.val)) return fail(l, f.line, "%s must be a number", f.path);
+    char *s = NULL;
+    if (field_string(l, &f, &s) < 0) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    bool ok = *s && !isspace((unsigned char)*s) && !*end && errno == 0 && isfinite(v);
+    free(s);
+    if (!ok) return fail(l, f.line, "%s must be a number", f.path);
+    if (!(v > 0) || v > hi)
+        return fail(l, f.line, "%s must be greater than 0 and at most %g", f.path, hi);
+    *dst = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------- value checks */
+
+static bool all_chars(const char *s, const char *extra)
+{
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr(extra, *s)) return false;
+    return true;
+}
+
+/* "host:port" with port 0-65535; host a name/IPv4 address or a bracketed IPv6 address. */
+static bool valid_listen(const char *s)
+{
+    const char *colon;
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':' || !memchr(s, ':', (size_t)(close - s))) return false;
+        for (const char *p = s + 1; p < close; p++)
+            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') return false;
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon || colon == s) return false;
+        for (const char *p = s; p < colon; p++)
+            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-') return false;
+    }
+    const char *port = colon + 1;
+    if (!*port || strlen(port) > 5) return false;
+    for (const char *p = port; *p; p++)
+        if (!isdigit((unsigned char)*p)) return false;
+    return atol(port) <= 65535;
+}
+
+/* Port of a valid listen address. */
+static long listen_port(const char *s)
+{
+    return atol(strrchr(s, ':') + 1);
+}
+
+/* Logical and upstream model names: non-empty, printable, no whitespace. */
+static bool valid_name(const char *s)
+{
+    if (!*s || strlen(s) > MAX_NAME_LEN) return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == 0x7f) return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ sections */
+
+static int load_server(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"listen", "metrics_listen", "max_body_bytes",
+                                       "max_header_bytes", NULL};
+    int r = want_map(l, v, line, "server", keys);
+    if (r <= 0) return r;
+    mg_config_t *c = l->cfg;
+    if (opt_string(l, v, "server", "listen", &c->listen) < 0) return -1;
+    field_t f;
+    field_get(l, v, "server", "listen", &f);
+    char buf[72];
+    if (!valid_listen(c->listen))
+        return fail(l, f.line,
+                    "server.listen: invalid address '%s' (expected host:port, port 0-65535, IPv6 "
+                    "as [addr]:port)",
+                    shown(c->listen, buf, sizeof buf));
+
+    field_get(l, v, "server", "metrics_listen", &f);
+    if (f.val && is_null(f.val)) {
+        free(c->metrics_listen); /* explicit null: no metrics listener */
+        c->metrics_listen = NULL;
+    } else if (f.val) {
+        char *s = NULL;
+        if (field_string(l, &f, &s) < 0) return -1;
+        free(c->metrics_listen);
+        c->metrics_listen = *s ? s : NULL; /* "" also disables it */
+        if (!*s) free(s);
+        if (c->metrics_listen && !valid_listen(c->metrics_listen))
+            return fail(l, f.line,
+                        "server.metrics_listen: invalid address '%s' (expected host:port, port "
+                        "0-65535, IPv6 as [addr]:port)",
+                        shown(c->metrics_listen, buf, sizeof buf));
+        if (c->metrics_listen && listen_port(c->metrics_listen) != 0 &&
+            !strcmp(c->metrics_listen, c->listen))
+            return fail(l, f.line, "server.metrics_listen must differ from server.listen");
+    }
+
+    long long n = (long long)c->max_body_bytes;
+    if (opt_int(l, v, "server", "max_body_bytes", KIB, GIB, &n) < 0) return -1;
+    c->max_body_bytes = (size_t)n;
+    n = (long long)c->max_header_bytes;
+    if (opt_int(l, v, "server", "max_header_bytes", KIB, MIB, &n) < 0) return -1;
+    c->max_header_bytes = (size_t)n;
+    return 0;
+}
+
+static int load_storage(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"path", NULL};
+    int r = want_map(l, v, line, "storage", keys);
+    if (r <= 0) return r;
+    return opt_string(l, v, "storage", "path", &l->cfg->storage_path);
+}
+
+static int load_auth(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"enabled", NULL};
+    int r = want_map(l, v, line, "auth", keys);
+    if (r <= 0) return r;
+    return opt_bool(l, v, "auth", "enabled", &l->cfg->auth_enabled);
+}
+
+static int load_lua(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"policies", "adapters", "lib", NULL};
+    int r = want_map(l, v, line, "lua", keys);
+    if (r <= 0) return r;
+    mg_config_t *c = l->cfg;
+    if (opt_string(l, v, "lua", "policies", &c->policies_dir) < 0 ||
+        opt_string(l, v, "lua", "adapters", &c->adapters_dir) < 0)
+        return -1;
+    return opt_string(l, v, "lua", "lib", &c->lua_dir);
+}
+
+static int load_log(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"level", NULL};
+    int r = want_map(l, v, line, "log", keys);
+    if (r <= 0) return r;
+    if (opt_string(l, v, "log", "level", &l->cfg->log_level) < 0) return -1;
+    const char *lv = l->cfg->log_level;
+    if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error")) {
+        field_t f;
+        char buf[72];
+        field_get(l, v, "log", "level", &f);
+        return fail(l, f.line, "log.level must be one of debug, info, warn, error (got '%s')",
+                    shown(lv, buf, sizeof buf));
+    }
+    return 0;
+}
+
+static int load_upstream(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"max_retries", NULL};
+    int r = want_map(l, v, line, "upstream", keys);
+    if (r <= 0) return r;
+    return opt_int_field(l, v, "upstream", "max_retries", 1, 10, &l->cfg->max_retries);
+}
+
+static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {
+        "connect_ms",     "first_byte_ms",     "idle_ms",  "total_ms",
+        "header_read_ms", "keepalive_idle_ms", "drain_ms", NULL};
+    int r = want_map(l, v, line, "timeouts", keys);
+    if (r <= 0) return r;
+    mg_timeouts_conf_t *t = &l->cfg->timeouts;
+    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms, &t->total_ms,
+                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms};
+    for (size_t i = 0; keys[i]; i++)
+        if (opt_int_field(l, v, "timeouts", keys[i], 1, MAX_TIMEOUT_MS, dst[i]) < 0) return -1;
+    return 0;
+}
+
+/* The api_key: optional; an undefined or empty ${VAR} in it, or an empty value, means
+ * "no key". No message here ever shows the value. */
+static int load_api_key(loader_t *l, yaml_node_t *map, const char *path, char **dst)
+{
+    field_t f;
+    field_get(l, map, path, "api_key", &f);
+    if (!f.val || is_null(f.val)) return 0;
+    if (!is_scalar(f.val)) return fail(l, f.line, "%s must be a string", f.path);
+    bool missing = false;
+    char *s = expand(l, f.val, f.line, f.path, &missing);
+    if (!s) return -1;
+    if (missing || !*s) {
+        free(s);
+        return 0;
+    }
+    *dst = s;
+    return 0;
+}
+
+static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
+{
+    static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
+                                       "rpm_limit", "tpm_limit", "weight",   "local",   NULL};
+    char path[32], buf[72];
+    snprintf(path, sizeof path, "providers[%zu]", i);
+    p->line = line_of(v);
+    p->weight = 1.0;
+    if (v->type != YAML_MAPPING_NODE) return fail(l, p->line, "%s must be a mapping", path);
+    if (want_map(l, v, p->line, path, keys) < 0) return -1;
+    field_t f;
+
+    if (req_string(l, v, path, "id", &p->id) < 0) return -1;
+    field_get(l, v, path, "id", &f);
+    if (strlen(p->id) > MAX_ID_LEN || !all_chars(p->id, "._-"))
+        return fail(l, f.line, "%s.id '%s' is invalid (letters, digits, '.', '_', '-'; at most %d)",
+                    path, shown(p->id, buf, sizeof buf), MAX_ID_LEN);
+
+    if (req_string(l, v, path, "adapter", &p->adapter) < 0) return -1;
+    field_get(l, v, path, "adapter", &f);
+    if (strlen(p->adapter) > MAX_ID_LEN || !all_chars(p->adapter, "_-"))
+        return fail(l, f.line, "%s.adapter '%s' is invalid (letters, digits, '_', '-')", path,
+                    shown(p->adapter, buf, sizeof buf));
+
+    if (req_string(l, v, path, "base_url", &p->base_url) < 0) return -1;
+    field_get(l, v, path, "base_url", &f);
+    char *u = p->base_url;
+    const char *host = !strncmp(u, "http://", 7)    ? u + 7
+                       : !strncmp(u, "https://", 8) ? u + 8
+                                                    : NULL;
+    if (!host) return fail(l, f.line, "%s.base_url must start with http:// or https://", path);
+    for (const char *c = u; *c; c++)
+        if ((unsigned char)*c <= ' ' || *c == 0x7f || *c == '?' || *c == '#')
+            return fail(l, f.line,
+                        "%s.base_url must not contain spaces, control characters, '?' or '#'",
+                        path);
+    size_t n = strlen(u);
+    while (n > (size_t)(host - u) && u[n - 1] == '/')
+        u[--n] = '\0';
+    if (!*host || *host == '/') return fail(l, f.line, "%s.base_url has no host", path);
+
+    if (load_api_key(l, v, path, &p->api_key) < 0) return -1;
+
+    p->pool = dup_str(l, p->line, "main");
+    if (!p->pool || opt_string(l, v, path, "pool", &p->pool) < 0) return -1;
+    if (strcmp(p->pool, "main") && strcmp(p->pool, "fallback")) {
+        field_get(l, v, path, "pool", &f);
+        return fail(l, f.line, "%s.pool must be main or fallback (got '%s')", path,
+                    shown(p->pool, buf, sizeof buf));
+    }
+    if (opt_int_field(l, v, path, "rpm_limit", 0, INT_MAX, &p->rpm_limit) < 0 ||
+        opt_int_field(l, v, path, "tpm_limit", 0, INT_MAX, &p->tpm_limit) < 0 ||
+        opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0)
+        return -1;
+    return opt_bool(l, v, path, "local", &p->local);
+}
+
+/* Rejects a repeated provider id, naming the line of the first definition. */
+static int check_provider_ids(loader_t *l)
+{
+    mg_config_t *c = l->cfg;
+    if (c->n_providers < 2) return 0;
+    keyref_t *refs = malloc(c->n_providers * sizeof *refs);
+    if (!refs) return fail(l, 0, "out of memory");
+    for (size_t i = 0; i < c->n_providers; i++)
+        refs[i] = (keyref_t){c->providers[i].id, i};
+    long dup = first_duplicate(refs, c->n_providers);
+    free(refs);
+    if (dup < 0) return 0;
+    const mg_provider_conf_t *d = &c->providers[dup], *first = NULL;
+    for (size_t i = 0; !first; i++)
+        if (!strcmp(c->providers[i].id, d->id)) first = &c->providers[i];
+    return fail(l, d->line, "duplicate provider id '%s' (first defined at line %d)", d->id,
+                first->line);
+}
+
+static int load_providers(loader_t *l, yaml_node_t *v, int line)
+{
+    if (is_null(v)) return 0;
+    if (v->type != YAML_SEQUENCE_NODE) return fail(l, line, "providers must be a list");
+    yaml_node_item_t *items = v->data.sequence.items.start;
+    size_t n = (size_t)(v->data.sequence.items.top - items);
+    if (n == 0) return 0;
+    mg_config_t *c = l->cfg;
+    if (charge(l, line, n * sizeof *c->providers) < 0) return -1;
+    c->providers = calloc(n, sizeof *c->providers);
+    if (!c->providers) return fail(l, line, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        c->n_providers = i + 1; /* so mg_config_free sees a partly filled entry */
+        if (load_provider(l, node_at(l, items[i]), i, &c->providers[i]) < 0) return -1;
+    }
+    return check_provider_ids(l);
+}
+
+static int cmp_provider_id(const void *key, const void *elem)
+{
+    const mg_provider_conf_t *const *p = elem;
+    return strcmp(key, (*p)->id);
+}
+
+static int cmp_provider_ptr(const void *a, const void *b)
+{
+    const mg_provider_conf_t *const *x = a, *const *y = b;
+    return strcmp((*x)->id, (*y)->id);
+}
+
+static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_conf_t *r,
+                      const mg_provider_conf_t **by_id, size_t n_providers)
+{
+    static const char *const keys[] = {"provider", "model", NULL};
+    char buf[72];
+    r->line = line_of(v);
+    if (v->type != YAML_MAPPING_NODE)
+        return fail(l, r->line, "%s must be a mapping with provider and model", path);
+    if (want_map(l, v, r->line, path, keys) < 0 ||
+        req_string(l, v, path, "provider", &r->provider) < 0 ||
+        req_string(l, v, path, "model", &r->model) < 0)
+        return -1;
+    if (!valid_name(r->model))
+        return fail(l, r->line,
+                    "%s.model '%s' is invalid (no spaces or control characters, at most %d)", path,
+                    shown(r->model, buf, sizeof buf), MAX_NAME_LEN);
+    if (!by_id || !bsearch(r->provider, by_id, n_providers, sizeof *by_id, cmp_provider_id))
+        return fail(l, r->line, "%s: unknown provider '%s'", path,
+                    shown(r->provider, buf, sizeof buf));
+    return 0;
+}
+
+static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_conf_t *m,
+                      const mg_provider_conf_t **by_id, size_t n_providers)
+{
+    static const char *const keys[] = {"routes", NULL};
+    char buf[72], path[300];
+    m->line = line_of(key);
+    const char *name = scalar_text(key);
+    if (!valid_name(name))
+        return fail(l, m->line,
+                    "model name '%s' is invalid (no spaces or control characters, at most %d)",
+                    shown(name, buf, sizeof buf), MAX_NAME_LEN);
+    m->name = dup_str(l, m->line, name);
+    if (!m->name) return -1;
+    snprintf(path, sizeof path, "models.%s", name);
+    if (is_null(v) || v->type != YAML_MAPPING_NODE)
+        return fail(l, m->line, "%s must be a mapping with routes", path);
+    if (want_map(l, v, m->line, path, keys) < 0) return -1;
+    yaml_node_pair_t *rp = find_pair(l, v, "routes");
+    if (!rp) return fail(l, m->line, "%s is missing required key 'routes'", path);
+    yaml_node_t *routes = node_at(l, rp->value);
+    int rline = line_of(node_at(l, rp->key));
+    if (routes->type != YAML_SEQUENCE_NODE) return fail(l, rline, "%s.routes must be a list", path);
+    yaml_node_item_t *items = routes->data.sequence.items.start;
+    size_t n = (size_t)(routes->data.sequence.items.top - items);
+    if (n == 0) return fail(l, rline, "%s.routes must have at least one route", path);
+    if (charge(l, rline, n * sizeof *m->routes) < 0) return -1;
+    m->routes = calloc(n, sizeof *m->routes);
+    if (!m->routes) return fail(l, rline, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char rpath[330];
+        snprintf(rpath, sizeof rpath, "%s.routes[%zu]", path, i);
+        m->n_routes = i + 1;
+        if (load_route(l, node_at(l, items[i]), rpath, &m->routes[i], by_id, n_providers) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load_models(loader_t *l, yaml_node_t *v, int line)
+{
+    if (is_null(v)) return 0;
+    if (v->type != YAML_MAPPING_NODE)
+        return fail(l, line, "models must be a mapping of model names to {routes: [...]}");
+    if (check_keys(l, v, "in models", NULL) < 0) return -1;
+    yaml_node_pair_t *pairs = v->data.mapping.pairs.start;
+    size_t n = (size_t)(v->data.mapping.pairs.top - pairs);
+    if (n == 0) return 0;
+    mg_config_t *c = l->cfg;
+    /* Providers sorted by id, so each route's provider is found by binary search. */
+    const mg_provider_conf_t **by_id = NULL;
+    if (c->n_providers) {
+        by_id = malloc(c->n_providers * sizeof *by_id);
+        if (!by_id) return fail(l, line, "out of memory");
+        for (size_t i = 0; i < c->n_providers; i++)
+            by_id[i] = &c->providers[i];
+        qsort(by_id, c->n_providers, sizeof *by_id, cmp_provider_ptr);
+    }
+    int rc = charge(l, line, n * sizeof *c->models);
+    if (rc == 0 && !(c->models = calloc(n, sizeof *c->models))) rc = fail(l, line, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        c->n_models = i + 1;
+        rc = load_model(l, node_at(l, pairs[i].key), node_at(l, pairs[i].value), &c->models[i],
+                        by_id, c->n_providers);
+    }
+    free(by_id);
+    return rc;
+}
+
+typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
+
+/* Sections in load order: providers before models, whatever the file's order, because
+ * routes refer to providers. */
+static const struct {
+    const char *key;
+    section_fn load;
+} sections[] = {
+    {"server", load_server},     {"storage", load_storage},
+    {"auth", load_auth},         {"lua", load_lua},
+    {"log", load_log},           {"upstream", load_upstream},
+    {"timeouts", load_timeouts}, {"providers", load_providers},
+    {"models", load_models},
+};
+
+#define N_SECTIONS (sizeof sections / sizeof sections[0])
+
+static int load_root(loader_t *l, yaml_node_t *root)
+{
+    if (is_null(root)) return 0;
+    if (root->type != YAML_MAPPING_NODE)
+        return fail(l, line_of(root), "the top level must be a mapping of sections");
+    const char *keys[N_SECTIONS + 1];
+    for (size_t i = 0; i < N_SECTIONS; i++)
+        keys[i] = sections[i].key;
+    keys[N_SECTIONS] = NULL;
+    if (check_keys(l, root, "at top level", keys) < 0) return -1;
+    for (size_t i = 0; i < N_SECTIONS; i++) {
+        yaml_node_pair_t *p = find_pair(l, root, sections[i].key);
+        if (p && sections[i].load(l, node_at(l, p->value), line_of(node_at(l, p->key))) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ lifecycle */
+
+static int set_defaults(loader_t *l, const char *name)
+{
+    mg_config_t *c = l->cfg;
+    c->max_body_bytes = MG_DEFAULT_MAX_BODY_BYTES;
+    c->max_header_bytes = DEFAULT_MAX_HEADER_BYTES;
+    c->auth_enabled = false;
+    c->max_retries = 3;
+    c->timeouts = (mg_timeouts_conf_t){
+        .connect_ms = 5000,
+        .first_byte_ms = 60000,
+        .idle_ms = 30000,
+        .total_ms = 600000,
+        .header_read_ms = 10000,
+        .keepalive_idle_ms = 75000,
+        .drain_ms = 30000,
+    };
+    c->path = strdup(name);
+    c->listen = strdup(MG_DEFAULT_LISTEN);
+    c->metrics_listen = strdup(MG_DEFAULT_METRICS_LISTEN);
+    c->storage_path = strdup(DEFAULT_STORAGE_PATH);
+    c->policies_dir = strdup("policies");
+    c->adapters_dir = strdup("adapters");
+    c->lua_dir = strdup("lua");
+    c->log_level = strdup("info");
+    if (!c->path || !c->listen || !c->metrics_listen || !c->storage_path || !c->policies_dir ||
+        !c->adapters_dir || !c->lua_dir || !c->log_level)
+        return fail(l, 0, "out of memory");
+    return 0;
+}
+
+/* Turns a libyaml failure into "NAME:LINE: YAML syntax error: ...". */
+static int yaml_fail(loader_t *l, const yaml_parser_t *p)
+{
+    if (p->error == YAML_MEMORY_ERROR) return fail(l, 0, "out of memory");
+    if (p->error == YAML_READER_ERROR) {
+        /* Reader errors (bad encoding, control characters) carry a byte offset only. */
+        int line = 1;
+        for (size_t i = 0; i < p->problem_offset && i < l->input_len; i++)
+            line += l->input[i] == '\n';
+        return fail(l, line, "YAML error: %s", p->problem ? p->problem : "unreadable input");
+    }
+    int line = (int)p->problem_mark.line + 1;
+    if (p->context)
+        return fail(l, line, "YAML syntax error: %s (%s at line %d)",
+                    p->problem ? p->problem : "invalid YAML", p->context,
+                    (int)p->context_mark.line + 1);
+    return fail(l, line, "YAML syntax error: %s", p->problem ? p->problem : "invalid YAML");
+}
+
+int mg_config_parse(const char *name, const char *yaml, size_t len, mg_config_t **out, char *err,
+                    size_t err_len)
+{
+    loader_t l = {.name = name ? name : "(config)",
+                  .input = yaml,
+                  .input_len = len,
+                  .err = err,
+                  .err_len = err_len,
+                  .budget = 8 * len + 64 * 1024};
+    *out = NULL;
+    if (err && err_len) err[0] = '\0';
+    l.cfg = calloc(1, sizeof *l.cfg);
+    if (!l.cfg) return fail(&l, 0, "out of memory");
+    if (set_defaults(&l, l.name) < 0) {
+        mg_config_free(l.cfg);
+        return -1;
+    }
+
+    yaml_parser_t parser;
+    yaml_document_t doc, extra;
+    int rc = -1;
+    if (!yaml_parser_initialize(&parser)) {
+        mg_config_free(l.cfg);
+        return fail(&l, 0, "out of memory");
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_fail(&l, &parser);
+        goto out_parser;
+    }
+    if (!yaml_parser_load(&parser, &extra)) {
+        yaml_fail(&l, &parser);
+        goto out_doc;
+    }
+    yaml_node_t *second = yaml_document_get_root_node(&extra);
+    if (second) fail(&l, line_of(second), "only one YAML document is allowed");
+    yaml_document_delete(&extra);
+    if (second) goto out_doc;
+
+    l.doc = &doc;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    rc = root ? load_root(&l, root) : 0;
+out_doc:
+    yaml_document_delete(&doc);
+out_parser:
+    yaml_parser_delete(&parser);
+    if (rc < 0) {
+        mg_config_free(l.cfg);
+        return -1;
+    }
+    *out = l.cfg;
+    return 0;
+}
+
+/* Reads the whole file into a malloc'd buffer, refusing more than MAX_FILE_BYTES. */
+static int read_file(loader_t *l, FILE *f, char **out, size_t *out_len)
+{
+    size_t len = 0, cap = 0;
+    char *buf = NULL;
+    for (;;) {
+        if (len == cap) {
+            if (cap > MAX_FILE_BYTES) {
+                free(buf);
+                return fail(l, 0, "file too large (more than %u bytes)", MAX_FILE_BYTES);
+            }
+            cap = cap ? cap * 2 : 16 * 1024;
+            if (cap > MAX_FILE_BYTES + 1)
+                cap = MAX_FILE_BYTES + 1; /* one byte more tells "too large" from "exact" */
+            char *p = realloc(buf, cap);
+            if (!p) {
+                free(buf);
+                return fail(l, 0, "out of memory");
+            }
+            buf = p;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f)) {
+                free(buf);
+                return fail(l, 0, "cannot read: %s", strerror(errno));
+            }
+            break;
+        }
+    }
+    if (len > MAX_FILE_BYTES) {
+        free(buf);
+        return fail(l, 0, "file too large (more than %u bytes)", MAX_FILE_BYTES);
+    }
+    *out = buf;
+    *out_len = len;
+    return 0;
+}
+
+int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_len)
+{
+    loader_t l = {.name = path, .err = err, .err_len = err_len};
+    *out = NULL;
+    if (err && err_len) err[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(&l, 0, "cannot open: %s", strerror(errno));
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = read_file(&l, f, &buf, &len);
+    fclose(f);
+    if (rc == 0) rc = mg_config_parse(path, buf, len, out, err, err_len);
+    free(buf);
+    return rc;
+}
+
+void mg_config_free(mg_config_t *cfg)
+{
+    if (!cfg) return;
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        mg_provider_conf_t *p = &cfg->providers[i];
+        free(p->id);
+        free(p->adapter);
+        free(p->base_url);
+        if (p->api_key) /* a secret: do not leave it in freed memory */
+            explicit_bzero(p->api_key, strlen(p->api_key));
+        free(p->api_key);
+        free(p->pool);
+    }
+    free(cfg->providers);
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        mg_model_conf_t *m = &cfg->models[i];
+        for (size_t j = 0; j < m->n_routes; j++) {
+            free(m->routes[j].provider);
+            free(m->routes[j].model);
+        }
+        free(m->routes);
+        free(m->name);
+    }
+    free(cfg->models);
+    free(cfg->path);
+    free(cfg->listen);
+    free(cfg->metrics_listen);
+    free(cfg->storage_path);
+    free(cfg->policies_dir);
+    free(cfg->adapters_dir);
+    free(cfg->lua_dir);
+    free(cfg->log_level);
+    free(cfg);
+}
+
+const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id)
+{
+    if (!cfg || !id) return NULL;
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        if (!strcmp(cfg->providers[i].id, id)) return &cfg->providers[i];
+    return NULL;
+}
+
+const mg_model_conf_t *mg_config_model(const mg_config_t *cfg, const char *name)
+{
+    if (!cfg || !name) return NULL;
+    for (size_t i = 0; i < cfg->n_models; i++)
+        if (!strcmp(cfg->models[i].name, name)) return &cfg->models[i];
+    return NULL;
+}

@@ -1,0 +1,89 @@
+/* config: the YAML configuration file turned into a validated mg_config_t.
+ *
+ * The runtime never sees YAML: mg_config_load() reads the file, expands ${ENV}
+ * references in scalar values, checks every field and either returns a complete
+ * config or an error naming the file, the line and the reason. The same function
+ * guards start-up, `moongate --check` and SIGHUP reloads. */
+#ifndef MG_CONFIG_H
+#define MG_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define MG_DEFAULT_LISTEN "127.0.0.1:9190"
+#define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
+#define MG_DEFAULT_MAX_BODY_BYTES (16u * 1024u * 1024u)
+
+typedef struct mg_provider_conf_s {
+    char *id;           /* owned; unique across providers */
+    char *adapter;      /* owned; file name in adapters/ without .lua */
+    char *base_url;     /* owned; no trailing slash */
+    char *api_key;      /* owned, may be NULL; secret: never log */
+    char *pool;         /* owned; "main" or "fallback" */
+    int rpm_limit;      /* requests per minute, 0 = unlimited */
+    int tpm_limit;      /* tokens per minute, 0 = unlimited */
+    double weight;      /* routing weight, default 1.0 */
+    bool local;         /* counts as on-device for routing.local_only */
+    int line;           /* line of the provider's entry in the file */
+} mg_provider_conf_t;
+
+typedef struct mg_route_conf_s {
+    char *provider;     /* owned; a provider id */
+    char *model;        /* owned; the upstream model name */
+    int line;
+} mg_route_conf_t;
+
+typedef struct mg_model_conf_s {
+    char *name;             /* owned; the logical model name clients use */
+    mg_route_conf_t *routes; /* owned array */
+    size_t n_routes;
+    int line;
+} mg_model_conf_t;
+
+typedef struct mg_timeouts_conf_s {
+    int connect_ms;       /* upstream TCP/TLS connect, default 5000 */
+    int first_byte_ms;    /* request sent -> first response byte, default 60000 */
+    int idle_ms;          /* gap between upstream bytes while streaming, default 30000 */
+    int total_ms;         /* whole upstream exchange, default 600000 */
+    int header_read_ms;   /* client must send complete headers within, default 10000 */
+    int keepalive_idle_ms;/* idle client keep-alive connection closed after, default 75000 */
+    int drain_ms;         /* graceful stop waits this long for in-flight requests, default 30000 */
+} mg_timeouts_conf_t;
+
+typedef struct mg_config_s {
+    char *path;              /* owned; file the config came from */
+    char *listen;            /* owned; "host:port" (port 0 = any free port) */
+    char *metrics_listen;    /* owned, may be NULL = no metrics listener */
+    size_t max_body_bytes;   /* request body limit, default 16 MiB */
+    size_t max_header_bytes; /* request line + headers limit, default 16 KiB */
+    char *storage_path;      /* owned; SQLite file, default data/moongate.db */
+    bool auth_enabled;       /* default false */
+    char *policies_dir;      /* owned; default "policies" (relative to the working directory) */
+    char *adapters_dir;      /* owned; default "adapters" */
+    char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */
+    char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
+    int max_retries;         /* upstream attempts before the first byte, default 3 */
+    mg_timeouts_conf_t timeouts;
+    mg_provider_conf_t *providers; /* owned array */
+    size_t n_providers;
+    mg_model_conf_t *models; /* owned array */
+    size_t n_models;
+} mg_config_t;
+
+/* Load and validate the YAML file at `path`. On success returns 0 and sets *out
+ * (caller frees with mg_config_free). On failure returns -1, sets *out to NULL and
+ * writes "FILE:LINE: reason" (or "FILE: reason" when no line applies) into err. */
+int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_len);
+
+/* Same as mg_config_load but from a string; `name` is used in error messages. */
+int mg_config_parse(const char *name, const char *yaml, size_t len, mg_config_t **out, char *err,
+                    size_t err_len);
+
+void mg_config_free(mg_config_t *cfg);
+
+/* Lookups; return NULL when absent. */
+const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id);
+const mg_model_conf_t *mg_config_model(const mg_config_t *cfg, const char *name);
+
+#endif

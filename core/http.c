@@ -1,0 +1,854 @@
+/* http: HTTP/1.1 server connections (see http.h).
+ *
+ * Reading: while a connection has no unparsed bytes, reads land in the listener's
+ * shared buffer and are parsed straight from it; only a leftover (a partial or a
+ * pipelined request) is copied into the connection's own buffer. The parser pauses
+ * at the end of each request; the request is handed to the handler outside of the
+ * parser callbacks, and parsing resumes once its response is finished.
+ *
+ * Writing: uv_try_write first (the common case costs no allocation); whatever the
+ * socket did not take is copied into a write request and queued. */
+#include "http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "log.h"
+
+#define READ_CHUNK (64 * 1024)
+#define WRITE_HIGH_WATER (1024 * 1024)
+#define MAX_PENDING_INPUT (1024 * 1024)
+
+typedef enum {
+    TIMER_NONE = 0,
+    TIMER_HEADERS, /* waiting for a request's headers (or body) */
+    TIMER_IDLE,    /* keep-alive connection with nothing pending */
+    TIMER_CLOSE,   /* a write failed: close on the next loop turn, not under the caller */
+} timer_mode_t;
+
+struct mg_conn_s {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    mg_listener_t *listener;   /* borrowed */
+    mg_conn_t *prev, *next;    /* listener's list */
+    llhttp_t parser;
+    char *in;                  /* owned: unparsed input carried between reads */
+    size_t in_len, in_off, in_cap;
+    mg_http_req_t *req;        /* owned: request being parsed or answered */
+    size_t header_bytes;       /* bytes of the current request's head */
+    int last_header_was_value; /* llhttp header field/value state */
+    int busy;                  /* a complete request is with the handler */
+    int pumping;               /* inside conn_pump: finish must not re-enter it */
+    int reading;
+    int closing;
+    int close_after;           /* close once the current response is written */
+    int handles_open;          /* tcp + timer: freed when both closed */
+    timer_mode_t timer_mode;
+    int got_bytes;             /* bytes of the current request have arrived */
+};
+
+static llhttp_settings_t g_settings; /* read-only after first init */
+static int g_settings_ready;
+
+static void conn_close(mg_conn_t *c);
+static void conn_pump(mg_conn_t *c);
+static void conn_read_start(mg_conn_t *c);
+static void req_free(mg_http_req_t *req);
+static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+const char *mg_http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 402: return "Payment Required";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+    }
+}
+
+static const char *date_header(mg_listener_t *l)
+{
+    uint64_t now = (uint64_t)time(NULL);
+    if (now != l->date_sec) {
+        struct tm tm;
+        time_t t = (time_t)now;
+        gmtime_r(&t, &tm);
+        strftime(l->date, sizeof(l->date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        l->date_sec = now;
+    }
+    return l->date;
+}
+
+const char *mg_http_header(const mg_http_req_t *req, const char *name)
+{
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0) return req->headers[i].value;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Timers                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void on_timer(uv_timer_t *t)
+{
+    mg_conn_t *c = t->data;
+    if (c->closing) return;
+    if (c->timer_mode == TIMER_CLOSE) {
+        conn_close(c);
+        return;
+    }
+    if (c->busy) return;
+    if (c->timer_mode == TIMER_HEADERS && c->got_bytes) {
+        send_error_and_close(c, 408, "REQUEST_TIMEOUT", "request not received in time");
+        return;
+    }
+    conn_close(c);
+}
+
+static void timer_set(mg_conn_t *c, timer_mode_t mode)
+{
+    if (c->timer_mode == TIMER_CLOSE) return; /* a pending close wins */
+    c->timer_mode = mode;
+    if (mode == TIMER_NONE) {
+        uv_timer_stop(&c->timer);
+        return;
+    }
+    int ms = mode == TIMER_CLOSE  ? 0
+             : mode == TIMER_IDLE ? c->listener->limits.keepalive_idle_ms
+                                  : c->listener->limits.header_read_ms;
+    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    uv_write_t w;
+    mg_conn_t *conn;
+    char data[];
+} write_req_t;
+
+static void on_write(uv_write_t *w, int status)
+{
+    write_req_t *wr = (write_req_t *)w;
+    mg_conn_t *c = wr->conn;
+    free(wr);
+    if (status < 0) {
+        if (!c->closing) conn_close(c);
+        return;
+    }
+    if (c->closing) return;
+    if (c->req && c->req->on_drain &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WRITE_HIGH_WATER / 2)
+        c->req->on_drain(c->req->hook_data);
+}
+
+/* Close from a fresh loop turn: a write error must not free requests under the
+ * caller that is writing (it may be deep inside a callback chain). */
+static void conn_close_soon(mg_conn_t *c)
+{
+    timer_set(c, TIMER_CLOSE);
+}
+
+/* Write the buffers in order: as much as the socket takes now, the rest queued. */
+static void conn_write(mg_conn_t *c, uv_buf_t *bufs, unsigned nbufs)
+{
+    if (c->closing || c->timer_mode == TIMER_CLOSE) return;
+    size_t total = 0;
+    for (unsigned i = 0; i < nbufs; i++) total += bufs[i].len;
+    size_t skip = 0;
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0) {
+        int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
+        if (n >= 0) {
+            if ((size_t)n == total) return;
+            skip = (size_t)n;
+        } else if (n != UV_EAGAIN) {
+            conn_close_soon(c);
+            return;
+        }
+    }
+    size_t rest = total - skip;
+    write_req_t *wr = malloc(sizeof(*wr) + rest);
+    if (!wr) {
+        conn_close_soon(c);
+        return;
+    }
+    wr->conn = c;
+    size_t off = 0;
+    for (unsigned i = 0; i < nbufs; i++) {
+        size_t len = bufs[i].len;
+        const char *p = bufs[i].base;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        p += skip;
+        len -= skip;
+        skip = 0;
+        memcpy(wr->data + off, p, len);
+        off += len;
+    }
+    uv_buf_t b = uv_buf_init(wr->data, (unsigned)rest);
+    int rc = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+    if (rc < 0) {
+        free(wr);
+        conn_close_soon(c);
+    }
+}
+
+int mg_http_write_pending(const mg_http_req_t *req)
+{
+    if (!req->conn || req->conn->closing) return 0;
+    return uv_stream_get_write_queue_size((uv_stream_t *)&req->conn->tcp) > WRITE_HIGH_WATER;
+}
+
+static size_t format_head(mg_http_req_t *req, char *buf, size_t cap, int status,
+                          const char *content_type, const char *extra, long long content_length)
+{
+    mg_conn_t *c = req->conn;
+    int keep = req->keep_alive && !c->close_after && !c->listener->stopping;
+    if (!keep) c->close_after = 1;
+    char len_line[64];
+    if (content_length >= 0)
+        snprintf(len_line, sizeof(len_line), "Content-Length: %lld\r\n", content_length);
+    else
+        snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 %d %s\r\nServer: moongate\r\nDate: %s\r\nContent-Type: %s\r\n%s"
+                     "X-Request-Id: %s\r\n%s%s\r\n",
+                     status, mg_http_reason(status), date_header(c->listener),
+                     content_type ? content_type : "application/json", len_line, req->request_id,
+                     keep ? "" : "Connection: close\r\n", extra ? extra : "");
+    return n < 0 ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
+}
+
+/* The response is complete: free the request and move on to the next one. */
+static void req_finish(mg_http_req_t *req)
+{
+    mg_conn_t *c = req->conn;
+    c->req = NULL;
+    c->busy = 0;
+    req_free(req);
+    if (c->closing) return;
+    if (c->close_after) {
+        /* close once the queued bytes are out: shutdown flushes the write queue first */
+        conn_close(c);
+        return;
+    }
+    if (!c->pumping) conn_pump(c);
+}
+
+void mg_http_respond(mg_http_req_t *req, int status, const char *content_type,
+                     const char *extra_headers, const char *body, size_t body_len)
+{
+    char head[2048];
+    size_t hl = format_head(req, head, sizeof(head), status, content_type, extra_headers,
+                            (long long)body_len);
+    uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl), uv_buf_init((char *)body, (unsigned)body_len)};
+    req->headers_sent = 1;
+    conn_write(req->conn, bufs, body_len ? 2 : 1);
+    req_finish(req);
+}
+
+void mg_http_stream_begin(mg_http_req_t *req, int status, const char *content_type,
+                          const char *extra_headers)
+{
+    char head[2048];
+    size_t hl = format_head(req, head, sizeof(head), status, content_type, extra_headers, -1);
+    uv_buf_t b = uv_buf_init(head, (unsigned)hl);
+    req->headers_sent = 1;
+    req->chunked = 1;
+    conn_write(req->conn, &b, 1);
+}
+
+void mg_http_stream_write(mg_http_req_t *req, const char *data, size_t len)
+{
+    if (len == 0) return;
+    char size_line[24];
+    int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
+    uv_buf_t bufs[3] = {uv_buf_init(size_line, (unsigned)n), uv_buf_init((char *)data, (unsigned)len),
+                        uv_buf_init("\r\n", 2)};
+    conn_write(req->conn, bufs, 3);
+}
+
+void mg_http_stream_end(mg_http_req_t *req)
+{
+    uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
+    conn_write(req->conn, &b, 1);
+    req_finish(req);
+}
+
+void mg_http_set_close(mg_http_req_t *req)
+{
+    req->conn->close_after = 1;
+}
+
+/* An error the connection answers itself (bad request, limits, timeouts); then close. */
+static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg)
+{
+    if (c->closing) return;
+    mg_http_req_t *req = c->req;
+    if (!req || req->headers_sent || c->busy) {
+        conn_close(c);
+        return;
+    }
+    char body[512];
+    const char *type = status >= 500 ? "api_error" : "invalid_request_error";
+    int n = snprintf(body, sizeof(body),
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\","
+                     "\"request_id\":\"%s\"}}",
+                     msg, type, code, req->request_id);
+    c->close_after = 1;
+    c->busy = 1;
+    timer_set(c, TIMER_NONE);
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "request");
+    mg_log_str(&l, "request_id", req->request_id);
+    mg_log_int(&l, "status", status);
+    mg_log_str(&l, "error", code);
+    mg_log_end(&l);
+    mg_http_respond(req, status, "application/json", NULL, body, (size_t)n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests and parsing                                                      */
+/* ------------------------------------------------------------------------ */
+
+static mg_http_req_t *req_new(mg_conn_t *c)
+{
+    mg_http_req_t *req = calloc(1, sizeof(*req));
+    if (!req) return NULL;
+    req->conn = c;
+    mg_arena_init(&req->arena, 2048);
+    if (mg_request_id(req->request_id) != 0) {
+        free(req);
+        return NULL;
+    }
+    req->start_ms = uv_now(c->listener->loop);
+    return req;
+}
+
+static void req_free(mg_http_req_t *req)
+{
+    mg_arena_destroy(&req->arena);
+    free(req->body);
+    free(req);
+}
+
+static mg_conn_t *parser_conn(llhttp_t *p)
+{
+    return p->data;
+}
+
+/* Append bytes to a growing arena string (URL and header pieces may arrive split). */
+static int append_piece(mg_http_req_t *req, char **dst, const char *at, size_t len)
+{
+    size_t old = *dst ? strlen(*dst) : 0;
+    char *s = mg_arena_alloc(&req->arena, old + len + 1);
+    if (!s) return -1;
+    if (old) memcpy(s, *dst, old);
+    memcpy(s + old, at, len);
+    s[old + len] = '\0';
+    *dst = s;
+    return 0;
+}
+
+static int count_head(mg_conn_t *c, size_t len)
+{
+    c->header_bytes += len;
+    if (c->header_bytes > c->listener->limits.max_header_bytes) {
+        llhttp_set_error_reason(&c->parser, "headers too large");
+        return HPE_USER;
+    }
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    mg_conn_t *c = parser_conn(p);
+    if (!c->req) {
+        c->req = req_new(c);
+        if (!c->req) return HPE_USER;
+    }
+    c->header_bytes = 0;
+    c->last_header_was_value = 1;
+    c->got_bytes = 1;
+    if (c->timer_mode != TIMER_HEADERS) timer_set(c, TIMER_HEADERS);
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+    mg_conn_t *c = parser_conn(p);
+    if (count_head(c, len)) return HPE_USER;
+    return append_piece(c->req, &c->req->path, at, len) ? HPE_USER : 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    mg_conn_t *c = parser_conn(p);
+    mg_http_req_t *req = c->req;
+    if (count_head(c, len + 4)) return HPE_USER;
+    if (c->last_header_was_value) {
+        if (req->n_headers == req->cap_headers) {
+            size_t cap = req->cap_headers ? req->cap_headers * 2 : 16;
+            mg_http_header_t *h = mg_arena_alloc(&req->arena, cap * sizeof(*h));
+            if (!h) return HPE_USER;
+            if (req->n_headers) memcpy(h, req->headers, req->n_headers * sizeof(*h));
+            req->headers = h;
+            req->cap_headers = cap;
+        }
+        req->headers[req->n_headers].name = NULL;
+        req->headers[req->n_headers].value = NULL;
+        req->n_headers++;
+        c->last_header_was_value = 0;
+    }
+    return append_piece(req, &req->headers[req->n_headers - 1].name, at, len) ? HPE_USER : 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    mg_conn_t *c = parser_conn(p);
+    mg_http_req_t *req = c->req;
+    if (count_head(c, len)) return HPE_USER;
+    c->last_header_was_value = 1;
+    if (req->n_headers == 0) return HPE_USER;
+    return append_piece(req, &req->headers[req->n_headers - 1].value, at, len) ? HPE_USER : 0;
+}
+
+static int body_reserve(mg_http_req_t *req, size_t need)
+{
+    if (need + 1 <= req->body_cap) return 0;
+    size_t cap = req->body_cap ? req->body_cap : 1024;
+    while (cap < need + 1) cap *= 2;
+    char *b = realloc(req->body, cap);
+    if (!b) return -1;
+    req->body = b;
+    req->body_cap = cap;
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    mg_conn_t *c = parser_conn(p);
+    mg_http_req_t *req = c->req;
+    req->method = p->method;
+    req->keep_alive = llhttp_should_keep_alive(p);
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (!req->headers[i].value) req->headers[i].value = "";
+    if (req->path) {
+        char *q = strchr(req->path, '?');
+        if (q) {
+            *q = '\0';
+            req->query = q + 1;
+        }
+    } else {
+        req->path = "/";
+    }
+    size_t max = c->listener->limits.max_body_bytes;
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > max) {
+        llhttp_set_error_reason(p, "body too large");
+        return HPE_USER;
+    }
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
+        if (body_reserve(req, (size_t)p->content_length)) return HPE_USER;
+    }
+    const char *expect = mg_http_header(req, "Expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0) {
+        uv_buf_t b = uv_buf_init("HTTP/1.1 100 Continue\r\n\r\n", 25);
+        conn_write(c, &b, 1);
+    }
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    mg_conn_t *c = parser_conn(p);
+    mg_http_req_t *req = c->req;
+    if (req->body_len + len > c->listener->limits.max_body_bytes) {
+        llhttp_set_error_reason(p, "body too large");
+        return HPE_USER;
+    }
+    if (body_reserve(req, req->body_len + len)) return HPE_USER;
+    memcpy(req->body + req->body_len, at, len);
+    req->body_len += len;
+    req->body[req->body_len] = '\0';
+    timer_set(c, TIMER_HEADERS); /* progress: the body timer restarts */
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    mg_conn_t *c = parser_conn(p);
+    c->busy = 1;
+    timer_set(c, TIMER_NONE);
+    return HPE_PAUSED;
+}
+
+static void settings_init(void)
+{
+    if (g_settings_ready) return;
+    llhttp_settings_init(&g_settings);
+    g_settings.on_message_begin = on_message_begin;
+    g_settings.on_url = on_url;
+    g_settings.on_header_field = on_header_field;
+    g_settings.on_header_value = on_header_value;
+    g_settings.on_headers_complete = on_headers_complete;
+    g_settings.on_body = on_body;
+    g_settings.on_message_complete = on_message_complete;
+    g_settings_ready = 1;
+}
+
+/* Parse [data, data+len). Returns bytes consumed, or -1 when the connection was
+ * closed because of a protocol error. Stops after one complete request. */
+static long parse_input(mg_conn_t *c, const char *data, size_t len)
+{
+    llhttp_errno_t err = llhttp_execute(&c->parser, data, len);
+    if (err == HPE_OK) return (long)len;
+    if (err == HPE_PAUSED) {
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        llhttp_resume(&c->parser);
+        return pos ? (long)(pos - data) : (long)len;
+    }
+    const char *reason = llhttp_get_error_reason(&c->parser);
+    if (!c->req) c->req = req_new(c);
+    if (!c->req) {
+        conn_close(c);
+        return -1;
+    }
+    if (err == HPE_USER && reason && strcmp(reason, "headers too large") == 0)
+        send_error_and_close(c, 431, "HEADERS_TOO_LARGE", "request headers too large");
+    else if (err == HPE_USER && reason && strcmp(reason, "body too large") == 0)
+        send_error_and_close(c, 413, "REQUEST_TOO_LARGE", "request body too large");
+    else
+        send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request");
+    return -1;
+}
+
+/* Hand the parsed request to the handler. */
+static void dispatch(mg_conn_t *c)
+{
+    mg_http_req_t *req = c->req;
+    c->got_bytes = 0;
+    c->listener->handler(c->listener->ud, req);
+}
+
+static int input_reserve(mg_conn_t *c, size_t extra)
+{
+    if (c->in_off > 0 && c->in_off == c->in_len) c->in_off = c->in_len = 0;
+    if (c->in_off > 0 && c->in_len + extra > c->in_cap) {
+        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+        c->in_len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (c->in_len + extra <= c->in_cap) return 0;
+    size_t cap = c->in_cap ? c->in_cap : 4096;
+    while (cap < c->in_len + extra) cap *= 2;
+    char *n = realloc(c->in, cap);
+    if (!n) return -1;
+    c->in = n;
+    c->in_cap = cap;
+    return 0;
+}
+
+/* Parse whatever is pending in the connection's buffer, dispatching complete
+ * requests one at a time for as long as they are answered synchronously. */
+static void conn_pump(mg_conn_t *c)
+{
+    c->pumping = 1;
+    while (!c->closing && !c->busy && c->in_len > c->in_off) {
+        long n = parse_input(c, c->in + c->in_off, c->in_len - c->in_off);
+        if (n < 0) break;
+        c->in_off += (size_t)n;
+        if (c->busy) dispatch(c);
+    }
+    c->pumping = 0;
+    if (c->closing) return;
+    if (c->in_off == c->in_len) c->in_off = c->in_len = 0;
+    if (!c->busy && !c->got_bytes) timer_set(c, TIMER_IDLE);
+    if (!c->reading && c->in_len - c->in_off < MAX_PENDING_INPUT) {
+        conn_read_start(c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connection lifecycle                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    mg_conn_t *c = h->data;
+    mg_listener_t *l = c->listener;
+    if (c->in_len == c->in_off && !c->busy) {
+        c->in_len = c->in_off = 0;
+        *buf = uv_buf_init(l->rbuf, (unsigned)l->rbuf_cap);
+        return;
+    }
+    if (input_reserve(c, READ_CHUNK) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    mg_conn_t *c = s->data;
+    if (nread == 0) return;
+    if (nread < 0) {
+        /* EOF or error: the client is gone; a request in flight is aborted. */
+        conn_close(c);
+        return;
+    }
+    mg_listener_t *l = c->listener;
+    if (buf->base == l->rbuf) {
+        /* Fast path: parse straight from the shared buffer. */
+        size_t len = (size_t)nread, off = 0;
+        c->pumping = 1;
+        while (!c->closing && !c->busy && off < len) {
+            long n = parse_input(c, buf->base + off, len - off);
+            if (n < 0) break;
+            off += (size_t)n;
+            if (c->busy) dispatch(c);
+        }
+        c->pumping = 0;
+        if (c->closing) return;
+        if (off < len) {
+            /* keep the rest (partial or pipelined request) for later */
+            if (input_reserve(c, len - off) != 0) {
+                conn_close(c);
+                return;
+            }
+            memcpy(c->in + c->in_len, buf->base + off, len - off);
+            c->in_len += len - off;
+        }
+        if (!c->busy) conn_pump(c);
+    } else {
+        c->in_len += (size_t)nread;
+        if (!c->busy) conn_pump(c);
+    }
+    if (c->closing) return;
+    if (c->busy && c->in_len - c->in_off >= MAX_PENDING_INPUT && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+    }
+}
+
+static void conn_read_start(mg_conn_t *c)
+{
+    c->reading = 1;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) conn_close(c);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    mg_conn_t *c = h->data;
+    if (--c->handles_open > 0) return;
+    free(c->in);
+    free(c);
+}
+
+static void on_shutdown(uv_shutdown_t *sr, int status)
+{
+    mg_conn_t *c = sr->data;
+    free(sr);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void conn_close(mg_conn_t *c)
+{
+    if (c->closing) return;
+    c->closing = 1;
+    mg_listener_t *l = c->listener;
+    if (c->prev) c->prev->next = c->next;
+    else l->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    l->n_conns--;
+    if (c->req) {
+        mg_http_req_t *req = c->req;
+        c->req = NULL;
+        if (c->busy && req->on_abort) req->on_abort(req->hook_data);
+        req_free(req);
+    }
+    uv_timer_stop(&c->timer);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    /* A graceful shutdown lets queued response bytes reach the client first. */
+    uv_shutdown_t *sr = malloc(sizeof(*sr));
+    if (sr) {
+        sr->data = c;
+        if (uv_shutdown(sr, (uv_stream_t *)&c->tcp, on_shutdown) == 0) return;
+        free(sr);
+    }
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    mg_listener_t *l = server->data;
+    if (status < 0 || l->stopping) return;
+    mg_conn_t *c = calloc(1, sizeof(*c));
+    if (!c) return;
+    c->listener = l;
+    uv_tcp_init(l->loop, &c->tcp);
+    uv_timer_init(l->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles_open = 2;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &g_settings);
+    c->parser.data = c;
+    c->next = l->conns;
+    if (l->conns) l->conns->prev = c;
+    l->conns = c;
+    l->n_conns++;
+    /* the first request gets header_read_ms from the moment of connecting */
+    timer_set(c, TIMER_HEADERS);
+    conn_read_start(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listener                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static int parse_addr(const char *addr, struct sockaddr_storage *ss)
+{
+    char host[128];
+    const char *colon = strrchr(addr, ':');
+    if (!colon) return UV_EINVAL;
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= sizeof(host)) return UV_EINVAL;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    int port = atoi(colon + 1);
+    if (host[0] == '[') {
+        size_t n = strlen(host);
+        if (n < 2 || host[n - 1] != ']') return UV_EINVAL;
+        memmove(host, host + 1, n - 2);
+        host[n - 2] = '\0';
+        return uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss);
+    }
+    if (hl == 0 || strcmp(host, "*") == 0) strcpy(host, "0.0.0.0");
+    if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
+    return uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
+}
+
+int mg_listener_start(mg_listener_t *l, uv_loop_t *loop, const char *addr,
+                      const mg_http_limits_t *limits, mg_http_handler_fn handler, void *ud)
+{
+    settings_init();
+    memset(l, 0, sizeof(*l));
+    l->loop = loop;
+    l->limits = *limits;
+    l->handler = handler;
+    l->ud = ud;
+    l->rbuf_cap = READ_CHUNK;
+    l->rbuf = malloc(l->rbuf_cap);
+    if (!l->rbuf) return UV_ENOMEM;
+    struct sockaddr_storage ss;
+    int rc = parse_addr(addr, &ss);
+    if (rc == 0) rc = uv_tcp_init(loop, &l->tcp);
+    if (rc != 0) {
+        free(l->rbuf);
+        l->rbuf = NULL;
+        return rc;
+    }
+    l->tcp.data = l;
+    l->tcp_open = 1;
+    rc = uv_tcp_bind(&l->tcp, (struct sockaddr *)&ss, 0);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&l->tcp, 4096, on_connection);
+    if (rc != 0) {
+        mg_listener_close(l);
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&bound, &blen);
+    char ip[46];
+    int port;
+    if (bound.ss_family == AF_INET6) {
+        uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+        snprintf(l->bound, sizeof(l->bound), "[%s]:%d", ip, port);
+    } else {
+        uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof(ip));
+        port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+        snprintf(l->bound, sizeof(l->bound), "%s:%d", ip, port);
+    }
+    return 0;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+}
+
+void mg_listener_stop(mg_listener_t *l)
+{
+    if (l->stopping) return;
+    l->stopping = 1;
+    if (l->tcp_open) {
+        uv_close((uv_handle_t *)&l->tcp, on_listener_closed);
+        l->tcp_open = 0;
+    }
+    mg_conn_t *c = l->conns;
+    while (c) {
+        mg_conn_t *next = c->next;
+        if (!c->busy) conn_close(c);
+        else c->close_after = 1;
+        c = next;
+    }
+}
+
+void mg_listener_close(mg_listener_t *l)
+{
+    l->stopping = 1;
+    if (l->tcp_open) {
+        uv_close((uv_handle_t *)&l->tcp, on_listener_closed);
+        l->tcp_open = 0;
+    }
+    while (l->conns) conn_close(l->conns);
+    free(l->rbuf);
+    l->rbuf = NULL;
+}
+
+size_t mg_listener_busy(const mg_listener_t *l)
+{
+    size_t n = 0;
+    for (const mg_conn_t *c = l->conns; c; c = c->next)
+        if (c->busy) n++;
+    return n;
+}

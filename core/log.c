@@ -1,0 +1,289 @@
+/* log: JSON lines with a per-loop-iteration buffered writer (see log.h). */
+#include "log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/time.h>
+
+#define LOG_FLUSH_AT (64 * 1024)
+#include <stdlib.h>
+
+static const char *level_names[] = {"debug", "info", "warn", "error"};
+
+/* Logging is process-wide by nature (like stdout itself): one level, one buffer. */
+/* The mutex matters only while a reload builds a generation on a worker thread and
+ * a policy logs from there; uncontended it costs a few nanoseconds. */
+static pthread_mutex_t g_log_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    mg_log_level_t level;
+    uv_check_t check;
+    int attached;
+    char *buf;
+    size_t len, cap;
+} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0};
+
+void mg_log_set_level(mg_log_level_t level)
+{
+    g_log.level = level;
+}
+
+int mg_log_enabled(mg_log_level_t level)
+{
+    return level >= g_log.level;
+}
+
+int mg_log_level_parse(const char *s, mg_log_level_t *out)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (mg_log_level_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void write_all(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(STDOUT_FILENO, p, n);
+        if (w < 0) return; /* nowhere to report a failing log */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void flush_locked(void)
+{
+    if (g_log.len == 0) return;
+    write_all(g_log.buf, g_log.len);
+    g_log.len = 0;
+}
+
+void mg_log_flush(void)
+{
+    pthread_mutex_lock(&g_log_mutex);
+    flush_locked();
+    pthread_mutex_unlock(&g_log_mutex);
+}
+
+static void on_check(uv_check_t *h)
+{
+    mg_log_flush();
+}
+
+void mg_log_attach(uv_loop_t *loop)
+{
+    uv_check_init(loop, &g_log.check);
+    uv_unref((uv_handle_t *)&g_log.check);
+    uv_check_start(&g_log.check, on_check);
+    g_log.attached = 1;
+}
+
+void mg_log_detach(void)
+{
+    if (!g_log.attached) return;
+    mg_log_flush();
+    uv_check_stop(&g_log.check);
+    uv_close((uv_handle_t *)&g_log.check, NULL);
+    g_log.attached = 0;
+    free(g_log.buf);
+    g_log.buf = NULL;
+    g_log.cap = 0;
+}
+
+static void emit_locked(const char *line, size_t n);
+
+static void emit(const char *line, size_t n)
+{
+    pthread_mutex_lock(&g_log_mutex);
+    emit_locked(line, n);
+    pthread_mutex_unlock(&g_log_mutex);
+}
+
+static void emit_locked(const char *line, size_t n)
+{
+    if (!g_log.attached) {
+        write_all(line, n);
+        return;
+    }
+    if (g_log.len + n > g_log.cap) {
+        size_t cap = g_log.cap ? g_log.cap : 16384;
+        while (cap < g_log.len + n) cap *= 2;
+        char *nb = realloc(g_log.buf, cap);
+        if (!nb) {
+            flush_locked();
+            write_all(line, n);
+            return;
+        }
+        g_log.buf = nb;
+        g_log.cap = cap;
+    }
+    memcpy(g_log.buf + g_log.len, line, n);
+    g_log.len += n;
+    if (g_log.len >= LOG_FLUSH_AT) flush_locked();
+}
+
+size_t mg_json_escape(char *dst, size_t cap, const char *src, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (cap == 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char esc = 0;
+        switch (c) {
+        case '"': esc = '"'; break;
+        case '\\': esc = '\\'; break;
+        case '\n': esc = 'n'; break;
+        case '\r': esc = 'r'; break;
+        case '\t': esc = 't'; break;
+        default: break;
+        }
+        if (esc) {
+            if (o + 2 >= cap) break;
+            dst[o++] = '\\';
+            dst[o++] = esc;
+        } else if (c < 0x20) {
+            if (o + 6 >= cap) break;
+            dst[o++] = '\\';
+            dst[o++] = 'u';
+            dst[o++] = '0';
+            dst[o++] = '0';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 15];
+        } else {
+            if (o + 1 >= cap) break;
+            dst[o++] = (char)c;
+        }
+    }
+    dst[o] = '\0';
+    return o;
+}
+
+static void append(mg_logline_t *l, const char *s, size_t n)
+{
+    if (l->len + n >= sizeof(l->buf) - 2) {
+        l->overflow = 1;
+        return;
+    }
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+}
+
+static void append_key(mg_logline_t *l, const char *key)
+{
+    append(l, ",\"", 2);
+    append(l, key, strlen(key));
+    append(l, "\":", 2);
+}
+
+static void append_escaped(mg_logline_t *l, const char *s, size_t n)
+{
+    char tmp[1024];
+    /* Long values are cut: a log line must stay a line, not a dump. */
+    size_t w = mg_json_escape(tmp, sizeof(tmp), s, n);
+    append(l, "\"", 1);
+    append(l, tmp, w);
+    append(l, "\"", 1);
+}
+
+/* Each field is all or nothing: a field that does not fit is dropped whole. */
+#define FIELD_BEGIN(l) size_t mark_ = (l)->len; int ovf_ = (l)->overflow; (l)->overflow = 0
+#define FIELD_END(l)                                                                           \
+    do {                                                                                       \
+        if ((l)->overflow) (l)->len = mark_;                                                   \
+        (l)->overflow |= ovf_;                                                                 \
+    } while (0)
+
+void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
+{
+    struct timeval tv;
+    struct tm tm;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    l->len = 0;
+    l->overflow = 0;
+    l->len = (size_t)snprintf(l->buf, sizeof(l->buf),
+                              "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"level\":\"%s\"",
+                              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                              tm.tm_sec, (int)(tv.tv_usec / 1000), level_names[level]);
+    mg_log_str(l, "msg", msg);
+}
+
+void mg_log_str(mg_logline_t *l, const char *key, const char *value)
+{
+    if (!value) {
+        FIELD_BEGIN(l);
+        append_key(l, key);
+        append(l, "null", 4);
+        FIELD_END(l);
+        return;
+    }
+    mg_log_strn(l, key, value, strlen(value));
+}
+
+void mg_log_strn(mg_logline_t *l, const char *key, const char *value, size_t n)
+{
+    FIELD_BEGIN(l);
+    append_key(l, key);
+    append_escaped(l, value, n);
+    FIELD_END(l);
+}
+
+void mg_log_int(mg_logline_t *l, const char *key, int64_t value)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof(tmp), "%lld", (long long)value);
+    FIELD_BEGIN(l);
+    append_key(l, key);
+    append(l, tmp, (size_t)n);
+    FIELD_END(l);
+}
+
+void mg_log_double(mg_logline_t *l, const char *key, double value)
+{
+    char tmp[48];
+    int n = snprintf(tmp, sizeof(tmp), "%.3f", value);
+    FIELD_BEGIN(l);
+    append_key(l, key);
+    append(l, tmp, (size_t)n);
+    FIELD_END(l);
+}
+
+void mg_log_bool(mg_logline_t *l, const char *key, int value)
+{
+    FIELD_BEGIN(l);
+    append_key(l, key);
+    append(l, value ? "true" : "false", value ? 4 : 5);
+    FIELD_END(l);
+}
+
+void mg_log_end(mg_logline_t *l)
+{
+    if (l->overflow && l->len + 20 < sizeof(l->buf)) {
+        memcpy(l->buf + l->len, ",\"truncated\":true", 17);
+        l->len += 17;
+    }
+    l->buf[l->len++] = '}';
+    l->buf[l->len++] = '\n';
+    emit(l->buf, l->len);
+}
+
+void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
+{
+    if (!mg_log_enabled(level)) return;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    mg_logline_t l;
+    mg_log_begin(&l, level, text);
+    if (request_id) mg_log_str(&l, "request_id", request_id);
+    mg_log_end(&l);
+}

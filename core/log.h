@@ -1,0 +1,50 @@
+/* log: JSON log lines, one object per line on stdout.
+ *
+ * Lines are built in memory and appended to a buffer that is flushed once per
+ * loop iteration (and whenever it grows past 64 KiB), so a busy loop pays one
+ * write(2) for many lines. Before the loop exists (start-up, --check) lines are
+ * written straight away. Values given to the field helpers are JSON-escaped;
+ * never pass a secret or a prompt. */
+#ifndef MG_LOG_H
+#define MG_LOG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef enum { MG_LOG_DEBUG = 0, MG_LOG_INFO = 1, MG_LOG_WARN = 2, MG_LOG_ERROR = 3 } mg_log_level_t;
+
+/* A line under construction. Start with mg_log_begin, add fields, finish with mg_log_end. */
+typedef struct mg_logline_s {
+    char buf[2048];
+    size_t len;
+    int overflow;
+} mg_logline_t;
+
+void mg_log_set_level(mg_log_level_t level);
+int mg_log_level_parse(const char *s, mg_log_level_t *out);
+int mg_log_enabled(mg_log_level_t level);
+
+/* Attach the buffered writer to a loop (flushes in a check handle). mg_log_detach
+ * flushes and closes the handle; lines after it are written directly. */
+void mg_log_attach(uv_loop_t *loop);
+void mg_log_detach(void);
+void mg_log_flush(void);
+
+void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg);
+void mg_log_str(mg_logline_t *l, const char *key, const char *value); /* NULL value -> null */
+void mg_log_strn(mg_logline_t *l, const char *key, const char *value, size_t n);
+void mg_log_int(mg_logline_t *l, const char *key, int64_t value);
+void mg_log_double(mg_logline_t *l, const char *key, double value);
+void mg_log_bool(mg_logline_t *l, const char *key, int value);
+void mg_log_end(mg_logline_t *l);
+
+/* One-shot message with an optional request id (NULL for none). */
+void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* JSON string escaping into dst (always NUL-terminated when cap > 0); returns bytes written. */
+size_t mg_json_escape(char *dst, size_t cap, const char *src, size_t n);
+
+#endif

@@ -1,0 +1,162 @@
+/* metrics: Prometheus text exposition; see metrics.h. */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const double bucket_le[MG_METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                     1,     2.5,  5,     10,   30,  60,  120};
+
+static const char *const ep_names[MG_EP_COUNT] = {"chat", "completions", "embeddings", "models",
+                                                   "other"};
+
+const char *mg_endpoint_name(mg_endpoint_t ep)
+{
+    return ep < MG_EP_COUNT ? ep_names[ep] : "other";
+}
+
+static void observe(uint64_t *buckets, double seconds)
+{
+    for (int i = 0; i < MG_METRICS_BUCKETS; i++)
+        if (seconds <= bucket_le[i]) buckets[i]++;
+}
+
+void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds)
+{
+    int cls = status / 100;
+    if (cls < 1 || cls > 5) cls = 0;
+    m->requests[ep][cls]++;
+    observe(m->duration_buckets[ep], seconds);
+    m->duration_sum[ep] += seconds;
+    m->duration_count[ep]++;
+}
+
+void mg_metrics_ttft(mg_metrics_t *m, double seconds)
+{
+    observe(m->ttft_buckets, seconds);
+    m->ttft_sum += seconds;
+    m->ttft_count++;
+}
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)n;
+        char *nb = realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+}
+
+static void histogram(sbuf_t *b, const char *name, const char *labels, const uint64_t *buckets,
+                      double sum, uint64_t count)
+{
+    const char *sep = labels[0] ? "," : "";
+    for (int i = 0; i < MG_METRICS_BUCKETS; i++)
+        sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bucket_le[i],
+                  (unsigned long long)buckets[i]);
+    sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)count);
+    if (labels[0]) {
+        sb_printf(b, "%s_sum{%s} %.6f\n", name, labels, sum);
+        sb_printf(b, "%s_count{%s} %llu\n", name, labels, (unsigned long long)count);
+    } else {
+        sb_printf(b, "%s_sum %.6f\n", name, sum);
+        sb_printf(b, "%s_count %llu\n", name, (unsigned long long)count);
+    }
+}
+
+int mg_metrics_render(const mg_metrics_t *m, const mg_pool_t *pool, int in_flight,
+                      unsigned generation, char **out, size_t *len)
+{
+    sbuf_t b = {malloc(8192), 0, 8192, 0};
+    if (!b.buf) return -1;
+    sb_printf(&b, "# HELP moongate_requests_total Client requests answered, by endpoint and status class.\n"
+                  "# TYPE moongate_requests_total counter\n");
+    for (int ep = 0; ep < MG_EP_COUNT; ep++)
+        for (int c = 1; c <= 5; c++)
+            if (m->requests[ep][c])
+                sb_printf(&b, "moongate_requests_total{endpoint=\"%s\",code=\"%dxx\"} %llu\n",
+                          ep_names[ep], c, (unsigned long long)m->requests[ep][c]);
+    sb_printf(&b, "# HELP moongate_request_duration_seconds Time from request to the end of the response.\n"
+                  "# TYPE moongate_request_duration_seconds histogram\n");
+    for (int ep = 0; ep < MG_EP_COUNT; ep++) {
+        if (!m->duration_count[ep]) continue;
+        char labels[64];
+        snprintf(labels, sizeof(labels), "endpoint=\"%s\"", ep_names[ep]);
+        histogram(&b, "moongate_request_duration_seconds", labels, m->duration_buckets[ep],
+                  m->duration_sum[ep], m->duration_count[ep]);
+    }
+    sb_printf(&b, "# HELP moongate_first_token_seconds Time from request to the first upstream byte.\n"
+                  "# TYPE moongate_first_token_seconds histogram\n");
+    histogram(&b, "moongate_first_token_seconds", "", m->ttft_buckets, m->ttft_sum, m->ttft_count);
+    sb_printf(&b,
+              "# HELP moongate_requests_in_flight Proxied requests being answered.\n"
+              "# TYPE moongate_requests_in_flight gauge\nmoongate_requests_in_flight %d\n"
+              "# HELP moongate_cancelled_total Requests whose client left before the end.\n"
+              "# TYPE moongate_cancelled_total counter\nmoongate_cancelled_total %llu\n"
+              "# HELP moongate_stream_errors_total Streams ended by an error event.\n"
+              "# TYPE moongate_stream_errors_total counter\nmoongate_stream_errors_total %llu\n"
+              "# HELP moongate_tokens_total Tokens metered, by direction.\n"
+              "# TYPE moongate_tokens_total counter\n"
+              "moongate_tokens_total{direction=\"input\"} %llu\n"
+              "moongate_tokens_total{direction=\"output\"} %llu\n"
+              "# HELP moongate_reloads_total Configuration reloads, by result.\n"
+              "# TYPE moongate_reloads_total counter\n"
+              "moongate_reloads_total{result=\"ok\"} %llu\n"
+              "moongate_reloads_total{result=\"failed\"} %llu\n"
+              "# HELP moongate_generation The Lua generation serving new requests.\n"
+              "# TYPE moongate_generation gauge\nmoongate_generation %u\n",
+              in_flight, (unsigned long long)m->cancelled_total,
+              (unsigned long long)m->stream_errors_total,
+              (unsigned long long)m->tokens_prompt_total,
+              (unsigned long long)m->tokens_completion_total, (unsigned long long)m->reloads_ok,
+              (unsigned long long)m->reloads_failed, generation);
+    sb_printf(&b, "# HELP moongate_provider_requests_total Upstream attempts, by provider.\n"
+                  "# TYPE moongate_provider_requests_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(&b, "moongate_provider_requests_total{provider_id=\"%s\"} %llu\n",
+                  pool->items[i].id, (unsigned long long)pool->items[i].requests_total);
+    sb_printf(&b, "# HELP moongate_provider_failures_total Failed upstream attempts, by provider.\n"
+                  "# TYPE moongate_provider_failures_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(&b, "moongate_provider_failures_total{provider_id=\"%s\"} %llu\n",
+                  pool->items[i].id, (unsigned long long)pool->items[i].failures_total);
+    sb_printf(&b, "# HELP moongate_provider_in_flight Upstream attempts in progress, by provider.\n"
+                  "# TYPE moongate_provider_in_flight gauge\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(&b, "moongate_provider_in_flight{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  pool->items[i].in_flight);
+    if (b.oom) {
+        free(b.buf);
+        return -1;
+    }
+    *out = b.buf;
+    *len = b.len;
+    return 0;
+}

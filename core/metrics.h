@@ -1,0 +1,46 @@
+/* metrics: counters and histograms kept on the loop thread, rendered in the
+ * Prometheus text format (version 0.0.4) on the metrics listener.
+ * Every name starts with moongate_. */
+#ifndef MG_METRICS_H
+#define MG_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+typedef enum {
+    MG_EP_CHAT = 0,
+    MG_EP_COMPLETIONS,
+    MG_EP_EMBEDDINGS,
+    MG_EP_MODELS,
+    MG_EP_OTHER,
+    MG_EP_COUNT
+} mg_endpoint_t;
+
+#define MG_METRICS_BUCKETS 14
+
+typedef struct mg_metrics_s {
+    uint64_t requests[MG_EP_COUNT][6];      /* by status class 1xx..5xx (index 1..5), 0 = other */
+    uint64_t duration_buckets[MG_EP_COUNT][MG_METRICS_BUCKETS];
+    double duration_sum[MG_EP_COUNT];
+    uint64_t duration_count[MG_EP_COUNT];
+    uint64_t ttft_buckets[MG_METRICS_BUCKETS];
+    double ttft_sum;
+    uint64_t ttft_count;
+    uint64_t cancelled_total;
+    uint64_t stream_errors_total;
+    uint64_t tokens_prompt_total;
+    uint64_t tokens_completion_total;
+    uint64_t reloads_ok, reloads_failed;
+} mg_metrics_t;
+
+const char *mg_endpoint_name(mg_endpoint_t ep);
+void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds);
+void mg_metrics_ttft(mg_metrics_t *m, double seconds);
+
+/* Render everything; *out is malloc'd (caller frees). Returns 0 or -1. */
+int mg_metrics_render(const mg_metrics_t *m, const mg_pool_t *pool, int in_flight,
+                      unsigned generation, char **out, size_t *len);
+
+#endif

@@ -1,0 +1,1001 @@
+/* proxy: the request pipeline from a parsed client request to the end of its
+ * answer; see proxy.h.
+ *
+ * Streaming: upstream bytes go through the SSE (or NDJSON) framer. For passthrough
+ * adapters an event is forwarded byte for byte unless it is one of the few the
+ * gateway annotates (the first chunk gets request metadata, the chunk with
+ * finish_reason gets usage and timing, the usage-only chunk is folded in), so the
+ * common chunk costs a couple of memchr-class scans and a copy. All events that
+ * complete within one upstream read are written to the client as one chunk. */
+#include "proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "log.h"
+#include "sse.h"
+
+#define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
+#define MAX_ERROR_BODY_BYTES (64u * 1024u)
+
+/* Why the last failed attempt failed: decides the final status if all fail. */
+typedef enum {
+    FAIL_NONE = 0,
+    FAIL_CONNECT,
+    FAIL_RATE_LIMITED,
+    FAIL_SERVER,
+    FAIL_AUTH,
+    FAIL_GARBAGE,
+    FAIL_TIMEOUT,
+    FAIL_ADAPTER,
+} fail_kind_t;
+
+typedef struct call_s {
+    mg_server_t *srv;
+    mg_http_req_t *req;          /* borrowed; NULL once the client left */
+    mg_endpoint_t ep;
+    mg_gen_t *gen;               /* one reference held */
+    const mg_model_conf_t *model;/* in gen->cfg */
+    cJSON *body;                 /* owned: the sanitized client request */
+    int stream;
+    int client_include_usage;
+    int req_ref, state_ref;      /* Lua registry references in gen */
+    int *order;                  /* owned: candidate route indexes in routing order */
+    int n_order, next, attempts;
+    /* the current attempt */
+    mg_xfer_t *xfer;
+    const mg_provider_conf_t *provider;
+    const char *upstream_model;
+    int adapter, passthrough, ndjson;
+    int up_status;
+    char retry_after[32];
+    char *buf;                   /* owned: response body (non-stream) or error body */
+    size_t len, cap;
+    mg_sse_parser_t sse;
+    int sse_ready;
+    /* stream state */
+    int client_started;
+    int first_chunk_done;
+    cJSON *held_finish;          /* owned: the finish_reason chunk, waiting for usage */
+    int upstream_done;
+    int stop_stream;             /* the stream was ended early by the gateway */
+    char *out;                   /* owned: SSE bytes batched for the client */
+    size_t out_len, out_cap;
+    /* accounting */
+    int have_usage;
+    long long prompt_tokens, completion_tokens;
+    long long chunks;
+    fail_kind_t last_fail;
+    int retry_after_ms;
+    uint64_t t_start, t_dispatch, t_first; /* uv_hrtime() ns */
+    int status;
+    const char *outcome;
+    const char *error_code;
+} call_t;
+
+static void try_next(call_t *c);
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static double ms_since(uint64_t from, uint64_t to)
+{
+    return from && to >= from ? (double)(to - from) / 1e6 : 0;
+}
+
+static int buf_append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap : 4096;
+        while (nc < *len + n + 1) nc *= 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return -1;
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+/* Does `"key"` appear followed (after optional spaces and a colon) by `next`?
+ * A cheap test that spares parsing chunks that need no change. */
+static int has_key_then(const char *s, size_t n, const char *key, char next)
+{
+    size_t kl = strlen(key);
+    const char *end = s + n;
+    const char *p = s;
+    while ((p = memmem(p, (size_t)(end - p), key, kl)) != NULL) {
+        const char *q = p + kl;
+        while (q < end && (*q == ' ' || *q == ':' || *q == '\t')) q++;
+        if (q < end && *q == next) return 1;
+        p += kl;
+    }
+    return 0;
+}
+
+static cJSON *timing_json(call_t *c, uint64_t now)
+{
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "queue_ms", (double)(long long)ms_since(c->t_start, c->t_dispatch));
+    cJSON_AddNumberToObject(t, "first_token_ms", (double)(long long)ms_since(c->t_start, c->t_first));
+    cJSON_AddNumberToObject(t, "total_ms", (double)(long long)ms_since(c->t_start, now));
+    return t;
+}
+
+static void set_item(cJSON *obj, const char *key, cJSON *value)
+{
+    if (cJSON_HasObjectItem(obj, key)) cJSON_ReplaceItemInObject(obj, key, value);
+    else cJSON_AddItemToObject(obj, key, value);
+}
+
+static void add_metadata(call_t *c, cJSON *obj)
+{
+    set_item(obj, "request_id", cJSON_CreateString(c->req ? c->req->request_id : ""));
+    set_item(obj, "logical_model", cJSON_CreateString(c->model->name));
+    set_item(obj, "actual_model", cJSON_CreateString(c->upstream_model ? c->upstream_model : ""));
+}
+
+static void take_usage(call_t *c, const cJSON *usage)
+{
+    if (!cJSON_IsObject(usage)) return;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+    if (cJSON_IsNumber(pt)) c->prompt_tokens = (long long)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) c->completion_tokens = (long long)ct->valuedouble;
+    c->have_usage = cJSON_IsNumber(pt) || cJSON_IsNumber(ct);
+}
+
+static cJSON *usage_json(call_t *c)
+{
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)c->prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)c->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(c->prompt_tokens + c->completion_tokens));
+    return u;
+}
+
+/* Without upstream counts: a byte-based guess for the prompt, one token per
+ * streamed chunk for the answer (what OpenAI-style servers send). */
+static void estimate_tokens(call_t *c)
+{
+    if (c->have_usage) return;
+    c->prompt_tokens = c->req ? (long long)(c->req->body_len / 4) : 0;
+    c->completion_tokens = c->chunks;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Finishing                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void call_log(call_t *c)
+{
+    mg_http_req_t *req = c->req;
+    uint64_t now = uv_hrtime();
+    mg_logline_t l;
+    mg_log_begin(&l, c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO, "request");
+    mg_log_str(&l, "request_id", req->request_id);
+    mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
+    mg_log_str(&l, "path", req->path);
+    mg_log_int(&l, "status", c->status);
+    mg_log_str(&l, "model", c->model ? c->model->name : NULL);
+    mg_log_str(&l, "provider", c->provider ? c->provider->id : NULL);
+    mg_log_str(&l, "actual_model", c->upstream_model);
+    mg_log_bool(&l, "stream", c->stream);
+    mg_log_str(&l, "outcome", c->outcome);
+    if (c->error_code) mg_log_str(&l, "error", c->error_code);
+    mg_log_int(&l, "attempts", c->attempts);
+    mg_log_double(&l, "duration_ms", ms_since(c->t_start, now));
+    if (c->t_first) mg_log_double(&l, "first_token_ms", ms_since(c->t_start, c->t_first));
+    mg_log_int(&l, "prompt_tokens", c->prompt_tokens);
+    mg_log_int(&l, "completion_tokens", c->completion_tokens);
+    mg_log_bool(&l, "tokens_estimated", !c->have_usage);
+    mg_log_end(&l);
+    mg_metrics_t *m = &c->srv->metrics;
+    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
+    if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
+    m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
+    m->tokens_completion_total += (uint64_t)c->completion_tokens;
+}
+
+static void call_free(call_t *c)
+{
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    if (c->req) {
+        c->req->on_abort = NULL;
+        c->req->on_drain = NULL;
+    }
+    c->srv->in_flight--;
+    mg_gen_unref_value(c->gen, c->req_ref);
+    mg_gen_unref_value(c->gen, c->state_ref);
+    mg_gen_unref(c->gen);
+    cJSON_Delete(c->body);
+    cJSON_Delete(c->held_finish);
+    if (c->sse_ready) mg_sse_free(&c->sse);
+    free(c->order);
+    free(c->buf);
+    free(c->out);
+    free(c);
+}
+
+/* End of an attempt: the provider's counters. */
+static void attempt_end(call_t *c, int success)
+{
+    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->provider->id);
+    if (ps) {
+        ps->in_flight--;
+        mg_pool_record(ps, success);
+    }
+}
+
+static void call_fail(call_t *c, int status, const char *code, const char *msg, int retry_after_ms)
+{
+    char body[1536];
+    char esc[1024];
+    mg_json_escape(esc, sizeof(esc), msg, strlen(msg));
+    int n = snprintf(body, sizeof(body),
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\","
+                     "\"request_id\":\"%s\"",
+                     esc, mg_api_error_type(status), code, c->req->request_id);
+    if (retry_after_ms > 0)
+        n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"retry_after_ms\":%d", retry_after_ms);
+    n += snprintf(body + n, sizeof(body) - (size_t)n, "}}");
+    char extra[64] = "";
+    if (retry_after_ms > 0)
+        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    c->status = status;
+    c->outcome = "error";
+    c->error_code = code;
+    estimate_tokens(c);
+    call_log(c);
+    mg_http_respond(c->req, status, "application/json", extra, body, (size_t)n);
+    c->req = NULL;
+    call_free(c);
+}
+
+static void call_respond_json(call_t *c, cJSON *resp)
+{
+    char *s = cJSON_PrintUnformatted(resp);
+    if (!s) {
+        call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    c->status = 200;
+    c->outcome = "ok";
+    call_log(c);
+    mg_http_respond(c->req, 200, "application/json", NULL, s, strlen(s));
+    c->req = NULL;
+    free(s);
+    call_free(c);
+}
+
+/* Every candidate failed (or none was left): answer with what the last failure says. */
+static void fail_exhausted(call_t *c)
+{
+    switch (c->last_fail) {
+    case FAIL_RATE_LIMITED:
+        call_fail(c, 503, "MODEL_UNAVAILABLE", "every provider for this model is rate limited",
+                  c->retry_after_ms > 0 ? c->retry_after_ms : 5000);
+        break;
+    case FAIL_TIMEOUT:
+        call_fail(c, 408, "FIRST_TOKEN_TIMEOUT", "no provider answered in time", 0);
+        break;
+    case FAIL_NONE:
+        call_fail(c, 503, "MODEL_UNAVAILABLE", "no provider is available for this model", 1000);
+        break;
+    case FAIL_AUTH:
+        call_fail(c, 502, "MODEL_UNAVAILABLE", "the provider rejected the gateway's credentials", 0);
+        break;
+    case FAIL_GARBAGE:
+        call_fail(c, 502, "MODEL_UNAVAILABLE", "the provider sent an invalid response", 0);
+        break;
+    case FAIL_ADAPTER:
+        call_fail(c, 502, "MODEL_UNAVAILABLE", "no provider adapter could encode the request", 0);
+        break;
+    default:
+        call_fail(c, 502, "MODEL_UNAVAILABLE", "no provider could be reached", 0);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streaming to the client                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void out_event(call_t *c, const char *json, size_t n)
+{
+    buf_append(&c->out, &c->out_len, &c->out_cap, "data: ", 6);
+    buf_append(&c->out, &c->out_len, &c->out_cap, json, n);
+    buf_append(&c->out, &c->out_len, &c->out_cap, "\n\n", 2);
+}
+
+static void out_json(call_t *c, const cJSON *chunk)
+{
+    char *s = cJSON_PrintUnformatted(chunk);
+    if (!s) return;
+    out_event(c, s, strlen(s));
+    free(s);
+}
+
+static void flush_out(call_t *c)
+{
+    if (!c->out_len || !c->req) return;
+    if (!c->client_started) {
+        mg_http_stream_begin(c->req, 200, "text/event-stream",
+                             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        c->client_started = 1;
+    }
+    mg_http_stream_write(c->req, c->out, c->out_len);
+    c->out_len = 0;
+}
+
+static void emit_held_finish(call_t *c, int with_totals)
+{
+    if (!c->held_finish) return;
+    if (with_totals) {
+        if (c->have_usage && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))
+            set_item(c->held_finish, "usage", usage_json(c));
+        set_item(c->held_finish, "timing", timing_json(c, uv_hrtime()));
+    }
+    out_json(c, c->held_finish);
+    cJSON_Delete(c->held_finish);
+    c->held_finish = NULL;
+}
+
+static void stream_end_ok(call_t *c)
+{
+    emit_held_finish(c, 1);
+    out_event(c, "[DONE]", 6);
+    flush_out(c);
+    c->status = 200;
+    c->outcome = "ok";
+    estimate_tokens(c);
+    call_log(c);
+    mg_http_stream_end(c->req);
+    c->req = NULL;
+    call_free(c);
+}
+
+/* After bytes reached the client the route is locked: end the stream with an
+ * error event and [DONE], so a truncated answer never looks complete. */
+static void stream_end_error(call_t *c, const char *code, const char *msg)
+{
+    char esc[512];
+    char ev[1024];
+    mg_json_escape(esc, sizeof(esc), msg, strlen(msg));
+    int n = snprintf(ev, sizeof(ev),
+                     "{\"error\":{\"message\":\"%s\",\"type\":\"api_error\",\"param\":null,"
+                     "\"code\":\"%s\",\"request_id\":\"%s\"}}",
+                     esc, code, c->req->request_id);
+    cJSON_Delete(c->held_finish);
+    c->held_finish = NULL;
+    out_event(c, ev, (size_t)n);
+    out_event(c, "[DONE]", 6);
+    flush_out(c);
+    c->status = 200;
+    c->outcome = "error";
+    c->error_code = code;
+    c->srv->metrics.stream_errors_total++;
+    estimate_tokens(c);
+    call_log(c);
+    mg_http_stream_end(c->req);
+    c->req = NULL;
+    call_free(c);
+}
+
+/* One canonical chunk (owned). Annotates the first and the finishing chunk,
+ * folds the usage-only chunk in. */
+static void handle_chunk(call_t *c, cJSON *chunk)
+{
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(chunk, "usage");
+    if (cJSON_IsObject(usage)) take_usage(c, usage);
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(chunk, "choices");
+    int n_choices = cJSON_IsArray(choices) ? cJSON_GetArraySize(choices) : 0;
+    if (n_choices == 0 && cJSON_IsObject(usage)) {
+        /* the usage-only chunk: its numbers go on the finish chunk */
+        emit_held_finish(c, 1);
+        if (c->client_include_usage) out_json(c, chunk);
+        cJSON_Delete(chunk);
+        return;
+    }
+    int finishing = 0;
+    for (const cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next)
+        finishing |= cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
+    if (!c->first_chunk_done) {
+        add_metadata(c, chunk);
+        c->first_chunk_done = 1;
+    }
+    c->chunks++;
+    if (finishing) {
+        emit_held_finish(c, 0);
+        c->held_finish = chunk;
+        return;
+    }
+    out_json(c, chunk);
+    cJSON_Delete(chunk);
+}
+
+/* A stream event the upstream sent as an error object. */
+static int upstream_error_event(call_t *c, const cJSON *err)
+{
+    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
+    char text[512];
+    snprintf(text, sizeof(text), "upstream error: %s",
+             cJSON_IsString(msg) ? msg->valuestring : "unspecified");
+    c->stop_stream = 1;
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    c->xfer = NULL;
+    attempt_end(c, 0);
+    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+        c->last_fail = FAIL_SERVER;
+        try_next(c);
+    } else {
+        stream_end_error(c, "UPSTREAM_ERROR", text);
+    }
+    return 1;
+}
+
+static int garbage_event(call_t *c)
+{
+    c->stop_stream = 1;
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    c->xfer = NULL;
+    attempt_end(c, 0);
+    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+        c->last_fail = FAIL_GARBAGE;
+        try_next(c);
+    } else {
+        stream_end_error(c, "UPSTREAM_ERROR", "the provider sent an invalid stream event");
+    }
+    return 1;
+}
+
+/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
+static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
+{
+    if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
+        c->upstream_done = 1;
+        return 0;
+    }
+    int annotate = !c->first_chunk_done || has_key_then(ev->data, ev->data_len, "\"finish_reason\"", '"') ||
+                   has_key_then(ev->data, ev->data_len, "\"usage\"", '{') ||
+                   has_key_then(ev->data, ev->data_len, "\"error\"", '{') ||
+                   has_key_then(ev->data, ev->data_len, "\"error\"", '"');
+    if (!annotate) {
+        c->chunks++;
+        buf_append(&c->out, &c->out_len, &c->out_cap, ev->raw, ev->raw_len);
+        return 0;
+    }
+    cJSON *chunk = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (!cJSON_IsObject(chunk)) {
+        cJSON_Delete(chunk);
+        return garbage_event(c);
+    }
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(chunk, "error");
+    if (err && !cJSON_IsNull(err)) {
+        int rc = upstream_error_event(c, err);
+        cJSON_Delete(chunk);
+        return rc;
+    }
+    handle_chunk(c, chunk);
+    return 0;
+}
+
+/* Translating adapter: each event decoded by Lua into canonical chunks. */
+static int translated_event(call_t *c, const mg_sse_event_t *ev)
+{
+    cJSON *data = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (!data) return garbage_event(c);
+    cJSON *chunks = NULL;
+    int done = 0;
+    char err[512];
+    int rc = mg_gen_decode_event(c->gen, c->adapter, c->req_ref, c->state_ref, data, &chunks,
+                                 &done, err, sizeof(err));
+    cJSON_Delete(data);
+    if (rc != 0) {
+        mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode_event: %s",
+                   c->provider->adapter, err);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "message", err);
+        rc = upstream_error_event(c, e);
+        cJSON_Delete(e);
+        return rc;
+    }
+    cJSON *ch = chunks->child;
+    while (ch) {
+        cJSON *next = ch->next;
+        cJSON_DetachItemViaPointer(chunks, ch);
+        handle_chunk(c, ch);
+        ch = next;
+    }
+    cJSON_Delete(chunks);
+    if (done) c->upstream_done = 1;
+    return 0;
+}
+
+static int on_stream_event(void *ud, const mg_sse_event_t *ev)
+{
+    call_t *c = ud;
+    if (c->stop_stream) return 1;
+    return c->passthrough ? passthrough_event(c, ev) : translated_event(c, ev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Upstream callbacks                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void on_up_headers(void *ud, int status)
+{
+    call_t *c = ud;
+    c->up_status = status;
+    const char *ra = mg_xfer_header(c->xfer, "retry-after");
+    snprintf(c->retry_after, sizeof(c->retry_after), "%s", ra ? ra : "");
+    c->len = 0;
+    if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
+        mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
+        c->sse_ready = 1;
+    }
+}
+
+static int on_up_data(void *ud, const char *data, size_t len)
+{
+    call_t *c = ud;
+    int ok_status = c->up_status >= 200 && c->up_status < 300;
+    if (ok_status && !c->t_first) c->t_first = uv_hrtime();
+    if (ok_status && c->stream) {
+        int rc = mg_sse_feed(&c->sse, data, len, on_stream_event, c);
+        if (rc > 0) return 0; /* an event handler finished the call or moved it on: c may be gone */
+        if (rc < 0) {
+            if (!c->stop_stream) {
+                c->stop_stream = 1;
+                mg_xfer_cancel(c->xfer);
+                c->xfer = NULL;
+                attempt_end(c, 0);
+                stream_end_error(c, "UPSTREAM_ERROR", "stream event too large");
+            }
+            return 0; /* the call is finished (or moved on); the transfer is cancelled */
+        }
+        flush_out(c);
+        return c->req && mg_http_write_pending(c->req) ? 1 : 0;
+    }
+    size_t limit = ok_status ? MAX_RESPONSE_BYTES : MAX_ERROR_BODY_BYTES;
+    if (c->len + len > limit) len = c->len < limit ? limit - c->len : 0;
+    if (len) buf_append(&c->buf, &c->len, &c->cap, data, len);
+    return 0;
+}
+
+static int parse_retry_after_ms(const char *v)
+{
+    if (!v || !*v) return 0;
+    char *end;
+    double secs = strtod(v, &end);
+    if (end == v || secs < 0) return 0;
+    if (secs > 3600) secs = 3600;
+    return (int)(secs * 1000);
+}
+
+/* The upstream's own error message, for a 4xx the client should see. */
+static void upstream_message(call_t *c, char *out, size_t cap)
+{
+    cJSON *j = c->len ? cJSON_ParseWithLength(c->buf, c->len) : NULL;
+    const cJSON *err = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
+    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
+    if (cJSON_IsString(msg)) snprintf(out, cap, "upstream rejected the request: %s", msg->valuestring);
+    else snprintf(out, cap, "upstream rejected the request (HTTP %d)", c->up_status);
+    cJSON_Delete(j);
+}
+
+/* Make a gateway-built or decoded answer match the OpenAI schema where upstreams
+ * are lax: choices carry logprobs, chat messages carry refusal. */
+static void conform_response(call_t *c, cJSON *resp)
+{
+    cJSON *choices = cJSON_GetObjectItemCaseSensitive(resp, "choices");
+    for (cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next) {
+        if (!cJSON_HasObjectItem(ch, "logprobs")) cJSON_AddNullToObject(ch, "logprobs");
+        cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+        if (cJSON_IsObject(msg) && !cJSON_HasObjectItem(msg, "refusal"))
+            cJSON_AddNullToObject(msg, "refusal");
+    }
+}
+
+static void finish_non_stream(call_t *c)
+{
+    cJSON *resp = cJSON_ParseWithLength(c->buf ? c->buf : "", c->len);
+    if (!cJSON_IsObject(resp)) {
+        cJSON_Delete(resp);
+        attempt_end(c, 0);
+        c->last_fail = FAIL_GARBAGE;
+        try_next(c);
+        return;
+    }
+    if (!c->passthrough) {
+        cJSON *decoded = NULL;
+        char err[512];
+        if (mg_gen_decode(c->gen, c->adapter, c->req_ref, resp, &decoded, err, sizeof(err)) != 0) {
+            mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode: %s",
+                       c->provider->adapter, err);
+            cJSON_Delete(resp);
+            attempt_end(c, 0);
+            c->last_fail = FAIL_GARBAGE;
+            try_next(c);
+            return;
+        }
+        cJSON_Delete(resp);
+        resp = decoded;
+    }
+    attempt_end(c, 1);
+    take_usage(c, cJSON_GetObjectItemCaseSensitive(resp, "usage"));
+    if (c->ep != MG_EP_EMBEDDINGS) conform_response(c, resp);
+    add_metadata(c, resp);
+    set_item(resp, "timing", timing_json(c, uv_hrtime()));
+    call_respond_json(c, resp);
+    cJSON_Delete(resp);
+}
+
+static void finish_stream(call_t *c)
+{
+    if (c->sse_ready && mg_sse_pending(&c->sse) > 0 && c->ndjson) {
+        /* NDJSON's last line may come without its newline */
+        if (mg_sse_feed(&c->sse, "\n", 1, on_stream_event, c) > 0) return; /* c may be gone */
+    }
+    if (c->upstream_done) {
+        attempt_end(c, 1);
+        stream_end_ok(c);
+        return;
+    }
+    attempt_end(c, 0);
+    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+        c->last_fail = FAIL_GARBAGE;
+        try_next(c);
+        return;
+    }
+    stream_end_error(c, "UPSTREAM_ERROR", "the upstream stream ended before completion");
+}
+
+static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
+{
+    call_t *c = ud;
+    c->xfer = NULL;
+    int status = c->up_status;
+    if (result != MG_XFER_OK) {
+        if (c->stream && (c->client_started || c->out_len > 0 || c->first_chunk_done)) {
+            attempt_end(c, 0);
+            int timeout = result == MG_XFER_IDLE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT;
+            stream_end_error(c, timeout ? "UPSTREAM_TIMEOUT" : "UPSTREAM_ERROR",
+                             timeout ? "the upstream stalled mid-stream"
+                                     : "the upstream connection failed mid-stream");
+            return;
+        }
+        attempt_end(c, 0);
+        if (result == MG_XFER_CONNECT_ERROR) c->last_fail = FAIL_CONNECT;
+        else if (result == MG_XFER_FIRST_BYTE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT)
+            c->last_fail = FAIL_TIMEOUT;
+        else c->last_fail = FAIL_SERVER;
+        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s attempt failed: %s",
+                   c->provider->id, detail ? detail : "error");
+        try_next(c);
+        return;
+    }
+    if (status == 429 || status >= 500 || status == 401 || status == 403) {
+        attempt_end(c, 0);
+        if (status == 429) {
+            c->last_fail = FAIL_RATE_LIMITED;
+            int ra = parse_retry_after_ms(c->retry_after);
+            if (ra > c->retry_after_ms) c->retry_after_ms = ra;
+        } else {
+            c->last_fail = status >= 500 ? FAIL_SERVER : FAIL_AUTH;
+        }
+        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s answered %d", c->provider->id,
+                   status);
+        try_next(c);
+        return;
+    }
+    if (status < 200 || status >= 300) {
+        attempt_end(c, 1); /* the provider works; the request was wrong */
+        char msg[700];
+        upstream_message(c, msg, sizeof(msg));
+        call_fail(c, 400, "INVALID_REQUEST", msg, 0);
+        return;
+    }
+    if (c->stream) finish_stream(c);
+    else finish_non_stream(c);
+}
+
+static const mg_xfer_cbs_t xfer_cbs = {on_up_headers, on_up_data, on_up_done};
+
+/* ------------------------------------------------------------------------ */
+/* Attempts                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static const char *endpoint_name(mg_endpoint_t ep)
+{
+    return ep == MG_EP_CHAT ? "chat" : ep == MG_EP_COMPLETIONS ? "completions" : "embeddings";
+}
+
+static int provider_index(const mg_config_t *cfg, const char *id)
+{
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        if (strcmp(cfg->providers[i].id, id) == 0) return (int)i;
+    return -1;
+}
+
+static struct curl_slist *base_headers(call_t *c, struct curl_slist *h)
+{
+    char idh[64];
+    snprintf(idh, sizeof(idh), "X-Request-Id: %s", c->req->request_id);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, c->stream ? "Accept: text/event-stream" : "Accept: application/json");
+    h = curl_slist_append(h, "Expect:");
+    h = curl_slist_append(h, "User-Agent: moongate/0.1");
+    h = curl_slist_append(h, idh);
+    return h;
+}
+
+/* Encode and send to one candidate. 0 when the transfer started. */
+static int start_attempt(call_t *c, int route_index)
+{
+    const mg_config_t *cfg = c->gen->cfg;
+    const mg_route_conf_t *r = &c->model->routes[route_index];
+    int pi = provider_index(cfg, r->provider);
+    if (pi < 0) return -1;
+    c->provider = &cfg->providers[pi];
+    c->upstream_model = r->model;
+    c->adapter = c->gen->provider_adapter[pi];
+    c->passthrough = c->gen->adapters[c->adapter].passthrough;
+    set_item(c->body, "model", cJSON_CreateString(r->model));
+    if (!c->passthrough) mg_gen_req_set_body(c->gen, c->req_ref, c->body);
+
+    mg_encoded_t enc;
+    char err[512];
+    if (mg_gen_encode(c->gen, c->adapter, c->req_ref, c->provider, r->model, &enc, err,
+                      sizeof(err)) != 0) {
+        mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
+                   c->provider->adapter, c->provider->id, err);
+        c->last_fail = FAIL_ADAPTER;
+        return -1;
+    }
+    c->ndjson = enc.ndjson;
+    char *body = cJSON_PrintUnformatted(enc.body ? enc.body : c->body);
+    size_t url_len = strlen(c->provider->base_url) + strlen(enc.path) + 1;
+    char *url = malloc(url_len);
+    if (!body || !url) {
+        free(body);
+        free(url);
+        mg_encoded_free(&enc);
+        return -1;
+    }
+    snprintf(url, url_len, "%s%s", c->provider->base_url, enc.path);
+    mg_xfer_opts_t o = {
+        .method = enc.method,
+        .url = url,
+        .headers = base_headers(c, enc.headers),
+        .body = body,
+        .body_len = strlen(body),
+        .connect_timeout_ms = cfg->timeouts.connect_ms,
+        .first_byte_timeout_ms = cfg->timeouts.first_byte_ms,
+        .idle_timeout_ms = cfg->timeouts.idle_ms,
+        .total_timeout_ms = cfg->timeouts.total_ms,
+    };
+    enc.headers = NULL; /* moved into the transfer */
+    c->up_status = 0;
+    c->len = 0;
+    c->attempts++;
+    int rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
+    free(url);
+    mg_encoded_free(&enc);
+    if (rc != 0) {
+        c->last_fail = FAIL_CONNECT;
+        return -1;
+    }
+    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->provider->id);
+    if (ps) {
+        ps->in_flight++;
+        ps->requests_total++;
+    }
+    return 0;
+}
+
+static void try_next(call_t *c)
+{
+    int max = c->gen->cfg->max_retries;
+    while (c->next < c->n_order && c->attempts < max) {
+        if (start_attempt(c, c->order[c->next++]) == 0) return;
+    }
+    fail_exhausted(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Request validation                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Extensions from the edge PRD: accepted from clients, never sent upstream. */
+static const char *const extension_keys[] = {"priority", "session_id", "idempotency_key",
+                                             "timeouts", "routing",    "context_policy",
+                                             "max_output_tokens", "metadata"};
+
+/* Check the body's shape for the endpoint; NULL when fine, else the problem. */
+static const char *validate(mg_endpoint_t ep, const cJSON *body)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
+    if (!cJSON_IsString(model) || !model->valuestring[0]) return "'model' must be a non-empty string";
+    const cJSON *stream = cJSON_GetObjectItemCaseSensitive(body, "stream");
+    if (stream && !cJSON_IsBool(stream) && !cJSON_IsNull(stream)) return "'stream' must be a boolean";
+    const cJSON *mot = cJSON_GetObjectItemCaseSensitive(body, "max_output_tokens");
+    if (mot && !cJSON_IsNull(mot) && (!cJSON_IsNumber(mot) || mot->valuedouble < 1))
+        return "'max_output_tokens' must be a positive integer";
+    if (ep == MG_EP_CHAT) {
+        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+        if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+            return "'messages' must be a non-empty array";
+        for (const cJSON *m = msgs->child; m; m = m->next)
+            if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role")))
+                return "each message must be an object with a 'role'";
+    } else if (ep == MG_EP_COMPLETIONS) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+        if (!cJSON_IsString(p) && !cJSON_IsArray(p)) return "'prompt' must be a string or an array";
+    } else if (ep == MG_EP_EMBEDDINGS) {
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
+        if (!cJSON_IsString(in) && !cJSON_IsArray(in)) return "'input' must be a string or an array";
+    }
+    return NULL;
+}
+
+/* Strip the extensions, map max_output_tokens, ask streams for usage. */
+static void sanitize(call_t *c)
+{
+    cJSON *b = c->body;
+    const cJSON *mot = cJSON_GetObjectItemCaseSensitive(b, "max_output_tokens");
+    if (cJSON_IsNumber(mot) && c->ep != MG_EP_EMBEDDINGS &&
+        !cJSON_HasObjectItem(b, "max_tokens") && !cJSON_HasObjectItem(b, "max_completion_tokens"))
+        cJSON_AddNumberToObject(b, "max_tokens", (double)(long long)mot->valuedouble);
+    for (size_t i = 0; i < sizeof(extension_keys) / sizeof(extension_keys[0]); i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i]);
+    c->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;
+    if (c->stream) {
+        const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
+        c->client_include_usage =
+            cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+        cJSON *opts = cJSON_CreateObject();
+        cJSON_AddTrueToObject(opts, "include_usage");
+        set_item(b, "stream_options", opts);
+    }
+}
+
+static void on_client_abort(void *data)
+{
+    call_t *c = data;
+    c->srv->metrics.cancelled_total++;
+    if (c->xfer) {
+        mg_xfer_cancel(c->xfer);
+        c->xfer = NULL;
+        attempt_end(c, 1);
+    }
+    c->status = c->client_started ? 200 : 499;
+    c->outcome = "cancelled";
+    estimate_tokens(c);
+    call_log(c);
+    c->req = NULL; /* the connection frees it after this hook */
+    call_free(c);
+}
+
+static void on_client_drain(void *data)
+{
+    call_t *c = data;
+    if (c->xfer) mg_xfer_resume(c->xfer);
+}
+
+static int route_candidates(call_t *c)
+{
+    const mg_config_t *cfg = c->gen->cfg;
+    int n = (int)c->model->n_routes;
+    mg_candidate_t *cands = calloc((size_t)n, sizeof(*cands));
+    c->order = calloc((size_t)n, sizeof(int));
+    if (!cands || !c->order) {
+        free(cands);
+        return -1;
+    }
+    int *route_of = calloc((size_t)n, sizeof(int));
+    if (!route_of) {
+        free(cands);
+        return -1;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const mg_route_conf_t *r = &c->model->routes[i];
+        int pi = provider_index(cfg, r->provider);
+        if (pi < 0) continue;
+        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, r->provider);
+        route_of[m] = i;
+        cands[m].provider = &cfg->providers[pi];
+        cands[m].model = r->model;
+        cands[m].available = mg_pool_available(ps);
+        cands[m].in_flight = ps ? ps->in_flight : 0;
+        m++;
+    }
+    char err[512];
+    int *tmp = calloc((size_t)(m ? m : 1), sizeof(int));
+    int count = tmp ? mg_gen_route(c->gen, c->req_ref, cands, m, tmp, err, sizeof(err)) : -1;
+    if (count >= 0) {
+        for (int k = 0; k < count; k++) c->order[c->n_order++] = route_of[tmp[k]];
+    } else if (tmp) {
+        mg_log_msg(MG_LOG_ERROR, c->req->request_id, "routing policy: %s", err);
+    }
+    free(tmp);
+    free(route_of);
+    free(cands);
+    return count < 0 ? -1 : 0;
+}
+
+void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
+{
+    if (!req->body_len) {
+        mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is empty", 0);
+        return;
+    }
+    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
+    if (!cJSON_IsObject(body)) {
+        cJSON_Delete(body);
+        mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is not a JSON object", 0);
+        return;
+    }
+    const char *problem = validate(ep, body);
+    if (problem) {
+        cJSON_Delete(body);
+        mg_api_error(s, req, ep, 400, "INVALID_REQUEST", problem, 0);
+        return;
+    }
+    mg_gen_t *gen = mg_server_gen_acquire(s);
+    const char *name = cJSON_GetObjectItemCaseSensitive(body, "model")->valuestring;
+    const mg_model_conf_t *model = mg_config_model(gen->cfg, name);
+    if (!model) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "model '%.200s' does not exist", name);
+        mg_gen_unref(gen);
+        cJSON_Delete(body);
+        mg_api_error(s, req, ep, 404, "MODEL_NOT_FOUND", msg, 0);
+        return;
+    }
+    call_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        mg_gen_unref(gen);
+        cJSON_Delete(body);
+        mg_api_error(s, req, ep, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    s->in_flight++;
+    c->srv = s;
+    c->req = req;
+    c->ep = ep;
+    c->gen = gen;
+    c->model = model;
+    c->body = body;
+    c->req_ref = c->state_ref = -1;
+    c->t_start = uv_hrtime() - (uv_now(s->loop) - req->start_ms) * 1000000ull;
+    req->on_abort = on_client_abort;
+    req->on_drain = on_client_drain;
+    req->hook_data = c;
+    sanitize(c);
+
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
+    mg_lua_req_t info = {
+        .request_id = req->request_id,
+        .endpoint = endpoint_name(ep),
+        .model = model->name,
+        .stream = c->stream,
+        .max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1,
+        .created = (long long)time(NULL),
+    };
+    c->req_ref = mg_gen_req_new(gen, &info);
+    c->state_ref = mg_gen_table_new(gen);
+    if (route_candidates(c) != 0) {
+        call_fail(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log", 0);
+        return;
+    }
+    c->t_dispatch = uv_hrtime();
+    try_next(c);
+}

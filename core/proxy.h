@@ -1,0 +1,21 @@
+/* proxy: one client request proxied to a model back-end.
+ *
+ * The steps, in order: validate the body → resolve the logical model → route
+ * (policies/routing.lua orders the candidates) → for each candidate until one
+ * answers: encode (the provider's adapter) → send (upstream) → on 429 / 5xx /
+ * connect error / garbage before any byte reached the client, the next candidate
+ * → stream or answer (passthrough adapters are forwarded by C, translating ones
+ * decoded per event) → finish (log line, metrics, release).
+ *
+ * A client that leaves at any point aborts the upstream transfer at once. */
+#ifndef MG_PROXY_H
+#define MG_PROXY_H
+
+#include "http.h"
+#include "metrics.h"
+#include "server.h"
+
+/* Handle POST /v1/chat/completions, /v1/completions or /v1/embeddings. */
+void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep);
+
+#endif

@@ -1,0 +1,258 @@
+/* server: process lifecycle: start-up, SIGHUP reloads, graceful stop; see server.h.
+ *
+ * Reload: the new generation is built on a libuv worker thread (it reads files
+ * and runs Lua, neither of which may happen on the loop thread), then swapped in
+ * on the loop thread. Requests keep the generation they started with. */
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "log.h"
+
+static mg_http_limits_t limits_of(const mg_config_t *cfg)
+{
+    mg_http_limits_t lim = {
+        .max_body_bytes = cfg->max_body_bytes,
+        .max_header_bytes = cfg->max_header_bytes,
+        .header_read_ms = cfg->timeouts.header_read_ms,
+        .keepalive_idle_ms = cfg->timeouts.keepalive_idle_ms,
+    };
+    return lim;
+}
+
+mg_gen_t *mg_server_gen_acquire(mg_server_t *s)
+{
+    mg_gen_ref(s->gen);
+    return s->gen;
+}
+
+static void apply_log_level(const mg_config_t *cfg)
+{
+    mg_log_level_t lv;
+    if (mg_log_level_parse(cfg->log_level, &lv) == 0) mg_log_set_level(lv);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reload                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static void reload_work(uv_work_t *w)
+{
+    mg_server_t *s = w->data;
+    s->reload_gen = NULL;
+    mg_gen_load(s->config_path, s->next_gen_id, &s->reload_gen, s->reload_err_buf,
+                sizeof(s->reload_err_buf));
+}
+
+static void reload_done(uv_work_t *w, int status)
+{
+    mg_server_t *s = w->data;
+    s->reloading = 0;
+    s->reload_at = (int64_t)time(NULL);
+    mg_gen_t *g = s->reload_gen;
+    s->reload_gen = NULL;
+    if (g && s->stopping) {
+        mg_gen_unref(g);
+        return;
+    }
+    if (g && mg_pool_sync(&s->pool, g->cfg) != 0) {
+        mg_gen_unref(g);
+        g = NULL;
+        snprintf(s->reload_err_buf, sizeof(s->reload_err_buf), "out of memory");
+    }
+    mg_logline_t l;
+    if (!g) {
+        s->metrics.reloads_failed++;
+        snprintf(s->reload_result, sizeof(s->reload_result), "failed");
+        snprintf(s->reload_error, sizeof(s->reload_error), "%s", s->reload_err_buf);
+        mg_log_begin(&l, MG_LOG_ERROR, "reload");
+        mg_log_str(&l, "result", "failed");
+        mg_log_str(&l, "error", s->reload_error);
+        mg_log_int(&l, "generation", s->gen->id);
+        mg_log_end(&l);
+        return;
+    }
+    s->next_gen_id++;
+    mg_gen_t *old = s->gen;
+    s->gen = g;
+    mg_gen_unref(old); /* freed now, or when its last request ends */
+    apply_log_level(g->cfg);
+    s->metrics.reloads_ok++;
+    snprintf(s->reload_result, sizeof(s->reload_result), "ok");
+    s->reload_error[0] = '\0';
+    /* listen addresses change only with a restart; the log line says which one is in force */
+    mg_log_begin(&l, MG_LOG_INFO, "reload");
+    mg_log_str(&l, "result", "ok");
+    mg_log_int(&l, "generation", g->id);
+    mg_log_int(&l, "providers", (int64_t)g->cfg->n_providers);
+    mg_log_int(&l, "models", (int64_t)g->cfg->n_models);
+    mg_log_str(&l, "listen", s->api.bound);
+    mg_log_end(&l);
+}
+
+void mg_server_reload(mg_server_t *s)
+{
+    if (s->reloading || s->stopping) {
+        mg_log_msg(MG_LOG_WARN, NULL, "reload already in progress; signal ignored");
+        return;
+    }
+    s->reloading = 1;
+    s->reload_work.data = s;
+    if (uv_queue_work(s->loop, &s->reload_work, reload_work, reload_done) != 0) {
+        s->reloading = 0;
+        mg_log_msg(MG_LOG_ERROR, NULL, "cannot start the reload");
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stop                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void close_everything(mg_server_t *s)
+{
+    uv_timer_stop(&s->drain_timer);
+    uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    mg_listener_close(&s->api);
+    if (s->metrics_on) mg_listener_close(&s->metrics_l);
+    mg_upstream_close(s->upstream);
+    s->upstream = NULL;
+    uv_signal_stop(&s->sig_hup);
+    uv_signal_stop(&s->sig_term);
+    uv_signal_stop(&s->sig_int);
+    uv_close((uv_handle_t *)&s->sig_hup, NULL);
+    uv_close((uv_handle_t *)&s->sig_term, NULL);
+    uv_close((uv_handle_t *)&s->sig_int, NULL);
+}
+
+static void on_drain_tick(uv_timer_t *t)
+{
+    mg_server_t *s = t->data;
+    uint64_t waited = uv_now(s->loop) - s->drain_started;
+    size_t busy = mg_listener_busy(&s->api);
+    if (busy == 0 && s->in_flight == 0) {
+        mg_log_msg(MG_LOG_INFO, NULL, "drained; stopping");
+        s->exit_code = 0;
+        close_everything(s);
+        return;
+    }
+    if (waited >= (uint64_t)s->gen->cfg->timeouts.drain_ms) {
+        mg_log_msg(MG_LOG_WARN, NULL, "drain timeout: closing %zu connections with requests in flight",
+                   busy);
+        s->exit_code = 0;
+        close_everything(s);
+    }
+}
+
+void mg_server_stop(mg_server_t *s)
+{
+    if (s->stopping) return;
+    s->stopping = 1;
+    mg_log_msg(MG_LOG_INFO, NULL, "stopping: no new connections; waiting for %d requests in flight",
+               s->in_flight);
+    mg_listener_stop(&s->api);
+    if (s->metrics_on) mg_listener_stop(&s->metrics_l);
+    s->drain_started = uv_now(s->loop);
+    uv_timer_start(&s->drain_timer, on_drain_tick, 0, 50);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    mg_server_t *s = h->data;
+    if (signum == SIGHUP) {
+        mg_server_reload(s);
+    } else if (s->stopping) {
+        mg_log_msg(MG_LOG_WARN, NULL, "second stop signal: closing now");
+        close_everything(s);
+    } else {
+        mg_server_stop(s);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start                                                                     */
+/* ------------------------------------------------------------------------ */
+
+int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
+{
+    char err[1024];
+    memset(s, 0, sizeof(*s));
+    s->loop = loop;
+    s->config_path = strdup(config_path);
+    s->next_gen_id = 1;
+    s->started_at = (int64_t)time(NULL);
+    snprintf(s->reload_result, sizeof(s->reload_result), "none");
+    mg_pool_init(&s->pool);
+    if (mg_gen_load(config_path, s->next_gen_id, &s->gen, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s\n", err);
+        return -1;
+    }
+    s->next_gen_id++;
+    const mg_config_t *cfg = s->gen->cfg;
+    apply_log_level(cfg);
+    if (mg_pool_sync(&s->pool, cfg) != 0) return -1;
+    if (mg_store_open(cfg->storage_path, &s->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: storage: %s\n", err);
+        return -1;
+    }
+    s->upstream = mg_upstream_new(loop);
+    if (!s->upstream) return -1;
+    mg_http_limits_t lim = limits_of(cfg);
+    int rc = mg_listener_start(&s->api, loop, cfg->listen, &lim, mg_api_handle, s);
+    if (rc != 0) {
+        fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path, cfg->listen,
+                uv_strerror(rc));
+        return -1;
+    }
+    if (cfg->metrics_listen) {
+        mg_http_limits_t mlim = lim;
+        mlim.max_body_bytes = 4096;
+        rc = mg_listener_start(&s->metrics_l, loop, cfg->metrics_listen, &mlim,
+                               mg_api_handle_metrics, s);
+        if (rc != 0) {
+            fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path,
+                    cfg->metrics_listen, uv_strerror(rc));
+            return -1;
+        }
+        s->metrics_on = 1;
+    }
+    uv_timer_init(loop, &s->drain_timer);
+    s->drain_timer.data = s;
+    uv_signal_init(loop, &s->sig_hup);
+    uv_signal_init(loop, &s->sig_term);
+    uv_signal_init(loop, &s->sig_int);
+    s->sig_hup.data = s->sig_term.data = s->sig_int.data = s;
+    uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
+    uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    return 0;
+}
+
+int mg_server_run(mg_server_t *s)
+{
+    mg_log_attach(s->loop);
+    const mg_config_t *cfg = s->gen->cfg;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "listening");
+    mg_log_str(&l, "listen", s->api.bound);
+    mg_log_str(&l, "metrics_listen", s->metrics_on ? s->metrics_l.bound : NULL);
+    mg_log_str(&l, "config", cfg->path);
+    mg_log_int(&l, "generation", s->gen->id);
+    mg_log_int(&l, "providers", (int64_t)cfg->n_providers);
+    mg_log_int(&l, "models", (int64_t)cfg->n_models);
+    mg_log_int(&l, "pid", (int64_t)uv_os_getpid());
+    mg_log_end(&l);
+    mg_log_flush();
+    uv_run(s->loop, UV_RUN_DEFAULT);
+    mg_log_detach();
+    /* free what the loop no longer needs */
+    mg_gen_unref(s->gen);
+    s->gen = NULL;
+    mg_pool_free(&s->pool);
+    mg_store_close(s->store);
+    free(s->config_path);
+    return s->exit_code;
+}

@@ -1,0 +1,60 @@
+/* server: the process: listeners, the current Lua generation, the upstream client,
+ * the store, reloads and graceful stop. One mg_server_t is created in main() and
+ * passed explicitly; nothing else in the core keeps mutable global state. */
+#ifndef MG_SERVER_H
+#define MG_SERVER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "http.h"
+#include "luavm.h"
+#include "metrics.h"
+#include "pool.h"
+#include "store.h"
+#include "upstream.h"
+
+typedef struct mg_server_s {
+    uv_loop_t *loop;
+    char *config_path;          /* owned */
+    mg_gen_t *gen;              /* current generation (one reference held) */
+    unsigned next_gen_id;
+    mg_listener_t api;          /* server.listen */
+    mg_listener_t metrics_l;    /* server.metrics_listen */
+    int metrics_on;
+    mg_upstream_t *upstream;    /* owned */
+    mg_store_t *store;          /* owned */
+    mg_pool_t pool;             /* provider runtime state */
+    mg_metrics_t metrics;
+    int in_flight;              /* proxied requests being answered */
+    int64_t started_at;         /* unix seconds */
+    /* reload state, shown in /status */
+    int reloading;
+    char reload_result[16];     /* "ok" | "failed" | "none" */
+    char reload_error[1024];
+    int64_t reload_at;          /* unix seconds */
+    uv_work_t reload_work;
+    mg_gen_t *reload_gen;       /* built by the worker */
+    char reload_err_buf[1024];
+    /* stop */
+    int stopping;
+    uv_timer_t drain_timer;
+    uint64_t drain_started;     /* loop time of the stop signal */
+    uv_signal_t sig_hup, sig_term, sig_int;
+    int exit_code;
+} mg_server_t;
+
+/* Load the config and the first generation, open the store, bind the listeners.
+ * Returns 0, or -1 after printing the reason. */
+int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path);
+/* Run the loop until stopped; returns the process exit code. */
+int mg_server_run(mg_server_t *s);
+/* Build a new generation off the loop thread and swap it in (SIGHUP). */
+void mg_server_reload(mg_server_t *s);
+/* Stop accepting, let in-flight requests finish up to drain_ms, then close. */
+void mg_server_stop(mg_server_t *s);
+
+/* Take a reference on the current generation for a new request. */
+mg_gen_t *mg_server_gen_acquire(mg_server_t *s);
+
+#endif

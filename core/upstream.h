@@ -1,0 +1,67 @@
+/* upstream: HTTP requests to model back-ends through libcurl multi, driven by the
+ * libuv loop (curl's socket and timer callbacks mapped onto uv_poll_t / uv_timer_t).
+ *
+ * A transfer streams its response through callbacks as bytes arrive. Connections
+ * to upstreams are kept alive and reused by curl's connection cache. Timeouts:
+ * connect (curl), first byte and idle gap (a timer per transfer), total (curl).
+ * mg_xfer_cancel() removes a transfer at once: curl closes its connection, so the
+ * upstream sees the client leave, and no callback fires afterwards. */
+#ifndef MG_UPSTREAM_H
+#define MG_UPSTREAM_H
+
+#include <stddef.h>
+#include <curl/curl.h>
+#include <uv.h>
+
+typedef struct mg_upstream_s mg_upstream_t;
+typedef struct mg_xfer_s mg_xfer_t;
+
+typedef enum {
+    MG_XFER_OK = 0,
+    MG_XFER_CONNECT_ERROR,      /* could not connect (refused, DNS, TLS handshake) */
+    MG_XFER_FIRST_BYTE_TIMEOUT, /* connected, but no response within first_byte_ms */
+    MG_XFER_IDLE_TIMEOUT,       /* response stalled longer than idle_ms */
+    MG_XFER_TOTAL_TIMEOUT,      /* the whole exchange took longer than total_ms */
+    MG_XFER_ERROR,              /* reset, truncated or malformed response */
+} mg_xfer_result_t;
+
+typedef struct mg_xfer_opts_s {
+    const char *method;          /* "POST" or "GET" */
+    const char *url;             /* copied by curl */
+    struct curl_slist *headers;  /* ownership moves to the transfer */
+    char *body;                  /* ownership moves to the transfer (malloc); may be NULL */
+    size_t body_len;
+    int connect_timeout_ms;
+    int first_byte_timeout_ms;
+    int idle_timeout_ms;
+    int total_timeout_ms;
+} mg_xfer_opts_t;
+
+typedef struct mg_xfer_cbs_s {
+    /* Status line and headers complete. */
+    void (*on_headers)(void *ud, int status);
+    /* Response body bytes. Return 0 to go on, 1 to pause until mg_xfer_resume(). */
+    int (*on_data)(void *ud, const char *data, size_t len);
+    /* The transfer ended; the xfer is freed right after this returns. */
+    void (*on_done)(void *ud, mg_xfer_result_t result, const char *detail);
+} mg_xfer_cbs_t;
+
+/* Create the upstream client on a loop. Returns NULL when out of memory. */
+mg_upstream_t *mg_upstream_new(uv_loop_t *loop);
+/* Cancel every transfer and free the client once its handles are closed. */
+void mg_upstream_close(mg_upstream_t *up);
+/* Transfers in progress. */
+size_t mg_upstream_active(const mg_upstream_t *up);
+
+/* Start a transfer. Returns 0 and sets *out, or a negative value (then no callback
+ * will ever fire and opts' owned members have been freed). */
+int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *opts, const mg_xfer_cbs_t *cbs,
+                  void *ud, mg_xfer_t **out);
+/* Abort the transfer; safe from inside its own callbacks. No callback fires after. */
+void mg_xfer_cancel(mg_xfer_t *x);
+/* Resume a transfer paused by on_data returning 1. */
+void mg_xfer_resume(mg_xfer_t *x);
+/* A response header captured by the transfer ("retry-after" and "content-type"), or NULL. */
+const char *mg_xfer_header(const mg_xfer_t *x, const char *name);
+
+#endif

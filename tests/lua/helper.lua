@@ -1,0 +1,47 @@
+-- tests/lua/helper.lua: shared set-up for the busted specs. Load with
+--   local h = dofile("tests/lua/helper.lua")
+-- from the repository root (busted's working directory). It makes require("moongate.*")
+-- resolve to lua/moongate/*.lua, as the core does with lua.lib, and gives fixture loaders that
+-- convert JSON the way the core does (arrays carry util.array_mt, null is util.null).
+
+if not package.path:find("./lua/?.lua", 1, true) then
+    package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+end
+
+local util = require("moongate.util")
+local json = require("moongate.json")
+
+local h = { util = util, json = json }
+
+local function read(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("a")
+    f:close()
+    return s
+end
+
+-- h.fixture(path): the decoded JSON file, path relative to tests/fixtures/.
+function h.fixture(path)
+    return json.decode(read("tests/fixtures/" .. path))
+end
+
+-- h.ndjson(path): an array of the decoded non-empty lines of an NDJSON fixture.
+function h.ndjson(path)
+    local lines = {}
+    for line in read("tests/fixtures/" .. path):gmatch("[^\n]+") do
+        lines[#lines + 1] = json.decode(line)
+    end
+    return lines
+end
+
+-- h.adapter(name): a fresh copy of adapters/<name>.lua, loaded as the core loads it.
+function h.adapter(name)
+    return dofile("adapters/" .. name .. ".lua")
+end
+
+-- h.roundtrip(v): v through JSON text and back, to check how the core would serialize it.
+function h.roundtrip(v)
+    return json.decode(json.encode(v))
+end
+
+return h

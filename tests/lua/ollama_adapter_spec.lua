@@ -1,0 +1,460 @@
+local h = dofile("tests/lua/helper.lua")
+local util, json = h.util, h.json
+local null, array = util.null, util.array
+
+local route = { provider = "local-ollama", model = "llama3.2", base_url = "http://127.0.0.1:11434",
+                pool = "main", ["local"] = true }
+
+-- A request as the core hands it to a non-passthrough adapter: body sanitized, arrays marked.
+local function req(endpoint, body, extra)
+    local r = { request_id = "req-1", endpoint = endpoint, model = "general-chat",
+                stream = false, created = 1700000000, body = body or {} }
+    for k, v in pairs(extra or {}) do
+        r[k] = v
+    end
+    return r
+end
+
+local function msgs(...)
+    return array({ ... })
+end
+
+-- Every field OpenAI puts in a chat.completion.chunk choice, present and well-typed.
+local function assert_chat_chunk(c, r)
+    assert.equal("chat.completion.chunk", c.object)
+    assert.equal("chatcmpl-" .. r.request_id, c.id)
+    assert.equal(r.created, c.created)
+    assert.is_string(c.model)
+    assert.is_true(util.is_array(c.choices))
+    for i, ch in ipairs(c.choices) do
+        assert.equal(i - 1, ch.index)
+        assert.is_table(ch.delta)
+        assert.is_false(util.is_array(ch.delta)) -- an object, also when empty
+        assert.equal(null, ch.logprobs)
+        assert.is_true(ch.finish_reason == null or type(ch.finish_reason) == "string")
+    end
+end
+
+local function run_stream(adapter, r, lines)
+    local state, chunks = {}, {}
+    for _, line in ipairs(lines) do
+        local out = adapter.decode_event(r, line, state)
+        assert.is_true(util.is_array(out) or #out == 0)
+        for _, c in ipairs(out) do
+            chunks[#chunks + 1] = c
+        end
+    end
+    return chunks, state
+end
+
+describe("adapters/ollama.lua", function()
+    local ollama
+
+    before_each(function()
+        ollama = h.adapter("ollama")
+    end)
+
+    it("is a non-passthrough module with all functions", function()
+        assert.equal("ollama", ollama.name)
+        assert.equal(1, ollama.version)
+        assert.is_false(ollama.passthrough)
+        for _, fn in ipairs({ "check", "encode", "decode", "decode_event" }) do
+            assert.is_function(ollama[fn])
+        end
+    end)
+
+    describe("check", function()
+        it("accepts the server root", function()
+            assert.is_nil(ollama.check({ id = "o", base_url = "http://127.0.0.1:11434" }))
+        end)
+
+        it("rejects a missing, malformed or /v1 base_url with a message", function()
+            assert.matches("base_url is required", ollama.check({ id = "o" }))
+            assert.matches("http", ollama.check({ id = "o", base_url = "localhost:11434" }))
+            assert.matches("must not end", ollama.check({ id = "o", base_url = "http://h:11434/" }))
+            assert.matches("openai adapter", ollama.check({ id = "o", base_url = "http://h:11434/v1" }))
+        end)
+    end)
+
+    describe("encode", function()
+        it("maps chat to /api/chat with model, messages, explicit stream and ndjson", function()
+            local body = { model = "llama3.2", messages = msgs({ role = "user", content = "Hi" }) }
+            local out = ollama.encode(req("chat", body), route)
+            assert.equal("POST", out.method)
+            assert.equal("/api/chat", out.path)
+            assert.equal("ndjson", out.stream_format)
+            assert.same({}, out.headers)
+            assert.equal("llama3.2", out.body.model)
+            assert.is_false(out.body.stream)
+            assert.same({ { role = "user", content = "Hi" } }, out.body.messages)
+            assert.is_true(util.is_array(out.body.messages))
+            assert.is_nil(out.body.options)
+            assert.is_nil(out.body.format)
+            assert.is_nil(out.body.tools)
+            -- as the core would send it
+            local wire = h.roundtrip(out.body)
+            assert.is_false(wire.stream)
+        end)
+
+        it("sets stream = true for a streaming request", function()
+            local body = { messages = msgs({ role = "user", content = "Hi" }), stream = true }
+            local out = ollama.encode(req("chat", body, { stream = true }), route)
+            assert.is_true(out.body.stream)
+        end)
+
+        it("uses route.model, not the client's model", function()
+            local body = { model = "general-chat", messages = msgs({ role = "user", content = "x" }) }
+            assert.equal("llama3.2", ollama.encode(req("chat", body), route).body.model)
+        end)
+
+        it("maps max_tokens and sampling parameters to options", function()
+            local body = { messages = msgs({ role = "user", content = "Hi" }), max_tokens = 64,
+                           temperature = 0.2, top_p = 0.9, seed = 42, stop = "\n\n",
+                           frequency_penalty = 0.5, presence_penalty = 0.25 }
+            local o = ollama.encode(req("chat", body, { max_tokens = 64 }), route).body.options
+            assert.same({ num_predict = 64, temperature = 0.2, top_p = 0.9, seed = 42,
+                          stop = { "\n\n" }, frequency_penalty = 0.5, presence_penalty = 0.25 }, o)
+            assert.is_true(util.is_array(o.stop))
+        end)
+
+        it("takes num_predict from req.max_tokens or max_completion_tokens too", function()
+            local m = msgs({ role = "user", content = "Hi" })
+            local o1 = ollama.encode(req("chat", { messages = m }, { max_tokens = 10 }), route)
+            assert.equal(10, o1.body.options.num_predict)
+            local o2 = ollama.encode(req("chat", { messages = m, max_completion_tokens = 12 }), route)
+            assert.equal(12, o2.body.options.num_predict)
+        end)
+
+        it("treats JSON null fields as absent", function()
+            local body = { messages = msgs({ role = "user", content = "Hi" }), temperature = null,
+                           stop = null, max_tokens = null, response_format = null, tools = null }
+            local out = ollama.encode(req("chat", body), route)
+            assert.is_nil(out.body.options)
+            assert.is_nil(out.body.format)
+            assert.is_nil(out.body.tools)
+        end)
+
+        it("keeps stop arrays", function()
+            local body = { messages = msgs({ role = "user", content = "Hi" }),
+                           stop = array({ "a", "b" }) }
+            assert.same({ "a", "b" }, ollama.encode(req("chat", body), route).body.options.stop)
+        end)
+
+        it("maps response_format to format", function()
+            local m = msgs({ role = "user", content = "Hi" })
+            local b1 = { messages = m, response_format = { type = "json_object" } }
+            assert.equal("json", ollama.encode(req("chat", b1), route).body.format)
+            local schema = { type = "object", properties = { a = { type = "string" } } }
+            local b2 = { messages = m, response_format = { type = "json_schema",
+                         json_schema = { name = "x", schema = schema } } }
+            assert.same(schema, ollama.encode(req("chat", b2), route).body.format)
+            local b3 = { messages = m, response_format = { type = "text" } }
+            assert.is_nil(ollama.encode(req("chat", b3), route).body.format)
+        end)
+
+        it("joins text parts and moves data: images to images[]", function()
+            local content = array({
+                { type = "text", text = "What is in" },
+                { type = "text", text = "this picture?" },
+                { type = "image_url", image_url = { url = "data:image/png;base64,iVBORw0KGgo=" } },
+            })
+            local body = { messages = msgs({ role = "system", content = "Be brief." },
+                                           { role = "user", content = content }) }
+            local m = ollama.encode(req("chat", body), route).body.messages
+            assert.same({ role = "system", content = "Be brief." }, m[1])
+            assert.equal("What is in\nthis picture?", m[2].content)
+            assert.same({ "iVBORw0KGgo=" }, m[2].images)
+            assert.is_true(util.is_array(m[2].images))
+        end)
+
+        it("refuses image URLs Ollama cannot fetch and unknown part types", function()
+            local function enc(part)
+                local body = { messages = msgs({ role = "user", content = array({ part }) }) }
+                return function()
+                    ollama.encode(req("chat", body), route)
+                end
+            end
+            assert.has_error(enc({ type = "image_url", image_url = { url = "https://x/cat.png" } }),
+                "ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)")
+            assert.has_error(enc({ type = "input_audio", input_audio = {} }))
+        end)
+
+        it("maps developer to system and null content to an empty string", function()
+            local body = { messages = msgs({ role = "developer", content = "Rules" },
+                                           { role = "assistant", content = null }) }
+            local m = ollama.encode(req("chat", body), route).body.messages
+            assert.same({ role = "system", content = "Rules" }, m[1])
+            assert.same({ role = "assistant", content = "" }, m[2])
+        end)
+
+        it("passes tools through and converts tool-call history", function()
+            local tools = array({ { type = "function", ["function"] = {
+                name = "get_current_weather", description = "Weather",
+                parameters = { type = "object", properties = { location = { type = "string" } } } } } })
+            local body = { tools = tools, messages = msgs(
+                { role = "user", content = "Weather in Paris?" },
+                { role = "assistant", content = null, tool_calls = array({
+                    { id = "call_1", type = "function", ["function"] = {
+                        name = "get_current_weather", arguments = '{"location":"Paris, FR"}' } } }) },
+                { role = "tool", tool_call_id = "call_1", content = "22C" }) }
+            local out = ollama.encode(req("chat", body), route).body
+            assert.equal(tools, out.tools)
+            assert.same({ { ["function"] = { name = "get_current_weather",
+                                             arguments = { location = "Paris, FR" } } } },
+                        out.messages[2].tool_calls)
+            assert.same({ role = "tool", content = "22C", tool_name = "get_current_weather" },
+                        out.messages[3])
+        end)
+
+        it("refuses tool-call arguments that are not JSON", function()
+            local body = { messages = msgs({ role = "assistant", content = "", tool_calls = array({
+                { id = "c", type = "function", ["function"] = { name = "f", arguments = "{oops" } } }) }) }
+            assert.has_error(function()
+                ollama.encode(req("chat", body), route)
+            end)
+        end)
+
+        it("maps completions to /api/generate", function()
+            local body = { prompt = "Why is the sky blue?", max_tokens = 20, temperature = 0 }
+            local out = ollama.encode(req("completions", body, { stream = true }), route)
+            assert.equal("/api/generate", out.path)
+            assert.equal("ndjson", out.stream_format)
+            assert.same({ model = "llama3.2", prompt = "Why is the sky blue?", stream = true,
+                          options = { num_predict = 20, temperature = 0 } }, out.body)
+        end)
+
+        it("uses the first prompt of an array and rejects token prompts", function()
+            local out = ollama.encode(req("completions", { prompt = array({ "one", "two" }) }), route)
+            assert.equal("one", out.body.prompt)
+            assert.is_false(out.body.stream)
+            assert.has_error(function()
+                ollama.encode(req("completions", { prompt = array({ 1, 2, 3 }) }), route)
+            end)
+        end)
+
+        it("maps embeddings to /api/embed with string or array input", function()
+            local out = ollama.encode(req("embeddings", { input = "hello" }), route)
+            assert.equal("/api/embed", out.path)
+            assert.same({ model = "llama3.2", input = "hello" }, out.body)
+            local arr = ollama.encode(req("embeddings", { input = array({ "a", "b" }) }), route)
+            assert.same({ "a", "b" }, arr.body.input)
+            assert.is_true(util.is_array(arr.body.input))
+            assert.is_nil(arr.body.stream)
+            assert.has_error(function()
+                ollama.encode(req("embeddings", { input = array({ array({ 1, 2 }) }) }), route)
+            end)
+        end)
+
+        it("sends a Bearer token only when a key is set", function()
+            local keyed = util.copy(route)
+            keyed.api_key = "secret"
+            local out = ollama.encode(req("embeddings", { input = "x" }), keyed)
+            assert.same({ Authorization = "Bearer secret" }, out.headers)
+        end)
+
+        it("raises on an unknown endpoint", function()
+            assert.has_error(function()
+                ollama.encode(req("audio", {}), route)
+            end)
+        end)
+    end)
+
+    describe("decode", function()
+        it("turns /api/chat into a chat.completion", function()
+            local r = req("chat")
+            local out = ollama.decode(r, h.fixture("ollama/chat.json"))
+            assert.same({
+                id = "chatcmpl-req-1", object = "chat.completion", created = 1700000000,
+                model = "llama3.2",
+                choices = { { index = 0, logprobs = null, finish_reason = "stop",
+                              message = { role = "assistant", content = "Hello! How are you today?",
+                                          refusal = null } } },
+                usage = { prompt_tokens = 26, completion_tokens = 298, total_tokens = 324 },
+            }, out)
+            assert.is_true(util.is_array(out.choices))
+        end)
+
+        it("maps done_reason length", function()
+            local out = ollama.decode(req("chat"), h.fixture("ollama/chat_length.json"))
+            assert.equal("length", out.choices[1].finish_reason)
+        end)
+
+        it("defaults missing counts to 0", function()
+            local resp = h.fixture("ollama/chat.json")
+            resp.prompt_eval_count = nil -- Ollama omits it when the prompt was cached
+            local out = ollama.decode(req("chat"), resp)
+            assert.same({ prompt_tokens = 0, completion_tokens = 298, total_tokens = 298 }, out.usage)
+        end)
+
+        it("returns tool calls in OpenAI shape", function()
+            local out = ollama.decode(req("chat"), h.fixture("ollama/chat_tools.json"))
+            local choice = out.choices[1]
+            assert.equal("tool_calls", choice.finish_reason)
+            assert.equal(null, choice.message.content)
+            local call = choice.message.tool_calls[1]
+            assert.equal("call_req-1_0", call.id)
+            assert.equal("function", call.type)
+            assert.equal("get_current_weather", call["function"].name)
+            assert.is_string(call["function"].arguments)
+            assert.same({ format = "celsius", location = "Paris, FR" },
+                        json.decode(call["function"].arguments))
+        end)
+
+        it("turns /api/generate into a text_completion", function()
+            local out = ollama.decode(req("completions"), h.fixture("ollama/generate.json"))
+            assert.same({
+                id = "cmpl-req-1", object = "text_completion", created = 1700000000,
+                model = "llama3.2",
+                choices = { { index = 0, logprobs = null, finish_reason = "stop",
+                              text = "The sky is blue because it is the color of the sky." } },
+                usage = { prompt_tokens = 26, completion_tokens = 290, total_tokens = 316 },
+            }, out)
+        end)
+
+        it("turns /api/embed into an embedding list", function()
+            local resp = h.fixture("ollama/embed.json")
+            local out = ollama.decode(req("embeddings", { input = array({ "a", "b" }) }), resp)
+            assert.equal("list", out.object)
+            assert.equal("all-minilm", out.model)
+            assert.same({ prompt_tokens = 8, total_tokens = 8 }, out.usage)
+            assert.is_true(util.is_array(out.data))
+            assert.equal(2, #out.data)
+            for i, d in ipairs(out.data) do
+                assert.equal("embedding", d.object)
+                assert.equal(i - 1, d.index)
+                assert.equal(resp.embeddings[i], d.embedding)
+            end
+        end)
+
+        it("packs embeddings as float32 base64 when asked", function()
+            local resp = { model = "m", embeddings = array({ array({ 1.0, -2.0, 0.5 }) }),
+                           prompt_eval_count = 1 }
+            local out = ollama.decode(req("embeddings", { input = "a", encoding_format = "base64" }), resp)
+            local b64 = out.data[1].embedding
+            assert.is_string(b64)
+            -- 1.0, -2.0, 0.5 as little-endian float32: 0000803f 000000c0 0000003f
+            assert.equal("AACAPwAAAMAAAAA/", b64)
+        end)
+
+        it("raises on an error body", function()
+            assert.has_error(function()
+                ollama.decode(req("chat"), { error = "model 'nope' not found" })
+            end, "ollama: model 'nope' not found")
+        end)
+    end)
+
+    describe("decode_event", function()
+        it("turns an /api/chat stream into chat.completion.chunks", function()
+            local r = req("chat", {}, { stream = true })
+            local chunks, state = run_stream(ollama, r, h.ndjson("ollama/chat_stream.ndjson"))
+            assert.equal(6, #chunks)
+            for _, c in ipairs(chunks) do
+                assert_chat_chunk(c, r)
+            end
+            assert.same({ role = "assistant", content = "The" }, chunks[1].choices[1].delta)
+            assert.same({ content = " sky" }, chunks[2].choices[1].delta)
+            local text = {}
+            for i = 1, 5 do
+                assert.equal(null, chunks[i].choices[1].finish_reason)
+                assert.is_nil(chunks[i].usage)
+                text[i] = chunks[i].choices[1].delta.content
+            end
+            assert.equal("The sky is blue.", table.concat(text))
+            local last = chunks[6]
+            assert.same({}, last.choices[1].delta)
+            assert.equal("stop", last.choices[1].finish_reason)
+            assert.same({ prompt_tokens = 26, completion_tokens = 5, total_tokens = 31 }, last.usage)
+            assert.is_true(state.done)
+        end)
+
+        it("produces chunks that serialize as OpenAI expects", function()
+            local r = req("chat", {}, { stream = true })
+            local chunks = run_stream(ollama, r, h.ndjson("ollama/chat_stream.ndjson"))
+            local first = json.encode(chunks[1])
+            assert.matches('"choices":%[{', first)
+            assert.matches('"finish_reason":null', first)
+            assert.matches('"logprobs":null', first)
+            assert.matches('"delta":{}', json.encode(chunks[6]))
+        end)
+
+        it("leaves state.done unset until the final line", function()
+            local r = req("chat", {}, { stream = true })
+            local lines = h.ndjson("ollama/chat_stream.ndjson")
+            table.remove(lines) -- a truncated stream
+            local _, state = run_stream(ollama, r, lines)
+            assert.is_nil(state.done)
+        end)
+
+        it("skips empty non-final lines once started", function()
+            local r = req("chat", {}, { stream = true })
+            local state = { started = true }
+            local out = ollama.decode_event(r, { model = "m", done = false,
+                message = { role = "assistant", content = "" } }, state)
+            assert.equal(0, #out)
+        end)
+
+        it("emits the role chunk even when the first line is the final one", function()
+            local r = req("chat", {}, { stream = true })
+            local chunks, state = run_stream(ollama, r, { { model = "m", done = true,
+                done_reason = "stop", message = { role = "assistant", content = "" },
+                eval_count = 0 } })
+            assert.equal(2, #chunks)
+            assert.same({ role = "assistant", content = "" }, chunks[1].choices[1].delta)
+            assert.equal("stop", chunks[2].choices[1].finish_reason)
+            assert.same({ prompt_tokens = 0, completion_tokens = 0, total_tokens = 0 }, chunks[2].usage)
+            assert.is_true(state.done)
+        end)
+
+        it("streams tool calls with an index and finishes with tool_calls", function()
+            local r = req("chat", {}, { stream = true })
+            local chunks, state = run_stream(ollama, r, h.ndjson("ollama/chat_stream_tools.ndjson"))
+            assert.equal(2, #chunks)
+            for _, c in ipairs(chunks) do
+                assert_chat_chunk(c, r)
+            end
+            local delta = chunks[1].choices[1].delta
+            assert.equal("assistant", delta.role)
+            local call = delta.tool_calls[1]
+            assert.equal(0, call.index)
+            assert.equal("function", call.type)
+            assert.equal("get_current_weather", call["function"].name)
+            assert.same({ format = "celsius", location = "Paris, FR" },
+                        json.decode(call["function"].arguments))
+            assert.equal("tool_calls", chunks[2].choices[1].finish_reason)
+            assert.is_true(state.done)
+        end)
+
+        it("raises on an error line", function()
+            local r = req("chat", {}, { stream = true })
+            local lines = h.ndjson("ollama/chat_stream_error.ndjson")
+            local state = {}
+            assert.equal(1, #ollama.decode_event(r, lines[1], state))
+            assert.has_error(function()
+                ollama.decode_event(r, lines[2], state)
+            end, "ollama: an error was encountered while running the model: unexpected EOF")
+            assert.is_nil(state.done)
+        end)
+
+        it("turns an /api/generate stream into text_completion chunks", function()
+            local r = req("completions", {}, { stream = true })
+            local chunks, state = run_stream(ollama, r, h.ndjson("ollama/generate_stream.ndjson"))
+            assert.equal(4, #chunks)
+            local text = {}
+            for i, c in ipairs(chunks) do
+                assert.equal("text_completion", c.object)
+                assert.equal("cmpl-req-1", c.id)
+                assert.equal(1700000000, c.created)
+                assert.equal("llama3.2", c.model)
+                assert.is_true(util.is_array(c.choices))
+                assert.equal(0, c.choices[1].index)
+                assert.equal(null, c.choices[1].logprobs)
+                text[i] = c.choices[1].text
+            end
+            assert.equal("The sky is blue", table.concat(text))
+            assert.equal(null, chunks[1].choices[1].finish_reason)
+            assert.equal("length", chunks[4].choices[1].finish_reason)
+            assert.same({ prompt_tokens = 26, completion_tokens = 3, total_tokens = 29 }, chunks[4].usage)
+            assert.is_true(state.done)
+        end)
+    end)
+end)

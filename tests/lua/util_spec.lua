@@ -1,0 +1,77 @@
+local h = dofile("tests/lua/helper.lua")
+local util, json = h.util, h.json
+
+describe("moongate.util", function()
+    it("has a named, printable, read-only null", function()
+        local mt = getmetatable(util.null)
+        assert.equal("moongate.null", mt.__name)
+        assert.equal("null", tostring(util.null))
+        assert.has_error(function()
+            util.null.x = 1
+        end)
+        assert.is_true(util.is_null(util.null))
+        assert.is_nil(util.nonnull(util.null))
+        assert.equal(0, util.nonnull(0))
+    end)
+
+    it("marks arrays", function()
+        assert.equal("moongate.array", util.array_mt.__name)
+        local t = {}
+        assert.equal(t, util.array(t))
+        assert.equal(util.array_mt, getmetatable(t))
+        assert.is_true(util.is_array(util.array()))
+        assert.is_true(util.is_array({ 1, 2 }))
+        assert.is_false(util.is_array({}))
+        assert.is_false(util.is_array({ a = 1 }))
+        assert.is_false(util.is_array({ 1, 2, x = 3 }))
+        assert.is_false(util.is_array(util.null))
+        assert.is_false(util.is_array("s"))
+    end)
+
+    it("copies shallowly and keeps the array mark", function()
+        local inner = {}
+        local a = util.array({ inner })
+        local c = util.copy(a)
+        assert.are_not.equal(a, c)
+        assert.equal(inner, c[1])
+        assert.is_true(util.is_array(c))
+    end)
+
+    it("encodes base64", function()
+        assert.equal("", util.base64_encode(""))
+        assert.equal("Zg==", util.base64_encode("f"))
+        assert.equal("Zm8=", util.base64_encode("fo"))
+        assert.equal("Zm9v", util.base64_encode("foo"))
+        assert.equal("Zm9vYmFy", util.base64_encode("foobar"))
+    end)
+end)
+
+describe("moongate.json", function()
+    it("follows the null and array conventions both ways", function()
+        assert.equal("[]", json.encode(util.array()))
+        assert.equal("{}", json.encode({}))
+        assert.equal('{"a":null,"b":[1,2]}', json.encode({ a = util.null, b = { 1, 2 } }))
+        local v = json.decode('{"a":null,"b":[],"c":{}}')
+        assert.equal(util.null, v.a)
+        assert.is_true(util.is_array(v.b))
+        assert.is_false(util.is_array(v.c))
+    end)
+
+    it("round-trips strings, numbers and nesting", function()
+        local s = '{"n":-1.5e3,"i":42,"s":"a\\"b\\\\c\\n\\u00e9\\ud83d\\ude00","t":true,"f":false}'
+        local v = json.decode(s)
+        assert.equal(-1500.0, v.n)
+        assert.equal(42, v.i)
+        assert.equal("integer", math.type(v.i))
+        assert.equal('a"b\\c\né😀', v.s)
+        assert.same(v, json.decode(json.encode(v)))
+    end)
+
+    it("rejects malformed text", function()
+        for _, bad in ipairs({ "", "{", "[1,]", '{"a"}', "nul", "1 2", '"\1"' }) do
+            assert.has_error(function()
+                json.decode(bad)
+            end)
+        end
+    end)
+end)

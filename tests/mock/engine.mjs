@@ -1,0 +1,755 @@
+#!/usr/bin/env node
+// Scriptable mock model engine for moongate's end-to-end tests.
+//
+// It speaks the OpenAI wire (/v1/models, /v1/chat/completions, /v1/completions,
+// /v1/embeddings) and Ollama's native API (/api/chat, /api/generate, /api/embed,
+// /api/tags) in their documented shapes, with deterministic canned answers, and it
+// records every request it sees. Tests script failures through a small control API:
+//
+//   POST /__mock/script   {model?, path?, method?, times?, action: {...}} (or an array of them)
+//   GET  /__mock/requests every request seen (?path=/v1/... filters, ?since=N only seq > N)
+//   GET  /__mock/rules    the rules and how often each was used
+//   POST /__mock/reset    forget rules and records
+//
+// Rules are matched first-in-first-used: the first rule whose model/path/method match and
+// that has uses left decides the answer. Actions (all optional, combinable):
+//   status, headers, body      fixed answer (body: object -> JSON, string -> raw); with a
+//                              status >= 400 and no body, a wire-appropriate error body
+//   headers (alone)            extra headers on the normal answer
+//   delay_first_byte_ms        wait before the status line
+//   delay_first_chunk_ms       send the headers, then wait before the first stream frame
+//   chunk_delay_ms             wait between stream frames
+//   chunks                     number of content pieces (default 5)
+//   reset / reset_after_chunks destroy the socket before anything / after N content frames
+//   truncate_after_chunks      end the response cleanly after N content frames, without the
+//                              final chunk, [DONE] or done:true
+//   garbage / garbage_after_chunks   a non-JSON body (non-stream) or stream line
+//   hang                       never answer
+//
+// This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
+
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import process from 'node:process';
+
+const DEFAULT_CHUNKS = 5;
+const EMBED_DIMS = 8;
+const WORDS = ['says', 'hello', 'from', 'the', 'mock', 'engine'];
+const CONTROL_PREFIX = '/__mock/';
+
+// ---------------------------------------------------------------------------
+// Deterministic content
+// ---------------------------------------------------------------------------
+
+/** The content pieces the mock streams for `model`: n pieces, the first is the model name. */
+export function contentPieces(model, n = DEFAULT_CHUNKS) {
+    const pieces = [];
+    for (let i = 0; i < n; i++) {
+        if (i === 0) pieces.push(String(model));
+        else pieces.push(' ' + (WORDS[i - 1] ?? `w${i}`));
+    }
+    return pieces;
+}
+
+/** The full text the mock answers for `model` with n pieces (e.g. "m says hello from the"). */
+export function contentFor(model, n = DEFAULT_CHUNKS) {
+    return contentPieces(model, n).join('');
+}
+
+/** Deterministic embedding of one input string: EMBED_DIMS floats exactly representable in float32. */
+export function embeddingFor(text) {
+    let h = 2166136261;
+    const s = String(text);
+    for (let i = 0; i < s.length; i++) {
+        h ^= s.charCodeAt(i);
+        h = Math.imul(h, 16777619) >>> 0;
+    }
+    const v = [];
+    for (let j = 0; j < EMBED_DIMS; j++) v.push((((h >>> (j % 24)) + j * 37) % 256) / 256 - 0.5);
+    return v;
+}
+
+function wordCount(s) {
+    if (typeof s !== 'string') return 0;
+    const t = s.trim();
+    return t ? t.split(/\s+/).length : 0;
+}
+
+/** Prompt "tokens" of a chat request: words of every message's text content (at least 1). */
+function promptTokensChat(body) {
+    let n = 0;
+    for (const m of Array.isArray(body?.messages) ? body.messages : []) {
+        if (typeof m?.content === 'string') n += wordCount(m.content);
+        else if (Array.isArray(m?.content))
+            for (const p of m.content) n += wordCount(p?.text);
+    }
+    return Math.max(n, 1);
+}
+
+function promptTokensText(input) {
+    if (Array.isArray(input)) return Math.max(input.reduce((a, s) => a + wordCount(String(s)), 0), 1);
+    return Math.max(wordCount(String(input ?? '')), 1);
+}
+
+function nowSec() {
+    return Math.floor(Date.now() / 1000);
+}
+
+// ---------------------------------------------------------------------------
+// Answers: each builder returns a plan { status, headers, json } for non-stream answers
+// or { status, headers, stream: true, format, lead, content, tail } for streams, where
+// lead/content/tail are arrays of wire strings (content = one frame per piece).
+// ---------------------------------------------------------------------------
+
+function sse(obj) {
+    return `data: ${JSON.stringify(obj)}\n\n`;
+}
+
+function ndjson(obj) {
+    return JSON.stringify(obj) + '\n';
+}
+
+/** How many pieces to produce: the scripted count, cut by the client's token limit. */
+function pieceCount(action, limit) {
+    const n = Number.isInteger(action.chunks) && action.chunks >= 0 ? action.chunks : DEFAULT_CHUNKS;
+    if (Number.isInteger(limit) && limit >= 0 && limit < n) return { n: limit, finish: 'length' };
+    return { n, finish: 'stop' };
+}
+
+function openaiChat(ctx) {
+    const { body, action, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const limit = body.max_completion_tokens ?? body.max_tokens;
+    const { n, finish } = pieceCount(action, limit);
+    const pieces = contentPieces(model, n);
+    const id = `chatcmpl-mock-${seq}`;
+    const created = nowSec();
+    const usage = {
+        prompt_tokens: promptTokensChat(body),
+        completion_tokens: n,
+        total_tokens: promptTokensChat(body) + n,
+    };
+    if (!body.stream) {
+        return {
+            status: 200,
+            json: {
+                id, object: 'chat.completion', created, model,
+                choices: [{
+                    index: 0,
+                    message: { role: 'assistant', content: pieces.join(''), refusal: null, annotations: [] },
+                    logprobs: null,
+                    finish_reason: finish,
+                }],
+                usage,
+                service_tier: 'default',
+                system_fingerprint: 'fp_mock',
+            },
+        };
+    }
+    const withUsage = body.stream_options?.include_usage === true;
+    const chunk = (delta, finishReason) => {
+        const c = {
+            id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_mock',
+            choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }],
+        };
+        if (withUsage) c.usage = null;
+        return sse(c);
+    };
+    const tail = [chunk({}, finish)];
+    if (withUsage) {
+        tail.push(sse({ id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_mock', choices: [], usage }));
+    }
+    tail.push('data: [DONE]\n\n');
+    return {
+        status: 200, stream: true, format: 'sse',
+        lead: [chunk({ role: 'assistant', content: '', refusal: null }, null)],
+        content: pieces.map((p) => chunk({ content: p }, null)),
+        tail,
+    };
+}
+
+function openaiCompletion(ctx) {
+    const { body, action, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const { n, finish } = pieceCount(action, body.max_tokens);
+    const pieces = contentPieces(model, n);
+    const id = `cmpl-mock-${seq}`;
+    const created = nowSec();
+    const pt = promptTokensText(body.prompt);
+    const usage = { prompt_tokens: pt, completion_tokens: n, total_tokens: pt + n };
+    if (!body.stream) {
+        return {
+            status: 200,
+            json: {
+                id, object: 'text_completion', created, model, system_fingerprint: 'fp_mock',
+                choices: [{ text: pieces.join(''), index: 0, logprobs: null, finish_reason: finish }],
+                usage,
+            },
+        };
+    }
+    const withUsage = body.stream_options?.include_usage === true;
+    const chunk = (text, finishReason) => {
+        const c = {
+            id, object: 'text_completion', created, model, system_fingerprint: 'fp_mock',
+            choices: [{ text, index: 0, logprobs: null, finish_reason: finishReason }],
+        };
+        if (withUsage) c.usage = null;
+        return sse(c);
+    };
+    const tail = [chunk('', finish)];
+    if (withUsage) tail.push(sse({ id, object: 'text_completion', created, model, choices: [], usage }));
+    tail.push('data: [DONE]\n\n');
+    return { status: 200, stream: true, format: 'sse', lead: [], content: pieces.map((p) => chunk(p, null)), tail };
+}
+
+function base64Floats(v) {
+    const f = new Float32Array(v);
+    return Buffer.from(f.buffer, f.byteOffset, f.byteLength).toString('base64');
+}
+
+function openaiEmbeddings(ctx) {
+    const { body } = ctx;
+    const model = body.model ?? 'mock-embed';
+    const inputs = Array.isArray(body.input) ? body.input : [body.input ?? ''];
+    const b64 = body.encoding_format === 'base64';
+    const data = inputs.map((s, index) => {
+        const v = embeddingFor(typeof s === 'string' ? s : JSON.stringify(s));
+        return { object: 'embedding', index, embedding: b64 ? base64Floats(v) : v };
+    });
+    const pt = promptTokensText(inputs.map((s) => (typeof s === 'string' ? s : 'x')));
+    return { status: 200, json: { object: 'list', data, model, usage: { prompt_tokens: pt, total_tokens: pt } } };
+}
+
+function openaiModels() {
+    const created = 1700000000;
+    return {
+        status: 200,
+        json: {
+            object: 'list',
+            data: ['mock-chat', 'mock-embed'].map((id) => ({ id, object: 'model', created, owned_by: 'mock' })),
+        },
+    };
+}
+
+function ollamaTimings(pt, n) {
+    return {
+        total_duration: 1000000 * (n + 1),
+        load_duration: 1000,
+        prompt_eval_count: pt,
+        prompt_eval_duration: 100000,
+        eval_count: n,
+        eval_duration: 1000000 * n,
+    };
+}
+
+function ollamaChat(ctx) {
+    const { body, action } = ctx;
+    const model = body.model ?? 'mock-model';
+    const { n, finish } = pieceCount(action, body.options?.num_predict);
+    const pieces = contentPieces(model, n);
+    const pt = promptTokensChat(body);
+    const created_at = new Date().toISOString();
+    const final = (content) => ({
+        model, created_at, message: { role: 'assistant', content },
+        done_reason: finish, done: true, ...ollamaTimings(pt, n),
+    });
+    if (body.stream === false) return { status: 200, json: final(pieces.join('')) };
+    return {
+        status: 200, stream: true, format: 'ndjson', lead: [],
+        content: pieces.map((p) => ndjson({ model, created_at, message: { role: 'assistant', content: p }, done: false })),
+        tail: [ndjson(final(''))],
+    };
+}
+
+function ollamaGenerate(ctx) {
+    const { body, action } = ctx;
+    const model = body.model ?? 'mock-model';
+    const { n, finish } = pieceCount(action, body.options?.num_predict);
+    const pieces = contentPieces(model, n);
+    const pt = promptTokensText(body.prompt);
+    const created_at = new Date().toISOString();
+    const final = (response) => ({
+        model, created_at, response, done: true, done_reason: finish,
+        context: [1, 2, 3], ...ollamaTimings(pt, n),
+    });
+    if (body.stream === false) return { status: 200, json: final(pieces.join('')) };
+    return {
+        status: 200, stream: true, format: 'ndjson', lead: [],
+        content: pieces.map((p) => ndjson({ model, created_at, response: p, done: false })),
+        tail: [ndjson(final(''))],
+    };
+}
+
+function ollamaEmbed(ctx) {
+    const { body } = ctx;
+    const model = body.model ?? 'mock-embed';
+    const inputs = Array.isArray(body.input) ? body.input : [body.input ?? ''];
+    return {
+        status: 200,
+        json: {
+            model,
+            embeddings: inputs.map((s) => embeddingFor(String(s))),
+            total_duration: 14143917,
+            load_duration: 1019500,
+            prompt_eval_count: promptTokensText(inputs),
+        },
+    };
+}
+
+function ollamaTags() {
+    const modified_at = '2024-01-01T00:00:00Z';
+    return {
+        status: 200,
+        json: {
+            models: ['mock-chat:latest', 'mock-embed:latest'].map((name) => ({
+                name, model: name, modified_at, size: 2019393189,
+                digest: 'a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72',
+                details: {
+                    parent_model: '', format: 'gguf', family: 'llama', families: ['llama'],
+                    parameter_size: '3.2B', quantization_level: 'Q4_K_M',
+                },
+            })),
+        },
+    };
+}
+
+const ROUTES = {
+    'GET /v1/models': openaiModels,
+    'POST /v1/chat/completions': openaiChat,
+    'POST /v1/completions': openaiCompletion,
+    'POST /v1/embeddings': openaiEmbeddings,
+    'POST /api/chat': ollamaChat,
+    'POST /api/generate': ollamaGenerate,
+    'POST /api/embed': ollamaEmbed,
+    'POST /api/embeddings': ollamaEmbed,
+    'GET /api/tags': ollamaTags,
+};
+
+function isOllamaPath(path) {
+    return path.startsWith('/api/');
+}
+
+/** An error body in the shape the path's wire uses. */
+function errorBody(path, status, message) {
+    if (isOllamaPath(path)) return { error: message };
+    const type = status === 429 ? 'rate_limit_error'
+        : status === 401 ? 'authentication_error'
+        : status >= 500 ? 'server_error' : 'invalid_request_error';
+    const code = status === 429 ? 'rate_limit_exceeded' : status === 401 ? 'invalid_api_key' : null;
+    return { error: { message, type, param: null, code } };
+}
+
+// ---------------------------------------------------------------------------
+// The server
+// ---------------------------------------------------------------------------
+
+/**
+ * Create a mock engine. Returns { server, listen(port, host) -> Promise<port>, close() }.
+ * Options: { log: function(line) } for debug output (default none).
+ */
+export function createMock(options = {}) {
+    const state = { seq: 0, ruleSeq: 0, rules: [], records: [], live: new Set() };
+    const server = http.createServer({ keepAlive: true, noDelay: true, requestTimeout: 0, headersTimeout: 60000 });
+    server.keepAliveTimeout = 60000;
+    server.maxRequestsPerSocket = 0;
+
+    server.on('request', (req, res) => {
+        const chunks = [];
+        req.on('data', (c) => chunks.push(c));
+        req.on('end', () => {
+            const raw = Buffer.concat(chunks);
+            const url = new URL(req.url, 'http://mock');
+            if (url.pathname.startsWith(CONTROL_PREFIX)) {
+                handleControl(state, req, res, url, raw);
+                return;
+            }
+            handleEngine(state, req, res, url, raw);
+        });
+        req.on('error', () => {});
+    });
+    server.on('clientError', (err, socket) => {
+        if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+        else socket.destroy();
+    });
+
+    return {
+        server,
+        state,
+        listen(port = 0, host = '127.0.0.1') {
+            return new Promise((resolve, reject) => {
+                server.once('error', reject);
+                server.listen(port, host, () => resolve(server.address().port));
+            });
+        },
+        close() {
+            for (const t of state.live) t.cancel();
+            server.closeAllConnections?.();
+            return new Promise((resolve) => server.close(() => resolve()));
+        },
+    };
+}
+
+function sendJson(res, status, obj, headers = {}) {
+    const s = JSON.stringify(obj);
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(s), ...headers });
+    res.end(s);
+}
+
+function handleControl(state, req, res, url, raw) {
+    const what = `${req.method} ${url.pathname}`;
+    if (what === 'POST /__mock/script') {
+        let spec;
+        try {
+            spec = JSON.parse(raw.toString('utf8') || '{}');
+        } catch {
+            sendJson(res, 400, { error: 'script body is not JSON' });
+            return;
+        }
+        const list = Array.isArray(spec) ? spec : [spec];
+        const ids = [];
+        for (const r of list) {
+            const rule = {
+                id: ++state.ruleSeq,
+                model: r.model,
+                path: r.path,
+                method: r.method,
+                times: Number.isInteger(r.times) ? r.times : Infinity,
+                used: 0,
+                action: r.action ?? {},
+            };
+            state.rules.push(rule);
+            ids.push(rule.id);
+        }
+        sendJson(res, 200, { ok: true, ids });
+        return;
+    }
+    if (what === 'GET /__mock/requests') {
+        const since = Number(url.searchParams.get('since') ?? 0);
+        const path = url.searchParams.get('path');
+        const list = state.records.filter((r) => r.seq > since && (!path || r.path === path));
+        sendJson(res, 200, list);
+        return;
+    }
+    if (what === 'GET /__mock/rules') {
+        sendJson(res, 200, state.rules.map((r) => ({ ...r, times: r.times === Infinity ? null : r.times })));
+        return;
+    }
+    if (what === 'POST /__mock/reset') {
+        state.rules = [];
+        state.records = [];
+        sendJson(res, 200, { ok: true });
+        return;
+    }
+    sendJson(res, 404, { error: `unknown control endpoint ${what}` });
+}
+
+function matchRule(state, method, path, model) {
+    for (const r of state.rules) {
+        if (r.used >= r.times) continue;
+        if (r.path !== undefined && r.path !== path) continue;
+        if (r.method !== undefined && r.method !== method) continue;
+        if (r.model !== undefined && r.model !== model) continue;
+        r.used++;
+        return r;
+    }
+    return null;
+}
+
+/** A request in flight: timers that die with the connection, and its record. */
+class Task {
+    constructor(state, req, res, record) {
+        this.state = state;
+        this.req = req;
+        this.res = res;
+        this.record = record;
+        this.timers = new Set();
+        this.dead = false;
+        this.byMock = false;
+        state.live.add(this);
+        res.on('finish', () => this.finish());
+        res.on('close', () => {
+            if (!this.record.finished && !this.byMock) this.record.closed_early = true;
+            this.end();
+        });
+    }
+
+    finish() {
+        this.record.finished = true;
+        this.end();
+    }
+
+    end() {
+        if (this.record.ended_at === null) this.record.ended_at = Date.now();
+        this.cancel();
+    }
+
+    cancel() {
+        this.dead = true;
+        for (const t of this.timers) clearTimeout(t);
+        this.timers.clear();
+        this.state.live.delete(this);
+    }
+
+    /** Resolves after ms, or never when the connection died meanwhile (callers check dead). */
+    sleep(ms) {
+        if (!ms || ms <= 0) return Promise.resolve();
+        return new Promise((resolve) => {
+            const t = setTimeout(() => {
+                this.timers.delete(t);
+                resolve();
+            }, ms);
+            this.timers.add(t);
+        });
+    }
+
+    /** Destroy the socket on purpose (a reset the mock was told to do). */
+    reset() {
+        this.byMock = true;
+        this.record.reset_by_mock = true;
+        this.res.socket?.resetAndDestroy?.() ?? this.res.socket?.destroy();
+        this.res.destroy();
+    }
+}
+
+async function handleEngine(state, req, res, url, raw) {
+    const path = url.pathname;
+    const text = raw.toString('utf8');
+    let body = text.length ? text : null;
+    let parsed = null;
+    if (text.length) {
+        try {
+            parsed = JSON.parse(text);
+            body = parsed;
+        } catch {
+            parsed = null;
+        }
+    }
+    const model = parsed && typeof parsed === 'object' ? parsed.model : undefined;
+    const rule = matchRule(state, req.method, path, model);
+    const record = {
+        seq: ++state.seq,
+        method: req.method,
+        path,
+        query: url.search,
+        headers: req.headers,
+        body,
+        rule: rule ? rule.id : null,
+        closed_early: false,
+        finished: false,
+        started_at: Date.now(),
+        ended_at: null,
+    };
+    state.records.push(record);
+    const task = new Task(state, req, res, record);
+    const action = rule ? rule.action : {};
+    try {
+        await respond(task, action, path, parsed, text, req.method);
+    } catch (err) {
+        if (!task.dead) {
+            if (!res.headersSent) sendJson(res, 500, errorBody(path, 500, `mock error: ${err.message}`));
+            else res.destroy();
+        }
+    }
+}
+
+async function respond(task, action, path, parsed, text, method) {
+    const { res } = task;
+    if (action.hang) return; // never answer; the record shows closed_early when the client leaves
+    if (action.reset) {
+        await task.sleep(action.delay_first_byte_ms);
+        if (!task.dead) task.reset();
+        return;
+    }
+    await task.sleep(action.delay_first_byte_ms);
+    if (task.dead) return;
+
+    const extra = action.headers ?? {};
+    if (action.status !== undefined || action.body !== undefined) {
+        const status = action.status ?? 200;
+        let body = action.body;
+        if (body === undefined) body = status >= 400 ? errorBody(path, status, `mock scripted status ${status}`) : {};
+        const s = typeof body === 'string' ? body : JSON.stringify(body);
+        res.writeHead(status, {
+            'Content-Type': typeof body === 'string' ? 'text/plain' : 'application/json',
+            'Content-Length': Buffer.byteLength(s),
+            ...extra,
+        });
+        res.end(s);
+        return;
+    }
+
+    const builder = ROUTES[`${method} ${path}`];
+    if (!builder) {
+        const known = Object.keys(ROUTES).some((k) => k.endsWith(' ' + path));
+        const status = known ? 405 : 404;
+        sendJson(res, status, errorBody(path, status, `mock: no route ${method} ${path}`), extra);
+        return;
+    }
+    if (method === 'POST' && (parsed === null || typeof parsed !== 'object')) {
+        sendJson(res, 400, errorBody(path, 400, 'mock: request body is not a JSON object'), extra);
+        return;
+    }
+    const plan = builder({ body: parsed ?? {}, action, seq: task.record.seq });
+
+    if (action.garbage && !plan.stream) {
+        const g = '<html>this is not json</html>\n';
+        res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(g), ...extra });
+        res.end(g);
+        return;
+    }
+    if (!plan.stream) {
+        await sendWhole(task, plan, action, extra);
+        return;
+    }
+    await sendStream(task, plan, action, extra);
+}
+
+/** A non-stream answer, possibly cut: reset/truncate send the first half of the JSON. */
+async function sendWhole(task, plan, action, extra) {
+    const { res } = task;
+    const s = JSON.stringify(plan.json);
+    if (action.reset_after_chunks !== undefined || action.truncate_after_chunks !== undefined) {
+        res.writeHead(plan.status, { 'Content-Type': 'application/json', ...extra });
+        res.write(s.slice(0, Math.floor(s.length / 2)));
+        await task.sleep(action.chunk_delay_ms ?? 20);
+        if (task.dead) return;
+        if (action.reset_after_chunks !== undefined) task.reset();
+        else res.end();
+        return;
+    }
+    res.writeHead(plan.status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(s), ...extra });
+    res.end(s);
+}
+
+async function sendStream(task, plan, action, extra) {
+    const { res } = task;
+    const sseFormat = plan.format === 'sse';
+    res.writeHead(plan.status, {
+        'Content-Type': sseFormat ? 'text/event-stream; charset=utf-8' : 'application/x-ndjson',
+        'Cache-Control': 'no-cache',
+        ...extra,
+    });
+    res.flushHeaders();
+    const garbageLine = sseFormat ? 'data: {this is not json\n\n' : '{this is not json\n';
+    const garbageAt = action.garbage ? 0 : action.garbage_after_chunks;
+    const gap = action.chunk_delay_ms ?? 0;
+    let sentAny = false;
+    const write = async (frame, delay) => {
+        if (sentAny || action.delay_first_chunk_ms) await task.sleep(sentAny ? delay : action.delay_first_chunk_ms);
+        if (task.dead) return false;
+        res.write(frame);
+        sentAny = true;
+        return true;
+    };
+
+    if (garbageAt === 0) {
+        if (!(await write(garbageLine, gap))) return;
+        res.end();
+        return;
+    }
+    for (const f of plan.lead) if (!(await write(f, gap))) return;
+    for (let i = 0; i < plan.content.length; i++) {
+        if (action.reset_after_chunks === i) {
+            await task.sleep(gap);
+            if (!task.dead) task.reset();
+            return;
+        }
+        if (action.truncate_after_chunks === i) {
+            await task.sleep(gap);
+            if (!task.dead) res.end();
+            return;
+        }
+        if (garbageAt === i) {
+            if (!(await write(garbageLine, gap))) return;
+            res.end();
+            return;
+        }
+        if (!(await write(plan.content[i], gap))) return;
+    }
+    const n = plan.content.length;
+    if (action.reset_after_chunks !== undefined && action.reset_after_chunks >= n) {
+        await task.sleep(gap);
+        if (!task.dead) task.reset();
+        return;
+    }
+    if (action.truncate_after_chunks !== undefined && action.truncate_after_chunks >= n) {
+        await task.sleep(gap);
+        if (!task.dead) res.end();
+        return;
+    }
+    if (garbageAt !== undefined && garbageAt >= n) {
+        if (!(await write(garbageLine, gap))) return;
+        res.end();
+        return;
+    }
+    for (const f of plan.tail) if (!(await write(f, gap))) return;
+    res.end();
+}
+
+// ---------------------------------------------------------------------------
+// CLI
+// ---------------------------------------------------------------------------
+
+const USAGE = `usage: node tests/mock/engine.mjs [--port N] [--host 127.0.0.1] [--demo]
+
+A scriptable mock model engine (OpenAI wire under /v1, Ollama API under /api).
+  --port N     port to listen on (0 = any free port; default 0)
+  --host H     address to bind (default 127.0.0.1)
+  --demo       say loudly on stderr that this is a demo engine with canned answers
+On start it prints one JSON line to stdout: {"mock":"listening","port":N}.
+Control API: POST /__mock/script, GET /__mock/requests, GET /__mock/rules, POST /__mock/reset.`;
+
+function parseArgs(argv) {
+    const opts = { port: 0, host: '127.0.0.1', demo: false };
+    for (let i = 0; i < argv.length; i++) {
+        const a = argv[i];
+        if (a === '--port') opts.port = Number(argv[++i]);
+        else if (a.startsWith('--port=')) opts.port = Number(a.slice(7));
+        else if (a === '--host') opts.host = argv[++i];
+        else if (a.startsWith('--host=')) opts.host = a.slice(7);
+        else if (a === '--demo') opts.demo = true;
+        else if (a === '--help' || a === '-h') {
+            process.stdout.write(USAGE + '\n');
+            process.exit(0);
+        } else {
+            process.stderr.write(`mock: unknown argument ${a}\n${USAGE}\n`);
+            process.exit(2);
+        }
+    }
+    if (!Number.isInteger(opts.port) || opts.port < 0 || opts.port > 65535) {
+        process.stderr.write(`mock: bad --port\n`);
+        process.exit(2);
+    }
+    return opts;
+}
+
+async function main() {
+    const opts = parseArgs(process.argv.slice(2));
+    const mock = createMock();
+    let port;
+    try {
+        port = await mock.listen(opts.port, opts.host);
+    } catch (err) {
+        process.stderr.write(`mock: cannot listen on ${opts.host}:${opts.port}: ${err.message}\n`);
+        process.exit(1);
+    }
+    if (opts.demo) {
+        const bar = '='.repeat(72);
+        process.stderr.write(
+            `\n${bar}\n` +
+            '  DEMO ENGINE - this is moongate\'s mock engine, NOT a language model.\n' +
+            '  Every answer is canned and deterministic (it echoes the model name).\n' +
+            `  OpenAI wire: http://${opts.host}:${port}/v1\n` +
+            `  Ollama API:  http://${opts.host}:${port}\n` +
+            `${bar}\n\n`);
+    }
+    process.stdout.write(JSON.stringify({ mock: 'listening', port }) + '\n');
+    const stop = () => {
+        mock.close().then(() => process.exit(0));
+        setTimeout(() => process.exit(0), 500).unref();
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) main();

@@ -205,7 +205,7 @@ void mg_api_handle(void *server, mg_http_req_t *req)
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;
-        if (req->method != want && !(want == HTTP_GET && req->method == HTTP_HEAD)) {
+        if (req->method != want) {
             mg_api_error(s, req, routes[i].ep, 405, "METHOD_NOT_ALLOWED",
                          routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
             return;

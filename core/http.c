@@ -48,6 +48,7 @@ struct mg_conn_s {
     int handles_open;          /* tcp + timer: freed when both closed */
     timer_mode_t timer_mode;
     int got_bytes;             /* bytes of the current request have arrived */
+    int limit_status;          /* 413 or 431 when a parser callback hit a limit */
 };
 
 static llhttp_settings_t g_settings; /* read-only after first init */
@@ -385,8 +386,8 @@ static int count_head(mg_conn_t *c, size_t len)
 {
     c->header_bytes += len;
     if (c->header_bytes > c->listener->limits.max_header_bytes) {
-        llhttp_set_error_reason(&c->parser, "headers too large");
-        return HPE_USER;
+        c->limit_status = 431;
+        return -1;
     }
     return 0;
 }
@@ -475,8 +476,8 @@ static int on_headers_complete(llhttp_t *p)
     }
     size_t max = c->listener->limits.max_body_bytes;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > max) {
-        llhttp_set_error_reason(p, "body too large");
-        return HPE_USER;
+        c->limit_status = 413;
+        return -1;
     }
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
         if (body_reserve(req, (size_t)p->content_length)) return HPE_USER;
@@ -494,8 +495,8 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     mg_conn_t *c = parser_conn(p);
     mg_http_req_t *req = c->req;
     if (req->body_len + len > c->listener->limits.max_body_bytes) {
-        llhttp_set_error_reason(p, "body too large");
-        return HPE_USER;
+        c->limit_status = 413;
+        return -1;
     }
     if (body_reserve(req, req->body_len + len)) return HPE_USER;
     memcpy(req->body + req->body_len, at, len);
@@ -538,15 +539,14 @@ static long parse_input(mg_conn_t *c, const char *data, size_t len)
         llhttp_resume(&c->parser);
         return pos ? (long)(pos - data) : (long)len;
     }
-    const char *reason = llhttp_get_error_reason(&c->parser);
     if (!c->req) c->req = req_new(c);
     if (!c->req) {
         conn_close(c);
         return -1;
     }
-    if (err == HPE_USER && reason && strcmp(reason, "headers too large") == 0)
+    if (c->limit_status == 431)
         send_error_and_close(c, 431, "HEADERS_TOO_LARGE", "request headers too large");
-    else if (err == HPE_USER && reason && strcmp(reason, "body too large") == 0)
+    else if (c->limit_status == 413)
         send_error_and_close(c, 413, "REQUEST_TOO_LARGE", "request body too large");
     else
         send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request");

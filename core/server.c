@@ -184,7 +184,9 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     s->config_path = strdup(config_path);
     s->next_gen_id = 1;
     s->started_at = (int64_t)time(NULL);
-    snprintf(s->reload_result, sizeof(s->reload_result), "none");
+    /* the start-up load counts as the first (successful) load */
+    snprintf(s->reload_result, sizeof(s->reload_result), "ok");
+    s->reload_at = s->started_at;
     mg_pool_init(&s->pool);
     if (mg_gen_load(config_path, s->next_gen_id, &s->gen, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: %s\n", err);

@@ -5,7 +5,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startEnv, postJson, postStream, sleep, withTimeout } from './lib/harness.mjs';
+import { startEnv, postJson, postStream, sleep, withTimeout, waitFor, RawConn, rawRequest } from './lib/harness.mjs';
 import { contentFor } from '../mock/engine.mjs';
 
 let env;
@@ -98,6 +98,44 @@ test('SIGHUP with a routing policy missing route(): reload fails, serving goes o
     assert.equal((await status()).reload?.result, 'ok');
 });
 
+test('SIGHUP with a syntax error in an adapter: reload fails with adapter file:line, serving goes on', async () => {
+    const adapterPath = path.join(env.lua.adapters, 'openai.lua');
+    const original = fs.readFileSync(adapterPath, 'utf8');
+    const g0 = (await status()).generation;
+    fs.writeFileSync(adapterPath, '-- e2e: broken on purpose\nlocal broken = = 1\n' + original);
+    try {
+        const line = await env.gw.reload();
+        assert.equal(line.result, 'failed', `reload line: ${JSON.stringify(line)}`);
+        assert.match(String(line.error), /openai\.lua:2\b/, `error names the file and line: ${line.error}`);
+        assert.equal((await status()).generation, g0);
+        await chatOk();
+    } finally {
+        fs.writeFileSync(adapterPath, original);
+    }
+    const line = await env.gw.reload();
+    assert.equal(line.result, 'ok', 'the restored adapter reloads');
+});
+
+test('SIGHUP with an invalid config: reload fails with config file:line, serving goes on', async () => {
+    const good = fs.readFileSync(env.configPath, 'utf8');
+    const g0 = (await status()).generation;
+    // a route that names a provider that does not exist
+    const config = structuredClone(env.config);
+    config.models.broken = { routes: [{ provider: 'no-such-provider', model: 'x' }] };
+    env.writeConfig(config);
+    try {
+        const line = await env.gw.reload();
+        assert.equal(line.result, 'failed', `reload line: ${JSON.stringify(line)}`);
+        assert.match(String(line.error), /moongate\.yaml:\d+/, `error names the config file and line: ${line.error}`);
+        assert.equal((await status()).generation, g0);
+        await chatOk();
+    } finally {
+        fs.writeFileSync(env.configPath, good);
+        delete env.config.models.broken;
+    }
+    assert.equal((await env.gw.reload()).result, 'ok');
+});
+
 test('SIGHUP during a long stream: the stream completes normally', async () => {
     await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 100, chunks: 15 } });
     const r = await fetch(`${env.api}/chat/completions`, {
@@ -126,7 +164,7 @@ test('SIGHUP during a long stream: the stream completes normally', async () => {
     assert.equal(events.at(-1).choices[0].finish_reason, 'stop');
 });
 
-test('SIGHUP 5 times under steady load: zero failed requests', async () => {
+test('SIGHUP 5 times under steady load: zero failed requests', async (t) => {
     await env.mock.script({ model: 'up-chat', action: { chunk_delay_ms: 10, chunks: 5 } });
     const CLIENTS = 8;
     const MAX_PER_CLIENT = 150;
@@ -166,6 +204,7 @@ test('SIGHUP 5 times under steady load: zero failed requests', async () => {
         });
         await env.mock.reset();
     }
+    t.diagnostic(`${done} requests by ${CLIENTS} clients, ${failures.length} failed`);
     assert.deepEqual(results.map((l) => l.result), ['ok', 'ok', 'ok', 'ok', 'ok']);
     assert.equal((await status()).generation, g0 + 5);
     assert.ok(done >= CLIENTS * 3, `load too light to mean anything: ${done} requests`);
@@ -173,17 +212,33 @@ test('SIGHUP 5 times under steady load: zero failed requests', async () => {
 });
 
 test('SIGTERM with an in-flight stream: the stream completes, then the process exits 0', async () => {
-    await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 100, chunks: 12 } });
+    await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 100, chunks: 20 } });
     const streamP = postStream(`${env.api}/chat/completions`, { model: 'chat', messages, stream: true }, { timeoutMs: 15000 });
     await env.mock.waitRequest((r) => r.body?.model === 'up-chat' && !r.finished && r.body.stream, { timeoutMs: 3000 });
     await sleep(150);
     env.gw.term();
+    // it stops accepting: a new connection is refused (or at least not served) while the stream drains
+    await waitFor(async () => {
+        let c;
+        try {
+            c = await RawConn.open(env.gw.port, '127.0.0.1', 1000);
+        } catch (err) {
+            return err.code === 'ECONNREFUSED';
+        }
+        try {
+            await c.write(rawRequest('GET', '/health'));
+            const r = await c.readResponse(1000).catch(() => null);
+            return r === null || r.status === 503;
+        } finally {
+            c.close();
+        }
+    }, { timeoutMs: 1500, intervalMs: 100, what: 'the listener to stop accepting after SIGTERM' });
     const s = await streamP;
     assert.equal(s.status, 200);
     assert.equal(s.error, null);
     assert.equal(s.data.at(-1), '[DONE]');
     assert.ok(!s.events.some((e) => e?.error), 'no error event');
-    assert.equal(s.events.slice(0, -1).map((e) => e.choices?.[0]?.delta?.content ?? '').join(''), contentFor('up-chat', 12));
+    assert.equal(s.events.slice(0, -1).map((e) => e.choices?.[0]?.delta?.content ?? '').join(''), contentFor('up-chat', 20));
     const { code, signal } = await env.gw.waitExit(10000);
     assert.equal(signal, null);
     assert.equal(code, 0);

@@ -16,7 +16,7 @@ const IDLE_MS = 500;
 // model up-<name>-<i>); adapter "ollama" for names starting with "ollama-"
 const SCENARIOS = {
     rl: 2, 'rl-all': 2, e500: 2, 'e500-stream': 2, garbage: 1, 'garbage-stream': 1,
-    slow: 1, 'slow-stream': 1, reset: 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
+    slow: 1, 'slow-stream': 1, reset: 1, 'reset-rst': 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
     abort: 1, 'abort-raw': 1, hang: 1,
 };
 
@@ -178,7 +178,7 @@ describe('failover before the first byte', () => {
 
 describe('failures after the stream began', () => {
     test('mid-stream reset -> error event then [DONE]', async () => {
-        await script('up-reset-1', { reset_after_chunks: 2, chunk_delay_ms: 20 });
+        await script('up-reset-1', { reset_after_chunks: 2, chunk_delay_ms: 100 });
         const s = await postStream(`${env.api}/chat/completions`, chat('reset', { stream: true }));
         const chunks = s.events.filter((e) => e?.choices);
         assert.ok(chunks.length >= 1, 'the chunks sent before the reset reached the client');
@@ -187,8 +187,14 @@ describe('failures after the stream began', () => {
         assert.equal(log.outcome, 'error');
     });
 
+    test('mid-stream TCP RST -> error event then [DONE]', async () => {
+        await script('up-reset-rst-1', { reset_after_chunks: 2, chunk_delay_ms: 100, rst: true });
+        const s = await postStream(`${env.api}/chat/completions`, chat('reset-rst', { stream: true }));
+        assertStreamError(s, 'UPSTREAM_ERROR');
+    });
+
     test('mid-stream reset -> the openai SDK iteration throws', async () => {
-        await script('up-reset-sdk-1', { reset_after_chunks: 2, chunk_delay_ms: 20 });
+        await script('up-reset-sdk-1', { reset_after_chunks: 2, chunk_delay_ms: 100 });
         const stream = await client.chat.completions.create(chat('reset-sdk', { stream: true }));
         const got = [];
         await assert.rejects((async () => {
@@ -201,13 +207,13 @@ describe('failures after the stream began', () => {
     });
 
     test('truncated stream (no final chunk, no [DONE]) -> error event, not a clean end', async () => {
-        await script('up-trunc-1', { truncate_after_chunks: 2, chunk_delay_ms: 20 });
+        await script('up-trunc-1', { truncate_after_chunks: 2, chunk_delay_ms: 100 });
         const s = await postStream(`${env.api}/chat/completions`, chat('trunc', { stream: true }));
         assertStreamError(s, 'UPSTREAM_ERROR');
     });
 
     test('truncated ollama stream (no done:true) -> error event', async () => {
-        await script('up-ollama-trunc-1', { truncate_after_chunks: 2, chunk_delay_ms: 20 });
+        await script('up-ollama-trunc-1', { truncate_after_chunks: 2, chunk_delay_ms: 100 });
         const s = await postStream(`${env.api}/chat/completions`, chat('ollama-trunc', { stream: true }));
         assertStreamError(s, 'UPSTREAM_ERROR');
     });

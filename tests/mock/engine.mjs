@@ -21,6 +21,7 @@
 //   chunk_delay_ms             wait between stream frames
 //   chunks                     number of content pieces (default 5)
 //   reset / reset_after_chunks destroy the socket before anything / after N content frames
+//                              (closed with FIN; add rst: true for a TCP RST)
 //   truncate_after_chunks      end the response cleanly after N content frames, without the
 //                              final chunk, [DONE] or done:true
 //   garbage / garbage_after_chunks   a non-JSON body (non-stream) or stream line
@@ -502,11 +503,17 @@ class Task {
         });
     }
 
-    /** Destroy the socket on purpose (a reset the mock was told to do). */
-    reset() {
+    /**
+     * Destroy the socket on purpose (a reset the mock was told to do). By default the socket is
+     * closed (FIN) without finishing the response, as when an engine process dies; with rst
+     * a TCP RST is sent instead (the peer may then lose data it had not read yet).
+     */
+    reset(rst = false) {
         this.byMock = true;
         this.record.reset_by_mock = true;
-        this.res.socket?.resetAndDestroy?.() ?? this.res.socket?.destroy();
+        const sock = this.res.socket;
+        if (rst && sock?.resetAndDestroy) sock.resetAndDestroy();
+        else sock?.destroy();
         this.res.destroy();
     }
 }
@@ -557,7 +564,7 @@ async function respond(task, action, path, parsed, text, method) {
     if (action.hang) return; // never answer; the record shows closed_early when the client leaves
     if (action.reset) {
         await task.sleep(action.delay_first_byte_ms);
-        if (!task.dead) task.reset();
+        if (!task.dead) task.reset(action.rst === true);
         return;
     }
     await task.sleep(action.delay_first_byte_ms);
@@ -613,7 +620,7 @@ async function sendWhole(task, plan, action, extra) {
         res.write(s.slice(0, Math.floor(s.length / 2)));
         await task.sleep(action.chunk_delay_ms ?? 20);
         if (task.dead) return;
-        if (action.reset_after_chunks !== undefined) task.reset();
+        if (action.reset_after_chunks !== undefined) task.reset(action.rst === true);
         else res.end();
         return;
     }
@@ -651,7 +658,7 @@ async function sendStream(task, plan, action, extra) {
     for (let i = 0; i < plan.content.length; i++) {
         if (action.reset_after_chunks === i) {
             await task.sleep(gap);
-            if (!task.dead) task.reset();
+            if (!task.dead) task.reset(action.rst === true);
             return;
         }
         if (action.truncate_after_chunks === i) {
@@ -669,7 +676,7 @@ async function sendStream(task, plan, action, extra) {
     const n = plan.content.length;
     if (action.reset_after_chunks !== undefined && action.reset_after_chunks >= n) {
         await task.sleep(gap);
-        if (!task.dead) task.reset();
+        if (!task.dead) task.reset(action.rst === true);
         return;
     }
     if (action.truncate_after_chunks !== undefined && action.truncate_after_chunks >= n) {
@@ -696,11 +703,12 @@ A scriptable mock model engine (OpenAI wire under /v1, Ollama API under /api).
   --port N     port to listen on (0 = any free port; default 0)
   --host H     address to bind (default 127.0.0.1)
   --demo       say loudly on stderr that this is a demo engine with canned answers
+  --exit-with-stdin  exit when standard input closes (for test harnesses)
 On start it prints one JSON line to stdout: {"mock":"listening","port":N}.
 Control API: POST /__mock/script, GET /__mock/requests, GET /__mock/rules, POST /__mock/reset.`;
 
 function parseArgs(argv) {
-    const opts = { port: 0, host: '127.0.0.1', demo: false };
+    const opts = { port: 0, host: '127.0.0.1', demo: false, exitWithStdin: false };
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i];
         if (a === '--port') opts.port = Number(argv[++i]);
@@ -708,6 +716,7 @@ function parseArgs(argv) {
         else if (a === '--host') opts.host = argv[++i];
         else if (a.startsWith('--host=')) opts.host = a.slice(7);
         else if (a === '--demo') opts.demo = true;
+        else if (a === '--exit-with-stdin') opts.exitWithStdin = true;
         else if (a === '--help' || a === '-h') {
             process.stdout.write(USAGE + '\n');
             process.exit(0);
@@ -750,6 +759,12 @@ async function main() {
     };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
+    if (opts.exitWithStdin) {
+        // the parent holds the other end: when it goes away (even killed), so does the mock
+        process.stdin.on('end', stop);
+        process.stdin.on('error', stop);
+        process.stdin.resume();
+    }
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) main();

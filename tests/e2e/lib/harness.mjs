@@ -68,7 +68,8 @@ export async function deadPort() {
 }
 
 const live = new Set();
-process.on('exit', () => {
+
+function killAll() {
     for (const c of live) {
         try {
             c.kill('SIGKILL');
@@ -76,7 +77,16 @@ process.on('exit', () => {
             /* already gone */
         }
     }
-});
+}
+
+// Last resort: children die with the test process, also when it is interrupted.
+process.on('exit', killAll);
+for (const sig of ['SIGINT', 'SIGTERM']) {
+    process.once(sig, () => {
+        killAll();
+        process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
+    });
+}
 
 /** Read a child's stream as lines; calls onLine(line) for each complete line. */
 function lines(stream, onLine) {
@@ -120,7 +130,9 @@ async function killChild(child, graceMs = 2000) {
 
 /** Start tests/mock/engine.mjs on a free port. */
 export async function startMock({ timeoutMs = 10000 } = {}) {
-    const child = spawn(process.execPath, [MOCK_SCRIPT, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // stdin is a pipe the mock watches: if this process dies, even by SIGKILL, the mock exits too
+    const child = spawn(process.execPath, [MOCK_SCRIPT, '--port', '0', '--exit-with-stdin'],
+        { stdio: ['pipe', 'pipe', 'pipe'] });
     live.add(child);
     child.once('exit', () => live.delete(child));
     let stderr = '';

@@ -1,0 +1,157 @@
+/* Unit tests for core/crypto.c: request id format and uniqueness, SHA-256 against the
+ * FIPS 180-2 vectors, constant-time comparison. */
+#include "crypto.h"
+#include "mgtest.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int is_lower_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+/* "req-" + 24 lowercase hex digits, NUL right after. */
+static int valid_request_id(const char *id)
+{
+    if (strlen(id) != MG_REQUEST_ID_LEN) return 0;
+    if (strncmp(id, "req-", 4) != 0) return 0;
+    for (int i = 4; i < MG_REQUEST_ID_LEN; i++)
+        if (!is_lower_hex(id[i])) return 0;
+    return 1;
+}
+
+static void test_request_id_format(void)
+{
+    CHECK_EQ_INT(MG_REQUEST_ID_LEN, 28);
+    char id[MG_REQUEST_ID_LEN + 1 + 8];
+    memset(id, 'Z', sizeof(id));
+    CHECK_EQ_INT(mg_request_id(id), 0);
+    CHECK(valid_request_id(id));
+    CHECK(id[MG_REQUEST_ID_LEN] == '\0');
+    CHECK(id[MG_REQUEST_ID_LEN + 1] == 'Z'); /* writes nothing past the NUL */
+}
+
+static int cmp_ids(const void *a, const void *b)
+{
+    return memcmp(a, b, MG_REQUEST_ID_LEN + 1);
+}
+
+/* 10k ids: all well-formed, all distinct, and every hex position takes many values
+ * (a constant or counter-like position would show up here). */
+static void test_request_id_unique(void)
+{
+    enum { N = 10000 };
+    char(*ids)[MG_REQUEST_ID_LEN + 1] = malloc((size_t)N * sizeof(*ids));
+    CHECK(ids != NULL);
+    if (!ids) return;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        if (mg_request_id(ids[i]) != 0 || !valid_request_id(ids[i])) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    int seen[MG_REQUEST_ID_LEN][16];
+    memset(seen, 0, sizeof(seen));
+    for (int i = 0; i < N; i++)
+        for (int k = 4; k < MG_REQUEST_ID_LEN; k++) {
+            char c = ids[i][k];
+            int v = c <= '9' ? c - '0' : c - 'a' + 10;
+            if (v >= 0 && v < 16) seen[k][v]++;
+        }
+    int thin_positions = 0;
+    for (int k = 4; k < MG_REQUEST_ID_LEN; k++) {
+        int distinct = 0;
+        for (int v = 0; v < 16; v++) distinct += seen[k][v] > 0;
+        if (distinct < 16) thin_positions++;
+    }
+    CHECK_EQ_INT(thin_positions, 0);
+    qsort(ids, N, sizeof(*ids), cmp_ids);
+    int dups = 0;
+    for (int i = 1; i < N; i++)
+        if (memcmp(ids[i - 1], ids[i], MG_REQUEST_ID_LEN + 1) == 0) dups++;
+    CHECK_EQ_INT(dups, 0);
+    free(ids);
+}
+
+static void test_random_bytes(void)
+{
+    unsigned char a[32], b[32], zero[32];
+    memset(a, 0, sizeof(a));
+    memset(b, 0, sizeof(b));
+    memset(zero, 0, sizeof(zero));
+    CHECK_EQ_INT(mg_random_bytes(a, sizeof(a)), 0);
+    CHECK_EQ_INT(mg_random_bytes(b, sizeof(b)), 0);
+    CHECK(memcmp(a, zero, sizeof(a)) != 0);
+    CHECK(memcmp(a, b, sizeof(a)) != 0);
+    CHECK_EQ_INT(mg_random_bytes(a, 0), 0);
+}
+
+static void sha(const void *data, size_t n, char *out)
+{
+    memset(out, 'Z', 66);
+    mg_sha256_hex(data, n, out);
+}
+
+static void test_sha256_vectors(void)
+{
+    char out[66];
+    sha("", 0, out);
+    CHECK_STR(out, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(out[65] == 'Z');
+    sha("abc", 3, out);
+    CHECK_STR(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    sha(two_blocks, strlen(two_blocks), out);
+    CHECK_STR(out, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    const char *long_msg = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmn"
+                           "hijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+    sha(long_msg, strlen(long_msg), out);
+    CHECK_STR(out, "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    size_t million = 1000000;
+    char *as = malloc(million);
+    CHECK(as != NULL);
+    if (as) {
+        memset(as, 'a', million);
+        sha(as, million, out);
+        CHECK_STR(out, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+        free(as);
+    }
+    /* binary input with NUL bytes: the length counts, not strlen */
+    const unsigned char bin[] = {0x00, 0x01, 0x00};
+    char a[66], b[66];
+    sha(bin, 3, a);
+    sha(bin, 1, b);
+    CHECK(strcmp(a, b) != 0);
+    CHECK(strcmp(b, "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d") == 0);
+}
+
+static void test_const_time_eq(void)
+{
+    CHECK_EQ_INT(mg_const_time_eq("secret", 6, "secret", 6), 1);
+    CHECK_EQ_INT(mg_const_time_eq("secret", 6, "secreT", 6), 0);
+    CHECK_EQ_INT(mg_const_time_eq("secret", 6, "Secret", 6), 0);
+    CHECK_EQ_INT(mg_const_time_eq("secret", 6, "secret!", 7), 0);
+    CHECK_EQ_INT(mg_const_time_eq("secret!", 7, "secret", 6), 0);
+    CHECK_EQ_INT(mg_const_time_eq("", 0, "", 0), 1);
+    CHECK_EQ_INT(mg_const_time_eq("", 0, "x", 1), 0);
+    /* embedded NULs are compared as bytes */
+    CHECK_EQ_INT(mg_const_time_eq("a\0b", 3, "a\0c", 3), 0);
+    CHECK_EQ_INT(mg_const_time_eq("a\0b", 3, "a\0b", 3), 1);
+    /* long buffers differing only in the last byte */
+    char x[4096], y[4096];
+    memset(x, 'q', sizeof(x));
+    memcpy(y, x, sizeof(y));
+    CHECK_EQ_INT(mg_const_time_eq(x, sizeof(x), y, sizeof(y)), 1);
+    y[4095] = 'r';
+    CHECK_EQ_INT(mg_const_time_eq(x, sizeof(x), y, sizeof(y)), 0);
+}
+
+int main(void)
+{
+    MG_RUN(test_request_id_format);
+    MG_RUN(test_request_id_unique);
+    MG_RUN(test_random_bytes);
+    MG_RUN(test_sha256_vectors);
+    MG_RUN(test_const_time_eq);
+    return mg_test_summary();
+}

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
+#include "json.h"
 #include "log.h"
 #include "proxy.h"
 
@@ -68,14 +69,16 @@ void mg_api_error(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int stat
 static void respond_json(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int status,
                          cJSON *obj)
 {
-    char *text = cJSON_PrintUnformatted(obj);
+    mg_buf_t text = {0};
+    int rc = mg_json_print(obj, &text);
     cJSON_Delete(obj);
-    if (!text) {
+    if (rc != 0) {
+        mg_buf_free(&text);
         mg_api_error(s, req, ep, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
-    respond_logged(s, req, ep, status, NULL, text, strlen(text));
-    free(text);
+    respond_logged(s, req, ep, status, NULL, text.data, text.len);
+    mg_buf_free(&text);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -200,18 +200,33 @@ static void append_escaped(mg_logline_t *l, const char *s, size_t n)
         (l)->overflow |= ovf_;                                                                 \
     } while (0)
 
+/* The "ts" prefix up to the seconds changes once a second: format it once. */
+static _Thread_local struct {
+    time_t sec;
+    char text[32];
+} ts_cache = {-1, ""};
+
 void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
 {
     struct timeval tv;
-    struct tm tm;
     gettimeofday(&tv, NULL);
-    gmtime_r(&tv.tv_sec, &tm);
-    l->len = 0;
+    if (tv.tv_sec != ts_cache.sec) {
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        strftime(ts_cache.text, sizeof(ts_cache.text), "%Y-%m-%dT%H:%M:%S", &tm);
+        ts_cache.sec = tv.tv_sec;
+    }
+    int ms = (int)(tv.tv_usec / 1000);
     l->overflow = 0;
-    l->len = (size_t)snprintf(l->buf, sizeof(l->buf),
-                              "{\"ts\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\",\"level\":\"%s\"",
-                              tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                              tm.tm_sec, (int)(tv.tv_usec / 1000), level_names[level]);
+    l->len = 0;
+    append(l, "{\"ts\":\"", 7);
+    append(l, ts_cache.text, strlen(ts_cache.text));
+    char frac[8] = {'.', (char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10),
+                    'Z', '"'};
+    append(l, frac, 6);
+    append(l, ",\"level\":\"", 10);
+    append(l, level_names[level], strlen(level_names[level]));
+    append(l, "\"", 1);
     mg_log_str(l, "msg", msg);
 }
 
@@ -235,20 +250,47 @@ void mg_log_strn(mg_logline_t *l, const char *key, const char *value, size_t n)
     FIELD_END(l);
 }
 
+static size_t format_int(char *end, int64_t value)
+{
+    char *p = end;
+    uint64_t u = value < 0 ? 0ull - (uint64_t)value : (uint64_t)value;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (value < 0) *--p = '-';
+    return (size_t)(end - p);
+}
+
 void mg_log_int(mg_logline_t *l, const char *key, int64_t value)
 {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof(tmp), "%lld", (long long)value);
+    char tmp[24];
+    size_t n = format_int(tmp + sizeof(tmp), value);
     FIELD_BEGIN(l);
     append_key(l, key);
-    append(l, tmp, (size_t)n);
+    append(l, tmp + sizeof(tmp) - n, n);
     FIELD_END(l);
 }
 
+/* Three decimals by integer arithmetic (durations in ms: printf's float path is slow). */
 void mg_log_double(mg_logline_t *l, const char *key, double value)
 {
     char tmp[48];
-    int n = snprintf(tmp, sizeof(tmp), "%.3f", value);
+    int64_t milli = (int64_t)(value * 1000.0 + (value < 0 ? -0.5 : 0.5));
+    int64_t whole = milli / 1000, frac = milli % 1000;
+    if (frac < 0) frac = -frac;
+    size_t w = format_int(tmp + 24, whole);
+    memmove(tmp, tmp + 24 - w, w);
+    int n = (int)w;
+    if (milli < 0 && whole == 0) {
+        memmove(tmp + 1, tmp, (size_t)n);
+        tmp[0] = '-';
+        n++;
+    }
+    tmp[n++] = '.';
+    tmp[n++] = (char)('0' + frac / 100);
+    tmp[n++] = (char)('0' + frac / 10 % 10);
+    tmp[n++] = (char)('0' + frac % 10);
     FIELD_BEGIN(l);
     append_key(l, key);
     append(l, tmp, (size_t)n);

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "json.h"
 #include "log.h"
 #include "sse.h"
 
@@ -52,8 +53,7 @@ typedef struct call_s {
     int adapter, passthrough, ndjson;
     int up_status;
     char retry_after[32];
-    char *buf;                   /* owned: response body (non-stream) or error body */
-    size_t len, cap;
+    mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;
     /* stream state */
@@ -62,8 +62,7 @@ typedef struct call_s {
     cJSON *held_finish;          /* owned: the finish_reason chunk, waiting for usage */
     int upstream_done;
     int stop_stream;             /* the stream was ended early by the gateway */
-    char *out;                   /* owned: SSE bytes batched for the client */
-    size_t out_len, out_cap;
+    mg_buf_t out;                /* owned: SSE bytes batched for the client */
     /* accounting */
     int have_usage;
     long long prompt_tokens, completion_tokens;
@@ -85,22 +84,6 @@ static void try_next(call_t *c);
 static double ms_since(uint64_t from, uint64_t to)
 {
     return from && to >= from ? (double)(to - from) / 1e6 : 0;
-}
-
-static int buf_append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 4096;
-        while (nc < *len + n + 1) nc *= 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = nc;
-    }
-    memcpy(*buf + *len, data, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return 0;
 }
 
 /* Does `"key"` appear followed (after optional spaces and a colon) by `next`?
@@ -177,8 +160,15 @@ static void call_log(call_t *c)
 {
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
+    mg_metrics_t *m = &c->srv->metrics;
+    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
+    if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
+    m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
+    m->tokens_completion_total += (uint64_t)c->completion_tokens;
+    mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
+    if (!mg_log_enabled(level)) return;
     mg_logline_t l;
-    mg_log_begin(&l, c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO, "request");
+    mg_log_begin(&l, level, "request");
     mg_log_str(&l, "request_id", req->request_id);
     mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
     mg_log_str(&l, "path", req->path);
@@ -196,11 +186,6 @@ static void call_log(call_t *c)
     mg_log_int(&l, "completion_tokens", c->completion_tokens);
     mg_log_bool(&l, "tokens_estimated", !c->have_usage);
     mg_log_end(&l);
-    mg_metrics_t *m = &c->srv->metrics;
-    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
-    if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
-    m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
-    m->tokens_completion_total += (uint64_t)c->completion_tokens;
 }
 
 static void call_free(call_t *c)
@@ -218,8 +203,8 @@ static void call_free(call_t *c)
     cJSON_Delete(c->held_finish);
     if (c->sse_ready) mg_sse_free(&c->sse);
     free(c->order);
-    free(c->buf);
-    free(c->out);
+    mg_buf_free(&c->resp);
+    mg_buf_free(&c->out);
     free(c);
 }
 
@@ -260,17 +245,18 @@ static void call_fail(call_t *c, int status, const char *code, const char *msg, 
 
 static void call_respond_json(call_t *c, cJSON *resp)
 {
-    char *s = cJSON_PrintUnformatted(resp);
-    if (!s) {
+    mg_buf_t text = {0};
+    if (mg_json_print(resp, &text) != 0) {
+        mg_buf_free(&text);
         call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
     c->status = 200;
     c->outcome = "ok";
     call_log(c);
-    mg_http_respond(c->req, 200, "application/json", NULL, s, strlen(s));
+    mg_http_respond(c->req, 200, "application/json", NULL, text.data, text.len);
     c->req = NULL;
-    free(s);
+    mg_buf_free(&text);
     call_free(c);
 }
 
@@ -309,29 +295,28 @@ static void fail_exhausted(call_t *c)
 
 static void out_event(call_t *c, const char *json, size_t n)
 {
-    buf_append(&c->out, &c->out_len, &c->out_cap, "data: ", 6);
-    buf_append(&c->out, &c->out_len, &c->out_cap, json, n);
-    buf_append(&c->out, &c->out_len, &c->out_cap, "\n\n", 2);
+    mg_buf_append(&c->out, "data: ", 6);
+    mg_buf_append(&c->out, json, n);
+    mg_buf_append(&c->out, "\n\n", 2);
 }
 
 static void out_json(call_t *c, const cJSON *chunk)
 {
-    char *s = cJSON_PrintUnformatted(chunk);
-    if (!s) return;
-    out_event(c, s, strlen(s));
-    free(s);
+    mg_buf_append(&c->out, "data: ", 6);
+    mg_json_print(chunk, &c->out);
+    mg_buf_append(&c->out, "\n\n", 2);
 }
 
 static void flush_out(call_t *c)
 {
-    if (!c->out_len || !c->req) return;
+    if (!c->out.len || !c->req) return;
     if (!c->client_started) {
         mg_http_stream_begin(c->req, 200, "text/event-stream",
                              "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
         c->client_started = 1;
     }
-    mg_http_stream_write(c->req, c->out, c->out_len);
-    c->out_len = 0;
+    mg_http_stream_write(c->req, c->out.data, c->out.len);
+    c->out.len = 0;
 }
 
 static void emit_held_finish(call_t *c, int with_totals)
@@ -431,7 +416,7 @@ static int upstream_error_event(call_t *c, const cJSON *err)
     if (c->xfer) mg_xfer_cancel(c->xfer);
     c->xfer = NULL;
     attempt_end(c, 0);
-    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done) {
         c->last_fail = FAIL_SERVER;
         try_next(c);
     } else {
@@ -446,7 +431,7 @@ static int garbage_event(call_t *c)
     if (c->xfer) mg_xfer_cancel(c->xfer);
     c->xfer = NULL;
     attempt_end(c, 0);
-    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done) {
         c->last_fail = FAIL_GARBAGE;
         try_next(c);
     } else {
@@ -468,7 +453,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
                    has_key_then(ev->data, ev->data_len, "\"error\"", '"');
     if (!annotate) {
         c->chunks++;
-        buf_append(&c->out, &c->out_len, &c->out_cap, ev->raw, ev->raw_len);
+        mg_buf_append(&c->out, ev->raw, ev->raw_len);
         return 0;
     }
     cJSON *chunk = cJSON_ParseWithLength(ev->data, ev->data_len);
@@ -535,7 +520,7 @@ static void on_up_headers(void *ud, int status)
     c->up_status = status;
     const char *ra = mg_xfer_header(c->xfer, "retry-after");
     snprintf(c->retry_after, sizeof(c->retry_after), "%s", ra ? ra : "");
-    c->len = 0;
+    c->resp.len = 0;
     if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
         c->sse_ready = 1;
@@ -564,8 +549,9 @@ static int on_up_data(void *ud, const char *data, size_t len)
         return c->req && mg_http_write_pending(c->req) ? 1 : 0;
     }
     size_t limit = ok_status ? MAX_RESPONSE_BYTES : MAX_ERROR_BODY_BYTES;
-    if (c->len + len > limit) len = c->len < limit ? limit - c->len : 0;
-    if (len) buf_append(&c->buf, &c->len, &c->cap, data, len);
+    size_t have = c->resp.len;
+    if (have + len > limit) len = have < limit ? limit - have : 0;
+    if (len) mg_buf_append(&c->resp, data, len);
     return 0;
 }
 
@@ -582,7 +568,7 @@ static int parse_retry_after_ms(const char *v)
 /* The upstream's own error message, for a 4xx the client should see. */
 static void upstream_message(call_t *c, char *out, size_t cap)
 {
-    cJSON *j = c->len ? cJSON_ParseWithLength(c->buf, c->len) : NULL;
+    cJSON *j = c->resp.len ? cJSON_ParseWithLength(c->resp.data, c->resp.len) : NULL;
     const cJSON *err = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
     const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
     if (cJSON_IsString(msg)) snprintf(out, cap, "upstream rejected the request: %s", msg->valuestring);
@@ -605,7 +591,7 @@ static void conform_response(call_t *c, cJSON *resp)
 
 static void finish_non_stream(call_t *c)
 {
-    cJSON *resp = cJSON_ParseWithLength(c->buf ? c->buf : "", c->len);
+    cJSON *resp = cJSON_ParseWithLength(c->resp.data ? c->resp.data : "", c->resp.len);
     if (!cJSON_IsObject(resp)) {
         cJSON_Delete(resp);
         attempt_end(c, 0);
@@ -649,7 +635,7 @@ static void finish_stream(call_t *c)
         return;
     }
     attempt_end(c, 0);
-    if (!c->client_started && c->out_len == 0 && !c->first_chunk_done) {
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done) {
         c->last_fail = FAIL_GARBAGE;
         try_next(c);
         return;
@@ -663,7 +649,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
     c->xfer = NULL;
     int status = c->up_status;
     if (result != MG_XFER_OK) {
-        if (c->stream && (c->client_started || c->out_len > 0 || c->first_chunk_done)) {
+        if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
             attempt_end(c, 0);
             int timeout = result == MG_XFER_IDLE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT;
             stream_end_error(c, timeout ? "UPSTREAM_TIMEOUT" : "UPSTREAM_ERROR",
@@ -760,11 +746,11 @@ static int start_attempt(call_t *c, int route_index)
         return -1;
     }
     c->ndjson = enc.ndjson;
-    char *body = cJSON_PrintUnformatted(enc.body ? enc.body : c->body);
+    mg_buf_t body = {0};
     size_t url_len = strlen(c->provider->base_url) + strlen(enc.path) + 1;
     char *url = malloc(url_len);
-    if (!body || !url) {
-        free(body);
+    if (mg_json_print(enc.body ? enc.body : c->body, &body) != 0 || !url) {
+        mg_buf_free(&body);
         free(url);
         mg_encoded_free(&enc);
         return -1;
@@ -774,8 +760,8 @@ static int start_attempt(call_t *c, int route_index)
         .method = enc.method,
         .url = url,
         .headers = base_headers(c, enc.headers),
-        .body = body,
-        .body_len = strlen(body),
+        .body = body.data, /* moved into the transfer */
+        .body_len = body.len,
         .connect_timeout_ms = cfg->timeouts.connect_ms,
         .first_byte_timeout_ms = cfg->timeouts.first_byte_ms,
         .idle_timeout_ms = cfg->timeouts.idle_ms,
@@ -783,7 +769,7 @@ static int start_attempt(call_t *c, int route_index)
     };
     enc.headers = NULL; /* moved into the transfer */
     c->up_status = 0;
-    c->len = 0;
+    c->resp.len = 0;
     c->attempts++;
     int rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
     free(url);

@@ -1,0 +1,120 @@
+/* json: buffer + serializer; see json.h. */
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mg_buf_append(mg_buf_t *b, const void *data, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int mg_buf_append_str(mg_buf_t *b, const char *s)
+{
+    return mg_buf_append(b, s, strlen(s));
+}
+
+void mg_buf_free(mg_buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int mg_json_print_number(double d, mg_buf_t *out)
+{
+    char tmp[40];
+    int n;
+    if (!isfinite(d)) return mg_buf_append(out, "null", 4);
+    if (d == floor(d) && fabs(d) < 1e15) {
+        /* integers: digit by digit, no printf */
+        long long v = (long long)d;
+        char *p = tmp + sizeof(tmp);
+        unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+        do {
+            *--p = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0) *--p = '-';
+        return mg_buf_append(out, p, (size_t)(tmp + sizeof(tmp) - p));
+    }
+    n = snprintf(tmp, sizeof(tmp), "%.15g", d);
+    if (strtod(tmp, NULL) != d) n = snprintf(tmp, sizeof(tmp), "%.17g", d);
+    return mg_buf_append(out, tmp, (size_t)n);
+}
+
+int mg_json_print_string(const char *s, size_t n, mg_buf_t *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (mg_buf_append(out, "\"", 1)) return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        if (i > run && mg_buf_append(out, s + run, i - run)) return -1;
+        char esc[6] = {'\\', 0, 0, 0, 0, 0};
+        size_t el = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            el = 6;
+        }
+        if (mg_buf_append(out, esc, el)) return -1;
+        run = i + 1;
+    }
+    if (n > run && mg_buf_append(out, s + run, n - run)) return -1;
+    return mg_buf_append(out, "\"", 1);
+}
+
+int mg_json_print(const cJSON *v, mg_buf_t *out)
+{
+    if (!v) return mg_buf_append(out, "null", 4);
+    switch (v->type & 0xFF) {
+    case cJSON_NULL: return mg_buf_append(out, "null", 4);
+    case cJSON_False: return mg_buf_append(out, "false", 5);
+    case cJSON_True: return mg_buf_append(out, "true", 4);
+    case cJSON_Number: return mg_json_print_number(v->valuedouble, out);
+    case cJSON_String:
+        return mg_json_print_string(v->valuestring, strlen(v->valuestring), out);
+    case cJSON_Raw: return mg_buf_append_str(out, v->valuestring ? v->valuestring : "null");
+    case cJSON_Array:
+    case cJSON_Object: {
+        int obj = (v->type & 0xFF) == cJSON_Object;
+        if (mg_buf_append(out, obj ? "{" : "[", 1)) return -1;
+        for (const cJSON *c = v->child; c; c = c->next) {
+            if (c != v->child && mg_buf_append(out, ",", 1)) return -1;
+            if (obj) {
+                const char *k = c->string ? c->string : "";
+                if (mg_json_print_string(k, strlen(k), out) || mg_buf_append(out, ":", 1)) return -1;
+            }
+            if (mg_json_print(c, out)) return -1;
+        }
+        return mg_buf_append(out, obj ? "}" : "]", 1);
+    }
+    default: return mg_buf_append(out, "null", 4);
+    }
+}

@@ -167,6 +167,9 @@ static void on_write(uv_write_t *w, int status)
         return;
     }
     if (c->closing) return;
+    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (queued == 0 && !c->busy && !c->got_bytes && c->timer_mode != TIMER_IDLE)
+        timer_set(c, TIMER_IDLE);
     if (c->req && c->req->on_drain &&
         uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WRITE_HIGH_WATER / 2)
         c->req->on_drain(c->req->hook_data);
@@ -247,7 +250,8 @@ static size_t format_head(mg_http_req_t *req, char *buf, size_t cap, int status,
                      "X-Request-Id: %s\r\n%s%s\r\n",
                      status, mg_http_reason(status), date_header(c->listener),
                      content_type ? content_type : "application/json", len_line, req->request_id,
-                     keep ? "" : "Connection: close\r\n", extra ? extra : "");
+                     keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n",
+                     extra ? extra : "");
     return n < 0 ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
 }
 
@@ -275,7 +279,8 @@ void mg_http_respond(mg_http_req_t *req, int status, const char *content_type,
                             (long long)body_len);
     uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl), uv_buf_init((char *)body, (unsigned)body_len)};
     req->headers_sent = 1;
-    conn_write(req->conn, bufs, body_len ? 2 : 1);
+    /* HEAD: the headers say what GET would send, the body stays home */
+    conn_write(req->conn, bufs, body_len && req->method != HTTP_HEAD ? 2 : 1);
     req_finish(req);
 }
 
@@ -463,8 +468,17 @@ static int on_headers_complete(llhttp_t *p)
     mg_http_req_t *req = c->req;
     req->method = p->method;
     req->keep_alive = llhttp_should_keep_alive(p);
-    for (size_t i = 0; i < req->n_headers; i++)
-        if (!req->headers[i].value) req->headers[i].value = "";
+    req->http10 = p->http_major == 1 && p->http_minor == 0;
+    p->upgrade = 0; /* no protocol upgrades (h2c, websocket): answer as plain HTTP/1.1 */
+    for (size_t i = 0; i < req->n_headers; i++) {
+        char *v = req->headers[i].value;
+        if (!v) {
+            req->headers[i].value = "";
+            continue;
+        }
+        size_t n = strlen(v); /* llhttp keeps trailing whitespace: drop it */
+        while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t')) v[--n] = '\0';
+    }
     if (req->path) {
         char *q = strchr(req->path, '?');
         if (q) {
@@ -593,7 +607,9 @@ static void conn_pump(mg_conn_t *c)
     c->pumping = 0;
     if (c->closing) return;
     if (c->in_off == c->in_len) c->in_off = c->in_len = 0;
-    if (!c->busy && !c->got_bytes) timer_set(c, TIMER_IDLE);
+    /* idle time starts once the response is out, not while the client still reads it */
+    if (!c->busy && !c->got_bytes && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0)
+        timer_set(c, TIMER_IDLE);
     if (!c->reading && c->in_len - c->in_off < MAX_PENDING_INPUT) {
         conn_read_start(c);
     }

@@ -45,6 +45,7 @@ struct mg_http_req_s {
     char request_id[MG_REQUEST_ID_LEN + 1];
     uint64_t start_ms;         /* loop time when the request began */
     int keep_alive;
+    int http10;                /* HTTP/1.0 request: keep-alive must be said explicitly */
     int headers_sent;          /* response status line and headers written */
     int chunked;
     /* Owner hooks, set by the handler. on_abort: the client left before the response

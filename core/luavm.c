@@ -34,7 +34,7 @@ static void push_json(lua_State *L, const mg_gen_t *g, const cJSON *v, int depth
         lua_pushboolean(L, cJSON_IsTrue(v));
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d == (double)(long long)d && d > -9007199254740992.0 && d < 9007199254740992.0)
+        if (d > -9007199254740992.0 && d < 9007199254740992.0 && d == (double)(long long)d)
             lua_pushinteger(L, (lua_Integer)d);
         else
             lua_pushnumber(L, d);
@@ -472,10 +472,11 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
     lua_pop(L, 1);
     lua_getglobal(L, "require");
     lua_pushstring(L, "moongate.util");
+    int top = lua_gettop(L) - 2;
     if (pcall(L, 1, 1, err, errlen) != 0) return -1;
-    if (lua_getfield(L, -1, "null") != LUA_TTABLE ||
+    if (!lua_istable(L, -1) || lua_getfield(L, -1, "null") != LUA_TTABLE ||
         lua_getfield(L, -2, "array_mt") != LUA_TTABLE) {
-        lua_pop(L, 3);
+        lua_settop(L, top);
         snprintf(err, errlen, "%s/moongate/util.lua: must define util.null and util.array_mt",
                  g->cfg->lua_dir);
         return -1;

@@ -281,9 +281,11 @@ static size_t on_curl_write(char *buf, size_t size, size_t n, void *userp)
     int pause = x->cbs.on_data ? x->cbs.on_data(x->ud, buf, len) : 0;
     if (x->cancelled) return 0;
     if (pause) {
+        /* The bytes were consumed: returning CURL_WRITEFUNC_PAUSE would make curl
+         * deliver them again on resume. Take them, then pause receiving. */
         x->paused = 1;
         uv_timer_stop(&x->timer); /* a slow client is not a stalled upstream */
-        return CURL_WRITEFUNC_PAUSE;
+        curl_easy_pause(x->easy, CURLPAUSE_RECV);
     }
     return len;
 }

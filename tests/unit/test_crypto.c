@@ -3,6 +3,7 @@
 #include "crypto.h"
 #include "mgtest.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,8 @@ static void test_request_id_unique(void)
     int thin_positions = 0;
     for (int k = 4; k < MG_REQUEST_ID_LEN; k++) {
         int distinct = 0;
-        for (int v = 0; v < 16; v++) distinct += seen[k][v] > 0;
+        for (int v = 0; v < 16; v++)
+            distinct += seen[k][v] > 0;
         if (distinct < 16) thin_positions++;
     }
     CHECK_EQ_INT(thin_positions, 0);
@@ -71,6 +73,38 @@ static void test_request_id_unique(void)
         if (memcmp(ids[i - 1], ids[i], MG_REQUEST_ID_LEN + 1) == 0) dups++;
     CHECK_EQ_INT(dups, 0);
     free(ids);
+}
+
+/* Ids made on different threads (each may keep its own block of random bytes) never
+ * collide either. */
+#define PER_THREAD 3000
+static char thread_ids[2][PER_THREAD][MG_REQUEST_ID_LEN + 1];
+
+static void *make_ids(void *arg)
+{
+    char(*ids)[MG_REQUEST_ID_LEN + 1] = arg;
+    for (int i = 0; i < PER_THREAD; i++)
+        if (mg_request_id(ids[i]) != 0) ids[i][0] = '\0';
+    return NULL;
+}
+
+static void test_request_id_threads(void)
+{
+    pthread_t a, b;
+    pthread_create(&a, NULL, make_ids, thread_ids[0]);
+    pthread_create(&b, NULL, make_ids, thread_ids[1]);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    qsort(thread_ids, 2 * PER_THREAD, MG_REQUEST_ID_LEN + 1, cmp_ids);
+    int bad = 0, dups = 0;
+    for (int i = 0; i < 2 * PER_THREAD; i++) {
+        const char *id = thread_ids[i / PER_THREAD][i % PER_THREAD];
+        if (!valid_request_id(id)) bad++;
+        if (i > 0 && strcmp(id, thread_ids[(i - 1) / PER_THREAD][(i - 1) % PER_THREAD]) == 0)
+            dups++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(dups, 0);
 }
 
 static void test_random_bytes(void)
@@ -150,6 +184,7 @@ int main(void)
 {
     MG_RUN(test_request_id_format);
     MG_RUN(test_request_id_unique);
+    MG_RUN(test_request_id_threads);
     MG_RUN(test_random_bytes);
     MG_RUN(test_sha256_vectors);
     MG_RUN(test_const_time_eq);

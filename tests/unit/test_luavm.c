@@ -42,7 +42,8 @@ static int copy_file(const char *from, const char *to)
     }
     char buf[8192];
     size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) fwrite(buf, 1, n, out);
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        fwrite(buf, 1, n, out);
     fclose(in);
     return fclose(out);
 }
@@ -60,9 +61,12 @@ static int copy_tree(const char *from, const char *to)
         snprintf(a, sizeof(a), "%s/%s", from, e->d_name);
         snprintf(b, sizeof(b), "%s/%s", to, e->d_name);
         struct stat st;
-        if (stat(a, &st) != 0) rc = -1;
-        else if (S_ISDIR(st.st_mode)) rc = copy_tree(a, b);
-        else if (S_ISREG(st.st_mode)) rc = copy_file(a, b);
+        if (stat(a, &st) != 0)
+            rc = -1;
+        else if (S_ISDIR(st.st_mode))
+            rc = copy_tree(a, b);
+        else if (S_ISREG(st.st_mode))
+            rc = copy_file(a, b);
     }
     closedir(d);
     return rc;
@@ -278,8 +282,9 @@ static void test_load_success(void)
                "m.json_encode(t.a) .. ' ' .. tostring(t.n == require('moongate.util').null) .. ' ' "
                ".. m.sha256_hex('abc'):sub(1, 8) .. ' ' .. math.type(m.now_ms())",
                "1 string [1,2,{}] true ba7816bf integer");
-    lua_expect(g, "local v, e = require('moongate').json_decode('{bad'); return tostring(v) .. ' ' .. e",
-               "nil invalid JSON");
+    lua_expect(
+        g, "local v, e = require('moongate').json_decode('{bad'); return tostring(v) .. ' ' .. e",
+        "nil invalid JSON");
     mg_gen_unref(g);
     tree_remove();
 }
@@ -394,12 +399,13 @@ static void test_load_adapter_check_string(void)
 static void test_load_adapter_check_raises(void)
 {
     tree_new();
-    write_text("adapters/openai.lua", "local M = { passthrough = true }\n"
-                                      "function M.encode() return {} end\n"
-                                      "function M.check(p)\n"
-                                      "  if p.id == 'oa-nokey' then error('no key for ' .. p.id) end\n"
-                                      "end\n"
-                                      "return M\n");
+    write_text("adapters/openai.lua",
+               "local M = { passthrough = true }\n"
+               "function M.encode() return {} end\n"
+               "function M.check(p)\n"
+               "  if p.id == 'oa-nokey' then error('no key for ' .. p.id) end\n"
+               "end\n"
+               "return M\n");
     char want[600];
     snprintf(want, sizeof(want), "%s:12:", cfg_path);
     expect_load_error(want, "provider 'oa-nokey'", "no key for oa-nokey");
@@ -410,17 +416,19 @@ static void test_load_adapter_check_raises(void)
 static void test_load_adapter_check_sees_provider(void)
 {
     tree_new();
-    write_text("adapters/openai.lua",
-               "local M = { passthrough = true }\n"
-               "function M.encode() return {} end\n"
-               "function M.check(p)\n"
-               "  if p.id ~= 'oa' then return nil end\n"
-               "  local s = table.concat({p.id, p.adapter, p.base_url, tostring(p.api_key),\n"
-               "    p.pool, tostring(p['local']), tostring(p.weight), tostring(p.rpm_limit)}, '|')\n"
-               "  return 'saw ' .. s\n"
-               "end\n"
-               "return M\n");
-    expect_load_error("provider 'oa'", "saw oa|openai|http://127.0.0.1:1/v1|sk-test|main|false|1", NULL);
+    write_text(
+        "adapters/openai.lua",
+        "local M = { passthrough = true }\n"
+        "function M.encode() return {} end\n"
+        "function M.check(p)\n"
+        "  if p.id ~= 'oa' then return nil end\n"
+        "  local s = table.concat({p.id, p.adapter, p.base_url, tostring(p.api_key),\n"
+        "    p.pool, tostring(p['local']), tostring(p.weight), tostring(p.rpm_limit)}, '|')\n"
+        "  return 'saw ' .. s\n"
+        "end\n"
+        "return M\n");
+    expect_load_error("provider 'oa'", "saw oa|openai|http://127.0.0.1:1/v1|sk-test|main|false|1",
+                      NULL);
     tree_remove();
 }
 
@@ -442,12 +450,8 @@ static void test_load_util_without_array_mt(void)
     tree_remove();
 }
 
-/* KNOWN BUG (core/luavm.c, load_library): when util.null is missing, the `||` skips the
- * second lua_getfield, yet lua_pop(L, 3) pops three slots where only two were pushed; the
- * Lua state is corrupted and liblua aborts the process (SIGABRT) instead of returning an
- * error. A broken lua/moongate/util.lua thus kills the gateway on SIGHUP. Enable with
- * -DMG_KNOWN_BUG_UTIL_NULL_POP once fixed (then drop the #ifdef). */
-#ifdef MG_KNOWN_BUG_UTIL_NULL_POP
+/* Regression: a util.lua without util.null once unbalanced the Lua stack in
+ * load_library and aborted the process; it must be an ordinary load error. */
 static void test_load_util_without_null(void)
 {
     tree_new();
@@ -455,7 +459,6 @@ static void test_load_util_without_null(void)
     expect_load_error("util.null", NULL, NULL);
     tree_remove();
 }
-#endif
 
 static void test_load_bad_config(void)
 {
@@ -538,11 +541,13 @@ static void expect_round_trip(const char *json, const char *printed)
 
 static void test_json_round_trip(void)
 {
-    expect_round_trip("{\"a\":{\"b\":{\"c\":[1,{\"d\":\"e\"}]}}}", "{\"a\":{\"b\":{\"c\":[1,{\"d\":\"e\"}]}}}");
+    expect_round_trip("{\"a\":{\"b\":{\"c\":[1,{\"d\":\"e\"}]}}}",
+                      "{\"a\":{\"b\":{\"c\":[1,{\"d\":\"e\"}]}}}");
     expect_round_trip("[]", "[]");
     expect_round_trip("{}", "{}");
     expect_round_trip("null", "null");
-    expect_round_trip("[{\"e\":[]},{\"o\":{}},{\"n\":null}]", "[{\"e\":[]},{\"o\":{}},{\"n\":null}]");
+    expect_round_trip("[{\"e\":[]},{\"o\":{}},{\"n\":null}]",
+                      "[{\"e\":[]},{\"o\":{}},{\"n\":null}]");
 }
 
 /* Object key order is not kept by Lua, so compare structurally where keys > 1. */
@@ -564,11 +569,12 @@ static void test_json_empty_and_null_kept(void)
     cJSON *j = cJSON_Parse("{\"n\":null,\"e\":[],\"o\":{}}");
     mg_lua_push_json(G, j);
     lua_setglobal(G->L, "probe");
-    lua_expect(G,
-               "local u = require('moongate.util'); "
-               "return tostring(probe.n == u.null) .. ' ' .. tostring(getmetatable(probe.e) == u.array_mt)"
-               " .. ' ' .. tostring(getmetatable(probe.o) == nil) .. ' ' .. tostring(u.is_array(probe.e))",
-               "true true true true");
+    lua_expect(
+        G,
+        "local u = require('moongate.util'); "
+        "return tostring(probe.n == u.null) .. ' ' .. tostring(getmetatable(probe.e) == u.array_mt)"
+        " .. ' ' .. tostring(getmetatable(probe.o) == nil) .. ' ' .. tostring(u.is_array(probe.e))",
+        "true true true true");
     lua_pushnil(G->L);
     lua_setglobal(G->L, "probe");
     cJSON_Delete(j);
@@ -614,8 +620,9 @@ static void test_json_numbers(void)
 static void test_json_unicode(void)
 {
     /* UTF-8 strings, escapes and a key with non-ASCII characters */
-    expect_round_trip("[\"h\\u00e9llo \\u2713 \\ud83d\\ude00\",\"tab\\tquote\\\"back\\\\\"]",
-                      "[\"h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\",\"tab\\tquote\\\"back\\\\\"]");
+    expect_round_trip(
+        "[\"h\\u00e9llo \\u2713 \\ud83d\\ude00\",\"tab\\tquote\\\"back\\\\\"]",
+        "[\"h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9f\x98\x80\",\"tab\\tquote\\\"back\\\\\"]");
     expect_round_trip("{\"cl\xc3\xa9\":\"\xe6\x97\xa5\xe6\x9c\xac\"}",
                       "{\"cl\xc3\xa9\":\"\xe6\x97\xa5\xe6\x9c\xac\"}");
 }
@@ -795,7 +802,8 @@ static void test_route_custom_policy(void)
 static int header_count(const struct curl_slist *h)
 {
     int n = 0;
-    for (; h; h = h->next) n++;
+    for (; h; h = h->next)
+        n++;
     return n;
 }
 
@@ -909,18 +917,20 @@ static void test_encode_ollama(void)
 static void test_encode_rejects_bad_results(void)
 {
     tree_new();
-    write_text("adapters/openai.lua",
-               "local M = { passthrough = true }\n"
-               "function M.encode(req, route)\n"
-               "  if req.model == 'method' then return { method = 'DELETE', path = '/x' } end\n"
-               "  if req.model == 'nopath' then return { method = 'POST' } end\n"
-               "  if req.model == 'crlf' then return { path = '/x', headers = { X = 'a\\r\\nB: c' } } end\n"
-               "  if req.model == 'colon' then return { path = '/x', headers = { ['X:Y'] = 'a' } } end\n"
-               "  if req.model == 'notable' then return 'nope' end\n"
-               "  if req.model == 'badbody' then return { path = '/x', body = { f = print } } end\n"
-               "  return { path = '/ok', headers = { ['X-N'] = 5 }, body = { a = 1 } }\n"
-               "end\n"
-               "return M\n");
+    write_text(
+        "adapters/openai.lua",
+        "local M = { passthrough = true }\n"
+        "function M.encode(req, route)\n"
+        "  if req.model == 'method' then return { method = 'DELETE', path = '/x' } end\n"
+        "  if req.model == 'nopath' then return { method = 'POST' } end\n"
+        "  if req.model == 'crlf' then return { path = '/x', headers = { X = 'a\\r\\nB: c' } } "
+        "end\n"
+        "  if req.model == 'colon' then return { path = '/x', headers = { ['X:Y'] = 'a' } } end\n"
+        "  if req.model == 'notable' then return 'nope' end\n"
+        "  if req.model == 'badbody' then return { path = '/x', body = { f = print } } end\n"
+        "  return { path = '/ok', headers = { ['X-N'] = 5 }, body = { a = 1 } }\n"
+        "end\n"
+        "return M\n");
     mg_gen_t *g = load();
     CHECK(g != NULL);
     if (!g) {
@@ -985,8 +995,10 @@ static const char *jstr(const cJSON *o, const char *path)
     snprintf(buf, sizeof(buf), "%s", path);
     const cJSON *cur = o;
     for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
-        if (cJSON_IsArray(cur)) cur = cJSON_GetArrayItem(cur, atoi(tok));
-        else cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        if (cJSON_IsArray(cur))
+            cur = cJSON_GetArrayItem(cur, atoi(tok));
+        else
+            cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
     }
     static char out[1024];
     if (!cur) return "(missing)";
@@ -1055,10 +1067,11 @@ static void test_decode_ollama(void)
         CHECK(cJSON_IsArray(data) && cJSON_GetArraySize(data) == 2);
         CHECK_STR(jstr(o, "data.1.index"), "1");
         CHECK_STR(jstr(o, "data.0.object"), "embedding");
-        cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(data, 0), "embedding"), 0);
+        cJSON *v =
+            cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(data, 0), "embedding"), 0);
         CHECK(v && fabs(v->valuedouble - 0.010071029) < 1e-12);
-        CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(data, 1), "embedding")),
-                     10);
+        CHECK_EQ_INT(
+            cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(data, 1), "embedding")), 10);
         CHECK_STR(jstr(o, "usage.prompt_tokens"), "8");
         cJSON_Delete(o);
     }
@@ -1109,8 +1122,8 @@ static void run_stream(const char *endpoint, const char *file, stream_t *st)
         CHECK(data != NULL);
         cJSON *out = NULL;
         int done = -1;
-        int rc = mg_gen_decode_event(G, a, rr, state, data, &out, &done, st->error,
-                                     sizeof(st->error));
+        int rc =
+            mg_gen_decode_event(G, a, rr, state, data, &out, &done, st->error, sizeof(st->error));
         cJSON_Delete(data);
         CHECK_EQ_INT(lua_gettop(G->L), 0);
         if (rc != 0) {
@@ -1121,7 +1134,8 @@ static void run_stream(const char *endpoint, const char *file, stream_t *st)
         CHECK(cJSON_IsArray(out));
         if (done && !st->done_at) st->done_at = lineno;
         cJSON *c;
-        while ((c = cJSON_DetachItemFromArray(out, 0))) cJSON_AddItemToArray(st->chunks, c);
+        while ((c = cJSON_DetachItemFromArray(out, 0)))
+            cJSON_AddItemToArray(st->chunks, c);
         cJSON_Delete(out);
     }
     free(text);
@@ -1145,9 +1159,12 @@ static void test_decode_event_chat_stream(void)
         CHECK_STR(jstr(c, "created"), "1700000001");
         CHECK_STR(jstr(c, "model"), "llama3.2");
         const char *content = jstr(c, "choices.0.delta.content");
-        if (strcmp(content, "(missing)") != 0) strncat(text, content, sizeof(text) - strlen(text) - 1);
-        if (i == 0) CHECK_STR(jstr(c, "choices.0.delta.role"), "assistant");
-        else CHECK_STR(jstr(c, "choices.0.delta.role"), "(missing)");
+        if (strcmp(content, "(missing)") != 0)
+            strncat(text, content, sizeof(text) - strlen(text) - 1);
+        if (i == 0)
+            CHECK_STR(jstr(c, "choices.0.delta.role"), "assistant");
+        else
+            CHECK_STR(jstr(c, "choices.0.delta.role"), "(missing)");
         if (i < n - 1) {
             /* explicitly null, not absent, on every non-final chunk */
             CHECK_STR(jstr(c, "choices.0.finish_reason"), "(null)");
@@ -1226,9 +1243,7 @@ int main(void)
     MG_RUN(test_load_adapter_check_sees_provider);
     MG_RUN(test_load_missing_util);
     MG_RUN(test_load_util_without_array_mt);
-#ifdef MG_KNOWN_BUG_UTIL_NULL_POP
     MG_RUN(test_load_util_without_null);
-#endif
     MG_RUN(test_load_bad_config);
     MG_RUN(test_refcount);
 

@@ -62,7 +62,8 @@ static size_t parse_name(const char *p, int allow_colon)
 {
     size_t n = 0;
     if (!name_start((unsigned char)p[0]) || (!allow_colon && p[0] == ':')) return 0;
-    while (name_char((unsigned char)p[n]) && (allow_colon || p[n] != ':')) n++;
+    while (name_char((unsigned char)p[n]) && (allow_colon || p[n] != ':'))
+        n++;
     return n;
 }
 
@@ -151,7 +152,8 @@ static void parse_comment(expo_t *e, int lineno, const char *line)
     p++;
     static const char *const types[] = {"counter", "gauge", "histogram", "summary", "untyped"};
     int ok = 0;
-    for (int i = 0; i < 5; i++) ok |= strcmp(p, types[i]) == 0;
+    for (int i = 0; i < 5; i++)
+        ok |= strcmp(p, types[i]) == 0;
     if (!ok) expo_error(e, lineno, line, "unknown TYPE");
     snprintf(f->type, sizeof(f->type), "%s", p);
 }
@@ -211,7 +213,8 @@ static void parse_sample(expo_t *e, int lineno, const char *line)
                 if (strcmp(s->lname[k], s->lname[s->n_labels]) == 0)
                     expo_error(e, lineno, line, "repeated label name");
             s->n_labels++;
-            if (*p == ',') p++;
+            if (*p == ',')
+                p++;
             else if (*p != '}') {
                 expo_error(e, lineno, line, "expected , or }");
                 return;
@@ -295,9 +298,12 @@ static void expo_parse(expo_t *e, const char *text, size_t len)
         } else {
             memcpy(line, p, n);
             line[n] = '\0';
-            if (n == 0) expo_error(e, lineno, line, "empty line");
-            else if (line[0] == '#') parse_comment(e, lineno, line);
-            else parse_sample(e, lineno, line);
+            if (n == 0)
+                expo_error(e, lineno, line, "empty line");
+            else if (line[0] == '#')
+                parse_comment(e, lineno, line);
+            else
+                parse_sample(e, lineno, line);
         }
         p += n + 1;
     }
@@ -362,7 +368,8 @@ static int check_histograms(expo_t *e)
                 if (isinf(lev)) inf_v = e->s[j].value;
             }
             if (!order_ok || !cumulative || inf_v != e->s[i].value || !has_sum)
-                fprintf(stderr, "  histogram %s{%s}: order %d cumulative %d +Inf %g count %g sum %d\n",
+                fprintf(stderr,
+                        "  histogram %s{%s}: order %d cumulative %d +Inf %g count %g sum %d\n",
                         e->fam[f].name, key, order_ok, cumulative, inf_v, e->s[i].value, has_sum);
             CHECK(n_buckets >= 2);
             CHECK(order_ok);
@@ -392,8 +399,9 @@ static double value_of(const expo_t *e, const char *name, const char *l1, const 
                        const char *l2, const char *v2)
 {
     const sample_t *s = find(e, name, l1, v1, l2, v2);
-    if (!s) fprintf(stderr, "  missing sample %s{%s=%s,%s=%s}\n", name, l1 ? l1 : "",
-                    v1 ? v1 : "", l2 ? l2 : "", v2 ? v2 : "");
+    if (!s)
+        fprintf(stderr, "  missing sample %s{%s=%s,%s=%s}\n", name, l1 ? l1 : "", v1 ? v1 : "",
+                l2 ? l2 : "", v2 ? v2 : "");
     return s ? s->value : NAN;
 }
 
@@ -434,7 +442,8 @@ static void test_render_empty_is_valid(void)
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_first_token_seconds_count", NULL, NULL, NULL, NULL) == 0);
     /* every family name has the moongate_ prefix */
-    for (int i = 0; i < E.n_fam; i++) CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0);
+    for (int i = 0; i < E.n_fam; i++)
+        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0);
     free(out);
     mg_pool_free(&pool);
 }
@@ -498,10 +507,10 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "1") == 3); /* le is inclusive */
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "120") == 3);
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "+Inf") == 4);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_count", "endpoint", "chat", NULL,
-                   NULL) == 4);
-    double sum = value_of(&E, "moongate_request_duration_seconds_sum", "endpoint", "chat", NULL,
-                          NULL);
+    CHECK(value_of(&E, "moongate_request_duration_seconds_count", "endpoint", "chat", NULL, NULL) ==
+          4);
+    double sum =
+        value_of(&E, "moongate_request_duration_seconds_sum", "endpoint", "chat", NULL, NULL);
     CHECK(fabs(sum - 501.203) < 1e-6);
     CHECK(find(&E, b, "endpoint", "completions", NULL, NULL) == NULL); /* no observations */
 
@@ -553,7 +562,8 @@ static void test_large_counts_exact(void)
     memset(&m, 0, sizeof(m));
     m.tokens_prompt_total = 12345678901234ULL;
     m.cancelled_total = 10000000;
-    for (int i = 0; i < 3; i++) mg_metrics_request(&m, MG_EP_COMPLETIONS, 200, 0.7);
+    for (int i = 0; i < 3; i++)
+        mg_metrics_request(&m, MG_EP_COMPLETIONS, 200, 0.7);
     mg_pool_t pool;
     mg_pool_init(&pool);
     char *out = NULL;
@@ -564,10 +574,10 @@ static void test_large_counts_exact(void)
     CHECK_EQ_INT(E.errors, 0);
     CHECK(strstr(out, "moongate_tokens_total{direction=\"input\"} 12345678901234\n") != NULL);
     CHECK(strstr(out, "moongate_cancelled_total 10000000\n") != NULL);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions",
-                   "le", "0.5") == 0);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions",
-                   "le", "1") == 3);
+    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
+                   "0.5") == 0);
+    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
+                   "1") == 3);
     CHECK_EQ_INT(check_histograms(&E), 2);
     free(out);
     mg_pool_free(&pool);
@@ -587,13 +597,13 @@ static void test_endpoint_names(void)
 static void test_validator_rejects_bad_text(void)
 {
     const char *bad[] = {
-        "moongate_x 1\n",                                           /* no TYPE */
-        "# HELP a h\n# TYPE a counter\na{l=\"v\"} x\n",             /* bad value */
-        "# HELP a h\n# TYPE a counter\na{l=v} 1\n",                 /* unquoted label */
-        "# HELP a h\n# TYPE a counter\na 1\n# TYPE a counter\n",    /* TYPE after samples */
+        "moongate_x 1\n",                                        /* no TYPE */
+        "# HELP a h\n# TYPE a counter\na{l=\"v\"} x\n",          /* bad value */
+        "# HELP a h\n# TYPE a counter\na{l=v} 1\n",              /* unquoted label */
+        "# HELP a h\n# TYPE a counter\na 1\n# TYPE a counter\n", /* TYPE after samples */
         "# HELP a h\n# TYPE a gauge\n# HELP b h\n# TYPE b gauge\na 1\nb 1\na{x=\"1\"} 2\n",
-        "# HELP a h\n# TYPE a counter\na 1\na 2\n",                 /* duplicate series */
-        "# HELP a h\n# TYPE a counter\na 1",                        /* no final newline */
+        "# HELP a h\n# TYPE a counter\na 1\na 2\n", /* duplicate series */
+        "# HELP a h\n# TYPE a counter\na 1",        /* no final newline */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         fprintf(stderr, "  (expected rejection %zu)\n", i);

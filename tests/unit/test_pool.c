@@ -24,9 +24,9 @@ static mg_config_t *config_with(const char *const *ids, int n)
     if (n > 0) {
         off += (size_t)snprintf(yaml + off, sizeof(yaml) - off, "models:\n");
         for (int i = 0; i < n; i++)
-            off += (size_t)snprintf(yaml + off, sizeof(yaml) - off,
-                                    "  m%d:\n    routes: [ { provider: %s, model: x } ]\n", i,
-                                    ids[i]);
+            off +=
+                (size_t)snprintf(yaml + off, sizeof(yaml) - off,
+                                 "  m%d:\n    routes: [ { provider: %s, model: x } ]\n", i, ids[i]);
     }
     mg_config_t *cfg = NULL;
     if (mg_config_parse("pool.yaml", yaml, off, &cfg, err_buf, sizeof(err_buf)) != 0) {
@@ -157,7 +157,8 @@ static void test_sync_keeps_state_by_id(void)
         CHECK(mg_pool_available(d));
     }
     /* the state array follows the new config's order */
-    for (size_t i = 0; i < p.n; i++) CHECK_STR(p.items[i].id, ids2[i]);
+    for (size_t i = 0; i < p.n; i++)
+        CHECK_STR(p.items[i].id, ids2[i]);
 
     /* syncing the same config again changes nothing */
     CHECK_EQ_INT(mg_pool_sync(&p, c2), 0);

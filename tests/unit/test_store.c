@@ -87,8 +87,8 @@ static void test_open_creates_and_migrates(void)
     CHECK_STR(query1(path, "SELECT COUNT(*) FROM schema_migrations WHERE applied_at IS NULL"), "0");
     CHECK_STR(query1(path, "PRAGMA journal_mode"), "wal");
     /* the schema's tables exist */
-    const char *tables[] = {"providers", "provider_usage_logs", "cooldown_events",
-                            "provider_health", "system_config", "daily_stats"};
+    const char *tables[] = {"providers",       "provider_usage_logs", "cooldown_events",
+                            "provider_health", "system_config",       "daily_stats"};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         char sql[128];
         snprintf(sql, sizeof(sql),
@@ -200,7 +200,8 @@ static void test_open_errors(void)
     snprintf(junk, sizeof(junk), "%s/junk.db", tmpdir);
     f = fopen(junk, "w");
     if (f) {
-        for (int i = 0; i < 200; i++) fputs("this is not an SQLite database file\n", f);
+        for (int i = 0; i < 200; i++)
+            fputs("this is not an SQLite database file\n", f);
         fclose(f);
     }
     s = (mg_store_t *)1;

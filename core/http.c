@@ -49,7 +49,10 @@ struct mg_conn_s {
     timer_mode_t timer_mode;
     int got_bytes;             /* bytes of the current request have arrived */
     int limit_status;          /* 413 or 431 when a parser callback hit a limit */
+    int linger;                /* read and drop input for a while before closing */
 };
+
+#define LINGER_MS 1000
 
 static llhttp_settings_t g_settings; /* read-only after first init */
 static int g_settings_ready;
@@ -333,6 +336,7 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
                      "\"request_id\":\"%s\"}}",
                      msg, type, code, req->request_id);
     c->close_after = 1;
+    c->linger = 1;
     c->busy = 1;
     timer_set(c, TIMER_NONE);
     mg_logline_t l;
@@ -692,12 +696,49 @@ static void on_handle_closed(uv_handle_t *h)
     free(c);
 }
 
+static void close_handles(mg_conn_t *c)
+{
+    if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+/* Lingering close: after an error answer the client may still be sending the
+ * request we refused. Closing with unread input makes the kernel send a reset,
+ * which can destroy our answer before the client reads it; so drain for a while. */
+static void on_linger_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    mg_conn_t *c = h->data;
+    c->in_len = c->in_off = 0; /* whatever arrives now is dropped */
+    if (input_reserve(c, 4096) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in, (unsigned)c->in_cap);
+}
+
+static void on_linger_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    if (nread < 0) close_handles(s->data);
+}
+
+static void on_linger_timeout(uv_timer_t *t)
+{
+    close_handles(t->data);
+}
+
 static void on_shutdown(uv_shutdown_t *sr, int status)
 {
     mg_conn_t *c = sr->data;
     free(sr);
-    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    if (c->linger && status == 0 &&
+        uv_read_start((uv_stream_t *)&c->tcp, on_linger_alloc, on_linger_read) == 0) {
+        uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
+        return;
+    }
+    close_handles(c);
 }
 
 static void conn_close(mg_conn_t *c)

@@ -118,3 +118,91 @@ int mg_json_print(const cJSON *v, mg_buf_t *out)
     default: return mg_buf_append(out, "null", 4);
     }
 }
+
+/* ------------------------------------------------------------------------ */
+/* Scanning without a tree                                                   */
+/* ------------------------------------------------------------------------ */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+/* s[i] is '"': return the index just past the closing quote, or n+1 on error. */
+static size_t skip_string(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (s[i] == '"') return i + 1;
+        if ((unsigned char)s[i] < 0x20) return n + 1;
+    }
+    return n + 1;
+}
+
+/* Return the index just past the value starting at s[i], or n+1 on error. */
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    if (i >= n) return n + 1;
+    if (s[i] == '"') return skip_string(s, i, n);
+    if (s[i] == '{' || s[i] == '[') {
+        /* brackets only need to balance: the upstream's own parser already ran */
+        char stack[64];
+        size_t depth = 0;
+        while (i < n) {
+            char ch = s[i];
+            if (ch == '"') {
+                i = skip_string(s, i, n);
+                if (i > n) return n + 1;
+                continue;
+            }
+            if (ch == '{' || ch == '[') {
+                if (depth == sizeof(stack)) return n + 1;
+                stack[depth++] = ch == '{' ? '}' : ']';
+            } else if (ch == '}' || ch == ']') {
+                if (depth == 0 || stack[depth - 1] != ch) return n + 1;
+                if (--depth == 0) return i + 1;
+            }
+            i++;
+        }
+        return n + 1;
+    }
+    size_t start = i;
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' &&
+           s[i] != '\n' && s[i] != '\r')
+        i++;
+    return i > start ? i : n + 1;
+}
+
+int mg_json_members(const char *s, size_t n, mg_json_member_cb cb, void *ud)
+{
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{') return -1;
+    i = skip_ws(s, i + 1, n);
+    if (i < n && s[i] == '}') return skip_ws(s, i + 1, n) == n ? 0 : -1;
+    for (;;) {
+        if (i >= n || s[i] != '"') return -1;
+        size_t kend = skip_string(s, i, n);
+        if (kend > n) return -1;
+        mg_json_member_t m = {s + i + 1, kend - i - 2, NULL, 0};
+        i = skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':') return -1;
+        i = skip_ws(s, i + 1, n);
+        size_t vend = skip_value(s, i, n);
+        if (vend > n) return -1;
+        m.value = s + i;
+        m.value_len = vend - i;
+        int rc = cb(ud, &m);
+        if (rc) return rc;
+        i = skip_ws(s, vend, n);
+        if (i < n && s[i] == ',') {
+            i = skip_ws(s, i + 1, n);
+            continue;
+        }
+        if (i < n && s[i] == '}') return skip_ws(s, i + 1, n) == n ? 0 : -1;
+        return -1;
+    }
+}

@@ -27,4 +27,23 @@ int mg_json_print_string(const char *s, size_t n, mg_buf_t *out);
 /* Append a number the way mg_json_print does. */
 int mg_json_print_number(double d, mg_buf_t *out);
 
+/* One member of a JSON object, as byte ranges into the scanned text. `key` is the
+ * raw text between the quotes (escapes not decoded); `value` is the member's whole
+ * value text (an object or array with everything inside it). */
+typedef struct mg_json_member_s {
+    const char *key;
+    size_t key_len;
+    const char *value;
+    size_t value_len;
+} mg_json_member_t;
+
+/* Return 0 to continue, non-zero to stop (mg_json_members returns it). */
+typedef int (*mg_json_member_cb)(void *ud, const mg_json_member_t *m);
+
+/* Walk the top-level members of the JSON object in s[0..n) without building a tree.
+ * Returns 0 after the last member, the callback's non-zero value, or -1 when the
+ * text is not a well-formed object at the top level (nested values are checked
+ * for balanced brackets and string syntax only). */
+int mg_json_members(const char *s, size_t n, mg_json_member_cb cb, void *ud);
+
 #endif

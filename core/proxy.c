@@ -43,6 +43,7 @@ typedef struct call_s {
     cJSON *body;                 /* owned: the sanitized client request */
     int stream;
     int client_include_usage;
+    long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
     int req_ref, state_ref;      /* Lua registry references in gen */
     int *order;                  /* owned: candidate route indexes in routing order */
     int n_order, next, attempts;
@@ -80,6 +81,24 @@ static void try_next(call_t *c);
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* Extensions from the edge PRD: accepted from clients, never sent upstream. */
+static const char *const extension_keys[] = {"priority", "session_id", "idempotency_key",
+                                             "timeouts", "routing",    "context_policy",
+                                             "max_output_tokens", "metadata"};
+
+static int member_is(const mg_json_member_t *m, const char *key)
+{
+    size_t n = strlen(key);
+    return m->key_len == n && memcmp(m->key, key, n) == 0;
+}
+
+static int is_extension(const mg_json_member_t *m)
+{
+    for (size_t i = 0; i < sizeof(extension_keys) / sizeof(extension_keys[0]); i++)
+        if (member_is(m, extension_keys[i])) return 1;
+    return 0;
+}
 
 static double ms_since(uint64_t from, uint64_t to)
 {
@@ -589,8 +608,78 @@ static void conform_response(call_t *c, cJSON *resp)
     }
 }
 
+typedef struct {
+    call_t *c;
+    int members;
+    int clash; /* the upstream already uses one of our metadata names */
+} resp_scan_t;
+
+static int scan_response_member(void *ud, const mg_json_member_t *m)
+{
+    resp_scan_t *st = ud;
+    st->members++;
+    if (member_is(m, "usage") && m->value_len && m->value[0] == '{') {
+        cJSON *u = cJSON_ParseWithLength(m->value, m->value_len);
+        take_usage(st->c, u);
+        cJSON_Delete(u);
+    } else if (member_is(m, "request_id") || member_is(m, "logical_model") ||
+               member_is(m, "actual_model") || member_is(m, "timing")) {
+        st->clash = 1;
+    }
+    return 0;
+}
+
+/* Passthrough answers are forwarded as the upstream wrote them, with the gateway's
+ * metadata appended as extra members: no tree is built. Returns 0 when answered,
+ * 1 when the tree path must handle it, -1 when the body is not a JSON object. */
+static int finish_passthrough_json(call_t *c)
+{
+    resp_scan_t st = {c, 0, 0};
+    if (mg_json_members(c->resp.data, c->resp.len, scan_response_member, &st) != 0) return -1;
+    if (st.clash || st.members == 0) return 1;
+    const char *end = c->resp.data + c->resp.len;
+    while (end > c->resp.data && end[-1] != '}') end--;
+    mg_buf_t out = {0};
+    mg_buf_append(&out, c->resp.data, (size_t)(end - 1 - c->resp.data));
+    mg_buf_append_str(&out, ",\"request_id\":\"");
+    mg_buf_append_str(&out, c->req->request_id);
+    mg_buf_append_str(&out, "\",\"logical_model\":");
+    mg_json_print_string(c->model->name, strlen(c->model->name), &out);
+    mg_buf_append_str(&out, ",\"actual_model\":");
+    mg_json_print_string(c->upstream_model, strlen(c->upstream_model), &out);
+    uint64_t now = uv_hrtime();
+    char timing[160];
+    int n = snprintf(timing, sizeof(timing),
+                     ",\"timing\":{\"queue_ms\":%lld,\"first_token_ms\":%lld,\"total_ms\":%lld}}",
+                     (long long)ms_since(c->t_start, c->t_dispatch),
+                     (long long)ms_since(c->t_start, c->t_first), (long long)ms_since(c->t_start, now));
+    if (mg_buf_append(&out, timing, (size_t)n) != 0) {
+        mg_buf_free(&out);
+        return 1;
+    }
+    attempt_end(c, 1);
+    c->status = 200;
+    c->outcome = "ok";
+    call_log(c);
+    mg_http_respond(c->req, 200, "application/json", NULL, out.data, out.len);
+    c->req = NULL;
+    mg_buf_free(&out);
+    call_free(c);
+    return 0;
+}
+
 static void finish_non_stream(call_t *c)
 {
+    if (c->passthrough) {
+        int rc = finish_passthrough_json(c);
+        if (rc == 0) return;
+        if (rc < 0) {
+            attempt_end(c, 0);
+            c->last_fail = FAIL_GARBAGE;
+            try_next(c);
+            return;
+        }
+    }
     cJSON *resp = cJSON_ParseWithLength(c->resp.data ? c->resp.data : "", c->resp.len);
     if (!cJSON_IsObject(resp)) {
         cJSON_Delete(resp);
@@ -722,6 +811,42 @@ static struct curl_slist *base_headers(call_t *c, struct curl_slist *h)
     return h;
 }
 
+typedef struct {
+    call_t *c;
+    mg_buf_t *out;
+} splice_t;
+
+static int splice_member(void *ud, const mg_json_member_t *m)
+{
+    splice_t *sp = ud;
+    if (is_extension(m) || member_is(m, "model") || (sp->c->stream && member_is(m, "stream_options")))
+        return 0;
+    mg_buf_append(sp->out, "\"", 1);
+    mg_buf_append(sp->out, m->key, m->key_len);
+    mg_buf_append(sp->out, "\":", 2);
+    mg_buf_append(sp->out, m->value, m->value_len);
+    mg_buf_append(sp->out, ",", 1);
+    return 0;
+}
+
+/* The upstream body for a passthrough adapter, spliced from the client's bytes:
+ * the same members minus the extensions, with the route's model and the gateway's
+ * stream_options. Equivalent to printing the sanitized tree, at a fraction of the cost. */
+static int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
+{
+    splice_t sp = {c, out};
+    mg_buf_append(out, "{", 1);
+    if (mg_json_members(c->req->body, c->req->body_len, splice_member, &sp) != 0) return -1;
+    mg_buf_append(out, "\"model\":", 8);
+    mg_json_print_string(model, strlen(model), out);
+    if (c->stream) mg_buf_append_str(out, ",\"stream_options\":{\"include_usage\":true}");
+    if (c->mapped_max_tokens >= 0) {
+        mg_buf_append_str(out, ",\"max_tokens\":");
+        mg_json_print_number((double)c->mapped_max_tokens, out);
+    }
+    return mg_buf_append(out, "}", 1);
+}
+
 /* Encode and send to one candidate. 0 when the transfer started. */
 static int start_attempt(call_t *c, int route_index)
 {
@@ -733,8 +858,10 @@ static int start_attempt(call_t *c, int route_index)
     c->upstream_model = r->model;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
-    set_item(c->body, "model", cJSON_CreateString(r->model));
-    if (!c->passthrough) mg_gen_req_set_body(c->gen, c->req_ref, c->body);
+    if (!c->passthrough) {
+        set_item(c->body, "model", cJSON_CreateString(r->model));
+        mg_gen_req_set_body(c->gen, c->req_ref, c->body);
+    }
 
     mg_encoded_t enc;
     char err[512];
@@ -749,7 +876,10 @@ static int start_attempt(call_t *c, int route_index)
     mg_buf_t body = {0};
     size_t url_len = strlen(c->provider->base_url) + strlen(enc.path) + 1;
     char *url = malloc(url_len);
-    if (mg_json_print(enc.body ? enc.body : c->body, &body) != 0 || !url) {
+    int rc = enc.body ? mg_json_print(enc.body, &body)
+             : c->passthrough ? passthrough_body(c, r->model, &body)
+                              : mg_json_print(c->body, &body);
+    if (rc != 0 || !url) {
         mg_buf_free(&body);
         free(url);
         mg_encoded_free(&enc);
@@ -771,7 +901,7 @@ static int start_attempt(call_t *c, int route_index)
     c->up_status = 0;
     c->resp.len = 0;
     c->attempts++;
-    int rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
+    rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
     free(url);
     mg_encoded_free(&enc);
     if (rc != 0) {
@@ -798,11 +928,6 @@ static void try_next(call_t *c)
 /* ------------------------------------------------------------------------ */
 /* Request validation                                                        */
 /* ------------------------------------------------------------------------ */
-
-/* Extensions from the edge PRD: accepted from clients, never sent upstream. */
-static const char *const extension_keys[] = {"priority", "session_id", "idempotency_key",
-                                             "timeouts", "routing",    "context_policy",
-                                             "max_output_tokens", "metadata"};
 
 /* Check the body's shape for the endpoint; NULL when fine, else the problem. */
 static const char *validate(mg_endpoint_t ep, const cJSON *body)
@@ -836,9 +961,12 @@ static void sanitize(call_t *c)
 {
     cJSON *b = c->body;
     const cJSON *mot = cJSON_GetObjectItemCaseSensitive(b, "max_output_tokens");
+    c->mapped_max_tokens = -1;
     if (cJSON_IsNumber(mot) && c->ep != MG_EP_EMBEDDINGS &&
-        !cJSON_HasObjectItem(b, "max_tokens") && !cJSON_HasObjectItem(b, "max_completion_tokens"))
-        cJSON_AddNumberToObject(b, "max_tokens", (double)(long long)mot->valuedouble);
+        !cJSON_HasObjectItem(b, "max_tokens") && !cJSON_HasObjectItem(b, "max_completion_tokens")) {
+        c->mapped_max_tokens = (long long)mot->valuedouble;
+        cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
+    }
     for (size_t i = 0; i < sizeof(extension_keys) / sizeof(extension_keys[0]); i++)
         cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i]);
     c->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;

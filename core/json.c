@@ -129,16 +129,21 @@ static size_t skip_ws(const char *s, size_t i, size_t n)
     return i;
 }
 
-/* s[i] is '"': return the index just past the closing quote, or n+1 on error. */
+/* s[i] is '"': return the index just past the closing quote, or n+1 on error.
+ * memchr finds the candidates; a quote preceded by an odd run of backslashes is
+ * escaped and the search goes on. */
 static size_t skip_string(const char *s, size_t i, size_t n)
 {
-    for (i++; i < n; i++) {
-        if (s[i] == '\\') {
-            i++;
-            continue;
-        }
-        if (s[i] == '"') return i + 1;
-        if ((unsigned char)s[i] < 0x20) return n + 1;
+    size_t start = i + 1;
+    size_t from = start;
+    while (from < n) {
+        const char *q = memchr(s + from, '"', n - from);
+        if (!q) return n + 1;
+        size_t j = (size_t)(q - s);
+        size_t bs = 0;
+        while (j - bs > start && s[j - bs - 1] == '\\') bs++;
+        if (bs % 2 == 0) return j + 1;
+        from = j + 1;
     }
     return n + 1;
 }

@@ -7,15 +7,34 @@
 #include "store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "log.h"
+
+typedef struct write_job_s {
+    struct write_job_s *next;
+    char *sql;       /* owned */
+    int nparams;
+    char **params;   /* owned, entries may be NULL */
+} write_job_t;
+
 struct mg_store_s {
-    sqlite3 *db;
+    sqlite3 *db;         /* migrations, then the writer thread's connection */
+    char *path;          /* owned */
     int version;
+    pthread_t writer;
+    int writer_running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* work queued or stopping */
+    pthread_cond_t done_cv;  /* a batch committed */
+    write_job_t *head, *tail;/* queue, guarded by mu */
+    unsigned long queued, committed;
+    int stopping;
 };
 
 static const char *const migrations[] = {
@@ -59,6 +78,8 @@ static const char *const migrations[] = {
     " created_at TEXT NOT NULL DEFAULT (datetime('now')));"
     "CREATE UNIQUE INDEX idx_daily_date_pool ON daily_stats(date, pool);",
 };
+
+static void *writer_main(void *arg);
 
 static int mkdir_parents(const char *path)
 {
@@ -153,8 +174,145 @@ int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen)
         mg_store_close(s);
         return -1;
     }
+    s->path = strdup(path);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    if (!s->path || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
+        snprintf(err, errlen, "%s: cannot start the writer thread", path);
+        mg_store_close(s);
+        return -1;
+    }
+    s->writer_running = 1;
     *out = s;
     return 0;
+}
+
+static void job_free(write_job_t *j)
+{
+    for (int i = 0; i < j->nparams; i++) free(j->params[i]);
+    free(j->params);
+    free(j->sql);
+    free(j);
+}
+
+static void run_job(sqlite3 *db, write_job_t *j)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, j->sql, -1, &st, NULL) != SQLITE_OK) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot prepare a write: %s", sqlite3_errmsg(db));
+        return;
+    }
+    for (int i = 0; i < j->nparams; i++) {
+        if (j->params[i]) sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, i + 1);
+    }
+    if (sqlite3_step(st) != SQLITE_DONE)
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: write failed: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+}
+
+/* The writer: take everything queued, commit it as one transaction, repeat. */
+static void *writer_main(void *arg)
+{
+    mg_store_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head && s->stopping) break;
+        write_job_t *batch = s->head;
+        unsigned long n = 0;
+        s->head = s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        char err[256];
+        exec(s->db, "BEGIN IMMEDIATE", err, sizeof(err));
+        for (write_job_t *j = batch; j; j = j->next, n++) run_job(s->db, j);
+        if (exec(s->db, "COMMIT", err, sizeof(err)) != 0)
+            mg_log_msg(MG_LOG_ERROR, NULL, "store: commit failed: %s", err);
+        while (batch) {
+            write_job_t *next = batch->next;
+            job_free(batch);
+            batch = next;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->committed += n;
+        pthread_cond_broadcast(&s->done_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params)
+{
+    write_job_t *j = calloc(1, sizeof(*j));
+    if (!j) return -1;
+    j->sql = strdup(sql);
+    j->nparams = nparams;
+    j->params = calloc((size_t)(nparams > 0 ? nparams : 1), sizeof(char *));
+    int oom = !j->sql || !j->params;
+    for (int i = 0; !oom && i < nparams; i++)
+        if (params[i] && !(j->params[i] = strdup(params[i]))) oom = 1;
+    if (oom) {
+        job_free(j);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || !s->writer_running) {
+        pthread_mutex_unlock(&s->mu);
+        job_free(j);
+        return -1;
+    }
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    s->queued++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void mg_store_flush(mg_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    unsigned long target = s->queued;
+    while (s->writer_running && s->committed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
+                   char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = -1;
+    if (sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", db ? sqlite3_errmsg(db) : "cannot open");
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    for (int i = 0; i < nparams; i++) {
+        if (params[i]) sqlite3_bind_text(st, i + 1, params[i], -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, i + 1);
+    }
+    int ncols = sqlite3_column_count(st);
+    const char *cols[64];
+    if (ncols > 64) ncols = 64;
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int i = 0; i < ncols; i++) cols[i] = (const char *)sqlite3_column_text(st, i);
+        cb(ud, ncols, cols);
+    }
+    if (step != SQLITE_DONE) {
+        snprintf(err, errlen, "%s", sqlite3_errmsg(db));
+        goto out;
+    }
+    rc = 0;
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rc;
 }
 
 int mg_store_schema_version(const mg_store_t *s)
@@ -165,6 +323,20 @@ int mg_store_schema_version(const mg_store_t *s)
 void mg_store_close(mg_store_t *s)
 {
     if (!s) return;
+    if (s->writer_running) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->writer, NULL);
+        s->writer_running = 0;
+    }
+    if (s->path) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        pthread_cond_destroy(&s->done_cv);
+    }
     if (s->db) sqlite3_close(s->db);
+    free(s->path);
     free(s);
 }

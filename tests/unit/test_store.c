@@ -212,6 +212,53 @@ static void test_open_errors(void)
     mg_store_close(NULL); /* tolerated */
 }
 
+static void count_rows(void *ud, int ncols, const char *const *cols)
+{
+    int *n = ud;
+    (*n)++;
+    (void)ncols;
+    (void)cols;
+}
+
+/* Writes queued from the caller's thread are committed by the writer thread, in
+ * order, and visible to mg_store_query after a flush; NULL parameters bind NULL. */
+static void test_writer_thread(void)
+{
+    make_tmpdir();
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/w.db", tmpdir);
+    mg_store_t *s = NULL;
+    CHECK_EQ_INT(mg_store_open(path, &s, err, sizeof(err)), 0);
+    for (int i = 0; i < 500; i++) {
+        char key[32], val[32];
+        snprintf(key, sizeof(key), "k%03d", i);
+        snprintf(val, sizeof(val), "%d", i);
+        const char *p[3] = {key, val, i % 2 ? NULL : "even"};
+        CHECK_EQ_INT(mg_store_write(s, "INSERT INTO system_config(key, value, description) "
+                                       "VALUES (?1, ?2, COALESCE(?3, 'odd'))",
+                                    3, p),
+                     0);
+    }
+    /* a later write to the same key wins: order is kept */
+    const char *upd[2] = {"k000", "changed"};
+    CHECK_EQ_INT(mg_store_write(s, "UPDATE system_config SET value = ?2 WHERE key = ?1", 2, upd), 0);
+    mg_store_flush(s);
+    int rows = 0;
+    CHECK_EQ_INT(mg_store_query(s, "SELECT key FROM system_config", 0, NULL, count_rows, &rows, err,
+                                sizeof(err)),
+                 0);
+    CHECK_EQ_INT(rows, 500);
+    CHECK_STR(query1(path, "SELECT value FROM system_config WHERE key='k000'"), "changed");
+    CHECK_STR(query1(path, "SELECT description FROM system_config WHERE key='k001'"), "odd");
+    /* a bad statement is reported, not fatal, and later writes still land */
+    CHECK_EQ_INT(mg_store_write(s, "INSERT INTO no_such_table VALUES (1)", 0, NULL), 0);
+    const char *p2[2] = {"after", "1"};
+    CHECK_EQ_INT(mg_store_write(s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, p2), 0);
+    mg_store_close(s); /* close commits what is queued */
+    CHECK_STR(query1(path, "SELECT value FROM system_config WHERE key='after'"), "1");
+    remove_tmpdir();
+}
+
 int main(void)
 {
     make_tmpdir();
@@ -220,6 +267,7 @@ int main(void)
     MG_RUN(test_data_survives_reopen);
     MG_RUN(test_newer_schema_refused);
     MG_RUN(test_open_errors);
+    MG_RUN(test_writer_thread);
     remove_tmpdir();
     return mg_test_summary();
 }

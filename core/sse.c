@@ -395,14 +395,15 @@ void mg_sse_init(mg_sse_parser_t *p, mg_sse_mode_t mode)
 
 /* Besides the header's contract: the event's pointers are not NUL-terminated; `event` is NULL
  * without an event line and points at "" for an empty one. Any non-zero return (callback stop,
- * oversize event, out of memory) drops the held bytes and the rest of this input: the stream
- * cannot be framed exactly any more and the caller is expected to end it. */
+ * oversize event, out of memory) abandons the rest of this input: the stream cannot be framed
+ * exactly any more and the caller is expected to end it. After a callback stop the parser is
+ * not touched again, so the callback may free the parser (or what embeds it). */
 int mg_sse_feed(mg_sse_parser_t *p, const char *data, size_t len, mg_sse_event_cb cb, void *ud)
 {
     if (len == 0) return 0;
     int r = p->mode == MG_SSE_MODE_NDJSON ? nd_feed(p, data, len, cb, ud)
                                           : sse_feed(p, data, len, cb, ud);
-    if (r) p->len = 0;
+    if (r < 0) p->len = 0; /* our own error: drop what is held; a callback stop leaves p alone */
     return r;
 }
 

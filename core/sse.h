@@ -27,7 +27,8 @@ typedef struct mg_sse_event_s {
     size_t raw_len;
 } mg_sse_event_t;
 
-/* Return 0 to continue, non-zero to stop parsing (mg_sse_feed then returns that value). */
+/* Return 0 to continue, a positive value to stop parsing (mg_sse_feed then returns that
+ * value and does not touch the parser again: the callback may free it). */
 typedef int (*mg_sse_event_cb)(void *ud, const mg_sse_event_t *ev);
 
 typedef struct mg_sse_parser_s {

@@ -350,6 +350,8 @@ export class Gateway {
         });
         child.stderr.setEncoding('utf8');
         child.stderr.on('data', (d) => (this.stderr += d));
+        // MOONGATE_E2E_STDERR=1 shows the gateway's stderr live (sanitizer reports)
+        if (process.env.MOONGATE_E2E_STDERR) child.stderr.on('data', (d) => process.stderr.write(d));
         this.exit = exited(child);
     }
 

@@ -612,6 +612,56 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
     return 0;
 }
 
+static int load_routing(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"local_first", "queue_timeout_ms", "emergency_rpm_ratio",
+                                       NULL};
+    int r = want_map(l, v, line, "routing", keys);
+    if (r <= 0) return r;
+    mg_routing_conf_t *rc = &l->cfg->routing;
+    if (opt_bool(l, v, "routing", "local_first", &rc->local_first) < 0 ||
+        opt_int_field(l, v, "routing", "queue_timeout_ms", 1, MAX_TIMEOUT_MS,
+                      &rc->queue_timeout_ms) < 0 ||
+        opt_positive(l, v, "routing", "emergency_rpm_ratio", 1.0, &rc->emergency_rpm_ratio) < 0)
+        return -1;
+    return 0;
+}
+
+static int load_breaker(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"consecutive_failures", "error_rate_threshold",
+                                       "min_requests",         "window_seconds",
+                                       "open_duration_seconds", "half_open_max_requests", NULL};
+    const char *path = "circuit_breaker";
+    int r = want_map(l, v, line, path, keys);
+    if (r <= 0) return r;
+    mg_breaker_conf_t *b = &l->cfg->breaker;
+    if (opt_int_field(l, v, path, "consecutive_failures", 1, 1000, &b->consecutive_failures) < 0 ||
+        opt_positive(l, v, path, "error_rate_threshold", 1.0, &b->error_rate_threshold) < 0 ||
+        opt_int_field(l, v, path, "min_requests", 1, 1000000, &b->min_requests) < 0 ||
+        opt_int_field(l, v, path, "window_seconds", 1, 86400, &b->window_seconds) < 0 ||
+        opt_int_field(l, v, path, "open_duration_seconds", 1, 86400, &b->open_duration_seconds) < 0 ||
+        opt_int_field(l, v, path, "half_open_max_requests", 1, 1000, &b->half_open_max_requests) < 0)
+        return -1;
+    return 0;
+}
+
+static int load_health(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"probes", "probe_interval_ms", "probe_timeout_ms",
+                                       "load_interval_ms", NULL};
+    int r = want_map(l, v, line, "health", keys);
+    if (r <= 0) return r;
+    mg_health_conf_t *h = &l->cfg->health;
+    if (opt_bool(l, v, "health", "probes", &h->probes) < 0 ||
+        opt_int_field(l, v, "health", "probe_interval_ms", 100, MAX_TIMEOUT_MS,
+                      &h->probe_interval_ms) < 0 ||
+        opt_int_field(l, v, "health", "probe_timeout_ms", 1, MAX_TIMEOUT_MS, &h->probe_timeout_ms) < 0 ||
+        opt_int_field(l, v, "health", "load_interval_ms", 100, MAX_TIMEOUT_MS, &h->load_interval_ms) < 0)
+        return -1;
+    return 0;
+}
+
 /* The api_key: optional; an undefined or empty ${VAR} in it, or an empty value, means
  * "no key". No message here ever shows the value. */
 static int load_api_key(loader_t *l, yaml_node_t *map, const char *path, char **dst)
@@ -634,7 +684,8 @@ static int load_api_key(loader_t *l, yaml_node_t *map, const char *path, char **
 static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
 {
     static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
-                                       "rpm_limit", "tpm_limit", "weight",   "local",   NULL};
+                                       "rpm_limit", "tpm_limit", "weight",   "local",   "engine",
+                                       NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = line_of(v);
@@ -683,8 +734,15 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
     }
     if (opt_int_field(l, v, path, "rpm_limit", 0, INT_MAX, &p->rpm_limit) < 0 ||
         opt_int_field(l, v, path, "tpm_limit", 0, INT_MAX, &p->tpm_limit) < 0 ||
-        opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0)
+        opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0 ||
+        opt_string(l, v, path, "engine", &p->engine) < 0)
         return -1;
+    if (p->engine && strcmp(p->engine, "vllm") && strcmp(p->engine, "llamacpp") &&
+        strcmp(p->engine, "ollama") && strcmp(p->engine, "none")) {
+        field_get(l, v, path, "engine", &f);
+        return fail(l, f.line, "%s.engine must be vllm, llamacpp, ollama or none (got '%s')", path,
+                    shown(p->engine, buf, sizeof buf));
+    }
     return opt_bool(l, v, path, "local", &p->local);
 }
 
@@ -740,14 +798,16 @@ static int cmp_provider_ptr(const void *a, const void *b)
 static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_conf_t *r,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"provider", "model", NULL};
+    static const char *const keys[] = {"provider", "model", "smaller", "priority", NULL};
     char buf[72];
     r->line = line_of(v);
     if (v->type != YAML_MAPPING_NODE)
         return fail(l, r->line, "%s must be a mapping with provider and model", path);
     if (want_map(l, v, r->line, path, keys) < 0 ||
         req_string(l, v, path, "provider", &r->provider) < 0 ||
-        req_string(l, v, path, "model", &r->model) < 0)
+        req_string(l, v, path, "model", &r->model) < 0 ||
+        opt_bool(l, v, path, "smaller", &r->smaller) < 0 ||
+        opt_int_field(l, v, path, "priority", 0, 1000, &r->priority) < 0)
         return -1;
     if (!valid_name(r->model))
         return fail(l, r->line,
@@ -838,7 +898,9 @@ static const struct {
     {"server", load_server},     {"storage", load_storage},
     {"auth", load_auth},         {"lua", load_lua},
     {"log", load_log},           {"upstream", load_upstream},
-    {"timeouts", load_timeouts}, {"providers", load_providers},
+    {"timeouts", load_timeouts}, {"routing", load_routing},
+    {"circuit_breaker", load_breaker}, {"health", load_health},
+    {"providers", load_providers},
     {"models", load_models},
 };
 
@@ -879,6 +941,28 @@ static int set_defaults(loader_t *l, const char *name)
         .header_read_ms = 10000,
         .keepalive_idle_ms = 75000,
         .drain_ms = 30000,
+    };
+    c->routing = (mg_routing_conf_t){
+        .local_first = true,
+        .queue_timeout_ms = 30000,
+        .emergency_rpm_ratio = 0.1,
+    };
+    /* Sidecar V1 compatibility: SIDECAR_QUEUE_TIMEOUT (seconds) sets the default */
+    const char *qt = getenv("SIDECAR_QUEUE_TIMEOUT");
+    if (qt && atoi(qt) > 0 && atoi(qt) < 86400) c->routing.queue_timeout_ms = atoi(qt) * 1000;
+    c->breaker = (mg_breaker_conf_t){
+        .consecutive_failures = 3,
+        .error_rate_threshold = 0.1,
+        .min_requests = 10,
+        .window_seconds = 60,
+        .open_duration_seconds = 30,
+        .half_open_max_requests = 1,
+    };
+    c->health = (mg_health_conf_t){
+        .probes = true,
+        .probe_interval_ms = 60000,
+        .probe_timeout_ms = 10000,
+        .load_interval_ms = 5000,
     };
     c->path = strdup(name);
     c->listen = strdup(MG_DEFAULT_LISTEN);
@@ -1030,6 +1114,7 @@ void mg_config_free(mg_config_t *cfg)
         mg_provider_conf_t *p = &cfg->providers[i];
         free(p->id);
         free(p->adapter);
+        free(p->engine);
         free(p->base_url);
         if (p->api_key) /* a secret: do not leave it in freed memory */
             explicit_bzero(p->api_key, strlen(p->api_key));

@@ -25,12 +25,15 @@ typedef struct mg_provider_conf_s {
     int tpm_limit;      /* tokens per minute, 0 = unlimited */
     double weight;      /* routing weight, default 1.0 */
     bool local;         /* counts as on-device for routing.local_only */
+    char *engine;       /* owned, may be NULL: "vllm" | "llamacpp" | "ollama" for load probes */
     int line;           /* line of the provider's entry in the file */
 } mg_provider_conf_t;
 
 typedef struct mg_route_conf_s {
     char *provider;     /* owned; a provider id */
     char *model;        /* owned; the upstream model name */
+    bool smaller;       /* a smaller model: used only with routing.allow_smaller_model */
+    int priority;       /* route group, lower first (default 0) */
     int line;
 } mg_route_conf_t;
 
@@ -51,6 +54,29 @@ typedef struct mg_timeouts_conf_s {
     int drain_ms;         /* graceful stop waits this long for in-flight requests, default 30000 */
 } mg_timeouts_conf_t;
 
+typedef struct mg_routing_conf_s {
+    bool local_first;        /* local providers before cloud ones, default true */
+    int queue_timeout_ms;    /* wait for a rate-limit token at most this long, default 30000
+                                (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
+    double emergency_rpm_ratio; /* share of rpm_limit the emergency channel may use, default 0.1 */
+} mg_routing_conf_t;
+
+typedef struct mg_breaker_conf_s {
+    int consecutive_failures;   /* opens after this many in a row, default 3 */
+    double error_rate_threshold;/* or this error rate ... default 0.1 */
+    int min_requests;           /* ... over at least this many requests, default 10 */
+    int window_seconds;         /* ... in this window, default 60 */
+    int open_duration_seconds;  /* stays open this long, default 30 */
+    int half_open_max_requests; /* probes let through when half open, default 1 */
+} mg_breaker_conf_t;
+
+typedef struct mg_health_conf_s {
+    bool probes;             /* active probes on, default true */
+    int probe_interval_ms;   /* GET {base_url}/models every ..., default 60000 */
+    int probe_timeout_ms;    /* default 10000 */
+    int load_interval_ms;    /* engine load (vLLM /metrics, llama.cpp /slots, Ollama /api/ps), default 5000 */
+} mg_health_conf_t;
+
 typedef struct mg_config_s {
     char *path;              /* owned; file the config came from */
     char *listen;            /* owned; "host:port" (port 0 = any free port) */
@@ -65,6 +91,9 @@ typedef struct mg_config_s {
     char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
+    mg_routing_conf_t routing;
+    mg_breaker_conf_t breaker;
+    mg_health_conf_t health;
     mg_provider_conf_t *providers; /* owned array */
     size_t n_providers;
     mg_model_conf_t *models; /* owned array */

@@ -118,6 +118,12 @@ for (const [k, label] of [['busy_start_pct', 'before'], ['busy_end_pct', 'after'
     }
 }
 
+if (status.moongate_log_lines > 1000) {
+    warnings.push(`moongate wrote ${status.moongate_log_lines} log lines (about one per request, ` +
+        'although the bench config sets log.level warn); nginx runs with access_log off, so ' +
+        "moongate's CPU figures include its per-request logging");
+}
+
 const ttfbRuns = records.filter((r) => r.kind === 'ttfb');
 const ttfb = {};
 for (const v of VARIANTS) {

@@ -109,7 +109,9 @@ int mg_cooldown_note_429(mg_cooldown_t *c, uint64_t now_ms)
 
 void mg_cooldown_apply(mg_cooldown_t *c, uint64_t now_ms, double seconds)
 {
-    uint64_t ms = seconds > 0 ? (uint64_t)(seconds * 1000.0 + 0.5) : 0;
+    if (!(seconds > 0)) seconds = 0;  /* also NaN */
+    if (seconds > 1e7) seconds = 1e7; /* ~115 days: keeps the conversion defined */
+    uint64_t ms = (uint64_t)(seconds * 1000.0 + 0.5);
     uint64_t until = now_ms + ms;
     if (!c->active || until > c->until_ms) c->until_ms = until;
     c->active = 1;
@@ -186,7 +188,8 @@ void mg_breaker_set_config(mg_breaker_t *b, const mg_breaker_config_t *cfg)
     int n;
     uint64_t width;
     breaker_window_shape(cfg, &n, &width);
-    if (n != b->window.n || width != b->window.width_ms) mg_outcome_window_init(&b->window, n, width);
+    if (n != b->window.n || width != b->window.width_ms)
+        mg_outcome_window_init(&b->window, n, width);
 }
 
 static int breaker_max_probes(const mg_breaker_t *b)
@@ -214,9 +217,12 @@ mg_breaker_state_t mg_breaker_state(const mg_breaker_t *b, uint64_t now_ms)
 const char *mg_breaker_state_name(mg_breaker_state_t s)
 {
     switch (s) {
-    case MG_BREAKER_CLOSED: return "closed";
-    case MG_BREAKER_OPEN: return "open";
-    case MG_BREAKER_HALF_OPEN: return "half_open";
+    case MG_BREAKER_CLOSED:
+        return "closed";
+    case MG_BREAKER_OPEN:
+        return "open";
+    case MG_BREAKER_HALF_OPEN:
+        return "half_open";
     }
     return "unknown";
 }
@@ -235,9 +241,9 @@ static void breaker_advance(mg_breaker_t *b, uint64_t now_ms)
 static void breaker_open(mg_breaker_t *b, uint64_t now_ms)
 {
     b->state = MG_BREAKER_OPEN;
-    b->open_until_ms = now_ms + (uint64_t)(b->cfg.open_duration_seconds > 0
-                                               ? b->cfg.open_duration_seconds
-                                               : 0) * 1000;
+    b->open_until_ms =
+        now_ms +
+        (uint64_t)(b->cfg.open_duration_seconds > 0 ? b->cfg.open_duration_seconds : 0) * 1000;
     b->probes = 0;
     b->consecutive_failures = 0;
 }
@@ -254,9 +260,12 @@ static void breaker_close(mg_breaker_t *b)
 int mg_breaker_would_allow(const mg_breaker_t *b, uint64_t now_ms)
 {
     switch (mg_breaker_state(b, now_ms)) {
-    case MG_BREAKER_CLOSED: return 1;
-    case MG_BREAKER_OPEN: return 0;
-    case MG_BREAKER_HALF_OPEN: break;
+    case MG_BREAKER_CLOSED:
+        return 1;
+    case MG_BREAKER_OPEN:
+        return 0;
+    case MG_BREAKER_HALF_OPEN:
+        break;
     }
     if (b->state == MG_BREAKER_OPEN) return 1; /* just turned half open: no probe out */
     return b->probes < breaker_max_probes(b) || breaker_probes_stale(b, now_ms);
@@ -311,9 +320,12 @@ int mg_breaker_record(mg_breaker_t *b, uint64_t now_ms, int failure)
 {
     breaker_advance(b, now_ms);
     switch (b->state) {
-    case MG_BREAKER_CLOSED: return breaker_record_closed(b, now_ms, failure);
-    case MG_BREAKER_OPEN: return 0;
-    case MG_BREAKER_HALF_OPEN: break;
+    case MG_BREAKER_CLOSED:
+        return breaker_record_closed(b, now_ms, failure);
+    case MG_BREAKER_OPEN:
+        return 0;
+    case MG_BREAKER_HALF_OPEN:
+        break;
     }
     if (failure) {
         breaker_open(b, now_ms);
@@ -392,6 +404,13 @@ void mg_health_init(mg_health_t *h, const mg_health_config_t *cfg)
     mg_outcome_window_init(&h->window, n, width);
 }
 
+static void health_recent_clear(mg_health_t *h)
+{
+    h->recent_head = h->recent_count = 0;
+    h->recent_ok = h->recent_ttft_n = 0;
+    h->recent_ttft_sum_ms = 0;
+}
+
 void mg_health_set_config(mg_health_t *h, const mg_health_config_t *cfg)
 {
     int old_cap = health_recent_cap(h);
@@ -402,21 +421,39 @@ void mg_health_set_config(mg_health_t *h, const mg_health_config_t *cfg)
     mg_outcome_window_t probe;
     mg_outcome_window_init(&probe, n, width); /* normalises n the same way */
     if (probe.n != h->window.n || probe.width_ms != h->window.width_ms) h->window = probe;
-    if (health_recent_cap(h) != old_cap) h->recent_head = h->recent_count = 0;
+    if (health_recent_cap(h) != old_cap) health_recent_clear(h);
+}
+
+/* Add s to (sign 1) or take it from (sign -1) the ring's running sums. */
+static void health_recent_sum(mg_health_t *h, const mg_health_sample_t *s, int sign)
+{
+    h->recent_ok += sign * (s->ok != 0);
+    if (s->ttft_ms >= 0) {
+        h->recent_ttft_n += sign;
+        h->recent_ttft_sum_ms += sign * (int64_t)s->ttft_ms;
+    }
+}
+
+/* A TTFT as stored in a sample: -1 for none, at most INT32_MAX ms. */
+static int32_t clamp_ttft(int64_t ttft_ms)
+{
+    if (ttft_ms < 0) return -1;
+    return ttft_ms > INT32_MAX ? INT32_MAX : (int32_t)ttft_ms;
 }
 
 static void health_push_recent(mg_health_t *h, uint64_t now_ms, int ok, int64_t ttft_ms)
 {
     int cap = health_recent_cap(h);
-    mg_health_sample_t s = {.at_ms = now_ms, .ttft_ms = ttft_ms >= 0 ? (int32_t)ttft_ms : -1,
-                            .ok = ok};
+    mg_health_sample_t s = {.at_ms = now_ms, .ttft_ms = clamp_ttft(ttft_ms), .ok = ok};
     if (h->recent_count < cap) {
         h->recent[(h->recent_head + h->recent_count) % cap] = s;
         h->recent_count++;
     } else {
+        health_recent_sum(h, &h->recent[h->recent_head], -1);
         h->recent[h->recent_head] = s;
         h->recent_head = (h->recent_head + 1) % cap;
     }
+    health_recent_sum(h, &s, 1);
 }
 
 /* Success-rate rules. rate < 0 means no samples. */
@@ -440,9 +477,12 @@ static mg_health_state_t health_next(const mg_health_t *h, uint64_t now_ms)
     int recover = h->consecutive_successes >= cfg->recover_consecutive && total > 0 &&
                   rate > cfg->recover_rate;
     switch (h->state) {
-    case MG_HEALTH_HEALTHY: return down ? MG_HEALTH_DOWN : degrade ? MG_HEALTH_DEGRADED : h->state;
-    case MG_HEALTH_DEGRADED: return down ? MG_HEALTH_DOWN : recover ? MG_HEALTH_HEALTHY : h->state;
-    case MG_HEALTH_DOWN: return recover ? MG_HEALTH_HEALTHY : h->state;
+    case MG_HEALTH_HEALTHY:
+        return down ? MG_HEALTH_DOWN : degrade ? MG_HEALTH_DEGRADED : h->state;
+    case MG_HEALTH_DEGRADED:
+        return down ? MG_HEALTH_DOWN : recover ? MG_HEALTH_HEALTHY : h->state;
+    case MG_HEALTH_DOWN:
+        return recover ? MG_HEALTH_HEALTHY : h->state;
     }
     return h->state;
 }
@@ -479,26 +519,32 @@ int mg_health_probe_result(mg_health_t *h, uint64_t now_ms, int ok)
     return health_outcome(h, now_ms, ok != 0, -1);
 }
 
-/* The router's recent counters: the last recent_max attempts still in the window. */
+/* The router's recent counters: the last recent_max attempts still in the
+ * window. The running sums cover the whole ring; samples that have aged out of
+ * the window (the oldest ones: the ring is in time order) are taken off a copy,
+ * so a busy provider costs O(1) and an idle one at most one pass. */
 static void health_recent_counts(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *o)
 {
     int cap = health_recent_cap(h);
-    uint64_t cur = now_ms / h->window.width_ms;
-    int ok = 0;
-    uint64_t ttft_sum = 0;
-    o->avail_samples = o->ttft_samples = 0;
-    for (int i = h->recent_count - 1; i >= 0; i--) {
-        const mg_health_sample_t *s = &h->recent[(h->recent_head + i) % cap];
-        if (!window_holds(&h->window, s->at_ms / h->window.width_ms, cur)) break; /* older ones too */
-        o->avail_samples++;
-        ok += s->ok != 0;
+    const mg_outcome_window_t *w = &h->window;
+    uint64_t cur = now_ms / w->width_ms;
+    uint64_t start_ms =
+        (cur >= (uint64_t)(w->n - 1) ? cur - (uint64_t)(w->n - 1) : 0) * w->width_ms;
+    int n = h->recent_count, ok = h->recent_ok, ttft_n = h->recent_ttft_n;
+    int64_t ttft_sum = h->recent_ttft_sum_ms;
+    for (int i = h->recent_head; n > 0 && h->recent[i].at_ms < start_ms; i = (i + 1) % cap) {
+        const mg_health_sample_t *s = &h->recent[i];
+        n--;
+        ok -= s->ok != 0;
         if (s->ttft_ms >= 0) {
-            o->ttft_samples++;
-            ttft_sum += (uint64_t)s->ttft_ms;
+            ttft_n--;
+            ttft_sum -= s->ttft_ms;
         }
     }
-    o->success_rate = o->avail_samples ? (double)ok / o->avail_samples : -1;
-    o->ttft_ms = o->ttft_samples ? (double)ttft_sum / o->ttft_samples : -1;
+    o->avail_samples = n;
+    o->success_rate = n ? (double)ok / n : -1;
+    o->ttft_samples = ttft_n;
+    o->ttft_ms = ttft_n ? (double)ttft_sum / ttft_n : -1;
 }
 
 void mg_health_snapshot(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *out)
@@ -519,9 +565,12 @@ void mg_health_snapshot(const mg_health_t *h, uint64_t now_ms, mg_health_snapsho
 const char *mg_health_state_name(mg_health_state_t s)
 {
     switch (s) {
-    case MG_HEALTH_HEALTHY: return "healthy";
-    case MG_HEALTH_DEGRADED: return "degraded";
-    case MG_HEALTH_DOWN: return "down";
+    case MG_HEALTH_HEALTHY:
+        return "healthy";
+    case MG_HEALTH_DEGRADED:
+        return "degraded";
+    case MG_HEALTH_DOWN:
+        return "down";
     }
     return "unknown";
 }

@@ -137,12 +137,12 @@ typedef struct mg_breaker_config_s {
 
 typedef struct mg_breaker_s {
     mg_breaker_config_t cfg;
-    mg_breaker_state_t state; /* as stored: OPEN past open_until reads as HALF_OPEN */
-    int consecutive_failures; /* while closed */
-    uint64_t open_until_ms;   /* while open */
-    int probes;               /* half-open probes out and not answered */
-    uint64_t probe_at_ms;     /* when the latest probe was let through */
-    uint64_t trips;           /* times it opened (metrics) */
+    mg_breaker_state_t state;   /* as stored: OPEN past open_until reads as HALF_OPEN */
+    int consecutive_failures;   /* while closed */
+    uint64_t open_until_ms;     /* while open */
+    int probes;                 /* half-open probes out and not answered */
+    uint64_t probe_at_ms;       /* when the latest probe was let through */
+    uint64_t trips;             /* times it opened (metrics) */
     mg_outcome_window_t window; /* error-rate window while closed */
 } mg_breaker_t;
 
@@ -212,16 +212,16 @@ typedef enum {
 
 /* ADR 4.1 thresholds. Rates are success rates over the window. */
 typedef struct mg_health_config_s {
-    int degrade_consecutive;  /* 5: failures in a row -> degraded */
-    double degrade_rate;      /* 0.5: success rate < this -> degraded */
-    int down_consecutive;     /* 10: failures in a row -> down */
-    double down_rate;         /* 0.2: success rate < this -> down */
-    int recover_consecutive;  /* 3: successes in a row ... */
-    double recover_rate;      /* 0.8: ... and success rate > this -> healthy */
-    int rate_min_samples;     /* 10: the "rate <" rules need this many outcomes in the window */
-    int window_buckets;       /* 30 ... */
-    int bucket_seconds;       /* ... x 10 s = the 5-minute window */
-    int recent_max;           /* 100: attempts the router's recent counters look at */
+    int degrade_consecutive; /* 5: failures in a row -> degraded */
+    double degrade_rate;     /* 0.5: success rate < this -> degraded */
+    int down_consecutive;    /* 10: failures in a row -> down */
+    double down_rate;        /* 0.2: success rate < this -> down */
+    int recover_consecutive; /* 3: successes in a row ... */
+    double recover_rate;     /* 0.8: ... and success rate > this -> healthy */
+    int rate_min_samples;    /* 10: the "rate <" rules need this many outcomes in the window */
+    int window_buckets;      /* 30 ... */
+    int bucket_seconds;      /* ... x 10 s = the 5-minute window */
+    int recent_max;          /* 100: attempts the router's recent counters look at */
 } mg_health_config_t;
 
 /* One recent attempt (router counters). */
@@ -242,6 +242,8 @@ typedef struct mg_health_s {
     mg_outcome_window_t window;
     mg_health_sample_t recent[MG_HEALTH_RECENT_MAX]; /* ring, oldest at recent_head */
     int recent_head, recent_count;
+    int recent_ok, recent_ttft_n; /* running sums over the whole ring */
+    int64_t recent_ttft_sum_ms;
 } mg_health_t;
 
 /* What the router and /status read. Rates and means are -1 when there are no

@@ -84,6 +84,7 @@ static void rpm_record(mg_rpm_window_t *w, uint64_t t)
 int mg_rpm_init(mg_rpm_window_t *w, int limit)
 {
     memset(w, 0, sizeof(*w));
+    w->emergency_ratio = 0.1;
     if (limit < 0) return -1;
     if (limit == 0) return 0;
     w->times = calloc((size_t)limit, sizeof(*w->times));
@@ -95,7 +96,8 @@ int mg_rpm_init(mg_rpm_window_t *w, int limit)
 void mg_rpm_free(mg_rpm_window_t *w)
 {
     free(w->times);
-    memset(w, 0, sizeof(*w));
+    w->times = NULL;
+    w->limit = w->head = w->count = 0;
 }
 
 int mg_rpm_set_limit(mg_rpm_window_t *w, int limit)
@@ -108,7 +110,8 @@ int mg_rpm_set_limit(mg_rpm_window_t *w, int limit)
         if (!times) return -1;
     }
     int keep = w->count < limit ? w->count : limit;
-    for (int i = 0; i < keep; i++) times[i] = rpm_at(w, w->count - keep + i);
+    for (int i = 0; i < keep; i++)
+        times[i] = rpm_at(w, w->count - keep + i);
     free(w->times);
     w->times = times;
     w->limit = limit;
@@ -146,8 +149,14 @@ int mg_rpm_used(const mg_rpm_window_t *w, uint64_t now_ms)
 int mg_rpm_emergency_limit(const mg_rpm_window_t *w)
 {
     if (w->limit == 0) return 0;
-    int cap = w->limit / 10;
+    /* the epsilon keeps e.g. 100 * 0.29 = 28.999999999999996 from flooring to 28 */
+    int cap = (int)((double)w->limit * w->emergency_ratio + 1e-9);
     return cap >= 1 ? cap : 1;
+}
+
+void mg_rpm_set_emergency_ratio(mg_rpm_window_t *w, double ratio)
+{
+    w->emergency_ratio = ratio > 0 ? (ratio < 1 ? ratio : 1) : 0; /* NaN -> 0 */
 }
 
 int mg_rpm_try_emergency(mg_rpm_window_t *w, uint64_t now_ms)
@@ -169,7 +178,8 @@ uint64_t mg_rpm_emergency_next_ms(const mg_rpm_window_t *w, uint64_t now_ms)
 void mg_rpm_undo(mg_rpm_window_t *w, uint64_t at_ms)
 {
     int k = w->count - 1;
-    while (k >= 0 && rpm_at(w, k) != at_ms) k--;
+    while (k >= 0 && rpm_at(w, k) != at_ms)
+        k--;
     if (k < 0) return;
     for (int i = k; i < w->count - 1; i++)
         w->times[(w->head + i) % w->limit] = rpm_at(w, i + 1);
@@ -191,6 +201,7 @@ static void tpm_advance(mg_tpm_window_t *w, uint64_t now_ms)
     if (sec - w->cur_sec >= MG_TPM_BUCKETS) {
         for (int i = 0; i < MG_TPM_BUCKETS; i++)
             w->b[i] = (mg_tpm_bucket_t){.sec = TPM_NO_SEC, .tokens = 0, .requests = 0};
+        w->b[sec % MG_TPM_BUCKETS].sec = sec;
         w->tokens = 0;
         w->requests = 0;
     } else {
@@ -215,7 +226,8 @@ static mg_tpm_bucket_t *tpm_bucket_of(mg_tpm_window_t *w, uint64_t sec)
 void mg_tpm_init(mg_tpm_window_t *w, int64_t limit)
 {
     memset(w, 0, sizeof(*w));
-    for (int i = 0; i < MG_TPM_BUCKETS; i++) w->b[i].sec = TPM_NO_SEC;
+    for (int i = 0; i < MG_TPM_BUCKETS; i++)
+        w->b[i].sec = TPM_NO_SEC;
     w->b[0].sec = 0; /* cur_sec starts at 0 and slot 0 holds it */
     w->limit = limit > 0 ? limit : 0;
 }

@@ -35,6 +35,7 @@ typedef struct mg_rpm_window_s {
     int limit;       /* admissions allowed per 60 s; 0 = unlimited (no ring) */
     int head;        /* index of the oldest recorded admission */
     int count;       /* admissions recorded, 0..limit */
+    double emergency_ratio; /* share of limit for emergency admissions (default 0.1) */
 } mg_rpm_window_t;
 
 /* Initialise w for `limit` requests per 60 s (0 = unlimited). Allocates a ring
@@ -69,8 +70,13 @@ uint64_t mg_rpm_next_ms(const mg_rpm_window_t *w, uint64_t now_ms);
  * kept; mg_limiter_rpm_used() gives an approximate count then). */
 int mg_rpm_used(const mg_rpm_window_t *w, uint64_t now_ms);
 
-/* The emergency cap: 10% of the limit, at least 1 (0 when unlimited). */
+/* The emergency cap: floor(limit * emergency_ratio), at least 1 (0 when
+ * unlimited). With the default ratio, 10% of the limit. */
 int mg_rpm_emergency_limit(const mg_rpm_window_t *w);
+
+/* Set the emergency share (config routing.emergency_rpm_ratio), clamped to
+ * 0..1; init sets 0.1. Kept by mg_rpm_set_limit(). */
+void mg_rpm_set_emergency_ratio(mg_rpm_window_t *w, double ratio);
 
 /* Emergency admission (the degradation chain's last resort, ADR 3.5): admit and
  * record at now_ms only if fewer than mg_rpm_emergency_limit() admissions are in
@@ -179,8 +185,9 @@ int mg_limiter_set_limits(mg_limiter_t *l, int rpm_limit, int64_t tpm_limit);
  * recorded; RPM is reported first when both refuse). */
 int mg_limiter_reserve(mg_limiter_t *l, uint64_t now_ms, int64_t tokens, mg_limiter_resv_t *r);
 
-/* Same, but the request side uses the emergency cap (10% of rpm_limit, at least
- * 1, counted in the same window). TPM is checked at its normal limit. */
+/* Same, but the request side uses the emergency cap (10% of rpm_limit by
+ * default, at least 1, counted in the same window; see
+ * mg_rpm_set_emergency_ratio() on l->rpm). TPM is checked at its normal limit. */
 int mg_limiter_reserve_emergency(mg_limiter_t *l, uint64_t now_ms, int64_t tokens,
                                  mg_limiter_resv_t *r);
 

@@ -129,7 +129,8 @@ mg_key_record_t *mg_key_record_new(const mg_key_record_t *tmpl)
     rec->size = (uint32_t)size;
     const char **models = (const char **)(rec + 1);
     char *p = (char *)(models + rec->n_models);
-    for (size_t i = 0; i < rec->n_models; i++) models[i] = pack_string(&p, tmpl->models[i]);
+    for (size_t i = 0; i < rec->n_models; i++)
+        models[i] = pack_string(&p, tmpl->models[i]);
     rec->models = rec->n_models ? models : NULL;
     rec->labels = tmpl->labels ? pack_string(&p, tmpl->labels) : NULL;
     return rec;
@@ -190,8 +191,7 @@ static size_t find_slot(const mg_key_index_t *ix, const unsigned char *digest)
     for (size_t i = h & mask;; i = (i + 1) & mask) {
         const mg_key_slot_t *s = &ix->slots[i];
         if (s->hash == 0) return ix->cap;
-        if (s->hash == h && CRYPTO_memcmp(s->rec->digest, digest, MG_KEY_DIGEST_LEN) == 0)
-            return i;
+        if (s->hash == h && CRYPTO_memcmp(s->rec->digest, digest, MG_KEY_DIGEST_LEN) == 0) return i;
     }
 }
 
@@ -200,7 +200,8 @@ static size_t find_slot(const mg_key_index_t *ix, const unsigned char *digest)
 static void place(mg_key_slot_t *slots, size_t cap, uint64_t h, mg_key_record_t *rec)
 {
     size_t mask = cap - 1, i = h & mask;
-    while (slots[i].hash != 0) i = (i + 1) & mask;
+    while (slots[i].hash != 0)
+        i = (i + 1) & mask;
     slots[i].hash = h;
     slots[i].rec = rec;
 }
@@ -225,7 +226,8 @@ static void erase_slot(mg_key_index_t *ix, size_t i)
 static size_t cap_for(size_t n)
 {
     size_t cap = MIN_CAP;
-    while (cap / 4 * 3 < n) cap *= 2;
+    while (cap / 4 * 3 < n)
+        cap *= 2;
     return cap;
 }
 
@@ -291,8 +293,7 @@ int mg_key_index_remove(mg_key_index_t *ix, const unsigned char *digest)
     return MG_KEYS_OK;
 }
 
-int mg_key_index_replace(mg_key_index_t *ix, const unsigned char *old_digest,
-                         mg_key_record_t *rec)
+int mg_key_index_replace(mg_key_index_t *ix, const unsigned char *old_digest, mg_key_record_t *rec)
 {
     if (!rec) return MG_KEYS_EINVAL;
     size_t i = find_slot(ix, old_digest);
@@ -366,10 +367,14 @@ size_t mg_key_index_memory(const mg_key_index_t *ix)
 const char *mg_key_result_name(mg_key_result_t r)
 {
     switch (r) {
-    case MG_KEY_OK: return "ok";
-    case MG_KEY_UNKNOWN: return "unknown";
-    case MG_KEY_EXPIRED: return "expired";
-    case MG_KEY_DISABLED: return "disabled";
+    case MG_KEY_OK:
+        return "ok";
+    case MG_KEY_UNKNOWN:
+        return "unknown";
+    case MG_KEY_EXPIRED:
+        return "expired";
+    case MG_KEY_DISABLED:
+        return "disabled";
     }
     return "unknown";
 }

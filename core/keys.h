@@ -23,10 +23,10 @@
 
 #define MG_KEY_PREFIX "mg-"
 #define MG_KEY_PREFIX_LEN 3
-#define MG_KEY_RANDOM_LEN 40                             /* base62 characters after the prefix */
+#define MG_KEY_RANDOM_LEN 40                               /* base62 characters after the prefix */
 #define MG_KEY_LEN (MG_KEY_PREFIX_LEN + MG_KEY_RANDOM_LEN) /* 43 */
-#define MG_KEY_DIGEST_LEN 32                             /* SHA-256 */
-#define MG_KEY_DISPLAY_SUFFIX 6                          /* characters shown at the end */
+#define MG_KEY_DIGEST_LEN 32                               /* SHA-256 */
+#define MG_KEY_DISPLAY_SUFFIX 6                            /* characters shown at the end */
 #define MG_KEY_DISPLAY_MAX 16 /* "mg-" + "…" (3 bytes of UTF-8) + 6 + NUL = 13, rounded up */
 
 /* Scope bits: what a key may do. */
@@ -85,17 +85,17 @@ typedef struct mg_key_record_s {
 
 /* One table slot: 16 bytes. */
 typedef struct mg_key_slot_s {
-    uint64_t hash;         /* mixed digest bits; 0 marks an empty slot */
-    mg_key_record_t *rec;  /* one reference held by the index */
+    uint64_t hash;        /* mixed digest bits; 0 marks an empty slot */
+    mg_key_record_t *rec; /* one reference held by the index */
 } mg_key_slot_t;
 
 typedef struct mg_key_index_s {
     mg_key_slot_t *slots; /* owned; capacity is a power of two */
     size_t cap;
     size_t n;
-    uint64_t seed;        /* random per index: slot positions cannot be predicted */
-    void *md_ctx;         /* EVP_MD_CTX, reused by lookups */
-    void *md;             /* EVP_MD (SHA-256), fetched once */
+    uint64_t seed; /* random per index: slot positions cannot be predicted */
+    void *md_ctx;  /* EVP_MD_CTX, reused by lookups */
+    void *md;      /* EVP_MD (SHA-256), fetched once */
 } mg_key_index_t;
 
 /* ---- keys ---- */
@@ -170,8 +170,7 @@ int mg_key_index_remove(mg_key_index_t *ix, const unsigned char *digest);
  * the old record. Errors, with the index unchanged and the caller keeping its
  * reference: MG_KEYS_ENOENT (old_digest not indexed), MG_KEYS_EEXIST (the new digest is
  * already indexed under another record), MG_KEYS_ENOMEM. */
-int mg_key_index_replace(mg_key_index_t *ix, const unsigned char *old_digest,
-                         mg_key_record_t *rec);
+int mg_key_index_replace(mg_key_index_t *ix, const unsigned char *old_digest, mg_key_record_t *rec);
 
 /* Switch a key on or off in place. Returns 0 or MG_KEYS_ENOENT. */
 int mg_key_index_set_enabled(mg_key_index_t *ix, const unsigned char *digest, int enabled);

@@ -95,7 +95,7 @@ static uint64_t wait_for(const mg_quota_level_t *lv, uint64_t now_ms, uint64_t n
 {
     uint64_t gone = 0;
     for (uint64_t k = 0; k < MG_QUOTA_WINDOW_S; k++) {
-        if (lv->head_s + k < MG_QUOTA_WINDOW_S - 1) continue; /* before time 0 */
+        if (lv->head_s + k < MG_QUOTA_WINDOW_S - 1) continue;  /* before time 0 */
         uint64_t s = lv->head_s + k - (MG_QUOTA_WINDOW_S - 1); /* oldest first */
         gone += get(lv, s % MG_QUOTA_WINDOW_S);
         if (gone >= need) {
@@ -144,7 +144,8 @@ static int refuse(mg_quota_res_t *res, size_t level, mg_quota_limit_t limit, int
 /* Undo levels [0, upto) of a reservation in progress, last first. */
 static void rollback(mg_quota_res_t *res, size_t upto, uint64_t est)
 {
-    while (upto-- > 0) level_untake(res->levels[upto], res->at_s[upto], est);
+    while (upto-- > 0)
+        level_untake(res->levels[upto], res->at_s[upto], est);
 }
 
 int mg_quota_reserve(mg_quota_level_t **levels, size_t n, uint64_t now_ms, uint64_t est_tokens,
@@ -226,10 +227,14 @@ void mg_quota_level_usage(mg_quota_level_t *lv, uint64_t now_ms, uint32_t *reque
 const char *mg_quota_limit_name(mg_quota_limit_t limit)
 {
     switch (limit) {
-    case MG_QUOTA_NONE: return "none";
-    case MG_QUOTA_RPM: return "rpm";
-    case MG_QUOTA_TPM: return "tpm";
-    case MG_QUOTA_CONCURRENCY: return "concurrency";
+    case MG_QUOTA_NONE:
+        return "none";
+    case MG_QUOTA_RPM:
+        return "rpm";
+    case MG_QUOTA_TPM:
+        return "tpm";
+    case MG_QUOTA_CONCURRENCY:
+        return "concurrency";
     }
     return "none";
 }

@@ -16,7 +16,7 @@
  * when that bucket leaves the window, at the start of the 60th second after it: it
  * counts for between 59 and 60 seconds (never longer), so any 59-second span holds at
  * most rpm_limit requests; a 60-second span may hold up to rpm_limit plus those of one
- * second. Counts themselves are exact. The memory is fixed per level (about 1 KB)
+ * second. Counts themselves are exact. The memory is fixed per level (776 bytes)
  * whatever the limit, and every operation is O(1) (retry_after is O(60)).
  *
  * Times are milliseconds from any monotonic clock, passed in by the caller; a time
@@ -50,17 +50,17 @@ typedef enum mg_quota_limit_e {
 /* One limit level with its window state. Initialise with mg_quota_level_init(); the
  * limit fields may be changed at any time (a config reload), the state stays. */
 typedef struct mg_quota_level_s {
-    const char *name;          /* borrowed, for reports: "key", "project", ... */
-    uint32_t rpm_limit;        /* requests per 60 s; 0 = unlimited */
-    uint64_t tpm_limit;        /* tokens per 60 s; 0 = unlimited */
-    uint32_t max_concurrency;  /* leases at once; 0 = unlimited */
+    const char *name;         /* borrowed, for reports: "key", "project", ... */
+    uint32_t rpm_limit;       /* requests per 60 s; 0 = unlimited */
+    uint64_t tpm_limit;       /* tokens per 60 s; 0 = unlimited */
+    uint32_t max_concurrency; /* leases at once; 0 = unlimited */
     /* state */
-    uint32_t in_flight;                   /* leases held */
-    uint64_t head_s;                      /* latest second seen; buckets cover the 60 up to it */
-    uint32_t win_requests;                /* sum of req[] */
-    uint64_t win_tokens;                  /* sum of tok[] */
-    uint32_t req[MG_QUOTA_WINDOW_S];      /* requests reserved in second s, at [s % 60] */
-    uint64_t tok[MG_QUOTA_WINDOW_S];      /* tokens counted in second s */
+    uint32_t in_flight;              /* leases held */
+    uint64_t head_s;                 /* latest second seen; buckets cover the 60 up to it */
+    uint32_t win_requests;           /* sum of req[] */
+    uint64_t win_tokens;             /* sum of tok[] */
+    uint32_t req[MG_QUOTA_WINDOW_S]; /* requests reserved in second s, at [s % 60] */
+    uint64_t tok[MG_QUOTA_WINDOW_S]; /* tokens counted in second s */
 } mg_quota_level_t;
 
 /* A reservation: filled by mg_quota_reserve(). Do not copy a held reservation: settle
@@ -69,10 +69,10 @@ typedef struct mg_quota_res_s {
     mg_quota_level_t *levels[MG_QUOTA_MAX_LEVELS]; /* borrowed */
     size_t n;
     uint64_t at_s[MG_QUOTA_MAX_LEVELS]; /* second the request was counted in, per level */
-    uint64_t tokens;       /* tokens currently counted for it (estimate, then actual) */
-    uint8_t held;          /* 1 after a successful reserve */
-    uint8_t settled;       /* 1 after mg_quota_settle() */
-    uint8_t released;      /* 1 after mg_quota_release() */
+    uint64_t tokens;  /* tokens currently counted for it (estimate, then actual) */
+    uint8_t held;     /* 1 after a successful reserve */
+    uint8_t settled;  /* 1 after mg_quota_settle() */
+    uint8_t released; /* 1 after mg_quota_release() */
     /* on refusal */
     int refused_level;              /* index into the caller's levels[], or -1 */
     mg_quota_limit_t refused_limit; /* which of its limits */

@@ -98,9 +98,9 @@ static long b64_decode(const char *s, size_t len, unsigned char *out)
         size_t pad = i + 4 == len ? len / 4 * 3 - (size_t)total : 0;
         long v = b64_group(s + i, pad);
         if (v < 0) return -1;
-        unsigned char b[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8),
-                              (unsigned char)v};
-        for (size_t k = 0; k < 3 - pad; k++) out[o++] = b[k];
+        unsigned char b[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+        for (size_t k = 0; k < 3 - pad; k++)
+            out[o++] = b[k];
     }
     return total;
 }
@@ -127,14 +127,16 @@ int mg_secret_key_parse_hex(const char *hex, const char *what, mg_secret_key_t *
     if (!what) what = "encryption key";
     if (!hex || !*hex) {
         if (err && errlen)
-            snprintf(err, errlen, "%s is empty: it must be 64 hex characters (32 bytes); "
-                     "generate one with `moongate keygen`", what);
+            snprintf(err, errlen,
+                     "%s is empty: it must be 64 hex characters (32 bytes); "
+                     "generate one with `moongate keygen`",
+                     what);
         return MG_SECRET_EINVAL;
     }
     size_t len = strlen(hex);
     if (len != MG_SECRET_KEY_HEX_LEN)
-        return key_error(err, errlen, what,
-                         "must be 64 hex characters (32 bytes); its length is ", len);
+        return key_error(err, errlen, what, "must be 64 hex characters (32 bytes); its length is ",
+                         len);
     mg_secret_key_t k;
     for (size_t i = 0; i < MG_SECRET_KEY_LEN; i++) {
         int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
@@ -156,8 +158,10 @@ int mg_secret_key_from_env(mg_secret_key_t *key, char *err, size_t errlen)
     const char *v = getenv(MG_SECRET_ENV);
     if (!v) {
         if (err && errlen)
-            snprintf(err, errlen, "%s is not set: it must be 64 hex characters (32 bytes); "
-                     "generate one with `moongate keygen`", MG_SECRET_ENV);
+            snprintf(err, errlen,
+                     "%s is not set: it must be 64 hex characters (32 bytes); "
+                     "generate one with `moongate keygen`",
+                     MG_SECRET_ENV);
         return MG_SECRET_EINVAL;
     }
     return mg_secret_key_parse_hex(v, MG_SECRET_ENV, key, err, errlen);
@@ -202,9 +206,8 @@ static int gcm_seal(const mg_secret_key_t *key, const unsigned char *nonce,
 
 /* Decrypt n bytes of ct into plain and verify tag. 0, MG_SECRET_EAUTH or ECRYPTO.
  * The caller wipes plain on failure. */
-static int gcm_open(const mg_secret_key_t *key, const unsigned char *nonce,
-                    const unsigned char *ct, size_t n, const unsigned char *tag,
-                    unsigned char *plain)
+static int gcm_open(const mg_secret_key_t *key, const unsigned char *nonce, const unsigned char *ct,
+                    size_t n, const unsigned char *tag, unsigned char *plain)
 {
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     int len = 0, ok = c != NULL;
@@ -212,8 +215,7 @@ static int gcm_open(const mg_secret_key_t *key, const unsigned char *nonce,
     ok = ok && EVP_DecryptUpdate(c, NULL, &len, (const unsigned char *)TOKEN_AAD,
                                  (int)strlen(TOKEN_AAD)) == 1;
     ok = ok && (n == 0 || EVP_DecryptUpdate(c, plain, &len, ct, (int)n) == 1);
-    ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, MG_SECRET_TAG_LEN,
-                                   (void *)tag) == 1;
+    ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, MG_SECRET_TAG_LEN, (void *)tag) == 1;
     if (!ok) {
         EVP_CIPHER_CTX_free(c);
         return MG_SECRET_ECRYPTO;
@@ -236,8 +238,7 @@ int mg_secret_encrypt(const mg_secret_key_t *key, const void *plain, size_t n, c
     if (rc == MG_SECRET_OK && mg_random_bytes(raw, MG_SECRET_NONCE_LEN) != 0)
         rc = MG_SECRET_ECRYPTO;
     if (rc == MG_SECRET_OK)
-        rc = gcm_seal(key, raw, plain, n, raw + MG_SECRET_NONCE_LEN,
-                      raw + MG_SECRET_NONCE_LEN + n);
+        rc = gcm_seal(key, raw, plain, n, raw + MG_SECRET_NONCE_LEN, raw + MG_SECRET_NONCE_LEN + n);
     if (rc == MG_SECRET_OK) {
         memcpy(out, TOKEN_PREFIX, TOKEN_PREFIX_LEN);
         b64_encode(raw, raw_len, out + TOKEN_PREFIX_LEN);
@@ -362,12 +363,19 @@ void mg_secret_mask(const char *secret, char *out)
 const char *mg_secret_strerror(int code)
 {
     switch (code) {
-    case MG_SECRET_OK: return "ok";
-    case MG_SECRET_EINVAL: return "invalid argument";
-    case MG_SECRET_EFORMAT: return "not a valid encrypted secret token";
-    case MG_SECRET_EAUTH: return "secret failed authentication (wrong key or altered token)";
-    case MG_SECRET_ENOMEM: return "out of memory";
-    case MG_SECRET_ECRYPTO: return "crypto library or random generator failure";
-    default: return "unknown error";
+    case MG_SECRET_OK:
+        return "ok";
+    case MG_SECRET_EINVAL:
+        return "invalid argument";
+    case MG_SECRET_EFORMAT:
+        return "not a valid encrypted secret token";
+    case MG_SECRET_EAUTH:
+        return "secret failed authentication (wrong key or altered token)";
+    case MG_SECRET_ENOMEM:
+        return "out of memory";
+    case MG_SECRET_ECRYPTO:
+        return "crypto library or random generator failure";
+    default:
+        return "unknown error";
     }
 }

@@ -17,12 +17,12 @@
 
 #include <stddef.h>
 
-#define MG_SECRET_KEY_LEN 32         /* AES-256 key bytes */
-#define MG_SECRET_KEY_HEX_LEN 64     /* the key as hex characters */
-#define MG_SECRET_NONCE_LEN 12       /* GCM nonce bytes */
-#define MG_SECRET_TAG_LEN 16         /* GCM tag bytes */
-#define MG_SECRET_MAX_PLAIN 65536    /* largest secret accepted, in bytes */
-#define MG_SECRET_MASK_MAX 24        /* buffer size for mg_secret_mask() */
+#define MG_SECRET_KEY_LEN 32      /* AES-256 key bytes */
+#define MG_SECRET_KEY_HEX_LEN 64  /* the key as hex characters */
+#define MG_SECRET_NONCE_LEN 12    /* GCM nonce bytes */
+#define MG_SECRET_TAG_LEN 16      /* GCM tag bytes */
+#define MG_SECRET_MAX_PLAIN 65536 /* largest secret accepted, in bytes */
+#define MG_SECRET_MASK_MAX 24     /* buffer size for mg_secret_mask() */
 #define MG_SECRET_ENV "MOONGATE_ENCRYPTION_KEY"
 
 /* Return codes: 0 = ok, negative = error. */
@@ -32,7 +32,7 @@ enum {
     MG_SECRET_EFORMAT = -2, /* not a "v1:" token, bad base64, too short */
     MG_SECRET_EAUTH = -3,   /* authentication failed: tampered token or wrong key */
     MG_SECRET_ENOMEM = -4,
-    MG_SECRET_ECRYPTO = -5  /* the random generator or OpenSSL failed */
+    MG_SECRET_ECRYPTO = -5 /* the random generator or OpenSSL failed */
 };
 
 /* A parsed encryption key. Wipe it with mg_secret_key_wipe() when done. */

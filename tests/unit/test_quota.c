@@ -1,0 +1,352 @@
+/* Unit tests for core/quota.c: each limit (rpm, tpm, concurrency) refusing at each
+ * level, rollback of a partial reservation, the sliding window's edges, retry_after,
+ * settle corrections (in the window and after it), release exactly once, bad input. */
+#include "quota.h"
+#include "mgtest.h"
+
+#include <string.h>
+
+/* Snapshot of a level's counters, to show a refusal changed nothing. */
+typedef struct {
+    uint32_t req, in_flight;
+    uint64_t tok;
+} snap_t;
+
+static snap_t snap(const mg_quota_level_t *lv)
+{
+    snap_t s = {lv->win_requests, lv->in_flight, lv->win_tokens};
+    return s;
+}
+
+static int same(snap_t a, snap_t b)
+{
+    return a.req == b.req && a.in_flight == b.in_flight && a.tok == b.tok;
+}
+
+/* Reserve and release at once (RPM/TPM stay counted, the lease does not). */
+static int hit(mg_quota_level_t **lv, size_t n, uint64_t now_ms, uint64_t est)
+{
+    mg_quota_res_t r;
+    int rc = mg_quota_reserve(lv, n, now_ms, est, &r);
+    if (rc == MG_QUOTA_OK) mg_quota_release(&r);
+    return rc;
+}
+
+/* The RPM limit refuses at level `at` (0 = key, 1 = project) and the other is untouched. */
+static void rpm_at_level(int at)
+{
+    mg_quota_level_t key, project;
+    mg_quota_level_init(&key, "key", at == 0 ? 3 : 0, 0, 0);
+    mg_quota_level_init(&project, "project", at == 1 ? 3 : 0, 0, 0);
+    mg_quota_level_t *lv[] = {&key, &project};
+    CHECK_EQ_INT(hit(lv, 2, 1000, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 1500, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 2500, 0), MG_QUOTA_OK);
+    snap_t k0 = snap(&key), p0 = snap(&project);
+    mg_quota_res_t r;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 3000, 0, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, at);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_RPM);
+    /* two requests were counted in second 1: they leave at 61.000 s */
+    CHECK_EQ_INT(r.retry_after_ms, 61000 - 3000);
+    CHECK(same(snap(&key), k0) && same(snap(&project), p0));
+    CHECK_EQ_INT(mg_quota_release(&r), MG_QUOTA_EINVAL); /* nothing to release */
+    CHECK_EQ_INT(hit(lv, 2, 60999, 0), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 2, 61000, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 61001, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 61002, 0), MG_QUOTA_REFUSED); /* 2.5 s request still counts */
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 61002, 0, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.retry_after_ms, 62000 - 61002);
+}
+
+static void test_rpm_each_level(void)
+{
+    rpm_at_level(0);
+    rpm_at_level(1);
+}
+
+static void tpm_at_level(int at)
+{
+    mg_quota_level_t key, project;
+    mg_quota_level_init(&key, "key", 0, at == 0 ? 100 : 0, 0);
+    mg_quota_level_init(&project, "project", 0, at == 1 ? 100 : 0, 0);
+    mg_quota_level_t *lv[] = {&key, &project};
+    CHECK_EQ_INT(hit(lv, 2, 0, 60), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 10000, 30), MG_QUOTA_OK);
+    snap_t k0 = snap(&key), p0 = snap(&project);
+    mg_quota_res_t r;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 20000, 11, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, at);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_TPM);
+    CHECK_EQ_INT(r.retry_after_ms, 60000 - 20000); /* the 60 of second 0 must go */
+    CHECK(same(snap(&key), k0) && same(snap(&project), p0));
+    CHECK_EQ_INT(hit(lv, 2, 20000, 10), MG_QUOTA_OK); /* exactly at the limit */
+    CHECK_EQ_INT(hit(lv, 2, 20000, 1), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 2, 0, 0), MG_QUOTA_OK); /* zero tokens always fit */
+    /* more than the limit can never fit: TOO_LARGE, nothing changes */
+    k0 = snap(&key);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 500000, 101, &r), MG_QUOTA_TOO_LARGE);
+    CHECK_EQ_INT(r.refused_level, at);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_TPM);
+    CHECK_EQ_INT(r.retry_after_ms, 0);
+    CHECK(same(snap(&key), k0));
+}
+
+static void test_tpm_each_level(void)
+{
+    tpm_at_level(0);
+    tpm_at_level(1);
+}
+
+static void concurrency_at_level(int at)
+{
+    mg_quota_level_t key, project;
+    mg_quota_level_init(&key, "key", 0, 0, at == 0 ? 2 : 0);
+    mg_quota_level_init(&project, "project", 0, 0, at == 1 ? 2 : 0);
+    mg_quota_level_t *lv[] = {&key, &project};
+    mg_quota_res_t a, b, c;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 0, 5, &a), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 0, 5, &b), MG_QUOTA_OK);
+    snap_t k0 = snap(&key), p0 = snap(&project);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 10, 5, &c), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(c.refused_level, at);
+    CHECK_EQ_INT(c.refused_limit, MG_QUOTA_CONCURRENCY);
+    CHECK_EQ_INT(c.retry_after_ms, 0); /* unknowable */
+    CHECK(same(snap(&key), k0) && same(snap(&project), p0));
+    CHECK_EQ_INT(mg_quota_release(&a), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 20, 5, &c), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.in_flight, 2);
+    CHECK_EQ_INT(project.in_flight, 2);
+    mg_quota_release(&b);
+    mg_quota_release(&c);
+    CHECK_EQ_INT(key.in_flight, 0);
+    CHECK_EQ_INT(project.in_flight, 0);
+}
+
+static void test_concurrency_each_level(void)
+{
+    concurrency_at_level(0);
+    concurrency_at_level(1);
+}
+
+/* Three levels; the last refuses: the first two are given back exactly. */
+static void test_rollback_partial(void)
+{
+    mg_quota_level_t key, project, provider;
+    mg_quota_level_init(&key, "key", 10, 1000, 5);
+    mg_quota_level_init(&project, "project", 10, 1000, 5);
+    mg_quota_level_init(&provider, "provider", 1, 0, 0);
+    mg_quota_level_t *lv[] = {&key, &project, &provider};
+    mg_quota_res_t held;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 3, 5000, 100, &held), MG_QUOTA_OK);
+    snap_t s[3] = {snap(&key), snap(&project), snap(&provider)};
+    mg_quota_res_t r;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 3, 5200, 100, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 2);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_RPM);
+    CHECK(same(snap(&key), s[0]) && same(snap(&project), s[1]) && same(snap(&provider), s[2]));
+    CHECK_EQ_INT(key.in_flight, 1);
+    CHECK_EQ_INT(key.req[5], 1);
+    CHECK_EQ_INT(key.tok[5], 100);
+    /* the middle level refuses: the first is given back, the third never touched */
+    project.max_concurrency = 1;
+    provider.rpm_limit = 0;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 3, 5300, 100, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 1);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_CONCURRENCY);
+    CHECK(same(snap(&key), s[0]) && same(snap(&project), s[1]) && same(snap(&provider), s[2]));
+    CHECK_EQ_INT(mg_quota_settle(&r, 50), MG_QUOTA_EINVAL);
+    mg_quota_release(&held);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 3, 5400, 100, &r), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.win_requests, 2);
+    CHECK_EQ_INT(provider.win_requests, 2);
+    mg_quota_release(&r);
+}
+
+/* When several limits refuse, retry_after waits for all of them; the first is named. */
+static void test_retry_after_max(void)
+{
+    mg_quota_level_t key, project;
+    mg_quota_level_init(&key, "key", 1, 0, 0);
+    mg_quota_level_init(&project, "project", 0, 100, 0);
+    mg_quota_level_t *lv[] = {&key, &project};
+    CHECK_EQ_INT(hit(lv, 2, 0, 90), MG_QUOTA_OK); /* second 0: 1 req, 90 tokens */
+    key.rpm_limit = 2;
+    CHECK_EQ_INT(hit(lv, 2, 30000, 0), MG_QUOTA_OK); /* second 30: 1 req */
+    key.rpm_limit = 1;
+    mg_quota_res_t r;
+    /* at 40 s: rpm needs both requests gone (second 30 → 90 s); tpm needs second 0 gone */
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 40000, 20, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 0);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_RPM);
+    CHECK_EQ_INT(r.retry_after_ms, 90000 - 40000);
+    CHECK_EQ_INT(hit(lv, 2, 89999, 20), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 2, 90000, 20), MG_QUOTA_OK);
+    /* the first refusing level frees up sooner than a later one: the later one decides */
+    mg_quota_level_init(&key, "key", 2, 0, 0);
+    mg_quota_level_init(&project, "project", 0, 100, 0);
+    CHECK_EQ_INT(hit(lv, 2, 0, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 30000, 90), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 40000, 20, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 0);
+    CHECK_EQ_INT(r.refused_limit, MG_QUOTA_RPM);
+    CHECK_EQ_INT(r.retry_after_ms, 90000 - 40000); /* key alone: 60000 - 40000 */
+    CHECK_EQ_INT(hit(lv, 2, 60000, 20), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 2, 90000, 20), MG_QUOTA_OK);
+    /* now rpm is fine again later, only tpm: */
+    mg_quota_level_init(&key, "key", 0, 0, 0);
+    mg_quota_level_init(&project, "project", 0, 100, 0);
+    CHECK_EQ_INT(hit(lv, 2, 1000, 40), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 2, 2000, 40), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 2500, 70, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 1);
+    CHECK_EQ_INT(r.retry_after_ms, 62000 - 2500); /* 80+70-100 = 50: both buckets */
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 2500, 30, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.retry_after_ms, 61000 - 2500); /* 10: the first bucket suffices */
+}
+
+/* Window edges: a request at 10.9 s counts through 69.999 s, not at 70.0 s. */
+static void test_window_edges(void)
+{
+    mg_quota_level_t a;
+    mg_quota_level_init(&a, "key", 1, 0, 0);
+    mg_quota_level_t *lv[] = {&a};
+    CHECK_EQ_INT(hit(lv, 1, 10900, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(hit(lv, 1, 69999, 0), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 1, 70000, 0), MG_QUOTA_OK);
+    /* a long idle gap clears everything */
+    uint32_t req;
+    uint64_t tok;
+    mg_quota_level_usage(&a, 70000, &req, &tok);
+    CHECK_EQ_INT(req, 1);
+    mg_quota_level_usage(&a, 10000000, &req, &tok);
+    CHECK_EQ_INT(req, 0);
+    /* time going backwards counts in the latest second seen */
+    CHECK_EQ_INT(hit(lv, 1, 9000000, 0), MG_QUOTA_OK);
+    CHECK_EQ_INT(a.win_requests, 1);
+    CHECK_EQ_INT(a.head_s, 10000);
+    CHECK_EQ_INT(hit(lv, 1, 10059999, 0), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(hit(lv, 1, 10060000, 0), MG_QUOTA_OK);
+    /* unlimited level: many requests */
+    mg_quota_level_t u;
+    mg_quota_level_init(&u, "free", 0, 0, 0);
+    mg_quota_level_t *lu[] = {&u};
+    int refused = 0;
+    for (int i = 0; i < 10000; i++)
+        refused += hit(lu, 1, (uint64_t)i * 7, 1000) != MG_QUOTA_OK;
+    CHECK_EQ_INT(refused, 0);
+    /* a sliding (not fixed) window: 60 per minute spread evenly never trips at 60 */
+    mg_quota_level_t s;
+    mg_quota_level_init(&s, "key", 60, 0, 0);
+    mg_quota_level_t *ls[] = {&s};
+    for (int i = 0; i < 600; i++)
+        refused += hit(ls, 1, 100000 + (uint64_t)i * 1000, 0) != 0;
+    CHECK_EQ_INT(refused, 0);
+    CHECK_EQ_INT(hit(ls, 1, 100000 + 599 * 1000 + 1, 0), MG_QUOTA_REFUSED);
+}
+
+static void test_settle(void)
+{
+    mg_quota_level_t key, project;
+    mg_quota_level_init(&key, "key", 0, 1000, 0);
+    mg_quota_level_init(&project, "project", 0, 500, 0);
+    mg_quota_level_t *lv[] = {&key, &project};
+    mg_quota_res_t r;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 3000, 400, &r), MG_QUOTA_OK);
+    CHECK_EQ_INT(project.win_tokens, 400);
+    CHECK_EQ_INT(hit(lv, 2, 4000, 200), MG_QUOTA_REFUSED); /* 600 > 500 */
+    /* overestimate: settle down frees room at once, at every level */
+    CHECK_EQ_INT(mg_quota_settle(&r, 150), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.win_tokens, 150);
+    CHECK_EQ_INT(project.win_tokens, 150);
+    CHECK_EQ_INT(project.tok[3], 150);
+    CHECK_EQ_INT(mg_quota_settle(&r, 10), MG_QUOTA_EINVAL); /* once */
+    CHECK_EQ_INT(project.win_tokens, 150);
+    CHECK_EQ_INT(hit(lv, 2, 4000, 200), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_release(&r), MG_QUOTA_OK);
+    /* underestimate: settle up, in the reservation's own second */
+    mg_quota_res_t u;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 5000, 10, &u), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_release(&u), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_settle(&u, 100), MG_QUOTA_OK); /* after release is fine */
+    CHECK_EQ_INT(project.tok[5], 100);
+    CHECK_EQ_INT(project.win_tokens, 150 + 200 + 100);
+    /* the reservation's second has left the window: only the excess counts, now */
+    mg_quota_res_t late;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 64000, 100, &late), MG_QUOTA_OK);
+    uint32_t req;
+    uint64_t tok;
+    mg_quota_level_usage(&project, 130000, &req, &tok);
+    CHECK_EQ_INT(tok, 0);
+    CHECK_EQ_INT(mg_quota_settle(&late, 130), MG_QUOTA_OK);
+    CHECK_EQ_INT(project.tok[130 % 60], 30);
+    CHECK_EQ_INT(project.win_tokens, 30);
+    CHECK_EQ_INT(key.tok[64 % 60], 130); /* key's window did not move: 100 -> 130 in place */
+    mg_quota_release(&late);
+    mg_quota_res_t low;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 140000, 100, &low), MG_QUOTA_OK);
+    mg_quota_level_usage(&project, 200000, NULL, NULL);
+    mg_quota_level_usage(&key, 200000, NULL, NULL);
+    CHECK_EQ_INT(mg_quota_settle(&low, 40), MG_QUOTA_OK); /* below the estimate: nothing */
+    CHECK_EQ_INT(project.win_tokens, 0);
+    CHECK_EQ_INT(key.win_tokens, 0);
+    mg_quota_release(&low);
+}
+
+static void test_release_once(void)
+{
+    mg_quota_level_t key;
+    mg_quota_level_init(&key, "key", 0, 0, 2);
+    mg_quota_level_t *lv[] = {&key};
+    mg_quota_res_t a, b;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 1, 0, 0, &a), MG_QUOTA_OK);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 1, 0, 0, &b), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.in_flight, 2);
+    CHECK_EQ_INT(mg_quota_release(&a), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.in_flight, 1);
+    /* a second release must not return b's lease */
+    CHECK_EQ_INT(mg_quota_release(&a), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(key.in_flight, 1);
+    CHECK_EQ_INT(mg_quota_release(&b), MG_QUOTA_OK);
+    CHECK_EQ_INT(key.in_flight, 0);
+    CHECK_EQ_INT(mg_quota_release(NULL), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(mg_quota_settle(NULL, 1), MG_QUOTA_EINVAL);
+}
+
+static void test_bad_args(void)
+{
+    mg_quota_level_t a;
+    mg_quota_level_init(&a, "key", 1, 1, 1);
+    mg_quota_level_t *lv[MG_QUOTA_MAX_LEVELS + 1] = {&a, &a, &a, &a, &a, &a, &a};
+    mg_quota_level_t *holes[] = {&a, NULL};
+    mg_quota_res_t r;
+    CHECK_EQ_INT(mg_quota_reserve(lv, 0, 0, 0, &r), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(mg_quota_reserve(lv, MG_QUOTA_MAX_LEVELS + 1, 0, 0, &r), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(mg_quota_reserve(NULL, 1, 0, 0, &r), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(mg_quota_reserve(holes, 2, 0, 0, &r), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(mg_quota_reserve(lv, 1, 0, 0, NULL), MG_QUOTA_EINVAL);
+    CHECK_EQ_INT(a.in_flight, 0);
+    CHECK_EQ_INT(a.win_requests, 0);
+    /* the same level twice needs room for two */
+    CHECK_EQ_INT(mg_quota_reserve(lv, 2, 0, 0, &r), MG_QUOTA_REFUSED);
+    CHECK_EQ_INT(r.refused_level, 1);
+    CHECK_EQ_INT(a.win_requests, 0);
+    CHECK_STR(mg_quota_limit_name(MG_QUOTA_RPM), "rpm");
+    CHECK_STR(mg_quota_limit_name(MG_QUOTA_TPM), "tpm");
+    CHECK_STR(mg_quota_limit_name(MG_QUOTA_CONCURRENCY), "concurrency");
+    CHECK_STR(mg_quota_limit_name(MG_QUOTA_NONE), "none");
+}
+
+int main(void)
+{
+    MG_RUN(test_rpm_each_level);
+    MG_RUN(test_tpm_each_level);
+    MG_RUN(test_concurrency_each_level);
+    MG_RUN(test_rollback_partial);
+    MG_RUN(test_retry_after_max);
+    MG_RUN(test_window_edges);
+    MG_RUN(test_settle);
+    MG_RUN(test_release_once);
+    MG_RUN(test_bad_args);
+    return mg_test_summary();
+}

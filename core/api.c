@@ -5,12 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <cjson/cJSON.h>
 
 #include "json.h"
+#include "crypto.h"
 #include "log.h"
 #include "proxy.h"
+#include "secret.h"
 
 const char *mg_api_error_type(int status)
 {
@@ -142,7 +145,7 @@ static void handle_status(mg_server_t *s, mg_http_req_t *req)
         cJSON_AddStringToObject(o, "adapter", p->adapter);
         cJSON_AddStringToObject(o, "pool", p->pool);
         cJSON_AddBoolToObject(o, "local", p->local);
-        cJSON_AddBoolToObject(o, "available", mg_pool_available(st));
+        cJSON_AddBoolToObject(o, "available", mg_pool_available(st, uv_now(s->loop)));
         cJSON_AddNumberToObject(o, "in_flight", st ? st->in_flight : 0);
         cJSON_AddNumberToObject(o, "requests_total", st ? (double)st->requests_total : 0);
         cJSON_AddNumberToObject(o, "failures_total", st ? (double)st->failures_total : 0);
@@ -153,6 +156,199 @@ static void handle_status(mg_server_t *s, mg_http_req_t *req)
     for (size_t i = 0; i < g->cfg->n_models; i++)
         cJSON_AddItemToArray(ms, cJSON_CreateString(g->cfg->models[i].name));
     respond_json(s, req, MG_EP_OTHER, 200, root);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Admin read endpoints under /api/v2                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Bearer $MOONGATE_ADMIN_TOKEN (or the Sidecar's SIDECAR_ADMIN_TOKEN), compared as
+ * SHA-256 digests in constant time. 1 when allowed; otherwise answered (401). */
+static int admin_allowed(mg_server_t *s, mg_http_req_t *req)
+{
+    const char *token = getenv("MOONGATE_ADMIN_TOKEN");
+    if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN");
+    if (!token || !*token) {
+        mg_api_error(s, req, MG_EP_OTHER, 401, "AUTH_FAILED",
+                     "the admin API is disabled: set MOONGATE_ADMIN_TOKEN", 0);
+        return 0;
+    }
+    const char *auth = mg_http_header(req, "Authorization");
+    const char *given = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : "";
+    char want_d[65], given_d[65];
+    mg_sha256_hex(token, strlen(token), want_d);
+    mg_sha256_hex(given, strlen(given), given_d);
+    if (!mg_const_time_eq(want_d, 64, given_d, 64)) {
+        mg_api_error(s, req, MG_EP_OTHER, 401, "AUTH_FAILED", "invalid admin token", 0);
+        return 0;
+    }
+    return 1;
+}
+
+static const char *provider_status(const mg_provider_state_t *st, uint64_t now)
+{
+    if (!st) return "active";
+    if (st->disabled) return "disabled";
+    if (mg_cooldown_cooling(&st->cooldown, now)) return "cooldown";
+    return "active";
+}
+
+static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_t now)
+{
+    mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", p->id);
+    cJSON_AddStringToObject(o, "name", p->id);
+    cJSON_AddStringToObject(o, "endpoint_url", p->base_url);
+    char masked[32] = "";
+    if (p->api_key) mg_secret_mask(p->api_key, masked);
+    if (p->api_key) cJSON_AddStringToObject(o, "api_key", masked);
+    else cJSON_AddNullToObject(o, "api_key");
+    cJSON_AddStringToObject(o, "adapter", p->adapter);
+    cJSON_AddStringToObject(o, "pool", p->pool);
+    cJSON_AddStringToObject(o, "status", provider_status(st, now));
+    cJSON_AddStringToObject(o, "source", "file");
+    cJSON_AddNumberToObject(o, "rpm_limit", p->rpm_limit);
+    if (p->tpm_limit) cJSON_AddNumberToObject(o, "tpm_limit", p->tpm_limit);
+    else cJSON_AddNullToObject(o, "tpm_limit");
+    cJSON_AddNumberToObject(o, "weight", p->weight);
+    cJSON_AddBoolToObject(o, "local", p->local);
+    if (!st) return o;
+    mg_health_snapshot_t hs;
+    mg_health_snapshot(&st->health, now, &hs);
+    cJSON_AddStringToObject(o, "health", mg_health_state_name(hs.state));
+    cJSON_AddStringToObject(o, "breaker", mg_breaker_state_name(mg_breaker_state(&st->breaker, now)));
+    cJSON_AddNumberToObject(o, "current_rpm", mg_limiter_rpm_used(&st->limiter, now));
+    cJSON_AddNumberToObject(o, "in_flight", st->in_flight);
+    cJSON_AddNumberToObject(o, "success_rate_5m", hs.window_samples ? hs.window_success_rate : 1.0);
+    cJSON_AddNumberToObject(o, "consecutive_failures", hs.consecutive_failures);
+    cJSON_AddNumberToObject(o, "cooldown_remaining_s",
+                            (double)(mg_cooldown_remaining_ms(&st->cooldown, now) / 1000));
+    cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);
+    cJSON_AddNumberToObject(o, "requests_total", (double)st->requests_total);
+    if (st->load.known) {
+        cJSON *load = cJSON_AddObjectToObject(o, "load");
+        cJSON_AddNumberToObject(load, "running", st->load.running);
+        cJSON_AddNumberToObject(load, "waiting", st->load.waiting);
+        if (st->load.kv_cache >= 0) cJSON_AddNumberToObject(load, "kv_cache", st->load.kv_cache);
+    }
+    return o;
+}
+
+static void handle_admin_providers(mg_server_t *s, mg_http_req_t *req, const char *id)
+{
+    const mg_config_t *cfg = s->gen->cfg;
+    uint64_t now = uv_now(s->loop);
+    if (id) {
+        const mg_provider_conf_t *p = mg_config_provider(cfg, id);
+        if (!p) {
+            mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider", 0);
+            return;
+        }
+        respond_json(s, req, MG_EP_OTHER, 200, provider_json(s, p, now));
+        return;
+    }
+    char pool[16] = "", status[16] = "";
+    if (req->query) {
+        /* ?pool=main&status=active */
+        const char *q = req->query;
+        const char *pp = strstr(q, "pool=");
+        const char *sp = strstr(q, "status=");
+        if (pp) sscanf(pp + 5, "%15[^&]", pool);
+        if (sp) sscanf(sp + 7, "%15[^&]", status);
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = cJSON_AddArrayToObject(root, "providers");
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const mg_provider_conf_t *p = &cfg->providers[i];
+        if (pool[0] && strcmp(pool, p->pool) != 0) continue;
+        if (status[0] && strcmp(status, provider_status(mg_pool_get(&s->pool, p->id), now)) != 0)
+            continue;
+        cJSON_AddItemToArray(list, provider_json(s, p, now));
+    }
+    cJSON_AddNumberToObject(root, "total", cJSON_GetArraySize(list));
+    respond_json(s, req, MG_EP_OTHER, 200, root);
+}
+
+static void handle_admin_pools(mg_server_t *s, mg_http_req_t *req)
+{
+    const mg_config_t *cfg = s->gen->cfg;
+    uint64_t now = uv_now(s->loop);
+    cJSON *root = cJSON_CreateObject();
+    const char *pools[2] = {"main", "fallback"};
+    for (int k = 0; k < 2; k++) {
+        int total = 0, active = 0, cooling = 0, disabled = 0;
+        long long capacity = 0, load = 0;
+        for (size_t i = 0; i < cfg->n_providers; i++) {
+            const mg_provider_conf_t *p = &cfg->providers[i];
+            if (strcmp(p->pool, pools[k]) != 0) continue;
+            mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
+            const char *state = provider_status(st, now);
+            total++;
+            active += strcmp(state, "active") == 0;
+            cooling += strcmp(state, "cooldown") == 0;
+            disabled += strcmp(state, "disabled") == 0;
+            capacity += p->rpm_limit;
+            if (st) load += mg_limiter_rpm_used(&st->limiter, now);
+        }
+        cJSON *o = cJSON_AddObjectToObject(root, pools[k]);
+        cJSON_AddNumberToObject(o, "total", total);
+        cJSON_AddNumberToObject(o, "active", active);
+        cJSON_AddNumberToObject(o, "cooldown", cooling);
+        cJSON_AddNumberToObject(o, "disabled", disabled);
+        cJSON_AddNumberToObject(o, "total_rpm_capacity", (double)capacity);
+        cJSON_AddNumberToObject(o, "current_load_rpm", (double)load);
+    }
+    respond_json(s, req, MG_EP_OTHER, 200, root);
+}
+
+static void handle_admin_cooldowns(mg_server_t *s, mg_http_req_t *req)
+{
+    const mg_config_t *cfg = s->gen->cfg;
+    uint64_t now = uv_now(s->loop);
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    uint64_t now_unix = (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = cJSON_AddArrayToObject(root, "cooldowns");
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const mg_provider_conf_t *p = &cfg->providers[i];
+        mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
+        if (!st || !mg_cooldown_cooling(&st->cooldown, now)) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "provider_id", p->id);
+        cJSON_AddStringToObject(o, "pool", p->pool);
+        cJSON_AddNumberToObject(o, "remaining_seconds",
+                                (double)((mg_cooldown_remaining_ms(&st->cooldown, now) + 999) / 1000));
+        cJSON_AddNumberToObject(o, "cooldown_until_ms",
+                                (double)mg_cooldown_until_unix_ms(&st->cooldown, now, now_unix));
+        cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);
+        cJSON_AddNumberToObject(o, "cooldowns_total", (double)st->cooldowns_total);
+        cJSON_AddItemToArray(list, o);
+    }
+    cJSON_AddNumberToObject(root, "total", cJSON_GetArraySize(list));
+    respond_json(s, req, MG_EP_OTHER, 200, root);
+}
+
+/* GET /api/v2/{providers,pools,cooldowns}; write operations come with the admin API proper. */
+static void handle_admin(mg_server_t *s, mg_http_req_t *req)
+{
+    if (!admin_allowed(s, req)) return;
+    const char *sub = req->path + strlen("/api/v2/");
+    if (req->method != HTTP_GET) {
+        mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED",
+                     "this admin endpoint is read-only", 0);
+    } else if (strcmp(sub, "providers") == 0) {
+        handle_admin_providers(s, req, NULL);
+    } else if (strncmp(sub, "providers/", 10) == 0 && sub[10] && !strchr(sub + 10, '/')) {
+        handle_admin_providers(s, req, sub + 10);
+    } else if (strcmp(sub, "pools") == 0) {
+        handle_admin_pools(s, req);
+    } else if (strcmp(sub, "cooldowns") == 0) {
+        handle_admin_cooldowns(s, req);
+    } else {
+        mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such admin endpoint", 0);
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,6 +401,10 @@ void mg_api_handle(void *server, mg_http_req_t *req)
     mg_server_t *s = server;
     size_t path_len = strlen(req->path);
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
+    if (strncmp(req->path, "/api/v2/", 8) == 0) {
+        handle_admin(s, req);
+        return;
+    }
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;

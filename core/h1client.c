@@ -68,9 +68,9 @@ struct conn_s {
     llhttp_t parser;
     mg_h1_t *c;
     host_t *host;
-    conn_t **list;          /* the list the conn is on (pool, waiters, free list), or NULL */
+    conn_t **list; /* the list the conn is on (pool, waiters, free list), or NULL */
     conn_t *prev, *next;
-    mg_h1_xfer_t *x;        /* the transfer it carries (RESOLVING..ACTIVE), else NULL */
+    mg_h1_xfer_t *x; /* the transfer it carries (RESOLVING..ACTIVE), else NULL */
     conn_state_t state;
     int handles;            /* open uv handles; recycled at 0 */
     int addr_index;         /* which of the host's addresses it connects to */
@@ -80,14 +80,14 @@ struct conn_s {
     unsigned reused : 1;    /* the current request went out on a pooled connection */
     unsigned got_bytes : 1; /* a response byte arrived for the current request */
     unsigned reading : 1;
-    unsigned writing : 1;   /* a uv_write of the request is pending */
-    unsigned msg_done : 1;  /* llhttp paused at the end of the response */
-    unsigned in_1xx : 1;    /* parsing an interim 1xx response */
-    char hname[16];         /* current header name, when short enough to matter */
+    unsigned writing : 1;  /* a uv_write of the request is pending */
+    unsigned msg_done : 1; /* llhttp paused at the end of the response */
+    unsigned in_1xx : 1;   /* parsing an interim 1xx response */
+    char hname[16];        /* current header name, when short enough to matter */
     size_t hname_len;
-    char *hdst;             /* capture target for the current header value, or NULL */
+    char *hdst; /* capture target for the current header value, or NULL */
     size_t hcap, hlen;
-    char *pend;             /* owned: input held back while paused */
+    char *pend; /* owned: input held back while paused */
     size_t pend_off, pend_len, pend_cap;
 };
 
@@ -96,19 +96,19 @@ struct host_s {
     mg_h1_t *c;
     uint32_t hash;
     int port;
-    int literal;            /* an IP literal: addrs[0] never expires */
-    int resolving;          /* gai in flight */
+    int literal;   /* an IP literal: addrs[0] never expires */
+    int resolving; /* gai in flight */
     int n_addrs, preferred;
-    uint64_t addrs_due;     /* resolved addresses valid until this loop ms */
+    uint64_t addrs_due; /* resolved addresses valid until this loop ms */
     struct sockaddr_storage addrs[MAX_ADDRS];
     uv_getaddrinfo_t gai;
-    conn_t *waiters;        /* connections waiting for the lookup */
-    conn_t *batch;          /* waiters being released by the lookup's callback */
-    conn_t *idle;           /* pooled connections, most recently used first */
+    conn_t *waiters; /* connections waiting for the lookup */
+    conn_t *batch;   /* waiters being released by the lookup's callback */
+    conn_t *idle;    /* pooled connections, most recently used first */
     size_t n_idle;
-    const char *name;       /* host for getaddrinfo (no brackets), inside key[] */
+    const char *name; /* host for getaddrinfo (no brackets), inside key[] */
     size_t key_len;
-    char key[];             /* "host[:port]" as sent in Host, NUL, then name */
+    char key[]; /* "host[:port]" as sent in Host, NUL, then name */
 };
 
 struct mg_h1_s {
@@ -116,29 +116,29 @@ struct mg_h1_s {
     host_t *hosts;
     conn_t *free_conns;
     size_t n_free;
-    mg_h1_xfer_t *xfers;    /* live transfers */
+    mg_h1_xfer_t *xfers; /* live transfers */
     size_t n_active;
-    size_t conns_open;      /* conn structs whose handles have not all closed */
-    size_t n_resolving;     /* lookups in flight */
+    size_t conns_open;  /* conn structs whose handles have not all closed */
+    size_t n_resolving; /* lookups in flight */
     int idle_ms;
     size_t max_idle;
     int closing;
-    char *rbuf;             /* owned: shared read buffer */
+    char *rbuf; /* owned: shared read buffer */
 };
 
 struct mg_h1_xfer_s {
     mg_h1_t *c;
     mg_h1_xfer_t *prev, *next;
     host_t *host;
-    conn_t *cn;             /* connection carrying it, NULL before the first / between */
+    conn_t *cn; /* connection carrying it, NULL before the first / between */
     mg_xfer_cbs_t cbs;
     void *ud;
     uint64_t connect_due, total_due, activity_due; /* loop ms, 0 = none */
     int connect_ms, first_byte_ms, idle_ms;
-    int busy;               /* frames of ours using the struct */
-    int addr_tries;         /* connect attempts for the current connection */
-    unsigned ended : 1;     /* no callback may fire any more */
-    unsigned dead : 1;      /* unlinked: freed when busy drops to 0 */
+    int busy;           /* frames of ours using the struct */
+    int addr_tries;     /* connect attempts for the current connection */
+    unsigned ended : 1; /* no callback may fire any more */
+    unsigned dead : 1;  /* unlinked: freed when busy drops to 0 */
     unsigned got_headers : 1;
     unsigned paused : 1;
     unsigned retried : 1;   /* the one transparent retry has been used */
@@ -148,7 +148,7 @@ struct mg_h1_xfer_s {
     char retry_after[32];
     char content_type[96];
     size_t req_len;
-    char req[];             /* request head (+ inline body) */
+    char req[]; /* request head (+ inline body) */
 };
 
 static llhttp_settings_t g_settings;
@@ -177,8 +177,10 @@ static void list_push(conn_t **head, conn_t *cn)
 static void list_remove(conn_t *cn)
 {
     if (!cn->list) return;
-    if (cn->prev) cn->prev->next = cn->next;
-    else *cn->list = cn->next;
+    if (cn->prev)
+        cn->prev->next = cn->next;
+    else
+        *cn->list = cn->next;
     if (cn->next) cn->next->prev = cn->prev;
     cn->list = NULL;
     cn->prev = cn->next = NULL;
@@ -187,7 +189,8 @@ static void list_remove(conn_t *cn)
 static uint32_t hash_bytes(const char *s, size_t n)
 {
     uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
     return h;
 }
 
@@ -200,7 +203,8 @@ static char *put_uint(char *p, size_t v)
         tmp[n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    while (n) *p++ = tmp[--n];
+    while (n)
+        *p++ = tmp[--n];
     return p;
 }
 
@@ -217,7 +221,7 @@ static char *put(char *p, const char *s, size_t n)
 typedef struct {
     const char *host; /* without brackets */
     size_t host_len;
-    int v6;           /* was bracketed */
+    int v6; /* was bracketed */
     int port;
     const char *path; /* from the first '/' or '?' to before '#'; may be empty */
     size_t path_len;
@@ -246,7 +250,8 @@ static int url_parse(const char *s, url_t *u)
     u->v6 = *p == '[';
     if (u->v6) {
         u->host = ++p;
-        while (*p && *p != ']') p++;
+        while (*p && *p != ']')
+            p++;
         if (*p != ']') return -1;
         u->host_len = (size_t)(p++ - u->host);
     } else {
@@ -283,28 +288,50 @@ static int header_classify(const char *s, size_t *len, unsigned *seen)
     *len = n;
     const char *colon = memchr(s, ':', n);
     size_t nl = colon ? (size_t)(colon - s) : n - 1;
-    if (nl == 4 && strncasecmp(s, "host", 4) == 0) *seen |= SEEN_HOST;
-    else if (nl == 14 && strncasecmp(s, "content-length", 14) == 0) *seen |= SEEN_CL;
+    if (nl == 4 && strncasecmp(s, "host", 4) == 0)
+        *seen |= SEEN_HOST;
+    else if (nl == 14 && strncasecmp(s, "content-length", 14) == 0)
+        *seen |= SEEN_CL;
     if (!colon) return s[n - 1] == ';' ? HDR_EMPTY : HDR_DROP;
     const char *v = colon + 1, *end = s + n;
-    while (v < end && (*v == ' ' || *v == '\t')) v++;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
     return v == end ? HDR_DROP : HDR_SEND;
 }
 
-static size_t headers_size(const struct curl_slist *h, unsigned *seen)
+/* Caller header lines as classified by the sizing pass, so the copying pass does
+ * not scan them again (lines past HDR_CACHE are classified twice). */
+#define HDR_CACHE 32
+typedef struct {
+    size_t len[HDR_CACHE];
+    unsigned char kind[HDR_CACHE];
+    size_t n;
+    unsigned seen;
+} hdr_scan_t;
+
+static size_t headers_size(const struct curl_slist *h, hdr_scan_t *sc)
 {
     size_t total = 0, n;
-    for (; h; h = h->next)
-        if (header_classify(h->data, &n, seen) != HDR_DROP) total += n + 2;
+    sc->n = 0;
+    sc->seen = 0;
+    for (; h; h = h->next) {
+        int kind = header_classify(h->data, &n, &sc->seen);
+        if (sc->n < HDR_CACHE) {
+            sc->len[sc->n] = n;
+            sc->kind[sc->n++] = (unsigned char)kind;
+        }
+        if (kind != HDR_DROP) total += n + 2;
+    }
     return total;
 }
 
-static char *headers_copy(char *p, const struct curl_slist *h)
+static char *headers_copy(char *p, const struct curl_slist *h, const hdr_scan_t *sc)
 {
     unsigned seen = 0;
-    size_t n;
-    for (; h; h = h->next) {
-        int kind = header_classify(h->data, &n, &seen);
+    size_t n = 0;
+    for (size_t i = 0; h; h = h->next, i++) {
+        int kind = i < sc->n ? sc->kind[i] : header_classify(h->data, &n, &seen);
+        if (i < sc->n) n = sc->len[i];
         if (kind == HDR_DROP) continue;
         p = put(p, h->data, n);
         if (kind == HDR_EMPTY) p[-1] = ':';
@@ -329,8 +356,9 @@ static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t
 {
     int send_body = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
     if (!send_body || !body) body_len = 0;
-    unsigned seen = 0;
-    size_t hl = headers_size(hdrs, &seen);
+    hdr_scan_t sc;
+    size_t hl = headers_size(hdrs, &sc);
+    unsigned seen = sc.seen;
     int slash = u->path_len == 0 || u->path[0] != '/';
     int inline_body = body_len <= INLINE_BODY_MAX;
     size_t head = strlen(method) + 1 + slash + u->path_len + 11 + 8 + h->key_len + hl + 40 + 2;
@@ -351,7 +379,7 @@ static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t
         p = put(p, h->key, h->key_len);
         p = put(p, "\r\n", 2);
     }
-    p = headers_copy(p, hdrs);
+    p = headers_copy(p, hdrs, &sc);
     if (send_body && !(seen & SEEN_CL)) {
         p = put(p, "Content-Length: ", 16);
         p = put_uint(p, body_len);
@@ -535,8 +563,10 @@ static void xfer_end(mg_h1_xfer_t *x, mg_xfer_result_t res, const char *detail, 
 {
     mg_h1_t *c = x->c;
     x->ended = 1;
-    if (x->prev) x->prev->next = x->next;
-    else c->xfers = x->next;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        c->xfers = x->next;
     if (x->next) x->next->prev = x->prev;
     c->n_active--;
     if (notify && x->cbs.on_done) {
@@ -562,8 +592,10 @@ static void xfer_complete(mg_h1_xfer_t *x, conn_t *cn, int reusable)
     int keep = reusable && !cn->writing && llhttp_should_keep_alive(&cn->parser);
     xfer_detach(x);
     cn->pend_off = cn->pend_len = 0;
-    if (keep) pool_put(cn);
-    else conn_close(cn);
+    if (keep)
+        pool_put(cn);
+    else
+        conn_close(cn);
     xfer_end(x, MG_XFER_OK, NULL, 1);
 }
 
@@ -600,8 +632,10 @@ static void conn_timer_at(conn_t *cn, uint64_t due)
 
 static void conn_rearm(conn_t *cn)
 {
-    if (cn->state == C_IDLE) conn_timer_at(cn, cn->idle_due);
-    else if (cn->x) conn_timer_at(cn, xfer_next_due(cn->x, cn));
+    if (cn->state == C_IDLE)
+        conn_timer_at(cn, cn->idle_due);
+    else if (cn->x)
+        conn_timer_at(cn, xfer_next_due(cn->x, cn));
 }
 
 /* A synchronous error, reported from the next timer run (never inside start). */
@@ -640,8 +674,10 @@ static void conn_on_timer(uv_timer_t *t)
     uint64_t now = uv_now(t->loop);
     cn->timer_due = 0;
     if (cn->state == C_IDLE) {
-        if (now >= cn->idle_due) conn_close(cn);
-        else conn_rearm(cn);
+        if (now >= cn->idle_due)
+            conn_close(cn);
+        else
+            conn_rearm(cn);
         return;
     }
     mg_h1_xfer_t *x = cn->x;
@@ -651,13 +687,16 @@ static void conn_on_timer(uv_timer_t *t)
         cn->deferred_err = 0;
         if (cn->state == C_RESOLVING)
             xfer_fail(x, MG_XFER_CONNECT_ERROR, "could not resolve the upstream host");
-        else conn_connect_failed(cn, err);
+        else
+            conn_connect_failed(cn, err);
         return;
     }
     mg_xfer_result_t res;
     const char *detail;
-    if (xfer_expired(x, cn, now, &res, &detail)) xfer_fail(x, res, detail);
-    else conn_rearm(cn);
+    if (xfer_expired(x, cn, now, &res, &detail))
+        xfer_fail(x, res, detail);
+    else
+        conn_rearm(cn);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -749,8 +788,10 @@ static void conn_on_written(uv_write_t *w, int status)
     cn->writing = 0;
     if (status == 0 || cn->state != C_ACTIVE) return;
     mg_h1_xfer_t *x = cn->x;
-    if (cn->reused && !cn->got_bytes && !x->retried) xfer_retry(x);
-    else xfer_fail(x, MG_XFER_ERROR, "could not send the request upstream");
+    if (cn->reused && !cn->got_bytes && !x->retried)
+        xfer_retry(x);
+    else
+        xfer_fail(x, MG_XFER_ERROR, "could not send the request upstream");
 }
 
 /* Send the request: uv_try_write, then queue whatever the socket did not take. */
@@ -764,7 +805,8 @@ static int conn_send(conn_t *cn)
     if (n == UV_EAGAIN) n = 0;
     if (n < 0) return n;
     size_t left = (size_t)n;
-    while (i < nb && left >= b[i].len) left -= b[i++].len;
+    while (i < nb && left >= b[i].len)
+        left -= b[i++].len;
     if (i == nb) return 0;
     b[i].base += left;
     b[i].len -= left;
@@ -832,7 +874,8 @@ static void host_release_waiters(host_t *h, int status)
 {
     h->batch = h->waiters;
     h->waiters = NULL;
-    for (conn_t *cn = h->batch; cn; cn = cn->next) cn->list = &h->batch;
+    for (conn_t *cn = h->batch; cn; cn = cn->next)
+        cn->list = &h->batch;
     conn_t *cn;
     while ((cn = h->batch) != NULL) {
         list_remove(cn);
@@ -892,8 +935,10 @@ static int xfer_connect(mg_h1_xfer_t *x)
     uint64_t now = uv_now(c->loop);
     x->connect_due = x->connect_ms > 0 ? now + (uint64_t)x->connect_ms : 0;
     x->addr_tries = 0;
-    if (host_has_addrs(h, now)) conn_connect(cn, h->preferred < h->n_addrs ? h->preferred : 0);
-    else host_resolve(h, cn);
+    if (host_has_addrs(h, now))
+        conn_connect(cn, h->preferred < h->n_addrs ? h->preferred : 0);
+    else
+        host_resolve(h, cn);
     conn_rearm(cn);
     return 0;
 }
@@ -993,6 +1038,7 @@ static int p_on_headers_complete(llhttp_t *p)
     }
     x->got_headers = 1;
     x->activity_due = x->idle_ms > 0 ? uv_now(x->c->loop) + (uint64_t)x->idle_ms : 0;
+    conn_rearm(cn); /* the idle deadline may come before the first-byte one */
     if (x->cbs.on_headers) x->cbs.on_headers(x->ud, status);
     if (x->ended) return HPE_PAUSED;
     return x->head_only ? 1 : 0;
@@ -1050,10 +1096,11 @@ static int conn_hold(conn_t *cn, const char *rest, size_t n, int from_pend)
         if (cn->pend) cn->pend_off = (size_t)(rest - cn->pend);
     } else if (n > 0) {
         if (n > cn->pend_cap) {
-            char *b = realloc(cn->pend, READ_BUF_SIZE);
+            size_t cap = (n + 4095) & ~(size_t)4095; /* at most one read: READ_BUF_SIZE */
+            char *b = realloc(cn->pend, cap);
             if (!b) return -1;
             cn->pend = b;
-            cn->pend_cap = READ_BUF_SIZE;
+            cn->pend_cap = cap;
         }
         memcpy(cn->pend, rest, n);
         cn->pend_off = 0;
@@ -1100,8 +1147,10 @@ static void conn_feed_eof(conn_t *cn)
     x->busy++;
     llhttp_errno_t e = llhttp_finish(&cn->parser);
     if (!x->ended) {
-        if (e == HPE_PAUSED && cn->msg_done) xfer_complete(x, cn, 0);
-        else xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection mid-response");
+        if (e == HPE_PAUSED && cn->msg_done)
+            xfer_complete(x, cn, 0);
+        else
+            xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection mid-response");
     }
     xfer_unbusy(x);
 }
@@ -1110,10 +1159,14 @@ static void conn_read_error(conn_t *cn, int err)
 {
     mg_h1_xfer_t *x = cn->x;
     int gone = err == UV_EOF || err == UV_ECONNRESET || err == UV_EPIPE;
-    if (gone && cn->reused && !cn->got_bytes && !x->retried) xfer_retry(x);
-    else if (err == UV_EOF && cn->got_bytes) conn_feed_eof(cn);
-    else if (err == UV_EOF) xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection without a response");
-    else xfer_fail(x, MG_XFER_ERROR, uv_strerror(err));
+    if (gone && cn->reused && !cn->got_bytes && !x->retried)
+        xfer_retry(x);
+    else if (err == UV_EOF && cn->got_bytes)
+        conn_feed_eof(cn);
+    else if (err == UV_EOF)
+        xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection without a response");
+    else
+        xfer_fail(x, MG_XFER_ERROR, uv_strerror(err));
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -1187,9 +1240,11 @@ void mg_h1_close(mg_h1_t *c)
 {
     if (c->closing) return;
     c->closing = 1;
-    while (c->xfers) mg_h1_cancel(c->xfers);
+    while (c->xfers)
+        mg_h1_cancel(c->xfers);
     for (host_t *h = c->hosts; h; h = h->next) {
-        while (h->idle) conn_close(h->idle);
+        while (h->idle)
+            conn_close(h->idle);
         if (h->resolving) uv_cancel((uv_req_t *)&h->gai);
     }
     client_maybe_free(c);
@@ -1222,8 +1277,10 @@ int mg_h1_start(mg_h1_t *c, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, v
     host_t *h = NULL;
     if (!c->closing && method_ok(method) && url_parse(o->url, &u) == 0) h = host_get(c, &u);
     mg_h1_xfer_t *x = NULL;
-    if (h) x = xfer_alloc(h, method, &u, o->headers, o->body, o->body_len);
-    else free(o->body);
+    if (h)
+        x = xfer_alloc(h, method, &u, o->headers, o->body, o->body_len);
+    else
+        free(o->body);
     curl_slist_free_all(o->headers);
     if (!x) return -1;
     xfer_init(x, c, h, o, cbs, ud);
@@ -1263,7 +1320,9 @@ void mg_h1_resume(mg_h1_xfer_t *x)
 const char *mg_h1_header(const mg_h1_xfer_t *x, const char *name)
 {
     const char *v = NULL;
-    if (strcasecmp(name, "retry-after") == 0) v = x->retry_after;
-    else if (strcasecmp(name, "content-type") == 0) v = x->content_type;
+    if (strcasecmp(name, "retry-after") == 0)
+        v = x->retry_after;
+    else if (strcasecmp(name, "content-type") == 0)
+        v = x->content_type;
     return v && v[0] ? v : NULL;
 }

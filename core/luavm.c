@@ -365,6 +365,10 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
     push_field(L, a->ref, "passthrough");
     a->passthrough = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    push_field(L, a->ref, "probe_path");
+    a->probe_path = strdup(lua_isstring(L, -1) ? lua_tostring(L, -1) : "/models");
+    lua_pop(L, 1);
+    if (!a->probe_path) return -1;
     if (!a->passthrough) {
         const char *need[] = {"decode", "decode_event"};
         for (int i = 0; i < 2; i++) {
@@ -433,6 +437,35 @@ static int load_adapters(mg_gen_t *g, char *err, size_t errlen)
     return check_providers(g, err, errlen);
 }
 
+/* policies/cooldown.lua is optional: without it a 429 cools for the default curve. */
+static int load_cooldown_policy(mg_gen_t *g, char *err, size_t errlen)
+{
+    lua_State *L = g->L;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/cooldown.lua", g->cfg->policies_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    fclose(f);
+    if (load_module_file(L, path, &g->cooldown_ref, err, errlen) != 0) return -1;
+    if (push_field(L, g->cooldown_ref, "on_response") != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        snprintf(err, errlen, "%s: policy has no on_response(provider, status, headers, state)",
+                 path);
+        return -1;
+    }
+    lua_pop(L, 1);
+    if (push_field(L, g->cooldown_ref, "selftest") == LUA_TFUNCTION) {
+        char lerr[512];
+        if (pcall(L, 0, 0, lerr, sizeof(lerr)) != 0) {
+            snprintf(err, errlen, "%s: selftest failed: %s", path, lerr);
+            return -1;
+        }
+    } else {
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
 static int load_policies(mg_gen_t *g, char *err, size_t errlen)
 {
     lua_State *L = g->L;
@@ -454,7 +487,7 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
     } else {
         lua_pop(L, 1);
     }
-    return 0;
+    return load_cooldown_policy(g, err, errlen);
 }
 
 static int load_library(mg_gen_t *g, char *err, size_t errlen)
@@ -497,7 +530,7 @@ int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err,
     }
     g->id = id;
     g->refs = 1;
-    g->routing_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
+    g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0) {
         mg_gen_unref(g);
         return -1;
@@ -528,7 +561,10 @@ void mg_gen_unref(mg_gen_t *g)
 {
     if (!g || --g->refs > 0) return;
     if (g->L) lua_close(g->L);
-    for (size_t i = 0; i < g->n_adapters; i++) free(g->adapters[i].name);
+    for (size_t i = 0; i < g->n_adapters; i++) {
+        free(g->adapters[i].name);
+        free(g->adapters[i].probe_path);
+    }
     free(g->adapters);
     free(g->provider_adapter);
     mg_config_free(g->cfg);
@@ -557,6 +593,26 @@ int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
     }
     lua_pushinteger(L, info->created);
     lua_setfield(L, -2, "created");
+    lua_pushstring(L, info->priority ? info->priority : "P2");
+    lua_setfield(L, -2, "priority");
+    if (info->pool) {
+        lua_pushstring(L, info->pool);
+        lua_setfield(L, -2, "pool");
+    }
+    if (info->pin) {
+        lua_pushstring(L, info->pin);
+        lua_setfield(L, -2, "pin");
+    }
+    lua_pushboolean(L, info->local_only);
+    lua_setfield(L, -2, "local_only");
+    lua_pushboolean(L, info->allow_smaller_model);
+    lua_setfield(L, -2, "allow_smaller_model");
+    lua_pushboolean(L, info->allow_cloud);
+    lua_setfield(L, -2, "allow_cloud");
+    lua_pushboolean(L, info->local_first);
+    lua_setfield(L, -2, "local_first");
+    lua_pushnumber(L, info->random);
+    lua_setfield(L, -2, "random");
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
@@ -581,34 +637,108 @@ void mg_gen_unref_value(mg_gen_t *g, int ref)
     if (ref >= 0) luaL_unref(g->L, LUA_REGISTRYINDEX, ref);
 }
 
-static void push_candidate(lua_State *L, int index, const mg_candidate_t *c)
+static void set_int(lua_State *L, const char *k, long long v)
 {
-    lua_createtable(L, 0, 8);
-    lua_pushinteger(L, index);
-    lua_setfield(L, -2, "index");
-    lua_pushstring(L, c->provider->id);
-    lua_setfield(L, -2, "provider");
-    lua_pushstring(L, c->model);
-    lua_setfield(L, -2, "model");
-    lua_pushstring(L, c->provider->pool);
-    lua_setfield(L, -2, "pool");
-    lua_pushboolean(L, c->provider->local);
-    lua_setfield(L, -2, "local");
-    lua_pushnumber(L, c->provider->weight);
-    lua_setfield(L, -2, "weight");
-    lua_pushboolean(L, c->available);
-    lua_setfield(L, -2, "available");
-    lua_pushinteger(L, c->in_flight);
-    lua_setfield(L, -2, "in_flight");
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
 }
 
-int mg_gen_route(mg_gen_t *g, int req_ref, const mg_candidate_t *cands, int n, int *order,
-                 char *err, size_t errlen)
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_bool(lua_State *L, const char *k, int v)
+{
+    lua_pushboolean(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_candidate(lua_State *L, int index, const mg_candidate_t *c)
+{
+    lua_createtable(L, 0, 32);
+    set_int(L, "index", index);
+    set_str(L, "provider", c->provider->id);
+    set_str(L, "model", c->route->model);
+    set_str(L, "pool", c->provider->pool);
+    set_bool(L, "local", c->provider->local);
+    set_bool(L, "smaller", c->route->smaller);
+    set_int(L, "priority", c->route->priority);
+    set_num(L, "weight", c->provider->weight);
+    set_bool(L, "available", c->available);
+    set_bool(L, "cooling", c->cooling);
+    set_int(L, "cooldown_remaining_ms", c->cooldown_remaining_ms);
+    set_int(L, "consecutive_429", c->consecutive_429);
+    set_bool(L, "observing", c->observing);
+    set_int(L, "rpm_limit", c->rpm_limit);
+    set_int(L, "rpm_used", c->rpm_used);
+    set_int(L, "tpm_limit", c->tpm_limit);
+    set_int(L, "tpm_used", c->tpm_used);
+    set_num(L, "headroom", c->headroom);
+    set_int(L, "in_flight", c->in_flight);
+    set_str(L, "health", c->health);
+    set_str(L, "breaker", c->breaker);
+    set_int(L, "avail_samples", c->avail_samples);
+    set_int(L, "ttft_samples", c->ttft_samples);
+    if (c->success_rate >= 0) set_num(L, "success_rate", c->success_rate);
+    if (c->ttft_ms >= 0) set_num(L, "ttft_ms", c->ttft_ms);
+    if (c->load_known) {
+        lua_createtable(L, 0, 3);
+        set_int(L, "running", c->load_running);
+        set_int(L, "waiting", c->load_waiting);
+        if (c->load_kv_cache >= 0) set_num(L, "kv_cache", c->load_kv_cache);
+        lua_setfield(L, -2, "load");
+    }
+}
+
+static const char *degraded_name(const char *s)
+{
+    static const char *const names[] = {"fallback", "emergency", "smaller", "cloud"};
+    if (!s) return NULL;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(s, names[i]) == 0) return names[i];
+    return NULL;
+}
+
+/* Read one plan entry (a candidate table or {index = i}) at the top of the stack. */
+static int read_entry(lua_State *L, int n, mg_plan_entry_t *e)
+{
+    lua_Integer idx = 0;
+    e->degraded = NULL;
+    e->emergency = 0;
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "index");
+        idx = lua_tointeger(L, -1);
+        lua_getfield(L, -2, "degraded");
+        e->degraded = degraded_name(lua_tostring(L, -1));
+        lua_getfield(L, -3, "emergency");
+        e->emergency = lua_toboolean(L, -1);
+        lua_pop(L, 3);
+    } else {
+        idx = lua_tointeger(L, -1); /* a plain index is accepted too */
+    }
+    if (idx < 1 || idx > n) return -1;
+    e->index = (int)idx - 1;
+    return 0;
+}
+
+int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
+                 mg_plan_t *plan, char *err, size_t errlen)
 {
     lua_State *L = g->L;
     int top = lua_gettop(L);
+    plan->n = 0;
+    plan->wait_ms = 0;
     push_field(L, g->routing_ref, "route");
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
+    set_int(L, "attempt", attempt);
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
         push_candidate(L, i + 1, &cands[i]);
@@ -617,29 +747,70 @@ int mg_gen_route(mg_gen_t *g, int req_ref, const mg_candidate_t *cands, int n, i
     if (pcall(L, 2, 1, err, errlen) != 0) return -1;
     if (!lua_istable(L, -1)) {
         lua_settop(L, top);
-        snprintf(err, errlen, "routing.route must return a list of candidates");
+        snprintf(err, errlen, "routing.route must return a plan (a list, {wait_ms = N} or {})");
         return -1;
     }
-    int count = 0;
+    lua_getfield(L, -1, "wait_ms");
+    if (lua_isnumber(L, -1)) {
+        double w = lua_tonumber(L, -1);
+        plan->wait_ms = w < 1 ? 1 : w > 3600000 ? 3600000 : (int)w;
+    }
+    lua_pop(L, 1);
     lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
-    for (lua_Integer i = 1; i <= len && count < n; i++) {
+    for (lua_Integer i = 1; i <= len && plan->n < n; i++) {
         lua_rawgeti(L, -1, i);
-        lua_Integer idx = 0;
-        if (lua_istable(L, -1)) {
-            lua_getfield(L, -1, "index");
-            idx = lua_tointeger(L, -1);
-            lua_pop(L, 1);
-        } else {
-            idx = lua_tointeger(L, -1); /* a plain index is accepted too */
-        }
+        mg_plan_entry_t e;
+        int ok = read_entry(L, n, &e) == 0;
         lua_pop(L, 1);
-        if (idx < 1 || idx > n) continue;
+        if (!ok) continue;
         int dup = 0;
-        for (int k = 0; k < count; k++) dup |= order[k] == (int)idx - 1;
-        if (!dup) order[count++] = (int)idx - 1;
+        for (int k = 0; k < plan->n; k++) dup |= plan->entries[k].index == e.index;
+        if (!dup) plan->entries[plan->n++] = e;
+    }
+    if (plan->n > 0) plan->wait_ms = 0;
+    lua_settop(L, top);
+    return 0;
+}
+
+/* The default curve when no cooldown policy is loaded: 30 s doubling, at most 600 s. */
+static double default_backoff(int n)
+{
+    double s = 30;
+    for (int i = 1; i < n && s < 600; i++) s *= 2;
+    return s > 600 ? 600 : s;
+}
+
+int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *retry_after,
+                    int consecutive_429, int observing, double *cooldown_s, char *err,
+                    size_t errlen)
+{
+    *cooldown_s = 0;
+    if (g->cooldown_ref == LUA_NOREF) {
+        if (status == 429) {
+            double ra = retry_after ? atof(retry_after) : 0;
+            double b = default_backoff(consecutive_429);
+            *cooldown_s = ra > b ? ra : b;
+        }
+        return 0;
+    }
+    lua_State *L = g->L;
+    int top = lua_gettop(L);
+    push_field(L, g->cooldown_ref, "on_response");
+    push_provider(L, p);
+    lua_pushinteger(L, status);
+    lua_createtable(L, 0, 1);
+    if (retry_after) set_str(L, "retry-after", retry_after);
+    lua_createtable(L, 0, 2);
+    set_int(L, "consecutive_429", consecutive_429);
+    set_bool(L, "observing", observing);
+    if (pcall(L, 4, 1, err, errlen) != 0) return -1;
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "cooldown_s");
+        double v = lua_tonumber(L, -1);
+        *cooldown_s = v > 0 ? (v > 86400 ? 86400 : v) : 0;
     }
     lua_settop(L, top);
-    return count;
+    return 0;
 }
 
 static void push_route(lua_State *L, const mg_provider_conf_t *p, const char *model)

@@ -25,6 +25,7 @@ typedef struct mg_adapter_s {
     char *name;       /* owned */
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
+    char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
 } mg_adapter_t;
 
 typedef struct mg_gen_s {
@@ -36,6 +37,7 @@ typedef struct mg_gen_s {
     size_t n_adapters;
     int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
     int routing_ref;            /* policies/routing.lua module table */
+    int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
 } mg_gen_t;
 
@@ -55,6 +57,11 @@ typedef struct mg_lua_req_s {
     int stream;
     long long max_tokens;  /* -1 when not given */
     long long created;     /* unix seconds */
+    const char *priority;  /* "P0".."P4" */
+    const char *pool;      /* X-Sidecar-Pool, or NULL */
+    const char *pin;       /* pinned provider id, or NULL */
+    int local_only, allow_smaller_model, allow_cloud, local_first;
+    double random;         /* [0,1): the request's draw for randomised policies */
 } mg_lua_req_t;
 
 /* Build the request table once per request; returns a registry reference (or -1).
@@ -66,18 +73,48 @@ int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body);
 int mg_gen_table_new(mg_gen_t *g);
 void mg_gen_unref_value(mg_gen_t *g, int ref);
 
-/* Runtime facts about one route, for the routing policy. */
+/* Runtime facts about one route, for the routing policy (see lua/README.md). */
 typedef struct mg_candidate_s {
     const mg_provider_conf_t *provider;
-    const char *model;   /* upstream model */
-    int available;
+    const mg_route_conf_t *route;   /* upstream model, smaller, priority group */
+    int available;                  /* enabled, not down, breaker lets a request through */
+    int cooling, observing, consecutive_429;
+    long long cooldown_remaining_ms;
+    int rpm_limit, rpm_used;
+    long long tpm_limit, tpm_used;
+    double headroom;                /* 0..1 */
     int in_flight;
+    const char *health, *breaker;   /* state names */
+    int avail_samples, ttft_samples;
+    double success_rate, ttft_ms;   /* < 0 = no samples */
+    int load_known, load_running, load_waiting;
+    double load_kv_cache;           /* < 0 = unknown */
 } mg_candidate_t;
 
-/* Call routing.route(req, candidates). Writes the order to try as indexes into
- * `cands` (at most n, no duplicates) and returns how many, or -1 with err set. */
-int mg_gen_route(mg_gen_t *g, int req_ref, const mg_candidate_t *cands, int n, int *order,
-                 char *err, size_t errlen);
+/* One entry of a routing plan. */
+typedef struct mg_plan_entry_s {
+    int index;            /* into the candidates given */
+    const char *degraded; /* static string: "fallback" | "emergency" | "smaller" | "cloud" | NULL */
+    int emergency;        /* let through at the emergency share of its RPM while cooling */
+} mg_plan_entry_t;
+
+typedef struct mg_plan_s {
+    mg_plan_entry_t *entries; /* caller's array with room for n candidates */
+    int n;                    /* entries to try, in order */
+    int wait_ms;              /* > 0: nothing now, ask again after this long */
+} mg_plan_t;
+
+/* Call routing.route(req, candidates) with req.attempt = attempt. Fills plan (entries
+ * unique, indexes in range). Returns 0, or -1 with err set. */
+int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
+                 mg_plan_t *plan, char *err, size_t errlen);
+
+/* Ask policies/cooldown.lua what an upstream answer means for the provider:
+ * on_response(provider, status, headers, state). *cooldown_s = seconds to cool down,
+ * 0 for none. Without a cooldown policy a 429 cools for the default curve. 0 or -1. */
+int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *retry_after,
+                    int consecutive_429, int observing, double *cooldown_s, char *err,
+                    size_t errlen);
 
 typedef struct mg_encoded_s {
     char method[8];

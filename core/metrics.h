@@ -33,6 +33,9 @@ typedef struct mg_metrics_s {
     uint64_t tokens_prompt_total;
     uint64_t tokens_completion_total;
     uint64_t reloads_ok, reloads_failed;
+    uint64_t emergency_total;          /* attempts through the emergency channel */
+    uint64_t degraded_total[4];        /* answers by degradation: fallback, emergency, smaller, cloud */
+    uint64_t cooldown_events_total;
 } mg_metrics_t;
 
 const char *mg_endpoint_name(mg_endpoint_t ep);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "api.h"
@@ -45,8 +46,24 @@ typedef struct call_s {
     int client_include_usage;
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
     int req_ref, state_ref;      /* Lua registry references in gen */
-    int *order;                  /* owned: candidate route indexes in routing order */
-    int n_order, next, attempts;
+    /* routing */
+    mg_candidate_t *cands;       /* owned: one per route of the model */
+    int *cand_route;             /* owned: candidate -> route index */
+    int n_cands;
+    mg_plan_entry_t *plan;       /* owned: the current plan */
+    unsigned char *tried;        /* owned: per candidate, already attempted in this request */
+    int plan_n, plan_next;
+    int route_calls;             /* times routing.route() was asked */
+    int attempts;                /* upstream attempts started */
+    int limited;                 /* plan entries refused by a rate limit in this pass */
+    uint64_t limited_until_ms;   /* loop time the earliest of them frees up */
+    uint64_t deadline_ms;        /* loop time after which the request stops waiting */
+    uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
+    int64_t est_tokens;          /* reserved against TPM limits */
+    mg_limiter_resv_t resv;      /* the current attempt's reservation */
+    const char *degraded;        /* static: how the current attempt is degraded, or NULL */
+    const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
+    uint64_t attempt_start_ms;
     /* the current attempt */
     mg_xfer_t *xfer;
     const mg_provider_conf_t *provider;
@@ -77,6 +94,7 @@ typedef struct call_s {
 } call_t;
 
 static void try_next(call_t *c);
+static void plan_and_dispatch(call_t *c);
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -141,6 +159,15 @@ static void add_metadata(call_t *c, cJSON *obj)
     set_item(obj, "request_id", cJSON_CreateString(c->req ? c->req->request_id : ""));
     set_item(obj, "logical_model", cJSON_CreateString(c->model->name));
     set_item(obj, "actual_model", cJSON_CreateString(c->upstream_model ? c->upstream_model : ""));
+    set_item(obj, "degraded", cJSON_CreateBool(c->degraded != NULL));
+}
+
+/* Response headers every answer of this call carries beyond the standard ones. */
+static const char *degraded_header(call_t *c, char *buf, size_t cap)
+{
+    if (!c->degraded) return NULL;
+    snprintf(buf, cap, "X-Sidecar-Degraded: %s\r\n", c->degraded);
+    return buf;
 }
 
 static void take_usage(call_t *c, const cJSON *usage)
@@ -221,20 +248,60 @@ static void call_free(call_t *c)
     cJSON_Delete(c->body);
     cJSON_Delete(c->held_finish);
     if (c->sse_ready) mg_sse_free(&c->sse);
-    free(c->order);
+    free(c->cands);
+    free(c->cand_route);
+    free(c->plan);
+    free(c->tried);
+    if (c->wait_timer) {
+        uv_timer_stop(c->wait_timer);
+        uv_close((uv_handle_t *)c->wait_timer, (uv_close_cb)free);
+    }
     mg_buf_free(&c->resp);
     mg_buf_free(&c->out);
     free(c);
 }
 
-/* End of an attempt: the provider's counters. */
+/* The provider's answer status as the cooldown policy sees it; applies the
+ * cooldown it asks for (persisted, counted, logged). */
+static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t now)
+{
+    int status = c->up_status;
+    int n = status == 429 ? mg_cooldown_note_429(&ps->cooldown, now) : ps->cooldown.consecutive_429;
+    double secs = 0;
+    char err[512];
+    const char *ra = c->retry_after[0] ? c->retry_after : NULL;
+    if (mg_gen_cooldown(c->gen, c->provider, status, ra, n, ps->cooldown.observing, &secs, err,
+                        sizeof(err)) != 0) {
+        mg_log_msg(MG_LOG_ERROR, c->req ? c->req->request_id : NULL, "cooldown policy: %s", err);
+        return;
+    }
+    if (secs <= 0) return;
+    mg_cooldown_apply(&ps->cooldown, now, secs);
+    ps->cooldowns_total++;
+    mg_server_cooldown_applied(c->srv, ps, n, secs, status);
+}
+
+/* End of an attempt: the provider's counters, breaker, health and cooldown. */
 static void attempt_end(call_t *c, int success)
 {
     mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->provider->id);
-    if (ps) {
-        ps->in_flight--;
-        mg_pool_record(ps, success);
-    }
+    if (!ps) return;
+    uint64_t now = uv_now(c->srv->loop);
+    ps->in_flight--;
+    mg_pool_record(ps, success);
+    ps->status_counts[c->up_status / 100 <= 5 ? c->up_status / 100 : 0]++;
+    /* a 4xx other than 429 is the client's doing: neither a breaker nor a health failure */
+    int provider_fault = !success && (c->up_status == 0 || c->up_status == 429 ||
+                                      c->up_status >= 500 || c->up_status < 400);
+    mg_breaker_record(&ps->breaker, now, provider_fault);
+    int64_t ttft = c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
+    if (mg_health_record(&ps->health, now, !provider_fault,
+                         (int64_t)(now - c->attempt_start_ms), ttft))
+        mg_server_health_changed(c->srv, ps);
+    if (c->up_status >= 400) apply_cooldown_policy(c, ps, now);
+    else if (success) mg_cooldown_success(&ps->cooldown, now);
+    /* the TPM window learns what the answer really cost */
+    if (c->have_usage) mg_limiter_settle(&ps->limiter, &c->resv, c->prompt_tokens + c->completion_tokens);
 }
 
 static void call_fail(call_t *c, int status, const char *code, const char *msg, int retry_after_ms)
@@ -249,9 +316,12 @@ static void call_fail(call_t *c, int status, const char *code, const char *msg, 
     if (retry_after_ms > 0)
         n += snprintf(body + n, sizeof(body) - (size_t)n, ",\"retry_after_ms\":%d", retry_after_ms);
     n += snprintf(body + n, sizeof(body) - (size_t)n, "}}");
-    char extra[64] = "";
+    char extra[128] = "";
     if (retry_after_ms > 0)
         snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    if (c->fail_degraded)
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "X-Sidecar-Degraded: %s\r\n",
+                 c->fail_degraded);
     c->status = status;
     c->outcome = "error";
     c->error_code = code;
@@ -273,7 +343,9 @@ static void call_respond_json(call_t *c, cJSON *resp)
     c->status = 200;
     c->outcome = "ok";
     call_log(c);
-    mg_http_respond(c->req, 200, "application/json", NULL, text.data, text.len);
+    char deg[64];
+    mg_http_respond(c->req, 200, "application/json", degraded_header(c, deg, sizeof(deg)), text.data,
+                    text.len);
     c->req = NULL;
     mg_buf_free(&text);
     call_free(c);
@@ -330,8 +402,11 @@ static void flush_out(call_t *c)
 {
     if (!c->out.len || !c->req) return;
     if (!c->client_started) {
-        mg_http_stream_begin(c->req, 200, "text/event-stream",
-                             "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n");
+        char extra[160], deg[64];
+        const char *d = degraded_header(c, deg, sizeof(deg));
+        snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
+                 d ? d : "");
+        mg_http_stream_begin(c->req, 200, "text/event-stream", extra);
         c->client_started = 1;
     }
     mg_http_stream_write(c->req, c->out.data, c->out.len);
@@ -623,7 +698,7 @@ static int scan_response_member(void *ud, const mg_json_member_t *m)
         take_usage(st->c, u);
         cJSON_Delete(u);
     } else if (member_is(m, "request_id") || member_is(m, "logical_model") ||
-               member_is(m, "actual_model") || member_is(m, "timing")) {
+               member_is(m, "actual_model") || member_is(m, "timing") || member_is(m, "degraded")) {
         st->clash = 1;
     }
     return 0;
@@ -647,6 +722,7 @@ static int finish_passthrough_json(call_t *c)
     mg_json_print_string(c->model->name, strlen(c->model->name), &out);
     mg_buf_append_str(&out, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), &out);
+    mg_buf_append_str(&out, c->degraded ? ",\"degraded\":true" : ",\"degraded\":false");
     uint64_t now = uv_hrtime();
     char timing[160];
     int n = snprintf(timing, sizeof(timing),
@@ -661,7 +737,9 @@ static int finish_passthrough_json(call_t *c)
     c->status = 200;
     c->outcome = "ok";
     call_log(c);
-    mg_http_respond(c->req, 200, "application/json", NULL, out.data, out.len);
+    char deg[64];
+    mg_http_respond(c->req, 200, "application/json", degraded_header(c, deg, sizeof(deg)), out.data,
+                    out.len);
     c->req = NULL;
     mg_buf_free(&out);
     call_free(c);
@@ -847,15 +925,43 @@ static int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
     return mg_buf_append(out, "}", 1);
 }
 
-/* Encode and send to one candidate. 0 when the transfer started. */
-static int start_attempt(call_t *c, int route_index)
+/* Reserve the provider's capacity for one attempt: breaker probe slot, then RPM/TPM
+ * (at the emergency share when the plan says so). 0 = reserved, -1 = the breaker
+ * refused, -2 = a rate limit refused (limited_until_ms updated). */
+static int reserve_provider(call_t *c, mg_provider_state_t *ps, const mg_plan_entry_t *e)
+{
+    uint64_t now = uv_now(c->srv->loop);
+    if (!mg_breaker_allow(&ps->breaker, now)) return -1;
+    int rc = e->emergency
+                 ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
+                 : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
+    if (rc == MG_LIMIT_OK) return 0;
+    mg_breaker_release(&ps->breaker, now);
+    uint64_t next = mg_limiter_next_ms(&ps->limiter, now, c->est_tokens);
+    if (e->emergency) {
+        uint64_t en = mg_rpm_emergency_next_ms(&ps->limiter.rpm, now);
+        if (en > next) next = en;
+    }
+    if (!c->limited || next < c->limited_until_ms) c->limited_until_ms = next;
+    c->limited++;
+    return -2;
+}
+
+/* Encode and send to one plan entry. 0 when the transfer started, -2 when a rate
+ * limit refused it, -1 otherwise. */
+static int start_attempt(call_t *c, const mg_plan_entry_t *e)
 {
     const mg_config_t *cfg = c->gen->cfg;
-    const mg_route_conf_t *r = &c->model->routes[route_index];
-    int pi = provider_index(cfg, r->provider);
-    if (pi < 0) return -1;
-    c->provider = &cfg->providers[pi];
+    const mg_candidate_t *cand = &c->cands[e->index];
+    const mg_route_conf_t *r = cand->route;
+    int pi = (int)(cand->provider - cfg->providers);
+    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, cand->provider->id);
+    if (!ps) return -1;
+    int rc = reserve_provider(c, ps, e);
+    if (rc != 0) return rc;
+    c->provider = cand->provider;
     c->upstream_model = r->model;
+    c->degraded = e->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
     if (!c->passthrough) {
@@ -865,10 +971,13 @@ static int start_attempt(call_t *c, int route_index)
 
     mg_encoded_t enc;
     char err[512];
+    uint64_t now = uv_now(c->srv->loop);
     if (mg_gen_encode(c->gen, c->adapter, c->req_ref, c->provider, r->model, &enc, err,
                       sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
                    c->provider->adapter, c->provider->id, err);
+        mg_limiter_cancel(&ps->limiter, &c->resv);
+        mg_breaker_release(&ps->breaker, now);
         c->last_fail = FAIL_ADAPTER;
         return -1;
     }
@@ -876,13 +985,15 @@ static int start_attempt(call_t *c, int route_index)
     mg_buf_t body = {0};
     size_t url_len = strlen(c->provider->base_url) + strlen(enc.path) + 1;
     char *url = malloc(url_len);
-    int rc = enc.body ? mg_json_print(enc.body, &body)
-             : c->passthrough ? passthrough_body(c, r->model, &body)
-                              : mg_json_print(c->body, &body);
+    rc = enc.body ? mg_json_print(enc.body, &body)
+         : c->passthrough ? passthrough_body(c, r->model, &body)
+                          : mg_json_print(c->body, &body);
     if (rc != 0 || !url) {
         mg_buf_free(&body);
         free(url);
         mg_encoded_free(&enc);
+        mg_limiter_cancel(&ps->limiter, &c->resv);
+        mg_breaker_release(&ps->breaker, now);
         return -1;
     }
     snprintf(url, url_len, "%s%s", c->provider->base_url, enc.path);
@@ -900,29 +1011,88 @@ static int start_attempt(call_t *c, int route_index)
     enc.headers = NULL; /* moved into the transfer */
     c->up_status = 0;
     c->resp.len = 0;
+    c->t_first = 0;
     c->attempts++;
+    c->attempt_start_ms = now;
+    ps->in_flight++;
+    ps->requests_total++;
+    if (e->emergency) {
+        ps->emergency_total++;
+        c->srv->metrics.emergency_total++;
+    }
     rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
     free(url);
     mg_encoded_free(&enc);
     if (rc != 0) {
         c->last_fail = FAIL_CONNECT;
+        attempt_end(c, 0);
         return -1;
     }
-    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->provider->id);
-    if (ps) {
-        ps->in_flight++;
-        ps->requests_total++;
-    }
     return 0;
+}
+
+static void on_wait_timer(uv_timer_t *t)
+{
+    plan_and_dispatch(t->data);
+}
+
+/* Ask routing again after `ms` (bounded by the request's deadline). 0 = waiting. */
+static int wait_then_replan(call_t *c, uint64_t ms)
+{
+    uint64_t now = uv_now(c->srv->loop);
+    if (now + ms > c->deadline_ms) return -1;
+    if (!c->wait_timer) {
+        c->wait_timer = malloc(sizeof(*c->wait_timer));
+        if (!c->wait_timer) return -1;
+        uv_timer_init(c->srv->loop, c->wait_timer);
+        c->wait_timer->data = c;
+    }
+    uv_timer_start(c->wait_timer, on_wait_timer, ms ? ms : 1, 0);
+    return 0;
+}
+
+/* Every entry of the plan was tried or refused. */
+static void plan_exhausted(call_t *c)
+{
+    int max = c->gen->cfg->max_retries;
+    if (c->limited && c->attempts == 0) {
+        /* every candidate is at its rate limit: wait for the earliest token */
+        uint64_t now = uv_now(c->srv->loop);
+        uint64_t wait = c->limited_until_ms > now ? c->limited_until_ms - now : 1;
+        if (wait_then_replan(c, wait) == 0) return;
+        c->fail_degraded = NULL;
+        call_fail(c, 503, "MODEL_UNAVAILABLE",
+                  "every provider for this model is at its rate limit", (int)wait);
+        return;
+    }
+    /* a failed attempt may have changed the picture (a provider now cooling): ask again */
+    if (c->attempts > 0 && c->attempts < max && c->route_calls <= max) {
+        plan_and_dispatch(c);
+        return;
+    }
+    fail_exhausted(c);
 }
 
 static void try_next(call_t *c)
 {
     int max = c->gen->cfg->max_retries;
-    while (c->next < c->n_order && c->attempts < max) {
-        if (start_attempt(c, c->order[c->next++]) == 0) return;
+    while (c->plan_next < c->plan_n && c->attempts < max) {
+        const mg_plan_entry_t *e = &c->plan[c->plan_next++];
+        /* one attempt per route and request: a re-plan must not hammer what just failed */
+        int route = c->cand_route[e->index];
+        if (c->tried[route]) continue;
+        int rc = start_attempt(c, e);
+        if (rc == 0) {
+            c->tried[route] = 1;
+            return;
+        }
+        if (rc == -1) c->tried[route] = 1;
     }
-    fail_exhausted(c);
+    if (c->attempts >= max) {
+        fail_exhausted(c);
+        return;
+    }
+    plan_exhausted(c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1003,46 +1173,180 @@ static void on_client_drain(void *data)
     if (c->xfer) mg_xfer_resume(c->xfer);
 }
 
-static int route_candidates(call_t *c)
+static int alloc_routing(call_t *c)
+{
+    int n = (int)c->model->n_routes;
+    c->cands = calloc((size_t)n, sizeof(*c->cands));
+    c->cand_route = calloc((size_t)n, sizeof(int));
+    c->plan = calloc((size_t)n, sizeof(*c->plan));
+    c->tried = calloc((size_t)n, 1);
+    return c->cands && c->cand_route && c->plan && c->tried ? 0 : -1;
+}
+
+/* Fresh facts about every route of the model, for the routing policy. */
+static void fill_candidates(call_t *c, uint64_t now)
 {
     const mg_config_t *cfg = c->gen->cfg;
-    int n = (int)c->model->n_routes;
-    mg_candidate_t *cands = calloc((size_t)n, sizeof(*cands));
-    c->order = calloc((size_t)n, sizeof(int));
-    if (!cands || !c->order) {
-        free(cands);
-        return -1;
-    }
-    int *route_of = calloc((size_t)n, sizeof(int));
-    if (!route_of) {
-        free(cands);
-        return -1;
-    }
-    int m = 0;
-    for (int i = 0; i < n; i++) {
+    c->n_cands = 0;
+    for (int i = 0; i < (int)c->model->n_routes; i++) {
         const mg_route_conf_t *r = &c->model->routes[i];
         int pi = provider_index(cfg, r->provider);
-        if (pi < 0) continue;
-        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, r->provider);
-        route_of[m] = i;
-        cands[m].provider = &cfg->providers[pi];
-        cands[m].model = r->model;
-        cands[m].available = mg_pool_available(ps);
-        cands[m].in_flight = ps ? ps->in_flight : 0;
-        m++;
+        mg_provider_state_t *ps = pi < 0 ? NULL : mg_pool_get(&c->srv->pool, r->provider);
+        if (!ps) continue;
+        mg_cooldown_update(&ps->cooldown, now);
+        mg_health_snapshot_t hs;
+        mg_health_snapshot(&ps->health, now, &hs);
+        mg_candidate_t *cd = &c->cands[c->n_cands];
+        c->cand_route[c->n_cands++] = i;
+        memset(cd, 0, sizeof(*cd));
+        cd->provider = &cfg->providers[pi];
+        cd->route = r;
+        cd->available = mg_pool_available(ps, now);
+        cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
+        cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
+        cd->observing = mg_cooldown_observing(&ps->cooldown, now);
+        cd->consecutive_429 = ps->cooldown.consecutive_429;
+        cd->rpm_limit = cd->provider->rpm_limit;
+        cd->rpm_used = mg_limiter_rpm_used(&ps->limiter, now);
+        cd->tpm_limit = cd->provider->tpm_limit;
+        cd->tpm_used = mg_limiter_tpm_used(&ps->limiter, now);
+        cd->headroom = mg_limiter_headroom(&ps->limiter, now);
+        cd->in_flight = ps->in_flight;
+        cd->health = mg_health_state_name(hs.state);
+        cd->breaker = mg_breaker_state_name(mg_breaker_state(&ps->breaker, now));
+        cd->avail_samples = hs.avail_samples;
+        cd->ttft_samples = hs.ttft_samples;
+        cd->success_rate = hs.avail_samples > 0 ? hs.success_rate : -1;
+        cd->ttft_ms = hs.ttft_samples > 0 ? hs.ttft_ms : -1;
+        cd->load_known = ps->load.known;
+        cd->load_running = ps->load.running;
+        cd->load_waiting = ps->load.waiting;
+        cd->load_kv_cache = ps->load.kv_cache;
     }
+}
+
+/* The shortest time until a cooling candidate recovers, for Retry-After. */
+static int shortest_cooldown_ms(const call_t *c)
+{
+    long long best = 0;
+    for (int i = 0; i < c->n_cands; i++) {
+        long long r = c->cands[i].cooldown_remaining_ms;
+        if (r > 0 && (best == 0 || r < best)) best = r;
+    }
+    return best > 0 ? (int)(best > 3600000 ? 3600000 : best) : 1000;
+}
+
+/* Ask routing.route() for a plan and start on it. */
+static void plan_and_dispatch(call_t *c)
+{
+    uint64_t now = uv_now(c->srv->loop);
     char err[512];
-    int *tmp = calloc((size_t)(m ? m : 1), sizeof(int));
-    int count = tmp ? mg_gen_route(c->gen, c->req_ref, cands, m, tmp, err, sizeof(err)) : -1;
-    if (count >= 0) {
-        for (int k = 0; k < count; k++) c->order[c->n_order++] = route_of[tmp[k]];
-    } else if (tmp) {
+    fill_candidates(c, now);
+    mg_plan_t plan = {c->plan, 0, 0};
+    c->route_calls++;
+    if (mg_gen_route(c->gen, c->req_ref, c->route_calls, c->cands, c->n_cands, &plan, err,
+                     sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_ERROR, c->req->request_id, "routing policy: %s", err);
+        call_fail(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log", 0);
+        return;
     }
-    free(tmp);
-    free(route_of);
-    free(cands);
-    return count < 0 ? -1 : 0;
+    c->plan_n = plan.n;
+    c->plan_next = 0;
+    c->limited = 0;
+    if (plan.n > 0) {
+        if (!c->t_dispatch) c->t_dispatch = uv_hrtime();
+        try_next(c);
+        return;
+    }
+    if (plan.wait_ms > 0 && wait_then_replan(c, (uint64_t)plan.wait_ms) == 0) return;
+    if (c->attempts > 0) {
+        fail_exhausted(c);
+        return;
+    }
+    c->fail_degraded = "openclaw_fallback";
+    call_fail(c, 503, "MODEL_UNAVAILABLE", "no provider can serve this model now",
+              shortest_cooldown_ms(c));
+}
+
+/* What the client asked of routing: priority, pool, pinning, local/smaller/cloud flags. */
+typedef struct {
+    const char *priority;
+    const char *pool;
+    char pin[160];
+    int has_pin;
+    int local_only, allow_smaller_model;
+} routing_input_t;
+
+static const char *priority_of(const cJSON *body, const mg_http_req_t *req, const char **problem)
+{
+    static const char *const levels[] = {"P0", "P1", "P2", "P3", "P4"};
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "priority");
+    if (p && !cJSON_IsNull(p)) {
+        for (int i = 0; i < 5; i++)
+            if (cJSON_IsString(p) && strcmp(p->valuestring, levels[i]) == 0) return levels[i];
+        *problem = "'priority' must be one of P0, P1, P2, P3, P4";
+        return NULL;
+    }
+    /* the Sidecar header: urgent/high/normal/low = P0..P3 */
+    static const char *const words[] = {"urgent", "high", "normal", "low"};
+    const char *h = mg_http_header(req, "X-Priority");
+    for (int i = 0; h && i < 4; i++)
+        if (strcasecmp(h, words[i]) == 0) return levels[i];
+    return "P2";
+}
+
+static const char *routing_inputs(const cJSON *body, const mg_http_req_t *req, routing_input_t *in)
+{
+    const char *problem = NULL;
+    memset(in, 0, sizeof(*in));
+    in->priority = priority_of(body, req, &problem);
+    if (problem) return problem;
+    const char *pool = mg_http_header(req, "X-Sidecar-Pool");
+    if (pool && *pool) {
+        if (strcmp(pool, "main") != 0 && strcmp(pool, "fallback") != 0)
+            return "X-Sidecar-Pool must be main or fallback";
+        in->pool = pool;
+    }
+    const char *pin = mg_http_header(req, "X-Sidecar-Provider");
+    if (pin && *pin) {
+        snprintf(in->pin, sizeof(in->pin), "%s", pin);
+        in->has_pin = 1;
+    }
+    const cJSON *routing = cJSON_GetObjectItemCaseSensitive(body, "routing");
+    if (routing && !cJSON_IsNull(routing)) {
+        if (!cJSON_IsObject(routing)) return "'routing' must be an object";
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(routing, "local_only");
+        const cJSON *sm = cJSON_GetObjectItemCaseSensitive(routing, "allow_smaller_model");
+        if ((lo && !cJSON_IsBool(lo)) || (sm && !cJSON_IsBool(sm)))
+            return "'routing.local_only' and 'routing.allow_smaller_model' must be booleans";
+        in->local_only = cJSON_IsTrue(lo);
+        in->allow_smaller_model = cJSON_IsTrue(sm);
+    }
+    return NULL;
+}
+
+/* "model:provider-id" pins a provider when "model" alone is a logical model. */
+static const mg_model_conf_t *resolve_model(const mg_config_t *cfg, const char *name,
+                                            routing_input_t *in)
+{
+    const mg_model_conf_t *m = mg_config_model(cfg, name);
+    if (m) return m;
+    const char *colon = strrchr(name, ':');
+    if (!colon || colon == name || !colon[1]) return NULL;
+    char base[300];
+    snprintf(base, sizeof(base), "%.*s", (int)(colon - name), name);
+    m = mg_config_model(cfg, base);
+    if (!m || !mg_config_provider(cfg, colon + 1)) return NULL;
+    snprintf(in->pin, sizeof(in->pin), "%s", colon + 1);
+    in->has_pin = 1;
+    return m;
+}
+
+/* A number in [0,1) from the request id's random bytes: the request's own draw. */
+static double request_random(const char *request_id)
+{
+    unsigned long v = strtoul(request_id + 4 + 16, NULL, 16) & 0xffffffUL; /* 24 bits */
+    return (double)v / 16777216.0;
 }
 
 void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
@@ -1057,7 +1361,9 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is not a JSON object", 0);
         return;
     }
+    routing_input_t in;
     const char *problem = validate(ep, body);
+    if (!problem) problem = routing_inputs(body, req, &in);
     if (problem) {
         cJSON_Delete(body);
         mg_api_error(s, req, ep, 400, "INVALID_REQUEST", problem, 0);
@@ -1065,7 +1371,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     }
     mg_gen_t *gen = mg_server_gen_acquire(s);
     const char *name = cJSON_GetObjectItemCaseSensitive(body, "model")->valuestring;
-    const mg_model_conf_t *model = mg_config_model(gen->cfg, name);
+    const mg_model_conf_t *model = resolve_model(gen->cfg, name, &in);
     if (!model) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' does not exist", name);
@@ -1090,26 +1396,37 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     c->body = body;
     c->req_ref = c->state_ref = -1;
     c->t_start = uv_hrtime() - (uv_now(s->loop) - req->start_ms) * 1000000ull;
+    c->deadline_ms = uv_now(s->loop) + (uint64_t)gen->cfg->routing.queue_timeout_ms;
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
     req->hook_data = c;
     sanitize(c);
 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
+    long long max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
+    /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
+    c->est_tokens = (int64_t)(req->body_len / 4) + (max_tokens > 0 ? max_tokens : 256);
     mg_lua_req_t info = {
         .request_id = req->request_id,
         .endpoint = endpoint_name(ep),
         .model = model->name,
         .stream = c->stream,
-        .max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1,
+        .max_tokens = max_tokens,
         .created = (long long)time(NULL),
+        .priority = in.priority,
+        .pool = in.pool,
+        .pin = in.has_pin ? in.pin : NULL,
+        .local_only = in.local_only,
+        .allow_smaller_model = in.allow_smaller_model,
+        .allow_cloud = 1,
+        .local_first = gen->cfg->routing.local_first,
+        .random = request_random(req->request_id),
     };
     c->req_ref = mg_gen_req_new(gen, &info);
     c->state_ref = mg_gen_table_new(gen);
-    if (route_candidates(c) != 0) {
-        call_fail(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log", 0);
+    if (alloc_routing(c) != 0) {
+        call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
-    c->t_dispatch = uv_hrtime();
-    try_next(c);
+    plan_and_dispatch(c);
 }

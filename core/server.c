@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "crypto.h"
 #include "log.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
@@ -176,6 +177,36 @@ static void on_signal(uv_signal_t *h, int signum)
 /* Start                                                                     */
 /* ------------------------------------------------------------------------ */
 
+static uint64_t unix_ms(void);
+
+static void restore_row(void *ud, int ncols, const char *const *cols)
+{
+    mg_server_t *s = ud;
+    if (ncols < 4 || !cols[0]) return;
+    mg_provider_state_t *ps = mg_pool_get(&s->pool, cols[0]);
+    if (!ps) return;
+    uint64_t until = cols[1] ? strtoull(cols[1], NULL, 10) : 0;
+    int n = cols[2] ? atoi(cols[2]) : 0;
+    mg_cooldown_restore(&ps->cooldown, uv_now(s->loop), unix_ms(), until, n, 0);
+    if (cols[3]) {
+        int st = mg_health_state_from_name(cols[3]);
+        if (st >= 0) ps->health.state = (mg_health_state_t)st;
+    }
+}
+
+/* Cooldowns and health survive a restart: read them back before serving. */
+static void restore_provider_state(mg_server_t *s)
+{
+    char err[256];
+    uv_update_time(s->loop);
+    if (mg_store_query(s->store,
+                       "SELECT s.provider_id, s.cooldown_until_ms, s.consecutive_429, h.state"
+                       " FROM provider_state s LEFT JOIN provider_health h"
+                       " ON h.provider_id = s.provider_id",
+                       0, NULL, restore_row, s, err, sizeof(err)) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "cannot restore provider state: %s", err);
+}
+
 int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
 {
     char err[1024];
@@ -200,6 +231,7 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
         fprintf(stderr, "moongate: storage: %s\n", err);
         return -1;
     }
+    restore_provider_state(s);
     s->upstream = mg_upstream_new(loop);
     if (!s->upstream) return -1;
     mg_http_limits_t lim = limits_of(cfg);
@@ -257,4 +289,70 @@ int mg_server_run(mg_server_t *s)
     mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Provider state: logging and persistence                                   */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t unix_ms(void)
+{
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+void mg_server_cooldown_applied(mg_server_t *s, const mg_provider_state_t *ps, int consecutive,
+                                double seconds, int status)
+{
+    s->metrics.cooldown_events_total++;
+    uint64_t now = uv_now(s->loop);
+    uint64_t until = mg_cooldown_until_unix_ms(&ps->cooldown, now, unix_ms());
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_WARN, "cooldown");
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_int(&l, "status", status);
+    mg_log_int(&l, "consecutive", consecutive);
+    mg_log_double(&l, "seconds", seconds);
+    mg_log_end(&l);
+    if (!s->store) return;
+    char id[40], n[16], secs[32], until_s[32], summary[64];
+    mg_request_id(id);
+    snprintf(n, sizeof(n), "%d", consecutive);
+    snprintf(secs, sizeof(secs), "%d", (int)(seconds + 0.5));
+    snprintf(until_s, sizeof(until_s), "%llu", (unsigned long long)until);
+    snprintf(summary, sizeof(summary), "HTTP %d", status);
+    const char *ev[5] = {id, ps->id, n, secs, summary};
+    mg_store_write(s->store,
+                   "INSERT INTO cooldown_events(id, provider_id, consecutive_count, cooldown_seconds,"
+                   " response_summary) VALUES (?1, ?2, ?3, ?4, ?5)",
+                   5, ev);
+    const char *st[3] = {ps->id, until_s, n};
+    mg_store_write(s->store,
+                   "INSERT INTO provider_state(provider_id, cooldown_until_ms, consecutive_429)"
+                   " VALUES (?1, ?2, ?3) ON CONFLICT(provider_id) DO UPDATE SET"
+                   " cooldown_until_ms = excluded.cooldown_until_ms,"
+                   " consecutive_429 = excluded.consecutive_429, updated_at = datetime('now')",
+                   3, st);
+}
+
+void mg_server_health_changed(mg_server_t *s, const mg_provider_state_t *ps)
+{
+    const char *state = mg_health_state_name(ps->health.state);
+    mg_logline_t l;
+    mg_log_begin(&l, ps->health.state == MG_HEALTH_HEALTHY ? MG_LOG_INFO : MG_LOG_WARN, "health");
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_str(&l, "state", state);
+    mg_log_int(&l, "consecutive_failures", ps->health.consecutive_failures);
+    mg_log_end(&l);
+    if (!s->store) return;
+    char fails[16];
+    snprintf(fails, sizeof(fails), "%d", ps->health.consecutive_failures);
+    const char *p[3] = {ps->id, state, fails};
+    mg_store_write(s->store,
+                   "INSERT INTO provider_health(provider_id, state, consecutive_failures)"
+                   " VALUES (?1, ?2, ?3) ON CONFLICT(provider_id) DO UPDATE SET"
+                   " state = excluded.state, consecutive_failures = excluded.consecutive_failures,"
+                   " last_check_at = datetime('now')",
+                   3, p);
 }

@@ -54,6 +54,12 @@ void mg_server_reload(mg_server_t *s);
 /* Stop accepting, let in-flight requests finish up to drain_ms, then close. */
 void mg_server_stop(mg_server_t *s);
 
+/* A provider entered cooldown: log it, count it and persist it (writer thread). */
+void mg_server_cooldown_applied(mg_server_t *s, const mg_provider_state_t *ps, int consecutive,
+                                double seconds, int status);
+/* A provider's health state changed: log and persist it. */
+void mg_server_health_changed(mg_server_t *s, const mg_provider_state_t *ps);
+
 /* Take a reference on the current generation for a new request. */
 mg_gen_t *mg_server_gen_acquire(mg_server_t *s);
 

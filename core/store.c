@@ -77,6 +77,11 @@ static const char *const migrations[] = {
     " total_cost REAL DEFAULT 0.0, unique_providers INTEGER DEFAULT 0,"
     " created_at TEXT NOT NULL DEFAULT (datetime('now')));"
     "CREATE UNIQUE INDEX idx_daily_date_pool ON daily_stats(date, pool);",
+    /* 2: runtime state of every provider (config or admin), restored at start */
+    "CREATE TABLE provider_state ("
+    " provider_id TEXT PRIMARY KEY, cooldown_until_ms INTEGER NOT NULL DEFAULT 0,"
+    " consecutive_429 INTEGER NOT NULL DEFAULT 0, observing INTEGER NOT NULL DEFAULT 0,"
+    " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
 };
 
 static void *writer_main(void *arg);

@@ -39,7 +39,8 @@ before(async () => {
                         adapter: ollama ? 'ollama' : 'openai',
                         base_url: ollama ? mock : `${mock}/v1`,
                     });
-                    routes.push({ provider: `p-${name}-${i}`, model: `up-${name}-${i}` });
+                    // priority groups make the order fixed (equal routes would be weighted-random)
+                    routes.push({ provider: `p-${name}-${i}`, model: `up-${name}-${i}`, priority: i - 1 });
                 }
                 config.models[name] = { routes };
             }

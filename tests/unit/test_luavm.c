@@ -468,6 +468,20 @@ static void test_load_bad_config(void)
     tree_remove();
 }
 
+/* mg_gen_route with the plan flattened to indexes, as the old API returned them. */
+static int route_order(mg_gen_t *g, int rr, const mg_candidate_t *c, int n, int *order,
+                       char *e, size_t elen)
+{
+    mg_plan_entry_t entries[8];
+    mg_plan_t plan = {entries, 0, 0};
+    if (mg_gen_route(g, rr, 1, c, n, &plan, e, elen) != 0) return -1;
+    for (int i = 0; i < plan.n; i++) order[i] = entries[i].index;
+    return plan.n;
+}
+
+static mg_route_conf_t test_routes[3] = {
+    {.model = "up-a"}, {.model = "up-b"}, {.model = "up-c"}};
+
 /* ---- reference counting ---------------------------------------------------------------- */
 
 static void test_refcount(void)
@@ -482,18 +496,22 @@ static void test_refcount(void)
     CHECK_EQ_INT(g->refs, 1);
     /* still fully usable after the first reference went */
     lua_expect(g, "return require('moongate').json_encode({1, 2})", "[1,2]");
-    mg_lua_req_t info = {"req-1", "chat", "m", 0, -1, 1};
+    mg_lua_req_t info = {.request_id = "req-1", .endpoint = "chat", .model = "m", .stream = 0,
+                         .max_tokens = -1, .created = 1, .allow_cloud = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     const char *ids[] = {"oa", "oa-nokey", "ol"};
     for (int i = 0; i < 3; i++) {
+        memset(&c[i], 0, sizeof(c[i]));
         c[i].provider = mg_config_provider(g->cfg, ids[i]);
-        c[i].model = "x";
+        c[i].route = &test_routes[i];
         c[i].available = 1;
-        c[i].in_flight = 0;
+        c[i].headroom = 1;
+        c[i].health = "healthy";
+        c[i].breaker = "closed";
     }
     int order[3];
-    CHECK_EQ_INT(mg_gen_route(g, rr, c, 3, order, err, sizeof(err)), 3);
+    CHECK_EQ_INT(route_order(g, rr, c, 3, order, err, sizeof(err)), 3);
     mg_gen_unref_value(g, rr);
     mg_gen_unref(g); /* frees; ASan / valgrind report any leak or later use */
     mg_gen_unref(NULL);
@@ -668,25 +686,31 @@ static void test_json_unencodable(void)
 static int make_cands(mg_gen_t *g, mg_candidate_t *c, const int *avail)
 {
     const char *ids[] = {"oa", "oa-nokey", "ol"};
-    const char *models[] = {"up-a", "up-b", "up-c"};
     for (int i = 0; i < 3; i++) {
+        memset(&c[i], 0, sizeof(c[i]));
         c[i].provider = mg_config_provider(g->cfg, ids[i]);
-        c[i].model = models[i];
+        c[i].route = &test_routes[i];
         c[i].available = avail[i];
         c[i].in_flight = i * 3 + 1;
+        c[i].headroom = 1;
+        c[i].health = "healthy";
+        c[i].breaker = "closed";
+        c[i].success_rate = c[i].ttft_ms = -1;
+        c[i].load_kv_cache = -1;
     }
     return 3;
 }
 
 static int route(mg_gen_t *g, const char *model, const int *avail, int *order)
 {
-    mg_lua_req_t info = {"req-route", "chat", model, 1, 100, 1700000000};
+    mg_lua_req_t info = {.request_id = "req-route", .endpoint = "chat", .model = model, .stream = 1,
+                         .max_tokens = 100, .created = 1700000000, .allow_cloud = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     int n = make_cands(g, c, avail);
     int top = lua_gettop(g->L);
     err[0] = '\0';
-    int rc = mg_gen_route(g, rr, c, n, order, err, sizeof(err));
+    int rc = route_order(g, rr, c, n, order, err, sizeof(err));
     CHECK_EQ_INT(lua_gettop(g->L), top);
     mg_gen_unref_value(g, rr);
     return rc;
@@ -778,18 +802,18 @@ static void test_route_custom_policy(void)
                "1:oa:up-a:main:false:1.0:true:1 2:oa-nokey:up-b:main:false:1.0:false:4 "
                "3:ol:up-c:fallback:true:2.5:true:7");
     /* max_tokens -1 leaves req.max_tokens nil */
-    mg_lua_req_t info = {"req-x", "embeddings", "inspect", 0, -1, 5};
+    mg_lua_req_t info = {.request_id = "req-x", .endpoint = "embeddings", .model = "inspect", .stream = 0, .max_tokens = -1, .created = 5};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     make_cands(g, c, all);
-    CHECK_EQ_INT(mg_gen_route(g, rr, c, 3, order, err, sizeof(err)), 0);
+    CHECK_EQ_INT(route_order(g, rr, c, 3, order, err, sizeof(err)), 0);
     mg_gen_unref_value(g, rr);
     lua_expect(g, "return tostring(seen_req.max_tokens) .. ' ' .. tostring(seen_req.stream)",
                "nil false");
     /* n smaller than what the policy returns: never more than n written */
-    rr = mg_gen_req_new(g, &(mg_lua_req_t){"req-y", "chat", "dup", 0, -1, 5});
+    rr = mg_gen_req_new(g, &(mg_lua_req_t){.request_id = "req-y", .endpoint = "chat", .model = "dup", .stream = 0, .max_tokens = -1, .created = 5});
     int small[1] = {-1};
-    CHECK_EQ_INT(mg_gen_route(g, rr, c, 1, small, err, sizeof(err)), 1);
+    CHECK_EQ_INT(route_order(g, rr, c, 1, small, err, sizeof(err)), 1);
     CHECK_EQ_INT(small[0], 0);
     mg_gen_unref_value(g, rr);
     CHECK_EQ_INT(lua_gettop(g->L), 0);
@@ -822,7 +846,7 @@ static void test_encode_openai(void)
     const mg_provider_conf_t *oa = mg_config_provider(G->cfg, "oa");
     const mg_provider_conf_t *nokey = mg_config_provider(G->cfg, "oa-nokey");
     for (int i = 0; i < 3; i++) {
-        mg_lua_req_t info = {"req-e", endpoints[i], "m", i == 0, -1, 1};
+        mg_lua_req_t info = {.request_id = "req-e", .endpoint = endpoints[i], .model = "m", .stream = i == 0, .max_tokens = -1, .created = 1};
         int rr = mg_gen_req_new(G, &info);
         mg_encoded_t e;
         err[0] = '\0';
@@ -843,7 +867,7 @@ static void test_encode_openai(void)
         mg_gen_unref_value(G, rr);
     }
     /* an endpoint the adapter does not know: its error comes back */
-    mg_lua_req_t info = {"req-e", "audio", "m", 0, -1, 1};
+    mg_lua_req_t info = {.request_id = "req-e", .endpoint = "audio", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
     int rr = mg_gen_req_new(G, &info);
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(G, a, rr, oa, "up-a", &e, err, sizeof(err)), -1);
@@ -857,7 +881,7 @@ static void test_encode_ollama(void)
 {
     int a = adapter_of(G, "ol");
     const mg_provider_conf_t *ol = mg_config_provider(G->cfg, "ol");
-    mg_lua_req_t info = {"req-o", "chat", "m", 1, -1, 1};
+    mg_lua_req_t info = {.request_id = "req-o", .endpoint = "chat", .model = "m", .stream = 1, .max_tokens = -1, .created = 1};
     int rr = mg_gen_req_new(G, &info);
     cJSON *body = cJSON_Parse("{\"model\":\"up-c\",\"messages\":[{\"role\":\"user\",\"content\":"
                               "\"hi\"}],\"max_tokens\":5,\"temperature\":0.5,\"stream\":true}");
@@ -886,7 +910,7 @@ static void test_encode_ollama(void)
     mg_encoded_free(&e);
     /* non-stream: stream is explicitly false (Ollama streams by default) */
     mg_gen_unref_value(G, rr);
-    mg_lua_req_t info2 = {"req-o2", "embeddings", "m", 0, -1, 1};
+    mg_lua_req_t info2 = {.request_id = "req-o2", .endpoint = "embeddings", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
     rr = mg_gen_req_new(G, &info2);
     cJSON_Delete(body);
     body = cJSON_Parse("{\"input\":[]}");
@@ -902,7 +926,7 @@ static void test_encode_ollama(void)
     mg_gen_unref_value(G, rr);
     cJSON_Delete(body);
     /* adapter error (bad content part) comes back as -1 with its message */
-    mg_lua_req_t info3 = {"req-o3", "chat", "m", 0, -1, 1};
+    mg_lua_req_t info3 = {.request_id = "req-o3", .endpoint = "chat", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
     rr = mg_gen_req_new(G, &info3);
     body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]}");
     mg_gen_req_set_body(G, rr, body);
@@ -941,7 +965,7 @@ static void test_encode_rejects_bad_results(void)
     const mg_provider_conf_t *oa = mg_config_provider(g->cfg, "oa");
     const char *bad[] = {"method", "nopath", "crlf", "colon", "notable", "badbody"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        mg_lua_req_t info = {"r", "chat", bad[i], 0, -1, 1};
+        mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = bad[i], .stream = 0, .max_tokens = -1, .created = 1};
         int rr = mg_gen_req_new(g, &info);
         mg_encoded_t e;
         err[0] = '\0';
@@ -953,7 +977,7 @@ static void test_encode_rejects_bad_results(void)
         CHECK_EQ_INT(lua_gettop(g->L), 0);
         mg_gen_unref_value(g, rr);
     }
-    mg_lua_req_t info = {"r", "chat", "ok", 0, -1, 1};
+    mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = "ok", .stream = 0, .max_tokens = -1, .created = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(g, a, rr, oa, "up", &e, err, sizeof(err)), 0);
@@ -973,7 +997,7 @@ static void test_encode_rejects_bad_results(void)
 static cJSON *decode_fixture(const char *endpoint, const char *file, cJSON *req_body)
 {
     int a = adapter_of(G, "ol");
-    mg_lua_req_t info = {"req-dec", endpoint, "m", 0, -1, 1700000000};
+    mg_lua_req_t info = {.request_id = "req-dec", .endpoint = endpoint, .model = "m", .stream = 0, .max_tokens = -1, .created = 1700000000};
     int rr = mg_gen_req_new(G, &info);
     if (req_body) mg_gen_req_set_body(G, rr, req_body);
     cJSON *resp = fixture(file);
@@ -1086,7 +1110,7 @@ static void test_decode_ollama(void)
     cJSON_Delete(rb);
     /* an error object from Ollama is an adapter error */
     int a = adapter_of(G, "ol");
-    int rr = mg_gen_req_new(G, &(mg_lua_req_t){"r", "chat", "m", 0, -1, 1});
+    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "r", .endpoint = "chat", .model = "m", .stream = 0, .max_tokens = -1, .created = 1});
     cJSON *resp = cJSON_Parse("{\"error\":\"model 'x' not found\"}");
     cJSON *out = (cJSON *)1;
     CHECK_EQ_INT(mg_gen_decode(G, a, rr, resp, &out, err, sizeof(err)), -1);
@@ -1109,7 +1133,7 @@ static void run_stream(const char *endpoint, const char *file, stream_t *st)
     memset(st, 0, sizeof(*st));
     st->chunks = cJSON_CreateArray();
     int a = adapter_of(G, "ol");
-    int rr = mg_gen_req_new(G, &(mg_lua_req_t){"req-s", endpoint, "m", 1, -1, 1700000001});
+    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "req-s", .endpoint = endpoint, .model = "m", .stream = 1, .max_tokens = -1, .created = 1700000001});
     int state = mg_gen_table_new(G);
     char p[512];
     snprintf(p, sizeof(p), "%s/tests/fixtures/ollama/%s", MG_SOURCE_DIR, file);

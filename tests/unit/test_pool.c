@@ -42,7 +42,7 @@ static void test_init_empty(void)
     mg_pool_init(&p);
     CHECK_EQ_INT(p.n, 0);
     CHECK(mg_pool_get(&p, "a") == NULL);
-    CHECK(!mg_pool_available(NULL));
+    CHECK(!mg_pool_available(NULL, 0));
     mg_pool_record(NULL, 0); /* tolerated */
     mg_pool_free(&p);
     mg_pool_free(&p); /* idempotent */
@@ -69,7 +69,7 @@ static void test_sync_adds_fresh_state(void)
         CHECK_EQ_INT(s->consecutive_failures, 0);
         CHECK_EQ_INT(s->requests_total, 0);
         CHECK_EQ_INT(s->failures_total, 0);
-        CHECK(mg_pool_available(s));
+        CHECK(mg_pool_available(s, 0));
     }
     CHECK(mg_pool_get(&p, "delta") == NULL);
     mg_config_free(cfg);
@@ -98,9 +98,9 @@ static void test_record_and_available(void)
         CHECK_EQ_INT(s->consecutive_failures, 0);
         CHECK_EQ_INT(s->failures_total, 2);
         s->disabled = 1;
-        CHECK(!mg_pool_available(s));
+        CHECK(!mg_pool_available(s, 0));
         s->disabled = 0;
-        CHECK(mg_pool_available(s));
+        CHECK(mg_pool_available(s, 0));
     }
     mg_pool_free(&p);
     mg_config_free(cfg);
@@ -154,7 +154,7 @@ static void test_sync_keeps_state_by_id(void)
     if (d) {
         CHECK_EQ_INT(d->requests_total, 0);
         CHECK_EQ_INT(d->in_flight, 0);
-        CHECK(mg_pool_available(d));
+        CHECK(mg_pool_available(d, 0));
     }
     /* the state array follows the new config's order */
     for (size_t i = 0; i < p.n; i++)

@@ -251,13 +251,13 @@ export function defaultModels() {
         failover: {
             routes: [
                 { provider: 'mock-openai', model: 'up-fail-1' },
-                { provider: 'mock-openai-b', model: 'up-fail-2' },
+                { provider: 'mock-openai-b', model: 'up-fail-2', priority: 1 },
             ],
         },
         'dead-first': {
             routes: [
                 { provider: 'dead', model: 'up-dead' },
-                { provider: 'mock-openai-b', model: 'up-after-dead' },
+                { provider: 'mock-openai-b', model: 'up-after-dead', priority: 1 },
             ],
         },
     };

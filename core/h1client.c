@@ -127,6 +127,7 @@ struct mg_h1_s {
 };
 
 struct mg_h1_xfer_s {
+    int kind;   /* MG_XFER_KIND_H1: upstream.c dispatches on this first member */
     mg_h1_t *c;
     mg_h1_xfer_t *prev, *next;
     host_t *host;
@@ -369,6 +370,7 @@ static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t
         return NULL;
     }
     memset(x, 0, sizeof(*x));
+    x->kind = MG_XFER_KIND_H1;
     char *p = x->req;
     p = put(p, method, strlen(method));
     p = put(p, slash ? " /" : " ", slash ? 2 : 1);

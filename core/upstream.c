@@ -11,6 +11,8 @@
  * starts and cancels are queued and applied as soon as curl returns. */
 #include "upstream.h"
 
+#include "h1client.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +21,7 @@
 
 struct mg_upstream_s {
     uv_loop_t *loop;
+    mg_h1_t *h1;                    /* owned: the plain-HTTP client */
     CURLM *multi;
     uv_timer_t timer;
     CURL *easy_pool[EASY_POOL_MAX]; /* owned idle easy handles */
@@ -32,6 +35,7 @@ struct mg_upstream_s {
 };
 
 struct mg_xfer_s {
+    int kind; /* MG_XFER_KIND_CURL */
     mg_upstream_t *up;
     mg_xfer_t *prev, *next;
     CURL *easy;
@@ -143,6 +147,12 @@ mg_upstream_t *mg_upstream_new(uv_loop_t *loop)
         free(up);
         return NULL;
     }
+    up->h1 = mg_h1_new(loop);
+    if (!up->h1) {
+        curl_multi_cleanup(up->multi);
+        free(up);
+        return NULL;
+    }
     uv_timer_init(loop, &up->timer);
     up->timer.data = up;
     curl_multi_setopt(up->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
@@ -155,7 +165,7 @@ mg_upstream_t *mg_upstream_new(uv_loop_t *loop)
 
 size_t mg_upstream_active(const mg_upstream_t *up)
 {
-    return up->n_active;
+    return up->n_active + mg_h1_active(up->h1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -362,6 +372,8 @@ static void check_done(mg_upstream_t *up)
 int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
                   void *ud, mg_xfer_t **out)
 {
+    if (strncmp(o->url, "http://", 7) == 0)
+        return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);
     mg_xfer_t *x = calloc(1, sizeof(*x));
     CURL *e = x ? easy_get(up) : NULL;
     if (!x || !e) {
@@ -370,6 +382,7 @@ int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_
         free(o->body);
         return -1;
     }
+    x->kind = MG_XFER_KIND_CURL;
     x->up = up;
     x->easy = e;
     x->headers = o->headers;
@@ -428,6 +441,10 @@ int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_
 
 void mg_xfer_cancel(mg_xfer_t *x)
 {
+    if (x->kind == MG_XFER_KIND_H1) {
+        mg_h1_cancel((mg_h1_xfer_t *)x);
+        return;
+    }
     if (x->cancelled) return;
     x->cancelled = 1;
     uv_timer_stop(&x->timer);
@@ -441,6 +458,10 @@ void mg_xfer_cancel(mg_xfer_t *x)
 
 void mg_xfer_resume(mg_xfer_t *x)
 {
+    if (x->kind == MG_XFER_KIND_H1) {
+        mg_h1_resume((mg_h1_xfer_t *)x);
+        return;
+    }
     mg_upstream_t *up = x->up;
     if (!x->paused || x->cancelled || !x->added) return;
     x->paused = 0;
@@ -457,6 +478,7 @@ void mg_xfer_resume(mg_xfer_t *x)
 
 const char *mg_xfer_header(const mg_xfer_t *x, const char *name)
 {
+    if (x->kind == MG_XFER_KIND_H1) return mg_h1_header((const mg_h1_xfer_t *)x, name);
     const char *v = NULL;
     if (strcasecmp(name, "retry-after") == 0) v = x->retry_after;
     else if (strcasecmp(name, "content-type") == 0) v = x->content_type;
@@ -476,6 +498,8 @@ void mg_upstream_close(mg_upstream_t *up)
 {
     up->closing = 1;
     up->n_deferred = 0;
+    mg_h1_close(up->h1);
+    up->h1 = NULL;
     while (up->xfers) {
         up->xfers->cancelled = 1;
         xfer_free(up->xfers);

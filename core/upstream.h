@@ -1,5 +1,8 @@
-/* upstream: HTTP requests to model back-ends through libcurl multi, driven by the
- * libuv loop (curl's socket and timer callbacks mapped onto uv_poll_t / uv_timer_t).
+/* upstream: HTTP requests to model back-ends. Plain http:// goes through our own
+ * HTTP/1.1 client (h1client: libuv TCP, llhttp, a keep-alive pool: local engines are
+ * the hot path and curl's per-request cost was as large as nginx's whole budget);
+ * https:// goes through libcurl multi, driven by the libuv loop (curl's socket and
+ * timer callbacks mapped onto uv_poll_t / uv_timer_t), for TLS and HTTP/2.
  *
  * A transfer streams its response through callbacks as bytes arrive. Connections
  * to upstreams are kept alive and reused by curl's connection cache. Timeouts:
@@ -15,6 +18,10 @@
 
 typedef struct mg_upstream_s mg_upstream_t;
 typedef struct mg_xfer_s mg_xfer_t;
+
+/* Which client carries a transfer: the first member of both transfer structs. */
+#define MG_XFER_KIND_CURL 1
+#define MG_XFER_KIND_H1 2
 
 typedef enum {
     MG_XFER_OK = 0,

@@ -41,7 +41,8 @@ typedef struct hnode_s {
 typedef struct heap_s {
     hnode_t *v; /* owned */
     size_t n, cap;
-    size_t idx_off; /* offset of the item's size_t index field */
+    size_t idx_off;  /* offset of the item's size_t index field */
+    uint64_t *moves; /* the scheduler's count of element moves (a cost measure) */
 } heap_t;
 
 /* First member of flows and gates, which share s->ready. */
@@ -85,11 +86,12 @@ struct mg_sched_s {
     uint64_t last_tag_us[MG_PRIO_COUNT];
     uint32_t queued_by_prio[MG_PRIO_COUNT];
     uint32_t queued, running, running_rt;
-    uint64_t seq;    /* enqueue counter: tie-break */
-    uint64_t now_ms; /* largest time seen */
-    heap_t ready;     /* flows, and gates with room and parked flows */
-    heap_t deadlines; /* entries with a deadline */
-    mg_sched_gate_t nonrt;  /* the max_running - reserved slots P1-P4 may use */
+    uint64_t seq; /* enqueue counter: tie-break */
+    uint64_t heap_moves;
+    uint64_t now_ms;         /* largest time seen */
+    heap_t ready;            /* flows, and gates with room and parked flows */
+    heap_t deadlines;        /* entries with a deadline */
+    mg_sched_gate_t nonrt;   /* the max_running - reserved slots P1-P4 may use */
     mg_sched_gate_t memgate; /* flows waiting for memory */
     mg_sched_mem_t mem;
     size_t nflows;
@@ -105,6 +107,7 @@ static int hless(const hnode_t *a, const hnode_t *b)
 
 static void hset(heap_t *h, size_t i, hnode_t node)
 {
+    (*h->moves)++;
     h->v[i] = node;
     memcpy((char *)node.item + h->idx_off, &i, sizeof(i));
 }
@@ -139,7 +142,8 @@ static int heap_reserve(heap_t *h, size_t want)
 {
     if (want <= h->cap) return 0;
     size_t cap = h->cap ? h->cap : 8;
-    while (cap < want) cap *= 2;
+    while (cap < want)
+        cap *= 2;
     hnode_t *v = realloc(h->v, cap * sizeof(*v));
     if (!v) return -1;
     h->v = v;
@@ -184,8 +188,7 @@ static const char *const prio_names[MG_PRIO_COUNT] = {"P0", "P1", "P2", "P3", "P
 
 int mg_priority_parse(const char *s, mg_priority_t *out)
 {
-    if (!s || !out || (s[0] != 'P' && s[0] != 'p') || s[1] < '0' || s[1] > '4' || s[2])
-        return -1;
+    if (!s || !out || (s[0] != 'P' && s[0] != 'p') || s[1] < '0' || s[1] > '4' || s[2]) return -1;
     *out = (mg_priority_t)(s[1] - '0');
     return 0;
 }
@@ -351,10 +354,11 @@ static int gate_queue_full(const mg_sched_gate_t *g)
     return g->max_queued && g->queued >= g->max_queued;
 }
 
-static void gate_setup(mg_sched_gate_t *g, mg_sched_gate_kind_t kind, uint32_t max_running,
-                       uint32_t max_queued)
+static void gate_setup(mg_sched_t *s, mg_sched_gate_t *g, mg_sched_gate_kind_t kind,
+                       uint32_t max_running, uint32_t max_queued)
 {
     g->node.is_gate = 1;
+    g->parked.moves = &s->heap_moves;
     g->kind = kind;
     g->max_running = max_running;
     g->max_queued = max_queued;
@@ -404,7 +408,8 @@ static void gate_let_out(mg_sched_t *s, mg_sched_gate_t *g)
 /* Memory was freed: every flow waiting for it is considered again. */
 static void mem_refill(mg_sched_t *s)
 {
-    while (s->memgate.parked.n) gate_let_out(s, &s->memgate);
+    while (s->memgate.parked.n)
+        gate_let_out(s, &s->memgate);
 }
 
 static void gate_put(mg_sched_t *s, mg_sched_gate_t *g)
@@ -449,7 +454,7 @@ static int gates_grow(mg_sched_t *s)
     return 0;
 }
 
-static mg_sched_gate_t *gate_new(const mg_sched_t *s, mg_sched_gate_kind_t kind, const char *name)
+static mg_sched_gate_t *gate_new(mg_sched_t *s, mg_sched_gate_kind_t kind, const char *name)
 {
     mg_sched_gate_t *g = calloc(1, sizeof(*g));
     if (!g) return NULL;
@@ -459,9 +464,9 @@ static mg_sched_gate_t *gate_new(const mg_sched_t *s, mg_sched_gate_kind_t kind,
         return NULL;
     }
     const mg_sched_config_t *c = &s->cfg;
-    if (kind == MG_GATE_MODEL) gate_setup(g, kind, c->model_max_running, 0);
-    if (kind == MG_GATE_APP) gate_setup(g, kind, c->app_max_running, c->app_max_queued);
-    if (kind == MG_GATE_USER) gate_setup(g, kind, c->user_max_running, c->user_max_queued);
+    if (kind == MG_GATE_MODEL) gate_setup(s, g, kind, c->model_max_running, 0);
+    if (kind == MG_GATE_APP) gate_setup(s, g, kind, c->app_max_running, c->app_max_queued);
+    if (kind == MG_GATE_USER) gate_setup(s, g, kind, c->user_max_running, c->user_max_queued);
     return g;
 }
 
@@ -904,6 +909,7 @@ void mg_sched_stats(const mg_sched_t *s, mg_sched_stats_t *st)
     st->mem_budget_bytes = mg_sched_mem_budget(&s->mem);
     st->load = mg_sched_load(s);
     st->level = mg_sched_level(s);
+    st->heap_moves = s->heap_moves;
 }
 
 /* ---- lifecycle --------------------------------------------------------------------- */
@@ -929,9 +935,11 @@ mg_sched_t *mg_sched_new(const mg_sched_config_t *cfg)
         return NULL;
     }
     s->ready.idx_off = offsetof(node_t, hidx);
+    s->ready.moves = &s->heap_moves;
     s->deadlines.idx_off = offsetof(mg_sched_entry_t, dl_index_);
-    gate_setup(&s->nonrt, MG_GATE_KIND_COUNT, 0, 0);
-    gate_setup(&s->memgate, MG_GATE_KIND_COUNT, 0, 0);
+    s->deadlines.moves = &s->heap_moves;
+    gate_setup(s, &s->nonrt, MG_GATE_KIND_COUNT, 0, 0);
+    gate_setup(s, &s->memgate, MG_GATE_KIND_COUNT, 0, 0);
     mg_sched_mem_init(&s->mem, cfg->vram_bytes, cfg->safety_margin_ratio);
     sched_apply(s, cfg);
     return s;

@@ -34,20 +34,28 @@
  * V meanwhile), nothing P0-P3 starves, and a fresh P0 goes before any non-P0 task that
  * has waited less than its level distance times A. aging_ms = 0 turns aging off (key = tag).
  *
- * Head-of-line rule. Dispatch takes the smallest-key ELIGIBLE task: a task whose model,
- * application or user is at its running cap, or whose memory does not fit, is passed
- * over and does not hold back tasks of other gates. Tasks that share model, application,
- * user and priority (a "flow") stay first-in first-out: the flow waits as a whole when its
- * oldest task cannot go. Internally the queue is a binary heap of flow heads; a flow found
- * blocked is parked on the gate that blocked it and comes back (best first, one per freed
- * unit) when that gate has room again, so each blocked flow costs O(log n) once per
- * saturation, not on every dispatch.
+ * Under contention the two parts combine: each level starts A behind the one above, then
+ * backlogged levels share by weight (a P0 + P2 burst enqueued together with the defaults:
+ * 12 P0, then 4 P0 per P2).
  *
- * Costs (n queued tasks, f flows): enqueue O(log n) plus a scan of the flows that share
- * its user (or app/model when no user); cancel and expire O(log n); dispatch
- * O((1 + k) log f), k = flows newly found blocked; release O(log f) per gate, except that
- * freeing memory re-offers every flow waiting for memory (O(m log f)). No function but
- * enqueue and the gate/limit calls allocates. */
+ * Head-of-line rule. Dispatch takes the smallest-key ELIGIBLE task: a task whose model,
+ * application or user is at its running cap, whose non-P0 slots are all taken, or whose
+ * memory reservation does not fit, is passed over and does not hold back anyone else.
+ * Tasks that share model, application, user and priority (a "flow") stay first-in
+ * first-out: a flow waits as a whole while its oldest task cannot go. Internally the
+ * ready set is one binary heap of flow heads; a flow found blocked is parked on the gate
+ * that blocked it, and a gate with room and parked flows is itself one node of the ready
+ * heap, keyed by its best parked flow, so parked flows come back exactly when they would
+ * be next, and the choice is exact (the unit test checks it step by step against a brute
+ * force). A P4 is eligible only while no P0-P3 task is queued, even a blocked one.
+ *
+ * Costs (n queued tasks, f flows, f <= n): enqueue O(log n) plus a scan of the flows
+ * that share its user (or app, or model, when it names no user); cancel and expire
+ * O(log n); dispatch O((1 + k) log n), k = flows moved between the ready heap and a gate
+ * on the way (each blocked flow is moved once, then waits on its full gate); release
+ * O(log n) per gate, except that freeing memory re-offers every flow waiting for memory.
+ * Only enqueue and gate creation allocate; dispatch, release, cancel and expire cannot
+ * fail. Include this header as "sched.h" with -iquote: it must not shadow <sched.h>. */
 #ifndef MG_SCHED_H
 #define MG_SCHED_H
 
@@ -80,12 +88,12 @@ const char *mg_priority_name(mg_priority_t p);
 /* ---- results ------------------------------------------------------------------------ */
 
 #define MG_SCHED_OK 0
-#define MG_SCHED_EINVAL (-1)     /* bad argument or configuration */
-#define MG_SCHED_ENOMEM (-2)     /* out of memory; nothing changed */
+#define MG_SCHED_EINVAL (-1)      /* bad argument or configuration */
+#define MG_SCHED_ENOMEM (-2)      /* out of memory; nothing changed */
 #define MG_SCHED_EQUEUE_FULL (-3) /* a queued cap is reached: 429 QUEUE_FULL */
-#define MG_SCHED_EOVERLOAD (-4)  /* backpressure rejects this priority: 503 + Retry-After */
-#define MG_SCHED_ETOO_LARGE (-5) /* the KV reservation can never fit: RESOURCE_EXHAUSTED */
-#define MG_SCHED_ESTATE (-6)     /* entry not in the state the call needs */
+#define MG_SCHED_EOVERLOAD (-4)   /* backpressure rejects this priority: 503 + Retry-After */
+#define MG_SCHED_ETOO_LARGE (-5)  /* the KV reservation can never fit: RESOURCE_EXHAUSTED */
+#define MG_SCHED_ESTATE (-6)      /* entry not in the state the call needs */
 
 /* The PRD 3.1.4 error code for a result: EQUEUE_FULL "QUEUE_FULL" (429 + Retry-After),
  * EOVERLOAD and ETOO_LARGE "RESOURCE_EXHAUSTED" (503; Retry-After for EOVERLOAD only),
@@ -161,11 +169,11 @@ typedef enum mg_sched_gate_kind_e {
 /* What a dispatched task holds: one global slot (a non-P0 slot too unless realtime),
  * one unit of each named gate, and mem_bytes of device memory. Lives inside the entry. */
 typedef struct mg_sched_lease_s {
-    mg_sched_t *sched;                          /* borrowed */
+    mg_sched_t *sched;                         /* borrowed */
     mg_sched_gate_t *gate[MG_GATE_KIND_COUNT]; /* borrowed; NULL = none */
-    uint64_t mem_bytes;                         /* KV bytes reserved */
-    int realtime;                               /* P0: holds no non-P0 slot */
-    int held;                                   /* 1 from dispatch until the first release */
+    uint64_t mem_bytes;                        /* KV bytes reserved */
+    int realtime;                              /* P0: holds no non-P0 slot */
+    int held;                                  /* 1 from dispatch until the first release */
 } mg_sched_lease_t;
 
 /* A task as the scheduler sees it. The caller owns the storage (typically embedded in
@@ -192,14 +200,15 @@ typedef struct mg_sched_entry_s {
 } mg_sched_entry_t;
 
 typedef struct mg_sched_stats_s {
-    uint32_t running;                     /* leases held */
-    uint32_t running_realtime;            /* of which P0 */
-    uint32_t queued;                      /* tasks queued */
+    uint32_t running;          /* leases held */
+    uint32_t running_realtime; /* of which P0 */
+    uint32_t queued;           /* tasks queued */
     uint32_t queued_by_prio[MG_PRIO_COUNT];
     uint64_t mem_reserved_bytes;
     uint64_t mem_budget_bytes;
-    double load;                          /* mg_sched_load */
-    int level;                            /* mg_sched_level */
+    double load;         /* mg_sched_load */
+    int level;           /* mg_sched_level */
+    uint64_t heap_moves; /* heap elements moved so far: a machine-independent cost measure */
 } mg_sched_stats_t;
 
 /* Create a scheduler with a copy of cfg. Returns NULL when cfg is invalid (max_running
@@ -240,7 +249,8 @@ void mg_sched_model_memory(mg_sched_t *s, mg_sched_gate_t *model, uint64_t weigh
  * MG_SCHED_EINVAL for a non-model gate. Idempotent. */
 int mg_sched_model_load(mg_sched_t *s, mg_sched_gate_t *model, int loaded);
 
-/* Reset e for a new task: priority p, no gates, no deadline, no tokens, no lease. */
+/* Reset e for a new task: priority p, no gates, no deadline, no tokens, no lease. Not
+ * while e is queued or holds its lease (that lease would never be given back). */
 void mg_sched_entry_init(mg_sched_entry_t *e, mg_priority_t p);
 
 /* Queue e at now_ms. In order, it refuses with:

@@ -24,8 +24,8 @@ static const unsigned allowed[MG_TASK_STATE_COUNT] = {
 };
 
 static const char *const state_names[MG_TASK_STATE_COUNT] = {
-    "RECEIVED", "VALIDATING", "QUEUED",    "DISPATCHING", "RUNNING",  "STREAMING",
-    "SUCCEEDED", "FAILED",    "TIMED_OUT", "CANCELLED",   "REJECTED",
+    "RECEIVED",  "VALIDATING", "QUEUED",    "DISPATCHING", "RUNNING",  "STREAMING",
+    "SUCCEEDED", "FAILED",     "TIMED_OUT", "CANCELLED",   "REJECTED",
 };
 
 static int state_valid(mg_task_state_t s)

@@ -180,13 +180,26 @@ local function apply_cloud(req, list)
 end
 
 local function eligible(req, candidates)
-    local list = copy_list(candidates)
-    list = apply_pin(req, list)
-    list = apply_local_only(req, list)
-    list = apply_smaller(req, list)
-    list = apply_cloud(req, list)
-    table.sort(list, by_index)
-    return list
+    -- one pass over the candidates with rules 1-4 (the apply_* functions above say
+    -- the same thing one rule at a time; this is the hot path of every request)
+    local out, n = {}, 0
+    local pin, local_only = req.pin, req.local_only
+    local allow_smaller, allow_cloud = req.allow_smaller_model, req.allow_cloud ~= false
+    for _, c in ipairs(candidates) do
+        local loc = is_local(c)
+        if (pin == nil or c.provider == pin) and (loc or (not local_only and allow_cloud))
+            and (allow_smaller or not c.smaller) then
+            n = n + 1
+            out[n] = c
+        end
+    end
+    for i = 2, n do -- the core passes them in index order; sort only if someone did not
+        if out[i].index < out[i - 1].index then
+            table.sort(out, by_index)
+            break
+        end
+    end
+    return out
 end
 
 ------------------------------------------------------------------------------------------------
@@ -261,11 +274,26 @@ end
 
 -- Rule 7, main pool: weighted random order without replacement.
 local function main_pool_order(group, rand)
-    local left, out = copy_list(group), {}
-    while #left > 0 do
-        out[#out + 1] = table.remove(left, draw_one(left, rand()))
+    -- the first pick is one weighted draw (exact shares); the rest follow in a
+    -- weighted random order too, drawn all at once (Efraimidis-Spirakis keys:
+    -- u^(1/share), largest first), so a group of n costs n log n, not n^2
+    local first = draw_one(group, rand())
+    local rest, keys = {}, {}
+    for i, c in ipairs(group) do
+        if i ~= first then
+            local w = share(c)
+            rest[#rest + 1] = c
+            keys[c] = w > 0 and rand() ^ (1 / w) or -1
+        end
     end
-    return out
+    table.sort(rest, function(a, b)
+        if keys[a] ~= keys[b] then
+            return keys[a] > keys[b]
+        end
+        return a.index < b.index
+    end)
+    table.insert(rest, 1, group[first])
+    return rest
 end
 
 -- Rule 7, fallback pool: least in_flight first, then configured order.
@@ -366,29 +394,51 @@ local function random_sequence(req)
 end
 
 -- order(req, list): rules 5-8 applied to `list`; returns a new list.
-local function order(req, list)
-    local groups, keys = {}, {}
-    for _, c in ipairs(list) do
-        local key = group_key(req, c)
-        local name = table.concat(key, "/")
-        if not groups[name] then
-            groups[name] = {}
-            keys[#keys + 1] = key
-        end
-        table.insert(groups[name], c)
-    end
-    table.sort(keys, key_less)
+-- Rules 5-7 folded into one number: smaller ranks sort first.
+local function group_rank(req, c)
+    local rank = locality_rank(req, c)
+    rank = rank * 2 + size_rank(c)
+    rank = rank * 100000 + priority_rank(c)
+    return rank * 2 + pool_rank(req, c)
+end
 
-    local rand, explore, out = random_sequence(req), exploring(req), {}
-    for _, key in ipairs(keys) do
-        local group = groups[table.concat(key, "/")]
-        if pool_of(group[1]) == "main" then
-            group = main_pool_order(group, rand)
-        else
-            group = fallback_pool_order(group)
+local function needs_adaptive(group)
+    for _, c in ipairs(group) do
+        if has_enough_samples(c) then
+            return true
         end
-        if not explore then
-            group = adaptive_order(group)
+    end
+    return false
+end
+
+local function order(req, list)
+    if #list == 1 then
+        return { list[1] }
+    end
+    local groups, ranks = {}, {}
+    for _, c in ipairs(list) do
+        local rank = group_rank(req, c)
+        local g = groups[rank]
+        if not g then
+            g = {}
+            groups[rank] = g
+            ranks[#ranks + 1] = rank
+        end
+        g[#g + 1] = c
+    end
+    table.sort(ranks)
+    local rand, explore, out = random_sequence(req), exploring(req), {}
+    for _, rank in ipairs(ranks) do
+        local group = groups[rank]
+        if #group > 1 then
+            if pool_of(group[1]) == "main" then
+                group = main_pool_order(group, rand)
+            else
+                group = fallback_pool_order(group)
+            end
+            if not explore and needs_adaptive(group) then
+                group = adaptive_order(group)
+            end
         end
         for _, c in ipairs(group) do
             out[#out + 1] = c

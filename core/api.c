@@ -428,7 +428,8 @@ void mg_api_handle_metrics(void *server, mg_http_req_t *req)
     }
     char *text = NULL;
     size_t len = 0;
-    if (mg_metrics_render(&s->metrics, &s->pool, s->in_flight, s->gen->id, &text, &len) != 0) {
+    if (mg_metrics_render(&s->metrics, &s->pool, s->in_flight, s->gen->id, uv_now(s->loop), &text,
+                          &len) != 0) {
         mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
     }

@@ -91,8 +91,82 @@ static void histogram(sbuf_t *b, const char *name, const char *labels, const uin
     }
 }
 
-int mg_metrics_render(const mg_metrics_t *m, const mg_pool_t *pool, int in_flight,
-                      unsigned generation, char **out, size_t *len)
+static const char *const degraded_kinds[4] = {"fallback", "emergency", "smaller", "cloud"};
+
+void mg_metrics_degraded(mg_metrics_t *m, const char *kind)
+{
+    for (int i = 0; i < 4; i++)
+        if (kind && strcmp(kind, degraded_kinds[i]) == 0) m->degraded_total[i]++;
+}
+
+/* The Sidecar ADR's metric names (section 13), per provider. */
+static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, uint64_t now)
+{
+    static const char *const classes[6] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    uint64_t total = 0, errors = 0;
+    for (int ep = 0; ep < MG_EP_COUNT; ep++)
+        for (int c = 1; c <= 5; c++) {
+            total += m->requests[ep][c];
+            if (c >= 4) errors += m->requests[ep][c];
+        }
+    sb_printf(b, "# HELP sidecar_requests_total Requests answered.\n# TYPE sidecar_requests_total counter\n"
+                 "sidecar_requests_total %llu\n"
+                 "# HELP sidecar_errors_total Requests answered with an error status.\n"
+                 "# TYPE sidecar_errors_total counter\nsidecar_errors_total %llu\n",
+              (unsigned long long)total, (unsigned long long)errors);
+    sb_printf(b, "# HELP sidecar_provider_requests_total Upstream answers by provider, pool and status class.\n"
+                 "# TYPE sidecar_provider_requests_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        for (int c = 0; c < 6; c++)
+            if (pool->items[i].status_counts[c])
+                sb_printf(b,
+                          "sidecar_provider_requests_total{provider_id=\"%s\",pool=\"%s\",status_code=\"%s\"} %llu\n",
+                          pool->items[i].id, pool->items[i].pool, classes[c],
+                          (unsigned long long)pool->items[i].status_counts[c]);
+    sb_printf(b, "# HELP sidecar_provider_rpm_current Requests sent in the last 60 s.\n"
+                 "# TYPE sidecar_provider_rpm_current gauge\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "sidecar_provider_rpm_current{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  mg_limiter_rpm_used(&pool->items[i].limiter, now));
+    sb_printf(b, "# HELP sidecar_provider_cooldown_active 1 while the provider cools down.\n"
+                 "# TYPE sidecar_provider_cooldown_active gauge\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "sidecar_provider_cooldown_active{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  mg_cooldown_cooling(&pool->items[i].cooldown, now) ? 1 : 0);
+    sb_printf(b, "# HELP sidecar_cooldown_events_total Cooldowns applied.\n"
+                 "# TYPE sidecar_cooldown_events_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "sidecar_cooldown_events_total{provider_id=\"%s\"} %llu\n", pool->items[i].id,
+                  (unsigned long long)pool->items[i].cooldowns_total);
+    sb_printf(b, "# HELP sidecar_emergency_channel_total Attempts through the emergency channel.\n"
+                 "# TYPE sidecar_emergency_channel_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "sidecar_emergency_channel_total{provider_id=\"%s\"} %llu\n", pool->items[i].id,
+                  (unsigned long long)pool->items[i].emergency_total);
+    sb_printf(b, "# HELP sidecar_pool_degradation_total Answers given by a degraded route.\n"
+                 "# TYPE sidecar_pool_degradation_total counter\n"
+                 "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"fallback\"} %llu\n"
+                 "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"emergency\"} %llu\n",
+              (unsigned long long)m->degraded_total[0], (unsigned long long)m->degraded_total[1]);
+    sb_printf(b, "# HELP moongate_degraded_total Answers by degradation kind.\n"
+                 "# TYPE moongate_degraded_total counter\n");
+    for (int k = 0; k < 4; k++)
+        sb_printf(b, "moongate_degraded_total{kind=\"%s\"} %llu\n", degraded_kinds[k],
+                  (unsigned long long)m->degraded_total[k]);
+    sb_printf(b, "# HELP moongate_provider_health Provider health: 0 healthy, 1 degraded, 2 down.\n"
+                 "# TYPE moongate_provider_health gauge\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "moongate_provider_health{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  (int)pool->items[i].health.state);
+    sb_printf(b, "# HELP moongate_provider_breaker_open 1 while the provider's circuit breaker is open.\n"
+                 "# TYPE moongate_provider_breaker_open gauge\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "moongate_provider_breaker_open{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  mg_breaker_state(&pool->items[i].breaker, now) == MG_BREAKER_OPEN);
+}
+
+int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, unsigned generation,
+                      uint64_t now_ms, char **out, size_t *len)
 {
     sbuf_t b = {malloc(8192), 0, 8192, 0};
     if (!b.buf) return -1;
@@ -152,6 +226,7 @@ int mg_metrics_render(const mg_metrics_t *m, const mg_pool_t *pool, int in_fligh
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(&b, "moongate_provider_in_flight{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   pool->items[i].in_flight);
+    render_sidecar(&b, m, pool, now_ms);
     if (b.oom) {
         free(b.buf);
         return -1;

@@ -42,8 +42,12 @@ const char *mg_endpoint_name(mg_endpoint_t ep);
 void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds);
 void mg_metrics_ttft(mg_metrics_t *m, double seconds);
 
-/* Render everything; *out is malloc'd (caller frees). Returns 0 or -1. */
-int mg_metrics_render(const mg_metrics_t *m, const mg_pool_t *pool, int in_flight,
-                      unsigned generation, char **out, size_t *len);
+/* Count an answer given through a degraded route ("fallback", "emergency", "smaller", "cloud"). */
+void mg_metrics_degraded(mg_metrics_t *m, const char *kind);
+
+/* Render everything (now_ms: loop time for windows and cooldowns); *out is malloc'd
+ * (caller frees). Returns 0 or -1. */
+int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, unsigned generation,
+                      uint64_t now_ms, char **out, size_t *len);
 
 #endif

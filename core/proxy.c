@@ -211,6 +211,7 @@ static void call_log(call_t *c)
     if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
     m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
+    if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;
@@ -224,6 +225,7 @@ static void call_log(call_t *c)
     mg_log_str(&l, "actual_model", c->upstream_model);
     mg_log_bool(&l, "stream", c->stream);
     mg_log_str(&l, "outcome", c->outcome);
+    if (c->degraded) mg_log_str(&l, "degraded", c->degraded);
     if (c->error_code) mg_log_str(&l, "error", c->error_code);
     mg_log_int(&l, "attempts", c->attempts);
     mg_log_double(&l, "duration_ms", ms_since(c->t_start, now));

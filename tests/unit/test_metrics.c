@@ -433,7 +433,7 @@ static void test_render_empty_is_valid(void)
     mg_pool_init(&pool);
     char *out = NULL;
     size_t len = 0;
-    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 0, 1, &out, &len), 0);
+    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 0, 1, 1000, &out, &len), 0);
     CHECK(out != NULL);
     if (!out) return;
     expo_parse(&E, out, len);
@@ -441,9 +441,9 @@ static void test_render_empty_is_valid(void)
     CHECK_EQ_INT(check_histograms(&E), 1); /* first-token histogram always rendered */
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_first_token_seconds_count", NULL, NULL, NULL, NULL) == 0);
-    /* every family name has the moongate_ prefix */
+    /* every family name has the moongate_ prefix, or sidecar_ for the Sidecar ADR names */
     for (int i = 0; i < E.n_fam; i++)
-        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0);
+        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0 || strncmp(E.fam[i].name, "sidecar_", 8) == 0);
     free(out);
     mg_pool_free(&pool);
 }
@@ -483,7 +483,7 @@ static void test_render_full_is_valid_and_correct(void)
 
     char *out = NULL;
     size_t len = 0;
-    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 5, 42, &out, &len), 0);
+    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 5, 42, 1000, &out, &len), 0);
     CHECK(out != NULL);
     if (!out) goto done;
     expo_parse(&E, out, len);
@@ -568,7 +568,7 @@ static void test_large_counts_exact(void)
     mg_pool_init(&pool);
     char *out = NULL;
     size_t len = 0;
-    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 0, 7, &out, &len), 0);
+    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 0, 7, 1000, &out, &len), 0);
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);

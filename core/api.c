@@ -136,6 +136,16 @@ static void handle_status(mg_server_t *s, mg_http_req_t *req)
     cJSON_AddNumberToObject(root, "connections", (double)s->api.n_conns);
     cJSON_AddNumberToObject(root, "upstream_transfers", (double)mg_upstream_active(s->upstream));
     cJSON_AddNumberToObject(root, "uptime_s", (double)(time(NULL) - s->started_at));
+    mg_sched_stats_t ss;
+    mg_sched_stats(s->sched, &ss);
+    cJSON *sc = cJSON_AddObjectToObject(root, "scheduler");
+    cJSON_AddNumberToObject(sc, "running", ss.running);
+    cJSON_AddNumberToObject(sc, "queued", ss.queued);
+    cJSON *qp = cJSON_AddObjectToObject(sc, "queued_by_priority");
+    for (int p = 0; p < MG_PRIO_COUNT; p++)
+        cJSON_AddNumberToObject(qp, mg_priority_name((mg_priority_t)p), ss.queued_by_prio[p]);
+    cJSON_AddNumberToObject(sc, "load", ss.load);
+    cJSON_AddNumberToObject(sc, "backpressure_level", ss.level);
     cJSON *ps = cJSON_AddArrayToObject(root, "providers");
     for (size_t i = 0; i < g->cfg->n_providers; i++) {
         const mg_provider_conf_t *p = &g->cfg->providers[i];
@@ -433,6 +443,28 @@ void mg_api_handle_metrics(void *server, mg_http_req_t *req)
         mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
     }
-    mg_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, text, len);
-    free(text);
+    /* the scheduler's gauges */
+    mg_sched_stats_t ss;
+    mg_sched_stats(s->sched, &ss);
+    mg_buf_t b = {text, len, len + 1};
+    char line[160];
+    mg_buf_append_str(&b, "# HELP moongate_queue_length Tasks waiting, by priority.\n"
+                          "# TYPE moongate_queue_length gauge\n");
+    for (int p = 0; p < MG_PRIO_COUNT; p++) {
+        snprintf(line, sizeof(line), "moongate_queue_length{priority=\"%s\"} %u\n",
+                 mg_priority_name((mg_priority_t)p), ss.queued_by_prio[p]);
+        mg_buf_append_str(&b, line);
+    }
+    snprintf(line, sizeof(line),
+             "# HELP moongate_running_tasks Tasks holding a slot.\n# TYPE moongate_running_tasks gauge\n"
+             "moongate_running_tasks %u\n",
+             ss.running);
+    mg_buf_append_str(&b, line);
+    snprintf(line, sizeof(line),
+             "# HELP moongate_backpressure_level 0 normal, 1..3 shedding.\n"
+             "# TYPE moongate_backpressure_level gauge\nmoongate_backpressure_level %d\n",
+             ss.level);
+    mg_buf_append_str(&b, line);
+    mg_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
+    mg_buf_free(&b);
 }

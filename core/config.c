@@ -574,10 +574,12 @@ static int load_lua(loader_t *l, yaml_node_t *v, int line)
 
 static int load_log(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"level", NULL};
+    static const char *const keys[] = {"level", "task_events", NULL};
     int r = want_map(l, v, line, "log", keys);
     if (r <= 0) return r;
-    if (opt_string(l, v, "log", "level", &l->cfg->log_level) < 0) return -1;
+    if (opt_string(l, v, "log", "level", &l->cfg->log_level) < 0 ||
+        opt_bool(l, v, "log", "task_events", &l->cfg->task_events) < 0)
+        return -1;
     const char *lv = l->cfg->log_level;
     if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error")) {
         field_t f;
@@ -601,12 +603,12 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {
         "connect_ms",     "first_byte_ms",     "idle_ms",  "total_ms",
-        "header_read_ms", "keepalive_idle_ms", "drain_ms", NULL};
+        "header_read_ms", "keepalive_idle_ms", "drain_ms", "queue_ms", NULL};
     int r = want_map(l, v, line, "timeouts", keys);
     if (r <= 0) return r;
     mg_timeouts_conf_t *t = &l->cfg->timeouts;
-    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms, &t->total_ms,
-                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms};
+    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,  &t->total_ms,
+                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms, &t->queue_ms};
     for (size_t i = 0; keys[i]; i++)
         if (opt_int_field(l, v, "timeouts", keys[i], 1, MAX_TIMEOUT_MS, dst[i]) < 0) return -1;
     return 0;
@@ -624,6 +626,42 @@ static int load_routing(loader_t *l, yaml_node_t *v, int line)
                       &rc->queue_timeout_ms) < 0 ||
         opt_positive(l, v, "routing", "emergency_rpm_ratio", 1.0, &rc->emergency_rpm_ratio) < 0)
         return -1;
+    return 0;
+}
+
+static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
+                                       "priority_aging_seconds", "reserved_realtime_slots",
+                                       "overflow_status", "backpressure", NULL};
+    const char *path = "scheduler";
+    int r = want_map(l, v, line, path, keys);
+    if (r <= 0) return r;
+    mg_scheduler_conf_t *sc = &l->cfg->scheduler;
+    if (opt_int_field(l, v, path, "max_running_tasks", 1, 1000000, &sc->max_running_tasks) < 0 ||
+        opt_int_field(l, v, path, "max_queued_tasks", 0, 10000000, &sc->max_queued_tasks) < 0 ||
+        opt_int_field(l, v, path, "priority_aging_seconds", 0, 86400, &sc->priority_aging_seconds) < 0 ||
+        opt_int_field(l, v, path, "reserved_realtime_slots", 0, 1000000, &sc->reserved_realtime_slots) < 0 ||
+        opt_int_field(l, v, path, "overflow_status", 429, 503, &sc->overflow_status) < 0)
+        return -1;
+    if (sc->overflow_status != 429 && sc->overflow_status != 503) {
+        field_t f;
+        field_get(l, v, path, "overflow_status", &f);
+        return fail(l, f.line, "scheduler.overflow_status must be 429 or 503");
+    }
+    if (sc->reserved_realtime_slots >= sc->max_running_tasks)
+        return fail(l, line, "scheduler.reserved_realtime_slots must be below max_running_tasks");
+    yaml_node_pair_t *bp = find_pair(l, v, "backpressure");
+    if (bp) {
+        static const char *const bkeys[] = {"level1_threshold", "level2_threshold",
+                                            "level3_threshold", NULL};
+        yaml_node_t *bv = node_at(l, bp->value);
+        const char *bpath = "scheduler.backpressure";
+        int br = want_map(l, bv, line_of(node_at(l, bp->key)), bpath, bkeys);
+        if (br < 0) return -1;
+        for (int i = 0; br > 0 && i < 3; i++)
+            if (opt_positive(l, bv, bpath, bkeys[i], 1.0, &sc->level_threshold[i]) < 0) return -1;
+    }
     return 0;
 }
 
@@ -822,7 +860,7 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
 static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_conf_t *m,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"routes", NULL};
+    static const char *const keys[] = {"routes", "max_concurrency", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -835,7 +873,9 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
     snprintf(path, sizeof path, "models.%s", name);
     if (is_null(v) || v->type != YAML_MAPPING_NODE)
         return fail(l, m->line, "%s must be a mapping with routes", path);
-    if (want_map(l, v, m->line, path, keys) < 0) return -1;
+    if (want_map(l, v, m->line, path, keys) < 0 ||
+        opt_int_field(l, v, path, "max_concurrency", 0, 1000000, &m->max_concurrency) < 0)
+        return -1;
     yaml_node_pair_t *rp = find_pair(l, v, "routes");
     if (!rp) return fail(l, m->line, "%s is missing required key 'routes'", path);
     yaml_node_t *routes = node_at(l, rp->value);
@@ -899,6 +939,7 @@ static const struct {
     {"auth", load_auth},         {"lua", load_lua},
     {"log", load_log},           {"upstream", load_upstream},
     {"timeouts", load_timeouts}, {"routing", load_routing},
+    {"scheduler", load_scheduler},
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},
@@ -941,7 +982,20 @@ static int set_defaults(loader_t *l, const char *name)
         .header_read_ms = 10000,
         .keepalive_idle_ms = 75000,
         .drain_ms = 30000,
+        .queue_ms = 30000,
     };
+    c->scheduler = (mg_scheduler_conf_t){
+        .max_running_tasks = 256,
+        .max_queued_tasks = 500,
+        .priority_aging_seconds = 30,
+        .reserved_realtime_slots = 2,
+        .overflow_status = 429,
+        .level_threshold = {0.70, 0.85, 0.95},
+    };
+    /* Sidecar V1 compatibility: SIDECAR_QUEUE_MAX sets the default queue size */
+    const char *qm = getenv("SIDECAR_QUEUE_MAX");
+    if (qm && atoi(qm) > 0 && atoi(qm) <= 1000000) c->scheduler.max_queued_tasks = atoi(qm);
+    c->task_events = true;
     c->routing = (mg_routing_conf_t){
         .local_first = true,
         .queue_timeout_ms = 30000,

@@ -39,6 +39,7 @@ typedef struct mg_route_conf_s {
 
 typedef struct mg_model_conf_s {
     char *name;             /* owned; the logical model name clients use */
+    int max_concurrency;    /* running tasks of this model at once, 0 = no own limit */
     mg_route_conf_t *routes; /* owned array */
     size_t n_routes;
     int line;
@@ -52,6 +53,7 @@ typedef struct mg_timeouts_conf_s {
     int header_read_ms;   /* client must send complete headers within, default 10000 */
     int keepalive_idle_ms;/* idle client keep-alive connection closed after, default 75000 */
     int drain_ms;         /* graceful stop waits this long for in-flight requests, default 30000 */
+    int queue_ms;         /* a task waits in the scheduler's queue at most, default 30000 */
 } mg_timeouts_conf_t;
 
 typedef struct mg_routing_conf_s {
@@ -60,6 +62,15 @@ typedef struct mg_routing_conf_s {
                                 (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
     double emergency_rpm_ratio; /* share of rpm_limit the emergency channel may use, default 0.1 */
 } mg_routing_conf_t;
+
+typedef struct mg_scheduler_conf_s {
+    int max_running_tasks;       /* tasks dispatched at once, default 256 */
+    int max_queued_tasks;        /* default 500 (SIDECAR_QUEUE_MAX overrides the default) */
+    int priority_aging_seconds;  /* a waiting task gains one level per this, default 30 */
+    int reserved_realtime_slots; /* of max_running_tasks, usable by P0 only, default 2 */
+    int overflow_status;         /* 429 (default) or 503 for a full queue */
+    double level_threshold[3];   /* backpressure levels, default 0.70 0.85 0.95 */
+} mg_scheduler_conf_t;
 
 typedef struct mg_breaker_conf_s {
     int consecutive_failures;   /* opens after this many in a row, default 3 */
@@ -89,9 +100,11 @@ typedef struct mg_config_s {
     char *adapters_dir;      /* owned; default "adapters" */
     char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */
     char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
+    bool task_events;        /* log every task state change (log.task_events), default true */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_routing_conf_t routing;
+    mg_scheduler_conf_t scheduler;
     mg_breaker_conf_t breaker;
     mg_health_conf_t health;
     mg_provider_conf_t *providers; /* owned array */

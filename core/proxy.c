@@ -19,6 +19,7 @@
 #include "json.h"
 #include "log.h"
 #include "sse.h"
+#include "task.h"
 
 #define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
 #define MAX_ERROR_BODY_BYTES (64u * 1024u)
@@ -39,6 +40,10 @@ typedef struct call_s {
     mg_server_t *srv;
     mg_http_req_t *req;          /* borrowed; NULL once the client left */
     mg_endpoint_t ep;
+    mg_task_t task;              /* the PRD's state machine; every change is logged */
+    mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
+    int queued;                  /* entry is in the queue */
+    const char *priority;        /* "P0".."P4" (static) */
     mg_gen_t *gen;               /* one reference held */
     const mg_model_conf_t *model;/* in gen->cfg */
     cJSON *body;                 /* owned: the sanitized client request */
@@ -199,11 +204,52 @@ static void estimate_tokens(call_t *c)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Task states                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Log each accepted transition with the PRD's fields. */
+static void on_task_transition(const mg_task_t *t, const mg_task_transition_t *tr, void *ud)
+{
+    call_t *c = ud;
+    if (!c->gen->cfg->task_events || !mg_log_enabled(MG_LOG_INFO)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "task_state_change");
+    mg_log_str(&l, "task_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "from_state", mg_task_state_name(tr->from));
+    mg_log_str(&l, "to_state", mg_task_state_name(tr->to));
+    mg_log_str(&l, "reason", tr->reason);
+    mg_log_str(&l, "logical_model", c->model->name);
+    mg_log_str(&l, "priority", c->priority);
+    if (c->provider) mg_log_str(&l, "provider", c->provider->id);
+    mg_log_end(&l);
+}
+
+static void task_to(call_t *c, mg_task_state_t to, const char *reason)
+{
+    if (c->task.state != to) mg_task_transition_at(&c->task, to, reason, uv_now(c->srv->loop));
+}
+
+/* The terminal state that matches how the call ended. */
+static void task_finish(call_t *c)
+{
+    if (mg_task_is_terminal(c->task.state)) return;
+    const char *oc = c->outcome ? c->outcome : "error";
+    if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
+    else if (strcmp(oc, "cancelled") == 0) task_to(c, MG_TASK_CANCELLED, "client_disconnected");
+    else if (c->error_code && strstr(c->error_code, "TIMEOUT"))
+        task_to(c, MG_TASK_TIMED_OUT, c->error_code);
+    else if (c->task.state == MG_TASK_VALIDATING) task_to(c, MG_TASK_REJECTED, c->error_code);
+    else task_to(c, MG_TASK_FAILED, c->error_code ? c->error_code : "error");
+}
+
+/* ------------------------------------------------------------------------ */
 /* Finishing                                                                 */
 /* ------------------------------------------------------------------------ */
 
 static void call_log(call_t *c)
 {
+    task_finish(c);
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
     mg_metrics_t *m = &c->srv->metrics;
@@ -225,6 +271,8 @@ static void call_log(call_t *c)
     mg_log_str(&l, "actual_model", c->upstream_model);
     mg_log_bool(&l, "stream", c->stream);
     mg_log_str(&l, "outcome", c->outcome);
+    mg_log_str(&l, "priority", c->priority);
+    mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     if (c->degraded) mg_log_str(&l, "degraded", c->degraded);
     if (c->error_code) mg_log_str(&l, "error", c->error_code);
     mg_log_int(&l, "attempts", c->attempts);
@@ -244,6 +292,9 @@ static void call_free(call_t *c)
         c->req->on_drain = NULL;
     }
     c->srv->in_flight--;
+    if (c->queued) mg_sched_cancel(c->srv->sched, &c->entry);
+    if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0 && !c->srv->stopping_hard)
+        mg_server_sched_kick(c->srv);
     mg_gen_unref_value(c->gen, c->req_ref);
     mg_gen_unref_value(c->gen, c->state_ref);
     mg_gen_unref(c->gen);
@@ -410,6 +461,7 @@ static void flush_out(call_t *c)
                  d ? d : "");
         mg_http_stream_begin(c->req, 200, "text/event-stream", extra);
         c->client_started = 1;
+        task_to(c, MG_TASK_STREAMING, "first_chunk");
     }
     mg_http_stream_write(c->req, c->out.data, c->out.len);
     c->out.len = 0;
@@ -1016,6 +1068,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     c->t_first = 0;
     c->attempts++;
     c->attempt_start_ms = now;
+    task_to(c, MG_TASK_RUNNING, "upstream_request_sent");
     ps->in_flight++;
     ps->requests_total++;
     if (e->emergency) {
@@ -1270,6 +1323,42 @@ static void plan_and_dispatch(call_t *c)
               shortest_cooldown_ms(c));
 }
 
+/* Hand the call to the scheduler: it runs now if a slot is free, else it waits in
+ * the priority queue (bounded by timeouts.queue_ms). The call may be finished when
+ * this returns. */
+static void enqueue(call_t *c, long long max_tokens)
+{
+    mg_server_t *s = c->srv;
+    const mg_config_t *cfg = c->gen->cfg;
+    mg_priority_t prio = MG_PRIO_DEFAULT;
+    mg_priority_parse(c->priority, &prio);
+    mg_sched_entry_init(&c->entry, prio);
+    c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, c->model->name);
+    c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)cfg->timeouts.queue_ms;
+    c->entry.input_tokens = (uint32_t)(c->req->body_len / 4);
+    c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
+    c->entry.data = c;
+    task_to(c, MG_TASK_VALIDATING, "received");
+    int rc = mg_sched_enqueue(s->sched, &c->entry, uv_now(s->loop));
+    if (rc == MG_SCHED_EQUEUE_FULL) {
+        int status = cfg->scheduler.overflow_status;
+        call_fail(c, status, "QUEUE_FULL", "the queue is full; retry later", 2000);
+        return;
+    }
+    if (rc == MG_SCHED_EOVERLOAD) {
+        call_fail(c, 503, "RESOURCE_EXHAUSTED",
+                  "the gateway is overloaded and sheds this priority now; retry later", 2000);
+        return;
+    }
+    if (rc != MG_SCHED_OK) {
+        call_fail(c, 503, "RESOURCE_EXHAUSTED", mg_sched_strerror(rc), 2000);
+        return;
+    }
+    c->queued = 1;
+    task_to(c, MG_TASK_QUEUED, "admitted");
+    mg_server_sched_run(s);
+}
+
 /* What the client asked of routing: priority, pool, pinning, local/smaller/cloud flags. */
 typedef struct {
     const char *priority;
@@ -1397,6 +1486,8 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     c->model = model;
     c->body = body;
     c->req_ref = c->state_ref = -1;
+    c->priority = in.priority;
+    mg_task_init(&c->task, req->start_ms, on_task_transition, c);
     c->t_start = uv_hrtime() - (uv_now(s->loop) - req->start_ms) * 1000000ull;
     c->deadline_ms = uv_now(s->loop) + (uint64_t)gen->cfg->routing.queue_timeout_ms;
     req->on_abort = on_client_abort;
@@ -1430,5 +1521,26 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
+    enqueue(c, max_tokens);
+}
+
+void mg_proxy_dispatched(void *data)
+{
+    call_t *c = data;
+    c->queued = 0;
+    task_to(c, MG_TASK_DISPATCHING, "slot_available");
     plan_and_dispatch(c);
+}
+
+void mg_proxy_queue_timeout(void *data)
+{
+    call_t *c = data;
+    c->queued = 0;
+    mg_sched_stats_t st;
+    mg_sched_stats(c->srv->sched, &st);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the request waited in the queue past its deadline; queue length: %u",
+             st.queued);
+    c->fail_degraded = NULL;
+    call_fail(c, 408, "QUEUE_TIMEOUT", msg, 3000);
 }

@@ -18,4 +18,9 @@
 /* Handle POST /v1/chat/completions, /v1/completions or /v1/embeddings. */
 void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep);
 
+/* Scheduler callbacks: the queued call `data` got its slot / ran out of queue time.
+ * Each finishes or takes over the call; the entry must not be touched afterwards. */
+void mg_proxy_dispatched(void *data);
+void mg_proxy_queue_timeout(void *data);
+
 #endif

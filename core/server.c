@@ -13,6 +13,7 @@
 #include "api.h"
 #include "crypto.h"
 #include "log.h"
+#include "proxy.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
 {
@@ -23,6 +24,53 @@ static mg_http_limits_t limits_of(const mg_config_t *cfg)
         .keepalive_idle_ms = cfg->timeouts.keepalive_idle_ms,
     };
     return lim;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scheduler                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void sched_config_of(const mg_config_t *cfg, mg_sched_config_t *sc)
+{
+    mg_sched_config_defaults(sc);
+    sc->max_running = (uint32_t)cfg->scheduler.max_running_tasks;
+    sc->max_queued = (uint32_t)cfg->scheduler.max_queued_tasks;
+    sc->aging_ms = (uint64_t)cfg->scheduler.priority_aging_seconds * 1000;
+    sc->reserved_realtime_slots = (uint32_t)cfg->scheduler.reserved_realtime_slots;
+    for (int i = 0; i < 3; i++) sc->level_threshold[i] = cfg->scheduler.level_threshold[i];
+    sc->user_max_running = 0; /* no users without tenancy */
+}
+
+/* Per-model concurrency limits from the config. */
+static void sched_apply_models(mg_server_t *s, const mg_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_MODEL, cfg->models[i].name);
+        if (g) mg_sched_gate_limits(s->sched, g, (uint32_t)cfg->models[i].max_concurrency, 0);
+    }
+}
+
+static void on_sched_timer(uv_timer_t *t)
+{
+    mg_server_sched_run(t->data);
+}
+
+void mg_server_sched_run(mg_server_t *s)
+{
+    uint64_t now = uv_now(s->loop);
+    mg_sched_entry_t *e;
+    while ((e = mg_sched_expire(s->sched, now))) mg_proxy_queue_timeout(e->data);
+    while (!s->stopping_hard && (e = mg_sched_dispatch(s->sched, now))) mg_proxy_dispatched(e->data);
+    uint64_t deadline;
+    if (mg_sched_next_deadline(s->sched, &deadline) == 0 && deadline > 0)
+        uv_timer_start(&s->sched_timer, on_sched_timer, deadline > now ? deadline - now : 0, 0);
+    else
+        uv_timer_stop(&s->sched_timer);
+}
+
+void mg_server_sched_kick(mg_server_t *s)
+{
+    uv_timer_start(&s->sched_timer, on_sched_timer, 0, 0);
 }
 
 mg_gen_t *mg_server_gen_acquire(mg_server_t *s)
@@ -80,6 +128,11 @@ static void reload_done(uv_work_t *w, int status)
     s->next_gen_id++;
     mg_gen_t *old = s->gen;
     s->gen = g;
+    mg_sched_config_t sc;
+    sched_config_of(g->cfg, &sc);
+    if (mg_sched_reconfigure(s->sched, &sc) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "scheduler settings rejected; keeping the previous ones");
+    sched_apply_models(s, g->cfg);
     mg_gen_unref(old); /* freed now, or when its last request ends */
     apply_log_level(g->cfg);
     s->metrics.reloads_ok++;
@@ -115,8 +168,11 @@ void mg_server_reload(mg_server_t *s)
 
 static void close_everything(mg_server_t *s)
 {
+    s->stopping_hard = 1;
     uv_timer_stop(&s->drain_timer);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    uv_timer_stop(&s->sched_timer);
+    uv_close((uv_handle_t *)&s->sched_timer, NULL);
     mg_listener_close(&s->api);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     mg_upstream_close(s->upstream);
@@ -234,6 +290,16 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     restore_provider_state(s);
     s->upstream = mg_upstream_new(loop);
     if (!s->upstream) return -1;
+    mg_sched_config_t sc;
+    sched_config_of(cfg, &sc);
+    s->sched = mg_sched_new(&sc);
+    if (!s->sched) {
+        fprintf(stderr, "moongate: invalid scheduler settings\n");
+        return -1;
+    }
+    sched_apply_models(s, cfg);
+    uv_timer_init(loop, &s->sched_timer);
+    s->sched_timer.data = s;
     mg_http_limits_t lim = limits_of(cfg);
     int rc = mg_listener_start(&s->api, loop, cfg->listen, &lim, mg_api_handle, s);
     if (rc != 0) {
@@ -286,6 +352,7 @@ int mg_server_run(mg_server_t *s)
     mg_gen_unref(s->gen);
     s->gen = NULL;
     mg_pool_free(&s->pool);
+    mg_sched_free(s->sched);
     mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;

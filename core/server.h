@@ -11,6 +11,7 @@
 #include "luavm.h"
 #include "metrics.h"
 #include "pool.h"
+#include "sched.h"
 #include "store.h"
 #include "upstream.h"
 
@@ -25,6 +26,8 @@ typedef struct mg_server_s {
     mg_upstream_t *upstream;    /* owned */
     mg_store_t *store;          /* owned */
     mg_pool_t pool;             /* provider runtime state */
+    mg_sched_t *sched;          /* owned: priority queue and execution slots */
+    uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;
     int in_flight;              /* proxied requests being answered */
     int64_t started_at;         /* unix seconds */
@@ -38,6 +41,7 @@ typedef struct mg_server_s {
     char reload_err_buf[1024];
     /* stop */
     int stopping;
+    int stopping_hard;          /* closing everything: dispatch no more */
     uv_timer_t drain_timer;
     uint64_t drain_started;     /* loop time of the stop signal */
     uv_signal_t sig_hup, sig_term, sig_int;
@@ -59,6 +63,13 @@ void mg_server_cooldown_applied(mg_server_t *s, const mg_provider_state_t *ps, i
                                 double seconds, int status);
 /* A provider's health state changed: log and persist it. */
 void mg_server_health_changed(mg_server_t *s, const mg_provider_state_t *ps);
+
+/* Run the scheduler now: time out expired queued tasks, dispatch what fits. The
+ * tasks' callbacks (proxy.c) run from here. */
+void mg_server_sched_run(mg_server_t *s);
+/* A slot was released: run the scheduler on the next loop turn (never under the
+ * caller, which may be deep in a callback chain). */
+void mg_server_sched_kick(mg_server_t *s);
 
 /* Take a reference on the current generation for a new request. */
 mg_gen_t *mg_server_gen_acquire(mg_server_t *s);

@@ -1,0 +1,107 @@
+/* probe: active health probes and engine-load probes for providers.
+ *
+ * Health probe (PRD issue 3, ADR 4.1): every health.probe_interval_ms, for each
+ * provider that is not disabled (when health.probes is on), GET base_url + the
+ * adapter's probe_path (openai: /models) with the provider's bearer key and a
+ * health.probe_timeout_ms time-out. The probe succeeds when the answer is 2xx and
+ * its body is a JSON object or array; HTML, garbage, other statuses, time-outs and
+ * connect errors are failures. The result feeds the provider's passive health and
+ * its circuit breaker, so a provider that is down and gets no traffic comes back.
+ * A healthy provider is first probed one interval after start-up (or after it
+ * first appears); one restored as degraded or down is probed at once.
+ *
+ * Load probe: every health.load_interval_ms, for each provider with an engine
+ * (provider.engine), read what the engine says about its own load and write it to
+ * the provider state (mg_engine_load_t), where the routing policy sees it:
+ *   vllm      GET {origin}/metrics (Prometheus text): vllm:num_requests_running,
+ *             vllm:num_requests_waiting (summed over label sets) and
+ *             vllm:kv_cache_usage_perc / vllm:gpu_cache_usage_perc (a 0..1 fraction
+ *             despite the name; the largest over label sets).
+ *   llamacpp  GET {origin}/metrics (needs llama-server --metrics):
+ *             llamacpp:requests_processing, llamacpp:requests_deferred and, where the
+ *             version has it, llamacpp:kv_cache_usage_ratio. When /metrics is not
+ *             available, GET {origin}/slots instead: running = slots with
+ *             is_processing true (or a non-zero "state" in older versions); waiting 0
+ *             (slots do not show the deferred queue); KV-cache unknown.
+ *   ollama    GET {origin}/api/ps: running = number of models loaded. Ollama exposes
+ *             no queue depth or request count, so waiting is 0 and KV-cache unknown;
+ *             the signal only says whether (and how many) models are resident.
+ * origin = scheme://host[:port] of base_url (base_url without its path, e.g. /v1).
+ * Load probes run regardless of health.probes (setting engine is the opt-in) and
+ * do not touch health. A failed load probe keeps the last reading until it is
+ * older than three intervals, then the load becomes unknown again.
+ *
+ * At most one probe of each kind is in flight per provider. Probes never count as
+ * requests (no in_flight, no limiter). Bodies are read up to MG_PROBE_MAX_BODY;
+ * a longer /models answer counts as healthy when it starts like JSON, a longer
+ * load answer is a failure. Everything runs on the loop thread. */
+#ifndef MG_PROBE_H
+#define MG_PROBE_H
+
+#include <stddef.h>
+
+#include "pool.h"
+
+struct mg_server_s;
+
+#define MG_PROBE_MAX_BODY (1024u * 1024u)
+#define MG_PROBE_TICK_MS 100
+
+typedef struct mg_prober_s mg_prober_t;
+
+/* Start probing for server s: a timer on s->loop that looks every MG_PROBE_TICK_MS
+ * at the current generation's providers and starts the probes that are due,
+ * through s->upstream. Returns the prober, or NULL when out of memory (then
+ * nothing was started). Call after s->upstream exists. */
+mg_prober_t *mg_probe_start(struct mg_server_s *s);
+
+/* Cancel every probe in flight (no callback of theirs fires afterwards), stop the
+ * timer and free the prober once its handle has closed (keep running the loop).
+ * Call before mg_upstream_close(). NULL is a no-op; p must not be used after. */
+void mg_probe_stop(mg_prober_t *p);
+
+/* ------------------------------------------------------------------------ */
+/* Pure helpers (exposed for tests)                                           */
+
+/* Whether body[0..len) is one JSON object or array (surrounding white space
+ * allowed, nothing else): the health probe's test of an answer. 1 or 0. */
+int mg_probe_body_is_json(const char *body, size_t len);
+
+/* Whether a body cut at the size limit starts like a JSON object or array
+ * (first non-white-space byte '{' or '['). 1 or 0. */
+int mg_probe_body_looks_json(const char *body, size_t len);
+
+/* Write scheme://host[:port] of url into out (NUL-terminated). Returns 0, or -1
+ * when url has no "scheme://" or out is too small. */
+int mg_probe_origin(const char *url, char *out, size_t outlen);
+
+/* Parsers of engine answers. Each reads text[0..len) (no NUL needed), never
+ * crashes on garbage, and returns 0 and fills running, waiting and kv_cache of
+ * *out (kv_cache -1 when the engine does not say), or -1 when the answer does not
+ * carry the load (then *out is unchanged). known and at_ms are the caller's.
+ * Counts are clamped to 0..1000000000, kv_cache to 0..1; NaN samples are ignored. */
+
+/* vLLM Prometheus text: needs vllm:num_requests_running; waiting 0 when absent. */
+int mg_probe_parse_vllm_metrics(const char *text, size_t len, mg_engine_load_t *out);
+/* llama.cpp server Prometheus text: needs llamacpp:requests_processing. */
+int mg_probe_parse_llamacpp_metrics(const char *text, size_t len, mg_engine_load_t *out);
+/* llama.cpp server GET /slots: a JSON array of slot objects. */
+int mg_probe_parse_llamacpp_slots(const char *json, size_t len, mg_engine_load_t *out);
+/* Ollama GET /api/ps: {"models": [...]}. */
+int mg_probe_parse_ollama_ps(const char *json, size_t len, mg_engine_load_t *out);
+
+/* One sample of a Prometheus text exposition. */
+typedef struct mg_prom_sample_s {
+    const char *name; /* metric name, not NUL-terminated */
+    size_t name_len;
+    const char *labels; /* the text between { and }, or NULL */
+    size_t labels_len;
+    double value;
+} mg_prom_sample_t;
+
+/* Call fn(ud, sample) for each well-formed sample line of text[0..len), in order;
+ * comments, blank and malformed lines are skipped. Returns the number of samples. */
+size_t mg_probe_prom_scan(const char *text, size_t len,
+                          void (*fn)(void *ud, const mg_prom_sample_t *sample), void *ud);
+
+#endif

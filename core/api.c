@@ -217,7 +217,8 @@ static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_
     cJSON_AddStringToObject(o, "adapter", p->adapter);
     cJSON_AddStringToObject(o, "pool", p->pool);
     cJSON_AddStringToObject(o, "status", provider_status(st, now));
-    cJSON_AddStringToObject(o, "source", "file");
+    cJSON_AddStringToObject(o, "source", p->source ? p->source : "file");
+    if (p->model_prefix) cJSON_AddStringToObject(o, "model_prefix", p->model_prefix);
     cJSON_AddNumberToObject(o, "rpm_limit", p->rpm_limit);
     if (p->tpm_limit) cJSON_AddNumberToObject(o, "tpm_limit", p->tpm_limit);
     else cJSON_AddNullToObject(o, "tpm_limit");

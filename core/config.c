@@ -723,7 +723,7 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
 {
     static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
                                        "rpm_limit", "tpm_limit", "weight",   "local",   "engine",
-                                       NULL};
+                                       "model_prefix", NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = line_of(v);
@@ -773,8 +773,11 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
     if (opt_int_field(l, v, path, "rpm_limit", 0, INT_MAX, &p->rpm_limit) < 0 ||
         opt_int_field(l, v, path, "tpm_limit", 0, INT_MAX, &p->tpm_limit) < 0 ||
         opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0 ||
-        opt_string(l, v, path, "engine", &p->engine) < 0)
+        opt_string(l, v, path, "engine", &p->engine) < 0 ||
+        opt_string(l, v, path, "model_prefix", &p->model_prefix) < 0)
         return -1;
+    p->source = dup_str(l, p->line, "file");
+    if (!p->source) return -1;
     if (p->engine && strcmp(p->engine, "vllm") && strcmp(p->engine, "llamacpp") &&
         strcmp(p->engine, "ollama") && strcmp(p->engine, "none")) {
         field_get(l, v, path, "engine", &f);
@@ -967,6 +970,8 @@ static int load_root(loader_t *l, yaml_node_t *root)
 
 /* ------------------------------------------------------------------------ lifecycle */
 
+static int sidecar_v1_provider(loader_t *l);
+
 static int set_defaults(loader_t *l, const char *name)
 {
     mg_config_t *c = l->cfg;
@@ -1093,6 +1098,7 @@ int mg_config_parse(const char *name, const char *yaml, size_t len, mg_config_t 
     l.doc = &doc;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     rc = root ? load_root(&l, root) : 0;
+    if (rc == 0) rc = sidecar_v1_provider(&l);
 out_doc:
     yaml_document_delete(&doc);
 out_parser:
@@ -1102,6 +1108,49 @@ out_parser:
         return -1;
     }
     *out = l.cfg;
+    return 0;
+}
+
+/* Sidecar V1 compatibility (ADR 12): with no providers configured, SIDECAR_API_KEY /
+ * SIDECAR_UPSTREAM create one provider (source=env) that serves every model name;
+ * SIDECAR_RATE_RPM is its rate limit, SIDECAR_HOST / SIDECAR_PORT the listen address. */
+static int sidecar_v1_provider(loader_t *l)
+{
+    mg_config_t *c = l->cfg;
+    const char *key = getenv("SIDECAR_API_KEY");
+    const char *upstream = getenv("SIDECAR_UPSTREAM");
+    if (c->n_providers > 0 || ((!key || !*key) && (!upstream || !*upstream))) return 0;
+    const char *host = getenv("SIDECAR_HOST"), *port = getenv("SIDECAR_PORT");
+    if ((host && *host) || (port && *port)) {
+        char listen[300];
+        snprintf(listen, sizeof(listen), "%s:%s", host && *host ? host : "127.0.0.1",
+                 port && *port ? port : "9190");
+        if (!valid_listen(listen)) return fail(l, 0, "SIDECAR_HOST/SIDECAR_PORT give an invalid address");
+        free(c->listen);
+        c->listen = dup_str(l, 0, listen);
+        if (!c->listen) return -1;
+    }
+    c->providers = calloc(1, sizeof(*c->providers));
+    if (!c->providers) return fail(l, 0, "out of memory");
+    c->n_providers = 1;
+    mg_provider_conf_t *p = &c->providers[0];
+    const char *url = upstream && *upstream ? upstream : "https://integrate.api.nvidia.com/v1";
+    p->id = dup_str(l, 0, "env");
+    p->adapter = dup_str(l, 0, "openai");
+    p->base_url = dup_str(l, 0, url);
+    p->pool = dup_str(l, 0, "main");
+    p->model_prefix = dup_str(l, 0, "");
+    p->source = dup_str(l, 0, "env");
+    p->api_key = key && *key ? dup_str(l, 0, key) : NULL;
+    p->weight = 1.0;
+    const char *rpm = getenv("SIDECAR_RATE_RPM");
+    p->rpm_limit = rpm && atoi(rpm) > 0 ? atoi(rpm) : 40;
+    if (!p->id || !p->adapter || !p->base_url || !p->pool || !p->model_prefix || !p->source)
+        return -1;
+    size_t n = strlen(p->base_url);
+    while (n > 8 && p->base_url[n - 1] == '/') p->base_url[--n] = '\0';
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        return fail(l, 0, "SIDECAR_UPSTREAM must start with http:// or https://");
     return 0;
 }
 
@@ -1169,6 +1218,8 @@ void mg_config_free(mg_config_t *cfg)
         free(p->id);
         free(p->adapter);
         free(p->engine);
+        free(p->model_prefix);
+        free(p->source);
         free(p->base_url);
         if (p->api_key) /* a secret: do not leave it in freed memory */
             explicit_bzero(p->api_key, strlen(p->api_key));

@@ -26,6 +26,9 @@ typedef struct mg_provider_conf_s {
     double weight;      /* routing weight, default 1.0 */
     bool local;         /* counts as on-device for routing.local_only */
     char *engine;       /* owned, may be NULL: "vllm" | "llamacpp" | "ollama" for load probes */
+    char *model_prefix; /* owned, may be NULL: also serves any model name starting with this
+                           that is not a logical model ("" = every such name), passed as is */
+    char *source;       /* owned: "file", or "env" for the Sidecar V1 provider */
     int line;           /* line of the provider's entry in the file */
 } mg_provider_conf_t;
 

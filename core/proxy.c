@@ -44,6 +44,9 @@ typedef struct call_s {
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */
     const char *priority;        /* "P0".."P4" (static) */
+    /* a model served through a provider's model_prefix rather than a logical model */
+    mg_model_conf_t prefixed_model;
+    mg_route_conf_t prefixed_route;
     mg_gen_t *gen;               /* one reference held */
     const mg_model_conf_t *model;/* in gen->cfg */
     cJSON *body;                 /* owned: the sanitized client request */
@@ -301,6 +304,8 @@ static void call_free(call_t *c)
     cJSON_Delete(c->body);
     cJSON_Delete(c->held_finish);
     if (c->sse_ready) mg_sse_free(&c->sse);
+    free(c->prefixed_model.name);
+    free(c->prefixed_route.model);
     free(c->cands);
     free(c->cand_route);
     free(c->plan);
@@ -1333,7 +1338,12 @@ static void enqueue(call_t *c, long long max_tokens)
     mg_priority_t prio = MG_PRIO_DEFAULT;
     mg_priority_parse(c->priority, &prio);
     mg_sched_entry_init(&c->entry, prio);
-    c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, c->model->name);
+    /* prefix-served names share their provider's gate: client-chosen names must not
+     * create scheduler state without bound */
+    char gate[200];
+    snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "provider:" : "",
+             c->prefixed_model.name ? c->prefixed_route.provider : c->model->name);
+    c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate);
     c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)cfg->timeouts.queue_ms;
     c->entry.input_tokens = (uint32_t)(c->req->body_len / 4);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
@@ -1433,6 +1443,30 @@ static const mg_model_conf_t *resolve_model(const mg_config_t *cfg, const char *
     return m;
 }
 
+/* The provider whose model_prefix is the longest one `name` starts with, or NULL. */
+static const mg_provider_conf_t *prefix_provider(const mg_config_t *cfg, const char *name)
+{
+    const mg_provider_conf_t *best = NULL;
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const char *pre = cfg->providers[i].model_prefix;
+        if (!pre || strncmp(name, pre, strlen(pre)) != 0) continue;
+        if (!best || strlen(pre) > strlen(best->model_prefix)) best = &cfg->providers[i];
+    }
+    return best;
+}
+
+/* A one-route model for a name a provider serves by prefix. 0 or -1 (out of memory). */
+static int use_prefixed_model(call_t *c, const mg_provider_conf_t *p, const char *name)
+{
+    c->prefixed_route.provider = p->id;
+    c->prefixed_route.model = strdup(name);
+    c->prefixed_model.name = strdup(name);
+    c->prefixed_model.routes = &c->prefixed_route;
+    c->prefixed_model.n_routes = 1;
+    c->model = &c->prefixed_model;
+    return c->prefixed_route.model && c->prefixed_model.name ? 0 : -1;
+}
+
 /* A number in [0,1) from the request id's random bytes: the request's own draw. */
 static double request_random(const char *request_id)
 {
@@ -1463,7 +1497,8 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     mg_gen_t *gen = mg_server_gen_acquire(s);
     const char *name = cJSON_GetObjectItemCaseSensitive(body, "model")->valuestring;
     const mg_model_conf_t *model = resolve_model(gen->cfg, name, &in);
-    if (!model) {
+    const mg_provider_conf_t *by_prefix = model ? NULL : prefix_provider(gen->cfg, name);
+    if (!model && !by_prefix) {
         char msg[300];
         snprintf(msg, sizeof(msg), "model '%.200s' does not exist", name);
         mg_gen_unref(gen);
@@ -1485,6 +1520,10 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     c->gen = gen;
     c->model = model;
     c->body = body;
+    if (by_prefix && use_prefixed_model(c, by_prefix, name) != 0) {
+        call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
     c->req_ref = c->state_ref = -1;
     c->priority = in.priority;
     mg_task_init(&c->task, req->start_ms, on_task_transition, c);
@@ -1502,7 +1541,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     mg_lua_req_t info = {
         .request_id = req->request_id,
         .endpoint = endpoint_name(ep),
-        .model = model->name,
+        .model = c->model->name,
         .stream = c->stream,
         .max_tokens = max_tokens,
         .created = (long long)time(NULL),

@@ -318,12 +318,14 @@ uint64_t mg_tpm_next_ms(mg_tpm_window_t *w, uint64_t now_ms, int64_t tokens)
 int mg_limiter_init(mg_limiter_t *l, int rpm_limit, int64_t tpm_limit)
 {
     mg_tpm_init(&l->tpm, tpm_limit);
+    mg_rpm_init(&l->emergency, 0);
     return mg_rpm_init(&l->rpm, rpm_limit);
 }
 
 void mg_limiter_free(mg_limiter_t *l)
 {
     mg_rpm_free(&l->rpm);
+    mg_rpm_free(&l->emergency);
 }
 
 int mg_limiter_set_limits(mg_limiter_t *l, int rpm_limit, int64_t tpm_limit)
@@ -355,9 +357,14 @@ int mg_limiter_reserve_emergency(mg_limiter_t *l, uint64_t now_ms, int64_t token
                                  mg_limiter_resv_t *r)
 {
     memset(r, 0, sizeof(*r));
-    if (l->rpm.limit > 0 && mg_rpm_used(&l->rpm, now_ms) >= mg_rpm_emergency_limit(&l->rpm))
-        return MG_LIMIT_RPM;
+    if (l->rpm.limit > 0) {
+        int cap = mg_rpm_emergency_limit(&l->rpm);
+        if (l->emergency.limit != cap && mg_rpm_set_limit(&l->emergency, cap) != 0)
+            return MG_LIMIT_RPM;
+        if (!mg_rpm_can(&l->emergency, now_ms)) return MG_LIMIT_RPM;
+    }
     if (!mg_tpm_can(&l->tpm, now_ms, tokens)) return MG_LIMIT_TPM;
+    if (l->rpm.limit > 0) mg_rpm_try(&l->emergency, now_ms);
     limiter_commit(l, now_ms, tokens, r);
     return MG_LIMIT_OK;
 }

@@ -158,6 +158,9 @@ uint64_t mg_tpm_next_ms(mg_tpm_window_t *w, uint64_t now_ms, int64_t tokens);
 
 typedef struct mg_limiter_s {
     mg_rpm_window_t rpm; /* owned */
+    mg_rpm_window_t emergency; /* owned: emergency admissions only, limit = the emergency cap.
+                                  Counted apart: a provider that answered 429 usually filled
+                                  much of its window, and the channel must still open. */
     mg_tpm_window_t tpm; /* also counts requests approximately (for rpm_used when unlimited) */
 } mg_limiter_t;
 

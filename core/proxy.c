@@ -352,7 +352,8 @@ static void attempt_end(call_t *c, int success)
     int provider_fault = !success && (c->up_status == 0 || c->up_status == 429 ||
                                       c->up_status >= 500 || c->up_status < 400);
     mg_breaker_record(&ps->breaker, now, provider_fault);
-    int64_t ttft = c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
+    /* only a stream has a first token; a whole answer's first byte measures the answer */
+    int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
     if (mg_health_record(&ps->health, now, !provider_fault,
                          (int64_t)(now - c->attempt_start_ms), ttft))
         mg_server_health_changed(c->srv, ps);
@@ -412,6 +413,8 @@ static void call_respond_json(call_t *c, cJSON *resp)
 /* Every candidate failed (or none was left): answer with what the last failure says. */
 static void fail_exhausted(call_t *c)
 {
+    /* the degradation chain ended: the caller's own fallback is next (Sidecar ADR 3.7) */
+    if (c->last_fail != FAIL_TIMEOUT) c->fail_degraded = "openclaw_fallback";
     switch (c->last_fail) {
     case FAIL_RATE_LIMITED:
         call_fail(c, 503, "MODEL_UNAVAILABLE", "every provider for this model is rate limited",
@@ -997,10 +1000,7 @@ static int reserve_provider(call_t *c, mg_provider_state_t *ps, const mg_plan_en
     if (rc == MG_LIMIT_OK) return 0;
     mg_breaker_release(&ps->breaker, now);
     uint64_t next = mg_limiter_next_ms(&ps->limiter, now, c->est_tokens);
-    if (e->emergency) {
-        uint64_t en = mg_rpm_emergency_next_ms(&ps->limiter.rpm, now);
-        if (en > next) next = en;
-    }
+    if (e->emergency) next = mg_rpm_next_ms(&ps->limiter.emergency, now);
     if (!c->limited || next < c->limited_until_ms) c->limited_until_ms = next;
     c->limited++;
     return -2;
@@ -1120,7 +1120,7 @@ static void plan_exhausted(call_t *c)
         uint64_t now = uv_now(c->srv->loop);
         uint64_t wait = c->limited_until_ms > now ? c->limited_until_ms - now : 1;
         if (wait_then_replan(c, wait) == 0) return;
-        c->fail_degraded = NULL;
+        c->fail_degraded = "openclaw_fallback";
         call_fail(c, 503, "MODEL_UNAVAILABLE",
                   "every provider for this model is at its rate limit", (int)wait);
         return;
@@ -1286,11 +1286,15 @@ static void fill_candidates(call_t *c, uint64_t now)
 }
 
 /* The shortest time until a cooling candidate recovers, for Retry-After. */
-static int shortest_cooldown_ms(const call_t *c)
+static int shortest_cooldown_ms(call_t *c)
 {
     long long best = 0;
+    uint64_t now = uv_now(c->srv->loop);
     for (int i = 0; i < c->n_cands; i++) {
         long long r = c->cands[i].cooldown_remaining_ms;
+        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->cands[i].provider->id);
+        long long b = ps ? (long long)mg_breaker_retry_ms(&ps->breaker, now) : 0;
+        if (b > r) r = b;
         if (r > 0 && (best == 0 || r < best)) best = r;
     }
     return best > 0 ? (int)(best > 3600000 ? 3600000 : best) : 1000;
@@ -1319,6 +1323,7 @@ static void plan_and_dispatch(call_t *c)
         return;
     }
     if (plan.wait_ms > 0 && wait_then_replan(c, (uint64_t)plan.wait_ms) == 0) return;
+    c->fail_degraded = "openclaw_fallback"; /* the chain is at its end: the caller's fallback now */
     if (c->attempts > 0) {
         fail_exhausted(c);
         return;

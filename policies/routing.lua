@@ -402,13 +402,16 @@ local function group_rank(req, c)
     return rank * 2 + pool_rank(req, c)
 end
 
+-- Adaptive ordering needs every route of the group to have enough samples: ranking a
+-- measured route above an unmeasured one would starve the unmeasured one of the very
+-- traffic that would measure it.
 local function needs_adaptive(group)
     for _, c in ipairs(group) do
-        if has_enough_samples(c) then
-            return true
+        if not has_enough_samples(c) then
+            return false
         end
     end
-    return false
+    return true
 end
 
 local function order(req, list)

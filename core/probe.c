@@ -1,0 +1,724 @@
+/* probe: active health and engine-load probes; see probe.h.
+ *
+ * Lifetimes: the prober keeps one slot per provider id (a list, so probes can
+ * point at their slot) with the provider's schedule and its probes in flight.
+ * Provider state (mg_provider_state_t) is looked up by id whenever it is needed,
+ * never kept: a reload may move it (mg_pool_sync) or remove it. A slot whose
+ * provider left the configuration is dropped once nothing of it is in flight.
+ * A probe owns its body buffer and is freed when its transfer ends or is
+ * cancelled; the prober itself is freed in its timer's close callback. */
+#include "probe.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "upstream.h"
+
+#define COUNT_MAX 1e9
+#define LOAD_STALE_INTERVALS 3 /* a failed load probe forgets readings older than this */
+
+/* ------------------------------------------------------------------------ */
+/* Pure helpers                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static size_t skip_space(const char *s, size_t i, size_t len)
+{
+    while (i < len && is_space(s[i]))
+        i++;
+    return i;
+}
+
+int mg_probe_body_is_json(const char *body, size_t len)
+{
+    if (!body || len == 0) return 0;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!j) return 0;
+    int shape = cJSON_IsObject(j) || cJSON_IsArray(j);
+    cJSON_Delete(j);
+    if (!shape || !end || end < body || end > body + len) return 0;
+    /* cJSON stops after the value: only white space may follow */
+    return skip_space(body, (size_t)(end - body), len) == len;
+}
+
+int mg_probe_body_looks_json(const char *body, size_t len)
+{
+    if (!body) return 0;
+    size_t i = skip_space(body, 0, len);
+    return i < len && (body[i] == '{' || body[i] == '[');
+}
+
+int mg_probe_origin(const char *url, char *out, size_t outlen)
+{
+    if (!url || !out || outlen == 0) return -1;
+    const char *sep = strstr(url, "://");
+    if (!sep || sep == url) return -1;
+    const char *host = sep + 3;
+    size_t hlen = strcspn(host, "/?#");
+    if (hlen == 0) return -1;
+    size_t n = (size_t)(host - url) + hlen;
+    if (n + 1 > outlen) return -1;
+    memcpy(out, url, n);
+    out[n] = '\0';
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prometheus text                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int name_start(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+}
+
+static int name_char(char c)
+{
+    return name_start(c) || (c >= '0' && c <= '9');
+}
+
+/* The end of a {label="value",...} block starting at s[i] == '{': the index just
+ * after the closing brace, or 0 when the line ends first. Quoted values may hold
+ * braces, commas and backslash escapes. */
+static size_t labels_end(const char *s, size_t i, size_t e)
+{
+    int quoted = 0;
+    for (i++; i < e; i++) {
+        char c = s[i];
+        if (quoted) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                quoted = 0;
+        } else if (c == '"') {
+            quoted = 1;
+        } else if (c == '}') {
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Parse one sample line s[i..e); 0 and *out, or -1 when it is not one. */
+static int prom_line(const char *s, size_t i, size_t e, mg_prom_sample_t *out)
+{
+    i = skip_space(s, i, e);
+    if (i >= e || !name_start(s[i])) return -1; /* blank, comment or junk */
+    out->name = s + i;
+    while (i < e && name_char(s[i]))
+        i++;
+    out->name_len = (size_t)(s + i - out->name);
+    out->labels = NULL;
+    out->labels_len = 0;
+    if (i < e && s[i] == '{') {
+        size_t close = labels_end(s, i, e);
+        if (!close) return -1;
+        out->labels = s + i + 1;
+        out->labels_len = close - i - 2;
+        i = close;
+    }
+    if (i >= e || !is_space(s[i])) return -1;
+    i = skip_space(s, i, e);
+    size_t v = i;
+    while (i < e && !is_space(s[i]))
+        i++;
+    char num[64];
+    size_t n = i - v;
+    if (n == 0 || n >= sizeof(num)) return -1;
+    memcpy(num, s + v, n);
+    num[n] = '\0';
+    char *endp = NULL;
+    out->value = strtod(num, &endp); /* also takes NaN, +Inf, -Inf */
+    if (endp != num + n) return -1;
+    return 0; /* an optional timestamp may follow; it is not needed */
+}
+
+size_t mg_probe_prom_scan(const char *text, size_t len,
+                          void (*fn)(void *ud, const mg_prom_sample_t *sample), void *ud)
+{
+    size_t count = 0, i = 0;
+    if (!text) return 0;
+    while (i < len) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - text) : len;
+        mg_prom_sample_t sm;
+        if (prom_line(text, i, e, &sm) == 0) {
+            count++;
+            if (fn) fn(ud, &sm);
+        }
+        i = e + 1;
+    }
+    return count;
+}
+
+/* Which metrics of an engine carry its load. */
+typedef struct prom_load_s {
+    const char *running, *waiting, *kv_a, *kv_b; /* kv_b may be NULL */
+    double run, wait, kv;
+    int have_run, have_wait, have_kv;
+} prom_load_t;
+
+static int name_is(const mg_prom_sample_t *sm, const char *name)
+{
+    return name && strlen(name) == sm->name_len && memcmp(sm->name, name, sm->name_len) == 0;
+}
+
+static void prom_load_sample(void *ud, const mg_prom_sample_t *sm)
+{
+    prom_load_t *pl = ud;
+    if (isnan(sm->value)) return;
+    if (name_is(sm, pl->running)) {
+        pl->run += sm->value;
+        pl->have_run = 1;
+    } else if (name_is(sm, pl->waiting)) {
+        pl->wait += sm->value;
+        pl->have_wait = 1;
+    } else if (name_is(sm, pl->kv_a) || name_is(sm, pl->kv_b)) {
+        /* several engines or models: the fullest cache is the one that limits */
+        if (!pl->have_kv || sm->value > pl->kv) pl->kv = sm->value;
+        pl->have_kv = 1;
+    }
+}
+
+static int clamp_count(double v)
+{
+    if (isnan(v) || v <= 0) return 0;
+    if (v >= COUNT_MAX) return (int)COUNT_MAX;
+    return (int)(v + 0.5);
+}
+
+static double clamp_ratio(double v)
+{
+    if (isnan(v) || v <= 0) return 0;
+    return v >= 1 ? 1 : v;
+}
+
+static int prom_load(const char *text, size_t len, prom_load_t *pl, mg_engine_load_t *out)
+{
+    mg_probe_prom_scan(text, len, prom_load_sample, pl);
+    if (!pl->have_run) return -1;
+    out->running = clamp_count(pl->run);
+    out->waiting = pl->have_wait ? clamp_count(pl->wait) : 0;
+    out->kv_cache = pl->have_kv ? clamp_ratio(pl->kv) : -1;
+    return 0;
+}
+
+int mg_probe_parse_vllm_metrics(const char *text, size_t len, mg_engine_load_t *out)
+{
+    /* vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; both are 0..1 */
+    prom_load_t pl = {.running = "vllm:num_requests_running",
+                      .waiting = "vllm:num_requests_waiting",
+                      .kv_a = "vllm:kv_cache_usage_perc",
+                      .kv_b = "vllm:gpu_cache_usage_perc"};
+    return prom_load(text, len, &pl, out);
+}
+
+int mg_probe_parse_llamacpp_metrics(const char *text, size_t len, mg_engine_load_t *out)
+{
+    prom_load_t pl = {.running = "llamacpp:requests_processing",
+                      .waiting = "llamacpp:requests_deferred",
+                      .kv_a = "llamacpp:kv_cache_usage_ratio"};
+    return prom_load(text, len, &pl, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON answers                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int slot_busy(const cJSON *slot)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(slot, "is_processing");
+    if (cJSON_IsBool(p)) return cJSON_IsTrue(p);
+    /* older servers: "state": 0 idle, 1 processing */
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(slot, "state");
+    return cJSON_IsNumber(st) && st->valuedouble != 0;
+}
+
+int mg_probe_parse_llamacpp_slots(const char *json, size_t len, mg_engine_load_t *out)
+{
+    if (!json || len == 0) return -1;
+    cJSON *j = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsArray(j)) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    int busy = 0;
+    const cJSON *slot;
+    cJSON_ArrayForEach(slot, j)
+    {
+        if (cJSON_IsObject(slot) && slot_busy(slot)) busy++;
+    }
+    cJSON_Delete(j);
+    out->running = busy;
+    out->waiting = 0; /* /slots does not show the deferred queue */
+    out->kv_cache = -1;
+    return 0;
+}
+
+int mg_probe_parse_ollama_ps(const char *json, size_t len, mg_engine_load_t *out)
+{
+    if (!json || len == 0) return -1;
+    cJSON *j = cJSON_ParseWithLength(json, len);
+    const cJSON *models = cJSON_GetObjectItemCaseSensitive(j, "models");
+    if (!cJSON_IsObject(j) || !cJSON_IsArray(models)) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    out->running = cJSON_GetArraySize(models);
+    out->waiting = 0; /* Ollama exposes no queue depth */
+    out->kv_cache = -1;
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Probes on the loop                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum { PROBE_HEALTH = 0, PROBE_LOAD = 1 } probe_kind_t;
+
+/* Which answer a load probe asks for. */
+typedef enum {
+    LOAD_NONE,
+    LOAD_VLLM,
+    LOAD_LLAMA_METRICS,
+    LOAD_LLAMA_SLOTS,
+    LOAD_OLLAMA
+} load_kind_t;
+
+typedef struct probe_slot_s probe_slot_t;
+
+typedef struct probe_s {
+    mg_prober_t *pr;
+    probe_slot_t *slot;
+    probe_kind_t kind;
+    load_kind_t load;
+    mg_xfer_t *x;
+    int status; /* HTTP status; 0 until the response head is in */
+    char *buf;  /* owned: the body, up to MG_PROBE_MAX_BODY */
+    size_t len, cap;
+    int cut; /* the body was longer than MG_PROBE_MAX_BODY */
+} probe_t;
+
+/* One provider id: its schedule and its probes in flight. */
+struct probe_slot_s {
+    probe_slot_t *next;
+    char *id;               /* owned */
+    int seen;               /* in the current generation (set each tick) */
+    uint64_t health_due_ms; /* 0 = not scheduled yet */
+    uint64_t load_due_ms;   /* 0 = due now */
+    probe_t *probe[2];      /* in flight, by probe_kind_t */
+    int llama_slots;        /* llama.cpp: /metrics is not served, read /slots */
+};
+
+struct mg_prober_s {
+    mg_server_t *s;
+    uv_timer_t timer;
+    probe_slot_t *slots; /* owned list */
+};
+
+static load_kind_t load_kind_of(const mg_provider_conf_t *pc, const probe_slot_t *sl)
+{
+    const char *e = pc->engine;
+    if (!e) return LOAD_NONE;
+    if (strcmp(e, "vllm") == 0) return LOAD_VLLM;
+    if (strcmp(e, "llamacpp") == 0) return sl->llama_slots ? LOAD_LLAMA_SLOTS : LOAD_LLAMA_METRICS;
+    if (strcmp(e, "ollama") == 0) return LOAD_OLLAMA;
+    return LOAD_NONE;
+}
+
+static const char *load_path(load_kind_t k)
+{
+    switch (k) {
+    case LOAD_LLAMA_SLOTS:
+        return "/slots";
+    case LOAD_OLLAMA:
+        return "/api/ps";
+    default:
+        return "/metrics";
+    }
+}
+
+/* The provider state's probe_in_flight shows how many probes it has out. */
+static void sync_in_flight(mg_prober_t *pr, const probe_slot_t *sl)
+{
+    mg_provider_state_t *ps = mg_pool_get(&pr->s->pool, sl->id);
+    if (ps)
+        ps->probe_in_flight = (sl->probe[PROBE_HEALTH] != NULL) + (sl->probe[PROBE_LOAD] != NULL);
+}
+
+static void probe_free(probe_t *p)
+{
+    free(p->buf);
+    free(p);
+}
+
+static const char *result_name(mg_xfer_result_t r)
+{
+    switch (r) {
+    case MG_XFER_OK:
+        return "ok";
+    case MG_XFER_CONNECT_ERROR:
+        return "connect_error";
+    case MG_XFER_FIRST_BYTE_TIMEOUT:
+        return "first_byte_timeout";
+    case MG_XFER_IDLE_TIMEOUT:
+        return "idle_timeout";
+    case MG_XFER_TOTAL_TIMEOUT:
+        return "total_timeout";
+    default:
+        return "error";
+    }
+}
+
+static void log_failure(const probe_t *p, int status, mg_xfer_result_t r, const char *why)
+{
+    if (!mg_log_enabled(MG_LOG_DEBUG)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_DEBUG, "probe failed");
+    mg_log_str(&l, "provider", p->slot->id);
+    mg_log_str(&l, "kind", p->kind == PROBE_HEALTH ? "health" : "load");
+    mg_log_int(&l, "status", status);
+    mg_log_str(&l, "result", result_name(r));
+    mg_log_str(&l, "reason", why);
+    mg_log_end(&l);
+}
+
+/* Whether a finished health probe found the provider answering properly. */
+static int health_ok(const probe_t *p, mg_xfer_result_t r, const char **why)
+{
+    if (r != MG_XFER_OK) {
+        *why = "no answer";
+        return 0;
+    }
+    if (p->status < 200 || p->status > 299) {
+        *why = "status";
+        return 0;
+    }
+    int json =
+        p->cut ? mg_probe_body_looks_json(p->buf, p->len) : mg_probe_body_is_json(p->buf, p->len);
+    *why = json ? NULL : "not json";
+    return json;
+}
+
+static void health_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
+{
+    mg_server_t *s = p->pr->s;
+    const char *why = NULL;
+    int ok = health_ok(p, r, &why);
+    if (!ok) log_failure(p, p->status, r, why);
+    uint64_t now = uv_now(s->loop);
+    mg_breaker_probe_result(&ps->breaker, now, ok);
+    if (mg_health_probe_result(&ps->health, now, ok)) mg_server_health_changed(s, ps);
+}
+
+static int parse_load(load_kind_t k, const char *buf, size_t len, mg_engine_load_t *out)
+{
+    switch (k) {
+    case LOAD_VLLM:
+        return mg_probe_parse_vllm_metrics(buf, len, out);
+    case LOAD_LLAMA_METRICS:
+        return mg_probe_parse_llamacpp_metrics(buf, len, out);
+    case LOAD_LLAMA_SLOTS:
+        return mg_probe_parse_llamacpp_slots(buf, len, out);
+    case LOAD_OLLAMA:
+        return mg_probe_parse_ollama_ps(buf, len, out);
+    default:
+        return -1;
+    }
+}
+
+static void load_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
+{
+    mg_server_t *s = p->pr->s;
+    uint64_t now = uv_now(s->loop);
+    int answered = r == MG_XFER_OK && p->status >= 200 && p->status <= 299 && !p->cut;
+    mg_engine_load_t got = ps->load;
+    if (answered && parse_load(p->load, p->buf, p->len, &got) == 0) {
+        got.known = 1;
+        got.at_ms = now;
+        ps->load = got;
+        return;
+    }
+    log_failure(p, p->status, r, answered ? "unreadable load" : "no load answer");
+    /* llama.cpp without --metrics answers /metrics with 501 (or 404): read /slots
+     * from now on, at once; if /slots stops answering too, try /metrics again */
+    if (r == MG_XFER_OK && (p->load == LOAD_LLAMA_METRICS || p->load == LOAD_LLAMA_SLOTS)) {
+        p->slot->llama_slots = p->load == LOAD_LLAMA_METRICS;
+        if (p->load == LOAD_LLAMA_METRICS) p->slot->load_due_ms = 0;
+    }
+    uint64_t interval = (uint64_t)s->gen->cfg->health.load_interval_ms;
+    if (ps->load.known && now - ps->load.at_ms > LOAD_STALE_INTERVALS * interval)
+        ps->load.known = 0;
+}
+
+/* The transfer of p ended (or was cut short by us): count the result, free p. */
+static void probe_finish(probe_t *p, mg_xfer_result_t r)
+{
+    mg_prober_t *pr = p->pr;
+    p->slot->probe[p->kind] = NULL;
+    p->x = NULL;
+    sync_in_flight(pr, p->slot);
+    mg_provider_state_t *ps = mg_pool_get(&pr->s->pool, p->slot->id);
+    if (ps) {
+        if (p->kind == PROBE_HEALTH)
+            health_done(p, ps, r);
+        else
+            load_done(p, ps, r);
+    }
+    probe_free(p);
+}
+
+static void on_probe_headers(void *ud, int status)
+{
+    probe_t *p = ud;
+    p->status = status;
+}
+
+static int on_probe_data(void *ud, const char *data, size_t len)
+{
+    probe_t *p = ud;
+    if (p->cut) return 0;
+    size_t room = MG_PROBE_MAX_BODY - p->len;
+    size_t take = len < room ? len : room;
+    if (p->len + take > p->cap) {
+        size_t cap = p->cap ? p->cap : 4096;
+        while (cap < p->len + take)
+            cap *= 2;
+        if (cap > MG_PROBE_MAX_BODY) cap = MG_PROBE_MAX_BODY;
+        char *nb = realloc(p->buf, cap);
+        if (!nb) {
+            mg_xfer_cancel(p->x);
+            probe_finish(p, MG_XFER_ERROR);
+            return 0;
+        }
+        p->buf = nb;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->len, data, take);
+    p->len += take;
+    if (take < len) {
+        /* enough read to judge: stop the transfer here rather than swallow the rest */
+        p->cut = 1;
+        mg_xfer_cancel(p->x);
+        probe_finish(p, MG_XFER_OK);
+    }
+    return 0;
+}
+
+static void on_probe_done(void *ud, mg_xfer_result_t result, const char *detail)
+{
+    probe_finish(ud, result);
+}
+
+/* GET url for slot sl; 0, or -1 when it could not start (nothing in flight then). */
+static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, load_kind_t lk,
+                       const char *url, const char *api_key, int timeout_ms)
+{
+    probe_t *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    p->pr = pr;
+    p->slot = sl;
+    p->kind = kind;
+    p->load = lk;
+    struct curl_slist *h = NULL, *nh;
+    const char *fixed[] = {kind == PROBE_HEALTH ? "Accept: application/json" : "Accept: */*",
+                           "User-Agent: moongate/0.1 (probe)"};
+    for (size_t i = 0; i < 2; i++) {
+        if (!(nh = curl_slist_append(h, fixed[i]))) goto fail;
+        h = nh;
+    }
+    if (api_key && api_key[0]) {
+        size_t n = strlen(api_key) + 32;
+        char *line = malloc(n);
+        if (!line) goto fail;
+        snprintf(line, n, "Authorization: Bearer %s", api_key);
+        nh = curl_slist_append(h, line);
+        free(line);
+        if (!nh) goto fail;
+        h = nh;
+    }
+    mg_xfer_opts_t o = {
+        .method = "GET",
+        .url = url,
+        .headers = h,
+        .connect_timeout_ms = timeout_ms,
+        .first_byte_timeout_ms = timeout_ms,
+        .idle_timeout_ms = timeout_ms,
+        .total_timeout_ms = timeout_ms,
+    };
+    mg_xfer_cbs_t cbs = {on_probe_headers, on_probe_data, on_probe_done};
+    /* the headers belong to the transfer now, whether or not it starts */
+    if (mg_xfer_start(pr->s->upstream, &o, &cbs, p, &p->x) != 0) {
+        probe_free(p);
+        return -1;
+    }
+    sl->probe[kind] = p;
+    sync_in_flight(pr, sl);
+    return 0;
+fail:
+    curl_slist_free_all(h);
+    probe_free(p);
+    return -1;
+}
+
+/* base + path, malloc'd; NULL when out of memory. */
+static char *join_url(const char *base, const char *path)
+{
+    size_t n = strlen(base) + strlen(path) + 1;
+    char *u = malloc(n);
+    if (u) snprintf(u, n, "%s%s", base, path);
+    return u;
+}
+
+static void maybe_health(mg_prober_t *pr, probe_slot_t *sl, const mg_gen_t *g, size_t i,
+                         mg_provider_state_t *ps, uint64_t now)
+{
+    const mg_health_conf_t *hc = &g->cfg->health;
+    uint64_t interval = (uint64_t)hc->probe_interval_ms;
+    /* a provider restored as degraded or down gets its chance at once */
+    if (!sl->health_due_ms)
+        sl->health_due_ms = ps->health.state == MG_HEALTH_HEALTHY ? now + interval : now;
+    if (sl->health_due_ms > now + interval)
+        sl->health_due_ms = now + interval; /* interval shortened */
+    if (now < sl->health_due_ms || sl->probe[PROBE_HEALTH]) return;
+    const mg_provider_conf_t *pc = &g->cfg->providers[i];
+    const char *path = "/models";
+    if (g->provider_adapter && g->provider_adapter[i] >= 0 &&
+        (size_t)g->provider_adapter[i] < g->n_adapters &&
+        g->adapters[g->provider_adapter[i]].probe_path)
+        path = g->adapters[g->provider_adapter[i]].probe_path;
+    char *url = join_url(pc->base_url, path);
+    sl->health_due_ms = now + interval;
+    if (!url) return;
+    ps->last_probe_ms = now;
+    probe_start(pr, sl, PROBE_HEALTH, LOAD_NONE, url, pc->api_key, hc->probe_timeout_ms);
+    free(url);
+}
+
+static void maybe_load(mg_prober_t *pr, probe_slot_t *sl, const mg_config_t *cfg,
+                       const mg_provider_conf_t *pc, uint64_t now)
+{
+    load_kind_t lk = load_kind_of(pc, sl);
+    uint64_t interval = (uint64_t)cfg->health.load_interval_ms;
+    if (lk == LOAD_NONE) return;
+    if (sl->load_due_ms > now + interval) sl->load_due_ms = now + interval;
+    if (now < sl->load_due_ms || sl->probe[PROBE_LOAD]) return;
+    sl->load_due_ms = now + interval;
+    size_t n = strlen(pc->base_url) + 1;
+    char *origin = malloc(n);
+    if (!origin) return;
+    char *url = NULL;
+    if (mg_probe_origin(pc->base_url, origin, n) == 0) url = join_url(origin, load_path(lk));
+    free(origin);
+    if (!url) return;
+    probe_start(pr, sl, PROBE_LOAD, lk, url, pc->api_key, cfg->health.probe_timeout_ms);
+    free(url);
+}
+
+static probe_slot_t *slot_get(mg_prober_t *pr, const char *id)
+{
+    for (probe_slot_t *sl = pr->slots; sl; sl = sl->next)
+        if (strcmp(sl->id, id) == 0) return sl;
+    probe_slot_t *sl = calloc(1, sizeof(*sl));
+    if (!sl) return NULL;
+    sl->id = strdup(id);
+    if (!sl->id) {
+        free(sl);
+        return NULL;
+    }
+    sl->next = pr->slots;
+    pr->slots = sl;
+    return sl;
+}
+
+/* Drop the slots of providers that left the configuration once they are idle. */
+static void slots_prune(mg_prober_t *pr)
+{
+    probe_slot_t **pp = &pr->slots;
+    while (*pp) {
+        probe_slot_t *sl = *pp;
+        if (sl->seen || sl->probe[PROBE_HEALTH] || sl->probe[PROBE_LOAD]) {
+            pp = &sl->next;
+            continue;
+        }
+        *pp = sl->next;
+        free(sl->id);
+        free(sl);
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    mg_prober_t *pr = t->data;
+    mg_server_t *s = pr->s;
+    if (s->stopping || !s->upstream || !s->gen) return;
+    const mg_gen_t *g = s->gen;
+    const mg_config_t *cfg = g->cfg;
+    uint64_t now = uv_now(s->loop);
+    for (probe_slot_t *sl = pr->slots; sl; sl = sl->next)
+        sl->seen = 0;
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const mg_provider_conf_t *pc = &cfg->providers[i];
+        mg_provider_state_t *ps = mg_pool_get(&s->pool, pc->id);
+        probe_slot_t *sl = ps ? slot_get(pr, pc->id) : NULL;
+        if (!sl) continue;
+        sl->seen = 1;
+        if (ps->disabled) continue;
+        if (cfg->health.probes) maybe_health(pr, sl, g, i, ps, now);
+        maybe_load(pr, sl, cfg, pc, now);
+    }
+    slots_prune(pr);
+}
+
+mg_prober_t *mg_probe_start(mg_server_t *s)
+{
+    mg_prober_t *pr = calloc(1, sizeof(*pr));
+    if (!pr) return NULL;
+    pr->s = s;
+    if (uv_timer_init(s->loop, &pr->timer) != 0) {
+        free(pr);
+        return NULL;
+    }
+    pr->timer.data = pr;
+    uv_timer_start(&pr->timer, on_tick, MG_PROBE_TICK_MS, MG_PROBE_TICK_MS);
+    /* background work: the timer alone never keeps the loop running */
+    uv_unref((uv_handle_t *)&pr->timer);
+    return pr;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void mg_probe_stop(mg_prober_t *pr)
+{
+    if (!pr) return;
+    uv_timer_stop(&pr->timer);
+    while (pr->slots) {
+        probe_slot_t *sl = pr->slots;
+        pr->slots = sl->next;
+        for (int k = 0; k < 2; k++) {
+            probe_t *p = sl->probe[k];
+            if (!p) continue;
+            sl->probe[k] = NULL;
+            mg_xfer_cancel(p->x);
+            probe_free(p);
+        }
+        sync_in_flight(pr, sl);
+        free(sl->id);
+        free(sl);
+    }
+    uv_close((uv_handle_t *)&pr->timer, on_timer_closed);
+}

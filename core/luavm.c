@@ -578,7 +578,7 @@ void mg_gen_unref(mg_gen_t *g)
 int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
 {
     lua_State *L = g->L;
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 20); /* all fields below plus attempt and body: no rehash */
     lua_pushstring(L, info->request_id);
     lua_setfield(L, -2, "request_id");
     lua_pushstring(L, info->endpoint);

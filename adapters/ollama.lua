@@ -30,6 +30,7 @@ local null, array, nonnull = util.null, util.array, util.nonnull
 local M = { name = "ollama", version = 1 }
 
 M.passthrough = false
+M.probe_path = "/api/tags" -- health probe: Ollama lists its models here
 
 -- Provider data: where each endpoint lives under base_url.
 local PATHS = {

@@ -307,7 +307,8 @@ typedef struct probe_s {
     int status; /* HTTP status; 0 until the response head is in */
     char *buf;  /* owned: the body, up to MG_PROBE_MAX_BODY */
     size_t len, cap;
-    int cut; /* the body was longer than MG_PROBE_MAX_BODY */
+    int cut;            /* the body was longer than MG_PROBE_MAX_BODY */
+    const char *detail; /* why the transfer failed; valid while it is being finished */
 } probe_t;
 
 /* One provider id: its schedule and its probes in flight. */
@@ -391,6 +392,7 @@ static void log_failure(const probe_t *p, int status, mg_xfer_result_t r, const 
     mg_log_int(&l, "status", status);
     mg_log_str(&l, "result", result_name(r));
     mg_log_str(&l, "reason", why);
+    if (p->detail) mg_log_str(&l, "detail", p->detail);
     mg_log_end(&l);
 }
 
@@ -499,6 +501,7 @@ static int on_probe_data(void *ud, const char *data, size_t len)
         char *nb = realloc(p->buf, cap);
         if (!nb) {
             mg_xfer_cancel(p->x);
+            p->detail = "out of memory";
             probe_finish(p, MG_XFER_ERROR);
             return 0;
         }
@@ -518,7 +521,9 @@ static int on_probe_data(void *ud, const char *data, size_t len)
 
 static void on_probe_done(void *ud, mg_xfer_result_t result, const char *detail)
 {
-    probe_finish(ud, result);
+    probe_t *p = ud;
+    p->detail = detail;
+    probe_finish(p, result);
 }
 
 /* GET url for slot sl; 0, or -1 when it could not start (nothing in flight then). */

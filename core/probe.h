@@ -31,10 +31,13 @@
  * do not touch health. A failed load probe keeps the last reading until it is
  * older than three intervals, then the load becomes unknown again.
  *
- * At most one probe of each kind is in flight per provider. Probes never count as
- * requests (no in_flight, no limiter). Bodies are read up to MG_PROBE_MAX_BODY;
- * a longer /models answer counts as healthy when it starts like JSON, a longer
- * load answer is a failure. Everything runs on the loop thread. */
+ * At most one probe of each kind is in flight per provider; the provider state's
+ * probe_in_flight says how many are (0..2) and last_probe_ms when the latest health
+ * probe started. Probes never count as requests (no in_flight, no limiter).
+ * Bodies are read up to MG_PROBE_MAX_BODY: a longer /models answer counts as
+ * healthy when it starts like JSON, a longer load answer is a failure. Failed
+ * probes are logged at debug level ("probe failed"); health changes are logged
+ * and persisted by mg_server_health_changed(). Everything runs on the loop thread. */
 #ifndef MG_PROBE_H
 #define MG_PROBE_H
 

@@ -53,6 +53,7 @@ typedef struct call_s {
     int stream;
     int client_include_usage;
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
+    int tokens_capped;           /* backpressure lowered max_tokens to mapped_max_tokens */
     int req_ref, state_ref;      /* Lua registry references in gen */
     /* routing */
     mg_candidate_t *cands;       /* owned: one per route of the model */
@@ -961,6 +962,8 @@ static int splice_member(void *ud, const mg_json_member_t *m)
     splice_t *sp = ud;
     if (is_extension(m) || member_is(m, "model") || (sp->c->stream && member_is(m, "stream_options")))
         return 0;
+    if (sp->c->tokens_capped && (member_is(m, "max_tokens") || member_is(m, "max_completion_tokens")))
+        return 0;
     mg_buf_append(sp->out, "\"", 1);
     mg_buf_append(sp->out, m->key, m->key_len);
     mg_buf_append(sp->out, "\":", 2);
@@ -1368,6 +1371,15 @@ static void enqueue(call_t *c, long long max_tokens)
     if (rc != MG_SCHED_OK) {
         call_fail(c, 503, "RESOURCE_EXHAUSTED", mg_sched_strerror(rc), 2000);
         return;
+    }
+    /* backpressure level 2 may have lowered the answer's ceiling: the upstream must see it */
+    if (c->entry.max_output_tokens > 0 &&
+        (max_tokens <= 0 || (long long)c->entry.max_output_tokens < max_tokens) &&
+        c->ep != MG_EP_EMBEDDINGS) {
+        c->mapped_max_tokens = c->entry.max_output_tokens;
+        c->tokens_capped = 1;
+        cJSON_DeleteItemFromObjectCaseSensitive(c->body, "max_completion_tokens");
+        set_item(c->body, "max_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
     }
     c->queued = 1;
     task_to(c, MG_TASK_QUEUED, "admitted");

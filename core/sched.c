@@ -868,13 +868,15 @@ mg_sched_entry_t *mg_sched_expire(mg_sched_t *s, uint64_t now_ms)
 
 /* ---- backpressure and stats ------------------------------------------------------- */
 
+/* Load = max(queue fill, memory reserved). Busy slots alone are not overload: with
+ * every slot running and nothing waiting the gateway is simply at capacity, and new
+ * work should queue, not be shed (counting running slots made a saturated engine
+ * reject P2 traffic the queue exists for). Running slots still show in the stats. */
 double mg_sched_load(const mg_sched_t *s)
 {
-    double load = (double)s->running / s->cfg.max_running;
-    double q = (double)s->queued / s->cfg.max_queued;
+    double q = s->cfg.max_queued ? (double)s->queued / s->cfg.max_queued : 0;
     double m = mg_sched_mem_fraction(&s->mem);
-    if (q > load) load = q;
-    return m > load ? m : load;
+    return m > q ? m : q;
 }
 
 int mg_sched_level_for(const mg_sched_config_t *cfg, double load)

@@ -175,6 +175,8 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sched_timer, NULL);
     mg_listener_close(&s->api);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
+    mg_probe_stop(s->prober);
+    s->prober = NULL;
     mg_upstream_close(s->upstream);
     s->upstream = NULL;
     uv_signal_stop(&s->sig_hup);
@@ -290,6 +292,8 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     restore_provider_state(s);
     s->upstream = mg_upstream_new(loop);
     if (!s->upstream) return -1;
+    s->prober = mg_probe_start(s);
+    if (!s->prober) return -1;
     mg_sched_config_t sc;
     sched_config_of(cfg, &sc);
     s->sched = mg_sched_new(&sc);

@@ -11,6 +11,7 @@
 #include "luavm.h"
 #include "metrics.h"
 #include "pool.h"
+#include "probe.h"
 #include "sched.h"
 #include "store.h"
 #include "upstream.h"
@@ -24,6 +25,7 @@ typedef struct mg_server_s {
     mg_listener_t metrics_l;    /* server.metrics_listen */
     int metrics_on;
     mg_upstream_t *upstream;    /* owned */
+    mg_prober_t *prober;        /* owned: active health and load probes */
     mg_store_t *store;          /* owned */
     mg_pool_t pool;             /* provider runtime state */
     mg_sched_t *sched;          /* owned: priority queue and execution slots */

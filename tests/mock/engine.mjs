@@ -9,7 +9,11 @@
 //   POST /__mock/script   {model?, path?, method?, times?, action: {...}} (or an array of them)
 //   GET  /__mock/requests every request seen (?path=/v1/... filters, ?since=N only seq > N)
 //   GET  /__mock/rules    the rules and how often each was used
-//   POST /__mock/reset    forget rules and records
+//   POST /__mock/reset    forget rules and records (and the load below)
+//   POST /__mock/load     {running?, waiting?, kv_cache?, slots?}: the engine load that
+//                         GET /metrics (vLLM Prometheus text), GET /slots (llama.cpp server:
+//                         `slots` slots, default 4, `running` of them processing) and
+//                         GET /api/ps (Ollama: `running` models loaded) report; GET shows it
 //
 // Rules are matched first-in-first-used: the first rule whose model/path/method match and
 // that has uses left decides the answer. Actions (all optional, combinable):
@@ -314,8 +318,61 @@ function ollamaTags() {
     };
 }
 
+// Engine load, as the gateway's load probes read it.
+function defaultLoad() {
+    return { running: 0, waiting: 0, kv_cache: 0, slots: 4 };
+}
+
+function vllmMetrics(ctx) {
+    const { running, waiting, kv_cache: kv } = ctx.load;
+    const labels = 'engine="0",model_name="mock-chat"';
+    const gauge = (name, help, v) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}{${labels}} ${Number(v).toFixed(1)}\n`;
+    const text = '# HELP python_gc_objects_collected_total Objects collected during gc\n'
+        + '# TYPE python_gc_objects_collected_total counter\n'
+        + 'python_gc_objects_collected_total{generation="0"} 1234.0\n'
+        + gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', running)
+        + gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', waiting)
+        + `# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.\n`
+        + `# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{${labels}} ${kv}\n`
+        + '# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n'
+        + '# TYPE vllm:prompt_tokens_total counter\n'
+        + `vllm:prompt_tokens_total{${labels}} 4096.0\n`;
+    return { status: 200, text, contentType: 'text/plain; version=0.0.4; charset=utf-8' };
+}
+
+function llamaSlots(ctx) {
+    const { running, slots } = ctx.load;
+    const n = Math.max(slots, running);
+    const json = [];
+    for (let id = 0; id < n; id++) {
+        const busy = id < running;
+        json.push({
+            id, id_task: busy ? 100 + id : -1, n_ctx: 4096, speculative: false, is_processing: busy,
+            params: { n_predict: -1, temperature: 0.8, stream: true },
+            next_token: { has_next_token: true, has_new_line: false, n_remain: -1, n_decoded: busy ? 7 : 0, stopping_word: '' },
+        });
+    }
+    return { status: 200, json };
+}
+
+function ollamaPs(ctx) {
+    const models = [];
+    for (let i = 0; i < ctx.load.running; i++) {
+        const name = i === 0 ? 'mock-chat:latest' : `mock-chat-${i}:latest`;
+        models.push({
+            name, model: name, size: 2019393189, digest: 'a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72',
+            details: { parent_model: '', format: 'gguf', family: 'llama', families: ['llama'], parameter_size: '3.2B', quantization_level: 'Q4_K_M' },
+            expires_at: '2030-01-01T00:00:00Z', size_vram: 2019393189,
+        });
+    }
+    return { status: 200, json: { models } };
+}
+
 const ROUTES = {
     'GET /v1/models': openaiModels,
+    'GET /metrics': vllmMetrics,
+    'GET /slots': llamaSlots,
+    'GET /api/ps': ollamaPs,
     'POST /v1/chat/completions': openaiChat,
     'POST /v1/completions': openaiCompletion,
     'POST /v1/embeddings': openaiEmbeddings,
@@ -349,7 +406,7 @@ function errorBody(path, status, message) {
  * Options: { log: function(line) } for debug output (default none).
  */
 export function createMock(options = {}) {
-    const state = { seq: 0, ruleSeq: 0, rules: [], records: [], live: new Set() };
+    const state = { seq: 0, ruleSeq: 0, rules: [], records: [], live: new Set(), load: defaultLoad() };
     const server = http.createServer({ keepAlive: true, noDelay: true, requestTimeout: 0, headersTimeout: 60000 });
     server.keepAliveTimeout = 60000;
     server.maxRequestsPerSocket = 0;
@@ -438,7 +495,29 @@ function handleControl(state, req, res, url, raw) {
     if (what === 'POST /__mock/reset') {
         state.rules = [];
         state.records = [];
+        state.load = defaultLoad();
         sendJson(res, 200, { ok: true });
+        return;
+    }
+    if (what === 'POST /__mock/load' || what === 'GET /__mock/load') {
+        if (req.method === 'POST') {
+            let spec;
+            try {
+                spec = JSON.parse(raw.toString('utf8') || '{}');
+            } catch {
+                sendJson(res, 400, { error: 'load body is not JSON' });
+                return;
+            }
+            for (const k of ['running', 'waiting', 'kv_cache', 'slots']) {
+                if (spec?.[k] === undefined) continue;
+                if (typeof spec[k] !== 'number' || !(spec[k] >= 0)) {
+                    sendJson(res, 400, { error: `load.${k} must be a number >= 0` });
+                    return;
+                }
+                state.load[k] = spec[k];
+            }
+        }
+        sendJson(res, 200, state.load);
         return;
     }
     sendJson(res, 404, { error: `unknown control endpoint ${what}` });
@@ -596,12 +675,17 @@ async function respond(task, action, path, parsed, text, method) {
         sendJson(res, 400, errorBody(path, 400, 'mock: request body is not a JSON object'), extra);
         return;
     }
-    const plan = builder({ body: parsed ?? {}, action, seq: task.record.seq });
+    const plan = builder({ body: parsed ?? {}, action, seq: task.record.seq, load: task.state.load });
 
     if (action.garbage && !plan.stream) {
         const g = '<html>this is not json</html>\n';
         res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(g), ...extra });
         res.end(g);
+        return;
+    }
+    if (plan.text !== undefined) {
+        res.writeHead(plan.status, { 'Content-Type': plan.contentType, 'Content-Length': Buffer.byteLength(plan.text), ...extra });
+        res.end(plan.text);
         return;
     }
     if (!plan.stream) {
@@ -705,7 +789,8 @@ A scriptable mock model engine (OpenAI wire under /v1, Ollama API under /api).
   --demo       say loudly on stderr that this is a demo engine with canned answers
   --exit-with-stdin  exit when standard input closes (for test harnesses)
 On start it prints one JSON line to stdout: {"mock":"listening","port":N}.
-Control API: POST /__mock/script, GET /__mock/requests, GET /__mock/rules, POST /__mock/reset.`;
+Control API: POST /__mock/script, GET /__mock/requests, GET /__mock/rules, POST /__mock/reset,
+POST /__mock/load.`;
 
 function parseArgs(argv) {
     const opts = { port: 0, host: '127.0.0.1', demo: false, exitWithStdin: false };

@@ -6,16 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int buf_grow(mg_buf_t *b, size_t n)
+{
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *d = realloc(b->data, cap);
+    if (!d) return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
 int mg_buf_append(mg_buf_t *b, const void *data, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
+    if (b->len + n + 1 > b->cap && buf_grow(b, n) != 0) return -1;
     memcpy(b->data + b->len, data, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -59,35 +63,37 @@ int mg_json_print_number(double d, mg_buf_t *out)
 int mg_json_print_string(const char *s, size_t n, mg_buf_t *out)
 {
     static const char hex[] = "0123456789abcdef";
-    if (mg_buf_append(out, "\"", 1)) return -1;
-    size_t run = 0;
+    /* room for the worst case (every byte a \u00XX escape) once, then write in place */
+    if (out->len + 6 * n + 3 > out->cap && buf_grow(out, 6 * n + 2) != 0) return -1;
+    char *o = out->data + out->len;
+    *o++ = '"';
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        if (i > run && mg_buf_append(out, s + run, i - run)) return -1;
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        size_t el = 2;
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        default:
-            esc[1] = 'u';
-            esc[2] = '0';
-            esc[3] = '0';
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            el = 6;
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
         }
-        if (mg_buf_append(out, esc, el)) return -1;
-        run = i + 1;
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
     }
-    if (n > run && mg_buf_append(out, s + run, n - run)) return -1;
-    return mg_buf_append(out, "\"", 1);
+    *o++ = '"';
+    *o = '\0';
+    out->len = (size_t)(o - out->data);
+    return 0;
 }
 
 int mg_json_print(const cJSON *v, mg_buf_t *out)

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "auth.h"
 #include "json.h"
 #include "log.h"
 #include "sse.h"
@@ -69,6 +70,7 @@ typedef struct call_s {
     uint64_t deadline_ms;        /* loop time after which the request stops waiting */
     uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
     int64_t est_tokens;          /* reserved against TPM limits */
+    mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
     mg_limiter_resv_t resv;      /* the current attempt's reservation */
     const char *degraded;        /* static: how the current attempt is degraded, or NULL */
     const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
@@ -132,18 +134,30 @@ static double ms_since(uint64_t from, uint64_t to)
     return from && to >= from ? (double)(to - from) / 1e6 : 0;
 }
 
-/* Does `"key"` appear followed (after optional spaces and a colon) by `next`?
- * A cheap test that spares parsing chunks that need no change. */
-static int has_key_then(const char *s, size_t n, const char *key, char next)
+/* Does this stream event need the gateway's attention: a finish_reason with a value,
+ * a usage object, or an error? One pass over the quotes of the text: a chunk that
+ * needs nothing (almost all of them) costs a few memchr calls. Keys inside string
+ * values are escaped (\") and so never match. */
+static int value_after(const char *p, const char *end)
 {
-    size_t kl = strlen(key);
-    const char *end = s + n;
-    const char *p = s;
-    while ((p = memmem(p, (size_t)(end - p), key, kl)) != NULL) {
-        const char *q = p + kl;
-        while (q < end && (*q == ' ' || *q == ':' || *q == '\t')) q++;
-        if (q < end && *q == next) return 1;
-        p += kl;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == ':')) p++;
+    return p < end ? *p : 0;
+}
+
+static int event_needs_annotation(const char *s, size_t n)
+{
+    const char *end = s + n, *p = s;
+    while ((p = memchr(p, '"', (size_t)(end - p))) != NULL) {
+        p++;
+        size_t left = (size_t)(end - p);
+        if (left > 14 && memcmp(p, "finish_reason\"", 14) == 0) {
+            if (value_after(p + 14, end) == '"') return 1;
+        } else if (left > 6 && memcmp(p, "usage\"", 6) == 0) {
+            if (value_after(p + 6, end) == '{') return 1;
+        } else if (left > 6 && memcmp(p, "error\"", 6) == 0) {
+            int v = value_after(p + 6, end);
+            if (v == '{' || v == '"') return 1;
+        }
     }
     return 0;
 }
@@ -279,6 +293,13 @@ static void call_log(call_t *c)
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     if (c->degraded) mg_log_str(&l, "degraded", c->degraded);
     if (c->error_code) mg_log_str(&l, "error", c->error_code);
+    if (c->auth.held) {
+        mg_log_int(&l, "key_id", c->auth.key_id);
+        mg_log_int(&l, "tenant_id", c->auth.tenant_id);
+        if (c->auth.project_id) mg_log_int(&l, "project_id", c->auth.project_id);
+    } else if (c->auth.code) {
+        mg_log_str(&l, "auth_refused", c->auth.reason); /* the client sees one 401 for all */
+    }
     mg_log_int(&l, "attempts", c->attempts);
     mg_log_double(&l, "duration_ms", ms_since(c->t_start, now));
     if (c->t_first) mg_log_double(&l, "first_token_ms", ms_since(c->t_start, c->t_first));
@@ -296,6 +317,8 @@ static void call_free(call_t *c)
         c->req->on_drain = NULL;
     }
     c->srv->in_flight--;
+    if (c->have_usage) mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
+    mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(c->srv->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0 && !c->srv->stopping_hard)
         mg_server_sched_kick(c->srv);
@@ -604,10 +627,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
         c->upstream_done = 1;
         return 0;
     }
-    int annotate = !c->first_chunk_done || has_key_then(ev->data, ev->data_len, "\"finish_reason\"", '"') ||
-                   has_key_then(ev->data, ev->data_len, "\"usage\"", '{') ||
-                   has_key_then(ev->data, ev->data_len, "\"error\"", '{') ||
-                   has_key_then(ev->data, ev->data_len, "\"error\"", '"');
+    int annotate = !c->first_chunk_done || event_needs_annotation(ev->data, ev->data_len);
     if (!annotate) {
         c->chunks++;
         mg_buf_append(&c->out, ev->raw, ev->raw_len);
@@ -1352,6 +1372,14 @@ static void enqueue(call_t *c, long long max_tokens)
     snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "provider:" : "",
              c->prefixed_model.name ? c->prefixed_route.provider : c->model->name);
     c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate);
+    if (c->auth.held && c->auth.max_queued) {
+        /* the key's cap on waiting tasks: a user gate per key (running is capped by quota) */
+        char kg[40];
+        snprintf(kg, sizeof(kg), "key:%lld", (long long)c->auth.key_id);
+        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_USER, kg);
+        if (g) mg_sched_gate_limits(s->sched, g, 0, c->auth.max_queued);
+        c->entry.gate[MG_GATE_USER] = g;
+    }
     c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)cfg->timeouts.queue_ms;
     c->entry.input_tokens = (uint32_t)(c->req->body_len / 4);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
@@ -1484,6 +1512,14 @@ static int use_prefixed_model(call_t *c, const mg_provider_conf_t *p, const char
     return c->prefixed_route.model && c->prefixed_model.name ? 0 : -1;
 }
 
+/* Wall clock in unix milliseconds: key expiry is a date. */
+static uint64_t unix_now_ms(void)
+{
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
 /* A number in [0,1) from the request id's random bytes: the request's own draw. */
 static double request_random(const char *request_id)
 {
@@ -1575,6 +1611,11 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     c->state_ref = mg_gen_table_new(gen);
     if (alloc_routing(c) != 0) {
         call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    if (gen->cfg->auth_enabled && mg_auth_check(s->auth, req, c->model->name, in.priority,
+                                                unix_now_ms(), c->est_tokens, &c->auth) != 0) {
+        call_fail(c, c->auth.status, c->auth.code, c->auth.message, (int)c->auth.retry_after_ms);
         return;
     }
     enqueue(c, max_tokens);

@@ -89,6 +89,8 @@ typedef struct call_s {
     int client_started;
     int first_chunk_done;
     cJSON *held_finish;          /* owned: the finish_reason chunk, waiting for usage */
+    mg_buf_t held_raw;           /* owned: the same for passthrough streams, as upstream bytes */
+    int held_raw_first;          /* the held raw chunk is also the first one (needs metadata) */
     int upstream_done;
     int stop_stream;             /* the stream was ended early by the gateway */
     mg_buf_t out;                /* owned: SSE bytes batched for the client */
@@ -144,22 +146,27 @@ static int value_after(const char *p, const char *end)
     return p < end ? *p : 0;
 }
 
+#define EV_FINISH 1 /* a choice has a finish_reason */
+#define EV_USAGE 2  /* a usage object */
+#define EV_ERROR 4  /* an error */
+
 static int event_needs_annotation(const char *s, size_t n)
 {
     const char *end = s + n, *p = s;
+    int flags = 0;
     while ((p = memchr(p, '"', (size_t)(end - p))) != NULL) {
         p++;
         size_t left = (size_t)(end - p);
         if (left > 14 && memcmp(p, "finish_reason\"", 14) == 0) {
-            if (value_after(p + 14, end) == '"') return 1;
+            if (value_after(p + 14, end) == '"') flags |= EV_FINISH;
         } else if (left > 6 && memcmp(p, "usage\"", 6) == 0) {
-            if (value_after(p + 6, end) == '{') return 1;
+            if (value_after(p + 6, end) == '{') flags |= EV_USAGE;
         } else if (left > 6 && memcmp(p, "error\"", 6) == 0) {
             int v = value_after(p + 6, end);
-            if (v == '{' || v == '"') return 1;
+            if (v == '{' || v == '"') flags |= EV_ERROR;
         }
     }
-    return 0;
+    return flags;
 }
 
 static cJSON *timing_json(call_t *c, uint64_t now)
@@ -327,6 +334,7 @@ static void call_free(call_t *c)
     mg_gen_unref(c->gen);
     cJSON_Delete(c->body);
     cJSON_Delete(c->held_finish);
+    mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
     free(c->prefixed_model.name);
     free(c->prefixed_route.model);
@@ -499,8 +507,86 @@ static void flush_out(call_t *c)
     c->out.len = 0;
 }
 
+/* ---- passthrough chunks as bytes: members copied, the gateway's appended ---- */
+
+typedef struct {
+    mg_buf_t *out;
+    int skip_usage;  /* drop the upstream's usage member (ours replaces it) */
+    int members;
+    int clash;       /* a member the gateway adds is there already */
+} raw_copy_t;
+
+static int raw_copy_member(void *ud, const mg_json_member_t *m)
+{
+    raw_copy_t *rc = ud;
+    if (member_is(m, "request_id") || member_is(m, "logical_model") ||
+        member_is(m, "actual_model") || member_is(m, "degraded") || member_is(m, "timing")) {
+        rc->clash = 1;
+        return 1;
+    }
+    if (rc->skip_usage && member_is(m, "usage")) return 0;
+    if (rc->members++) mg_buf_append(rc->out, ",", 1);
+    mg_buf_append(rc->out, "\"", 1);
+    mg_buf_append(rc->out, m->key, m->key_len);
+    mg_buf_append(rc->out, "\":", 2);
+    mg_buf_append(rc->out, m->value, m->value_len);
+    return 0;
+}
+
+static void append_metadata_raw(call_t *c, mg_buf_t *o)
+{
+    mg_buf_append_str(o, ",\"request_id\":\"");
+    mg_buf_append_str(o, c->req ? c->req->request_id : "");
+    mg_buf_append_str(o, "\",\"logical_model\":");
+    mg_json_print_string(c->model->name, strlen(c->model->name), o);
+    mg_buf_append_str(o, ",\"actual_model\":");
+    mg_json_print_string(c->upstream_model, strlen(c->upstream_model), o);
+    mg_buf_append_str(o, c->degraded ? ",\"degraded\":true" : ",\"degraded\":false");
+}
+
+static void append_totals_raw(call_t *c, mg_buf_t *o)
+{
+    char t[256];
+    uint64_t now = uv_hrtime();
+    int n = 0;
+    if (c->have_usage)
+        n = snprintf(t, sizeof(t),
+                     ",\"usage\":{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
+                     c->prompt_tokens, c->completion_tokens, c->prompt_tokens + c->completion_tokens);
+    n += snprintf(t + n, sizeof(t) - (size_t)n,
+                  ",\"timing\":{\"queue_ms\":%lld,\"first_token_ms\":%lld,\"total_ms\":%lld}",
+                  (long long)ms_since(c->t_start, c->t_dispatch),
+                  (long long)ms_since(c->t_start, c->t_first), (long long)ms_since(c->t_start, now));
+    mg_buf_append(o, t, (size_t)n);
+}
+
+/* One SSE event into c->out: the chunk's members, then metadata and/or totals.
+ * Returns 0, or -1 when the bytes are not one JSON object (or clash with our names). */
+static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
+{
+    size_t mark = c->out.len;
+    raw_copy_t rc = {&c->out, totals && c->have_usage, 0, 0};
+    mg_buf_append(&c->out, "data: {", 7);
+    if (mg_json_members(json, n, raw_copy_member, &rc) != 0 || rc.clash) {
+        c->out.len = mark;
+        return -1;
+    }
+    if (metadata) append_metadata_raw(c, &c->out);
+    if (totals) append_totals_raw(c, &c->out);
+    mg_buf_append(&c->out, "}\n\n", 3);
+    return 0;
+}
+
 static void emit_held_finish(call_t *c, int with_totals)
 {
+    if (c->held_raw.len) {
+        int first = c->held_raw_first;
+        c->held_raw_first = 0;
+        if (out_raw_chunk(c, c->held_raw.data, c->held_raw.len, first, with_totals) != 0)
+            out_event(c, c->held_raw.data, c->held_raw.len); /* not ours to change: as is */
+        c->held_raw.len = 0;
+        return;
+    }
     if (!c->held_finish) return;
     if (with_totals) {
         if (c->have_usage && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))
@@ -539,6 +625,7 @@ static void stream_end_error(call_t *c, const char *code, const char *msg)
                      esc, code, c->req->request_id);
     cJSON_Delete(c->held_finish);
     c->held_finish = NULL;
+    c->held_raw.len = 0;
     out_event(c, ev, (size_t)n);
     out_event(c, "[DONE]", 6);
     flush_out(c);
@@ -621,18 +708,62 @@ static int garbage_event(call_t *c)
 }
 
 /* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
+/* Read the usage member of a chunk's bytes into the call's counts. */
+static int take_usage_member(void *ud, const mg_json_member_t *m)
+{
+    call_t *c = ud;
+    if (!member_is(m, "usage") || !m->value_len || m->value[0] != '{') return 0;
+    cJSON *u = cJSON_ParseWithLength(m->value, m->value_len);
+    take_usage(c, u);
+    cJSON_Delete(u);
+    return 1;
+}
+
+/* An event the gateway annotates, handled as bytes (the common annotated ones: the
+ * first chunk, the finish chunk, the usage-only chunk). 0 = done, 1 = needs the tree. */
+static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
+{
+    if (flags & EV_ERROR) return 1;
+    if (flags & EV_USAGE) mg_json_members(ev->data, ev->data_len, take_usage_member, c);
+    int usage_only = (flags & EV_USAGE) && !(flags & EV_FINISH) &&
+                     (memmem(ev->data, ev->data_len, "\"choices\":[]", 12) ||
+                      memmem(ev->data, ev->data_len, "\"choices\": []", 13));
+    if (usage_only) {
+        emit_held_finish(c, 1);
+        if (c->client_include_usage) mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        return 0;
+    }
+    int first = !c->first_chunk_done;
+    c->first_chunk_done = 1;
+    c->chunks++;
+    if (flags & EV_FINISH) {
+        emit_held_finish(c, 0);
+        mg_buf_append(&c->held_raw, ev->data, ev->data_len);
+        c->held_raw_first = first;
+        return 0;
+    }
+    if (out_raw_chunk(c, ev->data, ev->data_len, first, 0) != 0) {
+        c->first_chunk_done = !first;
+        c->chunks--;
+        return 1;
+    }
+    return 0;
+}
+
+/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
 static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
 {
     if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
         c->upstream_done = 1;
         return 0;
     }
-    int annotate = !c->first_chunk_done || event_needs_annotation(ev->data, ev->data_len);
-    if (!annotate) {
+    int flags = event_needs_annotation(ev->data, ev->data_len);
+    if (c->first_chunk_done && !flags) {
         c->chunks++;
         mg_buf_append(&c->out, ev->raw, ev->raw_len);
         return 0;
     }
+    if (passthrough_raw(c, ev, flags) == 0) return 0;
     cJSON *chunk = cJSON_ParseWithLength(ev->data, ev->data_len);
     if (!cJSON_IsObject(chunk)) {
         cJSON_Delete(chunk);

@@ -563,6 +563,11 @@ function M.route(req, candidates)
     if req.pin ~= nil then
         return pinned_plan(req, list)
     end
+    if #list == 1 and is_usable(list[1]) then
+        -- the common case, one usable route: the chain would pick it too (rules 5-8
+        -- order several routes; there is nothing to order)
+        return mark(req, list, list)
+    end
     return chain(req, list)
 end
 

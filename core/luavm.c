@@ -323,29 +323,43 @@ static int load_module_file(lua_State *L, const char *path, int *ref, char *err,
     return 0;
 }
 
+/* Field setters for the table on top of the stack. */
+static void set_int(lua_State *L, const char *k, long long v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_bool(lua_State *L, const char *k, int v)
+{
+    lua_pushboolean(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_str(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
 static void push_provider(lua_State *L, const mg_provider_conf_t *p)
 {
     lua_createtable(L, 0, 10);
-    lua_pushstring(L, p->id);
-    lua_setfield(L, -2, "id");
-    lua_pushstring(L, p->adapter);
-    lua_setfield(L, -2, "adapter");
-    lua_pushstring(L, p->base_url);
-    lua_setfield(L, -2, "base_url");
-    if (p->api_key) {
-        lua_pushstring(L, p->api_key);
-        lua_setfield(L, -2, "api_key");
-    }
-    lua_pushstring(L, p->pool);
-    lua_setfield(L, -2, "pool");
-    lua_pushinteger(L, p->rpm_limit);
-    lua_setfield(L, -2, "rpm_limit");
-    lua_pushinteger(L, p->tpm_limit);
-    lua_setfield(L, -2, "tpm_limit");
-    lua_pushnumber(L, p->weight);
-    lua_setfield(L, -2, "weight");
-    lua_pushboolean(L, p->local);
-    lua_setfield(L, -2, "local");
+    set_str(L, "id", p->id);
+    set_str(L, "adapter", p->adapter);
+    set_str(L, "base_url", p->base_url);
+    if (p->api_key) set_str(L, "api_key", p->api_key);
+    set_str(L, "pool", p->pool);
+    set_int(L, "rpm_limit", p->rpm_limit);
+    set_int(L, "tpm_limit", p->tpm_limit);
+    set_num(L, "weight", p->weight);
+    set_bool(L, "local", p->local);
 }
 
 static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *err, size_t errlen)
@@ -579,40 +593,20 @@ int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
 {
     lua_State *L = g->L;
     lua_createtable(L, 0, 20); /* all fields below plus attempt and body: no rehash */
-    lua_pushstring(L, info->request_id);
-    lua_setfield(L, -2, "request_id");
-    lua_pushstring(L, info->endpoint);
-    lua_setfield(L, -2, "endpoint");
-    lua_pushstring(L, info->model);
-    lua_setfield(L, -2, "model");
-    lua_pushboolean(L, info->stream);
-    lua_setfield(L, -2, "stream");
-    if (info->max_tokens >= 0) {
-        lua_pushinteger(L, info->max_tokens);
-        lua_setfield(L, -2, "max_tokens");
-    }
-    lua_pushinteger(L, info->created);
-    lua_setfield(L, -2, "created");
-    lua_pushstring(L, info->priority ? info->priority : "P2");
-    lua_setfield(L, -2, "priority");
-    if (info->pool) {
-        lua_pushstring(L, info->pool);
-        lua_setfield(L, -2, "pool");
-    }
-    if (info->pin) {
-        lua_pushstring(L, info->pin);
-        lua_setfield(L, -2, "pin");
-    }
-    lua_pushboolean(L, info->local_only);
-    lua_setfield(L, -2, "local_only");
-    lua_pushboolean(L, info->allow_smaller_model);
-    lua_setfield(L, -2, "allow_smaller_model");
-    lua_pushboolean(L, info->allow_cloud);
-    lua_setfield(L, -2, "allow_cloud");
-    lua_pushboolean(L, info->local_first);
-    lua_setfield(L, -2, "local_first");
-    lua_pushnumber(L, info->random);
-    lua_setfield(L, -2, "random");
+    set_str(L, "request_id", info->request_id);
+    set_str(L, "endpoint", info->endpoint);
+    set_str(L, "model", info->model);
+    set_bool(L, "stream", info->stream);
+    if (info->max_tokens >= 0) set_int(L, "max_tokens", info->max_tokens);
+    set_int(L, "created", info->created);
+    set_str(L, "priority", info->priority ? info->priority : "P2");
+    if (info->pool) set_str(L, "pool", info->pool);
+    if (info->pin) set_str(L, "pin", info->pin);
+    set_bool(L, "local_only", info->local_only);
+    set_bool(L, "allow_smaller_model", info->allow_smaller_model);
+    set_bool(L, "allow_cloud", info->allow_cloud);
+    set_bool(L, "local_first", info->local_first);
+    set_num(L, "random", info->random);
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
@@ -635,30 +629,6 @@ int mg_gen_table_new(mg_gen_t *g)
 void mg_gen_unref_value(mg_gen_t *g, int ref)
 {
     if (ref >= 0) luaL_unref(g->L, LUA_REGISTRYINDEX, ref);
-}
-
-static void set_int(lua_State *L, const char *k, long long v)
-{
-    lua_pushinteger(L, v);
-    lua_setfield(L, -2, k);
-}
-
-static void set_num(lua_State *L, const char *k, double v)
-{
-    lua_pushnumber(L, v);
-    lua_setfield(L, -2, k);
-}
-
-static void set_bool(lua_State *L, const char *k, int v)
-{
-    lua_pushboolean(L, v);
-    lua_setfield(L, -2, k);
-}
-
-static void set_str(lua_State *L, const char *k, const char *v)
-{
-    lua_pushstring(L, v);
-    lua_setfield(L, -2, k);
 }
 
 static void push_candidate(lua_State *L, int index, const mg_candidate_t *c)
@@ -816,20 +786,12 @@ int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const 
 static void push_route(lua_State *L, const mg_provider_conf_t *p, const char *model)
 {
     lua_createtable(L, 0, 6);
-    lua_pushstring(L, p->id);
-    lua_setfield(L, -2, "provider");
-    lua_pushstring(L, model);
-    lua_setfield(L, -2, "model");
-    lua_pushstring(L, p->base_url);
-    lua_setfield(L, -2, "base_url");
-    if (p->api_key) {
-        lua_pushstring(L, p->api_key);
-        lua_setfield(L, -2, "api_key");
-    }
-    lua_pushstring(L, p->pool);
-    lua_setfield(L, -2, "pool");
-    lua_pushboolean(L, p->local);
-    lua_setfield(L, -2, "local");
+    set_str(L, "provider", p->id);
+    set_str(L, "model", model);
+    set_str(L, "base_url", p->base_url);
+    if (p->api_key) set_str(L, "api_key", p->api_key);
+    set_str(L, "pool", p->pool);
+    set_bool(L, "local", p->local);
 }
 
 /* Read the headers table at the top of the stack into a curl list. */

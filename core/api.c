@@ -9,6 +9,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
+#include "admin.h"
 #include "json.h"
 #include "crypto.h"
 #include "log.h"
@@ -347,18 +348,24 @@ static void handle_admin(mg_server_t *s, mg_http_req_t *req)
     if (!admin_allowed(s, req)) return;
     const char *sub = req->path + strlen("/api/v2/");
     if (req->method != HTTP_GET) {
-        mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED",
-                     "this admin endpoint is read-only", 0);
+        mg_admin_handle(s, req); /* tenants, projects, keys: writes */
     } else if (strcmp(sub, "providers") == 0) {
+        mg_admin_audit(s, req, "provider.list", NULL, 200);
         handle_admin_providers(s, req, NULL);
     } else if (strncmp(sub, "providers/", 10) == 0 && sub[10] && !strchr(sub + 10, '/')) {
+        char target[160];
+        snprintf(target, sizeof(target), "provider:%.140s", sub + 10);
+        mg_admin_audit(s, req, "provider.get", target,
+                       mg_config_provider(s->gen->cfg, sub + 10) ? 200 : 404);
         handle_admin_providers(s, req, sub + 10);
     } else if (strcmp(sub, "pools") == 0) {
+        mg_admin_audit(s, req, "pools.read", NULL, 200);
         handle_admin_pools(s, req);
     } else if (strcmp(sub, "cooldowns") == 0) {
+        mg_admin_audit(s, req, "cooldowns.read", NULL, 200);
         handle_admin_cooldowns(s, req);
     } else {
-        mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such admin endpoint", 0);
+        mg_admin_handle(s, req); /* tenants, projects, keys: reads (404 for the rest) */
     }
 }
 

@@ -290,6 +290,12 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
         return -1;
     }
     restore_provider_state(s);
+    s->auth = mg_auth_new();
+    if (!s->auth || mg_auth_load(s->auth, s->store, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: storage: cannot load API keys: %s\n",
+                s->auth ? err : "out of memory");
+        return -1;
+    }
     s->upstream = mg_upstream_new(loop);
     if (!s->upstream) return -1;
     s->prober = mg_probe_start(s);
@@ -349,6 +355,7 @@ int mg_server_run(mg_server_t *s)
     mg_log_int(&l, "models", (int64_t)cfg->n_models);
     mg_log_int(&l, "pid", (int64_t)uv_os_getpid());
     mg_log_end(&l);
+    mg_auth_log_status(s->auth, cfg->auth_enabled, s->api.bound);
     mg_log_flush();
     uv_run(s->loop, UV_RUN_DEFAULT);
     mg_log_detach();
@@ -357,6 +364,7 @@ int mg_server_run(mg_server_t *s)
     s->gen = NULL;
     mg_pool_free(&s->pool);
     mg_sched_free(s->sched);
+    mg_auth_free(s->auth);
     mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;

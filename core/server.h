@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "auth.h"
 #include "http.h"
 #include "luavm.h"
 #include "metrics.h"
@@ -27,6 +28,7 @@ typedef struct mg_server_s {
     mg_upstream_t *upstream;    /* owned */
     mg_prober_t *prober;        /* owned: active health and load probes */
     mg_store_t *store;          /* owned */
+    mg_auth_t *auth;            /* owned: customer keys, projects and their quotas */
     mg_pool_t pool;             /* provider runtime state */
     mg_sched_t *sched;          /* owned: priority queue and execution slots */
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */

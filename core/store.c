@@ -35,6 +35,13 @@ struct mg_store_s {
     write_job_t *head, *tail;/* queue, guarded by mu */
     unsigned long queued, committed;
     int stopping;
+    sqlite3 *admin_db;   /* synchronous admin transactions; opened on first use */
+    mg_store_tx_t *tx;   /* the open admin transaction, or NULL */
+};
+
+struct mg_store_tx_s {
+    mg_store_t *s; /* borrowed */
+    sqlite3 *db;   /* borrowed: s->admin_db */
 };
 
 static const char *const migrations[] = {
@@ -82,6 +89,40 @@ static const char *const migrations[] = {
     " provider_id TEXT PRIMARY KEY, cooldown_until_ms INTEGER NOT NULL DEFAULT 0,"
     " consecutive_429 INTEGER NOT NULL DEFAULT 0, observing INTEGER NOT NULL DEFAULT 0,"
     " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
+    /* 3: tenancy. Times are unix seconds (audit_logs.at: unix milliseconds); limits are 0
+     * for "no limit"; a key is stored only as the hex SHA-256 of the clear key plus its
+     * display form. JSON arrays/objects are kept as text. A key's project must belong to
+     * the key's tenant (composite foreign key). Key names are unique among a tenant's
+     * unrevoked keys, so a rotation (revoke old, insert new) may keep the name. */
+    "CREATE TABLE tenants ("
+    " id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at INTEGER NOT NULL);"
+    "CREATE TABLE projects ("
+    " id INTEGER PRIMARY KEY, tenant_id INTEGER NOT NULL REFERENCES tenants(id),"
+    " name TEXT NOT NULL, rpm_limit INTEGER NOT NULL DEFAULT 0,"
+    " tpm_limit INTEGER NOT NULL DEFAULT 0, max_concurrency INTEGER NOT NULL DEFAULT 0,"
+    " monthly_limit_micros INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
+    " UNIQUE(tenant_id, name), UNIQUE(id, tenant_id));"
+    "CREATE TABLE api_keys ("
+    " id INTEGER PRIMARY KEY, tenant_id INTEGER NOT NULL REFERENCES tenants(id),"
+    " project_id INTEGER, name TEXT, digest TEXT NOT NULL UNIQUE, display TEXT NOT NULL,"
+    " scopes TEXT NOT NULL DEFAULT '[\"inference\"]', models TEXT NOT NULL DEFAULT '[]',"
+    " priorities TEXT NOT NULL DEFAULT '[\"P0\",\"P1\",\"P2\",\"P3\",\"P4\"]',"
+    " rpm_limit INTEGER NOT NULL DEFAULT 0, tpm_limit INTEGER NOT NULL DEFAULT 0,"
+    " max_concurrency INTEGER NOT NULL DEFAULT 0, max_queued INTEGER NOT NULL DEFAULT 0,"
+    " daily_limit_micros INTEGER NOT NULL DEFAULT 0,"
+    " monthly_limit_micros INTEGER NOT NULL DEFAULT 0, expires_at INTEGER,"
+    " labels TEXT NOT NULL DEFAULT '{}',"
+    " enabled INTEGER NOT NULL DEFAULT 1 CHECK(enabled IN (0, 1)),"
+    " revoked_at INTEGER, replaced_by INTEGER, last_used_at INTEGER,"
+    " created_at INTEGER NOT NULL,"
+    " FOREIGN KEY (project_id, tenant_id) REFERENCES projects(id, tenant_id));"
+    "CREATE UNIQUE INDEX idx_api_keys_tenant_name ON api_keys(tenant_id, name)"
+    " WHERE name IS NOT NULL AND revoked_at IS NULL;"
+    "CREATE INDEX idx_api_keys_project ON api_keys(project_id);"
+    "CREATE TABLE audit_logs ("
+    " id INTEGER PRIMARY KEY, at INTEGER NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,"
+    " target TEXT, status INTEGER NOT NULL, request_id TEXT, client_addr TEXT);"
+    "CREATE INDEX idx_audit_logs_at ON audit_logs(at);",
 };
 
 static void *writer_main(void *arg);
@@ -320,6 +361,113 @@ out:
     return rc;
 }
 
+/* ---- synchronous admin transactions ------------------------------------------------- */
+
+/* Open the admin connection once: read-write, foreign keys on (a per-connection setting). */
+static int admin_db_open(mg_store_t *s, char *err, size_t errlen)
+{
+    if (s->admin_db) return 0;
+    if (sqlite3_open_v2(s->path, &s->admin_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", s->admin_db ? sqlite3_errmsg(s->admin_db) : "cannot open");
+        sqlite3_close(s->admin_db);
+        s->admin_db = NULL;
+        return MG_STORE_ERROR;
+    }
+    sqlite3_busy_timeout(s->admin_db, 5000);
+    if (exec(s->admin_db, "PRAGMA foreign_keys=ON;", err, errlen) != 0) {
+        sqlite3_close(s->admin_db);
+        s->admin_db = NULL;
+        return MG_STORE_ERROR;
+    }
+    return 0;
+}
+
+int mg_store_tx_begin(mg_store_t *s, mg_store_tx_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (s->tx) {
+        snprintf(err, errlen, "an admin transaction is already open");
+        return MG_STORE_ERROR;
+    }
+    if (admin_db_open(s, err, errlen) != 0) return MG_STORE_ERROR;
+    mg_store_tx_t *tx = calloc(1, sizeof(*tx));
+    if (!tx) {
+        snprintf(err, errlen, "out of memory");
+        return MG_STORE_ERROR;
+    }
+    if (exec(s->admin_db, "BEGIN IMMEDIATE", err, errlen) != 0) {
+        free(tx);
+        return MG_STORE_ERROR;
+    }
+    tx->s = s;
+    tx->db = s->admin_db;
+    s->tx = tx;
+    *out = tx;
+    return 0;
+}
+
+int mg_store_tx_exec(mg_store_tx_t *tx, const char *sql, int nparams, const char *const *params,
+                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
+                     char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(tx->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", sqlite3_errmsg(tx->db));
+        return MG_STORE_ERROR;
+    }
+    for (int i = 0; i < nparams; i++) {
+        if (params[i]) sqlite3_bind_text(st, i + 1, params[i], -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, i + 1);
+    }
+    int ncols = sqlite3_column_count(st), step;
+    const char *cols[64];
+    if (ncols > 64) ncols = 64;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int i = 0; i < ncols; i++) cols[i] = (const char *)sqlite3_column_text(st, i);
+        if (cb) cb(ud, ncols, cols);
+    }
+    int rc = sqlite3_changes(tx->db);
+    if (step != SQLITE_DONE) {
+        snprintf(err, errlen, "%s", sqlite3_errmsg(tx->db));
+        rc = (step & 0xff) == SQLITE_CONSTRAINT ? MG_STORE_ECONSTRAINT : MG_STORE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int64_t mg_store_tx_last_id(const mg_store_tx_t *tx)
+{
+    return (int64_t)sqlite3_last_insert_rowid(tx->db);
+}
+
+/* End tx (already committed or rolled back) and forget it. */
+static void tx_end(mg_store_tx_t *tx)
+{
+    tx->s->tx = NULL;
+    free(tx);
+}
+
+int mg_store_tx_commit(mg_store_tx_t *tx, char *err, size_t errlen)
+{
+    if (exec(tx->db, "COMMIT", err, errlen) != 0) {
+        char ignore[64];
+        exec(tx->db, "ROLLBACK", ignore, sizeof(ignore));
+        tx_end(tx);
+        return MG_STORE_ERROR;
+    }
+    tx_end(tx);
+    return 0;
+}
+
+void mg_store_tx_rollback(mg_store_tx_t *tx)
+{
+    if (!tx) return;
+    char ignore[64];
+    exec(tx->db, "ROLLBACK", ignore, sizeof(ignore));
+    tx_end(tx);
+}
+
 int mg_store_schema_version(const mg_store_t *s)
 {
     return s->version;
@@ -341,6 +489,8 @@ void mg_store_close(mg_store_t *s)
         pthread_cond_destroy(&s->cv);
         pthread_cond_destroy(&s->done_cv);
     }
+    if (s->tx) mg_store_tx_rollback(s->tx);
+    if (s->admin_db) sqlite3_close(s->admin_db);
     if (s->db) sqlite3_close(s->db);
     free(s->path);
     free(s);

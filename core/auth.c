@@ -1,0 +1,782 @@
+/* auth: customer-key authentication, permissions and key/project quotas; see auth.h.
+ *
+ * The state is three things: the digest index (keys.h) for the key lookup itself, and two
+ * tables of quota levels — one per key id, one per project id — kept as arrays sorted by
+ * id (a lookup is a binary search; inserts are rare, admin-driven, and may move entries).
+ * A level is a small refcounted object: the table holds one reference, every granted
+ * result one more, so a reservation can always give back what it took even if its key was
+ * deleted or its project's limits changed meanwhile.
+ *
+ * Reloading from the store builds the new index and tables beside the old ones, reusing
+ * the level objects of ids that still exist, and then swaps them in with plain pointer
+ * assignments: a request on the loop thread sees either the old state or the new. */
+#include "auth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <cjson/cJSON.h>
+#include <openssl/crypto.h>
+
+#include "log.h"
+
+struct mg_auth_level_s {
+    mg_quota_level_t q;           /* limits + window state */
+    int64_t id;                   /* key or project row id */
+    uint32_t refs;                /* the table's reference + one per granted result */
+    int64_t daily_limit_micros;   /* 0 = none (keys only) */
+    int64_t monthly_limit_micros; /* 0 = none */
+    int64_t spent_day_micros;     /* -1 = no figure: the daily limit is not enforced */
+    int64_t spent_month_micros;   /* -1 likewise */
+    int64_t last_used_written_s;  /* keys: last last_used_at queued for the store */
+};
+
+/* Levels sorted by id. */
+typedef struct level_table_s {
+    mg_auth_level_t **v; /* owned array; one reference per entry */
+    size_t n, cap;
+} level_table_t;
+
+struct mg_auth_s {
+    mg_key_index_t ix;
+    level_table_t keys;      /* by key id */
+    level_table_t projects;  /* by project id */
+    mg_store_t *store;       /* borrowed: last_used_at writes; NULL = none */
+    uint64_t hint_logged_ms; /* when the "no keys yet" hint was last logged */
+};
+
+static const char LEVEL_KEY[] = "key";
+static const char LEVEL_PROJECT[] = "project";
+
+/* ---- levels and tables ------------------------------------------------------------------ */
+
+static mg_auth_level_t *level_new(int64_t id, const char *name)
+{
+    mg_auth_level_t *lv = calloc(1, sizeof(*lv));
+    if (!lv) return NULL;
+    mg_quota_level_init(&lv->q, name, 0, 0, 0);
+    lv->id = id;
+    lv->refs = 1;
+    lv->spent_day_micros = -1;
+    lv->spent_month_micros = -1;
+    return lv;
+}
+
+static void level_unref(mg_auth_level_t *lv)
+{
+    if (lv && --lv->refs == 0) free(lv);
+}
+
+/* Index of the first entry with id >= id. */
+static size_t table_lower(const level_table_t *t, int64_t id)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static mg_auth_level_t *table_find(const level_table_t *t, int64_t id)
+{
+    size_t i = table_lower(t, id);
+    return i < t->n && t->v[i]->id == id ? t->v[i] : NULL;
+}
+
+/* Make room for `more` further entries. 0 or -1. */
+static int table_reserve(level_table_t *t, size_t more)
+{
+    if (t->n + more <= t->cap) return 0;
+    size_t cap = t->cap ? t->cap : 16;
+    while (cap < t->n + more)
+        cap *= 2;
+    mg_auth_level_t **v = realloc(t->v, cap * sizeof(*v));
+    if (!v) return -1;
+    t->v = v;
+    t->cap = cap;
+    return 0;
+}
+
+/* Insert lv (its id absent) taking over the caller's reference. Room must be reserved. */
+static void table_insert(level_table_t *t, mg_auth_level_t *lv)
+{
+    size_t i = table_lower(t, lv->id);
+    memmove(t->v + i + 1, t->v + i, (t->n - i) * sizeof(*t->v));
+    t->v[i] = lv;
+    t->n++;
+}
+
+/* Take lv's entry out of the table without dropping the reference (returned). */
+static mg_auth_level_t *table_take(level_table_t *t, int64_t id)
+{
+    size_t i = table_lower(t, id);
+    if (i >= t->n || t->v[i]->id != id) return NULL;
+    mg_auth_level_t *lv = t->v[i];
+    memmove(t->v + i, t->v + i + 1, (t->n - i - 1) * sizeof(*t->v));
+    t->n--;
+    return lv;
+}
+
+static void table_free(level_table_t *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        level_unref(t->v[i]);
+    free(t->v);
+    memset(t, 0, sizeof(*t));
+}
+
+/* The level for id, created (with name) when absent; *created says which. NULL when out of
+ * memory. */
+static mg_auth_level_t *table_get(level_table_t *t, int64_t id, const char *name, int *created)
+{
+    *created = 0;
+    mg_auth_level_t *lv = table_find(t, id);
+    if (lv) return lv;
+    if (table_reserve(t, 1) != 0 || !(lv = level_new(id, name))) return NULL;
+    table_insert(t, lv);
+    *created = 1;
+    return lv;
+}
+
+static void level_set_key_limits(mg_auth_level_t *lv, const mg_key_record_t *r)
+{
+    lv->q.rpm_limit = r->rpm_limit;
+    lv->q.tpm_limit = r->tpm_limit;
+    lv->q.max_concurrency = r->max_concurrency;
+    lv->daily_limit_micros = r->daily_limit_micros;
+    lv->monthly_limit_micros = r->monthly_limit_micros;
+}
+
+static void level_set_project_limits(mg_auth_level_t *lv, const mg_auth_project_t *p)
+{
+    lv->q.rpm_limit = p->rpm_limit;
+    lv->q.tpm_limit = p->tpm_limit;
+    lv->q.max_concurrency = p->max_concurrency;
+    lv->monthly_limit_micros = p->monthly_limit_micros;
+}
+
+/* ---- small parsers ------------------------------------------------------------------------ */
+
+void mg_auth_digest_hex(const unsigned char *digest, char *hex)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < MG_KEY_DIGEST_LEN; i++) {
+        hex[2 * i] = d[digest[i] >> 4];
+        hex[2 * i + 1] = d[digest[i] & 15];
+    }
+    hex[2 * MG_KEY_DIGEST_LEN] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int mg_auth_digest_parse(const char *hex, unsigned char *digest)
+{
+    if (!hex || strlen(hex) != 2 * MG_KEY_DIGEST_LEN) return -1;
+    for (size_t i = 0; i < MG_KEY_DIGEST_LEN; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) return -1;
+        digest[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+/* The priority level 0..4 of "P0".."P4", or -1. */
+static int priority_level(const char *s)
+{
+    if (!s || s[0] != 'P' || s[1] < '0' || s[1] > '4' || s[2]) return -1;
+    return s[1] - '0';
+}
+
+int mg_auth_priorities_parse(const char *json, uint8_t *bits)
+{
+    *bits = MG_PRIORITY_ALL;
+    if (!json || !*json) return 0;
+    cJSON *a = cJSON_Parse(json);
+    int rc = cJSON_IsArray(a) ? 0 : -1;
+    uint8_t b = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a)
+    {
+        int p = cJSON_IsString(it) ? priority_level(it->valuestring) : -1;
+        if (p < 0)
+            rc = -1;
+        else
+            b |= (uint8_t)MG_PRIORITY_BIT(p);
+    }
+    cJSON_Delete(a);
+    if (rc == 0 && b) *bits = b;
+    return rc;
+}
+
+int mg_auth_scopes_parse(const char *json, uint32_t *bits)
+{
+    *bits = 0;
+    cJSON *a = json ? cJSON_Parse(json) : NULL;
+    int rc = cJSON_IsArray(a) ? 0 : -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a)
+    {
+        uint32_t bit = cJSON_IsString(it) ? mg_key_scope_bit(it->valuestring) : 0;
+        if (!bit) rc = -1;
+        *bits |= bit;
+    }
+    cJSON_Delete(a);
+    return rc;
+}
+
+static int64_t col_int(const char *s)
+{
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+static uint32_t col_u32(const char *s)
+{
+    long long v = s ? strtoll(s, NULL, 10) : 0;
+    return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols)
+{
+    if (ncols < MG_AUTH_KEY_NCOLS || !cols[0] || !cols[1]) return NULL;
+    mg_key_record_t t;
+    memset(&t, 0, sizeof(t));
+    if (mg_auth_digest_parse(cols[3], t.digest) != 0) return NULL;
+    t.id = col_int(cols[0]);
+    t.tenant_id = col_int(cols[1]);
+    t.project_id = col_int(cols[2]);
+    if (mg_auth_scopes_parse(cols[4], &t.scopes) != 0 ||
+        mg_auth_priorities_parse(cols[6], &t.priorities) != 0)
+        return NULL;
+    t.rpm_limit = col_u32(cols[7]);
+    t.tpm_limit = col_u32(cols[8]);
+    t.max_concurrency = col_u32(cols[9]);
+    t.max_queued = col_u32(cols[10]);
+    t.daily_limit_micros = col_int(cols[11]);
+    t.monthly_limit_micros = col_int(cols[12]);
+    t.expires_at = col_int(cols[13]);
+    t.labels = cols[14];
+    t.enabled = col_int(cols[15]) ? 1 : 0;
+    /* the model allowlist: a JSON array of names; [] = every model */
+    cJSON *models = cols[5] ? cJSON_Parse(cols[5]) : NULL;
+    int n = cJSON_IsArray(models) ? cJSON_GetArraySize(models) : -1;
+    const char **names = n > 0 ? calloc((size_t)n, sizeof(*names)) : NULL;
+    mg_key_record_t *rec = NULL;
+    if (n >= 0 && n <= UINT16_MAX && (n == 0 || names)) {
+        int i = 0, ok = 1;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, models)
+        {
+            if (!cJSON_IsString(it))
+                ok = 0;
+            else
+                names[i++] = it->valuestring;
+        }
+        t.n_models = (uint16_t)n;
+        t.models = names;
+        if (ok) rec = mg_key_record_new(&t);
+    }
+    free(names);
+    cJSON_Delete(models);
+    return rec;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+mg_auth_t *mg_auth_new(void)
+{
+    mg_auth_t *a = calloc(1, sizeof(*a));
+    if (!a) return NULL;
+    if (mg_key_index_init(&a->ix, 0) != MG_KEYS_OK) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void mg_auth_free(mg_auth_t *a)
+{
+    if (!a) return;
+    mg_key_index_free(&a->ix);
+    table_free(&a->keys);
+    table_free(&a->projects);
+    free(a);
+}
+
+size_t mg_auth_key_count(const mg_auth_t *a)
+{
+    return a->ix.n;
+}
+
+/* Rows gathered by the load queries. */
+typedef struct load_s {
+    mg_key_record_t **recs; /* one reference each */
+    size_t n, cap;
+    mg_auth_project_t *projects;
+    size_t np, pcap;
+    int failed;
+} load_t;
+
+static void load_key_row(void *ud, int ncols, const char *const *cols)
+{
+    load_t *l = ud;
+    mg_key_record_t *rec = mg_auth_record_from_row(ncols, cols);
+    if (!rec) {
+        /* a malformed row must not stop every other key from working: skip it loudly */
+        mg_log_msg(MG_LOG_ERROR, NULL, "auth: api_keys row %s is malformed; key ignored",
+                   ncols > 0 && cols[0] ? cols[0] : "?");
+        return;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        mg_key_record_t **v = realloc(l->recs, cap * sizeof(*v));
+        if (!v) {
+            mg_key_record_unref(rec);
+            l->failed = 1;
+            return;
+        }
+        l->recs = v;
+        l->cap = cap;
+    }
+    l->recs[l->n++] = rec;
+}
+
+static void load_project_row(void *ud, int ncols, const char *const *cols)
+{
+    load_t *l = ud;
+    if (ncols < 6 || !cols[0]) return;
+    if (l->np == l->pcap) {
+        size_t cap = l->pcap ? l->pcap * 2 : 16;
+        mg_auth_project_t *v = realloc(l->projects, cap * sizeof(*v));
+        if (!v) {
+            l->failed = 1;
+            return;
+        }
+        l->projects = v;
+        l->pcap = cap;
+    }
+    mg_auth_project_t *p = &l->projects[l->np++];
+    p->id = col_int(cols[0]);
+    p->tenant_id = col_int(cols[1]);
+    p->rpm_limit = col_u32(cols[2]);
+    p->tpm_limit = col_u32(cols[3]);
+    p->max_concurrency = col_u32(cols[4]);
+    p->monthly_limit_micros = col_int(cols[5]);
+}
+
+static void load_free(load_t *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        mg_key_record_unref(l->recs[i]);
+    free(l->recs);
+    free(l->projects);
+}
+
+/* Add to `to` the level of id: the one in `from` (another reference) or a new one. */
+static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from, int64_t id,
+                                    const char *name)
+{
+    mg_auth_level_t *lv = table_find(to, id);
+    if (lv) return lv; /* a duplicate row: the first one wins */
+    if (table_reserve(to, 1) != 0) return NULL;
+    lv = table_find(from, id);
+    if (lv)
+        lv->refs++;
+    else if (!(lv = level_new(id, name)))
+        return NULL;
+    table_insert(to, lv);
+    return lv;
+}
+
+/* Build the new index and tables from the rows. 0 or -1 (everything built is freed). */
+static int build_state(mg_auth_t *a, load_t *l, mg_key_index_t *ix, level_table_t *keys,
+                       level_table_t *projects)
+{
+    if (mg_key_index_init(ix, l->n) != MG_KEYS_OK) return -1;
+    for (size_t i = 0; i < l->np; i++) {
+        mg_auth_level_t *lv = carry_level(projects, &a->projects, l->projects[i].id, LEVEL_PROJECT);
+        if (!lv) return -1;
+        level_set_project_limits(lv, &l->projects[i]);
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        mg_key_record_t *rec = l->recs[i];
+        mg_auth_level_t *lv = carry_level(keys, &a->keys, rec->id, LEVEL_KEY);
+        if (!lv) return -1;
+        level_set_key_limits(lv, rec);
+        int rc = mg_key_index_insert(ix, rec);
+        if (rc == MG_KEYS_EEXIST) continue; /* cannot happen: digest is UNIQUE */
+        if (rc != MG_KEYS_OK) return -1;
+        l->recs[i] = NULL; /* the index owns it now */
+    }
+    return 0;
+}
+
+int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
+{
+    load_t l;
+    memset(&l, 0, sizeof(l));
+    if (mg_store_query(st, "SELECT " MG_AUTH_KEY_COLUMNS " FROM api_keys WHERE revoked_at IS NULL",
+                       0, NULL, load_key_row, &l, err, errlen) != 0 ||
+        mg_store_query(st,
+                       "SELECT id, tenant_id, rpm_limit, tpm_limit, max_concurrency,"
+                       " monthly_limit_micros FROM projects",
+                       0, NULL, load_project_row, &l, err, errlen) != 0) {
+        load_free(&l);
+        return -1;
+    }
+    mg_key_index_t ix;
+    level_table_t keys = {0}, projects = {0};
+    memset(&ix, 0, sizeof(ix));
+    if (l.failed || build_state(a, &l, &ix, &keys, &projects) != 0) {
+        snprintf(err, errlen, "out of memory loading %zu keys", l.n);
+        if (ix.slots) mg_key_index_free(&ix);
+        table_free(&keys);
+        table_free(&projects);
+        load_free(&l);
+        return -1;
+    }
+    /* the switch: nothing below can fail, and nothing runs between these lines */
+    mg_key_index_free(&a->ix);
+    a->ix = ix;
+    table_free(&a->keys);
+    a->keys = keys;
+    table_free(&a->projects);
+    a->projects = projects;
+    a->store = st;
+    load_free(&l);
+    return 0;
+}
+
+void mg_auth_log_status(const mg_auth_t *a, int enabled, const char *listen)
+{
+    mg_logline_t l;
+    if (!enabled) {
+        mg_log_begin(&l, MG_LOG_INFO, "auth");
+        mg_log_str(&l, "mode", "open");
+        mg_log_str(&l, "detail", "auth.enabled is false: inference requests need no key");
+        mg_log_end(&l);
+        return;
+    }
+    mg_log_begin(&l, a->ix.n ? MG_LOG_INFO : MG_LOG_WARN, "auth");
+    mg_log_str(&l, "mode", "keys");
+    mg_log_int(&l, "keys", (int64_t)a->ix.n);
+    mg_log_int(&l, "projects", (int64_t)a->projects.n);
+    if (!a->ix.n) {
+        char hint[600];
+        snprintf(hint, sizeof(hint),
+                 "no API key exists, so every inference request is refused with 401. Create "
+                 "the first one with the admin API (MOONGATE_ADMIN_TOKEN must be set): "
+                 "curl -X POST http://%s/api/v2/tenants -H \"Authorization: Bearer "
+                 "$MOONGATE_ADMIN_TOKEN\" -d '{\"name\":\"default\"}' then "
+                 "curl -X POST http://%s/api/v2/keys -H \"Authorization: Bearer "
+                 "$MOONGATE_ADMIN_TOKEN\" -d '{\"tenant_id\":1}' (the key is shown once)",
+                 listen ? listen : "HOST:PORT", listen ? listen : "HOST:PORT");
+        mg_log_str(&l, "detail", hint);
+    }
+    mg_log_end(&l);
+}
+
+/* ---- the request path ------------------------------------------------------------------------ */
+
+static int refuse(mg_auth_result_t *out, int status, const char *code, const char *reason,
+                  const char *message)
+{
+    out->status = status;
+    out->code = code;
+    out->reason = reason;
+    snprintf(out->message, sizeof(out->message), "%s", message);
+    if (status == 429 && out->retry_after_ms < MG_AUTH_MIN_RETRY_MS)
+        out->retry_after_ms = MG_AUTH_MIN_RETRY_MS;
+    return -1;
+}
+
+/* Milliseconds from now_ms to the next UTC midnight (monthly: the first of next month). */
+static uint64_t until_period_end(uint64_t now_ms, int monthly)
+{
+    time_t now = (time_t)(now_ms / 1000);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+    if (monthly) {
+        tm.tm_mday = 1;
+        tm.tm_mon++;
+    } else {
+        tm.tm_mday++;
+    }
+    time_t end = timegm(&tm); /* normalizes month/day overflow */
+    uint64_t end_ms = (uint64_t)end * 1000;
+    return end_ms > now_ms ? end_ms - now_ms : MG_AUTH_MIN_RETRY_MS;
+}
+
+/* Spend limits, where a figure exists. 0 = within, -1 = refused (out filled). */
+static int check_spend(const mg_auth_level_t *lv, uint64_t now_ms, mg_auth_result_t *out)
+{
+    if (lv->daily_limit_micros > 0 && lv->spent_day_micros >= 0 &&
+        lv->spent_day_micros >= lv->daily_limit_micros) {
+        out->retry_after_ms = until_period_end(now_ms, 0);
+        out->level = lv->q.name;
+        return refuse(out, 429, "QUOTA_EXCEEDED", "daily_spend",
+                      "the API key's daily spend limit is reached");
+    }
+    if (lv->monthly_limit_micros > 0 && lv->spent_month_micros >= 0 &&
+        lv->spent_month_micros >= lv->monthly_limit_micros) {
+        out->retry_after_ms = until_period_end(now_ms, 1);
+        out->level = lv->q.name;
+        return refuse(out, 429, "QUOTA_EXCEEDED", "monthly_spend",
+                      lv->q.name == LEVEL_PROJECT ? "the project's monthly quota is reached"
+                                                  : "the API key's monthly spend limit is reached");
+    }
+    return 0;
+}
+
+/* Reserve at the key's and the project's levels; -1 = refused (out filled). */
+static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, int64_t est,
+                   mg_auth_result_t *out)
+{
+    mg_auth_level_t *lv[2];
+    size_t n = 0;
+    lv[n++] = table_find(&a->keys, rec->id);
+    if (!lv[0]) return refuse(out, 401, "AUTH_FAILED", "unknown", "invalid API key");
+    if (rec->project_id > 0 && (lv[n] = table_find(&a->projects, rec->project_id))) n++;
+    for (size_t i = 0; i < n; i++)
+        if (check_spend(lv[i], now_ms, out) != 0) return -1;
+    mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};
+    int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
+    if (rc == MG_QUOTA_OK) {
+        for (size_t i = 0; i < n; i++) {
+            lv[i]->refs++;
+            out->levels[i] = lv[i];
+        }
+        out->n_levels = n;
+        out->held = 1;
+        return 0;
+    }
+    const char *who = out->res.refused_level == 1 ? LEVEL_PROJECT : LEVEL_KEY;
+    const char *lim = mg_quota_limit_name(out->res.refused_limit);
+    char msg[160];
+    out->level = who;
+    if (rc == MG_QUOTA_TOO_LARGE) {
+        snprintf(msg, sizeof(msg),
+                 "the request's estimated tokens exceed the %s's tpm_limit; lower max_tokens", who);
+        return refuse(out, 429, "RATE_LIMITED", "too_large", msg);
+    }
+    out->retry_after_ms = out->res.retry_after_ms;
+    snprintf(msg, sizeof(msg), "the %s's %s limit is reached; retry later", who, lim);
+    return refuse(out, 429, "RATE_LIMITED", lim, msg);
+}
+
+/* Queue a last_used_at update for the writer thread, at most once per key per period. */
+static void note_used(mg_auth_t *a, mg_auth_level_t *lv, uint64_t now_ms)
+{
+    int64_t now_s = (int64_t)(now_ms / 1000);
+    if (!a->store || now_s < lv->last_used_written_s + MG_AUTH_LAST_USED_EVERY_S) return;
+    lv->last_used_written_s = now_s;
+    char id[24], at[24];
+    snprintf(id, sizeof(id), "%lld", (long long)lv->id);
+    snprintf(at, sizeof(at), "%lld", (long long)now_s);
+    const char *p[2] = {id, at};
+    if (mg_store_write(a->store,
+                       "UPDATE api_keys SET last_used_at = CAST(?2 AS INTEGER) WHERE id = ?1"
+                       " AND (last_used_at IS NULL OR last_used_at < CAST(?2 AS INTEGER))",
+                       2, p) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "auth: last_used_at of key %s not recorded", id);
+}
+
+/* With no key at all, say (at most once a minute) how to create the first one. */
+static void hint_no_keys(mg_auth_t *a, uint64_t now_ms)
+{
+    if (a->ix.n || (a->hint_logged_ms && now_ms - a->hint_logged_ms < 60000)) return;
+    a->hint_logged_ms = now_ms;
+    mg_log_msg(MG_LOG_WARN, NULL,
+               "auth: request refused because no API key exists; create one with "
+               "POST /api/v2/tenants then POST /api/v2/keys (Authorization: Bearer "
+               "$MOONGATE_ADMIN_TOKEN)");
+}
+
+/* The display form of a presented key that is not NUL-terminated at n ("" if malformed). */
+static void display_of(const char *key, size_t n, char *out)
+{
+    char buf[MG_KEY_LEN + 1];
+    out[0] = '\0';
+    if (!mg_key_is_well_formed(key, n)) return;
+    memcpy(buf, key, n);
+    buf[n] = '\0';
+    if (mg_key_display(buf, out) != 0) out[0] = '\0';
+    OPENSSL_cleanse(buf, sizeof(buf));
+}
+
+int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
+                      const char *priority, uint64_t now_ms, int64_t est_tokens,
+                      mg_auth_result_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->res.refused_level = -1;
+    if (!key || n == 0) {
+        hint_no_keys(a, now_ms);
+        return refuse(out, 401, "AUTH_FAILED", "missing",
+                      "missing API key: send Authorization: Bearer <key> or x-api-key: <key>");
+    }
+    mg_key_record_t *rec = NULL;
+    mg_key_result_t kr = mg_key_index_lookup(&a->ix, key, n, (int64_t)(now_ms / 1000), &rec);
+    if (kr != MG_KEY_OK) {
+        hint_no_keys(a, now_ms);
+        /* one answer for unknown, expired and disabled: the reason goes to the log only */
+        return refuse(out, 401, "AUTH_FAILED", mg_key_result_name(kr),
+                      "invalid API key (unknown, expired or disabled)");
+    }
+    if (!mg_key_has_scopes(rec, MG_SCOPE_INFERENCE))
+        return refuse(out, 403, "PERMISSION_DENIED", "scope",
+                      "this API key does not have the 'inference' scope");
+    if (!mg_key_allows_model(rec, model))
+        return refuse(out, 403, "PERMISSION_DENIED", "model",
+                      "this API key is not allowed to use this model");
+    int p = priority ? priority_level(priority) : 2;
+    if (!mg_key_allows_priority(rec, p))
+        return refuse(out, 403, "PERMISSION_DENIED", "priority",
+                      "this API key is not allowed to use this priority");
+    if (reserve(a, rec, now_ms, est_tokens, out) != 0) return -1;
+    out->key_id = rec->id;
+    out->tenant_id = rec->tenant_id;
+    out->project_id = out->n_levels > 1 ? rec->project_id : 0;
+    out->max_queued = rec->max_queued;
+    out->reason = "ok";
+    display_of(key, n, out->key_display);
+    note_used(a, out->levels[0], now_ms);
+    return 0;
+}
+
+/* The presented key: "Authorization: Bearer <key>", else "x-api-key: <key>". */
+static const char *presented_key(const mg_http_req_t *req, size_t *n)
+{
+    const char *k = NULL;
+    const char *h = mg_http_header(req, "Authorization");
+    if (h && strncasecmp(h, "Bearer ", 7) == 0) k = h + 7;
+    if (!k || !*k) k = mg_http_header(req, "x-api-key");
+    if (!k) return NULL;
+    while (*k == ' ' || *k == '\t')
+        k++;
+    size_t len = strlen(k);
+    while (len > 0 && (k[len - 1] == ' ' || k[len - 1] == '\t'))
+        len--;
+    *n = len;
+    return len ? k : NULL;
+}
+
+int mg_auth_check(mg_auth_t *a, const mg_http_req_t *req, const char *model, const char *priority,
+                  uint64_t now_ms, int64_t est_tokens, mg_auth_result_t *out)
+{
+    size_t n = 0;
+    const char *key = presented_key(req, &n);
+    return mg_auth_check_key(a, key, n, model, priority, now_ms, est_tokens, out);
+}
+
+void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens)
+{
+    if (!r || !r->held || r->res.settled) return;
+    mg_quota_settle(&r->res, actual_tokens > 0 ? (uint64_t)actual_tokens : 0);
+}
+
+void mg_auth_release(mg_auth_result_t *r)
+{
+    if (!r || !r->held) return;
+    mg_quota_release(&r->res);
+    for (size_t i = 0; i < r->n_levels; i++) {
+        level_unref(r->levels[i]);
+        r->levels[i] = NULL;
+    }
+    r->n_levels = 0;
+    r->held = 0;
+}
+
+void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t day_micros,
+                       int64_t month_micros)
+{
+    mg_auth_level_t *lv[2] = {key_id > 0 ? table_find(&a->keys, key_id) : NULL,
+                              project_id > 0 ? table_find(&a->projects, project_id) : NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!lv[i]) continue;
+        lv[i]->spent_day_micros = day_micros;
+        lv[i]->spent_month_micros = month_micros;
+    }
+}
+
+/* ---- changes after an admin commit ----------------------------------------------------------- */
+
+int mg_auth_put_key(mg_auth_t *a, const mg_key_record_t *tmpl)
+{
+    int created;
+    mg_auth_level_t *lv = table_get(&a->keys, tmpl->id, LEVEL_KEY, &created);
+    mg_key_record_t *rec = lv ? mg_key_record_new(tmpl) : NULL;
+    if (!rec) {
+        if (lv && created) level_unref(table_take(&a->keys, tmpl->id));
+        return MG_KEYS_ENOMEM;
+    }
+    int rc = mg_key_index_find(&a->ix, rec->digest) ? mg_key_index_replace(&a->ix, rec->digest, rec)
+                                                    : mg_key_index_insert(&a->ix, rec);
+    if (rc != MG_KEYS_OK) {
+        mg_key_record_unref(rec);
+        if (created) level_unref(table_take(&a->keys, tmpl->id));
+        return rc;
+    }
+    level_set_key_limits(lv, tmpl);
+    return MG_KEYS_OK;
+}
+
+int mg_auth_remove_key(mg_auth_t *a, const unsigned char *digest)
+{
+    mg_key_record_t *rec = mg_key_index_find(&a->ix, digest);
+    if (!rec) return MG_KEYS_ENOENT;
+    int64_t id = rec->id;
+    mg_key_index_remove(&a->ix, digest); /* rec may be freed now */
+    level_unref(table_take(&a->keys, id));
+    return MG_KEYS_OK;
+}
+
+int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_key_record_t *tmpl)
+{
+    mg_key_record_t *old = mg_key_index_find(&a->ix, old_digest);
+    if (!old) return MG_KEYS_ENOENT;
+    int64_t old_id = old->id;
+    /* everything that can fail happens before the index changes */
+    if (table_reserve(&a->keys, 1) != 0) return MG_KEYS_ENOMEM;
+    mg_auth_level_t *fresh = table_find(&a->keys, old_id) ? NULL : level_new(tmpl->id, LEVEL_KEY);
+    mg_key_record_t *rec = mg_key_record_new(tmpl);
+    if (!rec || (!fresh && !table_find(&a->keys, old_id))) {
+        mg_key_record_unref(rec);
+        level_unref(fresh);
+        return MG_KEYS_ENOMEM;
+    }
+    int rc = mg_key_index_replace(&a->ix, old_digest, rec);
+    if (rc != MG_KEYS_OK) {
+        mg_key_record_unref(rec);
+        level_unref(fresh);
+        return rc;
+    }
+    /* the new id takes over the old key's level (its window and leases) */
+    mg_auth_level_t *lv = fresh ? fresh : table_take(&a->keys, old_id);
+    level_unref(table_take(&a->keys, tmpl->id)); /* a stale level under the new id, if any */
+    lv->id = tmpl->id;
+    level_set_key_limits(lv, tmpl);
+    table_insert(&a->keys, lv);
+    return MG_KEYS_OK;
+}
+
+int mg_auth_put_project(mg_auth_t *a, const mg_auth_project_t *p)
+{
+    int created;
+    mg_auth_level_t *lv = table_get(&a->projects, p->id, LEVEL_PROJECT, &created);
+    if (!lv) return -1;
+    level_set_project_limits(lv, p);
+    return 0;
+}

@@ -1,0 +1,185 @@
+/* auth: who is calling, and may they — the identity and quota state of tenancy.
+ *
+ * An mg_auth_t holds what the request path needs to authenticate a customer key
+ * without touching the disk: the digest index of every usable key (enabled or disabled,
+ * not revoked; see keys.h), each project's limits, and one quota level (quota.h) per
+ * key and per project. The levels are keyed by the store's row id, so their windows and
+ * leases survive a policy update, a reload from the store and a key rotation (the new
+ * key inherits the old one's level: rotating cannot reset a rate limit).
+ *
+ * mg_auth_check() is the whole decision for one inference request, in this order:
+ *   key presented (Authorization: Bearer, or x-api-key)  else 401 AUTH_FAILED
+ *   key known, enabled, not expired at now                else 401 AUTH_FAILED
+ *   scope "inference", the model, the priority allowed    else 403 PERMISSION_DENIED
+ *   spend within the daily / monthly limits               else 429 QUOTA_EXCEEDED
+ *   rpm, tpm and concurrency at key and project levels,
+ *   reserved all or nothing (quota.h)                     else 429 RATE_LIMITED
+ * Every 429 carries retry_after_ms >= 1000 (the Retry-After header is whole seconds).
+ *
+ * Spend limits (daily_limit_micros, monthly_limit_micros of keys; monthly_limit_micros of
+ * projects) are accepted and stored, but nothing meters spend yet: they are enforced only
+ * once a figure was given with mg_auth_set_spend() (pending the metering module).
+ *
+ * Ownership and threads: everything runs on the loop thread, without locks. A granted
+ * result holds references to its quota levels, which therefore outlive the removal of
+ * their key or project; mg_auth_release() must be called exactly once for it.
+ * last_used_at is written through mg_store_write() (the writer thread batches it), at most
+ * once per key per MG_AUTH_LAST_USED_EVERY_S: the loop never waits on the disk. */
+#ifndef MG_AUTH_H
+#define MG_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "keys.h"
+#include "quota.h"
+#include "store.h"
+
+#define MG_AUTH_LAST_USED_EVERY_S 1 /* last_used_at is accurate to this many seconds */
+#define MG_AUTH_MIN_RETRY_MS 1000   /* the smallest wait a 429 announces */
+
+typedef struct mg_auth_s mg_auth_t;
+typedef struct mg_auth_level_s mg_auth_level_t; /* private: a refcounted quota level */
+
+/* Limits of a project, as the store keeps them (0 = no limit). */
+typedef struct mg_auth_project_s {
+    int64_t id;
+    int64_t tenant_id;
+    uint32_t rpm_limit;
+    uint32_t tpm_limit;
+    uint32_t max_concurrency;
+    int64_t monthly_limit_micros;
+} mg_auth_project_t;
+
+/* The outcome of mg_auth_check(). On refusal, status/code/message/retry_after_ms say
+ * what to answer; on success the identity and the reservation. Do not copy a granted
+ * result (the reservation is settled and released in place). */
+typedef struct mg_auth_result_s {
+    int status;              /* 0 = allowed; else 401, 403 or 429 */
+    const char *code;        /* static: AUTH_FAILED, PERMISSION_DENIED, RATE_LIMITED,
+                                QUOTA_EXCEEDED; NULL when allowed */
+    const char *reason;      /* static, for logs: missing, unknown, expired, disabled, scope,
+                                model, priority, daily_spend, monthly_spend, rpm, tpm,
+                                concurrency, too_large; "ok" when allowed */
+    const char *level;       /* static: "key" or "project" for a quota refusal, else NULL */
+    char message[192];       /* for the client; never contains the key */
+    uint64_t retry_after_ms; /* > 0 for every 429 */
+    /* identity, when allowed */
+    int64_t key_id;
+    int64_t tenant_id;
+    int64_t project_id;  /* 0 = the key has no project */
+    uint32_t max_queued; /* the key's cap on tasks waiting in the scheduler; 0 = none */
+    char key_display[MG_KEY_DISPLAY_MAX]; /* "mg-…a1b2c3": safe to log */
+    /* the reservation, when allowed */
+    mg_quota_res_t res;
+    mg_auth_level_t *levels[2]; /* one reference each; key first, project second */
+    size_t n_levels;
+    int held; /* 1 from a granted check until mg_auth_release() */
+} mg_auth_result_t;
+
+/* ---- lifecycle ---- */
+
+/* A new, empty auth state (every key unknown). NULL when out of memory. */
+mg_auth_t *mg_auth_new(void);
+
+/* Free a and drop its references; levels still held by granted results live on until
+ * those are released. NULL is fine. */
+void mg_auth_free(mg_auth_t *a);
+
+/* (Re)build the state from the store: every key with revoked_at NULL (enabled or not)
+ * and every project. Quota levels of ids present before keep their state with the new
+ * limits; levels of ids gone are dropped (in-flight results keep theirs). The switch is
+ * one step on the caller's thread: a lookup sees the old state or the new, never a mix.
+ * st is remembered for last_used_at writes. Returns 0, or -1 with err set (the state is
+ * unchanged then). Reads the database: call at start-up, or after an admin change. */
+int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen);
+
+/* Keys in the index (usable or disabled). */
+size_t mg_auth_key_count(const mg_auth_t *a);
+
+/* Log, at start-up, whether inference needs a key, and, when it does and no key exists,
+ * how to create the first one (listen = "host:port" of the API listener). */
+void mg_auth_log_status(const mg_auth_t *a, int enabled, const char *listen);
+
+/* ---- the request path ---- */
+
+/* Authenticate and admit one inference request for the logical `model` at `priority`
+ * ("P0".."P4"; NULL = P2), reserving est_tokens (<0 counts as 0) at the key's and its
+ * project's levels. now_ms is the wall clock in unix milliseconds (expiry is checked
+ * against it on every call; the quota windows use it too). Fills *out either way.
+ * Returns 0 when allowed (the caller must mg_auth_release(out) exactly once, and may
+ * mg_auth_settle(out) once), or -1 when refused (nothing to release). */
+int mg_auth_check(mg_auth_t *a, const mg_http_req_t *req, const char *model, const char *priority,
+                  uint64_t now_ms, int64_t est_tokens, mg_auth_result_t *out);
+
+/* As mg_auth_check() with the presented key given directly (n bytes, may be NULL for
+ * "no key"): the same decision without an HTTP request (tests, other entry points). */
+int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
+                      const char *priority, uint64_t now_ms, int64_t est_tokens,
+                      mg_auth_result_t *out);
+
+/* Replace the token estimate of a granted result with the actual count (at most once;
+ * later calls and calls on refused results do nothing). */
+void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens);
+
+/* Return the concurrency leases and drop the level references of a granted result. The
+ * first call does it; later calls, and calls on refused or zeroed results, do nothing. */
+void mg_auth_release(mg_auth_result_t *r);
+
+/* Record what a key (key_id > 0) or a project (project_id > 0) has spent today and this
+ * month, in micros, for the spend limits; -1 = no figure (not enforced). For the metering
+ * module; until it exists spend limits are stored but not enforced. */
+void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t day_micros,
+                       int64_t month_micros);
+
+/* ---- changes after an admin transaction committed (loop thread) ----
+ * Each applies one committed change to the in-memory state at once. On error the state
+ * is unchanged and the caller should resynchronize with mg_auth_load(). */
+
+/* Index a key built from tmpl (copied) or, when its digest is indexed, replace that
+ * record (policy update, enable/disable). Creates or updates the key's quota level.
+ * Returns 0 or a negative MG_KEYS_* code. */
+int mg_auth_put_key(mg_auth_t *a, const mg_key_record_t *tmpl);
+
+/* Remove the key with this digest and drop its quota level. 0 or MG_KEYS_ENOENT. */
+int mg_auth_remove_key(mg_auth_t *a, const unsigned char *digest);
+
+/* Rotation: the key under old_digest leaves the index and the one built from tmpl enters
+ * it in one step (mg_key_index_replace), and tmpl->id takes over the old key's quota
+ * level. Returns 0 or a negative MG_KEYS_* code. */
+int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_key_record_t *tmpl);
+
+/* Create or update a project's limits (its quota level keeps its state). 0 or -1 (out
+ * of memory). */
+int mg_auth_put_project(mg_auth_t *a, const mg_auth_project_t *p);
+
+/* ---- helpers shared with the admin API ---- */
+
+/* Digest as 64 lowercase hex characters + NUL into hex[65]. */
+void mg_auth_digest_hex(const unsigned char *digest, char *hex);
+
+/* Parse 64 hex characters into digest[MG_KEY_DIGEST_LEN]. 0 or -1. */
+int mg_auth_digest_parse(const char *hex, unsigned char *digest);
+
+/* Priority bits (MG_PRIORITY_BIT) from a JSON array text like ["P0","P2"]; a NULL or
+ * empty text means all. -1 when the text is not such an array. */
+int mg_auth_priorities_parse(const char *json, uint8_t *bits);
+
+/* Scope bits from a JSON array text like ["inference"]. -1 when not such an array or a
+ * name is unknown. */
+int mg_auth_scopes_parse(const char *json, uint32_t *bits);
+
+/* Build a key record from one api_keys row as selected by MG_AUTH_KEY_COLUMNS
+ * (text columns; NULL = SQL NULL). Returns a record with one reference, or NULL when
+ * the row is malformed or memory runs out. */
+mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols);
+
+/* The api_keys columns mg_auth_record_from_row() expects, in order. */
+#define MG_AUTH_KEY_COLUMNS                                                                        \
+    "id, tenant_id, project_id, digest, scopes, models, priorities, rpm_limit, tpm_limit,"         \
+    " max_concurrency, max_queued, daily_limit_micros, monthly_limit_micros, expires_at,"          \
+    " labels, enabled"
+#define MG_AUTH_KEY_NCOLS 16
+
+#endif

@@ -1410,34 +1410,12 @@ static int parse_body(admin_t *a)
 /* ---- audit and answer ---------------------------------------------------------------------------
  */
 
-/* "ip:port" of the client into out ("" when unknown). */
-static void client_addr(const mg_http_req_t *req, char *out, size_t cap)
-{
-    struct sockaddr_storage ss;
-    int len = (int)sizeof(ss);
-    char ip[64];
-    out[0] = '\0';
-    /* http.c's connection begins with its uv_tcp_t, valid while the request is */
-    if (!req->conn || uv_tcp_getpeername((const uv_tcp_t *)(const void *)req->conn,
-                                         (struct sockaddr *)&ss, &len) != 0)
-        return;
-    if (ss.ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
-        uv_ip4_name(in, ip, sizeof(ip));
-        snprintf(out, cap, "%s:%u", ip, ntohs(in->sin_port));
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
-        uv_ip6_name(in6, ip, sizeof(ip));
-        snprintf(out, cap, "[%s]:%u", ip, ntohs(in6->sin6_port));
-    }
-}
-
 void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
                     const char *target, int status)
 {
     mg_store_tx_t *tx = NULL;
     char err[256] = "", at[24], st[8], addr[80];
-    client_addr(req, addr, sizeof(addr));
+    mg_http_peer(req, addr, sizeof(addr));
     uv_timeval64_t tv;
     uv_gettimeofday(&tv);
     fmt_i64(at, sizeof(at), (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);

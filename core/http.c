@@ -109,6 +109,23 @@ static const char *date_header(mg_listener_t *l)
     return l->date;
 }
 
+void mg_http_peer(const mg_http_req_t *req, char *out, size_t cap)
+{
+    struct sockaddr_storage ss;
+    int len = (int)sizeof(ss);
+    char ip[64];
+    out[0] = '\0';
+    if (!req->conn || uv_tcp_getpeername(&req->conn->tcp, (struct sockaddr *)&ss, &len) != 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        uv_ip4_name((const struct sockaddr_in *)&ss, ip, sizeof(ip));
+        snprintf(out, cap, "%s:%u", ip, ntohs(((const struct sockaddr_in *)&ss)->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        uv_ip6_name((const struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+        snprintf(out, cap, "[%s]:%u", ip, ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port));
+    }
+}
+
 const char *mg_http_header(const mg_http_req_t *req, const char *name)
 {
     for (size_t i = 0; i < req->n_headers; i++)

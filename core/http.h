@@ -91,6 +91,9 @@ void mg_listener_close(mg_listener_t *l);
 /* Number of connections with a request being answered. */
 size_t mg_listener_busy(const mg_listener_t *l);
 
+/* The client's address as "ip:port" (IPv6 as "[ip]:port") into out; "" when unknown. */
+void mg_http_peer(const mg_http_req_t *req, char *out, size_t cap);
+
 /* Case-insensitive header lookup; NULL when absent. */
 const char *mg_http_header(const mg_http_req_t *req, const char *name);
 

@@ -27,8 +27,10 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=Asan
 
+# Side by side with nginx and the upstream direct, then the micro-benchmarks.
 bench: build
 	@bench/run
+	@bench/micro
 
 clean:
 	rm -rf build build-asan

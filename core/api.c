@@ -419,6 +419,14 @@ void mg_api_handle(void *server, mg_http_req_t *req)
     mg_server_t *s = server;
     size_t path_len = strlen(req->path);
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
+    if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {
+        if (req->method != HTTP_GET && req->method != HTTP_DELETE)
+            mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use GET or DELETE", 0);
+        /* with auth on, other people's tasks are the operator's business only */
+        else if (!s->gen->cfg->auth_enabled || admin_allowed(s, req))
+            mg_proxy_task(s, req, req->path + 10);
+        return;
+    }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {
         handle_admin(s, req);
         return;

@@ -33,11 +33,13 @@ typedef enum {
     FAIL_SERVER,
     FAIL_AUTH,
     FAIL_GARBAGE,
-    FAIL_TIMEOUT,
+    FAIL_TIMEOUT,       /* no first byte in time */
+    FAIL_TIMEOUT_TOTAL, /* the inference / total deadline passed */
     FAIL_ADAPTER,
 } fail_kind_t;
 
 typedef struct call_s {
+    struct call_s *prev, *next; /* the server's list of calls */
     mg_server_t *srv;
     mg_http_req_t *req;          /* borrowed; NULL once the client left */
     mg_endpoint_t ep;
@@ -68,6 +70,10 @@ typedef struct call_s {
     int limited;                 /* plan entries refused by a rate limit in this pass */
     uint64_t limited_until_ms;   /* loop time the earliest of them frees up */
     uint64_t deadline_ms;        /* loop time after which the request stops waiting */
+    int queue_ms;                /* effective timeouts: the request's, capped by the config */
+    int first_token_ms;
+    int inference_ms;
+    uint64_t total_deadline_ms;  /* loop time the whole request must end by */
     uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
     int64_t est_tokens;          /* reserved against TPM limits */
     mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
@@ -260,7 +266,9 @@ static void task_finish(call_t *c)
 {
     if (mg_task_is_terminal(c->task.state)) return;
     const char *oc = c->outcome ? c->outcome : "error";
-    if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
+    if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0)
+        task_to(c, MG_TASK_CANCELLED, "cancelled_by_request");
+    else if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
     else if (strcmp(oc, "cancelled") == 0) task_to(c, MG_TASK_CANCELLED, "client_disconnected");
     else if (c->error_code && strstr(c->error_code, "TIMEOUT"))
         task_to(c, MG_TASK_TIMED_OUT, c->error_code);
@@ -274,6 +282,7 @@ static void task_finish(call_t *c)
 
 static void call_log(call_t *c)
 {
+    if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
     task_finish(c);
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
@@ -316,8 +325,17 @@ static void call_log(call_t *c)
     mg_log_end(&l);
 }
 
+static void call_unlink(call_t *c)
+{
+    if (c->prev) c->prev->next = c->next;
+    else if (c->srv->calls == c) c->srv->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
 static void call_free(call_t *c)
 {
+    call_unlink(c);
     if (c->xfer) mg_xfer_cancel(c->xfer);
     if (c->req) {
         c->req->on_abort = NULL;
@@ -446,7 +464,8 @@ static void call_respond_json(call_t *c, cJSON *resp)
 static void fail_exhausted(call_t *c)
 {
     /* the degradation chain ended: the caller's own fallback is next (Sidecar ADR 3.7) */
-    if (c->last_fail != FAIL_TIMEOUT) c->fail_degraded = "openclaw_fallback";
+    if (c->last_fail != FAIL_TIMEOUT && c->last_fail != FAIL_TIMEOUT_TOTAL)
+        c->fail_degraded = "openclaw_fallback";
     switch (c->last_fail) {
     case FAIL_RATE_LIMITED:
         call_fail(c, 503, "MODEL_UNAVAILABLE", "every provider for this model is rate limited",
@@ -454,6 +473,9 @@ static void fail_exhausted(call_t *c)
         break;
     case FAIL_TIMEOUT:
         call_fail(c, 408, "FIRST_TOKEN_TIMEOUT", "no provider answered in time", 0);
+        break;
+    case FAIL_TIMEOUT_TOTAL:
+        call_fail(c, 408, "INFERENCE_TIMEOUT", "the answer did not complete in time", 0);
         break;
     case FAIL_NONE:
         call_fail(c, 503, "MODEL_UNAVAILABLE", "no provider is available for this model", 1000);
@@ -1040,8 +1062,10 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         }
         attempt_end(c, 0);
         if (result == MG_XFER_CONNECT_ERROR) c->last_fail = FAIL_CONNECT;
-        else if (result == MG_XFER_FIRST_BYTE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT)
+        else if (result == MG_XFER_FIRST_BYTE_TIMEOUT)
             c->last_fail = FAIL_TIMEOUT;
+        else if (result == MG_XFER_TOTAL_TIMEOUT)
+            c->last_fail = FAIL_TIMEOUT_TOTAL;
         else c->last_fail = FAIL_SERVER;
         mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s attempt failed: %s",
                    c->provider->id, detail ? detail : "error");
@@ -1141,6 +1165,16 @@ static int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
     return mg_buf_append(out, "}", 1);
 }
 
+/* How long this attempt may take: the inference budget, cut to what is left of the
+ * request's total deadline (at least 1 ms: an expired budget fails at once). */
+static int attempt_budget_ms(const call_t *c, uint64_t now)
+{
+    long long left = (long long)c->total_deadline_ms - (long long)now;
+    long long ms = c->inference_ms;
+    if (left < ms) ms = left;
+    return ms < 1 ? 1 : (int)ms;
+}
+
 /* Reserve the provider's capacity for one attempt: breaker probe slot, then RPM/TPM
  * (at the emergency share when the plan says so). 0 = reserved, -1 = the breaker
  * refused, -2 = a rate limit refused (limited_until_ms updated). */
@@ -1217,9 +1251,9 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
         .body = body.data, /* moved into the transfer */
         .body_len = body.len,
         .connect_timeout_ms = cfg->timeouts.connect_ms,
-        .first_byte_timeout_ms = cfg->timeouts.first_byte_ms,
+        .first_byte_timeout_ms = c->first_token_ms,
         .idle_timeout_ms = cfg->timeouts.idle_ms,
-        .total_timeout_ms = cfg->timeouts.total_ms,
+        .total_timeout_ms = attempt_budget_ms(c, now),
     };
     enc.headers = NULL; /* moved into the transfer */
     c->up_status = 0;
@@ -1511,7 +1545,7 @@ static void enqueue(call_t *c, long long max_tokens)
         if (g) mg_sched_gate_limits(s->sched, g, 0, c->auth.max_queued);
         c->entry.gate[MG_GATE_USER] = g;
     }
-    c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)cfg->timeouts.queue_ms;
+    c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)c->queue_ms;
     c->entry.input_tokens = (uint32_t)(c->req->body_len / 4);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
     c->entry.data = c;
@@ -1552,7 +1586,32 @@ typedef struct {
     char pin[160];
     int has_pin;
     int local_only, allow_smaller_model;
+    int queue_ms, first_token_ms, inference_ms, total_ms; /* from the body's timeouts, 0 = default */
 } routing_input_t;
+
+/* The body's "timeouts": {queue_ms, first_token_ms, inference_ms, total_ms}, positive integers;
+ * each is capped later by the configured value (a client may ask for less, never more). */
+static const char *timeout_inputs(const cJSON *body, routing_input_t *in)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "timeouts");
+    if (!t || cJSON_IsNull(t)) return NULL;
+    if (!cJSON_IsObject(t)) return "'timeouts' must be an object";
+    static const char *const keys[] = {"queue_ms", "first_token_ms", "inference_ms", "total_ms"};
+    int *dst[] = {&in->queue_ms, &in->first_token_ms, &in->inference_ms, &in->total_ms};
+    for (int i = 0; i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, keys[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 86400000)
+            return "'timeouts' values must be positive integers of milliseconds";
+        *dst[i] = (int)v->valuedouble;
+    }
+    return NULL;
+}
+
+static int capped(int asked, int configured)
+{
+    return asked > 0 && asked < configured ? asked : configured;
+}
 
 static const char *priority_of(const cJSON *body, const mg_http_req_t *req, const char **problem)
 {
@@ -1599,7 +1658,7 @@ static const char *routing_inputs(const cJSON *body, const mg_http_req_t *req, r
         in->local_only = cJSON_IsTrue(lo);
         in->allow_smaller_model = cJSON_IsTrue(sm);
     }
-    return NULL;
+    return timeout_inputs(body, in);
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */
@@ -1699,6 +1758,9 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     }
     s->in_flight++;
     c->srv = s;
+    c->next = s->calls;
+    if (c->next) c->next->prev = c;
+    s->calls = c;
     c->req = req;
     c->ep = ep;
     c->gen = gen;
@@ -1713,6 +1775,11 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     mg_task_init(&c->task, req->start_ms, on_task_transition, c);
     c->t_start = uv_hrtime() - (uv_now(s->loop) - req->start_ms) * 1000000ull;
     c->deadline_ms = uv_now(s->loop) + (uint64_t)gen->cfg->routing.queue_timeout_ms;
+    const mg_timeouts_conf_t *tc = &gen->cfg->timeouts;
+    c->queue_ms = capped(in.queue_ms, tc->queue_ms);
+    c->first_token_ms = capped(in.first_token_ms, tc->first_byte_ms);
+    c->inference_ms = capped(in.inference_ms, tc->total_ms);
+    c->total_deadline_ms = req->start_ms + (uint64_t)capped(in.total_ms, tc->total_ms);
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
     req->hook_data = c;
@@ -1771,4 +1838,60 @@ void mg_proxy_queue_timeout(void *data)
              st.queued);
     c->fail_degraded = NULL;
     call_fail(c, 408, "QUEUE_TIMEOUT", msg, 3000);
+}
+
+/* ------------------------------------------------------------------------ */
+/* /v1/tasks/{id}                                                            */
+/* ------------------------------------------------------------------------ */
+
+static call_t *find_call(mg_server_t *s, const char *task_id)
+{
+    for (call_t *c = s->calls; c; c = c->next)
+        if (c->req && strcmp(c->req->request_id, task_id) == 0) return c;
+    return NULL;
+}
+
+/* Cancel on request of DELETE /v1/tasks/{id}: queued → leaves the queue; running →
+ * the upstream transfer is closed; the task's own client is told. */
+static void cancel_call(call_t *c)
+{
+    c->srv->metrics.cancelled_total++;
+    if (c->xfer) {
+        mg_xfer_cancel(c->xfer);
+        c->xfer = NULL;
+        attempt_end(c, 1);
+    }
+    c->outcome = "cancelled";
+    if (c->client_started) {
+        stream_end_error(c, "REQUEST_CANCELLED", "the task was cancelled");
+        return;
+    }
+    c->fail_degraded = NULL;
+    call_fail(c, 409, "REQUEST_CANCELLED", "the task was cancelled", 0);
+}
+
+void mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id)
+{
+    call_t *c = find_call(s, task_id);
+    if (!c) {
+        mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such task in flight", 0);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "task_id", task_id);
+    cJSON_AddStringToObject(o, "object", "task");
+    cJSON_AddStringToObject(o, "model", c->model->name);
+    cJSON_AddStringToObject(o, "priority", c->priority);
+    if (req->method == HTTP_DELETE) {
+        cancel_call(c); /* c is gone after this */
+        cJSON_AddStringToObject(o, "status", "CANCELLED");
+    } else {
+        cJSON_AddStringToObject(o, "status", mg_task_state_name(c->task.state));
+        cJSON_AddItemToObject(o, "timing", timing_json(c, uv_hrtime()));
+    }
+    mg_buf_t text = {0};
+    mg_json_print(o, &text);
+    cJSON_Delete(o);
+    mg_http_respond(req, 200, "application/json", NULL, text.data, text.len);
+    mg_buf_free(&text);
 }

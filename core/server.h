@@ -34,6 +34,7 @@ typedef struct mg_server_s {
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;
     int in_flight;              /* proxied requests being answered */
+    void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
     int64_t started_at;         /* unix seconds */
     /* reload state, shown in /status */
     int reloading;

@@ -1,0 +1,105 @@
+// Per-request timeouts (body "timeouts", capped by the config) and GET/DELETE /v1/tasks/{id}
+// for tasks in flight: the real binary against the mock engine.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startEnv, postJson, postStream, waitFor, sleep } from './lib/harness.mjs';
+
+let env;
+const messages = [{ role: 'user', content: 'tasks test' }];
+const chat = (extra = {}) => ({ model: 'chat', messages, ...extra });
+
+before(async () => {
+    env = await startEnv({ timeouts: { first_byte_ms: 5000, total_ms: 20000, queue_ms: 5000 } });
+});
+
+after(async () => {
+    await env?.close();
+});
+
+describe('per-request timeouts', () => {
+    test('timeouts.first_token_ms shorter than the config wins -> 408 FIRST_TOKEN_TIMEOUT', async () => {
+        await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 2000 } });
+        const t0 = Date.now();
+        const r = await postJson(`${env.api}/chat/completions`, chat({ timeouts: { first_token_ms: 300 } }));
+        const dt = Date.now() - t0;
+        assert.equal(r.status, 408, r.text);
+        assert.equal(r.json.error.code, 'FIRST_TOKEN_TIMEOUT');
+        assert.ok(dt < 1500, `answered after ${dt} ms, not after ~300 ms`);
+    });
+
+    test('timeouts.inference_ms ends a slow stream with an error event', async () => {
+        await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 400, chunks: 10 } });
+        const s = await postStream(`${env.api}/chat/completions`,
+            chat({ stream: true, timeouts: { inference_ms: 1000 } }));
+        assert.equal(s.status, 200);
+        assert.equal(s.data.at(-1), '[DONE]');
+        const err = s.events.find((e) => e && typeof e === 'object' && e.error);
+        assert.ok(err, `an error event before [DONE]: ${s.text.slice(-300)}`);
+        assert.equal(err.error.code, 'UPSTREAM_TIMEOUT');
+    });
+
+    test('a request may not raise a timeout above the configured one, and bad values are 400', async () => {
+        const bad = await postJson(`${env.api}/chat/completions`, chat({ timeouts: { queue_ms: -5 } }));
+        assert.equal(bad.status, 400);
+        assert.equal(bad.json.error.code, 'INVALID_REQUEST');
+        const notObject = await postJson(`${env.api}/chat/completions`, chat({ timeouts: 7 }));
+        assert.equal(notObject.status, 400);
+        // asking for more than first_byte_ms (5 s) does not lift it: the config still rules
+        await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 300 } });
+        const ok = await postJson(`${env.api}/chat/completions`, chat({ timeouts: { first_token_ms: 999999 } }));
+        assert.equal(ok.status, 200, ok.text);
+    });
+});
+
+describe('/v1/tasks/{id}', () => {
+    test('GET shows a streaming task, DELETE cancels it: its client gets an error event, the upstream is closed', async () => {
+        await env.mock.reset();
+        await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 300, chunks: 30 } });
+        const from = env.gw.logs.length;
+        const streamed = postStream(`${env.api}/chat/completions`, chat({ stream: true }), { timeoutMs: 15000 });
+        const line = await env.gw.waitLog((l) => l.msg === 'task_state_change' && l.to_state === 'STREAMING',
+            { timeoutMs: 5000, from });
+        const id = line.task_id;
+        const g = await fetch(`${env.api}/tasks/${id}`, { signal: AbortSignal.timeout(5000) });
+        assert.equal(g.status, 200);
+        const gj = await g.json();
+        assert.equal(gj.task_id, id);
+        assert.equal(gj.status, 'STREAMING');
+        assert.ok(gj.timing && typeof gj.timing.total_ms === 'number');
+        const d = await fetch(`${env.api}/tasks/${id}`, { method: 'DELETE', signal: AbortSignal.timeout(5000) });
+        assert.equal(d.status, 200);
+        assert.equal((await d.json()).status, 'CANCELLED');
+        const s = await streamed;
+        assert.equal(s.data.at(-1), '[DONE]');
+        const err = s.events.find((e) => e && typeof e === 'object' && e.error);
+        assert.equal(err?.error?.code, 'REQUEST_CANCELLED');
+        await waitFor(async () => (await env.mock.requests((r) => r.body?.model === 'up-chat'))
+            .some((r) => r.closed_early), { timeoutMs: 3000, what: 'the mock to see its connection closed' });
+        const log = await env.gw.waitLog((l) => l.msg === 'request' && l.request_id === id, { timeoutMs: 3000 });
+        assert.equal(log.outcome, 'cancelled');
+        assert.equal(log.task_state, 'CANCELLED');
+        const gone = await fetch(`${env.api}/tasks/${id}`, { signal: AbortSignal.timeout(5000) });
+        assert.equal(gone.status, 404);
+    });
+
+    test('DELETE on a non-stream task answers its client 409 REQUEST_CANCELLED', async () => {
+        await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 3000 } });
+        const from = env.gw.logs.length;
+        const pending = postJson(`${env.api}/chat/completions`, chat());
+        const line = await env.gw.waitLog((l) => l.msg === 'task_state_change' && l.to_state === 'RUNNING',
+            { timeoutMs: 5000, from });
+        await sleep(50);
+        const d = await fetch(`${env.api}/tasks/${line.task_id}`, { method: 'DELETE', signal: AbortSignal.timeout(5000) });
+        assert.equal(d.status, 200);
+        const r = await pending;
+        assert.equal(r.status, 409, r.text);
+        assert.equal(r.json.error.code, 'REQUEST_CANCELLED');
+    });
+
+    test('unknown task -> 404; other methods -> 405', async () => {
+        const r = await fetch(`${env.api}/tasks/req-000000000000000000000000`, { signal: AbortSignal.timeout(5000) });
+        assert.equal(r.status, 404);
+        const p = await fetch(`${env.api}/tasks/req-000000000000000000000000`, { method: 'PUT', signal: AbortSignal.timeout(5000) });
+        assert.equal(p.status, 405);
+    });
+});

@@ -633,7 +633,8 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
                                        "priority_aging_seconds", "reserved_realtime_slots",
-                                       "overflow_status", "backpressure", NULL};
+                                       "overflow_status", "backpressure", "vram_bytes",
+                                       "safety_margin_ratio", NULL};
     const char *path = "scheduler";
     int r = want_map(l, v, line, path, keys);
     if (r <= 0) return r;
@@ -642,7 +643,9 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
         opt_int_field(l, v, path, "max_queued_tasks", 0, 10000000, &sc->max_queued_tasks) < 0 ||
         opt_int_field(l, v, path, "priority_aging_seconds", 0, 86400, &sc->priority_aging_seconds) < 0 ||
         opt_int_field(l, v, path, "reserved_realtime_slots", 0, 1000000, &sc->reserved_realtime_slots) < 0 ||
-        opt_int_field(l, v, path, "overflow_status", 429, 503, &sc->overflow_status) < 0)
+        opt_int_field(l, v, path, "overflow_status", 429, 503, &sc->overflow_status) < 0 ||
+        opt_int(l, v, path, "vram_bytes", 0, (long long)1 << 50, &sc->vram_bytes) < 0 ||
+        opt_positive(l, v, path, "safety_margin_ratio", 0.99, &sc->safety_margin_ratio) < 0)
         return -1;
     if (sc->overflow_status != 429 && sc->overflow_status != 503) {
         field_t f;
@@ -863,7 +866,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
 static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_conf_t *m,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"routes", "max_concurrency", NULL};
+    static const char *const keys[] = {"routes", "max_concurrency", "weight_bytes",
+                                       "kv_cache_per_token_bytes", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -877,7 +881,10 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
     if (is_null(v) || v->type != YAML_MAPPING_NODE)
         return fail(l, m->line, "%s must be a mapping with routes", path);
     if (want_map(l, v, m->line, path, keys) < 0 ||
-        opt_int_field(l, v, path, "max_concurrency", 0, 1000000, &m->max_concurrency) < 0)
+        opt_int_field(l, v, path, "max_concurrency", 0, 1000000, &m->max_concurrency) < 0 ||
+        opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &m->weight_bytes) < 0 ||
+        opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
+                &m->kv_cache_per_token_bytes) < 0)
         return -1;
     yaml_node_pair_t *rp = find_pair(l, v, "routes");
     if (!rp) return fail(l, m->line, "%s is missing required key 'routes'", path);
@@ -996,6 +1003,7 @@ static int set_defaults(loader_t *l, const char *name)
         .reserved_realtime_slots = 2,
         .overflow_status = 429,
         .level_threshold = {0.70, 0.85, 0.95},
+        .safety_margin_ratio = 0.08,
     };
     /* Sidecar V1 compatibility: SIDECAR_QUEUE_MAX sets the default queue size */
     const char *qm = getenv("SIDECAR_QUEUE_MAX");

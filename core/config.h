@@ -43,6 +43,9 @@ typedef struct mg_route_conf_s {
 typedef struct mg_model_conf_s {
     char *name;             /* owned; the logical model name clients use */
     int max_concurrency;    /* running tasks of this model at once, 0 = no own limit */
+    long long weight_bytes;             /* device memory its weights take while loaded */
+    long long kv_cache_per_token_bytes; /* KV cache per token: a task reserves this x
+                                           (input + max output tokens) while it runs */
     mg_route_conf_t *routes; /* owned array */
     size_t n_routes;
     int line;
@@ -73,6 +76,8 @@ typedef struct mg_scheduler_conf_s {
     int reserved_realtime_slots; /* of max_running_tasks, usable by P0 only, default 2 */
     int overflow_status;         /* 429 (default) or 503 for a full queue */
     double level_threshold[3];   /* backpressure levels, default 0.70 0.85 0.95 */
+    long long vram_bytes;        /* device memory for admission, 0 = no memory admission */
+    double safety_margin_ratio;  /* of vram_bytes kept free, default 0.08 */
 } mg_scheduler_conf_t;
 
 typedef struct mg_breaker_conf_s {

@@ -1546,7 +1546,9 @@ static void enqueue(call_t *c, long long max_tokens)
         c->entry.gate[MG_GATE_USER] = g;
     }
     c->entry.deadline_ms = uv_now(s->loop) + (uint64_t)c->queue_ms;
-    c->entry.input_tokens = (uint32_t)(c->req->body_len / 4);
+    /* input tokens guessed from the body's bytes with a safety factor (3 bytes a token is
+     * on the generous side for English and JSON) until the tokenizer arrives */
+    c->entry.input_tokens = (uint32_t)(c->req->body_len / 3);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
     c->entry.data = c;
     task_to(c, MG_TASK_VALIDATING, "received");
@@ -1559,6 +1561,11 @@ static void enqueue(call_t *c, long long max_tokens)
     if (rc == MG_SCHED_EOVERLOAD) {
         call_fail(c, 503, "RESOURCE_EXHAUSTED",
                   "the gateway is overloaded and sheds this priority now; retry later", 2000);
+        return;
+    }
+    if (rc == MG_SCHED_ETOO_LARGE) {
+        call_fail(c, 503, "RESOURCE_EXHAUSTED",
+                  "the request needs more device memory than this model can ever have", 0);
         return;
     }
     if (rc != MG_SCHED_OK) {

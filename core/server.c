@@ -38,15 +38,26 @@ static void sched_config_of(const mg_config_t *cfg, mg_sched_config_t *sc)
     sc->aging_ms = (uint64_t)cfg->scheduler.priority_aging_seconds * 1000;
     sc->reserved_realtime_slots = (uint32_t)cfg->scheduler.reserved_realtime_slots;
     for (int i = 0; i < 3; i++) sc->level_threshold[i] = cfg->scheduler.level_threshold[i];
+    sc->vram_bytes = (uint64_t)cfg->scheduler.vram_bytes;
+    sc->safety_margin_ratio = cfg->scheduler.safety_margin_ratio;
     sc->user_max_running = 0; /* no users without tenancy */
 }
 
-/* Per-model concurrency limits from the config. */
+/* Per-model concurrency limits and memory figures from the config. A model with
+ * weight_bytes counts as loaded (resident); its tasks reserve KV cache while they run. */
 static void sched_apply_models(mg_server_t *s, const mg_config_t *cfg)
 {
     for (size_t i = 0; i < cfg->n_models; i++) {
-        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_MODEL, cfg->models[i].name);
-        if (g) mg_sched_gate_limits(s->sched, g, (uint32_t)cfg->models[i].max_concurrency, 0);
+        const mg_model_conf_t *m = &cfg->models[i];
+        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_MODEL, m->name);
+        if (!g) continue;
+        mg_sched_gate_limits(s->sched, g, (uint32_t)m->max_concurrency, 0);
+        mg_sched_model_memory(s->sched, g, (uint64_t)m->weight_bytes,
+                              (uint64_t)m->kv_cache_per_token_bytes);
+        if (m->weight_bytes > 0 && mg_sched_model_load(s->sched, g, 1) != 0)
+            mg_log_msg(MG_LOG_WARN, NULL,
+                       "model %s: its weights (%lld bytes) do not fit scheduler.vram_bytes",
+                       m->name, m->weight_bytes);
     }
 }
 

@@ -103,3 +103,41 @@ describe('/v1/tasks/{id}', () => {
         assert.equal(p.status, 405);
     });
 });
+
+describe('memory admission', () => {
+    let menv;
+    before(async () => {
+        menv = await startEnv({
+            timeouts: { queue_ms: 8000 },
+            scheduler: { vram_bytes: 100000, safety_margin_ratio: 0.01 },
+            extraModels: {
+                small: { kv_cache_per_token_bytes: 500, routes: [{ provider: 'mock-openai', model: 'up-mem' }] },
+            },
+        });
+    });
+    after(async () => {
+        await menv?.close();
+    });
+
+    const body = (extra = {}) => ({ model: 'small', messages: [{ role: 'user', content: 'm' }], ...extra });
+
+    test('a task that does not fit waits until memory frees, then runs', async () => {
+        // each task reserves 500 B x (input ~30 + 100 output) ~ 65 KB of a 99 KB budget: one at a time
+        await menv.mock.script({ model: 'up-mem', times: 1, action: { delay_first_byte_ms: 1000 } });
+        const first = postJson(`${menv.api}/chat/completions`, body({ max_tokens: 100 }));
+        await sleep(200);
+        const t0 = Date.now();
+        const second = await postJson(`${menv.api}/chat/completions`, body({ max_tokens: 100 }));
+        const r1 = await first;
+        assert.equal(r1.status, 200, r1.text);
+        assert.equal(second.status, 200, second.text);
+        assert.ok(second.json.timing.queue_ms >= 500, `queued ${second.json.timing.queue_ms} ms`);
+        assert.ok(Date.now() - t0 >= 600);
+    });
+
+    test('a task that can never fit -> 503 RESOURCE_EXHAUSTED', async () => {
+        const r = await postJson(`${menv.api}/chat/completions`, body({ max_tokens: 1000 }));
+        assert.equal(r.status, 503, r.text);
+        assert.equal(r.json.error.code, 'RESOURCE_EXHAUSTED');
+    });
+});

@@ -280,6 +280,7 @@ export function buildConfig(dir, mockPort, dead, opts = {}) {
         log: { level: 'info', ...(opts.log ?? {}) },
         upstream: { max_retries: 3, ...(opts.upstream ?? {}) },
         timeouts: opts.timeouts,
+        scheduler: opts.scheduler,
         providers: [...(opts.providers ?? defaultProviders(mockPort, dead)), ...(opts.extraProviders ?? [])],
         models: { ...(opts.models ?? defaultModels()), ...(opts.extraModels ?? {}) },
     };

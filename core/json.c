@@ -26,6 +26,11 @@ int mg_buf_append(mg_buf_t *b, const void *data, size_t n)
     return 0;
 }
 
+int mg_buf_reserve(mg_buf_t *b, size_t n)
+{
+    return b->len + n + 1 > b->cap ? buf_grow(b, n) : 0;
+}
+
 int mg_buf_append_str(mg_buf_t *b, const char *s)
 {
     return mg_buf_append(b, s, strlen(s));

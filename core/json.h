@@ -18,6 +18,8 @@ typedef struct mg_buf_s {
 /* Append n bytes; 0 or -1 when out of memory (the buffer is unchanged then). */
 int mg_buf_append(mg_buf_t *b, const void *data, size_t n);
 int mg_buf_append_str(mg_buf_t *b, const char *s);
+/* Make room for n more bytes now (one allocation instead of several doublings). */
+int mg_buf_reserve(mg_buf_t *b, size_t n);
 void mg_buf_free(mg_buf_t *b);
 
 /* Append the compact JSON text of v; 0 or -1 (out of memory). */

@@ -534,6 +534,8 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
     return 0;
 }
 
+static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen);
+
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -545,6 +547,7 @@ int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err,
     g->id = id;
     g->refs = 1;
     g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
+    g->make_candidate_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0) {
         mg_gen_unref(g);
         return -1;
@@ -557,8 +560,8 @@ int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err,
     }
     /* request-scoped tables die young: generational collection suits them */
     lua_gc(g->L, LUA_GCGEN, 0, 0);
-    if (load_library(g, err, errlen) != 0 || load_adapters(g, err, errlen) != 0 ||
-        load_policies(g, err, errlen) != 0) {
+    if (load_library(g, err, errlen) != 0 || load_candidate_maker(g, err, errlen) != 0 ||
+        load_adapters(g, err, errlen) != 0 || load_policies(g, err, errlen) != 0) {
         mg_gen_unref(g);
         return -1;
     }
@@ -631,41 +634,74 @@ void mg_gen_unref_value(mg_gen_t *g, int ref)
     if (ref >= 0) luaL_unref(g->L, LUA_REGISTRYINDEX, ref);
 }
 
-static void push_candidate(lua_State *L, int index, const mg_candidate_t *c)
+/* Candidate tables are built by a Lua table constructor: its keys are constants of the
+ * compiled chunk, so a candidate costs one call and one pre-sized table instead of
+ * twenty-five lua_setfield calls that each look their key up again. */
+static const char make_candidate_src[] =
+    "return function(index, provider, model, pool, loc, smaller, priority, weight, available,\n"
+    "  cooling, cooldown_remaining_ms, consecutive_429, observing, rpm_limit, rpm_used,\n"
+    "  tpm_limit, tpm_used, headroom, in_flight, health, breaker, avail_samples, ttft_samples,\n"
+    "  success_rate, ttft_ms, load)\n"
+    "  return { index = index, provider = provider, model = model, pool = pool, ['local'] = loc,\n"
+    "    smaller = smaller, priority = priority, weight = weight, available = available,\n"
+    "    cooling = cooling, cooldown_remaining_ms = cooldown_remaining_ms,\n"
+    "    consecutive_429 = consecutive_429, observing = observing, rpm_limit = rpm_limit,\n"
+    "    rpm_used = rpm_used, tpm_limit = tpm_limit, tpm_used = tpm_used, headroom = headroom,\n"
+    "    in_flight = in_flight, health = health, breaker = breaker,\n"
+    "    avail_samples = avail_samples, ttft_samples = ttft_samples,\n"
+    "    success_rate = success_rate, ttft_ms = ttft_ms, load = load }\n"
+    "end\n";
+
+static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen)
 {
-    lua_createtable(L, 0, 32);
-    set_int(L, "index", index);
-    set_str(L, "provider", c->provider->id);
-    set_str(L, "model", c->route->model);
-    set_str(L, "pool", c->provider->pool);
-    set_bool(L, "local", c->provider->local);
-    set_bool(L, "smaller", c->route->smaller);
-    set_int(L, "priority", c->route->priority);
-    set_num(L, "weight", c->provider->weight);
-    set_bool(L, "available", c->available);
-    set_bool(L, "cooling", c->cooling);
-    set_int(L, "cooldown_remaining_ms", c->cooldown_remaining_ms);
-    set_int(L, "consecutive_429", c->consecutive_429);
-    set_bool(L, "observing", c->observing);
-    set_int(L, "rpm_limit", c->rpm_limit);
-    set_int(L, "rpm_used", c->rpm_used);
-    set_int(L, "tpm_limit", c->tpm_limit);
-    set_int(L, "tpm_used", c->tpm_used);
-    set_num(L, "headroom", c->headroom);
-    set_int(L, "in_flight", c->in_flight);
-    set_str(L, "health", c->health);
-    set_str(L, "breaker", c->breaker);
-    set_int(L, "avail_samples", c->avail_samples);
-    set_int(L, "ttft_samples", c->ttft_samples);
-    if (c->success_rate >= 0) set_num(L, "success_rate", c->success_rate);
-    if (c->ttft_ms >= 0) set_num(L, "ttft_ms", c->ttft_ms);
+    lua_State *L = g->L;
+    if (luaL_loadbuffer(L, make_candidate_src, sizeof(make_candidate_src) - 1, "=candidate") !=
+            LUA_OK ||
+        pcall(L, 0, 1, err, errlen) != 0)
+        return -1;
+    g->make_candidate_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_candidate_t *c)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->make_candidate_ref);
+    lua_pushinteger(L, index);
+    lua_pushstring(L, c->provider->id);
+    lua_pushstring(L, c->route->model);
+    lua_pushstring(L, c->provider->pool);
+    lua_pushboolean(L, c->provider->local);
+    lua_pushboolean(L, c->route->smaller);
+    lua_pushinteger(L, c->route->priority);
+    lua_pushnumber(L, c->provider->weight);
+    lua_pushboolean(L, c->available);
+    lua_pushboolean(L, c->cooling);
+    lua_pushinteger(L, c->cooldown_remaining_ms);
+    lua_pushinteger(L, c->consecutive_429);
+    lua_pushboolean(L, c->observing);
+    lua_pushinteger(L, c->rpm_limit);
+    lua_pushinteger(L, c->rpm_used);
+    lua_pushinteger(L, c->tpm_limit);
+    lua_pushinteger(L, c->tpm_used);
+    lua_pushnumber(L, c->headroom);
+    lua_pushinteger(L, c->in_flight);
+    lua_pushstring(L, c->health);
+    lua_pushstring(L, c->breaker);
+    lua_pushinteger(L, c->avail_samples);
+    lua_pushinteger(L, c->ttft_samples);
+    if (c->success_rate >= 0) lua_pushnumber(L, c->success_rate);
+    else lua_pushnil(L);
+    if (c->ttft_ms >= 0) lua_pushnumber(L, c->ttft_ms);
+    else lua_pushnil(L);
     if (c->load_known) {
         lua_createtable(L, 0, 3);
         set_int(L, "running", c->load_running);
         set_int(L, "waiting", c->load_waiting);
         if (c->load_kv_cache >= 0) set_num(L, "kv_cache", c->load_kv_cache);
-        lua_setfield(L, -2, "load");
+    } else {
+        lua_pushnil(L);
     }
+    lua_call(L, 26, 1); /* the constructor cannot fail but for memory, as lua_createtable */
 }
 
 static const char *degraded_name(const char *s)
@@ -711,7 +747,7 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
     set_int(L, "attempt", attempt);
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        push_candidate(L, i + 1, &cands[i]);
+        push_candidate(L, g, i + 1, &cands[i]);
         lua_rawseti(L, -2, i + 1);
     }
     if (pcall(L, 2, 1, err, errlen) != 0) return -1;

@@ -38,6 +38,7 @@ typedef struct mg_gen_s {
     int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
     int routing_ref;            /* policies/routing.lua module table */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
+    int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
 } mg_gen_t;
 

@@ -854,6 +854,7 @@ static void on_up_headers(void *ud, int status)
     if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
         c->sse_ready = 1;
+        mg_buf_reserve(&c->out, 16384); /* a typical read's worth of events, allocated once */
     }
 }
 

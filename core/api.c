@@ -15,6 +15,7 @@
 #include "log.h"
 #include "proxy.h"
 #include "secret.h"
+#include "tasks.h"
 
 const char *mg_api_error_type(int status)
 {
@@ -424,7 +425,14 @@ void mg_api_handle(void *server, mg_http_req_t *req)
             mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use GET or DELETE", 0);
         /* with auth on, other people's tasks are the operator's business only */
         else if (!s->gen->cfg->auth_enabled || admin_allowed(s, req))
-            mg_proxy_task(s, req, req->path + 10);
+            mg_tasks_handle(s, req, req->path + 10);
+        return;
+    }
+    if (strcmp(req->path, "/v1/tasks") == 0) {
+        if (req->method != HTTP_POST)
+            mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use POST", 0);
+        else if (!s->gen->cfg->auth_enabled || admin_allowed(s, req))
+            mg_tasks_submit(s, req);
         return;
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {

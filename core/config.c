@@ -668,6 +668,15 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
     return 0;
 }
 
+static int load_tasks(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"retention_seconds", NULL};
+    int r = want_map(l, v, line, "tasks", keys);
+    if (r <= 0) return r;
+    return opt_int_field(l, v, "tasks", "retention_seconds", 60, 365 * 86400,
+                         &l->cfg->tasks_retention_seconds);
+}
+
 static int load_breaker(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"consecutive_failures", "error_rate_threshold",
@@ -949,7 +958,7 @@ static const struct {
     {"auth", load_auth},         {"lua", load_lua},
     {"log", load_log},           {"upstream", load_upstream},
     {"timeouts", load_timeouts}, {"routing", load_routing},
-    {"scheduler", load_scheduler},
+    {"scheduler", load_scheduler}, {"tasks", load_tasks},
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},
@@ -1009,6 +1018,7 @@ static int set_defaults(loader_t *l, const char *name)
     const char *qm = getenv("SIDECAR_QUEUE_MAX");
     if (qm && atoi(qm) > 0 && atoi(qm) <= 1000000) c->scheduler.max_queued_tasks = atoi(qm);
     c->task_events = true;
+    c->tasks_retention_seconds = 86400;
     c->routing = (mg_routing_conf_t){
         .local_first = true,
         .queue_timeout_ms = 30000,

@@ -61,6 +61,8 @@ static void conn_close(mg_conn_t *c);
 static void conn_pump(mg_conn_t *c);
 static void conn_read_start(mg_conn_t *c);
 static void req_free(mg_http_req_t *req);
+static void detached_append(mg_http_req_t *req, const char *data, size_t len);
+static void detached_finish(mg_http_req_t *req);
 static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg);
 
 /* ------------------------------------------------------------------------ */
@@ -250,6 +252,7 @@ static void conn_write(mg_conn_t *c, uv_buf_t *bufs, unsigned nbufs)
 
 int mg_http_write_pending(const mg_http_req_t *req)
 {
+    if (!req->conn) return 0;
     if (!req->conn || req->conn->closing) return 0;
     return uv_stream_get_write_queue_size((uv_stream_t *)&req->conn->tcp) > WRITE_HIGH_WATER;
 }
@@ -294,6 +297,12 @@ static void req_finish(mg_http_req_t *req)
 void mg_http_respond(mg_http_req_t *req, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t body_len)
 {
+    if (!req->conn) {
+        req->done_status = status;
+        detached_append(req, body, body_len);
+        detached_finish(req);
+        return;
+    }
     char head[2048];
     size_t hl = format_head(req, head, sizeof(head), status, content_type, extra_headers,
                             (long long)body_len);
@@ -307,6 +316,11 @@ void mg_http_respond(mg_http_req_t *req, int status, const char *content_type,
 void mg_http_stream_begin(mg_http_req_t *req, int status, const char *content_type,
                           const char *extra_headers)
 {
+    if (!req->conn) {
+        req->done_status = status;
+        req->headers_sent = 1;
+        return;
+    }
     char head[2048];
     size_t hl = format_head(req, head, sizeof(head), status, content_type, extra_headers, -1);
     uv_buf_t b = uv_buf_init(head, (unsigned)hl);
@@ -318,6 +332,10 @@ void mg_http_stream_begin(mg_http_req_t *req, int status, const char *content_ty
 void mg_http_stream_write(mg_http_req_t *req, const char *data, size_t len)
 {
     if (len == 0) return;
+    if (!req->conn) {
+        detached_append(req, data, len);
+        return;
+    }
     char size_line[24];
     int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
     uv_buf_t bufs[3] = {uv_buf_init(size_line, (unsigned)n), uv_buf_init((char *)data, (unsigned)len),
@@ -327,6 +345,10 @@ void mg_http_stream_write(mg_http_req_t *req, const char *data, size_t len)
 
 void mg_http_stream_end(mg_http_req_t *req)
 {
+    if (!req->conn) {
+        detached_finish(req);
+        return;
+    }
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
     conn_write(req->conn, &b, 1);
     req_finish(req);
@@ -334,6 +356,7 @@ void mg_http_stream_end(mg_http_req_t *req)
 
 void mg_http_set_close(mg_http_req_t *req)
 {
+    if (!req->conn) return;
     req->conn->close_after = 1;
 }
 
@@ -388,6 +411,50 @@ static void req_free(mg_http_req_t *req)
     mg_arena_destroy(&req->arena);
     free(req->body);
     free(req);
+}
+
+mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *body, size_t len,
+                                    uint64_t now_ms, mg_http_done_fn done, void *ud)
+{
+    mg_http_req_t *req = calloc(1, sizeof(*req));
+    if (!req) return NULL;
+    mg_arena_init(&req->arena, 1024);
+    req->method = method;
+    req->path = mg_arena_strdup(&req->arena, path);
+    req->body = malloc(len + 1);
+    if (!req->path || !req->body || mg_request_id(req->request_id) != 0) {
+        req_free(req);
+        return NULL;
+    }
+    memcpy(req->body, body, len);
+    req->body[len] = '\0';
+    req->body_len = req->body_cap = len;
+    req->start_ms = now_ms;
+    req->done = done;
+    req->done_ud = ud;
+    return req;
+}
+
+static void detached_append(mg_http_req_t *req, const char *data, size_t len)
+{
+    if (req->answer_len + len + 1 > req->answer_cap) {
+        size_t cap = req->answer_cap ? req->answer_cap : 1024;
+        while (cap < req->answer_len + len + 1) cap *= 2;
+        char *n = realloc(req->answer, cap);
+        if (!n) return; /* the answer is cut short; the task records what arrived */
+        req->answer = n;
+        req->answer_cap = cap;
+    }
+    memcpy(req->answer + req->answer_len, data, len);
+    req->answer_len += len;
+    req->answer[req->answer_len] = '\0';
+}
+
+static void detached_finish(mg_http_req_t *req)
+{
+    req->done(req->done_ud, req, req->done_status, req->answer ? req->answer : "", req->answer_len);
+    free(req->answer);
+    req_free(req);
 }
 
 static mg_conn_t *parser_conn(llhttp_t *p)

@@ -32,6 +32,10 @@ typedef struct mg_http_header_s {
 
 typedef void (*mg_http_handler_fn)(void *ud, mg_http_req_t *req);
 
+/* Where a detached request's answer goes (see mg_http_req_detached). */
+typedef void (*mg_http_done_fn)(void *ud, const mg_http_req_t *req, int status, const char *body,
+                                size_t len);
+
 struct mg_http_req_s {
     mg_conn_t *conn;           /* borrowed: the connection this request arrived on */
     mg_arena_t arena;          /* everything below marked arena dies with the request */
@@ -54,6 +58,12 @@ struct mg_http_req_s {
     void (*on_abort)(void *data);
     void (*on_drain)(void *data);
     void *hook_data;
+    /* detached requests only (conn == NULL): the answer is collected here */
+    mg_http_done_fn done;
+    void *done_ud;
+    int done_status;
+    char *answer;              /* owned (malloc) */
+    size_t answer_len, answer_cap;
 };
 
 typedef struct mg_http_limits_s {
@@ -93,6 +103,13 @@ size_t mg_listener_busy(const mg_listener_t *l);
 
 /* The client's address as "ip:port" (IPv6 as "[ip]:port") into out; "" when unknown. */
 void mg_http_peer(const mg_http_req_t *req, char *out, size_t cap);
+
+/* A request that did not arrive on a connection (an async task): method, path and a copy
+ * of body, a fresh request id. Handlers answer it like any other; the answer (a whole
+ * body, or a stream's bytes) goes to done(ud, req, status, body, len), after which the
+ * request is freed. Returns NULL when out of memory. */
+mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *body, size_t len,
+                                    uint64_t now_ms, mg_http_done_fn done, void *ud);
 
 /* Case-insensitive header lookup; NULL when absent. */
 const char *mg_http_header(const mg_http_req_t *req, const char *name);

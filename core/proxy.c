@@ -1878,13 +1878,10 @@ static void cancel_call(call_t *c)
     call_fail(c, 409, "REQUEST_CANCELLED", "the task was cancelled", 0);
 }
 
-void mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id)
+int mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id)
 {
     call_t *c = find_call(s, task_id);
-    if (!c) {
-        mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such task in flight", 0);
-        return;
-    }
+    if (!c) return -1;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task_id", task_id);
     cJSON_AddStringToObject(o, "object", "task");
@@ -1902,4 +1899,5 @@ void mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id)
     cJSON_Delete(o);
     mg_http_respond(req, 200, "application/json", NULL, text.data, text.len);
     mg_buf_free(&text);
+    return 0;
 }

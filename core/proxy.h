@@ -23,9 +23,9 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep);
 void mg_proxy_dispatched(void *data);
 void mg_proxy_queue_timeout(void *data);
 
-/* GET /v1/tasks/{id}: an in-flight task's state and timing. DELETE /v1/tasks/{id}: cancel
- * it (its client gets 409 REQUEST_CANCELLED, or an error event when streaming). Tasks are
- * the requests in flight; a finished one is 404 here. */
-void mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id);
+/* GET /v1/tasks/{id} for a request in flight: its state and timing; DELETE: cancel it (its
+ * client gets 409 REQUEST_CANCELLED, or an error event when streaming). Returns 0 when
+ * answered, -1 (nothing answered) when no such request is in flight. */
+int mg_proxy_task(mg_server_t *s, mg_http_req_t *req, const char *task_id);
 
 #endif

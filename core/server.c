@@ -14,6 +14,7 @@
 #include "crypto.h"
 #include "log.h"
 #include "proxy.h"
+#include "tasks.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
 {
@@ -301,6 +302,8 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
         return -1;
     }
     restore_provider_state(s);
+    s->tasks = mg_tasks_open(s, cfg->tasks_retention_seconds);
+    if (!s->tasks) return -1;
     s->auth = mg_auth_new();
     if (!s->auth || mg_auth_load(s->auth, s->store, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: storage: cannot load API keys: %s\n",
@@ -376,6 +379,7 @@ int mg_server_run(mg_server_t *s)
     mg_pool_free(&s->pool);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
+    mg_tasks_free(s->tasks);
     mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;

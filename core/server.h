@@ -35,6 +35,7 @@ typedef struct mg_server_s {
     mg_metrics_t metrics;
     int in_flight;              /* proxied requests being answered */
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
+    struct mg_tasks_s *tasks;   /* owned: async task records */
     int64_t started_at;         /* unix seconds */
     /* reload state, shown in /status */
     int reloading;

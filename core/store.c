@@ -123,6 +123,11 @@ static const char *const migrations[] = {
     " id INTEGER PRIMARY KEY, at INTEGER NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,"
     " target TEXT, status INTEGER NOT NULL, request_id TEXT, client_addr TEXT);"
     "CREATE INDEX idx_audit_logs_at ON audit_logs(at);",
+    /* 4: async tasks (POST /v1/tasks): state and result, kept for tasks.retention_seconds */
+    "CREATE TABLE tasks ("
+    " id TEXT PRIMARY KEY, model TEXT NOT NULL, state TEXT NOT NULL, reason TEXT,"
+    " http_status INTEGER, result TEXT, created_ms INTEGER NOT NULL, finished_ms INTEGER);"
+    "CREATE INDEX idx_tasks_created ON tasks(created_ms);",
 };
 
 static void *writer_main(void *arg);

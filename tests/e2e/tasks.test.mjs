@@ -2,7 +2,7 @@
 // for tasks in flight: the real binary against the mock engine.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startEnv, postJson, postStream, waitFor, sleep } from './lib/harness.mjs';
+import { startEnv, startGateway, postJson, postStream, waitFor, sleep } from './lib/harness.mjs';
 
 let env;
 const messages = [{ role: 'user', content: 'tasks test' }];
@@ -139,5 +139,78 @@ describe('memory admission', () => {
         const r = await postJson(`${menv.api}/chat/completions`, body({ max_tokens: 1000 }));
         assert.equal(r.status, 503, r.text);
         assert.equal(r.json.error.code, 'RESOURCE_EXHAUSTED');
+    });
+});
+
+describe('async tasks (POST /v1/tasks)', () => {
+    let tenv;
+    before(async () => {
+        tenv = await startEnv({});
+    });
+    after(async () => {
+        await tenv?.close();
+    });
+
+    const getTask = async (id) => {
+        const r = await fetch(`${tenv.api}/tasks/${id}`, { signal: AbortSignal.timeout(5000) });
+        return { status: r.status, json: await r.json() };
+    };
+
+    test('submit answers 202 at once; poll until SUCCEEDED with the result', async () => {
+        await tenv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 800 } });
+        const t0 = Date.now();
+        const r = await postJson(`${tenv.api}/tasks`, { model: 'chat', messages, stream: true });
+        assert.equal(r.status, 202, r.text);
+        assert.ok(Date.now() - t0 < 600, 'the submit does not wait for the answer');
+        const id = r.json.task_id;
+        assert.match(id, /^req-[0-9a-f]{24}$/);
+        const running = await getTask(id);
+        assert.equal(running.status, 200);
+        assert.notEqual(running.json.status, 'SUCCEEDED');
+        const done = await waitFor(async () => {
+            const g = await getTask(id);
+            return g.json.status === 'SUCCEEDED' ? g : null;
+        }, { timeoutMs: 5000, what: 'the task to finish' });
+        assert.equal(done.json.http_status, 200);
+        assert.equal(done.json.result.object, 'chat.completion', 'a task does not stream');
+        assert.equal(done.json.result.request_id, id);
+    });
+
+    test('DELETE cancels a running task; a finished one is 409; an unknown model fails at once', async () => {
+        await tenv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 3000 } });
+        const r = await postJson(`${tenv.api}/tasks`, { model: 'chat', messages });
+        const id = r.json.task_id;
+        await sleep(200);
+        const d = await fetch(`${tenv.api}/tasks/${id}`, { method: 'DELETE', signal: AbortSignal.timeout(5000) });
+        assert.equal(d.status, 200);
+        const g = await getTask(id);
+        assert.equal(g.json.status, 'CANCELLED');
+        const again = await fetch(`${tenv.api}/tasks/${id}`, { method: 'DELETE', signal: AbortSignal.timeout(5000) });
+        assert.equal(again.status, 409);
+        const bad = await postJson(`${tenv.api}/tasks`, { model: 'no-such-model', messages });
+        assert.equal(bad.status, 202);
+        assert.equal(bad.json.status, 'FAILED');
+        assert.equal(bad.json.http_status, 404);
+        const notJson = await postJson(`${tenv.api}/tasks`, 'nope');
+        assert.equal(notJson.status, 400);
+    });
+
+    test('records survive a restart; a task running at the stop ends FAILED (restart)', async () => {
+        const ok = await postJson(`${tenv.api}/tasks`, { model: 'chat', messages });
+        await waitFor(async () => (await getTask(ok.json.task_id)).json.status === 'SUCCEEDED',
+            { timeoutMs: 5000, what: 'the first task' });
+        await tenv.mock.script({ model: 'up-chat', times: 1, action: { hang: true } });
+        const hung = await postJson(`${tenv.api}/tasks`, { model: 'chat', messages });
+        await sleep(200);
+        tenv.gw.child.kill('SIGKILL'); // a crash: no chance to finish anything
+        await tenv.gw.exit;
+        tenv.gw = await startGateway(tenv.configPath, {});
+        tenv.api = `${tenv.gw.base}/v1`;
+        const a = await getTask(ok.json.task_id);
+        assert.equal(a.json.status, 'SUCCEEDED');
+        assert.equal(a.json.result.object, 'chat.completion');
+        const b = await getTask(hung.json.task_id);
+        assert.equal(b.json.status, 'FAILED');
+        assert.equal(b.json.reason, 'restart');
     });
 });

@@ -429,9 +429,10 @@ void mg_api_handle(void *server, mg_http_req_t *req)
         return;
     }
     if (strcmp(req->path, "/v1/tasks") == 0) {
+        /* the task's own request checks the caller's key like any inference request */
         if (req->method != HTTP_POST)
             mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use POST", 0);
-        else if (!s->gen->cfg->auth_enabled || admin_allowed(s, req))
+        else
             mg_tasks_submit(s, req);
         return;
     }

@@ -677,6 +677,15 @@ static int load_tasks(loader_t *l, yaml_node_t *v, int line)
                          &l->cfg->tasks_retention_seconds);
 }
 
+static int load_idempotency(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"ttl_seconds", NULL};
+    int r = want_map(l, v, line, "idempotency", keys);
+    if (r <= 0) return r;
+    return opt_int_field(l, v, "idempotency", "ttl_seconds", 1, 30 * 86400,
+                         &l->cfg->idempotency_ttl_seconds);
+}
+
 static int load_breaker(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"consecutive_failures", "error_rate_threshold",
@@ -958,7 +967,7 @@ static const struct {
     {"auth", load_auth},         {"lua", load_lua},
     {"log", load_log},           {"upstream", load_upstream},
     {"timeouts", load_timeouts}, {"routing", load_routing},
-    {"scheduler", load_scheduler}, {"tasks", load_tasks},
+    {"scheduler", load_scheduler}, {"tasks", load_tasks}, {"idempotency", load_idempotency},
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},
@@ -1019,6 +1028,7 @@ static int set_defaults(loader_t *l, const char *name)
     if (qm && atoi(qm) > 0 && atoi(qm) <= 1000000) c->scheduler.max_queued_tasks = atoi(qm);
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
+    c->idempotency_ttl_seconds = 600;
     c->routing = (mg_routing_conf_t){
         .local_first = true,
         .queue_timeout_ms = 30000,

@@ -111,6 +111,8 @@ typedef struct mg_config_s {
     bool task_events;        /* log every task state change (log.task_events), default true */
     int tasks_retention_seconds; /* async task records kept this long (tasks.retention_seconds),
                                     default 86400 */
+    int idempotency_ttl_seconds; /* a stored answer replays this long (idempotency.ttl_seconds),
+                                    default 600 */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_routing_conf_t routing;

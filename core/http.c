@@ -413,8 +413,24 @@ static void req_free(mg_http_req_t *req)
     free(req);
 }
 
+/* Copy another request's headers into req's arena. 0 or -1. */
+static int copy_headers(mg_http_req_t *req, const mg_http_req_t *from)
+{
+    if (!from || from->n_headers == 0) return 0;
+    req->headers = mg_arena_alloc(&req->arena, from->n_headers * sizeof(*req->headers));
+    if (!req->headers) return -1;
+    for (size_t i = 0; i < from->n_headers; i++) {
+        req->headers[i].name = mg_arena_strdup(&req->arena, from->headers[i].name);
+        req->headers[i].value = mg_arena_strdup(&req->arena, from->headers[i].value);
+        if (!req->headers[i].name || !req->headers[i].value) return -1;
+    }
+    req->n_headers = req->cap_headers = from->n_headers;
+    return 0;
+}
+
 mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *body, size_t len,
-                                    uint64_t now_ms, mg_http_done_fn done, void *ud)
+                                    const mg_http_req_t *headers_from, uint64_t now_ms,
+                                    mg_http_done_fn done, void *ud)
 {
     mg_http_req_t *req = calloc(1, sizeof(*req));
     if (!req) return NULL;
@@ -422,7 +438,8 @@ mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *bo
     req->method = method;
     req->path = mg_arena_strdup(&req->arena, path);
     req->body = malloc(len + 1);
-    if (!req->path || !req->body || mg_request_id(req->request_id) != 0) {
+    if (!req->path || !req->body || mg_request_id(req->request_id) != 0 ||
+        copy_headers(req, headers_from) != 0) {
         req_free(req);
         return NULL;
     }

@@ -104,12 +104,14 @@ size_t mg_listener_busy(const mg_listener_t *l);
 /* The client's address as "ip:port" (IPv6 as "[ip]:port") into out; "" when unknown. */
 void mg_http_peer(const mg_http_req_t *req, char *out, size_t cap);
 
-/* A request that did not arrive on a connection (an async task): method, path and a copy
- * of body, a fresh request id. Handlers answer it like any other; the answer (a whole
- * body, or a stream's bytes) goes to done(ud, req, status, body, len), after which the
- * request is freed. Returns NULL when out of memory. */
+/* A request that did not arrive on a connection (an async task, an idempotent run): method,
+ * path, a copy of body and of headers_from's headers (may be NULL: none), a fresh request
+ * id. Handlers answer it like any other; the answer (a whole body, or a stream's bytes)
+ * goes to done(ud, req, status, body, len), after which the request is freed. Returns
+ * NULL when out of memory. */
 mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *body, size_t len,
-                                    uint64_t now_ms, mg_http_done_fn done, void *ud);
+                                    const mg_http_req_t *headers_from, uint64_t now_ms,
+                                    mg_http_done_fn done, void *ud);
 
 /* Case-insensitive header lookup; NULL when absent. */
 const char *mg_http_header(const mg_http_req_t *req, const char *name);

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "idem.h"
 #include "auth.h"
 #include "json.h"
 #include "log.h"
@@ -1743,6 +1744,18 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     if (problem) {
         cJSON_Delete(body);
         mg_api_error(s, req, ep, 400, "INVALID_REQUEST", problem, 0);
+        return;
+    }
+    /* an idempotency key: the request runs once, detached (that run comes back here with
+     * no connection and is not looked up again) */
+    const cJSON *ik = cJSON_GetObjectItemCaseSensitive(body, "idempotency_key");
+    const char *ikey = req->conn ? mg_idem_key(req, cJSON_IsString(ik) ? ik->valuestring : NULL) : NULL;
+    if (ikey) {
+        int stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
+        char key[256];
+        snprintf(key, sizeof(key), "%s", ikey);
+        cJSON_Delete(body);
+        mg_idem_handle(s, req, ep, key, stream);
         return;
     }
     mg_gen_t *gen = mg_server_gen_acquire(s);

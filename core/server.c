@@ -14,6 +14,7 @@
 #include "crypto.h"
 #include "log.h"
 #include "proxy.h"
+#include "idem.h"
 #include "tasks.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
@@ -303,7 +304,8 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     }
     restore_provider_state(s);
     s->tasks = mg_tasks_open(s, cfg->tasks_retention_seconds);
-    if (!s->tasks) return -1;
+    s->idem = mg_idem_open(s, cfg->idempotency_ttl_seconds);
+    if (!s->tasks || !s->idem) return -1;
     s->auth = mg_auth_new();
     if (!s->auth || mg_auth_load(s->auth, s->store, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: storage: cannot load API keys: %s\n",
@@ -380,6 +382,7 @@ int mg_server_run(mg_server_t *s)
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_tasks_free(s->tasks);
+    mg_idem_free(s->idem);
     mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;

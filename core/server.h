@@ -36,6 +36,7 @@ typedef struct mg_server_s {
     int in_flight;              /* proxied requests being answered */
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
     struct mg_tasks_s *tasks;   /* owned: async task records */
+    struct mg_idem_s *idem;     /* owned: idempotency keys and stored answers */
     int64_t started_at;         /* unix seconds */
     /* reload state, shown in /status */
     int reloading;

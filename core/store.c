@@ -128,6 +128,10 @@ static const char *const migrations[] = {
     " id TEXT PRIMARY KEY, model TEXT NOT NULL, state TEXT NOT NULL, reason TEXT,"
     " http_status INTEGER, result TEXT, created_ms INTEGER NOT NULL, finished_ms INTEGER);"
     "CREATE INDEX idx_tasks_created ON tasks(created_ms);",
+    /* 5: idempotency: the stored answer of a request per (caller scope, key) */
+    "CREATE TABLE idempotency ("
+    " id TEXT PRIMARY KEY, http_status INTEGER NOT NULL, stream INTEGER NOT NULL,"
+    " body TEXT NOT NULL, expires_ms INTEGER NOT NULL);",
 };
 
 static void *writer_main(void *arg);

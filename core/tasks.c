@@ -233,8 +233,9 @@ void mg_tasks_submit(mg_server_t *s, mg_http_req_t *req)
     mg_buf_t text = {0};
     mg_json_print(body, &text);
     task_rec_t *r = calloc(1, sizeof(*r));
+    /* the task carries the submitter's headers: its key, X-Priority, X-Sidecar-* */
     mg_http_req_t *dreq = r ? mg_http_req_detached(HTTP_POST, "/v1/tasks", text.data ? text.data : "",
-                                                   text.len, uv_now(s->loop), on_task_done, t)
+                                                   text.len, req, uv_now(s->loop), on_task_done, t)
                             : NULL;
     if (r) r->model = strdup(model->valuestring);
     cJSON_Delete(body);
@@ -243,16 +244,6 @@ void mg_tasks_submit(mg_server_t *s, mg_http_req_t *req)
         if (r) rec_free(r);
         mg_api_error(s, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
-    }
-    /* the task carries the submitter's priority header */
-    const char *prio = mg_http_header(req, "X-Priority");
-    if (prio) {
-        dreq->headers = mg_arena_alloc(&dreq->arena, sizeof(*dreq->headers));
-        if (dreq->headers) {
-            dreq->headers[0].name = "X-Priority";
-            dreq->headers[0].value = mg_arena_strdup(&dreq->arena, prio);
-            dreq->n_headers = dreq->cap_headers = dreq->headers[0].value ? 1 : 0;
-        }
     }
     snprintf(r->id, sizeof(r->id), "%s", dreq->request_id);
     snprintf(r->state, sizeof(r->state), "QUEUED");

@@ -214,3 +214,63 @@ describe('async tasks (POST /v1/tasks)', () => {
         assert.equal(b.json.reason, 'restart');
     });
 });
+
+describe('idempotency keys', () => {
+    let ienv;
+    before(async () => {
+        ienv = await startEnv({ idempotency: { ttl_seconds: 2 } });
+    });
+    after(async () => {
+        await ienv?.close();
+    });
+
+    const upstreamCalls = async () => (await ienv.mock.requests((r) => r.body?.model === 'up-chat')).length;
+
+    test('twins in flight make one upstream call and get the same answer; a repeat replays it', async () => {
+        await ienv.mock.reset();
+        await ienv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 700 } });
+        const body = { model: 'chat', messages, idempotency_key: 'order-42' };
+        const [a, b] = await Promise.all([
+            postJson(`${ienv.api}/chat/completions`, body),
+            (async () => {
+                await sleep(150);
+                return postJson(`${ienv.api}/chat/completions`, { model: 'chat', messages },
+                    { headers: { 'Idempotency-Key': 'order-42' } });
+            })(),
+        ]);
+        assert.equal(a.status, 200, a.text);
+        assert.equal(b.status, 200, b.text);
+        assert.equal(a.json.id, b.json.id, 'both clients got the one answer');
+        assert.equal(await upstreamCalls(), 1);
+        const again = await postJson(`${ienv.api}/chat/completions`, body);
+        assert.equal(again.status, 200);
+        assert.equal(again.headers.get('idempotent-replayed'), 'true');
+        assert.equal(again.json.id, a.json.id);
+        assert.equal(await upstreamCalls(), 1, 'the repeat did not reach the upstream');
+        // another caller (another API key) never sees this caller's answer
+        const other = await postJson(`${ienv.api}/chat/completions`, body, { headers: { Authorization: 'Bearer other' } });
+        assert.equal(other.status, 200);
+        assert.equal(other.headers.get('idempotent-replayed'), null);
+        assert.equal(await upstreamCalls(), 2);
+    });
+
+    test('the stored answer survives a restart; after the TTL the key runs anew', async () => {
+        await ienv.mock.reset();
+        const body = { model: 'chat', messages, idempotency_key: 'restart-1' };
+        const first = await postJson(`${ienv.api}/chat/completions`, body);
+        assert.equal(first.status, 200);
+        await sleep(300); // let the writer thread commit
+        await ienv.gw.close();
+        ienv.gw = await startGateway(ienv.configPath, {});
+        ienv.api = `${ienv.gw.base}/v1`;
+        const replayed = await postJson(`${ienv.api}/chat/completions`, body);
+        assert.equal(replayed.headers.get('idempotent-replayed'), 'true');
+        assert.equal(replayed.json.id, first.json.id);
+        assert.equal(await upstreamCalls(), 1);
+        await sleep(2200);
+        const fresh = await postJson(`${ienv.api}/chat/completions`, body);
+        assert.equal(fresh.status, 200);
+        assert.equal(fresh.headers.get('idempotent-replayed'), null);
+        assert.equal(await upstreamCalls(), 2);
+    });
+});

@@ -281,6 +281,7 @@ export function buildConfig(dir, mockPort, dead, opts = {}) {
         upstream: { max_retries: 3, ...(opts.upstream ?? {}) },
         timeouts: opts.timeouts,
         scheduler: opts.scheduler,
+        idempotency: opts.idempotency,
         providers: [...(opts.providers ?? defaultProviders(mockPort, dead)), ...(opts.extraProviders ?? [])],
         models: { ...(opts.models ?? defaultModels()), ...(opts.extraModels ?? {}) },
     };

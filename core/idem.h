@@ -1,0 +1,32 @@
+/* idem: idempotency keys (edge PRD 3.8.1).
+ *
+ * A request with `idempotency_key` in the body (or an Idempotency-Key header) is keyed
+ * by (the caller's API key, or "open" without one) + the key. The first such request runs
+ * once, detached from its connection; every request with the same key while it runs
+ * waits for that one answer; afterwards the stored answer is replayed (header
+ * Idempotent-Replayed: true) until the TTL passes, then the key runs anew. Answers are
+ * kept in SQLite (writer thread) and read back at start, so a restart keeps them.
+ * Idempotent requests are answered when complete: a stream is replayed whole. */
+#ifndef MG_IDEM_H
+#define MG_IDEM_H
+
+#include "http.h"
+#include "metrics.h"
+
+struct mg_server_s;
+typedef struct mg_idem_s mg_idem_t;
+
+/* Read the stored answers that have not expired (before the loop runs). ttl_s: how long an
+ * answer is kept. NULL when out of memory. */
+mg_idem_t *mg_idem_open(struct mg_server_s *s, int ttl_s);
+void mg_idem_free(mg_idem_t *m);
+
+/* The request's idempotency key (body field or header), or NULL. */
+const char *mg_idem_key(const mg_http_req_t *req, const char *body_key);
+
+/* Answer req through its idempotency key: replay, wait for the running twin, or run it
+ * once (with mg_proxy_handle on a detached copy). */
+void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep,
+                    const char *key, int stream);
+
+#endif

@@ -955,6 +955,91 @@ static int load_models(loader_t *l, yaml_node_t *v, int line)
     return rc;
 }
 
+/* allowed_priorities: [P0, P1, ...] into a bit set. */
+static int load_priorities(loader_t *l, yaml_node_t *map, const char *path, unsigned *out)
+{
+    yaml_node_pair_t *pp = find_pair(l, map, "allowed_priorities");
+    if (!pp) return 0;
+    yaml_node_t *v = node_at(l, pp->value);
+    int line = line_of(v);
+    if (v->type != YAML_SEQUENCE_NODE)
+        return fail(l, line, "%s.allowed_priorities must be a list like [P0, P1]", path);
+    *out = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+        yaml_node_t *e = node_at(l, *it);
+        const char *t = is_scalar(e) ? scalar_text(e) : "";
+        if (strlen(t) != 2 || t[0] != 'P' || t[1] < '0' || t[1] > '4')
+            return fail(l, line_of(e), "%s.allowed_priorities: '%s' is not one of P0..P4", path, t);
+        *out |= 1u << (t[1] - '0');
+    }
+    return 0;
+}
+
+static int load_app(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_conf_t *a)
+{
+    static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
+                                       "allowed_priorities", "data_policy", NULL};
+    char path[300];
+    a->line = line_of(key);
+    a->name = dup_str(l, a->line, scalar_text(key));
+    if (!a->name) return -1;
+    snprintf(path, sizeof path, "applications.%s", a->name);
+    a->allowed_priorities = 0x1f;
+    if (is_null(v)) return 0;
+    if (want_map(l, v, a->line, path, keys) < 0 ||
+        opt_int_field(l, v, path, "max_running_tasks", 0, 1000000, &a->max_running_tasks) < 0 ||
+        opt_int_field(l, v, path, "max_queued_tasks", 0, 1000000, &a->max_queued_tasks) < 0 ||
+        load_priorities(l, v, path, &a->allowed_priorities) < 0)
+        return -1;
+    yaml_node_pair_t *dp = find_pair(l, v, "data_policy");
+    if (dp) {
+        static const char *const dkeys[] = {"allow_cloud", "sensitive_level", NULL};
+        char dpath[320];
+        snprintf(dpath, sizeof dpath, "%s.data_policy", path);
+        yaml_node_t *dv = node_at(l, dp->value);
+        if (want_map(l, dv, line_of(node_at(l, dp->key)), dpath, dkeys) < 0 ||
+            opt_bool(l, dv, dpath, "allow_cloud", &a->allow_cloud) < 0)
+            return -1;
+        a->has_data_policy = true;
+    }
+    return 0;
+}
+
+static int load_applications(loader_t *l, yaml_node_t *v, int line)
+{
+    if (is_null(v)) return 0;
+    if (v->type != YAML_MAPPING_NODE)
+        return fail(l, line, "applications must be a mapping of application names to settings");
+    if (check_keys(l, v, "in applications", NULL) < 0) return -1;
+    yaml_node_pair_t *pairs = v->data.mapping.pairs.start;
+    size_t n = (size_t)(v->data.mapping.pairs.top - pairs);
+    if (n == 0) return 0;
+    mg_config_t *c = l->cfg;
+    if (charge(l, line, n * sizeof *c->apps) < 0) return -1;
+    c->apps = calloc(n, sizeof *c->apps);
+    if (!c->apps) return fail(l, line, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        c->n_apps = i + 1;
+        if (load_app(l, node_at(l, pairs[i].key), node_at(l, pairs[i].value), &c->apps[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int load_users(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"default_max_running_tasks", "default_max_queued_tasks",
+                                       NULL};
+    int r = want_map(l, v, line, "users", keys);
+    if (r <= 0) return r;
+    if (opt_int_field(l, v, "users", "default_max_running_tasks", 0, 1000000,
+                      &l->cfg->user_max_running_tasks) < 0 ||
+        opt_int_field(l, v, "users", "default_max_queued_tasks", 0, 1000000,
+                      &l->cfg->user_max_queued_tasks) < 0)
+        return -1;
+    return 0;
+}
+
 typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
@@ -970,7 +1055,8 @@ static const struct {
     {"scheduler", load_scheduler}, {"tasks", load_tasks}, {"idempotency", load_idempotency},
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
-    {"models", load_models},
+    {"models", load_models},     {"applications", load_applications},
+    {"users", load_users},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1265,6 +1351,8 @@ void mg_config_free(mg_config_t *cfg)
         free(m->name);
     }
     free(cfg->models);
+    for (size_t i = 0; i < cfg->n_apps; i++) free(cfg->apps[i].name);
+    free(cfg->apps);
     free(cfg->path);
     free(cfg->listen);
     free(cfg->metrics_listen);
@@ -1281,6 +1369,13 @@ const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char 
     if (!cfg || !id) return NULL;
     for (size_t i = 0; i < cfg->n_providers; i++)
         if (!strcmp(cfg->providers[i].id, id)) return &cfg->providers[i];
+    return NULL;
+}
+
+const mg_app_conf_t *mg_config_app(const mg_config_t *cfg, const char *name)
+{
+    for (size_t i = 0; name && i < cfg->n_apps; i++)
+        if (strcmp(cfg->apps[i].name, name) == 0) return &cfg->apps[i];
     return NULL;
 }
 

@@ -96,6 +96,17 @@ typedef struct mg_health_conf_s {
     int load_interval_ms;    /* engine load (vLLM /metrics, llama.cpp /slots, Ollama /api/ps), default 5000 */
 } mg_health_conf_t;
 
+/* An application (edge PRD 3.2.2): what its requests may do and how many may run. */
+typedef struct mg_app_conf_s {
+    char *name;              /* owned; metadata.application in requests */
+    int max_running_tasks;   /* 0 = no own limit */
+    int max_queued_tasks;    /* 0 = no own limit */
+    unsigned allowed_priorities; /* bit n = Pn allowed; all when the key is absent */
+    bool has_data_policy;    /* data_policy given: cloud only with data_policy.allow_cloud */
+    bool allow_cloud;
+    int line;
+} mg_app_conf_t;
+
 typedef struct mg_config_s {
     char *path;              /* owned; file the config came from */
     char *listen;            /* owned; "host:port" (port 0 = any free port) */
@@ -123,6 +134,10 @@ typedef struct mg_config_s {
     size_t n_providers;
     mg_model_conf_t *models; /* owned array */
     size_t n_models;
+    mg_app_conf_t *apps;     /* owned array */
+    size_t n_apps;
+    int user_max_running_tasks; /* per user (metadata.user_id or "user"), 0 = off */
+    int user_max_queued_tasks;
 } mg_config_t;
 
 /* Load and validate the YAML file at `path`. On success returns 0 and sets *out
@@ -139,5 +154,6 @@ void mg_config_free(mg_config_t *cfg);
 /* Lookups; return NULL when absent. */
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id);
 const mg_model_conf_t *mg_config_model(const mg_config_t *cfg, const char *name);
+const mg_app_conf_t *mg_config_app(const mg_config_t *cfg, const char *name);
 
 #endif

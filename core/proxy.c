@@ -48,6 +48,8 @@ typedef struct call_s {
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */
     const char *priority;        /* "P0".."P4" (static) */
+    const mg_app_conf_t *app;    /* metadata.application, when configured */
+    char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
     /* a model served through a provider's model_prefix rather than a logical model */
     mg_model_conf_t prefixed_model;
     mg_route_conf_t prefixed_route;
@@ -1539,7 +1541,25 @@ static void enqueue(call_t *c, long long max_tokens)
     snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "provider:" : "",
              c->prefixed_model.name ? c->prefixed_route.provider : c->model->name);
     c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate);
-    if (c->auth.held && c->auth.max_queued) {
+    /* the application's and the user's slots (PRD 3.4.2) */
+    if (c->app) {
+        char ag[300];
+        snprintf(ag, sizeof(ag), "app:%s", c->app->name);
+        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_APP, ag);
+        if (g)
+            mg_sched_gate_limits(s->sched, g, (uint32_t)c->app->max_running_tasks,
+                                 (uint32_t)c->app->max_queued_tasks);
+        c->entry.gate[MG_GATE_APP] = g;
+    }
+    if (c->user[0] && (cfg->user_max_running_tasks || cfg->user_max_queued_tasks)) {
+        char ug[400];
+        snprintf(ug, sizeof(ug), "user:%s/%s", c->app ? c->app->name : "", c->user);
+        mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_USER, ug);
+        if (g)
+            mg_sched_gate_limits(s->sched, g, (uint32_t)cfg->user_max_running_tasks,
+                                 (uint32_t)cfg->user_max_queued_tasks);
+        c->entry.gate[MG_GATE_USER] = g;
+    } else if (c->auth.held && c->auth.max_queued) {
         /* the key's cap on waiting tasks: a user gate per key (running is capped by quota) */
         char kg[40];
         snprintf(kg, sizeof(kg), "key:%lld", (long long)c->auth.key_id);
@@ -1804,7 +1824,26 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
     req->hook_data = c;
+    /* metadata is an extension: read it before sanitize() strips it */
+    cJSON *req_meta = cJSON_DetachItemFromObjectCaseSensitive(body, "metadata");
     sanitize(c);
+
+    /* who is asking: the application and user of the PRD's permission model */
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(req_meta, "application");
+    c->app = cJSON_IsString(meta) ? mg_config_app(gen->cfg, meta->valuestring) : NULL;
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(req_meta, "user_id");
+    if (!cJSON_IsString(uid)) uid = cJSON_GetObjectItemCaseSensitive(body, "user");
+    if (cJSON_IsString(uid)) snprintf(c->user, sizeof(c->user), "%s", uid->valuestring);
+    cJSON_Delete(req_meta);
+    if (c->app) {
+        mg_priority_t p = MG_PRIO_DEFAULT;
+        mg_priority_parse(c->priority, &p);
+        if (!(c->app->allowed_priorities & (1u << p))) {
+            call_fail(c, 403, "PERMISSION_DENIED",
+                      "this application may not use that priority", 0);
+            return;
+        }
+    }
 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
     long long max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
@@ -1822,7 +1861,8 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         .pin = in.has_pin ? in.pin : NULL,
         .local_only = in.local_only,
         .allow_smaller_model = in.allow_smaller_model,
-        .allow_cloud = 1,
+        /* an application with a data policy reaches the cloud only if the policy allows */
+        .allow_cloud = !c->app || !c->app->has_data_policy || c->app->allow_cloud,
         .local_first = gen->cfg->routing.local_first,
         .random = request_random(req->request_id),
     };

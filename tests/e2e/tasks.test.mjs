@@ -274,3 +274,80 @@ describe('idempotency keys', () => {
         assert.equal(await upstreamCalls(), 2);
     });
 });
+
+describe('applications and users (PRD 3.2.2)', () => {
+    let aenv;
+    before(async () => {
+        aenv = await startEnv({
+            applications: {
+                batch: { max_running_tasks: 1, allowed_priorities: ['P2', 'P3'] },
+                medical: { data_policy: { allow_cloud: false } },
+            },
+            users: { default_max_running_tasks: 1 },
+            extraProviders: [{ id: 'cloud', adapter: 'openai', base_url: 'http://127.0.0.1:1/v1' }],
+            extraModels: {
+                mixed: {
+                    routes: [
+                        { provider: 'cloud', model: 'up-cloud' },
+                        { provider: 'mock-openai', model: 'up-local', priority: 1 },
+                    ],
+                },
+            },
+            configure(config) {
+                // mock-openai is the local engine here; "cloud" is not local
+                config.providers.find((p) => p.id === 'mock-openai').local = true;
+                return config;
+            },
+        });
+    });
+    after(async () => {
+        await aenv?.close();
+    });
+
+    const req = (app, extra = {}) => ({ model: 'chat', messages, metadata: { application: app }, ...extra });
+
+    test("an application's max_running_tasks queues its second task while another application's runs", async () => {
+        await aenv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 800 } });
+        const first = postJson(`${aenv.api}/chat/completions`, req('batch'));
+        await sleep(150);
+        const [second, other] = await Promise.all([
+            postJson(`${aenv.api}/chat/completions`, req('batch')),
+            postJson(`${aenv.api}/chat/completions`, req('office')),
+        ]);
+        assert.equal((await first).status, 200);
+        assert.equal(second.status, 200);
+        assert.equal(other.status, 200);
+        assert.ok(second.json.timing.queue_ms >= 400, `batch #2 waited ${second.json.timing.queue_ms} ms`);
+        assert.ok(other.json.timing.queue_ms < 300, `another application ran at once (${other.json.timing.queue_ms} ms)`);
+    });
+
+    test('a priority the application may not use -> 403 PERMISSION_DENIED', async () => {
+        const r = await postJson(`${aenv.api}/chat/completions`, req('batch', { priority: 'P0' }));
+        assert.equal(r.status, 403, r.text);
+        assert.equal(r.json.error.code, 'PERMISSION_DENIED');
+    });
+
+    test('users.default_max_running_tasks: one user waits for their own task, not for others', async () => {
+        await aenv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 800 } });
+        const mine = (u) => ({ model: 'chat', messages, user: u });
+        const first = postJson(`${aenv.api}/chat/completions`, mine('alice'));
+        await sleep(150);
+        const [again, bob] = await Promise.all([
+            postJson(`${aenv.api}/chat/completions`, mine('alice')),
+            postJson(`${aenv.api}/chat/completions`, mine('bob')),
+        ]);
+        assert.equal((await first).status, 200);
+        assert.ok(again.json.timing.queue_ms >= 400, `alice #2 waited ${again.json.timing.queue_ms} ms`);
+        assert.ok(bob.json.timing.queue_ms < 300);
+    });
+
+    test('a data policy without allow_cloud never reaches a cloud provider', async () => {
+        await aenv.mock.reset();
+        const r = await postJson(`${aenv.api}/chat/completions`,
+            { model: 'mixed', messages, metadata: { application: 'medical' } });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.actual_model, 'up-local');
+        const log = await aenv.gw.requestLog(r.headers.get('x-request-id'));
+        assert.equal(log.attempts, 1, 'the cloud route was not even tried');
+    });
+});

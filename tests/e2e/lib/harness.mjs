@@ -282,6 +282,8 @@ export function buildConfig(dir, mockPort, dead, opts = {}) {
         timeouts: opts.timeouts,
         scheduler: opts.scheduler,
         idempotency: opts.idempotency,
+        applications: opts.applications,
+        users: opts.users,
         providers: [...(opts.providers ?? defaultProviders(mockPort, dead)), ...(opts.extraProviders ?? [])],
         models: { ...(opts.models ?? defaultModels()), ...(opts.extraModels ?? {}) },
     };

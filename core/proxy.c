@@ -1179,6 +1179,20 @@ static int attempt_budget_ms(const call_t *c, uint64_t now)
     return ms < 1 ? 1 : (int)ms;
 }
 
+/* Data leaving the machine is audited (edge PRD 3.7.3): which request, which application,
+ * which cloud provider. */
+static void audit_cloud(call_t *c)
+{
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "audit");
+    mg_log_str(&l, "event", "cloud_egress");
+    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "provider", c->provider->id);
+    mg_log_str(&l, "application", c->app ? c->app->name : NULL);
+    mg_log_str(&l, "degraded", c->degraded);
+    mg_log_end(&l);
+}
+
 /* Reserve the provider's capacity for one attempt: breaker probe slot, then RPM/TPM
  * (at the emergency share when the plan says so). 0 = reserved, -1 = the breaker
  * refused, -2 = a rate limit refused (limited_until_ms updated). */
@@ -1266,6 +1280,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     c->attempts++;
     c->attempt_start_ms = now;
     task_to(c, MG_TASK_RUNNING, "upstream_request_sent");
+    if (!c->provider->local) audit_cloud(c);
     ps->in_flight++;
     ps->requests_total++;
     if (e->emergency) {

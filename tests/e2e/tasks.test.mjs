@@ -349,5 +349,18 @@ describe('applications and users (PRD 3.2.2)', () => {
         assert.equal(r.json.actual_model, 'up-local');
         const log = await aenv.gw.requestLog(r.headers.get('x-request-id'));
         assert.equal(log.attempts, 1, 'the cloud route was not even tried');
+        assert.ok(!aenv.gw.logs.some((l) => l.msg === 'audit' && l.request_id === log.request_id));
+    });
+
+    test('an attempt on a cloud provider is audited', async () => {
+        // no data policy: local first; when the local engine fails, the (unreachable) cloud
+        // route is tried, and that attempt is audited
+        await aenv.mock.script({ model: 'up-local', times: 1, action: { status: 500 } });
+        const r = await postJson(`${aenv.api}/chat/completions`, { model: 'mixed', messages });
+        assert.equal(r.status, 502, r.text);
+        const id = r.headers.get('x-request-id');
+        const audit = await aenv.gw.waitLog((l) => l.msg === 'audit' && l.request_id === id, { timeoutMs: 3000 });
+        assert.equal(audit.event, 'cloud_egress');
+        assert.equal(audit.provider, 'cloud');
     });
 });

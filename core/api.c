@@ -463,6 +463,9 @@ void mg_api_handle_metrics(void *server, mg_http_req_t *req)
     }
     char *text = NULL;
     size_t len = 0;
+    mg_sched_stats_t pre;
+    mg_sched_stats(s->sched, &pre);
+    s->metrics.memory_reserved_bytes = pre.mem_reserved_bytes;
     if (mg_metrics_render(&s->metrics, &s->pool, s->in_flight, s->gen->id, uv_now(s->loop), &text,
                           &len) != 0) {
         mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);

@@ -33,6 +33,13 @@ void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double se
     m->duration_count[ep]++;
 }
 
+void mg_metrics_queue_time(mg_metrics_t *m, double seconds)
+{
+    observe(m->queue_buckets, seconds);
+    m->queue_sum += seconds;
+    m->queue_count++;
+}
+
 void mg_metrics_ttft(mg_metrics_t *m, double seconds)
 {
     observe(m->ttft_buckets, seconds);
@@ -226,6 +233,24 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(&b, "moongate_provider_in_flight{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   pool->items[i].in_flight);
+    static const char *const cancel_reasons[3] = {"client_disconnected", "request", "queued"};
+    static const char *const layers[4] = {"queue", "first_token", "inference", "idle"};
+    sb_printf(&b, "# HELP moongate_cancellations_total Tasks cancelled, by reason.\n"
+                  "# TYPE moongate_cancellations_total counter\n");
+    for (int i = 0; i < 3; i++)
+        sb_printf(&b, "moongate_cancellations_total{reason=\"%s\"} %llu\n", cancel_reasons[i],
+                  (unsigned long long)m->cancelled_by[i]);
+    sb_printf(&b, "# HELP moongate_timeouts_total Timeouts, by layer.\n"
+                  "# TYPE moongate_timeouts_total counter\n");
+    for (int i = 0; i < 4; i++)
+        sb_printf(&b, "moongate_timeouts_total{layer=\"%s\"} %llu\n", layers[i],
+                  (unsigned long long)m->timeouts_by[i]);
+    sb_printf(&b, "# HELP moongate_queue_time_seconds Time a task waited for its slot.\n"
+                  "# TYPE moongate_queue_time_seconds histogram\n");
+    histogram(&b, "moongate_queue_time_seconds", "", m->queue_buckets, m->queue_sum, m->queue_count);
+    sb_printf(&b, "# HELP moongate_memory_reserved_bytes KV cache reserved by running tasks.\n"
+                  "# TYPE moongate_memory_reserved_bytes gauge\nmoongate_memory_reserved_bytes %llu\n",
+              (unsigned long long)m->memory_reserved_bytes);
     render_sidecar(&b, m, pool, now_ms);
     if (b.oom) {
         free(b.buf);

@@ -34,6 +34,12 @@ typedef struct mg_metrics_s {
     uint64_t tokens_completion_total;
     uint64_t reloads_ok, reloads_failed;
     uint64_t emergency_total;          /* attempts through the emergency channel */
+    uint64_t cancelled_by[3];          /* cancellations: client_disconnected, request, queued */
+    uint64_t timeouts_by[4];           /* timeouts: queue, first_token, inference, idle */
+    uint64_t queue_buckets[MG_METRICS_BUCKETS]; /* time waited for a slot */
+    double queue_sum;
+    uint64_t queue_count;
+    uint64_t memory_reserved_bytes;    /* gauge, set when rendering */
     uint64_t degraded_total[4];        /* answers by degradation: fallback, emergency, smaller, cloud */
     uint64_t cooldown_events_total;
 } mg_metrics_t;
@@ -41,6 +47,10 @@ typedef struct mg_metrics_s {
 const char *mg_endpoint_name(mg_endpoint_t ep);
 void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds);
 void mg_metrics_ttft(mg_metrics_t *m, double seconds);
+
+typedef enum { MG_CANCEL_CLIENT = 0, MG_CANCEL_REQUEST, MG_CANCEL_QUEUED } mg_cancel_reason_t;
+typedef enum { MG_TIMEOUT_QUEUE = 0, MG_TIMEOUT_FIRST_TOKEN, MG_TIMEOUT_INFERENCE, MG_TIMEOUT_IDLE } mg_timeout_layer_t;
+void mg_metrics_queue_time(mg_metrics_t *m, double seconds);
 
 /* Count an answer given through a degraded route ("fallback", "emergency", "smaller", "cloud"). */
 void mg_metrics_degraded(mg_metrics_t *m, const char *kind);

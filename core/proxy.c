@@ -84,6 +84,8 @@ typedef struct call_s {
     const char *degraded;        /* static: how the current attempt is degraded, or NULL */
     const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
     uint64_t attempt_start_ms;
+    const char *cancel_reason;   /* static: why the task was cancelled, or NULL */
+    uint64_t cancel_ns, released_ns; /* when it was cancelled and when its slot came back */
     /* the current attempt */
     mg_xfer_t *xfer;
     const mg_provider_conf_t *provider;
@@ -308,6 +310,11 @@ static void call_log(call_t *c)
     mg_log_str(&l, "actual_model", c->upstream_model);
     mg_log_bool(&l, "stream", c->stream);
     mg_log_str(&l, "outcome", c->outcome);
+    if (c->cancel_reason) {
+        /* the PRD asks for the reason and when the resources came back */
+        mg_log_str(&l, "cancel_reason", c->cancel_reason);
+        mg_log_double(&l, "released_after_ms", ms_since(c->cancel_ns, c->released_ns));
+    }
     mg_log_str(&l, "priority", c->priority);
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     if (c->degraded) mg_log_str(&l, "degraded", c->degraded);
@@ -1055,6 +1062,10 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
     call_t *c = ud;
     c->xfer = NULL;
     int status = c->up_status;
+    mg_metrics_t *m = &c->srv->metrics;
+    if (result == MG_XFER_FIRST_BYTE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_FIRST_TOKEN]++;
+    else if (result == MG_XFER_TOTAL_TIMEOUT) m->timeouts_by[MG_TIMEOUT_INFERENCE]++;
+    else if (result == MG_XFER_IDLE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_IDLE]++;
     if (result != MG_XFER_OK) {
         if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
             attempt_end(c, 0);
@@ -1417,10 +1428,25 @@ static void sanitize(call_t *c)
     }
 }
 
+/* Give the task's slot (and its queue place) back now, at cancellation, and note when. */
+static void release_on_cancel(call_t *c, const char *reason)
+{
+    c->cancel_reason = reason;
+    c->cancel_ns = uv_hrtime();
+    if (c->queued) {
+        mg_sched_cancel(c->srv->sched, &c->entry);
+        c->queued = 0;
+    }
+    if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0 && !c->srv->stopping_hard)
+        mg_server_sched_kick(c->srv);
+    c->released_ns = uv_hrtime();
+}
+
 static void on_client_abort(void *data)
 {
     call_t *c = data;
     c->srv->metrics.cancelled_total++;
+    c->srv->metrics.cancelled_by[c->queued ? MG_CANCEL_QUEUED : MG_CANCEL_CLIENT]++;
     if (c->xfer) {
         mg_xfer_cancel(c->xfer);
         c->xfer = NULL;
@@ -1428,6 +1454,7 @@ static void on_client_abort(void *data)
     }
     c->status = c->client_started ? 200 : 499;
     c->outcome = "cancelled";
+    release_on_cancel(c, "client_disconnected");
     estimate_tokens(c);
     call_log(c);
     c->req = NULL; /* the connection frees it after this hook */
@@ -1899,6 +1926,7 @@ void mg_proxy_dispatched(void *data)
 {
     call_t *c = data;
     c->queued = 0;
+    mg_metrics_queue_time(&c->srv->metrics, ms_since(c->t_start, uv_hrtime()) / 1000.0);
     task_to(c, MG_TASK_DISPATCHING, "slot_available");
     plan_and_dispatch(c);
 }
@@ -1907,6 +1935,7 @@ void mg_proxy_queue_timeout(void *data)
 {
     call_t *c = data;
     c->queued = 0;
+    c->srv->metrics.timeouts_by[MG_TIMEOUT_QUEUE]++;
     mg_sched_stats_t st;
     mg_sched_stats(c->srv->sched, &st);
     char msg[160];
@@ -1932,12 +1961,14 @@ static call_t *find_call(mg_server_t *s, const char *task_id)
 static void cancel_call(call_t *c)
 {
     c->srv->metrics.cancelled_total++;
+    c->srv->metrics.cancelled_by[MG_CANCEL_REQUEST]++;
     if (c->xfer) {
         mg_xfer_cancel(c->xfer);
         c->xfer = NULL;
         attempt_end(c, 1);
     }
     c->outcome = "cancelled";
+    release_on_cancel(c, "request");
     if (c->client_started) {
         stream_end_error(c, "REQUEST_CANCELLED", "the task was cancelled");
         return;

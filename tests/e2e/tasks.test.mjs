@@ -78,6 +78,8 @@ describe('/v1/tasks/{id}', () => {
         const log = await env.gw.waitLog((l) => l.msg === 'request' && l.request_id === id, { timeoutMs: 3000 });
         assert.equal(log.outcome, 'cancelled');
         assert.equal(log.task_state, 'CANCELLED');
+        assert.equal(log.cancel_reason, 'request');
+        assert.ok(log.released_after_ms >= 0 && log.released_after_ms < 3000, 'slot back within the grace period');
         const gone = await fetch(`${env.api}/tasks/${id}`, { signal: AbortSignal.timeout(5000) });
         assert.equal(gone.status, 404);
     });
@@ -362,5 +364,23 @@ describe('applications and users (PRD 3.2.2)', () => {
         const audit = await aenv.gw.waitLog((l) => l.msg === 'audit' && l.request_id === id, { timeoutMs: 3000 });
         assert.equal(audit.event, 'cloud_egress');
         assert.equal(audit.provider, 'cloud');
+    });
+});
+
+describe('scheduling metrics', () => {
+    test('queue time histogram, cancellations by reason, timeouts by layer, memory reserved', async () => {
+        const menv2 = await startEnv({});
+        try {
+            await menv2.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 2000 } });
+            await postJson(`${menv2.api}/chat/completions`, chat({ timeouts: { first_token_ms: 200 } }));
+            const r = await fetch(`http://127.0.0.1:${menv2.gw.metricsPort}/metrics`, { signal: AbortSignal.timeout(5000) });
+            const text = await r.text();
+            assert.match(text, /^moongate_queue_time_seconds_count [1-9]/m);
+            assert.match(text, /^moongate_timeouts_total\{layer="first_token"\} 1$/m);
+            assert.match(text, /^moongate_cancellations_total\{reason="client_disconnected"\} 0$/m);
+            assert.match(text, /^moongate_memory_reserved_bytes 0$/m);
+        } finally {
+            await menv2.close();
+        }
     });
 });

@@ -438,7 +438,7 @@ static void test_render_empty_is_valid(void)
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
-    CHECK_EQ_INT(check_histograms(&E), 1); /* first-token histogram always rendered */
+    CHECK_EQ_INT(check_histograms(&E), 2); /* first-token and queue-time histograms are always rendered */
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_first_token_seconds_count", NULL, NULL, NULL, NULL) == 0);
     /* every family name has the moongate_ prefix, or sidecar_ for the Sidecar ADR names */
@@ -490,7 +490,7 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK_EQ_INT(E.errors, 0);
     if (E.errors) fprintf(stderr, "----\n%s----\n", out);
     /* chat, embeddings, models, other durations + first token */
-    CHECK_EQ_INT(check_histograms(&E), 5);
+    CHECK_EQ_INT(check_histograms(&E), 6);
 
     const char *rt = "moongate_requests_total";
     CHECK(value_of(&E, rt, "endpoint", "chat", "code", "2xx") == 2);
@@ -578,7 +578,7 @@ static void test_large_counts_exact(void)
                    "0.5") == 0);
     CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
                    "1") == 3);
-    CHECK_EQ_INT(check_histograms(&E), 2);
+    CHECK_EQ_INT(check_histograms(&E), 3);
     free(out);
     mg_pool_free(&pool);
 }

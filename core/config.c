@@ -634,7 +634,7 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
     static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
                                        "priority_aging_seconds", "reserved_realtime_slots",
                                        "overflow_status", "backpressure", "vram_bytes",
-                                       "safety_margin_ratio", NULL};
+                                       "safety_margin_ratio", "priority_weights", NULL};
     const char *path = "scheduler";
     int r = want_map(l, v, line, path, keys);
     if (r <= 0) return r;
@@ -651,6 +651,23 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
         field_t f;
         field_get(l, v, path, "overflow_status", &f);
         return fail(l, f.line, "scheduler.overflow_status must be 429 or 503");
+    }
+    yaml_node_pair_t *wp = find_pair(l, v, "priority_weights");
+    if (wp) {
+        yaml_node_t *wv = node_at(l, wp->value);
+        int wl = line_of(wv);
+        if (wv->type != YAML_SEQUENCE_NODE ||
+            wv->data.sequence.items.top - wv->data.sequence.items.start != 5)
+            return fail(l, wl, "scheduler.priority_weights must be a list of 5 integers (P0..P4)");
+        for (int i = 0; i < 5; i++) {
+            yaml_node_t *e = node_at(l, wv->data.sequence.items.start[i]);
+            const char *t = is_scalar(e) ? scalar_text(e) : "";
+            char *end;
+            long w = strtol(t, &end, 10);
+            if (!*t || *end || w < 1 || w > 1000000)
+                return fail(l, line_of(e), "scheduler.priority_weights[%d] must be 1 .. 1000000", i);
+            sc->weights[i] = (int)w;
+        }
     }
     if (sc->reserved_realtime_slots >= sc->max_running_tasks)
         return fail(l, line, "scheduler.reserved_realtime_slots must be below max_running_tasks");
@@ -1108,6 +1125,7 @@ static int set_defaults(loader_t *l, const char *name)
         .overflow_status = 429,
         .level_threshold = {0.70, 0.85, 0.95},
         .safety_margin_ratio = 0.08,
+        .weights = {100, 50, 25, 10, 1},
     };
     /* Sidecar V1 compatibility: SIDECAR_QUEUE_MAX sets the default queue size */
     const char *qm = getenv("SIDECAR_QUEUE_MAX");

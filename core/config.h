@@ -75,6 +75,7 @@ typedef struct mg_scheduler_conf_s {
     int priority_aging_seconds;  /* a waiting task gains one level per this, default 30 */
     int reserved_realtime_slots; /* of max_running_tasks, usable by P0 only, default 2 */
     int overflow_status;         /* 429 (default) or 503 for a full queue */
+    int weights[5];              /* weighted fair queueing, P0..P4, default 100 50 25 10 1 */
     double level_threshold[3];   /* backpressure levels, default 0.70 0.85 0.95 */
     long long vram_bytes;        /* device memory for admission, 0 = no memory admission */
     double safety_margin_ratio;  /* of vram_bytes kept free, default 0.08 */

@@ -41,6 +41,7 @@ static void sched_config_of(const mg_config_t *cfg, mg_sched_config_t *sc)
     sc->reserved_realtime_slots = (uint32_t)cfg->scheduler.reserved_realtime_slots;
     for (int i = 0; i < 3; i++) sc->level_threshold[i] = cfg->scheduler.level_threshold[i];
     sc->vram_bytes = (uint64_t)cfg->scheduler.vram_bytes;
+    for (int i = 0; i < MG_PRIO_COUNT; i++) sc->weight[i] = (uint32_t)cfg->scheduler.weights[i];
     sc->safety_margin_ratio = cfg->scheduler.safety_margin_ratio;
     sc->user_max_running = 0; /* no users without tenancy */
 }

@@ -680,6 +680,77 @@ static void test_example_file(void)
     unsetenv("OPENAI_API_KEY");
 }
 
+/* The sections pools, scheduling and tenancy added: values, defaults and errors. */
+static void test_operational_sections(void)
+{
+    mg_config_t *c = parse_ok("providers:\n"
+                              "  - { id: p, adapter: openai, base_url: http://h/v1, engine: vllm,\n"
+                              "      model_prefix: \"nv/\" }\n"
+                              "models:\n"
+                              "  m:\n"
+                              "    max_concurrency: 2\n"
+                              "    kv_cache_per_token_bytes: 131072\n"
+                              "    routes: [ { provider: p, model: x, smaller: true, priority: 3 } ]\n"
+                              "scheduler:\n"
+                              "  max_running_tasks: 4\n"
+                              "  overflow_status: 503\n"
+                              "  priority_weights: [9, 8, 7, 6, 5]\n"
+                              "  vram_bytes: 24000000000\n"
+                              "routing: { local_first: false, queue_timeout_ms: 1500 }\n"
+                              "circuit_breaker: { consecutive_failures: 5 }\n"
+                              "health: { probes: false }\n"
+                              "tasks: { retention_seconds: 120 }\n"
+                              "idempotency: { ttl_seconds: 60 }\n"
+                              "applications:\n"
+                              "  sec: { max_running_tasks: 2, allowed_priorities: [P0, P1],\n"
+                              "         data_policy: { allow_cloud: false } }\n"
+                              "users: { default_max_running_tasks: 1 }\n");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_STR(c->providers[0].engine, "vllm");
+        CHECK_STR(c->providers[0].model_prefix, "nv/");
+        CHECK_EQ_INT(c->models[0].max_concurrency, 2);
+        CHECK_EQ_INT(c->models[0].kv_cache_per_token_bytes, 131072);
+        CHECK(c->models[0].routes[0].smaller);
+        CHECK_EQ_INT(c->models[0].routes[0].priority, 3);
+        CHECK_EQ_INT(c->scheduler.max_running_tasks, 4);
+        CHECK_EQ_INT(c->scheduler.overflow_status, 503);
+        CHECK_EQ_INT(c->scheduler.weights[0], 9);
+        CHECK_EQ_INT(c->scheduler.weights[4], 5);
+        CHECK(c->scheduler.vram_bytes == 24000000000LL);
+        CHECK(!c->routing.local_first);
+        CHECK_EQ_INT(c->routing.queue_timeout_ms, 1500);
+        CHECK_EQ_INT(c->breaker.consecutive_failures, 5);
+        CHECK(!c->health.probes);
+        CHECK_EQ_INT(c->tasks_retention_seconds, 120);
+        CHECK_EQ_INT(c->idempotency_ttl_seconds, 60);
+        const mg_app_conf_t *a = mg_config_app(c, "sec");
+        CHECK(a != NULL);
+        if (a) {
+            CHECK_EQ_INT(a->max_running_tasks, 2);
+            CHECK_EQ_INT(a->allowed_priorities, 0x3);
+            CHECK(a->has_data_policy && !a->allow_cloud);
+        }
+        CHECK_EQ_INT(c->user_max_running_tasks, 1);
+        mg_config_free(c);
+    }
+    c = parse_ok("");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->scheduler.max_running_tasks, 256);
+        CHECK_EQ_INT(c->scheduler.weights[2], 25);
+        CHECK_EQ_INT(c->timeouts.queue_ms, 30000);
+        CHECK_EQ_INT(c->idempotency_ttl_seconds, 600);
+        CHECK(c->routing.local_first);
+        mg_config_free(c);
+    }
+    CHECK(strstr(parse_err("scheduler:\n  overflow_status: 500\n"), "429 or 503") != NULL);
+    CHECK(strstr(parse_err("scheduler:\n  priority_weights: [1]\n"), "5 integers") != NULL);
+    CHECK(strstr(parse_err("applications:\n  a: { allowed_priorities: [P9] }\n"), "P0..P4") != NULL);
+    CHECK(strstr(parse_err("providers:\n  - { id: p, adapter: openai, base_url: http://h, engine: x }\n"),
+                 "engine") != NULL);
+}
+
 int main(void)
 {
     MG_RUN(test_full_config);
@@ -697,5 +768,6 @@ int main(void)
     MG_RUN(test_alias_budget);
     MG_RUN(test_load_file);
     MG_RUN(test_example_file);
+    MG_RUN(test_operational_sections);
     return mg_test_summary();
 }

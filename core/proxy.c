@@ -221,6 +221,40 @@ static void take_usage(call_t *c, const cJSON *usage)
     c->have_usage = cJSON_IsNumber(pt) || cJSON_IsNumber(ct);
 }
 
+/* The token counts of a usage object's bytes, without building a tree (it is read on
+ * every passthrough answer). */
+typedef struct {
+    long long prompt, completion;
+    int found;
+} usage_scan_t;
+
+static int usage_member(void *ud, const mg_json_member_t *m)
+{
+    usage_scan_t *u = ud;
+    char num[24];
+    if (m->value_len == 0 || m->value_len >= sizeof(num) || m->value[0] < '0' || m->value[0] > '9')
+        return 0;
+    memcpy(num, m->value, m->value_len);
+    num[m->value_len] = '\0';
+    if (member_is(m, "prompt_tokens")) {
+        u->prompt = strtoll(num, NULL, 10);
+        u->found = 1;
+    } else if (member_is(m, "completion_tokens")) {
+        u->completion = strtoll(num, NULL, 10);
+        u->found = 1;
+    }
+    return 0;
+}
+
+static void take_usage_bytes(call_t *c, const char *json, size_t n)
+{
+    usage_scan_t u = {0, 0, 0};
+    if (mg_json_members(json, n, usage_member, &u) != 0 || !u.found) return;
+    c->prompt_tokens = u.prompt;
+    c->completion_tokens = u.completion;
+    c->have_usage = 1;
+}
+
 static cJSON *usage_json(call_t *c)
 {
     cJSON *u = cJSON_CreateObject();
@@ -745,9 +779,7 @@ static int take_usage_member(void *ud, const mg_json_member_t *m)
 {
     call_t *c = ud;
     if (!member_is(m, "usage") || !m->value_len || m->value[0] != '{') return 0;
-    cJSON *u = cJSON_ParseWithLength(m->value, m->value_len);
-    take_usage(c, u);
-    cJSON_Delete(u);
+    take_usage_bytes(c, m->value, m->value_len);
     return 1;
 }
 
@@ -941,9 +973,7 @@ static int scan_response_member(void *ud, const mg_json_member_t *m)
     resp_scan_t *st = ud;
     st->members++;
     if (member_is(m, "usage") && m->value_len && m->value[0] == '{') {
-        cJSON *u = cJSON_ParseWithLength(m->value, m->value_len);
-        take_usage(st->c, u);
-        cJSON_Delete(u);
+        take_usage_bytes(st->c, m->value, m->value_len);
     } else if (member_is(m, "request_id") || member_is(m, "logical_model") ||
                member_is(m, "actual_model") || member_is(m, "timing") || member_is(m, "degraded")) {
         st->clash = 1;
@@ -1194,6 +1224,7 @@ static int attempt_budget_ms(const call_t *c, uint64_t now)
  * which cloud provider. */
 static void audit_cloud(call_t *c)
 {
+    if (!mg_log_enabled(MG_LOG_INFO)) return;
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "audit");
     mg_log_str(&l, "event", "cloud_egress");

@@ -1,139 +1,32 @@
-/* admin: tenants, projects and customer keys over /api/v2, with an audit record for every
- * request; see admin.h.
+/* admin: the admin API's dispatch (queue, worker thread, effects, audit, answer) and its
+ * tenants, projects and customer keys; see admin.h. Providers are in admin_providers.c,
+ * the helpers every resource shares in admin_req.c.
  *
- * One request is one admin_t: the router picks a handler, the handler validates the body,
- * runs its transaction, applies the committed change to the auth state and leaves either a
- * JSON answer or an error in the admin_t; finish() then writes the audit record and only
- * then answers (so an audit row exists by the time the client has its answer).
- *
- * Request bodies are checked against a field table per resource: every member must be a
- * known field of the right type and range, and its value is turned into the text bound to
- * the SQL statement (all parameters are bound as text; SQLite's column affinity stores
- * numbers as integers). A resource's values live in a small array of owned strings indexed
- * like its columns, so create (defaults, then the body) and update (the row, then the body)
- * share one code path. */
+ * One request is one admin_t. mg_admin_handle() copies what the handler needs from the
+ * HTTP request and queues it; requests run one at a time on a libuv worker thread (the
+ * store's admin connection serves one transaction at a time, and nothing on the loop thread
+ * ever waits for SQLite or a provider's test call). There the router picks a handler, the
+ * handler validates the body, runs its transaction and leaves either a JSON answer or an
+ * error, plus the effects its committed change has on loop-owned state; the audit record is
+ * written in the same worker pass. Back on the loop thread the effects are applied (auth
+ * index, project limits; a provider change rebuilds the generation first) and only then is
+ * the client answered: database first, then memory, then the answer, so a request sent
+ * after the answer sees the change. */
 #include "admin.h"
 
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <cjson/cJSON.h>
 #include <openssl/crypto.h>
 
+#include "admin_req.h"
 #include "api.h"
-#include "auth.h"
 #include "json.h"
-#include "keys.h"
 #include "log.h"
-#include "store.h"
+#include "settings.h"
 
 #define ACTOR "admin" /* the platform admin token; tenant-scoped tokens do not exist yet */
-#define MAX_NAME 128
-#define MAX_MODELS 1024
-#define MAX_LABELS 64
-#define MAX_ID 9007199254740991.0 /* 2^53 - 1: exact in a JSON number */
-
-/* ---- one admin request -------------------------------------------------------------------- */
-
-typedef struct admin_s {
-    mg_server_t *s;
-    mg_http_req_t *req;             /* borrowed until finish() answers */
-    const char *action;             /* static: "key.create", ... */
-    char target[48];                /* "key:12", "tenant:3", or "" */
-    int status;                     /* the answer's status */
-    cJSON *answer;                  /* owned: the success body */
-    const char *code;               /* static error code, or NULL */
-    char message[320];              /* error message */
-    cJSON *in;                      /* owned: the parsed request body (an object) */
-    char clear_key[MG_KEY_LEN + 1]; /* a key shown once: wiped after the answer */
-} admin_t;
-
-static void set_answer(admin_t *a, int status, cJSON *body)
-{
-    a->status = status;
-    cJSON_Delete(a->answer);
-    a->answer = body;
-}
-
-static void set_error(admin_t *a, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void set_error(admin_t *a, int status, const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(a->message, sizeof(a->message), fmt, ap);
-    va_end(ap);
-    a->status = status;
-    a->code = code;
-    cJSON_Delete(a->answer);
-    a->answer = NULL;
-}
-
-/* Storage failed: the detail goes to the log, the client gets a generic 500. */
-static void storage_error(admin_t *a, const char *err)
-{
-    mg_log_msg(MG_LOG_ERROR, a->req->request_id, "admin %s: storage error: %s", a->action, err);
-    set_error(a, 500, "INTERNAL_ERROR", "storage error; see the gateway log");
-}
-
-static int64_t now_s(void)
-{
-    return (int64_t)time(NULL);
-}
-
-static void fmt_i64(char *buf, size_t cap, int64_t v)
-{
-    snprintf(buf, cap, "%lld", (long long)v);
-}
-
-/* ---- field tables --------------------------------------------------------------------------- */
-
-typedef enum {
-    F_NAME,   /* string 1..MAX_NAME bytes, no control characters */
-    F_ID,     /* integer 1..2^53-1 */
-    F_LIMIT,  /* integer 0..max */
-    F_BOOL,   /* true/false, stored as 1/0 */
-    F_TIME,   /* unix seconds (integer > 0) or "YYYY-MM-DDTHH:MM:SSZ" */
-    F_SCOPES, /* array of scope names */
-    F_MODELS, /* array of model names the config serves */
-    F_PRIOS,  /* non-empty array of "P0".."P4" */
-    F_LABELS, /* object of string values */
-} ftype_t;
-
-typedef struct field_s {
-    const char *name;
-    ftype_t type;
-    int slot;     /* index into the resource's value array; -1 = not stored there */
-    int nullable; /* null accepted (stored as SQL NULL) */
-    double max;   /* F_LIMIT upper bound */
-} field_t;
-
-/* Values of a resource, indexed like its field slots: owned strings or NULL (SQL NULL). */
-#define MAX_SLOTS 16
-typedef struct vals_s {
-    char *v[MAX_SLOTS];
-} vals_t;
-
-static void vals_free(vals_t *vs)
-{
-    for (int i = 0; i < MAX_SLOTS; i++)
-        free(vs->v[i]);
-    memset(vs, 0, sizeof(*vs));
-}
-
-/* Set slot i to a copy of s (NULL = SQL NULL). 0 or -1 (out of memory). */
-static int vals_set(vals_t *vs, int i, const char *s)
-{
-    char *c = s ? strdup(s) : NULL;
-    if (s && !c) return -1;
-    free(vs->v[i]);
-    vs->v[i] = c;
-    return 0;
-}
 
 /* Key values: the columns an admin may set. */
 enum {
@@ -192,359 +85,16 @@ static const field_t tenant_fields[] = {
     {"name", F_NAME, 0, 0, 0},
 };
 
-#define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
-
-static const field_t *field_find(const field_t *fs, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(fs[i].name, name) == 0) return &fs[i];
-    return NULL;
-}
-
-static int is_integer(const cJSON *v, double lo, double hi)
-{
-    return cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
-           floor(v->valuedouble) == v->valuedouble && v->valuedouble >= lo && v->valuedouble <= hi;
-}
-
-static int good_name(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return 0;
-    return 1;
-}
-
-/* "YYYY-MM-DDTHH:MM:SSZ" to unix seconds; -1 when malformed. */
-static int64_t parse_time(const char *s)
-{
-    struct tm tm;
-    memset(&tm, 0, sizeof(tm));
-    char z = 0;
-    int n = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &z, &n) != 7 ||
-        z != 'Z' || s[n] != '\0' || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
-        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
-        return -1;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    time_t t = timegm(&tm);
-    return t > 0 ? (int64_t)t : -1;
-}
-
-/* Whether the current config serves `name` (a logical model, or a provider's model_prefix). */
-static int model_known(const mg_config_t *cfg, const char *name)
-{
-    if (mg_config_model(cfg, name)) return 1;
-    for (size_t i = 0; i < cfg->n_providers; i++) {
-        const char *pre = cfg->providers[i].model_prefix;
-        if (pre && strncmp(name, pre, strlen(pre)) == 0) return 1;
-    }
-    return 0;
-}
-
-/* Check an array of strings; each element through ok(). Returns NULL or a problem. */
-static const char *check_string_array(const cJSON *v, size_t max_n, const mg_config_t *cfg,
-                                      ftype_t type, int *bad_index)
-{
-    if (!cJSON_IsArray(v)) return "must be an array of strings";
-    int i = 0;
-    const cJSON *it;
-    if ((size_t)cJSON_GetArraySize(v) > max_n) return "has too many entries";
-    cJSON_ArrayForEach(it, v)
-    {
-        *bad_index = i++;
-        if (!cJSON_IsString(it) || !good_name(it->valuestring, 256)) return "must be a string";
-        if (type == F_SCOPES && !mg_key_scope_bit(it->valuestring))
-            return "is not a scope (inference, models, usage, admin)";
-        if (type == F_PRIOS && (strlen(it->valuestring) != 2 || it->valuestring[0] != 'P' ||
-                                it->valuestring[1] < '0' || it->valuestring[1] > '4'))
-            return "must be one of P0, P1, P2, P3, P4";
-        if (type == F_MODELS && !model_known(cfg, it->valuestring))
-            return "is not a model this gateway serves";
-    }
-    *bad_index = -1;
-    if (type == F_PRIOS && i == 0) return "must name at least one priority";
-    return NULL;
-}
-
-static const char *check_labels(const cJSON *v)
-{
-    if (!cJSON_IsObject(v)) return "must be an object of strings";
-    if (cJSON_GetArraySize(v) > MAX_LABELS) return "has too many labels";
-    const cJSON *it;
-    cJSON_ArrayForEach(it, v)
-    {
-        if (!good_name(it->string, 64)) return "has an invalid label name";
-        if (!cJSON_IsString(it) || strlen(it->valuestring) > 256) return "values must be strings";
-    }
-    return NULL;
-}
-
-/* Validate one scalar member (name, id, limit, bool, time) into its text in buf (or NULL
- * for null). Returns NULL, or what is wrong with it. */
-static const char *scalar_text(const field_t *f, const cJSON *v, char *buf, size_t cap,
-                               const char **text)
-{
-    *text = NULL;
-    if (cJSON_IsNull(v) && f->nullable) return NULL;
-    if (f->type == F_NAME) {
-        if (!cJSON_IsString(v) || !good_name(v->valuestring, MAX_NAME))
-            return "must be a string of 1 to 128 characters without control characters";
-        *text = v->valuestring;
-    } else if (f->type == F_ID) {
-        if (!is_integer(v, 1, MAX_ID)) return "must be a positive integer";
-        fmt_i64(buf, cap, (int64_t)v->valuedouble);
-        *text = buf;
-    } else if (f->type == F_LIMIT) {
-        if (!is_integer(v, 0, f->max)) return "must be an integer in range"; /* see apply_field */
-        fmt_i64(buf, cap, (int64_t)v->valuedouble);
-        *text = buf;
-    } else if (f->type == F_BOOL) {
-        if (!cJSON_IsBool(v)) return "must be true or false";
-        *text = cJSON_IsTrue(v) ? "1" : "0";
-    } else {
-        int64_t t = is_integer(v, 1, MAX_ID) ? (int64_t)v->valuedouble
-                    : cJSON_IsString(v)      ? parse_time(v->valuestring)
-                                             : -1;
-        if (t <= 0) return "must be unix seconds, \"YYYY-MM-DDTHH:MM:SSZ\" or null";
-        fmt_i64(buf, cap, t);
-        *text = buf;
-    }
-    return NULL;
-}
-
-/* Validate one member against its field and, when it has a slot, store its text in vs.
- * Returns 0, or -1 with the error set (400 naming the field). */
-static int apply_field(admin_t *a, const field_t *f, const cJSON *v, vals_t *vs)
-{
-    char buf[32], *printed = NULL;
-    const char *text = NULL, *problem;
-    int idx = -1, structured = f->type == F_LABELS || f->type == F_SCOPES || f->type == F_MODELS ||
-                               f->type == F_PRIOS;
-    if (!structured)
-        problem = scalar_text(f, v, buf, sizeof(buf), &text);
-    else if (f->type == F_LABELS)
-        problem = check_labels(v);
-    else
-        problem = check_string_array(v, MAX_MODELS, a->s->gen->cfg, f->type, &idx);
-    if (problem) {
-        if (f->type == F_LIMIT)
-            set_error(a, 400, "INVALID_REQUEST", "field '%s': must be an integer from 0 to %.0f",
-                      f->name, f->max);
-        else if (idx >= 0)
-            set_error(a, 400, "INVALID_REQUEST", "field '%s[%d]': %s", f->name, idx, problem);
-        else
-            set_error(a, 400, "INVALID_REQUEST", "field '%s': %s", f->name, problem);
-        return -1;
-    }
-    if (f->slot < 0) return 0;
-    if (structured && !(text = printed = cJSON_PrintUnformatted(v))) goto oom;
-    if (vals_set(vs, f->slot, text) != 0) goto oom;
-    free(printed);
-    return 0;
-oom:
-    free(printed);
-    set_error(a, 500, "INTERNAL_ERROR", "out of memory");
-    return -1;
-}
-
-/* Check every member of the body against the table and store the values. Members named in
- * `fixed` are refused ("cannot be changed"). 0 or -1 (error set). */
-static int apply_body(admin_t *a, const field_t *fs, size_t n, const char *fixed, vals_t *vs)
-{
-    const cJSON *m;
-    cJSON_ArrayForEach(m, a->in)
-    {
-        const field_t *f = field_find(fs, n, m->string);
-        if (!f) {
-            set_error(a, 400, "INVALID_REQUEST", "unknown field '%.64s'", m->string);
-            return -1;
-        }
-        if (fixed && strcmp(fixed, m->string) == 0) {
-            set_error(a, 400, "INVALID_REQUEST", "field '%s': cannot be changed", m->string);
-            return -1;
-        }
-        if (apply_field(a, f, m, vs) != 0) return -1;
-    }
-    return 0;
-}
-
-/* A required integer id member, validated (apply_body already checked its type). */
-static int64_t body_id(const admin_t *a, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a->in, name);
-    return is_integer(v, 1, MAX_ID) ? (int64_t)v->valuedouble : 0;
-}
-
-static int require(admin_t *a, const char *name)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a->in, name);
-    if (v && !cJSON_IsNull(v)) return 0;
-    set_error(a, 400, "INVALID_REQUEST", "field '%s' is required", name);
-    return -1;
-}
-
-/* The body must be empty or {} (actions without parameters). */
-static int no_body(admin_t *a)
-{
-    if (!cJSON_GetArraySize(a->in)) return 0;
-    set_error(a, 400, "INVALID_REQUEST", "unknown field '%.64s'", a->in->child->string);
-    return -1;
-}
-
-/* ---- storage helpers ----------------------------------------------------------------------------
- */
-
-typedef struct first_s {
-    char v[4][80]; /* first row's first four columns */
-    int cols[4];   /* 1 when that column was not NULL */
-    int rows;
-} first_t;
-
-static void first_row(void *ud, int ncols, const char *const *cols)
-{
-    first_t *f = ud;
-    if (f->rows++) return;
-    for (int i = 0; i < ncols && i < 4; i++) {
-        f->cols[i] = cols[i] != NULL;
-        snprintf(f->v[i], sizeof(f->v[i]), "%s", cols[i] ? cols[i] : "");
-    }
-}
-
-/* Run sql in tx and keep its first row in *f. 0, or -1 with the storage error set. */
-static int tx_first(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const char *const *p,
-                    first_t *f)
-{
-    char err[256];
-    memset(f, 0, sizeof(*f));
-    if (mg_store_tx_exec(tx, sql, n, p, first_row, f, err, sizeof(err)) < 0) {
-        storage_error(a, err);
-        return -1;
-    }
-    return 0;
-}
-
-/* Run a write in tx. Returns rows changed, or -1 with the error set: a constraint becomes
- * 400 naming `field` (the only constraint the caller did not check beforehand is a race on
- * a unique name), anything else 500. */
-static int tx_write(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const char *const *p,
-                    const char *field)
-{
-    char err[256];
-    int rc = mg_store_tx_exec(tx, sql, n, p, NULL, NULL, err, sizeof(err));
-    if (rc == MG_STORE_ECONSTRAINT) {
-        set_error(a, 400, "INVALID_REQUEST", "field '%s': conflicts with an existing record",
-                  field);
-        return -1;
-    }
-    if (rc < 0) storage_error(a, err);
-    return rc;
-}
-
-static int tx_begin(admin_t *a, mg_store_tx_t **tx)
-{
-    char err[256];
-    if (mg_store_tx_begin(a->s->store, tx, err, sizeof(err)) == 0) return 0;
-    storage_error(a, err);
-    return -1;
-}
-
-static int tx_commit(admin_t *a, mg_store_tx_t *tx)
-{
-    char err[256];
-    if (mg_store_tx_commit(tx, err, sizeof(err)) == 0) return 0;
-    storage_error(a, err);
-    return -1;
-}
-
-/* Rows into a JSON array through a row builder (mg_store_query, or inside tx). */
-typedef cJSON *(*row_json_fn)(int ncols, const char *const *cols);
-typedef struct rows_s {
-    row_json_fn fn;
-    cJSON *list;
-} rows_t;
-
-static void rows_add(void *ud, int ncols, const char *const *cols)
-{
-    rows_t *r = ud;
-    cJSON *o = r->fn(ncols, cols);
-    if (o) cJSON_AddItemToArray(r->list, o);
-}
-
-/* SELECT into a new array (read connection). NULL with the error set on failure. */
-static cJSON *query_list(admin_t *a, const char *sql, int n, const char *const *p, row_json_fn fn)
-{
-    char err[256];
-    rows_t r = {fn, cJSON_CreateArray()};
-    if (!r.list) {
-        set_error(a, 500, "INTERNAL_ERROR", "out of memory");
-        return NULL;
-    }
-    if (mg_store_query(a->s->store, sql, n, p, rows_add, &r, err, sizeof(err)) != 0) {
-        cJSON_Delete(r.list);
-        storage_error(a, err);
-        return NULL;
-    }
-    return r.list;
-}
-
-/* SELECT one row inside tx as JSON; NULL with the error set on failure or no row. */
-static cJSON *tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *id,
-                      row_json_fn fn)
-{
-    char err[256];
-    rows_t r = {fn, cJSON_CreateArray()};
-    const char *p[1] = {id};
-    if (!r.list || mg_store_tx_exec(tx, sql, 1, p, rows_add, &r, err, sizeof(err)) < 0) {
-        cJSON_Delete(r.list);
-        storage_error(a, r.list ? err : "out of memory");
-        return NULL;
-    }
-    cJSON *o = cJSON_DetachItemFromArray(r.list, 0);
-    cJSON_Delete(r.list);
-    if (!o) storage_error(a, "row vanished inside its transaction");
-    return o;
-}
-
-/* ---- JSON views of rows -------------------------------------------------------------------------
- */
-
-static void add_int(cJSON *o, const char *k, const char *v)
-{
-    if (v)
-        cJSON_AddNumberToObject(o, k, (double)strtoll(v, NULL, 10));
-    else
-        cJSON_AddNullToObject(o, k);
-}
-
-static void add_str(cJSON *o, const char *k, const char *v)
-{
-    if (v)
-        cJSON_AddStringToObject(o, k, v);
-    else
-        cJSON_AddNullToObject(o, k);
-}
-
-/* A JSON text column as a value; fallback (array or object) when absent or malformed. */
-static void add_json(cJSON *o, const char *k, const char *v, int object)
-{
-    cJSON *j = v ? cJSON_Parse(v) : NULL;
-    if (!j) j = object ? cJSON_CreateObject() : cJSON_CreateArray();
-    cJSON_AddItemToObject(o, k, j);
-}
 
 #define TENANT_JSON_COLUMNS "id, name, created_at"
 static cJSON *tenant_json(int ncols, const char *const *c)
 {
     if (ncols < 3) return NULL;
     cJSON *o = cJSON_CreateObject();
-    add_int(o, "id", c[0]);
+    adm_add_int(o, "id", c[0]);
     cJSON_AddStringToObject(o, "object", "tenant");
-    add_str(o, "name", c[1]);
-    add_int(o, "created_at", c[2]);
+    adm_add_str(o, "name", c[1]);
+    adm_add_int(o, "created_at", c[2]);
     return o;
 }
 
@@ -554,15 +104,15 @@ static cJSON *project_json(int ncols, const char *const *c)
 {
     if (ncols < 8) return NULL;
     cJSON *o = cJSON_CreateObject();
-    add_int(o, "id", c[0]);
+    adm_add_int(o, "id", c[0]);
     cJSON_AddStringToObject(o, "object", "project");
-    add_int(o, "tenant_id", c[1]);
-    add_str(o, "name", c[2]);
-    add_int(o, "rpm_limit", c[3]);
-    add_int(o, "tpm_limit", c[4]);
-    add_int(o, "max_concurrency", c[5]);
-    add_int(o, "monthly_limit_micros", c[6]);
-    add_int(o, "created_at", c[7]);
+    adm_add_int(o, "tenant_id", c[1]);
+    adm_add_str(o, "name", c[2]);
+    adm_add_int(o, "rpm_limit", c[3]);
+    adm_add_int(o, "tpm_limit", c[4]);
+    adm_add_int(o, "max_concurrency", c[5]);
+    adm_add_int(o, "monthly_limit_micros", c[6]);
+    adm_add_int(o, "created_at", c[7]);
     return o;
 }
 
@@ -575,7 +125,7 @@ static const char *key_status(const char *const *c)
 {
     if (c[17]) return "revoked";
     if (!c[16] || strcmp(c[16], "1") != 0) return "disabled";
-    if (c[14] && strtoll(c[14], NULL, 10) <= now_s()) return "expired";
+    if (c[14] && strtoll(c[14], NULL, 10) <= adm_now_s()) return "expired";
     return "active";
 }
 
@@ -587,25 +137,25 @@ static cJSON *key_json(int ncols, const char *const *c)
                                          "daily_limit_micros", "monthly_limit_micros"};
     if (ncols < 21) return NULL;
     cJSON *o = cJSON_CreateObject();
-    add_int(o, "id", c[0]);
+    adm_add_int(o, "id", c[0]);
     cJSON_AddStringToObject(o, "object", "api_key");
-    add_int(o, "tenant_id", c[1]);
-    add_int(o, "project_id", c[2]);
-    add_str(o, "name", c[3]);
-    add_str(o, "display", c[4]);
-    add_json(o, "scopes", c[5], 0);
-    add_json(o, "models", c[6], 0);
-    add_json(o, "priorities", c[7], 0);
+    adm_add_int(o, "tenant_id", c[1]);
+    adm_add_int(o, "project_id", c[2]);
+    adm_add_str(o, "name", c[3]);
+    adm_add_str(o, "display", c[4]);
+    adm_add_json(o, "scopes", c[5], 0);
+    adm_add_json(o, "models", c[6], 0);
+    adm_add_json(o, "priorities", c[7], 0);
     for (int i = 0; i < 6; i++)
-        add_int(o, limits[i], c[8 + i]);
-    add_int(o, "expires_at", c[14]);
-    add_json(o, "labels", c[15], 1);
+        adm_add_int(o, limits[i], c[8 + i]);
+    adm_add_int(o, "expires_at", c[14]);
+    adm_add_json(o, "labels", c[15], 1);
     cJSON_AddBoolToObject(o, "enabled", c[16] && strcmp(c[16], "1") == 0);
     cJSON_AddStringToObject(o, "status", key_status(c));
-    add_int(o, "revoked_at", c[17]);
-    add_int(o, "replaced_by", c[18]);
-    add_int(o, "last_used_at", c[19]);
-    add_int(o, "created_at", c[20]);
+    adm_add_int(o, "revoked_at", c[17]);
+    adm_add_int(o, "replaced_by", c[18]);
+    adm_add_int(o, "last_used_at", c[19]);
+    adm_add_int(o, "created_at", c[20]);
     return o;
 }
 
@@ -630,31 +180,17 @@ static mg_key_record_t *tx_record(admin_t *a, mg_store_tx_t *tx, const char *id)
     const char *p[1] = {id};
     if (mg_store_tx_exec(tx, "SELECT " MG_AUTH_KEY_COLUMNS " FROM api_keys WHERE id = ?1", 1, p,
                          rec_row, &r, err, sizeof(err)) < 0) {
-        storage_error(a, err);
+        adm_storage_error(a, err);
         return NULL;
     }
-    if (!r.rec) storage_error(a, "cannot build the key record of the row just written");
+    if (!r.rec) adm_storage_error(a, "cannot build the key record of the row just written");
     return r.rec;
 }
 
-/* The committed change could not be mirrored in memory: rebuild the whole state from the
- * store, so memory follows the database again. */
-static void auth_resync(admin_t *a, int rc)
-{
-    char err[256];
-    mg_log_msg(MG_LOG_ERROR, a->req->request_id,
-               "admin %s: in-memory key index update failed (%d); reloading it from the store",
-               a->action, rc);
-    if (mg_auth_load(a->s->auth, a->s->store, err, sizeof(err)) != 0)
-        mg_log_msg(MG_LOG_ERROR, a->req->request_id, "auth reload failed: %s", err);
-}
-
-/* After commit: index (or re-index) rec. Takes over the caller's reference. */
+/* After commit: index (or re-index) rec on the loop thread. Takes over the reference. */
 static void auth_put(admin_t *a, mg_key_record_t *rec)
 {
-    int rc = a->s->auth ? mg_auth_put_key(a->s->auth, rec) : 0;
-    if (rc != 0) auth_resync(a, rc);
-    mg_key_record_unref(rec);
+    adm_fx(a, ADM_FX_PUT_KEY, rec, NULL, NULL);
 }
 
 /* ---- tenants ------------------------------------------------------------------------------------
@@ -666,91 +202,41 @@ static void tenant_create(admin_t *a)
     mg_store_tx_t *tx = NULL;
     first_t f;
     char at[24], id[24];
-    if (apply_body(a, tenant_fields, NFIELDS(tenant_fields), NULL, &vs) != 0 ||
-        require(a, "name") != 0 || tx_begin(a, &tx) != 0)
+    if (adm_apply_body(a, tenant_fields, NFIELDS(tenant_fields), NULL, &vs) != 0 ||
+        adm_require(a, "name") != 0 || adm_tx_begin(a, &tx) != 0)
         goto out;
     const char *pn[1] = {vs.v[0]};
-    if (tx_first(a, tx, "SELECT id FROM tenants WHERE name = ?1", 1, pn, &f) != 0) goto out;
+    if (adm_tx_first(a, tx, "SELECT id FROM tenants WHERE name = ?1", 1, pn, &f) != 0) goto out;
     if (f.rows) {
-        set_error(a, 400, "INVALID_REQUEST", "field 'name': a tenant with this name exists");
+        adm_set_error(a, 400, "INVALID_REQUEST", "field 'name': a tenant with this name exists");
         goto out;
     }
-    fmt_i64(at, sizeof(at), now_s());
+    adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[2] = {vs.v[0], at};
-    if (tx_write(a, tx, "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)", 2, p, "name") < 0)
+    if (adm_tx_write(a, tx, "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)", 2, p, "name") < 0)
         goto out;
-    fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
+    adm_fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
     snprintf(a->target, sizeof(a->target), "tenant:%s", id);
-    cJSON *o = tx_json(a, tx, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", id,
+    cJSON *o = adm_tx_json(a, tx, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", id,
                        tenant_json);
     if (!o) goto out;
     mg_store_tx_t *t = tx;
     tx = NULL;
-    if (tx_commit(a, t) != 0) {
+    if (adm_tx_commit(a, t) != 0) {
         cJSON_Delete(o);
         goto out;
     }
-    set_answer(a, 201, o);
+    adm_set_answer(a, 201, o);
 out:
     mg_store_tx_rollback(tx);
-    vals_free(&vs);
+    adm_vals_free(&vs);
 }
 
 /* GET one row by id, or a list; 404 when the one row does not exist. */
-static void get_rows(admin_t *a, const char *sql_one, const char *sql_list, const char *id, int n,
-                     const char *const *p, row_json_fn fn, const char *what)
-{
-    const char *pid[1] = {id};
-    cJSON *list = id ? query_list(a, sql_one, 1, pid, fn) : query_list(a, sql_list, n, p, fn);
-    if (!list) return;
-    if (!id) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "object", "list");
-        cJSON_AddNumberToObject(root, "total", cJSON_GetArraySize(list));
-        cJSON_AddItemToObject(root, "data", list);
-        set_answer(a, 200, root);
-        return;
-    }
-    cJSON *o = cJSON_DetachItemFromArray(list, 0);
-    cJSON_Delete(list);
-    if (o)
-        set_answer(a, 200, o);
-    else
-        set_error(a, 404, "NOT_FOUND", "%s %s does not exist", what, id);
-}
-
-/* ?name=value from the query string into out (digits only for ids); 1 when present. */
-static int query_param(const admin_t *a, const char *name, char *out, size_t cap)
-{
-    const char *q = a->req->query;
-    size_t n = strlen(name);
-    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
-        if (strncmp(p, name, n) != 0 || p[n] != '=') continue;
-        size_t len = strcspn(p + n + 1, "&");
-        if (len >= cap) len = cap - 1;
-        memcpy(out, p + n + 1, len);
-        out[len] = '\0';
-        return 1;
-    }
-    return 0;
-}
-
-/* An id query parameter: 0 absent, 1 present and valid, -1 invalid (error set). */
-static int query_id(admin_t *a, const char *name, char *out, size_t cap)
-{
-    if (!query_param(a, name, out, cap)) return 0;
-    size_t len = strlen(out);
-    if (len == 0 || len > 15 || strspn(out, "0123456789") != len) {
-        set_error(a, 400, "INVALID_REQUEST", "query parameter '%s' must be a positive integer",
-                  name);
-        return -1;
-    }
-    return 1;
-}
 
 static void tenant_get(admin_t *a, const char *id)
 {
-    get_rows(a, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1",
+    adm_get_rows(a, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1",
              "SELECT " TENANT_JSON_COLUMNS " FROM tenants ORDER BY id", id, 0, NULL, tenant_json,
              "tenant");
 }
@@ -763,9 +249,9 @@ static int tenant_exists(admin_t *a, mg_store_tx_t *tx, const char *id)
 {
     first_t f;
     const char *p[1] = {id};
-    if (tx_first(a, tx, "SELECT id FROM tenants WHERE id = ?1", 1, p, &f) != 0) return -1;
+    if (adm_tx_first(a, tx, "SELECT id FROM tenants WHERE id = ?1", 1, p, &f) != 0) return -1;
     if (f.rows) return 1;
-    set_error(a, 404, "NOT_FOUND", "tenant %s does not exist", id);
+    adm_set_error(a, 404, "NOT_FOUND", "tenant %s does not exist", id);
     return 0;
 }
 
@@ -780,13 +266,13 @@ static void auth_project(admin_t *a, int64_t id, int64_t tenant, const vals_t *v
         .max_concurrency = (uint32_t)strtoul(vs->v[P_CONC], NULL, 10),
         .monthly_limit_micros = strtoll(vs->v[P_MONTHLY], NULL, 10),
     };
-    if (a->s->auth && mg_auth_put_project(a->s->auth, &p) != 0) auth_resync(a, -1);
+    adm_fx(a, ADM_FX_PUT_PROJECT, NULL, NULL, &p);
 }
 
 static int project_defaults(vals_t *vs)
 {
     for (int i = P_RPM; i < P_N; i++)
-        if (vals_set(vs, i, "0") != 0) return -1;
+        if (adm_vals_set(vs, i, "0") != 0) return -1;
     return 0;
 }
 
@@ -796,11 +282,11 @@ static int project_name_free(admin_t *a, mg_store_tx_t *tx, const char *tenant, 
 {
     first_t f;
     const char *p[3] = {tenant, name, self ? self : "0"};
-    if (tx_first(a, tx, "SELECT id FROM projects WHERE tenant_id = ?1 AND name = ?2 AND id <> ?3",
+    if (adm_tx_first(a, tx, "SELECT id FROM projects WHERE tenant_id = ?1 AND name = ?2 AND id <> ?3",
                  3, p, &f) != 0)
         return -1;
     if (!f.rows) return 0;
-    set_error(a, 400, "INVALID_REQUEST", "field 'name': the tenant has a project with this name");
+    adm_set_error(a, 400, "INVALID_REQUEST", "field 'name': the tenant has a project with this name");
     return -1;
 }
 
@@ -810,41 +296,41 @@ static void project_create(admin_t *a)
     mg_store_tx_t *tx = NULL;
     char tenant[24], at[24], id[24];
     if (project_defaults(&vs) != 0) {
-        set_error(a, 500, "INTERNAL_ERROR", "out of memory");
+        adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
         goto out;
     }
-    if (apply_body(a, project_fields, NFIELDS(project_fields), NULL, &vs) != 0 ||
-        require(a, "tenant_id") != 0 || require(a, "name") != 0 || tx_begin(a, &tx) != 0)
+    if (adm_apply_body(a, project_fields, NFIELDS(project_fields), NULL, &vs) != 0 ||
+        adm_require(a, "tenant_id") != 0 || adm_require(a, "name") != 0 || adm_tx_begin(a, &tx) != 0)
         goto out;
-    fmt_i64(tenant, sizeof(tenant), body_id(a, "tenant_id"));
+    adm_fmt_i64(tenant, sizeof(tenant), adm_body_id(a, "tenant_id"));
     if (tenant_exists(a, tx, tenant) != 1 ||
         project_name_free(a, tx, tenant, vs.v[P_NAME], NULL) != 0)
         goto out;
-    fmt_i64(at, sizeof(at), now_s());
+    adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[7] = {tenant,       vs.v[P_NAME],    vs.v[P_RPM], vs.v[P_TPM],
                         vs.v[P_CONC], vs.v[P_MONTHLY], at};
-    if (tx_write(a, tx,
+    if (adm_tx_write(a, tx,
                  "INSERT INTO projects(tenant_id, " PROJECT_VAL_COLUMNS ", created_at)"
                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                  7, p, "name") < 0)
         goto out;
     int64_t pid = mg_store_tx_last_id(tx);
-    fmt_i64(id, sizeof(id), pid);
+    adm_fmt_i64(id, sizeof(id), pid);
     snprintf(a->target, sizeof(a->target), "project:%s", id);
-    cJSON *o = tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
+    cJSON *o = adm_tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
                        project_json);
     mg_store_tx_t *t = tx;
     tx = NULL;
-    if (!o || tx_commit(a, t) != 0) {
+    if (!o || adm_tx_commit(a, t) != 0) {
         if (!o) mg_store_tx_rollback(t);
         cJSON_Delete(o);
         goto out;
     }
     auth_project(a, pid, strtoll(tenant, NULL, 10), &vs);
-    set_answer(a, 201, o);
+    adm_set_answer(a, 201, o);
 out:
     mg_store_tx_rollback(tx);
-    vals_free(&vs);
+    adm_vals_free(&vs);
 }
 
 /* Read the settable columns of one row into vs (columns in slot order). */
@@ -860,7 +346,7 @@ static void row_vals(void *ud, int ncols, const char *const *cols)
     row_vals_t *r = ud;
     if (r->rows++) return;
     for (int i = 0; i < r->n && i < ncols; i++)
-        if (vals_set(r->vs, i, cols[i]) != 0) r->oom = 1;
+        if (adm_vals_set(r->vs, i, cols[i]) != 0) r->oom = 1;
 }
 
 /* Load `n` columns (sql) of row id into vs. 1 found, 0 not found (404 set), -1 error. */
@@ -871,14 +357,14 @@ static int tx_vals(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *i
     row_vals_t r = {vs, n, 0, 0};
     const char *p[1] = {id};
     if (mg_store_tx_exec(tx, sql, 1, p, row_vals, &r, err, sizeof(err)) < 0) {
-        storage_error(a, err);
+        adm_storage_error(a, err);
         return -1;
     }
     if (r.oom) {
-        set_error(a, 500, "INTERNAL_ERROR", "out of memory");
+        adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
         return -1;
     }
-    if (!r.rows) set_error(a, 404, "NOT_FOUND", "%s %s does not exist", what, id);
+    if (!r.rows) adm_set_error(a, 404, "NOT_FOUND", "%s %s does not exist", what, id);
     return r.rows ? 1 : 0;
 }
 
@@ -887,44 +373,44 @@ static void project_update(admin_t *a, const char *id)
     vals_t vs = {0};
     mg_store_tx_t *tx = NULL;
     first_t f;
-    if (tx_begin(a, &tx) != 0 ||
+    if (adm_tx_begin(a, &tx) != 0 ||
         tx_vals(a, tx, "SELECT " PROJECT_VAL_COLUMNS " FROM projects WHERE id = ?1", id, P_N, &vs,
                 "project") != 1 ||
-        apply_body(a, project_fields, NFIELDS(project_fields), "tenant_id", &vs) != 0)
+        adm_apply_body(a, project_fields, NFIELDS(project_fields), "tenant_id", &vs) != 0)
         goto out;
     const char *pid[1] = {id};
-    if (tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, pid, &f) != 0 ||
+    if (adm_tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, pid, &f) != 0 ||
         project_name_free(a, tx, f.v[0], vs.v[P_NAME], id) != 0)
         goto out;
     const char *p[6] = {id, vs.v[P_NAME], vs.v[P_RPM], vs.v[P_TPM], vs.v[P_CONC], vs.v[P_MONTHLY]};
-    if (tx_write(a, tx,
+    if (adm_tx_write(a, tx,
                  "UPDATE projects SET name = ?2, rpm_limit = ?3, tpm_limit = ?4,"
                  " max_concurrency = ?5, monthly_limit_micros = ?6 WHERE id = ?1",
                  6, p, "name") < 0)
         goto out;
-    cJSON *o = tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
+    cJSON *o = adm_tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
                        project_json);
     mg_store_tx_t *t = tx;
     tx = NULL;
-    if (!o || tx_commit(a, t) != 0) {
+    if (!o || adm_tx_commit(a, t) != 0) {
         if (!o) mg_store_tx_rollback(t);
         cJSON_Delete(o);
         goto out;
     }
     auth_project(a, strtoll(id, NULL, 10), strtoll(f.v[0], NULL, 10), &vs);
-    set_answer(a, 200, o);
+    adm_set_answer(a, 200, o);
 out:
     mg_store_tx_rollback(tx);
-    vals_free(&vs);
+    adm_vals_free(&vs);
 }
 
 static void project_get(admin_t *a, const char *id)
 {
     char tenant[24];
-    int q = id ? 0 : query_id(a, "tenant_id", tenant, sizeof(tenant));
+    int q = id ? 0 : adm_query_id(a, "tenant_id", tenant, sizeof(tenant));
     if (q < 0) return;
     const char *p[1] = {tenant};
-    get_rows(a, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1",
+    adm_get_rows(a, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1",
              q ? "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE tenant_id = ?1 ORDER BY id"
                : "SELECT " PROJECT_JSON_COLUMNS " FROM projects ORDER BY id",
              id, q, p, project_json, "project");
@@ -950,7 +436,7 @@ static int key_defaults(vals_t *vs)
              {K_LABELS, "{}"},
              {K_ENABLED, "1"}};
     for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++)
-        if (vals_set(vs, d[i].slot, d[i].v) != 0) return -1;
+        if (adm_vals_set(vs, d[i].slot, d[i].v) != 0) return -1;
     return 0;
 }
 
@@ -962,27 +448,27 @@ static int key_refs_ok(admin_t *a, mg_store_tx_t *tx, const char *tenant, const 
     first_t f;
     if (vs->v[K_PROJECT]) {
         const char *p[1] = {vs->v[K_PROJECT]};
-        if (tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, p, &f) != 0)
+        if (adm_tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, p, &f) != 0)
             return -1;
         if (!f.rows) {
-            set_error(a, 404, "NOT_FOUND", "project %s does not exist", vs->v[K_PROJECT]);
+            adm_set_error(a, 404, "NOT_FOUND", "project %s does not exist", vs->v[K_PROJECT]);
             return -1;
         }
         if (strcmp(f.v[0], tenant) != 0) {
-            set_error(a, 400, "INVALID_REQUEST",
+            adm_set_error(a, 400, "INVALID_REQUEST",
                       "field 'project_id': the project belongs to another tenant");
             return -1;
         }
     }
     if (vs->v[K_NAME]) {
         const char *p[3] = {tenant, vs->v[K_NAME], self ? self : "0"};
-        if (tx_first(a, tx,
+        if (adm_tx_first(a, tx,
                      "SELECT id FROM api_keys WHERE tenant_id = ?1 AND name = ?2"
                      " AND revoked_at IS NULL AND id <> ?3",
                      3, p, &f) != 0)
             return -1;
         if (f.rows) {
-            set_error(a, 400, "INVALID_REQUEST",
+            adm_set_error(a, 400, "INVALID_REQUEST",
                       "field 'name': the tenant has a key with this name");
             return -1;
         }
@@ -996,7 +482,7 @@ static int key_commit(admin_t *a, mg_store_tx_t *tx, const char *id, cJSON **out
 {
     *out = NULL;
     mg_key_record_t *rec = tx_record(a, tx, id);
-    cJSON *o = rec ? tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", id,
+    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", id,
                              key_json)
                    : NULL;
     if (!o) {
@@ -1004,7 +490,7 @@ static int key_commit(admin_t *a, mg_store_tx_t *tx, const char *id, cJSON **out
         mg_store_tx_rollback(tx);
         return -1;
     }
-    if (tx_commit(a, tx) != 0) {
+    if (adm_tx_commit(a, tx) != 0) {
         mg_key_record_unref(rec);
         cJSON_Delete(o);
         return -1;
@@ -1021,7 +507,7 @@ static int new_key(admin_t *a, char *hex, char *display)
     if (mg_key_generate(a->clear_key) != 0 ||
         mg_key_digest(a->clear_key, MG_KEY_LEN, digest) != 0 ||
         mg_key_display(a->clear_key, display) != 0) {
-        set_error(a, 500, "INTERNAL_ERROR", "cannot generate a key");
+        adm_set_error(a, 500, "INTERNAL_ERROR", "cannot generate a key");
         return -1;
     }
     mg_auth_digest_hex(digest, hex);
@@ -1033,7 +519,7 @@ static int new_key(admin_t *a, char *hex, char *display)
 static void answer_with_key(admin_t *a, int status, cJSON *o)
 {
     cJSON_AddStringToObject(o, "key", a->clear_key);
-    set_answer(a, status, o);
+    adm_set_answer(a, status, o);
 }
 
 static void key_create(admin_t *a)
@@ -1042,31 +528,31 @@ static void key_create(admin_t *a)
     mg_store_tx_t *tx = NULL;
     char tenant[24], at[24], id[24], hex[2 * MG_KEY_DIGEST_LEN + 1], display[MG_KEY_DISPLAY_MAX];
     if (key_defaults(&vs) != 0) {
-        set_error(a, 500, "INTERNAL_ERROR", "out of memory");
+        adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
         goto out;
     }
-    if (apply_body(a, key_fields, NFIELDS(key_fields), NULL, &vs) != 0 ||
-        require(a, "tenant_id") != 0)
+    if (adm_apply_body(a, key_fields, NFIELDS(key_fields), NULL, &vs) != 0 ||
+        adm_require(a, "tenant_id") != 0)
         goto out;
-    if (vs.v[K_EXPIRES] && strtoll(vs.v[K_EXPIRES], NULL, 10) <= now_s()) {
-        set_error(a, 400, "INVALID_REQUEST", "field 'expires_at': must be in the future");
+    if (vs.v[K_EXPIRES] && strtoll(vs.v[K_EXPIRES], NULL, 10) <= adm_now_s()) {
+        adm_set_error(a, 400, "INVALID_REQUEST", "field 'expires_at': must be in the future");
         goto out;
     }
-    fmt_i64(tenant, sizeof(tenant), body_id(a, "tenant_id"));
-    if (tx_begin(a, &tx) != 0 || tenant_exists(a, tx, tenant) != 1 ||
+    adm_fmt_i64(tenant, sizeof(tenant), adm_body_id(a, "tenant_id"));
+    if (adm_tx_begin(a, &tx) != 0 || tenant_exists(a, tx, tenant) != 1 ||
         key_refs_ok(a, tx, tenant, &vs, NULL) != 0 || new_key(a, hex, display) != 0)
         goto out;
-    fmt_i64(at, sizeof(at), now_s());
+    adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[4 + K_N] = {tenant, hex, display, at};
     for (int i = 0; i < K_N; i++)
         p[4 + i] = vs.v[i];
-    if (tx_write(a, tx,
+    if (adm_tx_write(a, tx,
                  "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
                  " ?17, ?18)",
                  4 + K_N, p, "name") < 0)
         goto out;
-    fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
+    adm_fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
     snprintf(a->target, sizeof(a->target), "key:%s", id);
     cJSON *o;
     mg_store_tx_t *t = tx;
@@ -1075,7 +561,7 @@ static void key_create(admin_t *a)
     answer_with_key(a, 201, o);
 out:
     mg_store_tx_rollback(tx);
-    vals_free(&vs);
+    adm_vals_free(&vs);
 }
 
 /* Start a change of key `id`: begin, and check that it exists and is not revoked. The
@@ -1084,16 +570,16 @@ out:
 static int key_begin(admin_t *a, const char *id, mg_store_tx_t **tx, first_t *f)
 {
     const char *p[1] = {id};
-    if (tx_begin(a, tx) != 0) return -1;
-    if (tx_first(a, *tx, "SELECT tenant_id, digest, revoked_at FROM api_keys WHERE id = ?1", 1, p,
+    if (adm_tx_begin(a, tx) != 0) return -1;
+    if (adm_tx_first(a, *tx, "SELECT tenant_id, digest, revoked_at FROM api_keys WHERE id = ?1", 1, p,
                  f) != 0)
         goto fail;
     if (!f->rows) {
-        set_error(a, 404, "NOT_FOUND", "key %s does not exist", id);
+        adm_set_error(a, 404, "NOT_FOUND", "key %s does not exist", id);
         goto fail;
     }
     if (f->cols[2]) {
-        set_error(a, 409, "CONFLICT", "key %s is revoked and cannot change", id);
+        adm_set_error(a, 409, "CONFLICT", "key %s is revoked and cannot change", id);
         goto fail;
     }
     return 0;
@@ -1111,13 +597,13 @@ static void key_update(admin_t *a, const char *id)
     if (key_begin(a, id, &tx, &f) != 0 ||
         tx_vals(a, tx, "SELECT " KEY_VAL_COLUMNS " FROM api_keys WHERE id = ?1", id, K_N, &vs,
                 "key") != 1 ||
-        apply_body(a, key_fields, NFIELDS(key_fields), "tenant_id", &vs) != 0 ||
+        adm_apply_body(a, key_fields, NFIELDS(key_fields), "tenant_id", &vs) != 0 ||
         key_refs_ok(a, tx, f.v[0], &vs, id) != 0)
         goto out;
     const char *p[1 + K_N] = {id};
     for (int i = 0; i < K_N; i++)
         p[1 + i] = vs.v[i];
-    if (tx_write(a, tx,
+    if (adm_tx_write(a, tx,
                  "UPDATE api_keys SET project_id = ?2, name = ?3, scopes = ?4, models = ?5,"
                  " priorities = ?6, rpm_limit = ?7, tpm_limit = ?8, max_concurrency = ?9,"
                  " max_queued = ?10, daily_limit_micros = ?11, monthly_limit_micros = ?12,"
@@ -1127,24 +613,24 @@ static void key_update(admin_t *a, const char *id)
     cJSON *o;
     mg_store_tx_t *t = tx;
     tx = NULL;
-    if (key_commit(a, t, id, &o) == 0) set_answer(a, 200, o);
+    if (key_commit(a, t, id, &o) == 0) adm_set_answer(a, 200, o);
 out:
     mg_store_tx_rollback(tx);
-    vals_free(&vs);
+    adm_vals_free(&vs);
 }
 
 static void key_set_enabled(admin_t *a, const char *id, int enabled)
 {
     mg_store_tx_t *tx = NULL;
     first_t f;
-    if (no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
+    if (adm_no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
     const char *p[2] = {id, enabled ? "1" : "0"};
-    if (tx_write(a, tx, "UPDATE api_keys SET enabled = ?2 WHERE id = ?1", 2, p, "enabled") < 0) {
+    if (adm_tx_write(a, tx, "UPDATE api_keys SET enabled = ?2 WHERE id = ?1", 2, p, "enabled") < 0) {
         mg_store_tx_rollback(tx);
         return;
     }
     cJSON *o;
-    if (key_commit(a, tx, id, &o) == 0) set_answer(a, 200, o);
+    if (key_commit(a, tx, id, &o) == 0) adm_set_answer(a, 200, o);
 }
 
 static void key_delete(admin_t *a, const char *id)
@@ -1153,22 +639,21 @@ static void key_delete(admin_t *a, const char *id)
     first_t f;
     char at[24];
     unsigned char digest[MG_KEY_DIGEST_LEN];
-    if (no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
-    fmt_i64(at, sizeof(at), now_s());
+    if (adm_no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
+    adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[2] = {id, at};
-    if (tx_write(a, tx, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1", 2, p, "id") < 0) {
+    if (adm_tx_write(a, tx, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1", 2, p, "id") < 0) {
         mg_store_tx_rollback(tx);
         return;
     }
-    if (tx_commit(a, tx) != 0) return;
-    if (a->s->auth &&
-        (mg_auth_digest_parse(f.v[1], digest) != 0 || mg_auth_remove_key(a->s->auth, digest) != 0))
-        auth_resync(a, MG_KEYS_ENOENT);
+    if (adm_tx_commit(a, tx) != 0) return;
+    if (mg_auth_digest_parse(f.v[1], digest) == 0)
+        adm_fx(a, ADM_FX_REMOVE_KEY, NULL, digest, NULL);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)strtoll(id, NULL, 10));
     cJSON_AddStringToObject(o, "object", "api_key");
     cJSON_AddBoolToObject(o, "deleted", 1);
-    set_answer(a, 200, o);
+    adm_set_answer(a, 200, o);
 }
 
 /* Rotation: in one transaction revoke the old key and insert the new one with the same
@@ -1180,41 +665,39 @@ static void key_rotate(admin_t *a, const char *id)
     first_t f;
     char at[24], nid[24], hex[2 * MG_KEY_DIGEST_LEN + 1], display[MG_KEY_DISPLAY_MAX];
     unsigned char old_digest[MG_KEY_DIGEST_LEN];
-    if (no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
-    fmt_i64(at, sizeof(at), now_s());
+    if (adm_no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
+    adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[4] = {id, at, NULL, NULL};
     if (new_key(a, hex, display) != 0 ||
-        tx_write(a, tx, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1", 2, p, "id") < 0)
+        adm_tx_write(a, tx, "UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1", 2, p, "id") < 0)
         goto fail;
     p[1] = hex;
     p[2] = display;
     p[3] = at;
-    if (tx_write(a, tx,
+    if (adm_tx_write(a, tx,
                  "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
                  " SELECT tenant_id, ?2, ?3, ?4, " KEY_VAL_COLUMNS " FROM api_keys WHERE id = ?1",
                  4, p, "name") < 0)
         goto fail;
-    fmt_i64(nid, sizeof(nid), mg_store_tx_last_id(tx));
+    adm_fmt_i64(nid, sizeof(nid), mg_store_tx_last_id(tx));
     const char *q[2] = {id, nid};
-    if (tx_write(a, tx, "UPDATE api_keys SET replaced_by = ?2 WHERE id = ?1", 2, q, "id") < 0)
+    if (adm_tx_write(a, tx, "UPDATE api_keys SET replaced_by = ?2 WHERE id = ?1", 2, q, "id") < 0)
         goto fail;
     mg_key_record_t *rec = tx_record(a, tx, nid);
-    cJSON *o = rec ? tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", nid,
+    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", nid,
                              key_json)
                    : NULL;
-    if (!o || tx_commit(a, tx) != 0) {
+    if (!o || adm_tx_commit(a, tx) != 0) {
         if (!o) mg_store_tx_rollback(tx);
         mg_key_record_unref(rec);
         cJSON_Delete(o);
         return;
     }
     snprintf(a->target, sizeof(a->target), "key:%s", id);
-    int rc = !a->s->auth ? 0
-             : mg_auth_digest_parse(f.v[1], old_digest) != 0
-                 ? MG_KEYS_EINVAL
-                 : mg_auth_rotate_key(a->s->auth, old_digest, rec);
-    if (rc != 0) auth_resync(a, rc);
-    mg_key_record_unref(rec);
+    if (mg_auth_digest_parse(f.v[1], old_digest) == 0)
+        adm_fx(a, ADM_FX_ROTATE_KEY, rec, old_digest, NULL);
+    else
+        adm_fx(a, ADM_FX_PUT_KEY, rec, NULL, NULL); /* cannot happen: the digest is ours */
     cJSON_AddNumberToObject(o, "replaces", (double)strtoll(id, NULL, 10));
     answer_with_key(a, 200, o);
     return;
@@ -1225,18 +708,18 @@ fail:
 static void key_get(admin_t *a, const char *id)
 {
     if (id) {
-        get_rows(a, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", NULL, id, 0, NULL,
+        adm_get_rows(a, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", NULL, id, 0, NULL,
                  key_json, "key");
         return;
     }
     char tenant[24] = "", project[24] = "", revoked[8] = "";
-    int qt = query_id(a, "tenant_id", tenant, sizeof(tenant));
-    int qp = qt < 0 ? -1 : query_id(a, "project_id", project, sizeof(project));
+    int qt = adm_query_id(a, "tenant_id", tenant, sizeof(tenant));
+    int qp = qt < 0 ? -1 : adm_query_id(a, "project_id", project, sizeof(project));
     if (qt < 0 || qp < 0) return;
-    query_param(a, "include_revoked", revoked, sizeof(revoked));
+    adm_query_param(a, "include_revoked", revoked, sizeof(revoked));
     int all = strcmp(revoked, "1") == 0 || strcmp(revoked, "true") == 0;
     const char *p[3] = {qt ? tenant : NULL, qp ? project : NULL, all ? "1" : "0"};
-    get_rows(a, NULL,
+    adm_get_rows(a, NULL,
              "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE (?1 IS NULL OR tenant_id = ?1)"
              " AND (?2 IS NULL OR project_id = ?2) AND (?3 = '1' OR revoked_at IS NULL)"
              " ORDER BY id",
@@ -1251,14 +734,14 @@ static cJSON *audit_json(int ncols, const char *const *c)
 {
     if (ncols < 8) return NULL;
     cJSON *o = cJSON_CreateObject();
-    add_int(o, "id", c[0]);
-    add_int(o, "at_ms", c[1]);
-    add_str(o, "actor", c[2]);
-    add_str(o, "action", c[3]);
-    add_str(o, "target", c[4]);
-    add_int(o, "status", c[5]);
-    add_str(o, "request_id", c[6]);
-    add_str(o, "client_addr", c[7]);
+    adm_add_int(o, "id", c[0]);
+    adm_add_int(o, "at_ms", c[1]);
+    adm_add_str(o, "actor", c[2]);
+    adm_add_str(o, "action", c[3]);
+    adm_add_str(o, "target", c[4]);
+    adm_add_int(o, "status", c[5]);
+    adm_add_str(o, "request_id", c[6]);
+    adm_add_str(o, "client_addr", c[7]);
     return o;
 }
 
@@ -1266,12 +749,86 @@ static cJSON *audit_json(int ncols, const char *const *c)
 static void audit_list(admin_t *a)
 {
     char limit[24] = "100";
-    int q = query_id(a, "limit", limit, sizeof(limit));
+    int q = adm_query_id(a, "limit", limit, sizeof(limit));
     if (q < 0) return;
     if (strtoll(limit, NULL, 10) > 1000) snprintf(limit, sizeof(limit), "1000");
     const char *p[1] = {limit};
-    get_rows(a, NULL, "SELECT " AUDIT_JSON_COLUMNS " FROM audit_logs ORDER BY id DESC LIMIT ?1",
+    adm_get_rows(a, NULL, "SELECT " AUDIT_JSON_COLUMNS " FROM audit_logs ORDER BY id DESC LIMIT ?1",
              NULL, 1, p, audit_json, "record");
+}
+
+/* ---- runtime settings (GET/PUT /api/v2/config) -------------------------------------------------
+ */
+
+static void key_name(void *ud, int ncols, const char *const *cols)
+{
+    if (ncols >= 1 && cols[0]) cJSON_AddItemToArray(ud, cJSON_CreateString(cols[0]));
+}
+
+/* The keys the store overrides, as a JSON array; NULL with the error set. */
+static cJSON *overridden_keys(admin_t *a)
+{
+    char err[256];
+    cJSON *keys = cJSON_CreateArray();
+    if (keys && mg_store_query(a->s->store, "SELECT key FROM system_config ORDER BY key", 0, NULL,
+                               key_name, keys, err, sizeof(err)) == 0)
+        return keys;
+    cJSON_Delete(keys);
+    adm_storage_error(a, keys ? err : "out of memory");
+    return NULL;
+}
+
+static void config_get(admin_t *a)
+{
+    cJSON *keys = overridden_keys(a);
+    if (!keys) return;
+    adm_set_answer(a, 200, mg_settings_json(a->gen->cfg, keys));
+    cJSON_Delete(keys);
+}
+
+/* PUT {key: value | null, ...}: every member validated first, then one transaction; null
+ * removes the override (the config file's value comes back). */
+static void config_put(admin_t *a)
+{
+    const cJSON *m;
+    char text[64], err[256];
+    mg_store_tx_t *tx = NULL;
+    cJSON_ArrayForEach(m, a->in)
+    {
+        if (cJSON_IsNull(m) && mg_settings_known(m->string)) continue;
+        if (mg_settings_check(m->string, m, text, sizeof(text), err, sizeof(err)) != 0) {
+            adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
+            return;
+        }
+    }
+    if (adm_tx_begin(a, &tx) != 0) return;
+    cJSON_ArrayForEach(m, a->in)
+    {
+        const char *p[2] = {m->string, text};
+        int rc;
+        if (cJSON_IsNull(m)) {
+            rc = adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, m->string);
+        } else {
+            mg_settings_check(m->string, m, text, sizeof(text), err, sizeof(err));
+            rc = adm_tx_write(a, tx,
+                              "INSERT INTO system_config(key, value) VALUES (?1, ?2)"
+                              " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
+                              " updated_at = datetime('now')",
+                              2, p, m->string);
+        }
+        if (rc < 0) {
+            mg_store_tx_rollback(tx);
+            return;
+        }
+    }
+    if (adm_tx_commit(a, tx) != 0) return;
+    cJSON *keys = overridden_keys(a);
+    if (!keys) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "overridden", keys);
+    adm_set_answer(a, 200, o);
+    a->rebuild = 1;
+    a->settings_answer = 1;
 }
 
 /* ---- routing ------------------------------------------------------------------------------------
@@ -1293,13 +850,18 @@ static int split_path(const char *sub, char *buf, size_t cap, char **coll, char 
         *verb = s;
         if (strchr(s, '/') || !*s) return -1;
     }
-    size_t n = strlen(*id);
-    return n > 0 && n <= 15 && strspn(*id, "0123456789") == n ? 0 : -1;
+    return **id ? 0 : -1;
+}
+
+static int numeric_id(const char *id)
+{
+    size_t n = strlen(id);
+    return n > 0 && n <= 15 && strspn(id, "0123456789") == n;
 }
 
 static int method_is(const admin_t *a, int m)
 {
-    return a->req->method == m;
+    return a->method == m;
 }
 
 /* The handler for a collection path ({id} absent) or an item path. 1 when one ran. */
@@ -1367,9 +929,24 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
     static const char *const colls[3][2] = {
         {"tenants", "tenant"}, {"projects", "project"}, {"keys", "key"}};
     const char *kind = NULL;
-    if (!strcmp(coll, "providers") || !strcmp(coll, "pools") || !strcmp(coll, "cooldowns")) {
+    if (strcmp(coll, "providers") == 0) {
+        adm_providers_route(a, id, verb);
+        return;
+    }
+    if (strcmp(coll, "config") == 0 && !id) {
+        int get = method_is(a, HTTP_GET), put = method_is(a, HTTP_PUT);
+        a->action = get ? "config.get" : put ? "config.update" : "config.invalid";
+        if (get)
+            config_get(a);
+        else if (put)
+            config_put(a);
+        else
+            adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "use GET or PUT");
+        return;
+    }
+    if (!strcmp(coll, "pools") || !strcmp(coll, "cooldowns")) {
         a->action = "admin.read_only"; /* api.c answers their reads */
-        set_error(a, 405, "METHOD_NOT_ALLOWED", "this admin endpoint is read-only");
+        adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "this admin endpoint is read-only");
         return;
     }
     if (strcmp(coll, "audit") == 0 && !id && method_is(a, HTTP_GET)) {
@@ -1379,69 +956,63 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
     }
     for (int i = 0; i < 3; i++)
         if (strcmp(coll, colls[i][0]) == 0) kind = colls[i][1];
-    if (!kind || (verb && strcmp(kind, "key") != 0)) {
+    if (!kind || (verb && strcmp(kind, "key") != 0) || (id && !numeric_id(id))) {
         a->action = "admin.unknown";
-        set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
+        adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
         return;
     }
     if (id) snprintf(a->target, sizeof(a->target), "%s:%s", kind, id);
     if (verb ? route_key_verb(a, id, verb) : route_plain(a, coll, id)) return;
     if (verb && !a->action) {
         a->action = "admin.unknown";
-        set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
+        adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
         return;
     }
     if (!a->action) a->action = "admin.unknown";
-    set_error(a, 405, "METHOD_NOT_ALLOWED", "method not allowed on this admin endpoint");
+    adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "method not allowed on this admin endpoint");
 }
 
 /* Parse the body into a->in (an object; empty body = {}). 0, or -1 with the error set. */
-static int parse_body(admin_t *a)
+static int parse_body(admin_t *a, const mg_http_req_t *req)
 {
-    mg_http_req_t *req = a->req;
     a->in = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : cJSON_CreateObject();
     if (cJSON_IsObject(a->in)) return 0;
     cJSON_Delete(a->in);
     a->in = NULL;
-    set_error(a, 400, "INVALID_REQUEST", "request body is not a JSON object");
+    adm_set_error(a, 400, "INVALID_REQUEST", "request body is not a JSON object");
     return -1;
 }
 
-/* ---- audit and answer ---------------------------------------------------------------------------
+/* ---- audit -----------------------------------------------------------------------------------
  */
 
-void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
-                    const char *target, int status)
+#define AUDIT_INSERT                                                                               \
+    "INSERT INTO audit_logs(at, actor, action, target, status, request_id, client_addr)"         \
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+
+typedef struct audit_row_s {
+    char at[24], status[8];
+    const char *p[7];
+} audit_row_t;
+
+static void audit_row(audit_row_t *r, const char *action, const char *target, int status,
+                      const char *request_id, const char *addr)
 {
-    mg_store_tx_t *tx = NULL;
-    char err[256] = "", at[24], st[8], addr[80];
-    mg_http_peer(req, addr, sizeof(addr));
     uv_timeval64_t tv;
     uv_gettimeofday(&tv);
-    fmt_i64(at, sizeof(at), (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
-    snprintf(st, sizeof(st), "%d", status);
-    const char *p[7] = {at,
-                        ACTOR,
-                        action,
-                        target && *target ? target : NULL,
-                        st,
-                        req->request_id,
-                        addr[0] ? addr : NULL};
-    int rc = mg_store_tx_begin(s->store, &tx, err, sizeof(err));
-    if (rc == 0)
-        rc =
-            mg_store_tx_exec(tx,
-                             "INSERT INTO audit_logs(at, actor, action, target, status, request_id,"
-                             " client_addr) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                             7, p, NULL, NULL, err, sizeof(err));
-    if (rc >= 0)
-        rc = mg_store_tx_commit(tx, err, sizeof(err));
-    else
-        mg_store_tx_rollback(tx);
-    if (rc >= 0) return;
+    adm_fmt_i64(r->at, sizeof(r->at), (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
+    snprintf(r->status, sizeof(r->status), "%d", status);
+    const char *p[7] = {r->at,  ACTOR,      action, target && *target ? target : NULL,
+                        r->status, request_id, addr && *addr ? addr : NULL};
+    memcpy(r->p, p, sizeof(p));
+}
+
+static void audit_failed(const char *request_id, const char *action, const char *target,
+                         int status, const char *addr, const char *err)
+{
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_ERROR, "audit write failed");
-    mg_log_str(&l, "request_id", req->request_id);
+    mg_log_str(&l, "request_id", request_id);
     mg_log_str(&l, "actor", ACTOR);
     mg_log_str(&l, "action", action);
     mg_log_str(&l, "target", target);
@@ -1449,6 +1020,92 @@ void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action
     mg_log_str(&l, "client_addr", addr);
     mg_log_str(&l, "error", err);
     mg_log_end(&l);
+}
+
+/* On the worker, after the change: its own transaction, committed before the answer. */
+static void audit_sync(admin_t *a)
+{
+    mg_store_tx_t *tx = NULL;
+    char err[256] = "";
+    audit_row_t r;
+    audit_row(&r, a->action, a->target, a->status, a->request_id, a->peer);
+    int rc = mg_store_tx_begin(a->s->store, &tx, err, sizeof(err));
+    if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
+    if (rc >= 0)
+        rc = mg_store_tx_commit(tx, err, sizeof(err));
+    else
+        mg_store_tx_rollback(tx);
+    if (rc < 0) audit_failed(a->request_id, a->action, a->target, a->status, a->peer, err);
+}
+
+void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
+                    const char *target, int status)
+{
+    char addr[80];
+    audit_row_t r;
+    mg_http_peer(req, addr, sizeof(addr));
+    audit_row(&r, action, target, status, req->request_id, addr);
+    if (mg_store_write(s->store, AUDIT_INSERT, 7, r.p) != 0)
+        audit_failed(req->request_id, action, target, status, addr, "the store is not writable");
+}
+
+/* ---- dispatch ----------------------------------------------------------------------------------
+ */
+
+static void admin_start(mg_server_t *s);
+
+/* Worker thread: route, handle, audit. */
+static void admin_work(uv_work_t *w)
+{
+    admin_t *a = w->data;
+    char buf[256], *coll, *id, *verb;
+    if (!a->code) {
+        if (strncmp(a->path, "/api/v2/", 8) != 0 ||
+            split_path(a->path + 8, buf, sizeof(buf), &coll, &id, &verb) != 0) {
+            a->action = "admin.unknown";
+            adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
+        } else {
+            route(a, coll, id, verb);
+        }
+    }
+    if (!a->action) a->action = "admin.unknown";
+    if (!a->code && !a->answer) adm_set_error(a, 500, "INTERNAL_ERROR", "no answer");
+    audit_sync(a);
+}
+
+/* A committed change could not be mirrored in memory (out of memory): rebuild the whole
+ * auth state from the store, so memory follows the database again. This reads the store on
+ * the loop thread; it only happens after an allocation failed. */
+static void auth_resync(admin_t *a, int rc)
+{
+    char err[256];
+    mg_log_msg(MG_LOG_ERROR, a->request_id,
+               "admin %s: in-memory key index update failed (%d); reloading it from the store",
+               a->action, rc);
+    if (mg_auth_load(a->s->auth, a->s->store, err, sizeof(err)) != 0)
+        mg_log_msg(MG_LOG_ERROR, a->request_id, "auth reload failed: %s", err);
+}
+
+/* Loop thread: the committed change reaches the auth state. */
+static void apply_effects(admin_t *a)
+{
+    mg_auth_t *auth = a->s->auth;
+    for (int i = 0; i < a->n_fx; i++) {
+        admin_fx_t *fx = &a->fx[i];
+        int rc = 0;
+        if (auth && fx->kind == ADM_FX_PUT_KEY)
+            rc = mg_auth_put_key(auth, fx->rec);
+        else if (auth && fx->kind == ADM_FX_REMOVE_KEY)
+            rc = mg_auth_remove_key(auth, fx->digest);
+        else if (auth && fx->kind == ADM_FX_ROTATE_KEY)
+            rc = mg_auth_rotate_key(auth, fx->digest, fx->rec);
+        else if (auth && fx->kind == ADM_FX_PUT_PROJECT)
+            rc = mg_auth_put_project(auth, &fx->project);
+        if (rc != 0) auth_resync(a, rc);
+        mg_key_record_unref(fx->rec);
+        fx->rec = NULL;
+    }
+    a->n_fx = 0;
 }
 
 /* Answer a success body: metrics, the request log line, the response; the printed body is
@@ -1477,40 +1134,113 @@ static void respond(admin_t *a)
     mg_buf_free(&text);
 }
 
-/* Wipe the clear key from the answer tree before it is freed. */
-static void wipe_answer(admin_t *a)
+static void admin_free(admin_t *a)
 {
     cJSON *k = a->answer ? cJSON_GetObjectItemCaseSensitive(a->answer, "key") : NULL;
     if (cJSON_IsString(k)) OPENSSL_cleanse(k->valuestring, strlen(k->valuestring));
     cJSON_Delete(a->answer);
-    a->answer = NULL;
     OPENSSL_cleanse(a->clear_key, sizeof(a->clear_key));
+    for (int i = 0; i < a->n_fx; i++) mg_key_record_unref(a->fx[i].rec);
+    cJSON_Delete(a->in);
+    free(a->query);
+    if (a->gen) mg_gen_unref(a->gen);
+    free(a);
+}
+
+/* Answer (when the client is still there) and free. */
+static void admin_finish(admin_t *a)
+{
+    if (a->req) {
+        a->req->on_abort = NULL;
+        if (a->code)
+            mg_api_error(a->s, a->req, MG_EP_OTHER, a->status, a->code, a->message, 0);
+        else
+            respond(a);
+    }
+    admin_free(a);
+}
+
+/* The generation with the provider change is in place (or could not be built). */
+static void admin_rebuilt(void *ud, int ok, const char *err)
+{
+    admin_t *a = ud;
+    if (!ok && !a->code) {
+        /* committed, but not serving: say so rather than pretend */
+        mg_log_msg(MG_LOG_ERROR, a->request_id,
+                   "admin %s: stored, but the new generation failed: %s", a->action, err);
+        cJSON_AddFalseToObject(a->answer, "applied");
+        cJSON_AddStringToObject(a->answer, "apply_error", err);
+    } else if (ok && a->settings_answer && a->answer) {
+        /* the settings as the new generation has them */
+        cJSON *keys = cJSON_DetachItemFromObject(a->answer, "overridden");
+        adm_set_answer(a, 200, mg_settings_json(a->s->gen->cfg, keys));
+        cJSON_Delete(keys);
+    }
+    admin_finish(a);
+}
+
+static void admin_done(uv_work_t *w, int status)
+{
+    admin_t *a = w->data;
+    mg_server_t *s = a->s;
+    (void)status;
+    s->admin_running = NULL;
+    apply_effects(a);
+    if (a->rebuild)
+        mg_server_rebuild(s, admin_rebuilt, a);
+    else
+        admin_finish(a);
+    admin_start(s);
+}
+
+/* Run the next queued request, if the worker is free. */
+static void admin_start(mg_server_t *s)
+{
+    admin_t *a = s->admin_queue;
+    if (s->admin_running || !a) return;
+    s->admin_queue = a->next;
+    s->admin_running = a;
+    a->work.data = a;
+    if (uv_queue_work(s->loop, &a->work, admin_work, admin_done) != 0) {
+        s->admin_running = NULL;
+        adm_set_error(a, 500, "INTERNAL_ERROR", "cannot start the admin request");
+        admin_finish(a);
+        admin_start(s);
+    }
+}
+
+/* The client left: the request still runs to the end (its change is committed and
+ * audited), nobody is answered. */
+static void admin_abort(void *data)
+{
+    admin_t *a = data;
+    a->req = NULL;
 }
 
 void mg_admin_handle(mg_server_t *s, mg_http_req_t *req)
 {
-    admin_t a;
-    memset(&a, 0, sizeof(a));
-    a.s = s;
-    a.req = req;
-    char buf[256], *coll, *id, *verb;
-    const char *sub = req->path + strlen("/api/v2/");
-    if (strncmp(req->path, "/api/v2/", 8) != 0 ||
-        split_path(sub, buf, sizeof(buf), &coll, &id, &verb) != 0) {
-        a.action = "admin.unknown";
-        set_error(&a, 404, "NOT_FOUND", "no such admin endpoint");
-    } else if (parse_body(&a) == 0) {
-        route(&a, coll, id, verb);
-    } else {
-        a.action = "admin.invalid";
+    admin_t *a = calloc(1, sizeof(*a));
+    if (!a) {
+        mg_api_error(s, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
     }
-    if (!a.action) a.action = "admin.unknown";
-    if (!a.code && !a.answer) set_error(&a, 500, "INTERNAL_ERROR", "no answer");
-    mg_admin_audit(s, req, a.action, a.target, a.status);
-    if (a.code)
-        mg_api_error(s, req, MG_EP_OTHER, a.status, a.code, a.message, 0);
-    else
-        respond(&a);
-    wipe_answer(&a);
-    cJSON_Delete(a.in);
+    a->s = s;
+    a->req = req;
+    a->gen = mg_server_gen_acquire(s);
+    a->method = req->method;
+    snprintf(a->path, sizeof(a->path), "%s", req->path);
+    snprintf(a->request_id, sizeof(a->request_id), "%s", req->request_id);
+    mg_http_peer(req, a->peer, sizeof(a->peer));
+    if (req->query && !(a->query = strdup(req->query)))
+        adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
+    else if (strlen(req->path) >= sizeof(a->path))
+        adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
+    else if (parse_body(a, req) != 0)
+        a->action = "admin.invalid";
+    req->on_abort = admin_abort;
+    req->hook_data = a;
+    admin_t **tail = &s->admin_queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = a;
+    admin_start(s);
 }

@@ -210,7 +210,7 @@ static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_
     mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", p->id);
-    cJSON_AddStringToObject(o, "name", p->id);
+    cJSON_AddStringToObject(o, "name", p->name ? p->name : p->id);
     cJSON_AddStringToObject(o, "endpoint_url", p->base_url);
     char masked[32] = "";
     if (p->api_key) mg_secret_mask(p->api_key, masked);
@@ -225,6 +225,7 @@ static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_
     if (p->tpm_limit) cJSON_AddNumberToObject(o, "tpm_limit", p->tpm_limit);
     else cJSON_AddNullToObject(o, "tpm_limit");
     cJSON_AddNumberToObject(o, "weight", p->weight);
+    cJSON_AddNumberToObject(o, "cost_per_1k_tokens", p->cost_per_1k_tokens);
     cJSON_AddBoolToObject(o, "local", p->local);
     if (!st) return o;
     mg_health_snapshot_t hs;

@@ -28,8 +28,9 @@ struct mg_auth_level_s {
     uint32_t refs;                /* the table's reference + one per granted result */
     int64_t daily_limit_micros;   /* 0 = none (keys only) */
     int64_t monthly_limit_micros; /* 0 = none */
-    int64_t spent_day_micros;     /* -1 = no figure: the daily limit is not enforced */
-    int64_t spent_month_micros;   /* -1 likewise */
+    int64_t spent_day_micros;     /* spent in UTC day `day` */
+    int64_t spent_month_micros;   /* spent in UTC month `month` */
+    int32_t day, month;           /* the periods those figures belong to (spend_period) */
     int64_t last_used_written_s;  /* keys: last last_used_at queued for the store */
 };
 
@@ -59,9 +60,7 @@ static mg_auth_level_t *level_new(int64_t id, const char *name)
     mg_quota_level_init(&lv->q, name, 0, 0, 0);
     lv->id = id;
     lv->refs = 1;
-    lv->spent_day_micros = -1;
-    lv->spent_month_micros = -1;
-    return lv;
+    return lv; /* day = month = 0: the first roll starts the current periods at 0 */
 }
 
 static void level_unref(mg_auth_level_t *lv)
@@ -422,6 +421,8 @@ static int build_state(mg_auth_t *a, load_t *l, mg_key_index_t *ix, level_table_
     return 0;
 }
 
+static int load_spend(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen);
+
 int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
 {
     load_t l;
@@ -455,7 +456,7 @@ int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
     a->projects = projects;
     a->store = st;
     load_free(&l);
-    return 0;
+    return load_spend(a, st, err, errlen);
 }
 
 void mg_auth_log_status(const mg_auth_t *a, int enabled, const char *listen)
@@ -519,18 +520,47 @@ static uint64_t until_period_end(uint64_t now_ms, int monthly)
     return end_ms > now_ms ? end_ms - now_ms : MG_AUTH_MIN_RETRY_MS;
 }
 
-/* Spend limits, where a figure exists. 0 = within, -1 = refused (out filled). */
-static int check_spend(const mg_auth_level_t *lv, uint64_t now_ms, mg_auth_result_t *out)
+/* The UTC day (days since 1970) and month (year * 12 + month) of a unix time in ms, and
+ * their names in the store ("d:2026-11-30", "m:2026-11"). */
+static void spend_period(uint64_t now_ms, int32_t *day, int32_t *month, char *dname,
+                         char *mname)
 {
-    if (lv->daily_limit_micros > 0 && lv->spent_day_micros >= 0 &&
-        lv->spent_day_micros >= lv->daily_limit_micros) {
+    time_t now = (time_t)(now_ms / 1000);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    *day = (int32_t)(now_ms / 86400000);
+    *month = (int32_t)((tm.tm_year + 1900) * 12 + tm.tm_mon);
+    if (dname)
+        snprintf(dname, 40, "d:%04d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    if (mname) snprintf(mname, 40, "m:%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
+}
+
+/* A new day or month starts its figure at zero. */
+static void level_roll(mg_auth_level_t *lv, uint64_t now_ms)
+{
+    int32_t day, month;
+    spend_period(now_ms, &day, &month, NULL, NULL);
+    if (lv->day != day) {
+        lv->day = day;
+        lv->spent_day_micros = 0;
+    }
+    if (lv->month != month) {
+        lv->month = month;
+        lv->spent_month_micros = 0;
+    }
+}
+
+/* Spend limits. 0 = within, -1 = refused (out filled). */
+static int check_spend(mg_auth_level_t *lv, uint64_t now_ms, mg_auth_result_t *out)
+{
+    level_roll(lv, now_ms);
+    if (lv->daily_limit_micros > 0 && lv->spent_day_micros >= lv->daily_limit_micros) {
         out->retry_after_ms = until_period_end(now_ms, 0);
         out->level = lv->q.name;
         return refuse(out, 429, "QUOTA_EXCEEDED", "daily_spend",
                       "the API key's daily spend limit is reached");
     }
-    if (lv->monthly_limit_micros > 0 && lv->spent_month_micros >= 0 &&
-        lv->spent_month_micros >= lv->monthly_limit_micros) {
+    if (lv->monthly_limit_micros > 0 && lv->spent_month_micros >= lv->monthly_limit_micros) {
         out->retry_after_ms = until_period_end(now_ms, 1);
         out->level = lv->q.name;
         return refuse(out, 429, "QUOTA_EXCEEDED", "monthly_spend",
@@ -700,15 +730,80 @@ void mg_auth_release(mg_auth_result_t *r)
 }
 
 void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t day_micros,
-                       int64_t month_micros)
+                       int64_t month_micros, uint64_t now_ms)
 {
     mg_auth_level_t *lv[2] = {key_id > 0 ? table_find(&a->keys, key_id) : NULL,
                               project_id > 0 ? table_find(&a->projects, project_id) : NULL};
     for (int i = 0; i < 2; i++) {
         if (!lv[i]) continue;
-        lv[i]->spent_day_micros = day_micros;
-        lv[i]->spent_month_micros = month_micros;
+        level_roll(lv[i], now_ms);
+        if (day_micros >= 0) lv[i]->spent_day_micros = day_micros;
+        if (month_micros >= 0) lv[i]->spent_month_micros = month_micros;
     }
+}
+
+/* Add micros to the level's store rows of both periods (the writer thread batches it). */
+static void persist_spend(mg_auth_t *a, const mg_auth_level_t *lv, int64_t micros,
+                          const char *dname, const char *mname)
+{
+    char id[24], m[24];
+    snprintf(id, sizeof(id), "%lld", (long long)lv->id);
+    snprintf(m, sizeof(m), "%lld", (long long)micros);
+    const char *periods[2] = {dname, mname};
+    for (int i = 0; i < 2; i++) {
+        const char *p[4] = {lv->q.name, id, periods[i], m};
+        if (mg_store_write(a->store,
+                           "INSERT INTO spend(scope, id, period, micros) VALUES (?1, ?2, ?3, ?4)"
+                           " ON CONFLICT(scope, id, period) DO UPDATE"
+                           " SET micros = micros + excluded.micros",
+                           4, p) != 0)
+            mg_log_msg(MG_LOG_ERROR, NULL, "spend of %s %s not stored", lv->q.name, id);
+    }
+}
+
+void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms)
+{
+    if (!r || !r->held || micros <= 0) return;
+    char dname[40], mname[40];
+    int32_t day, month;
+    spend_period(now_ms, &day, &month, dname, mname);
+    for (size_t i = 0; i < r->n_levels; i++) {
+        mg_auth_level_t *lv = r->levels[i];
+        level_roll(lv, now_ms);
+        lv->spent_day_micros += micros;
+        lv->spent_month_micros += micros;
+        if (a->store) persist_spend(a, lv, micros, dname, mname);
+    }
+}
+
+/* The spend of the current periods, from the store (start-up and reloads). */
+typedef struct spend_load_s {
+    mg_auth_t *a;
+    uint64_t now_ms;
+} spend_load_t;
+
+static void load_spend_row(void *ud, int ncols, const char *const *c)
+{
+    spend_load_t *sl = ud;
+    if (ncols < 4 || !c[0] || !c[1] || !c[2] || !c[3]) return;
+    int64_t id = strtoll(c[1], NULL, 10), micros = strtoll(c[3], NULL, 10);
+    int project = strcmp(c[0], LEVEL_PROJECT) == 0;
+    int daily = c[2][0] == 'd';
+    mg_auth_set_spend(sl->a, project ? 0 : id, project ? id : 0, daily ? micros : -1,
+                      daily ? -1 : micros, sl->now_ms);
+}
+
+static int load_spend(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
+{
+    char dname[40], mname[40];
+    int32_t day, month;
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    spend_load_t sl = {a, (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000};
+    spend_period(sl.now_ms, &day, &month, dname, mname);
+    const char *p[2] = {dname, mname};
+    return mg_store_query(st, "SELECT scope, id, period, micros FROM spend WHERE period IN (?1, ?2)",
+                          2, p, load_spend_row, &sl, err, errlen);
 }
 
 /* ---- changes after an admin commit ----------------------------------------------------------- */

@@ -17,8 +17,11 @@
  * Every 429 carries retry_after_ms >= 1000 (the Retry-After header is whole seconds).
  *
  * Spend limits (daily_limit_micros, monthly_limit_micros of keys; monthly_limit_micros of
- * projects) are accepted and stored, but nothing meters spend yet: they are enforced only
- * once a figure was given with mg_auth_set_spend() (pending the metering module).
+ * projects) hold for the UTC day and month. What a request cost is charged to its key's and
+ * project's figures once it ends (mg_auth_charge: usage x the provider's
+ * cost_per_1k_tokens); a request that starts within the limit may end above it, the next one
+ * is refused until the period ends. The figures are kept in the store's `spend` table
+ * (per scope, id and period) and read back at start-up, so a restart forgets nothing.
  *
  * Ownership and threads: everything runs on the loop thread, without locks. A granted
  * result holds references to its quota levels, which therefore outlive the removal of
@@ -127,11 +130,14 @@ void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens);
  * first call does it; later calls, and calls on refused or zeroed results, do nothing. */
 void mg_auth_release(mg_auth_result_t *r);
 
-/* Record what a key (key_id > 0) or a project (project_id > 0) has spent today and this
- * month, in micros, for the spend limits; -1 = no figure (not enforced). For the metering
- * module; until it exists spend limits are stored but not enforced. */
+/* Set what a key (key_id > 0) or a project (project_id > 0) has spent today and this month
+ * (UTC, of now_ms in unix ms), in micros; -1 leaves that figure as it is. */
 void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t day_micros,
-                       int64_t month_micros);
+                       int64_t month_micros, uint64_t now_ms);
+
+/* Charge a granted request's cost (micros > 0) to its key and project for the periods of
+ * now_ms (unix ms), in memory at once and in the store through its writer thread. */
+void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms);
 
 /* ---- changes after an admin transaction committed (loop thread) ----
  * Each applies one committed change to the in-memory state at once. On error the state

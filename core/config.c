@@ -427,8 +427,9 @@ static int opt_bool(loader_t *l, yaml_node_t *map, const char *path, const char 
 }
 
 /* Optional finite number > 0 and <= hi. */
-static int opt_positive(loader_t *l, yaml_node_t *map, const char *path, const char *key, double hi,
-                        double *dst)
+/* A number in (0, hi], or [0, hi] with zero_ok. */
+static int opt_number(loader_t *l, yaml_node_t *map, const char *path, const char *key,
+                      bool zero_ok, double hi, double *dst)
 {
     field_t f;
     field_get(l, map, path, key, &f);
@@ -442,10 +443,22 @@ static int opt_positive(loader_t *l, yaml_node_t *map, const char *path, const c
     bool ok = *s && !isspace((unsigned char)*s) && !*end && errno == 0 && isfinite(v);
     free(s);
     if (!ok) return fail(l, f.line, "%s must be a number", f.path);
-    if (!(v > 0) || v > hi)
-        return fail(l, f.line, "%s must be greater than 0 and at most %g", f.path, hi);
+    if (!(zero_ok ? v >= 0 : v > 0) || v > hi)
+        return fail(l, f.line, "%s must be %s 0 and at most %g", f.path,
+                    zero_ok ? "at least" : "greater than", hi);
     *dst = v;
     return 0;
+}
+
+static int opt_positive(loader_t *l, yaml_node_t *map, const char *path, const char *key, double hi,
+                        double *dst)
+{
+    return opt_number(l, map, path, key, false, hi, dst);
+}
+
+static int opt_cost(loader_t *l, yaml_node_t *map, const char *path, double *dst)
+{
+    return opt_number(l, map, path, "cost_per_1k_tokens", true, 1e6, dst);
 }
 
 /* ------------------------------------------------------------------- value checks */
@@ -617,14 +630,15 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 static int load_routing(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"local_first", "queue_timeout_ms", "emergency_rpm_ratio",
-                                       NULL};
+                                       "allow_smaller_model", NULL};
     int r = want_map(l, v, line, "routing", keys);
     if (r <= 0) return r;
     mg_routing_conf_t *rc = &l->cfg->routing;
     if (opt_bool(l, v, "routing", "local_first", &rc->local_first) < 0 ||
         opt_int_field(l, v, "routing", "queue_timeout_ms", 1, MAX_TIMEOUT_MS,
                       &rc->queue_timeout_ms) < 0 ||
-        opt_positive(l, v, "routing", "emergency_rpm_ratio", 1.0, &rc->emergency_rpm_ratio) < 0)
+        opt_positive(l, v, "routing", "emergency_rpm_ratio", 1.0, &rc->emergency_rpm_ratio) < 0 ||
+        opt_bool(l, v, "routing", "allow_smaller_model", &rc->allow_smaller_model) < 0)
         return -1;
     return 0;
 }
@@ -634,7 +648,8 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
     static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
                                        "priority_aging_seconds", "reserved_realtime_slots",
                                        "overflow_status", "backpressure", "vram_bytes",
-                                       "safety_margin_ratio", "priority_weights", NULL};
+                                       "safety_margin_ratio", "priority_weights",
+                                       "min_output_tokens", NULL};
     const char *path = "scheduler";
     int r = want_map(l, v, line, path, keys);
     if (r <= 0) return r;
@@ -645,7 +660,8 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
         opt_int_field(l, v, path, "reserved_realtime_slots", 0, 1000000, &sc->reserved_realtime_slots) < 0 ||
         opt_int_field(l, v, path, "overflow_status", 429, 503, &sc->overflow_status) < 0 ||
         opt_int(l, v, path, "vram_bytes", 0, (long long)1 << 50, &sc->vram_bytes) < 0 ||
-        opt_positive(l, v, path, "safety_margin_ratio", 0.99, &sc->safety_margin_ratio) < 0)
+        opt_positive(l, v, path, "safety_margin_ratio", 0.99, &sc->safety_margin_ratio) < 0 ||
+        opt_int_field(l, v, path, "min_output_tokens", 0, 1000000, &sc->min_output_tokens) < 0)
         return -1;
     if (sc->overflow_status != 429 && sc->overflow_status != 503) {
         field_t f;
@@ -761,7 +777,7 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
 {
     static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
                                        "rpm_limit", "tpm_limit", "weight",   "local",   "engine",
-                                       "model_prefix", NULL};
+                                       "model_prefix", "cost_per_1k_tokens", NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = line_of(v);
@@ -812,7 +828,8 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
         opt_int_field(l, v, path, "tpm_limit", 0, INT_MAX, &p->tpm_limit) < 0 ||
         opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0 ||
         opt_string(l, v, path, "engine", &p->engine) < 0 ||
-        opt_string(l, v, path, "model_prefix", &p->model_prefix) < 0)
+        opt_string(l, v, path, "model_prefix", &p->model_prefix) < 0 ||
+        opt_cost(l, v, path, &p->cost_per_1k_tokens) < 0)
         return -1;
     p->source = dup_str(l, p->line, "file");
     if (!p->source) return -1;
@@ -877,7 +894,8 @@ static int cmp_provider_ptr(const void *a, const void *b)
 static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_conf_t *r,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"provider", "model", "smaller", "priority", NULL};
+    static const char *const keys[] = {"provider", "model", "smaller", "priority",
+                                       "weight_bytes", "kv_cache_per_token_bytes", NULL};
     char buf[72];
     r->line = line_of(v);
     if (v->type != YAML_MAPPING_NODE)
@@ -886,8 +904,16 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
         req_string(l, v, path, "provider", &r->provider) < 0 ||
         req_string(l, v, path, "model", &r->model) < 0 ||
         opt_bool(l, v, path, "smaller", &r->smaller) < 0 ||
-        opt_int_field(l, v, path, "priority", 0, 1000, &r->priority) < 0)
+        opt_int_field(l, v, path, "priority", 0, 1000, &r->priority) < 0 ||
+        opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &r->weight_bytes) < 0 ||
+        opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
+                &r->kv_cache_per_token_bytes) < 0)
         return -1;
+    /* a full-size route runs the model itself: the model's figures are its figures */
+    if (!r->smaller && (r->weight_bytes || r->kv_cache_per_token_bytes))
+        return fail(l, r->line,
+                    "%s: weight_bytes and kv_cache_per_token_bytes belong on the model, or on "
+                    "a route with smaller: true", path);
     if (!valid_name(r->model))
         return fail(l, r->line,
                     "%s.model '%s' is invalid (no spaces or control characters, at most %d)", path,
@@ -1126,6 +1152,7 @@ static int set_defaults(loader_t *l, const char *name)
         .level_threshold = {0.70, 0.85, 0.95},
         .safety_margin_ratio = 0.08,
         .weights = {100, 50, 25, 10, 1},
+        .min_output_tokens = 256,
     };
     /* Sidecar V1 compatibility: SIDECAR_QUEUE_MAX sets the default queue size */
     const char *qm = getenv("SIDECAR_QUEUE_MAX");
@@ -1352,6 +1379,7 @@ void mg_config_free(mg_config_t *cfg)
         free(p->engine);
         free(p->model_prefix);
         free(p->source);
+        free(p->name);
         free(p->base_url);
         if (p->api_key) /* a secret: do not leave it in freed memory */
             explicit_bzero(p->api_key, strlen(p->api_key));
@@ -1380,6 +1408,43 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->lua_dir);
     free(cfg->log_level);
     free(cfg);
+}
+
+static char *dup_or(const char *s, const char *dflt)
+{
+    return s ? strdup(s) : dflt ? strdup(dflt) : NULL;
+}
+
+int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, char *err,
+                           size_t err_len)
+{
+    if (mg_config_provider(cfg, tmpl->id)) {
+        snprintf(err, err_len, "provider id '%s' is taken", tmpl->id);
+        return -1;
+    }
+    mg_provider_conf_t *list = realloc(cfg->providers, (cfg->n_providers + 1) * sizeof(*list));
+    if (!list) goto oom;
+    cfg->providers = list;
+    mg_provider_conf_t *p = &list[cfg->n_providers];
+    *p = *tmpl;
+    p->id = strdup(tmpl->id);
+    p->adapter = dup_or(tmpl->adapter, "openai");
+    p->base_url = strdup(tmpl->base_url);
+    p->api_key = dup_or(tmpl->api_key, NULL);
+    p->pool = dup_or(tmpl->pool, "main");
+    p->engine = dup_or(tmpl->engine, NULL);
+    p->model_prefix = dup_or(tmpl->model_prefix, NULL);
+    p->source = dup_or(tmpl->source, "db");
+    p->name = dup_or(tmpl->name, NULL);
+    cfg->n_providers++; /* counted now so mg_config_free releases a partly copied entry */
+    if (!p->id || !p->adapter || !p->base_url || (tmpl->api_key && !p->api_key) || !p->pool ||
+        (tmpl->engine && !p->engine) || (tmpl->model_prefix && !p->model_prefix) ||
+        !p->source || (tmpl->name && !p->name))
+        goto oom;
+    return 0;
+oom:
+    snprintf(err, err_len, "out of memory");
+    return -1;
 }
 
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id)

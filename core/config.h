@@ -28,7 +28,11 @@ typedef struct mg_provider_conf_s {
     char *engine;       /* owned, may be NULL: "vllm" | "llamacpp" | "ollama" for load probes */
     char *model_prefix; /* owned, may be NULL: also serves any model name starting with this
                            that is not a logical model ("" = every such name), passed as is */
-    char *source;       /* owned: "file", or "env" for the Sidecar V1 provider */
+    char *source;       /* owned: "file", "env" (the Sidecar V1 provider) or "db" (added
+                           through the admin API, stored encrypted in the store) */
+    char *name;         /* owned, may be NULL (= id): the operator's label */
+    bool disabled;      /* taken out of routing by an operator (db providers only) */
+    double cost_per_1k_tokens; /* currency units per 1,000 tokens, for spend metering */
     int line;           /* line of the provider's entry in the file */
 } mg_provider_conf_t;
 
@@ -37,6 +41,10 @@ typedef struct mg_route_conf_s {
     char *model;        /* owned; the upstream model name */
     bool smaller;       /* a smaller model: used only with routing.allow_smaller_model */
     int priority;       /* route group, lower first (default 0) */
+    /* a smaller route's own memory figures (0 = none): memory admission may move a task
+       that does not fit the model's figures here (the model's apply to other routes) */
+    long long weight_bytes;
+    long long kv_cache_per_token_bytes;
     int line;
 } mg_route_conf_t;
 
@@ -67,6 +75,7 @@ typedef struct mg_routing_conf_s {
     int queue_timeout_ms;    /* wait for a rate-limit token at most this long, default 30000
                                 (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
     double emergency_rpm_ratio; /* share of rpm_limit the emergency channel may use, default 0.1 */
+    bool allow_smaller_model;   /* smaller routes for requests that do not say, default false */
 } mg_routing_conf_t;
 
 typedef struct mg_scheduler_conf_s {
@@ -79,6 +88,9 @@ typedef struct mg_scheduler_conf_s {
     double level_threshold[3];   /* backpressure levels, default 0.70 0.85 0.95 */
     long long vram_bytes;        /* device memory for admission, 0 = no memory admission */
     double safety_margin_ratio;  /* of vram_bytes kept free, default 0.08 */
+    int min_output_tokens;       /* memory admission shortens max_tokens to what fits, not
+                                    below this, before it makes a task wait; default 256,
+                                    0 = never shorten */
 } mg_scheduler_conf_t;
 
 typedef struct mg_breaker_conf_s {
@@ -151,6 +163,13 @@ int mg_config_parse(const char *name, const char *yaml, size_t len, mg_config_t 
                     size_t err_len);
 
 void mg_config_free(mg_config_t *cfg);
+
+/* Append a copy of tmpl (strings duplicated; NULL adapter = "openai", NULL pool = "main",
+ * NULL source = "db") to cfg's providers. Refuses an id that is already taken. Only while
+ * the config is private to its builder: it moves the providers array. Returns 0, or -1
+ * with the reason in err. */
+int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, char *err,
+                           size_t err_len);
 
 /* Lookups; return NULL when absent. */
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id);

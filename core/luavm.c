@@ -536,7 +536,28 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
 
 static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen);
 
+/* The stored providers join the file's; one whose id the file took meanwhile is left out. */
+static int add_providers(mg_config_t *cfg, const mg_provider_conf_t *extra, size_t n, char *err,
+                         size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (mg_config_provider(cfg, extra[i].id)) {
+            mg_log_msg(MG_LOG_WARN, NULL, "stored provider %s not served: the config file uses "
+                       "the same id", extra[i].id);
+            continue;
+        }
+        if (mg_config_add_provider(cfg, &extra[i], err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen)
+{
+    return mg_gen_load_with(config_path, NULL, 0, id, out, err, errlen);
+}
+
+int mg_gen_load_with(const char *config_path, const mg_provider_conf_t *extra, size_t n_extra,
+                     unsigned id, mg_gen_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     mg_gen_t *g = calloc(1, sizeof(*g));
@@ -548,7 +569,8 @@ int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err,
     g->refs = 1;
     g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
     g->make_candidate_ref = LUA_NOREF;
-    if (mg_config_load(config_path, &g->cfg, err, errlen) != 0) {
+    if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
+        add_providers(g->cfg, extra, n_extra, err, errlen) != 0) {
         mg_gen_unref(g);
         return -1;
     }

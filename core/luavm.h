@@ -47,6 +47,9 @@ typedef struct mg_gen_s {
  * Returns 0 and *out (refs = 1), or -1 with "FILE:LINE: reason" in err. Does not
  * touch the event loop, so it may run on a worker thread. */
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen);
+/* The same, with providers from the store (providers.h) added to the file's (copied). */
+int mg_gen_load_with(const char *config_path, const mg_provider_conf_t *extra, size_t n_extra,
+                     unsigned id, mg_gen_t **out, char *err, size_t errlen);
 void mg_gen_ref(mg_gen_t *g);
 void mg_gen_unref(mg_gen_t *g);
 

@@ -2,6 +2,10 @@
  *
  *   moongate [-c FILE]            run the gateway (FILE or $MOONGATE_CONFIG or config/moongate.yaml)
  *   moongate --check [-c FILE]    validate config, policies and adapters; exit 0 or 1
+ *   moongate keygen               print a fresh MOONGATE_ENCRYPTION_KEY
+ *   moongate rotate-encryption-key [-c FILE]
+ *                                 re-encrypt the stored provider keys from
+ *                                 $MOONGATE_ENCRYPTION_KEY to $MOONGATE_NEW_ENCRYPTION_KEY
  *   moongate --help | --version */
 #include <curl/curl.h>
 #include <signal.h>
@@ -10,8 +14,12 @@
 #include <string.h>
 #include <uv.h>
 
+#include "config.h"
 #include "luavm.h"
+#include "providers.h"
+#include "secret.h"
 #include "server.h"
+#include "store.h"
 
 #define DEFAULT_CONFIG "config/moongate.yaml"
 
@@ -29,6 +37,15 @@ static void usage(FILE *f)
             "                      (0 = valid; otherwise FILE:LINE: reason on stderr, exit 1)\n"
             "  -h, --help          show this help\n"
             "      --version       print the version\n"
+            "\n"
+            "commands:\n"
+            "  keygen                  print a fresh encryption key for MOONGATE_ENCRYPTION_KEY\n"
+            "                          (64 hex characters; provider keys added through the\n"
+            "                          admin API are stored AES-256-GCM encrypted with it)\n"
+            "  rotate-encryption-key   re-encrypt every stored provider key, in one transaction,\n"
+            "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
+            "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
+            "                          the config; then restart the gateway with the new key\n"
             "\n"
             "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
             "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit.\n",
@@ -48,12 +65,63 @@ static int check_config(const char *path)
     return 0;
 }
 
+static int keygen(void)
+{
+    char hex[MG_SECRET_KEY_HEX_LEN + 1];
+    if (mg_secret_keygen_hex(hex) != 0) {
+        fprintf(stderr, "moongate: the random generator failed\n");
+        return 1;
+    }
+    printf("%s\n", hex);
+    return 0;
+}
+
+static int rotate_encryption_key(const char *path)
+{
+    char err[1024];
+    mg_secret_key_t old_key, new_key;
+    mg_config_t *cfg = NULL;
+    mg_store_t *st = NULL;
+    size_t n = 0;
+    int rc = 1;
+    if (mg_secret_key_from_env(&old_key, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: old key: %s\n", err);
+        return 1;
+    }
+    const char *nk = getenv("MOONGATE_NEW_ENCRYPTION_KEY");
+    if (mg_secret_key_parse_hex(nk ? nk : "", "MOONGATE_NEW_ENCRYPTION_KEY", &new_key, err,
+                                sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: new key: %s\n", err);
+        goto out;
+    }
+    if (mg_config_load(path, &cfg, err, sizeof(err)) != 0 ||
+        mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
+        mg_providers_reencrypt(st, &old_key, &new_key, &n, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s (nothing changed)\n", err);
+        goto out;
+    }
+    printf("re-encrypted %zu provider key(s); restart the gateway with "
+           "MOONGATE_ENCRYPTION_KEY set to the new key\n", n);
+    rc = 0;
+out:
+    if (st) mg_store_close(st);
+    mg_config_free(cfg);
+    mg_secret_key_wipe(&old_key);
+    mg_secret_key_wipe(&new_key);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *config = getenv("MOONGATE_CONFIG");
-    int check = 0;
+    int check = 0, rotate = 0;
+    if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (i == 1 && strcmp(a, "rotate-encryption-key") == 0) {
+            rotate = 1;
+            continue;
+        }
         if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && i + 1 < argc) {
             config = argv[++i];
         } else if (strncmp(a, "--config=", 9) == 0) {
@@ -74,6 +142,7 @@ int main(int argc, char **argv)
     }
     if (!config || !*config) config = DEFAULT_CONFIG;
     if (check) return check_config(config);
+    if (rotate) return rotate_encryption_key(config);
 
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

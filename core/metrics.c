@@ -98,11 +98,12 @@ static void histogram(sbuf_t *b, const char *name, const char *labels, const uin
     }
 }
 
-static const char *const degraded_kinds[4] = {"fallback", "emergency", "smaller", "cloud"};
+static const char *const degraded_kinds[5] = {"fallback", "emergency", "smaller", "cloud",
+                                              "shorter_output"};
 
 void mg_metrics_degraded(mg_metrics_t *m, const char *kind)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (kind && strcmp(kind, degraded_kinds[i]) == 0) m->degraded_total[i]++;
 }
 
@@ -157,7 +158,7 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
               (unsigned long long)m->degraded_total[0], (unsigned long long)m->degraded_total[1]);
     sb_printf(b, "# HELP moongate_degraded_total Answers by degradation kind.\n"
                  "# TYPE moongate_degraded_total counter\n");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         sb_printf(b, "moongate_degraded_total{kind=\"%s\"} %llu\n", degraded_kinds[k],
                   (unsigned long long)m->degraded_total[k]);
     sb_printf(b, "# HELP moongate_provider_health Provider health: 0 healthy, 1 degraded, 2 down.\n"

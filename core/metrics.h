@@ -40,7 +40,8 @@ typedef struct mg_metrics_s {
     double queue_sum;
     uint64_t queue_count;
     uint64_t memory_reserved_bytes;    /* gauge, set when rendering */
-    uint64_t degraded_total[4];        /* answers by degradation: fallback, emergency, smaller, cloud */
+    uint64_t degraded_total[5];        /* answers by degradation: fallback, emergency, smaller, cloud,
+                                          shorter_output */
     uint64_t cooldown_events_total;
 } mg_metrics_t;
 
@@ -52,7 +53,8 @@ typedef enum { MG_CANCEL_CLIENT = 0, MG_CANCEL_REQUEST, MG_CANCEL_QUEUED } mg_ca
 typedef enum { MG_TIMEOUT_QUEUE = 0, MG_TIMEOUT_FIRST_TOKEN, MG_TIMEOUT_INFERENCE, MG_TIMEOUT_IDLE } mg_timeout_layer_t;
 void mg_metrics_queue_time(mg_metrics_t *m, double seconds);
 
-/* Count an answer given through a degraded route ("fallback", "emergency", "smaller", "cloud"). */
+/* Count an answer given through a degraded route ("fallback", "emergency", "smaller", "cloud")
+ * or with an output ceiling lowered by memory admission ("shorter_output"). */
 void mg_metrics_degraded(mg_metrics_t *m, const char *kind);
 
 /* Render everything (now_ms: loop time for windows and cooldowns); *out is malloc'd

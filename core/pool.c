@@ -80,6 +80,7 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
             mg_breaker_set_config(&items[i].breaker, &bc);
         }
         snprintf(items[i].pool, sizeof(items[i].pool), "%s", pc->pool);
+        items[i].disabled = pc->disabled;
         mg_limiter_set_limits(&items[i].limiter, pc->rpm_limit, pc->tpm_limit);
         mg_rpm_set_emergency_ratio(&items[i].limiter.rpm, cfg->routing.emergency_rpm_ratio);
     }

@@ -9,6 +9,7 @@
  * complete within one upstream read are written to the client as one chunk. */
 #include "proxy.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,15 +52,20 @@ typedef struct call_s {
     const mg_app_conf_t *app;    /* metadata.application, when configured */
     char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
     /* a model served through a provider's model_prefix rather than a logical model */
-    mg_model_conf_t prefixed_model;
-    mg_route_conf_t prefixed_route;
+    mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
+    char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */
+    const char *prefix;              /* in gen->cfg: the prefix that matched */
     mg_gen_t *gen;               /* one reference held */
     const mg_model_conf_t *model;/* in gen->cfg */
     cJSON *body;                 /* owned: the sanitized client request */
     int stream;
     int client_include_usage;
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
-    int tokens_capped;           /* backpressure lowered max_tokens to mapped_max_tokens */
+    int tokens_capped;           /* the scheduler lowered max_tokens to mapped_max_tokens */
+    long long asked_max_tokens;  /* the client's output ceiling, or -1 */
+    const mg_route_conf_t *smaller_route; /* memory admission's smaller model, or NULL */
+    const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
+    int output_shortened;        /* memory admission lowered max_tokens to fit: degraded */
     int req_ref, state_ref;      /* Lua registry references in gen */
     /* routing */
     mg_candidate_t *cands;       /* owned: one per route of the model */
@@ -142,6 +148,16 @@ static int is_extension(const mg_json_member_t *m)
     return 0;
 }
 
+/* A member the gateway adds to answers: an upstream member of that name is a clash. */
+static int is_gateway_member(const mg_json_member_t *m)
+{
+    static const char *const names[] = {"request_id", "logical_model", "actual_model", "timing",
+                                        "degraded", "degraded_reason", "max_output_tokens"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (member_is(m, names[i])) return 1;
+    return 0;
+}
+
 static double ms_since(uint64_t from, uint64_t to)
 {
     return from && to >= from ? (double)(to - from) / 1e6 : 0;
@@ -195,19 +211,52 @@ static void set_item(cJSON *obj, const char *key, cJSON *value)
     else cJSON_AddItemToObject(obj, key, value);
 }
 
+/* How the answer is degraded, as the client sees it (header, body, log): the route's kind,
+ * "shorter_output" when memory admission lowered max_tokens, or both; NULL when neither. */
+static const char *degraded_reason(const call_t *c, char *buf, size_t cap)
+{
+    if (!c->output_shortened) return c->degraded;
+    if (!c->degraded) return "shorter_output";
+    snprintf(buf, cap, "%s, shorter_output", c->degraded);
+    return buf;
+}
+
 static void add_metadata(call_t *c, cJSON *obj)
 {
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
     set_item(obj, "request_id", cJSON_CreateString(c->req ? c->req->request_id : ""));
     set_item(obj, "logical_model", cJSON_CreateString(c->model->name));
     set_item(obj, "actual_model", cJSON_CreateString(c->upstream_model ? c->upstream_model : ""));
-    set_item(obj, "degraded", cJSON_CreateBool(c->degraded != NULL));
+    set_item(obj, "degraded", cJSON_CreateBool(reason != NULL));
+    if (reason) set_item(obj, "degraded_reason", cJSON_CreateString(reason));
+    if (c->output_shortened)
+        set_item(obj, "max_output_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
+}
+
+/* The same members as add_metadata's degraded ones, as bytes: ,"degraded":... */
+static void append_degraded_raw(const call_t *c, mg_buf_t *o)
+{
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    mg_buf_append_str(o, reason ? ",\"degraded\":true" : ",\"degraded\":false");
+    if (reason) {
+        mg_buf_append_str(o, ",\"degraded_reason\":");
+        mg_json_print_string(reason, strlen(reason), o);
+    }
+    if (c->output_shortened) {
+        mg_buf_append_str(o, ",\"max_output_tokens\":");
+        mg_json_print_number((double)c->mapped_max_tokens, o);
+    }
 }
 
 /* Response headers every answer of this call carries beyond the standard ones. */
 static const char *degraded_header(call_t *c, char *buf, size_t cap)
 {
-    if (!c->degraded) return NULL;
-    snprintf(buf, cap, "X-Sidecar-Degraded: %s\r\n", c->degraded);
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    if (!reason) return NULL;
+    snprintf(buf, cap, "X-Sidecar-Degraded: %s\r\n", reason);
     return buf;
 }
 
@@ -331,6 +380,7 @@ static void call_log(call_t *c)
     m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
     if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
+    if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;
@@ -351,7 +401,10 @@ static void call_log(call_t *c)
     }
     mg_log_str(&l, "priority", c->priority);
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
-    if (c->degraded) mg_log_str(&l, "degraded", c->degraded);
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    if (reason) mg_log_str(&l, "degraded", reason);
+    if (c->output_shortened) mg_log_int(&l, "max_output_tokens", c->mapped_max_tokens);
     if (c->error_code) mg_log_str(&l, "error", c->error_code);
     if (c->auth.held) {
         mg_log_int(&l, "key_id", c->auth.key_id);
@@ -377,6 +430,20 @@ static void call_unlink(call_t *c)
     c->prev = c->next = NULL;
 }
 
+static uint64_t unix_now_ms(void);
+
+/* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
+ * rounded up (a priced request never costs nothing), charged to the caller's key and
+ * project for their spend limits. */
+static void charge_spend(call_t *c)
+{
+    double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
+    long long tokens = c->prompt_tokens + c->completion_tokens;
+    if (!c->auth.held || price <= 0 || tokens <= 0) return;
+    int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
+    mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms());
+}
+
 static void call_free(call_t *c)
 {
     call_unlink(c);
@@ -386,7 +453,10 @@ static void call_free(call_t *c)
         c->req->on_drain = NULL;
     }
     c->srv->in_flight--;
-    if (c->have_usage) mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
+    if (c->have_usage) {
+        mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
+        charge_spend(c);
+    }
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(c->srv->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0 && !c->srv->stopping_hard)
@@ -399,7 +469,8 @@ static void call_free(call_t *c)
     mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
     free(c->prefixed_model.name);
-    free(c->prefixed_route.model);
+    free(c->prefixed_model.routes);
+    free(c->prefixed_upstream);
     free(c->cands);
     free(c->cand_route);
     free(c->plan);
@@ -585,8 +656,7 @@ typedef struct {
 static int raw_copy_member(void *ud, const mg_json_member_t *m)
 {
     raw_copy_t *rc = ud;
-    if (member_is(m, "request_id") || member_is(m, "logical_model") ||
-        member_is(m, "actual_model") || member_is(m, "degraded") || member_is(m, "timing")) {
+    if (is_gateway_member(m)) {
         rc->clash = 1;
         return 1;
     }
@@ -607,7 +677,7 @@ static void append_metadata_raw(call_t *c, mg_buf_t *o)
     mg_json_print_string(c->model->name, strlen(c->model->name), o);
     mg_buf_append_str(o, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), o);
-    mg_buf_append_str(o, c->degraded ? ",\"degraded\":true" : ",\"degraded\":false");
+    append_degraded_raw(c, o);
 }
 
 static void append_totals_raw(call_t *c, mg_buf_t *o)
@@ -974,8 +1044,7 @@ static int scan_response_member(void *ud, const mg_json_member_t *m)
     st->members++;
     if (member_is(m, "usage") && m->value_len && m->value[0] == '{') {
         take_usage_bytes(st->c, m->value, m->value_len);
-    } else if (member_is(m, "request_id") || member_is(m, "logical_model") ||
-               member_is(m, "actual_model") || member_is(m, "timing") || member_is(m, "degraded")) {
+    } else if (is_gateway_member(m)) {
         st->clash = 1;
     }
     return 0;
@@ -999,7 +1068,7 @@ static int finish_passthrough_json(call_t *c)
     mg_json_print_string(c->model->name, strlen(c->model->name), &out);
     mg_buf_append_str(&out, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), &out);
-    mg_buf_append_str(&out, c->degraded ? ",\"degraded\":true" : ",\"degraded\":false");
+    append_degraded_raw(c, &out);
     uint64_t now = uv_hrtime();
     char timing[160];
     int n = snprintf(timing, sizeof(timing),
@@ -1515,6 +1584,9 @@ static void fill_candidates(call_t *c, uint64_t now)
     c->n_cands = 0;
     for (int i = 0; i < (int)c->model->n_routes; i++) {
         const mg_route_conf_t *r = &c->model->routes[i];
+        /* memory was reserved for the smaller model: no other route may serve */
+        if (c->mem_smaller && (!r->smaller || strcmp(r->model, c->mem_smaller->model) != 0))
+            continue;
         int pi = provider_index(cfg, r->provider);
         mg_provider_state_t *ps = pi < 0 ? NULL : mg_pool_get(&c->srv->pool, r->provider);
         if (!ps) continue;
@@ -1611,8 +1683,8 @@ static void enqueue(call_t *c, long long max_tokens)
     /* prefix-served names share their provider's gate: client-chosen names must not
      * create scheduler state without bound */
     char gate[200];
-    snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "provider:" : "",
-             c->prefixed_model.name ? c->prefixed_route.provider : c->model->name);
+    snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "prefix:" : "",
+             c->prefixed_model.name ? c->prefix : c->model->name);
     c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate);
     /* the application's and the user's slots (PRD 3.4.2) */
     if (c->app) {
@@ -1645,6 +1717,9 @@ static void enqueue(call_t *c, long long max_tokens)
      * on the generous side for English and JSON) until the tokenizer arrives */
     c->entry.input_tokens = (uint32_t)(c->req->body_len / 3);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
+    /* memory admission degrades before it waits: shorter output, then the smaller model */
+    c->entry.min_output_tokens = (uint32_t)cfg->scheduler.min_output_tokens;
+    c->entry.smaller = c->smaller_route ? mg_server_smaller_gate(s, c->smaller_route) : NULL;
     c->entry.data = c;
     task_to(c, MG_TASK_VALIDATING, "received");
     int rc = mg_sched_enqueue(s->sched, &c->entry, uv_now(s->loop));
@@ -1667,15 +1742,7 @@ static void enqueue(call_t *c, long long max_tokens)
         call_fail(c, 503, "RESOURCE_EXHAUSTED", mg_sched_strerror(rc), 2000);
         return;
     }
-    /* backpressure level 2 may have lowered the answer's ceiling: the upstream must see it */
-    if (c->entry.max_output_tokens > 0 &&
-        (max_tokens <= 0 || (long long)c->entry.max_output_tokens < max_tokens) &&
-        c->ep != MG_EP_EMBEDDINGS) {
-        c->mapped_max_tokens = c->entry.max_output_tokens;
-        c->tokens_capped = 1;
-        cJSON_DeleteItemFromObjectCaseSensitive(c->body, "max_completion_tokens");
-        set_item(c->body, "max_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
-    }
+    c->asked_max_tokens = max_tokens;
     c->queued = 1;
     task_to(c, MG_TASK_QUEUED, "admitted");
     mg_server_sched_run(s);
@@ -1687,7 +1754,8 @@ typedef struct {
     const char *pool;
     char pin[160];
     int has_pin;
-    int local_only, allow_smaller_model;
+    int local_only;
+    int allow_smaller_model; /* -1: the request does not say (routing.allow_smaller_model) */
     int queue_ms, first_token_ms, inference_ms, total_ms; /* from the body's timeouts, 0 = default */
 } routing_input_t;
 
@@ -1737,6 +1805,7 @@ static const char *routing_inputs(const cJSON *body, const mg_http_req_t *req, r
 {
     const char *problem = NULL;
     memset(in, 0, sizeof(*in));
+    in->allow_smaller_model = -1;
     in->priority = priority_of(body, req, &problem);
     if (problem) return problem;
     const char *pool = mg_http_header(req, "X-Sidecar-Pool");
@@ -1758,7 +1827,7 @@ static const char *routing_inputs(const cJSON *body, const mg_http_req_t *req, r
         if ((lo && !cJSON_IsBool(lo)) || (sm && !cJSON_IsBool(sm)))
             return "'routing.local_only' and 'routing.allow_smaller_model' must be booleans";
         in->local_only = cJSON_IsTrue(lo);
-        in->allow_smaller_model = cJSON_IsTrue(sm);
+        if (sm) in->allow_smaller_model = cJSON_IsTrue(sm);
     }
     return timeout_inputs(body, in);
 }
@@ -1792,16 +1861,30 @@ static const mg_provider_conf_t *prefix_provider(const mg_config_t *cfg, const c
     return best;
 }
 
-/* A one-route model for a name a provider serves by prefix. 0 or -1 (out of memory). */
-static int use_prefixed_model(call_t *c, const mg_provider_conf_t *p, const char *name)
+/* A model for a name served by prefix: one route per provider with that same (longest)
+ * prefix, so several keys behind one prefix share the load and fall back to each other
+ * like the routes of a logical model. 0 or -1 (out of memory). */
+static int use_prefixed_model(call_t *c, const mg_provider_conf_t *best, const char *name)
 {
-    c->prefixed_route.provider = p->id;
-    c->prefixed_route.model = strdup(name);
+    const mg_config_t *cfg = c->gen->cfg;
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_providers; i++)
+        n += cfg->providers[i].model_prefix &&
+             strcmp(cfg->providers[i].model_prefix, best->model_prefix) == 0;
+    mg_route_conf_t *routes = calloc(n, sizeof(*routes));
+    c->prefixed_model.routes = routes;
+    c->prefixed_upstream = strdup(name);
     c->prefixed_model.name = strdup(name);
-    c->prefixed_model.routes = &c->prefixed_route;
-    c->prefixed_model.n_routes = 1;
+    c->prefix = best->model_prefix;
     c->model = &c->prefixed_model;
-    return c->prefixed_route.model && c->prefixed_model.name ? 0 : -1;
+    if (!routes || !c->prefixed_upstream || !c->prefixed_model.name) return -1;
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const mg_provider_conf_t *p = &cfg->providers[i];
+        if (!p->model_prefix || strcmp(p->model_prefix, best->model_prefix) != 0) continue;
+        routes[c->prefixed_model.n_routes].provider = p->id;
+        routes[c->prefixed_model.n_routes++].model = c->prefixed_upstream;
+    }
+    return 0;
 }
 
 /* Wall clock in unix milliseconds: key expiry is a date. */
@@ -1810,6 +1893,26 @@ static uint64_t unix_now_ms(void)
     uv_timeval64_t tv;
     uv_gettimeofday(&tv);
     return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+/* The smaller route memory admission may move a task to when the model does not fit: the
+ * one with the smallest KV cache per token among the smaller routes with their own figures
+ * that this request could use (its pinned provider, local ones under local_only). NULL if
+ * none. Routing then sees only the routes of that upstream model. */
+static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
+                                                   const mg_model_conf_t *m,
+                                                   const routing_input_t *in)
+{
+    const mg_route_conf_t *best = NULL;
+    for (size_t i = 0; i < m->n_routes; i++) {
+        const mg_route_conf_t *r = &m->routes[i];
+        const mg_provider_conf_t *p = mg_config_provider(cfg, r->provider);
+        if (!r->smaller || r->kv_cache_per_token_bytes <= 0 || !p) continue;
+        if ((in->has_pin && strcmp(r->provider, in->pin) != 0) || (in->local_only && !p->local))
+            continue;
+        if (!best || r->kv_cache_per_token_bytes < best->kv_cache_per_token_bytes) best = r;
+    }
+    return best;
 }
 
 /* A number in [0,1) from the request id's random bytes: the request's own draw. */
@@ -1919,7 +2022,10 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     }
 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
+    if (!cJSON_IsNumber(mt)) mt = cJSON_GetObjectItemCaseSensitive(body, "max_completion_tokens");
     long long max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
+    if (in.allow_smaller_model < 0) in.allow_smaller_model = gen->cfg->routing.allow_smaller_model;
+    if (in.allow_smaller_model) c->smaller_route = memory_smaller_route(gen->cfg, c->model, &in);
     /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
     c->est_tokens = (int64_t)(req->body_len / 4) + (max_tokens > 0 ? max_tokens : 256);
     mg_lua_req_t info = {
@@ -1953,10 +2059,28 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     enqueue(c, max_tokens);
 }
 
+/* What the scheduler did to let the task run: a lower output ceiling (backpressure level 2
+ * at enqueue, memory admission at dispatch) that the upstream must see, or the smaller
+ * model memory admission reserved for. */
+static void take_admission(call_t *c)
+{
+    long long ceiling = c->entry.max_output_tokens;
+    long long asked = c->asked_max_tokens;
+    if (ceiling > 0 && (asked <= 0 || ceiling < asked) && c->ep != MG_EP_EMBEDDINGS) {
+        c->mapped_max_tokens = ceiling;
+        c->tokens_capped = 1;
+        cJSON_DeleteItemFromObjectCaseSensitive(c->body, "max_completion_tokens");
+        set_item(c->body, "max_tokens", cJSON_CreateNumber((double)ceiling));
+    }
+    c->output_shortened = c->tokens_capped && (c->entry.degraded & MG_SCHED_SHORTER);
+    if (c->entry.degraded & MG_SCHED_SMALLER) c->mem_smaller = c->smaller_route;
+}
+
 void mg_proxy_dispatched(void *data)
 {
     call_t *c = data;
     c->queued = 0;
+    take_admission(c);
     mg_metrics_queue_time(&c->srv->metrics, ms_since(c->t_start, uv_hrtime()) / 1000.0);
     task_to(c, MG_TASK_DISPATCHING, "slot_available");
     plan_and_dispatch(c);

@@ -341,6 +341,21 @@ double mg_sched_mem_fraction(const mg_sched_mem_t *m)
     return (double)m->reserved_bytes / (double)budget;
 }
 
+int mg_sched_fit_output(uint64_t free_bytes, uint64_t kv_per_token_bytes, uint32_t input_tokens,
+                        uint32_t asked, uint32_t min_tokens, uint32_t *ceiling)
+{
+    if (kv_per_token_bytes * ((uint64_t)input_tokens + asked) <= free_bytes) {
+        *ceiling = asked;
+        return 0;
+    }
+    /* kv_per_token_bytes > 0 from here: a zero reservation fits anything */
+    if (!min_tokens || asked <= min_tokens) return MG_SCHED_ETOO_LARGE;
+    uint64_t tokens = free_bytes / kv_per_token_bytes;
+    if (tokens < (uint64_t)input_tokens + min_tokens) return MG_SCHED_ETOO_LARGE;
+    *ceiling = (uint32_t)(tokens - input_tokens); /* < asked: asked did not fit */
+    return 0;
+}
+
 /* ---- gates ----------------------------------------------------------------------- */
 
 static uint32_t gate_room(const mg_sched_gate_t *g)
@@ -627,13 +642,58 @@ static void flow_head_changed(mg_sched_t *s, mg_sched_flow_t *f)
     }
 }
 
+/* ---- memory fit: the degrade steps ------------------------------------------------ */
+
+/* How a task fits some amount of memory: its output ceiling, its bytes, the steps taken. */
+typedef struct fit_s {
+    uint32_t max_output_tokens;
+    uint64_t mem_bytes;
+    unsigned degraded; /* MG_SCHED_SHORTER | MG_SCHED_SMALLER */
+} fit_t;
+
+/* e on one model's figures: as asked, else shorter. 0, or -1 when it does not fit. */
+static int fit_on_model(const mg_sched_entry_t *e, const mg_sched_gate_t *model,
+                        uint64_t free_bytes, fit_t *fit)
+{
+    uint64_t kv = model ? model->kv_per_token_bytes : 0;
+    uint32_t ceiling;
+    if (mg_sched_fit_output(free_bytes, kv, e->input_tokens, e->max_output_tokens,
+                            e->min_output_tokens, &ceiling) != 0)
+        return -1;
+    fit->max_output_tokens = ceiling;
+    fit->mem_bytes = kv * ((uint64_t)e->input_tokens + ceiling);
+    fit->degraded = ceiling != e->max_output_tokens ? MG_SCHED_SHORTER : 0;
+    return 0;
+}
+
+/* The PRD 3.4.3 order within free_bytes: as asked, shorter output, then the smaller model
+ * (as asked, then shorter). 0 and *fit filled, or -1: the task must wait. */
+static int entry_fit(const mg_sched_entry_t *e, uint64_t free_bytes, fit_t *fit)
+{
+    if (fit_on_model(e, e->gate[MG_GATE_MODEL], free_bytes, fit) == 0) return 0;
+    if (!e->smaller || fit_on_model(e, e->smaller, free_bytes, fit) != 0) return -1;
+    fit->degraded |= MG_SCHED_SMALLER;
+    return 0;
+}
+
+/* Dispatch takes e as it fits now (flow_blocker has checked that it does). */
+static void entry_take_fit(mg_sched_t *s, mg_sched_entry_t *e)
+{
+    fit_t fit = {e->max_output_tokens, e->mem_bytes_, 0};
+    entry_fit(e, mg_sched_mem_free(&s->mem), &fit);
+    e->max_output_tokens = fit.max_output_tokens;
+    e->mem_bytes_ = fit.mem_bytes;
+    e->degraded = fit.degraded;
+}
+
 /* The first gate that keeps f's head from running now, or NULL. */
 static mg_sched_gate_t *flow_blocker(mg_sched_t *s, const mg_sched_flow_t *f)
 {
     if (f->prio != MG_PRIO_P0 && gate_room(&s->nonrt) == 0) return &s->nonrt;
     for (int i = 0; i < MG_GATE_KIND_COUNT; i++)
         if (f->gate[i] && gate_room(f->gate[i]) == 0) return f->gate[i];
-    if (f->head->mem_bytes_ > mg_sched_mem_free(&s->mem)) return &s->memgate;
+    fit_t fit;
+    if (entry_fit(f->head, mg_sched_mem_free(&s->mem), &fit) != 0) return &s->memgate;
     return NULL;
 }
 
@@ -715,7 +775,10 @@ static int entry_admit(mg_sched_t *s, mg_sched_entry_t *e)
     if (level >= 2 && cap && (e->max_output_tokens == 0 || e->max_output_tokens > cap))
         e->max_output_tokens = cap;
     e->mem_bytes_ = entry_mem_bytes(e);
-    if (e->mem_bytes_ > mg_sched_mem_budget(&s->mem)) return MG_SCHED_ETOO_LARGE;
+    e->degraded = 0;
+    /* refused only when no degrade step could ever make it fit */
+    fit_t fit;
+    if (entry_fit(e, mg_sched_mem_budget(&s->mem), &fit) != 0) return MG_SCHED_ETOO_LARGE;
     return 0;
 }
 
@@ -816,6 +879,7 @@ mg_sched_entry_t *mg_sched_dispatch(mg_sched_t *s, uint64_t now_ms)
     mg_sched_flow_t *f = select_flow(s);
     if (!f) return NULL;
     mg_sched_entry_t *e = f->head;
+    entry_take_fit(s, e);
     entry_leave(s, e);
     lease_take(s, e);
     if (e->priority != MG_PRIO_P4 && e->tag_ > s->vtime_us) s->vtime_us = e->tag_;

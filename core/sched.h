@@ -9,6 +9,9 @@
  *   - gates: a logical model (or route) has max_concurrency, an application and a user
  *     have max_running and max_queued. A task is dispatched only when the global cap and
  *     every gate it names have room and its KV-cache reservation fits device memory;
+ *   - memory admission degrades before it waits (PRD 3.4.3): a task that does not fit as
+ *     asked runs at once with a shorter output ceiling (down to its min_output_tokens),
+ *     else on its smaller model (as asked, then shorter), and only then waits;
  *   - a lease, taken at dispatch, holds one unit at every level and the memory, and is
  *     given back exactly once by mg_sched_release();
  *   - queue deadlines (expire), backpressure levels, memory admission.
@@ -153,6 +156,20 @@ void mg_sched_mem_unload(mg_sched_mem_t *m, uint64_t weight_bytes);
 /* reserved / budget in [0, 1] (0 when admission is off; 1 when the budget is 0). */
 double mg_sched_mem_fraction(const mg_sched_mem_t *m);
 
+/* ---- memory admission's degrade steps (PRD 3.4.3) -------------------------------- */
+
+/* How dispatch made a task fit device memory: bits of mg_sched_entry_t.degraded. */
+#define MG_SCHED_SHORTER 1u /* max_output_tokens lowered to what fits */
+#define MG_SCHED_SMALLER 2u /* reserved with the entry's smaller model: run it there */
+
+/* The output ceiling a task can have when its KV reservation, kv_per_token_bytes *
+ * (input_tokens + ceiling), must fit free_bytes: asked itself when that fits (asked 0 means
+ * no ceiling: only the input is reserved), else the largest value in [min_tokens, asked).
+ * min_tokens 0 turns shortening off. Returns 0 and sets *ceiling, or MG_SCHED_ETOO_LARGE
+ * when not even min_tokens fits (or asked does not and cannot be shortened). */
+int mg_sched_fit_output(uint64_t free_bytes, uint64_t kv_per_token_bytes, uint32_t input_tokens,
+                        uint32_t asked, uint32_t min_tokens, uint32_t *ceiling);
+
 /* ---- scheduler, gates, entries, leases ------------------------------------------- */
 
 typedef struct mg_sched_s mg_sched_t;
@@ -184,11 +201,18 @@ typedef struct mg_sched_entry_s {
     mg_sched_gate_t *gate[MG_GATE_KIND_COUNT]; /* model, app, user; NULL = no such limit */
     uint64_t deadline_ms;                      /* absolute queue deadline; 0 = none */
     uint32_t input_tokens;                     /* for the KV reservation */
-    uint32_t max_output_tokens;                /* effective; enqueue may lower it (level 2) */
-    void *data;                                /* the caller's; never touched */
+    uint32_t max_output_tokens;                /* effective; enqueue may lower it (level 2),
+                                                  so may dispatch (memory admission) */
+    uint32_t min_output_tokens; /* memory admission may shorten the output to this, rather
+                                   than wait; 0 = never shorten */
+    mg_sched_gate_t *smaller;   /* a model gate holding a smaller model's memory figures: when
+                                   even the shortest output does not fit, the task may run
+                                   there; NULL = none. Memory only: its slots are not counted */
+    void *data;                 /* the caller's; never touched */
 
     /* read-only for the caller */
     uint64_t enqueued_ms;   /* the scheduler's time at enqueue */
+    unsigned degraded;      /* after dispatch: MG_SCHED_SHORTER | MG_SCHED_SMALLER, or 0 */
     mg_sched_lease_t lease; /* valid after dispatch */
 
     /* private to sched.c */
@@ -258,7 +282,8 @@ void mg_sched_entry_init(mg_sched_entry_t *e, mg_priority_t p);
  *   MG_SCHED_ESTATE     e is already queued or still holds its lease;
  *   MG_SCHED_EQUEUE_FULL the global or a gate's (application, user) queued cap is reached;
  *   MG_SCHED_EOVERLOAD  the backpressure level rejects e->priority;
- *   MG_SCHED_ETOO_LARGE the reservation exceeds the whole memory budget;
+ *   MG_SCHED_ETOO_LARGE the reservation exceeds the whole memory budget even with every
+ *                       degrade step e allows (shortest output, smaller model);
  *   MG_SCHED_ENOMEM.
  * From level 2 on it lowers e->max_output_tokens to level2_max_output_tokens (0 counts as
  * unlimited) before sizing the reservation; the caller forwards the lowered value.
@@ -267,7 +292,10 @@ int mg_sched_enqueue(mg_sched_t *s, mg_sched_entry_t *e, uint64_t now_ms);
 
 /* Take the next task: the smallest-key eligible one (see the head-of-line rule above),
  * or NULL when none can go now. The returned entry has left the queue and holds
- * e->lease (release it with mg_sched_release however the task ends). */
+ * e->lease (release it with mg_sched_release however the task ends). Memory decides
+ * in the PRD's degrade order: as asked; shorter (e->min_output_tokens); e->smaller as
+ * asked, then shorter; else the task waits. e->degraded says which step it took, and
+ * e->max_output_tokens holds the ceiling the caller must forward. */
 mg_sched_entry_t *mg_sched_dispatch(mg_sched_t *s, uint64_t now_ms);
 
 /* The entry mg_sched_dispatch would return now, left queued; NULL if none. */

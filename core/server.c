@@ -5,6 +5,9 @@
  * on the loop thread. Requests keep the generation they started with. */
 #include "server.h"
 
+#include "providers.h"
+#include "settings.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "api.h"
 #include "crypto.h"
 #include "log.h"
+#include "providers.h"
 #include "proxy.h"
 #include "idem.h"
 #include "tasks.h"
@@ -46,8 +50,28 @@ static void sched_config_of(const mg_config_t *cfg, mg_sched_config_t *sc)
     sc->user_max_running = 0; /* no users without tenancy */
 }
 
-/* Per-model concurrency limits and memory figures from the config. A model with
- * weight_bytes counts as loaded (resident); its tasks reserve KV cache while they run. */
+mg_sched_gate_t *mg_server_smaller_gate(mg_server_t *s, const mg_route_conf_t *r)
+{
+    if (!r->smaller || (!r->weight_bytes && !r->kv_cache_per_token_bytes)) return NULL;
+    char name[300];
+    snprintf(name, sizeof(name), "smaller:%s", r->model);
+    return mg_sched_gate(s->sched, MG_GATE_MODEL, name);
+}
+
+/* Memory figures of a model gate; weights count as loaded (resident). */
+static void sched_apply_memory(mg_server_t *s, mg_sched_gate_t *g, const char *name,
+                               long long weight_bytes, long long kv_per_token_bytes)
+{
+    mg_sched_model_memory(s->sched, g, (uint64_t)weight_bytes, (uint64_t)kv_per_token_bytes);
+    if (weight_bytes > 0 && mg_sched_model_load(s->sched, g, 1) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL,
+                   "model %s: its weights (%lld bytes) do not fit scheduler.vram_bytes", name,
+                   weight_bytes);
+}
+
+/* Per-model concurrency limits and memory figures from the config, and those of smaller
+ * routes (memory admission's smaller-model step). A model with weight_bytes counts as
+ * loaded (resident); its tasks reserve KV cache while they run. */
 static void sched_apply_models(mg_server_t *s, const mg_config_t *cfg)
 {
     for (size_t i = 0; i < cfg->n_models; i++) {
@@ -55,12 +79,12 @@ static void sched_apply_models(mg_server_t *s, const mg_config_t *cfg)
         mg_sched_gate_t *g = mg_sched_gate(s->sched, MG_GATE_MODEL, m->name);
         if (!g) continue;
         mg_sched_gate_limits(s->sched, g, (uint32_t)m->max_concurrency, 0);
-        mg_sched_model_memory(s->sched, g, (uint64_t)m->weight_bytes,
-                              (uint64_t)m->kv_cache_per_token_bytes);
-        if (m->weight_bytes > 0 && mg_sched_model_load(s->sched, g, 1) != 0)
-            mg_log_msg(MG_LOG_WARN, NULL,
-                       "model %s: its weights (%lld bytes) do not fit scheduler.vram_bytes",
-                       m->name, m->weight_bytes);
+        sched_apply_memory(s, g, m->name, m->weight_bytes, m->kv_cache_per_token_bytes);
+        for (size_t j = 0; j < m->n_routes; j++) {
+            const mg_route_conf_t *r = &m->routes[j];
+            mg_sched_gate_t *rg = mg_server_smaller_gate(s, r);
+            if (rg) sched_apply_memory(s, rg, r->model, r->weight_bytes, r->kv_cache_per_token_bytes);
+        }
     }
 }
 
@@ -103,12 +127,64 @@ static void apply_log_level(const mg_config_t *cfg)
 /* Reload                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* A generation from the config file plus the providers stored through the admin API.
+ * Blocking (disk, decryption): a worker thread, or start-up before the loop runs. */
+static int build_gen(mg_server_t *s, mg_gen_t **out, char *err, size_t errlen)
+{
+    mg_provider_list_t stored = {0};
+    *out = NULL;
+    if (s->store && mg_providers_load(s->store, &stored, err, errlen) != 0) return -1;
+    int rc = mg_gen_load_with(s->config_path, stored.items, stored.n, s->next_gen_id, out, err,
+                              errlen);
+    mg_provider_list_free(&stored);
+    /* runtime settings (PUT /api/v2/config) over the file's values, before anyone sees it */
+    if (rc == 0 && s->store && mg_settings_overlay(s->store, (*out)->cfg, err, errlen) != 0) {
+        mg_gen_unref(*out);
+        *out = NULL;
+        rc = -1;
+    }
+    return rc;
+}
+
 static void reload_work(uv_work_t *w)
 {
     mg_server_t *s = w->data;
     s->reload_gen = NULL;
-    mg_gen_load(s->config_path, s->next_gen_id, &s->reload_gen, s->reload_err_buf,
-                sizeof(s->reload_err_buf));
+    build_gen(s, &s->reload_gen, s->reload_err_buf, sizeof(s->reload_err_buf));
+}
+
+/* Someone waiting for a rebuild (mg_server_rebuild). */
+typedef struct waiter_s {
+    struct waiter_s *next;
+    mg_rebuild_fn fn;
+    void *ud;
+} waiter_t;
+
+/* Tell the waiters of the reload that just ended how it went. */
+static void notify_waiters(mg_server_t *s, int ok)
+{
+    waiter_t *w = s->waiters_current;
+    s->waiters_current = NULL;
+    while (w) {
+        waiter_t *next = w->next;
+        w->fn(w->ud, ok, ok ? "" : s->reload_error);
+        free(w);
+        w = next;
+    }
+}
+
+/* Start the next reload when someone asked for one while the last one ran. */
+static void reload_next(mg_server_t *s)
+{
+    if (!s->waiters_next) return;
+    if (s->stopping) {
+        s->waiters_current = s->waiters_next;
+        s->waiters_next = NULL;
+        snprintf(s->reload_error, sizeof(s->reload_error), "the gateway is stopping");
+        notify_waiters(s, 0);
+        return;
+    }
+    mg_server_reload(s);
 }
 
 static void reload_done(uv_work_t *w, int status)
@@ -120,6 +196,9 @@ static void reload_done(uv_work_t *w, int status)
     s->reload_gen = NULL;
     if (g && s->stopping) {
         mg_gen_unref(g);
+        snprintf(s->reload_error, sizeof(s->reload_error), "the gateway is stopping");
+        notify_waiters(s, 0);
+        reload_next(s);
         return;
     }
     if (g && mg_pool_sync(&s->pool, g->cfg) != 0) {
@@ -137,6 +216,8 @@ static void reload_done(uv_work_t *w, int status)
         mg_log_str(&l, "error", s->reload_error);
         mg_log_int(&l, "generation", s->gen->id);
         mg_log_end(&l);
+        notify_waiters(s, 0);
+        reload_next(s);
         return;
     }
     s->next_gen_id++;
@@ -160,6 +241,8 @@ static void reload_done(uv_work_t *w, int status)
     mg_log_int(&l, "models", (int64_t)g->cfg->n_models);
     mg_log_str(&l, "listen", s->api.bound);
     mg_log_end(&l);
+    notify_waiters(s, 1);
+    reload_next(s);
 }
 
 void mg_server_reload(mg_server_t *s)
@@ -168,12 +251,36 @@ void mg_server_reload(mg_server_t *s)
         mg_log_msg(MG_LOG_WARN, NULL, "reload already in progress; signal ignored");
         return;
     }
+    /* whoever waits now is served by this build: it reads the store after their commit */
+    s->waiters_current = s->waiters_next;
+    s->waiters_next = NULL;
     s->reloading = 1;
     s->reload_work.data = s;
     if (uv_queue_work(s->loop, &s->reload_work, reload_work, reload_done) != 0) {
         s->reloading = 0;
         mg_log_msg(MG_LOG_ERROR, NULL, "cannot start the reload");
+        snprintf(s->reload_error, sizeof(s->reload_error), "cannot start the reload");
+        notify_waiters(s, 0);
     }
+}
+
+void mg_server_rebuild(mg_server_t *s, mg_rebuild_fn fn, void *ud)
+{
+    waiter_t *w = calloc(1, sizeof(*w));
+    if (!w) {
+        fn(ud, 0, "out of memory");
+        return;
+    }
+    w->fn = fn;
+    w->ud = ud;
+    waiter_t **tail = &s->waiters_next;
+    while (*tail) tail = &(*tail)->next;
+    *tail = w;
+    if (s->stopping) {
+        reload_next(s);
+        return;
+    }
+    if (!s->reloading) mg_server_reload(s); /* else reload_done starts the next one */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -279,6 +386,22 @@ static void restore_provider_state(mg_server_t *s)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot restore provider state: %s", err);
 }
 
+/* At start-up, once the store is open: the first generation again, with the providers
+ * stored through the admin API (the first one only told where the store is). */
+static int with_stored_providers(mg_server_t *s)
+{
+    char err[1024];
+    mg_gen_t *g = NULL;
+    if (build_gen(s, &g, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s\n", err);
+        return -1;
+    }
+    s->next_gen_id++;
+    mg_gen_unref(s->gen);
+    s->gen = g;
+    return 0;
+}
+
 int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
 {
     char err[1024];
@@ -296,13 +419,14 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
         return -1;
     }
     s->next_gen_id++;
-    const mg_config_t *cfg = s->gen->cfg;
-    apply_log_level(cfg);
-    if (mg_pool_sync(&s->pool, cfg) != 0) return -1;
-    if (mg_store_open(cfg->storage_path, &s->store, err, sizeof(err)) != 0) {
+    apply_log_level(s->gen->cfg);
+    if (mg_store_open(s->gen->cfg->storage_path, &s->store, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: storage: %s\n", err);
         return -1;
     }
+    if (with_stored_providers(s) != 0) return -1;
+    const mg_config_t *cfg = s->gen->cfg;
+    if (mg_pool_sync(&s->pool, cfg) != 0) return -1;
     restore_provider_state(s);
     s->tasks = mg_tasks_open(s, cfg->tasks_retention_seconds);
     s->idem = mg_idem_open(s, cfg->idempotency_ttl_seconds);

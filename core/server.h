@@ -46,6 +46,11 @@ typedef struct mg_server_s {
     uv_work_t reload_work;
     mg_gen_t *reload_gen;       /* built by the worker */
     char reload_err_buf[1024];
+    struct waiter_s *waiters_current; /* told when the running reload ends */
+    struct waiter_s *waiters_next;    /* told when the next reload ends */
+    /* admin requests (admin.c): queued, one on a worker thread at a time */
+    struct admin_s *admin_queue;
+    struct admin_s *admin_running;
     /* stop */
     int stopping;
     int stopping_hard;          /* closing everything: dispatch no more */
@@ -62,6 +67,11 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path);
 int mg_server_run(mg_server_t *s);
 /* Build a new generation off the loop thread and swap it in (SIGHUP). */
 void mg_server_reload(mg_server_t *s);
+/* Build a new generation (config file, policies, adapters, stored providers) that reads the
+ * store after this call, swap it in, then call fn(ud, ok, error) on the loop thread. Builds
+ * never overlap: a request made while one runs is served by the next. */
+typedef void (*mg_rebuild_fn)(void *ud, int ok, const char *err);
+void mg_server_rebuild(mg_server_t *s, mg_rebuild_fn fn, void *ud);
 /* Stop accepting, let in-flight requests finish up to drain_ms, then close. */
 void mg_server_stop(mg_server_t *s);
 
@@ -77,6 +87,11 @@ void mg_server_sched_run(mg_server_t *s);
 /* A slot was released: run the scheduler on the next loop turn (never under the
  * caller, which may be deep in a callback chain). */
 void mg_server_sched_kick(mg_server_t *s);
+
+/* The scheduler's memory gate of a smaller route with its own memory figures (created on
+ * first use), named after its upstream model: routes that serve the same smaller model
+ * share its weights. NULL for any other route, or when out of memory. */
+mg_sched_gate_t *mg_server_smaller_gate(mg_server_t *s, const mg_route_conf_t *r);
 
 /* Take a reference on the current generation for a new request. */
 mg_gen_t *mg_server_gen_acquire(mg_server_t *s);

@@ -132,6 +132,12 @@ static const char *const migrations[] = {
     "CREATE TABLE idempotency ("
     " id TEXT PRIMARY KEY, http_status INTEGER NOT NULL, stream INTEGER NOT NULL,"
     " body TEXT NOT NULL, expires_ms INTEGER NOT NULL);",
+    /* 6: spend metering: micros charged per key or project and period ("d:YYYY-MM-DD",
+     * "m:YYYY-MM"), for the daily and monthly spend limits */
+    "CREATE TABLE spend ("
+    " scope TEXT NOT NULL CHECK(scope IN ('key','project')), id INTEGER NOT NULL,"
+    " period TEXT NOT NULL, micros INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (scope, id, period));",
 };
 
 static void *writer_main(void *arg);

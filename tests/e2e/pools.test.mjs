@@ -916,8 +916,8 @@ describe('admin read API', { timeout: 20000 }, () => {
         assert.ok(!sc.gw.stdoutText().includes(SECRET), 'the log never shows the api_key');
     });
 
-    test('read-only: POST is refused', async () => {
-        const r = await fetch(`${sc.gw.base}/api/v2/providers`, {
+    test('read-only: POST to pools is refused', async () => {
+        const r = await fetch(`${sc.gw.base}/api/v2/pools`, {
             method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
             body: '{}', signal: AbortSignal.timeout(5000),
         });

@@ -1,7 +1,8 @@
 // The scheduler in the request path: priorities and their ordering (P0 first, aging, P4 idle
 // only, reserved realtime slots), per-model max_concurrency, the full queue (429/503
 // QUEUE_FULL), the queue timeout (408 QUEUE_TIMEOUT), client disconnects while queued,
-// running or streaming, backpressure levels, the task state log lines, /status and /metrics.
+// running or streaming, backpressure levels, memory admission's degrade steps (shorter output,
+// smaller route, then the queue), the task state log lines, /status and /metrics.
 //
 // Each describe has its own mock and gateway. The bottleneck is usually model "a" with
 // max_concurrency 1 (the global max_running_tasks stays large, so that the running share
@@ -743,6 +744,180 @@ describe('priorities and task states', () => {
         assert.ok(fin?.timing?.queue_ms > 200, `timing.queue_ms ${fin?.timing?.queue_ms}`);
         assert.equal((await blocker).status, 200);
     });
+});
+
+// ---------------------------------------------------------------------------
+// memory admission degrades before it waits (PRD 3.4.3)
+// ---------------------------------------------------------------------------
+
+// One device of 101000 B with a 1% margin and no weights: about 99990 B of KV cache. Model
+// "mem" takes 100 B a token (about 1000 tokens in all); its smaller route "up-mem-small" 20 B.
+// The gateway guesses a request's input tokens as its body bytes / 3, so each test computes
+// what fits from the bodies it sends. A "hog" request holds its memory while the mock delays
+// its answer; the request under test then finds only the rest free.
+const MEM_BUDGET = Math.floor(101000 * (1 - 0.01));
+const MEM_KV = 100;
+const MEM_KV_SMALL = 20;
+const MEM_FLOOR = 256;
+const NO_SMALLER = { routing: { allow_smaller_model: false } };
+
+function memEnv() {
+    return startEnv({
+        timeouts: { queue_ms: 8000 },
+        models: {
+            mem: {
+                kv_cache_per_token_bytes: MEM_KV,
+                routes: [
+                    { provider: 'mock-openai', model: 'up-mem' },
+                    { provider: 'mock-openai', model: 'up-mem-small', smaller: true,
+                        kv_cache_per_token_bytes: MEM_KV_SMALL },
+                ],
+            },
+        },
+        configure(config) {
+            config.scheduler = {
+                vram_bytes: 101000,
+                safety_margin_ratio: 0.01,
+                min_output_tokens: MEM_FLOOR,
+                // a nearly full device must not shed these P2 requests: memory admission alone
+                backpressure: { level1_threshold: 0.99, level2_threshold: 0.995, level3_threshold: 0.999 },
+            };
+            config.routing = { allow_smaller_model: true }; // requests that do not say may go smaller
+            return config;
+        },
+    });
+}
+
+function memBody(tag, maxTokens, extra = {}) {
+    return { model: 'mem', messages: [{ role: 'user', content: tag }], max_tokens: maxTokens, ...extra };
+}
+
+/** The gateway's input-token guess for a body: its JSON bytes / 3. */
+const inputGuess = (body) => Math.floor(Buffer.byteLength(JSON.stringify(body)) / 3);
+
+/** Bytes a body reserves on a model at an output ceiling. */
+const reserve = (kv, body, out) => kv * (inputGuess(body) + out);
+
+/** Start a hog with max_tokens n whose answer the mock delays; resolves once it runs. */
+async function startHog(env, n, delayMs = 1500) {
+    const body = memBody('hog', n, NO_SMALLER);
+    assert.ok(reserve(MEM_KV, body, n) <= MEM_BUDGET, 'precondition: the hog fits as asked');
+    await env.mock.script({ model: 'up-mem', times: 1, action: { delay_first_byte_ms: delayMs } });
+    const done = postJson(`${env.api}/chat/completions`, body, { timeoutMs: 20000 });
+    await waitMock(env, 'hog');
+    return { done, free: MEM_BUDGET - reserve(MEM_KV, body, n) };
+}
+
+describe('memory admission degrades before it waits', () => {
+    let env;
+    before(async () => {
+        env = await memEnv();
+    });
+    after(async () => {
+        await env?.close();
+    });
+
+    test('max_tokens that does not fit, a shorter one does: runs at once with the largest that fits, sent upstream, degraded "shorter_output"',
+        async () => {
+            await resetAll(env);
+            const hog = await startHog(env, 400);
+            const body = memBody('short', 900, NO_SMALLER);
+            assert.ok(reserve(MEM_KV, body, 900) > hog.free, 'precondition: 900 does not fit beside the hog');
+            const want = Math.floor(hog.free / MEM_KV) - inputGuess(body);
+            assert.ok(want >= MEM_FLOOR && want < 900, `precondition: a shorter ceiling fits (${want})`);
+            const t0 = Date.now();
+            const r = await postJson(`${env.api}/chat/completions`, body);
+            assert.equal(r.status, 200, r.text);
+            assert.ok(Date.now() - t0 < 1000, 'ran at once, not after the hog');
+            assert.equal(r.headers.get('x-sidecar-degraded'), 'shorter_output');
+            assert.equal(r.json.degraded, true);
+            assert.equal(r.json.degraded_reason, 'shorter_output');
+            assert.equal(r.json.max_output_tokens, want);
+            assert.equal(r.json.actual_model, 'up-mem');
+            const rec = (await mockChats(env)).find((x) => tagOf(x) === 'short');
+            assert.equal(rec.body.max_tokens, want, 'the upstream got the shortened max_tokens');
+            const line = await env.gw.requestLog(r.headers.get('x-request-id'));
+            assert.equal(line.degraded, 'shorter_output');
+            assert.equal(line.max_output_tokens, want);
+
+            // the same for a stream (its first chunk carries the metadata)
+            const sbody = memBody('short-stream', 900, { ...NO_SMALLER, stream: true });
+            const swant = Math.floor(hog.free / MEM_KV) - inputGuess(sbody);
+            const s = await postStream(`${env.api}/chat/completions`, sbody);
+            assert.equal(s.status, 200);
+            assert.equal(s.headers.get('x-sidecar-degraded'), 'shorter_output');
+            assert.equal(s.events[0].degraded, true);
+            assert.equal(s.events[0].degraded_reason, 'shorter_output');
+            assert.equal(s.events[0].max_output_tokens, swant);
+            const srec = (await mockChats(env)).find((x) => tagOf(x) === 'short-stream');
+            assert.equal(srec.body.max_tokens, swant);
+
+            assert.equal((await hog.done).status, 200);
+            const m = await metricsText(env);
+            assert.ok(metric(m, 'moongate_degraded_total{kind="shorter_output"}') >= 2);
+        });
+
+    test('not even the shortest output fits, a smaller route does: runs there at once, degraded "smaller"',
+        async () => {
+            await resetAll(env);
+            const hog = await startHog(env, 720);
+            const body = memBody('smaller', 900); // smaller models: allowed by routing.allow_smaller_model
+            assert.ok(reserve(MEM_KV, body, MEM_FLOOR) > hog.free, 'precondition: the floor does not fit');
+            assert.ok(reserve(MEM_KV_SMALL, body, 900) <= hog.free, 'precondition: the smaller model fits');
+            const t0 = Date.now();
+            const r = await postJson(`${env.api}/chat/completions`, body);
+            assert.equal(r.status, 200, r.text);
+            assert.ok(Date.now() - t0 < 1000, 'ran at once, not after the hog');
+            assert.equal(r.headers.get('x-sidecar-degraded'), 'smaller');
+            assert.equal(r.json.degraded, true);
+            assert.equal(r.json.degraded_reason, 'smaller');
+            assert.equal(r.json.actual_model, 'up-mem-small');
+            assert.equal(r.json.max_output_tokens, undefined, 'the output was not shortened');
+            const rec = (await mockChats(env)).find((x) => tagOf(x) === 'smaller');
+            assert.equal(rec.body.model, 'up-mem-small');
+            assert.equal(rec.body.max_tokens, 900);
+            const line = await env.gw.requestLog(r.headers.get('x-request-id'));
+            assert.equal(line.degraded, 'smaller');
+            assert.equal((await hog.done).status, 200);
+        });
+
+    test('smaller models not allowed by the request: it waits, then runs as asked when memory frees',
+        async () => {
+            await resetAll(env);
+            const hog = await startHog(env, 720);
+            const body = memBody('no-smaller', 900, NO_SMALLER);
+            assert.ok(reserve(MEM_KV, body, MEM_FLOOR) > hog.free, 'precondition: the floor does not fit');
+            assert.ok(reserve(MEM_KV_SMALL, body, 900) <= hog.free, 'precondition: the smaller model would');
+            const r = await postJson(`${env.api}/chat/completions`, body, { timeoutMs: 20000 });
+            assert.equal(r.status, 200, r.text);
+            assert.ok(r.json.timing.queue_ms >= 500, `waited for the hog (queue_ms ${r.json.timing.queue_ms})`);
+            assert.equal(r.headers.get('x-sidecar-degraded'), null);
+            assert.equal(r.json.degraded, false);
+            assert.equal(r.json.actual_model, 'up-mem');
+            const rec = (await mockChats(env)).find((x) => tagOf(x) === 'no-smaller');
+            assert.equal(rec.body.max_tokens, 900);
+            assert.equal((await hog.done).status, 200);
+        });
+
+    test('neither a shorter output nor the smaller model fits: it waits, then runs as asked when memory frees',
+        async () => {
+            await resetAll(env);
+            const hog = await startHog(env, 930);
+            const body = memBody('waiter', 900);
+            assert.ok(reserve(MEM_KV, body, MEM_FLOOR) > hog.free, 'precondition: the floor does not fit');
+            assert.ok(reserve(MEM_KV_SMALL, body, MEM_FLOOR) > hog.free,
+                'precondition: nor the smaller model at the floor');
+            assert.ok(reserve(MEM_KV, body, 900) <= MEM_BUDGET, 'precondition: it fits as asked alone');
+            const r = await postJson(`${env.api}/chat/completions`, body, { timeoutMs: 20000 });
+            assert.equal(r.status, 200, r.text);
+            assert.ok(r.json.timing.queue_ms >= 500, `waited for the hog (queue_ms ${r.json.timing.queue_ms})`);
+            assert.equal(r.headers.get('x-sidecar-degraded'), null, 'free memory: no step needed');
+            assert.equal(r.json.degraded, false);
+            assert.equal(r.json.actual_model, 'up-mem');
+            const rec = (await mockChats(env)).find((x) => tagOf(x) === 'waiter');
+            assert.equal(rec.body.max_tokens, 900);
+            assert.equal((await hog.done).status, 200);
+        });
 });
 
 describe('log.task_events false', () => {

@@ -2,7 +2,7 @@
  * with SQL (as the admin API does) and loaded with mg_auth_load. The matrix: no key,
  * unknown, expired, disabled, revoked -> 401; scope, model, priority -> 403; key RPM, TPM
  * and project limits -> 429 with a retry; a project refusal rolls back the key level;
- * release exactly once; spend limits only with a figure; rotation and reloads keep
+ * release exactly once; spend limits metered, persisted and reset per period; rotation and reloads keep
  * exactly one of the two keys valid and carry the rate-limit window; last_used_at is
  * written through the writer thread; keys come from Authorization: Bearer or x-api-key. */
 #include "auth.h"
@@ -370,6 +370,15 @@ static void test_release_once(void)
     CHECK_EQ_INT(r3.held, 0);
 }
 
+/* Charge one granted request of key k at `at`. */
+static void spend(mg_auth_t *a, const char *k, uint64_t at, int64_t micros)
+{
+    mg_auth_result_t r;
+    CHECK_EQ_INT(mg_auth_check_key(a, k, strlen(k), "chat", "P2", at, 10, &r), 0);
+    mg_auth_charge(a, &r, micros, at);
+    mg_auth_release(&r);
+}
+
 static void test_spend_limits(void)
 {
     char k[64];
@@ -377,21 +386,30 @@ static void test_spend_limits(void)
     int64_t id = add_key(&o, k);
     mg_auth_t *a = load();
     mg_auth_result_t r;
-    /* no spend figure yet (metering pending): not enforced */
-    CHECK_EQ_INT(try_key(a, k, now_ms(), &r), 0);
-    mg_auth_set_spend(a, id, 0, 999, 999);
-    CHECK_EQ_INT(try_key(a, k, now_ms(), &r), 0);
-    mg_auth_set_spend(a, id, 0, 1000, 1000);
-    CHECK_EQ_INT(try_key(a, k, now_ms(), &r), 429);
+    uint64_t t = now_ms();
+    /* metered: within the limit until the charges reach it */
+    spend(a, k, t, 600);
+    spend(a, k, t, 399);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    spend(a, k, t, 1);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
     CHECK_STR(r.code, "QUOTA_EXCEEDED");
     CHECK_STR(r.reason, "daily_spend");
     CHECK(r.retry_after_ms >= 1000 && r.retry_after_ms <= 86400000);
-    mg_auth_set_spend(a, id, 0, -1, -1);
+    /* the figures are in the store: a state loaded afresh (a restart) still refuses */
+    mg_store_flush(st);
+    mg_auth_t *b = load();
+    CHECK_EQ_INT(try_key(b, k, t, &r), 429);
+    CHECK_STR(r.reason, "daily_spend");
+    mg_auth_free(b);
+    /* the next UTC day starts at zero */
+    CHECK_EQ_INT(try_key(a, k, t + 86400000, &r), 0);
+    mg_auth_set_spend(a, id, 0, 0, 0, t);
     /* the project's monthly quota */
     mg_auth_project_t pj = {.id = project_id, .tenant_id = tenant_id, .monthly_limit_micros = 50};
     mg_auth_put_project(a, &pj);
-    mg_auth_set_spend(a, 0, project_id, 10, 60);
-    CHECK_EQ_INT(try_key(a, k, now_ms(), &r), 429);
+    mg_auth_set_spend(a, 0, project_id, 10, 60, t);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
     CHECK_STR(r.reason, "monthly_spend");
     CHECK_STR(r.level, "project");
     mg_auth_free(a);

@@ -751,6 +751,45 @@ static void test_operational_sections(void)
                  "engine") != NULL);
 }
 
+/* Memory admission's degrade knobs: scheduler.min_output_tokens, routing.allow_smaller_model,
+ * and a smaller route's own memory figures (only a smaller route may have them). */
+static void test_memory_degrade_knobs(void)
+{
+    mg_config_t *c = parse_ok("");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->scheduler.min_output_tokens, 256);
+        CHECK(!c->routing.allow_smaller_model);
+        mg_config_free(c);
+    }
+    c = parse_ok("providers:\n"
+                 "  - { id: p, adapter: openai, base_url: http://h/v1 }\n"
+                 "models:\n"
+                 "  m:\n"
+                 "    kv_cache_per_token_bytes: 1000\n"
+                 "    routes:\n"
+                 "      - { provider: p, model: big }\n"
+                 "      - { provider: p, model: small, smaller: true, weight_bytes: 5000,\n"
+                 "          kv_cache_per_token_bytes: 200 }\n"
+                 "scheduler: { min_output_tokens: 0 }\n"
+                 "routing: { allow_smaller_model: true }\n");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->scheduler.min_output_tokens, 0);
+        CHECK(c->routing.allow_smaller_model);
+        CHECK_EQ_INT(c->models[0].routes[0].kv_cache_per_token_bytes, 0);
+        CHECK_EQ_INT(c->models[0].routes[1].weight_bytes, 5000);
+        CHECK_EQ_INT(c->models[0].routes[1].kv_cache_per_token_bytes, 200);
+        mg_config_free(c);
+    }
+    CHECK(strstr(parse_err("providers:\n  - { id: p, adapter: openai, base_url: http://h/v1 }\n"
+                           "models:\n  m:\n    routes: [ { provider: p, model: x,\n"
+                           "      kv_cache_per_token_bytes: 5 } ]\n"),
+                 "smaller: true") != NULL);
+    CHECK(strstr(parse_err("scheduler: { min_output_tokens: -1 }\n"), "min_output_tokens") != NULL);
+    CHECK(strstr(parse_err("routing: { allow_smaller_model: 3 }\n"), "allow_smaller_model") != NULL);
+}
+
 int main(void)
 {
     MG_RUN(test_full_config);
@@ -769,5 +808,6 @@ int main(void)
     MG_RUN(test_load_file);
     MG_RUN(test_example_file);
     MG_RUN(test_operational_sections);
+    MG_RUN(test_memory_degrade_knobs);
     return mg_test_summary();
 }

@@ -120,6 +120,7 @@ static void test_sync_keeps_state_by_id(void)
         mg_config_free(c2);
         return;
     }
+    c2->providers[2].disabled = true; /* beta, disabled by an operator (a stored provider) */
     mg_pool_t p;
     mg_pool_init(&p);
     CHECK_EQ_INT(mg_pool_sync(&p, c1), 0);
@@ -131,7 +132,6 @@ static void test_sync_keeps_state_by_id(void)
     b->requests_total = 100;
     b->failures_total = 7;
     b->consecutive_failures = 2;
-    b->disabled = 1;
     g->requests_total = 55;
     mg_pool_get(&p, "alpha")->requests_total = 9;
 
@@ -145,7 +145,8 @@ static void test_sync_keeps_state_by_id(void)
         CHECK_EQ_INT(b->requests_total, 100);
         CHECK_EQ_INT(b->failures_total, 7);
         CHECK_EQ_INT(b->consecutive_failures, 2);
-        CHECK_EQ_INT(b->disabled, 1);
+        CHECK_EQ_INT(b->disabled, 1); /* follows the config */
+        CHECK(!mg_pool_available(b, 0));
     }
     g = mg_pool_get(&p, "gamma");
     CHECK(g && g->requests_total == 55);

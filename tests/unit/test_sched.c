@@ -1,7 +1,7 @@
 /* Unit tests for core/sched.c: priority order, weighted shares, aging, P4 idle-only,
  * reserved realtime slots, global/model/app/user caps and the head-of-line rule, leases
  * released exactly once on every path, queue deadlines, backpressure levels, memory
- * admission, and a randomized run checked step by step against a brute-force scheduler. */
+ * admission and its degrade steps (shorter output, smaller model), and a randomized run checked step by step against a brute-force scheduler. */
 #include "mgtest.h"
 #include "sched.h"
 
@@ -826,6 +826,125 @@ static void test_memory_head_cancel(void)
     mg_sched_free(s);
 }
 
+/* The fit computation: the largest output ceiling whose reservation fits, never below
+ * the floor; floor 0 turns shortening off. */
+static void test_fit_output(void)
+{
+    uint32_t out = 12345;
+    /* as asked: 2 x (100 + 300) = 800 <= 1000 */
+    CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 100, 300, 256, &out), 0);
+    CHECK_EQ_INT(out, 300);
+    /* shorter: 500 tokens fit, 100 are input, so 400 (2 x 500 = 1000: exactly full) */
+    CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 100, 1000, 256, &out), 0);
+    CHECK_EQ_INT(out, 400);
+    CHECK_EQ_INT(mg_sched_fit_output(999, 2, 100, 1000, 256, &out), 0); /* 499 tokens: rounds down */
+    CHECK_EQ_INT(out, 399);
+    /* the floor: 256 fit exactly, 255 do not */
+    CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 244, 1000, 256, &out), 0);
+    CHECK_EQ_INT(out, 256);
+    out = 7;
+    CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 245, 1000, 256, &out), MG_SCHED_ETOO_LARGE);
+    CHECK_EQ_INT(out, 7); /* untouched on refusal */
+    /* floor 0: shortening off */
+    CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 100, 1000, 0, &out), MG_SCHED_ETOO_LARGE);
+    /* asked at or below the floor is never shortened */
+    CHECK_EQ_INT(mg_sched_fit_output(100, 1, 0, 200, 200, &out), MG_SCHED_ETOO_LARGE);
+    CHECK_EQ_INT(mg_sched_fit_output(100, 1, 0, 150, 200, &out), MG_SCHED_ETOO_LARGE);
+    /* no ceiling (0): only the input is reserved, and there is nothing to shorten */
+    CHECK_EQ_INT(mg_sched_fit_output(100, 1, 100, 0, 1, &out), 0);
+    CHECK_EQ_INT(out, 0);
+    CHECK_EQ_INT(mg_sched_fit_output(100, 1, 101, 0, 1, &out), MG_SCHED_ETOO_LARGE);
+    /* no KV figure: fits anything; admission off (UINT64_MAX free): fits as asked */
+    CHECK_EQ_INT(mg_sched_fit_output(0, 0, 100, 4000, 256, &out), 0);
+    CHECK_EQ_INT(out, 4000);
+    CHECK_EQ_INT(mg_sched_fit_output(UINT64_MAX, 8, 1000, 4000, 256, &out), 0);
+    CHECK_EQ_INT(out, 4000);
+    /* big figures do not overflow */
+    CHECK_EQ_INT(mg_sched_fit_output(UINT64_C(1) << 40, UINT64_C(1) << 32, UINT32_MAX, UINT32_MAX,
+                                     1, &out), MG_SCHED_ETOO_LARGE);
+}
+
+/* Dispatch degrades before it waits: shorter output, then the smaller model (as asked,
+ * then shorter), then the queue; enqueue refuses only what no step can ever fit. */
+static void test_memory_degrade(void)
+{
+    mg_sched_config_t c = base_config();
+    c.vram_bytes = 1000;
+    c.safety_margin_ratio = 0;
+    mg_sched_t *s = new_sched(&c);
+    mg_sched_gate_t *m = mg_sched_gate(s, MG_GATE_MODEL, "m");
+    mg_sched_gate_t *sm = mg_sched_gate(s, MG_GATE_MODEL, "m-small");
+    mg_sched_model_memory(s, m, 0, 2);
+    mg_sched_model_memory(s, sm, 0, 1);
+    mg_sched_entry_t hog, e;
+    mg_sched_entry_init(&hog, MG_PRIO_P2);
+    hog.gate[MG_GATE_MODEL] = m;
+    hog.input_tokens = 100;
+    hog.max_output_tokens = 200;
+    CHECK_EQ_INT(mg_sched_enqueue(s, &hog, 0), 0);
+    CHECK(mg_sched_dispatch(s, 0) == &hog); /* 600 reserved, 400 free */
+    CHECK_EQ_INT(hog.degraded, 0);
+    const struct {
+        uint32_t in, out, min;
+        int smaller;
+        unsigned degraded;
+        uint32_t got;
+        uint64_t bytes;
+    } t[] = {
+        {50, 100, 0, 0, 0, 100, 300},                                 /* fits as asked */
+        {50, 300, 100, 0, MG_SCHED_SHORTER, 150, 400},                /* 200 tokens fit on m */
+        {100, 300, 150, 1, MG_SCHED_SMALLER, 300, 400},               /* m: 100 < 150; sm as asked */
+        {100, 400, 150, 1, MG_SCHED_SMALLER | MG_SCHED_SHORTER, 300, 400}, /* sm, shorter */
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        mg_sched_entry_init(&e, MG_PRIO_P2);
+        e.gate[MG_GATE_MODEL] = m;
+        e.input_tokens = t[i].in;
+        e.max_output_tokens = t[i].out;
+        e.min_output_tokens = t[i].min;
+        e.smaller = t[i].smaller ? sm : NULL;
+        CHECK_EQ_INT(mg_sched_enqueue(s, &e, 0), 0);
+        CHECK(mg_sched_dispatch(s, 0) == &e);
+        CHECK_EQ_INT(e.degraded, t[i].degraded);
+        CHECK_EQ_INT(e.max_output_tokens, t[i].got);
+        CHECK_EQ_INT(e.lease.mem_bytes, t[i].bytes);
+        CHECK_EQ_INT(mg_sched_release(&e.lease), 0);
+    }
+    /* nothing fits now, not even the smaller model at the floor: it waits ... */
+    mg_sched_entry_init(&e, MG_PRIO_P2);
+    e.gate[MG_GATE_MODEL] = m;
+    e.input_tokens = 300;
+    e.max_output_tokens = 300;
+    e.min_output_tokens = 150;
+    e.smaller = sm;
+    CHECK_EQ_INT(mg_sched_enqueue(s, &e, 0), 0);
+    CHECK(mg_sched_peek(s) == NULL);
+    CHECK(mg_sched_dispatch(s, 0) == NULL);
+    CHECK_EQ_INT(e.max_output_tokens, 300); /* peek and a failed dispatch change nothing */
+    /* ... until memory frees: the first step that fits then wins (m, shorter: 500 - 300) */
+    CHECK_EQ_INT(mg_sched_release(&hog.lease), 0);
+    CHECK(mg_sched_dispatch(s, 0) == &e);
+    CHECK_EQ_INT(e.degraded, MG_SCHED_SHORTER);
+    CHECK_EQ_INT(e.max_output_tokens, 200);
+    CHECK_EQ_INT(mg_sched_release(&e.lease), 0);
+    /* enqueue refuses only what no step can ever fit */
+    mg_sched_entry_init(&e, MG_PRIO_P2);
+    e.gate[MG_GATE_MODEL] = m;
+    e.input_tokens = 600; /* m holds 500 tokens at most */
+    e.max_output_tokens = 10;
+    e.min_output_tokens = 1;
+    CHECK_EQ_INT(mg_sched_enqueue(s, &e, 0), MG_SCHED_ETOO_LARGE);
+    e.smaller = sm; /* sm holds 1000 */
+    CHECK_EQ_INT(mg_sched_enqueue(s, &e, 0), 0);
+    CHECK(mg_sched_dispatch(s, 0) == &e);
+    CHECK_EQ_INT(e.degraded, MG_SCHED_SMALLER);
+    CHECK_EQ_INT(mg_sched_release(&e.lease), 0);
+    mg_sched_stats_t st;
+    mg_sched_stats(s, &st);
+    CHECK_EQ_INT(st.mem_reserved_bytes, 0);
+    mg_sched_free(s);
+}
+
 /* Reload: new slot counts apply at once, queued tasks keep their places. */
 static void test_reconfigure(void)
 {
@@ -1163,6 +1282,8 @@ int main(void)
     MG_RUN(test_mem_budget);
     MG_RUN(test_memory_admission);
     MG_RUN(test_memory_head_cancel);
+    MG_RUN(test_fit_output);
+    MG_RUN(test_memory_degrade);
     MG_RUN(test_reconfigure);
     MG_RUN(test_free_detaches);
     MG_RUN(test_randomized_against_brute_force);

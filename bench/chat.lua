@@ -2,6 +2,8 @@
 -- env: MODEL=name   -> the "model" field (default gpt-4o-mini); moongate routes the SSE variant
 --                      through a second logical model, so bench/run sets it per variant
 --      STREAM=1     -> add "stream":true (+ include_usage)
+--      API_KEY=key  -> the bearer token (default sk-mock-0000000000000000, which nothing checks);
+--                      bench/run sets it to a seeded customer key for the auth variant
 --      THINK_MS=N   -> paced test: after each response a connection pauses a random,
 --                      exponentially distributed time with mean N ms (de-synchronises the
 --                      connections, so arrivals are ~Poisson at ~conns*1000/(N+latency) req/s)
@@ -9,6 +11,8 @@
 local stream = os.getenv("STREAM") == "1"
 local think  = tonumber(os.getenv("THINK_MS") or "0")
 local model  = os.getenv("MODEL") or "gpt-4o-mini"
+local apikey = os.getenv("API_KEY") or ""
+if apikey == "" then apikey = "sk-mock-0000000000000000" end
 
 local body = '{"model":"' .. model .. '","messages":[{"role":"system","content":"You are a concise assistant."},'
           .. '{"role":"user","content":"In one short sentence, explain why an HTTP reverse proxy should keep upstream connections alive and pooled."}],'
@@ -19,9 +23,9 @@ body = body .. '}'
 wrk.method = "POST"
 wrk.path   = "/v1/chat/completions"
 wrk.body   = body
--- identical headers for every variant
+-- identical headers for every variant (only the auth variant's token differs)
 wrk.headers["Content-Type"]  = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-mock-0000000000000000"
+wrk.headers["Authorization"] = "Bearer " .. apikey
 
 local nthreads = 0
 function setup(thread) nthreads = nthreads + 1; thread:set("tid", nthreads) end

@@ -148,6 +148,90 @@ for (const p of ['p50', 'p99']) {
                                      moongate: mg, ratio: ratio(mg, nginx) };
 }
 
+// ---- the moongate variants: 10 providers per model, auth on with 100,000 keys ---------------------
+// Measured in the paced and 50-connection phases only; every figure is set against the plain
+// moongate variant (1 provider, auth off) of the same run, and against nginx.
+const EXTRA = {
+    moongate_10p: { title: `moongate with ${meta.providers_10p || 10} providers per model`,
+                    base: '1 provider', col: `${meta.providers_10p || 10} providers`,
+                    short: `${meta.providers_10p || 10}p`, baseShort: '1p', target: 0.90,
+                    issue: 'issue 3: req/s within 10% of 1 provider' },
+    moongate_auth: { title: `moongate with auth on and ${(meta.auth_keys || 100000).toLocaleString('en-US')} keys loaded`,
+                     base: 'auth off', col: `auth on, ${(meta.auth_keys || 100000).toLocaleString('en-US')} keys`,
+                     short: 'on', baseShort: 'off', target: 0.95,
+                     issue: 'issue 5: req/s within 5% of auth off' },
+};
+const variantStatus = (v) => (status.variants && status.variants[v]) || { ok: 0, reason: 'not run' };
+
+function versus(phase, mode, v, field, direct) {
+    const get = (x) => {
+        const y = agg(phase, mode, x, field);
+        if (direct === undefined) return y;
+        return y === null || direct === null ? null : (y - direct) / 1000; // added ms over direct
+    };
+    const nginx = get('nginx');
+    const base = get('moongate');
+    const x = get(v);
+    return { nginx, moongate: base, [v]: x, vs_moongate: ratio(x, base), vs_nginx: ratio(x, nginx) };
+}
+
+for (const v of Object.keys(EXTRA)) {
+    const f = { c50: {}, paced: {}, rss_mib: {} };
+    for (const mode of MODES) {
+        f.c50[mode] = { rps: versus('c50', mode, v, 'rps'),
+                        cpu_us_per_req: versus('c50', mode, v, 'proxy_cpu_us_per_req') };
+        const p = { rps: versus('paced', mode, v, 'rps'),
+                    cpu_us_per_req: versus('paced', mode, v, 'proxy_cpu_us_per_req') };
+        for (const q of ['p50', 'p99']) {
+            p[`${q}_added_ms`] = versus('paced', mode, v, `${q}_us`, agg('paced', mode, 'direct', `${q}_us`));
+        }
+        f.paced[mode] = p;
+    }
+    for (const when of ['idle', 'after_c50']) {
+        const rss = (x) => {
+            const r = records.find((y) => y.kind === 'rss' && y.when === when && y.variant === x);
+            return r && r.vmhwm_kib > 0 ? r.vmhwm_kib / 1024 : null;
+        };
+        f.rss_mib[when] = { nginx: rss('nginx'), moongate: rss('moongate'), [v]: rss(v),
+                            vs_moongate: ratio(rss(v), rss('moongate')), vs_nginx: ratio(rss(v), rss('nginx')) };
+    }
+    const start = records.find((r) => r.kind === 'start' && r.variant === v);
+    const startBase = records.find((r) => r.kind === 'start' && r.variant === 'moongate');
+    f.startup_ms = { moongate: startBase ? startBase.startup_ms : null, [v]: start ? start.startup_ms : null };
+    const e = EXTRA[v];
+    f.target = { rps_ratio_at_least: e.target, what: e.issue,
+                 met: Object.fromEntries(MODES.map((m) => {
+                     const r = f.c50[m].rps.vs_moongate;
+                     return [m, r === null ? null : r >= e.target];
+                 })) };
+    figures[v] = f;
+    const st = variantStatus(v);
+    if (st.log_lines > 1000) {
+        warnings.push(`${v} wrote ${st.log_lines} log lines (about one per request): its CPU ` +
+            'figures include per-request logging');
+    }
+}
+
+// What loading the keys costs: moongate_auth started with 1 key, then with all of them.
+{
+    const loads = records.filter((r) => r.kind === 'auth_load').sort((a, b) => a.keys - b.keys);
+    const seed = records.find((r) => r.kind === 'auth_seed');
+    const one = loads.length >= 2 ? loads[0] : null;
+    const all = loads.length >= 2 ? loads[loads.length - 1] : null;
+    const per = (a, b, scale) => (one && all && a >= 0 && b >= 0 ? ((b - a) * scale) / (all.keys - one.keys) : null);
+    figures.moongate_auth.keys = {
+        keys: all ? all.keys : null,
+        startup_ms: { one_key: one ? one.startup_ms : null, all_keys: all ? all.startup_ms : null },
+        load_ms: one && all ? all.startup_ms - one.startup_ms : null,
+        load_us_per_key: one && all ? per(one.startup_ms, all.startup_ms, 1000) : null,
+        vmrss_mib: { one_key: one ? one.vmrss_kib / 1024 : null, all_keys: all ? all.vmrss_kib / 1024 : null },
+        vmhwm_mib: { one_key: one ? one.vmhwm_kib / 1024 : null, all_keys: all ? all.vmhwm_kib / 1024 : null },
+        rss_bytes_per_key: one && all ? per(one.vmrss_kib, all.vmrss_kib, 1024) : null,
+        hwm_bytes_per_key: one && all ? per(one.vmhwm_kib, all.vmhwm_kib, 1024) : null,
+        seed_s: seed ? seed.seconds : null,
+    };
+}
+
 // ---- table ----------------------------------------------------------------------------------------
 const NA = 'n/a';
 const fmt = (x, d) => (x === null || x === undefined ? NA : x.toFixed(d));
@@ -207,13 +291,77 @@ function pacedRate() {
     return xs.length ? Math.round(mean(xs) / 50) * 50 : 1000;
 }
 
-const HEAD = { figure: 'figure', mode: 'mode', direct: 'direct', nginx: 'nginx',
-               moongate: 'moongate', ratio: 'moongate/nginx' };
-const COLS = ['figure', 'mode', 'direct', 'nginx', 'moongate', 'ratio'];
-const width = Object.fromEntries(COLS.map((c) => [c, Math.max(HEAD[c].length,
-    ...rows.filter((r) => !r.section).map((r) => r[c].length))]));
-const line = (r) => COLS.map((c, i) => (i < 2 ? r[c].padEnd(width[c]) : r[c].padStart(width[c])))
-    .join('  ');
+// Plain-text and Markdown rendering of a table: cols = [[key, title], ...], the first two
+// left-aligned; rows = { section } or { key: text, ... }.
+function renderText(cols, rs) {
+    const width = Object.fromEntries(cols.map(([c, t]) => [c, Math.max(t.length,
+        ...rs.filter((r) => !r.section).map((r) => r[c].length))]));
+    const line = (r) => cols.map(([c], i) => (i < 2 ? r[c].padEnd(width[c]) : r[c].padStart(width[c])))
+        .join('  ');
+    let out = line(Object.fromEntries(cols)) + '\n';
+    for (const r of rs) out += r.section ? `-- ${r.section}\n` : line(r) + '\n';
+    return out;
+}
+function renderMd(cols, rs) {
+    let out = `| ${cols.map(([, t]) => t).join(' | ')} |\n`;
+    out += `|${cols.map((_, i) => (i < 2 ? '---' : '---:')).join('|')}|\n`;
+    for (const r of rs) {
+        out += r.section ? `| **${r.section}** |${' |'.repeat(cols.length - 1)}\n`
+            : `| ${cols.map(([c]) => r[c].trim()).join(' | ')} |\n`;
+    }
+    return out;
+}
+
+const COLS = [['figure', 'figure'], ['mode', 'mode'], ['direct', 'direct'], ['nginx', 'nginx'],
+              ['moongate', 'moongate'], ['ratio', 'moongate/nginx']];
+
+// One table per extra variant: nginx, plain moongate, the variant, and the two ratios.
+const extraTables = {};
+for (const [v, e] of Object.entries(EXTRA)) {
+    const f = figures[v];
+    const rs = [];
+    const add = (figure, mode, x, show, showRatio = fmtRatio) => rs.push({
+        figure, mode, nginx: show(x.nginx), moongate: show(x.moongate), variant: show(x[v]),
+        vs_moongate: showRatio(x.vs_moongate), vs_nginx: showRatio(x.vs_nginx) });
+    rs.push({ section: 'closed loop, 50 connections' });
+    for (const mode of MODES) add('req/s @50 conns', mode, f.c50[mode].rps, (x) => fmt(x, 0));
+    for (const mode of MODES) add('CPU us/req @50 conns', mode, f.c50[mode].cpu_us_per_req, (x) => fmt(x, 1));
+    rs.push({ section: `paced, ~${pacedRate()} req/s` });
+    for (const mode of MODES) add(`CPU us/req @~${pacedRate()} req/s`, mode, f.paced[mode].cpu_us_per_req, (x) => fmt(x, 1));
+    for (const q of ['p50', 'p99']) {
+        for (const mode of MODES) {
+            add(`${q} added over direct, ms`, mode, f.paced[mode][`${q}_added_ms`], fmtAdd);
+        }
+    }
+    rs.push({ section: 'memory' });
+    add('peak RSS after 50 conns, MiB', '', f.rss_mib.after_c50, (x) => fmt(x, 1));
+    const cols = [['figure', 'figure'], ['mode', 'mode'], ['nginx', 'nginx'], ['moongate', e.base],
+                  ['variant', e.col], ['vs_moongate', `${e.short}/${e.baseShort}`],
+                  ['vs_nginx', `${e.short}/nginx`]];
+    const st = variantStatus(v);
+    const notes = [];
+    if (!st.ok) notes.push(`${v}: n/a (${st.reason || 'not run'})`);
+    const met = MODES.map((m) => {
+        const r = f.c50[m].rps.vs_moongate;
+        const c = f.c50[m].cpu_us_per_req.vs_moongate;
+        return `${m} ${fmtRatio(r)}${r === null ? '' : r >= e.target ? ' (met)' : ' (missed)'}` +
+            `, CPU/req ${fmtRatio(c)}`;
+    });
+    notes.push(`target (${e.issue}, at 50 conns): ${met.join('; ')}`);
+    if (v === 'moongate_auth') {
+        const k = f.keys;
+        const n = k.keys === null ? 'all' : k.keys.toLocaleString('en-US');
+        notes.push(`loading the keys (moongate_auth started with 1 key, then with ${n}):`);
+        notes.push(`  time from exec to listening: ${fmt(k.startup_ms.one_key, 0)} ms vs ` +
+            `${fmt(k.startup_ms.all_keys, 0)} ms: ${fmt(k.load_ms, 0)} ms to load them, ` +
+            `${fmt(k.load_us_per_key, 2)} us per key`);
+        notes.push(`  VmRSS after start-up and the sanity requests: ${fmt(k.vmrss_mib.one_key, 1)} MiB vs ` +
+            `${fmt(k.vmrss_mib.all_keys, 1)} MiB: ${fmt(k.rss_bytes_per_key, 0)} bytes per key ` +
+            `(peak VmHWM: ${fmt(k.hwm_bytes_per_key, 0)} bytes per key)`);
+        if (k.seed_s !== null) notes.push(`  (seeding the store with bench/seed_keys took ${k.seed_s.toFixed(2)} s)`);
+    }
+    extraTables[v] = { title: e.title, cols, rows: rs, notes };
+}
 
 const mgLine = status.moongate_ok ? `moongate: ${meta.moongate_bin} ${meta.moongate_version || ''}`
     : `moongate: n/a (${status.moongate_reason || 'not run'})`;
@@ -226,23 +374,27 @@ const header = [
     mgLine,
 ];
 
-let text = header.join('\n') + '\n\n' + line(HEAD) + '\n';
-for (const r of rows) text += r.section ? `-- ${r.section}\n` : line(r) + '\n';
+let text = header.join('\n') + '\n\n' + renderText(COLS, rows);
+for (const t of Object.values(extraTables)) {
+    text += `\n== ${t.title} (paced and 50-connection phases)\n` + renderText(t.cols, t.rows);
+    text += t.notes.map((n) => `${n}\n`).join('');
+}
 if (warnings.length) text += '\nwarnings:\n' + warnings.map((w) => `  ! ${w}`).join('\n') + '\n';
 process.stdout.write('\n' + text);
 
 let md = '# moongate bench results\n\n' + header.map((h) => `${h}  `).join('\n') + '\n\n';
-md += '| figure | mode | direct | nginx | moongate | moongate/nginx |\n';
-md += '|---|---|---:|---:|---:|---:|\n';
-for (const r of rows) {
-    md += r.section ? `| **${r.section}** | | | | | |\n`
-        : `| ${r.figure.trim()} | ${r.mode} | ${r.direct} | ${r.nginx} | ${r.moongate} | ${r.ratio} |\n`;
+md += renderMd(COLS, rows);
+for (const t of Object.values(extraTables)) {
+    md += `\n## ${t.title}\n\nPaced and 50-connection phases only.\n\n` + renderMd(t.cols, t.rows) + '\n';
+    md += t.notes.map((n) => (n.startsWith('  ') ? `    - ${n.trim()}` : `- ${n}`)).join('\n') + '\n';
 }
 if (warnings.length) md += '\n## Warnings\n\n' + warnings.map((w) => `- ${w}`).join('\n') + '\n';
 md += '\nSee bench/README.md for what each figure means.\n';
 
 const results = { meta, moongate: { ok: !!status.moongate_ok, reason: status.moongate_reason || null },
-                  elapsed_s: status.elapsed_s, figures, ttfb, runs, warnings, table: rows };
+                  variants: status.variants || null, elapsed_s: status.elapsed_s, figures, ttfb, runs,
+                  warnings, table: rows,
+                  tables: Object.fromEntries(Object.entries(extraTables).map(([v, t]) => [v, t])) };
 fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify(results, null, 2) + '\n');
 fs.writeFileSync(path.join(outDir, 'results.md'), md);
 process.stdout.write(`\nwrote ${path.join(outDir, 'results.json')} and results.md\n`);

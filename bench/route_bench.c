@@ -54,7 +54,7 @@ static void run(int n)
         c[i].available = 1;
         c[i].headroom = 1;
         c[i].health = "healthy";
-        c[i].breaker = "closed";
+        c[i].breaker = c[i].route_breaker = "closed";
         c[i].success_rate = c[i].ttft_ms = c[i].load_kv_cache = -1;
     }
     int iters = n >= 1000 ? 200 : n >= 100 ? 2000 : 20000;

@@ -205,6 +205,22 @@ static const char *provider_status(const mg_provider_state_t *st, uint64_t now)
     return "active";
 }
 
+/* The provider's routes with a breaker of their own: [{ model, breaker }]. */
+static void add_route_breakers(cJSON *o, const mg_pool_t *pool, const char *id, uint64_t now)
+{
+    cJSON *routes = cJSON_AddArrayToObject(o, "routes");
+    for (size_t i = 0; i < pool->routes.n; i++) {
+        const mg_route_state_t *r = &pool->routes.items[i];
+        if (strcmp(r->provider, id) != 0) continue;
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "model", r->model);
+        cJSON_AddStringToObject(x, "breaker",
+                                mg_breaker_state_name(mg_breaker_state(&r->breaker, now)));
+        cJSON_AddNumberToObject(x, "consecutive_failures", r->breaker.consecutive_failures);
+        cJSON_AddItemToArray(routes, x);
+    }
+}
+
 static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_t now)
 {
     mg_provider_state_t *st = mg_pool_get(&s->pool, p->id);
@@ -231,7 +247,9 @@ static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_
     mg_health_snapshot_t hs;
     mg_health_snapshot(&st->health, now, &hs);
     cJSON_AddStringToObject(o, "health", mg_health_state_name(hs.state));
-    cJSON_AddStringToObject(o, "breaker", mg_breaker_state_name(mg_breaker_state(&st->breaker, now)));
+    /* the provider as a whole: its own breaker, or every one of its routes' */
+    cJSON_AddStringToObject(o, "breaker",
+                            mg_breaker_state_name(mg_pool_provider_breaker(&s->pool, st, now)));
     cJSON_AddNumberToObject(o, "current_rpm", mg_limiter_rpm_used(&st->limiter, now));
     cJSON_AddNumberToObject(o, "in_flight", st->in_flight);
     cJSON_AddNumberToObject(o, "success_rate_5m", hs.window_samples ? hs.window_success_rate : 1.0);
@@ -240,6 +258,7 @@ static cJSON *provider_json(mg_server_t *s, const mg_provider_conf_t *p, uint64_
                             (double)(mg_cooldown_remaining_ms(&st->cooldown, now) / 1000));
     cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);
     cJSON_AddNumberToObject(o, "requests_total", (double)st->requests_total);
+    add_route_breakers(o, &s->pool, p->id, now);
     if (st->load.known) {
         cJSON *load = cJSON_AddObjectToObject(o, "load");
         cJSON_AddNumberToObject(load, "running", st->load.running);

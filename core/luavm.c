@@ -15,6 +15,7 @@
 
 #include "crypto.h"
 #include "log.h"
+#include "order.h"
 
 #define MG_LUA_API_VERSION 1
 #define JSON_MAX_DEPTH 64
@@ -164,6 +165,80 @@ cJSON *mg_lua_to_json(mg_gen_t *g, int idx, char *err, size_t errlen)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Per-generation cache: candidate tables kept across requests, sort scratch  */
+/* ------------------------------------------------------------------------ */
+
+/* Where a kept table is in its span's list: plan entries are found by address, without
+ * reading their `index` field. */
+typedef struct table_pos_s {
+    const void *table; /* lua_topointer(); NULL = free */
+    int index;
+} table_pos_t;
+
+/* One model's routes array: the routes of the config, found by address. */
+typedef struct route_span_s {
+    const mg_route_conf_t *routes;
+    size_t n;
+    size_t first_slot; /* slot of routes[0] */
+    int list_ref;      /* Lua list of the kept tables of routes[0..n-1], LUA_NOREF until made */
+    table_pos_t *pos;  /* owned, with list_ref: open addressing, pos_mask + 1 entries */
+    size_t pos_mask;
+} route_span_t;
+
+/* The candidate table of one config route, and the facts its fields hold. */
+typedef struct cand_slot_s {
+    int built;            /* the table exists, at tables[slot + 1] */
+    unsigned call;        /* the mg_gen_route call that last handed it out */
+    int index;            /* its `index` field */
+    mg_candidate_t facts; /* what its other fields say */
+} cand_slot_t;
+
+struct mg_gen_cache_s {
+    int routes_ready;         /* spans and slots built (on the first routing call) */
+    route_span_t *spans;      /* owned; one per model */
+    size_t n_spans, last_span;
+    cand_slot_t *slots;       /* owned; one per route of every model */
+    size_t n_slots;
+    int tables_ref;           /* Lua array of the kept candidate tables, by slot */
+    unsigned calls;           /* mg_gen_route calls so far */
+    mg_order_item_t *order;   /* owned; 2 x order_cap items: moongate.sort_by scratch */
+    size_t order_cap;
+};
+
+/* The generation's cache, made on first use; NULL when out of memory. */
+static struct mg_gen_cache_s *gen_cache(mg_gen_t *g)
+{
+    if (!g->cache && (g->cache = calloc(1, sizeof(*g->cache)))) g->cache->tables_ref = LUA_NOREF;
+    return g->cache;
+}
+
+static void gen_cache_free(struct mg_gen_cache_s *k)
+{
+    if (!k) return;
+    for (size_t i = 0; i < k->n_spans; i++) free(k->spans[i].pos);
+    free(k->spans);
+    free(k->slots);
+    free(k->order);
+    free(k);
+}
+
+/* Room for n order items and as many for the merge (kept for the next call); NULL when out
+ * of memory. */
+static mg_order_item_t *order_scratch(mg_gen_t *g, size_t n)
+{
+    struct mg_gen_cache_s *k = gen_cache(g);
+    if (!k) return NULL;
+    if (n > k->order_cap) {
+        size_t cap = n > 2 * k->order_cap ? n : 2 * k->order_cap;
+        mg_order_item_t *items = realloc(k->order, 2 * cap * sizeof(*items));
+        if (!items) return NULL;
+        k->order = items;
+        k->order_cap = cap;
+    }
+    return k->order;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The `moongate` module                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -239,6 +314,67 @@ static int l_sha256_hex(lua_State *L)
     return 1;
 }
 
+/* The n numbers of the Lua list at t as order items (key, pos = i + 1) in the scratch;
+ * raises a Lua error for a value that is not a number. */
+static mg_order_item_t *read_order_keys(lua_State *L, int t, size_t n, const char *fn)
+{
+    mg_order_item_t *items = order_scratch(gen_of(L), n ? n : 1);
+    if (!items) luaL_error(L, "%s: out of memory", fn);
+    for (size_t i = 0; i < n; i++) {
+        int isnum = 1;
+        if (t) {
+            lua_rawgeti(L, t, (lua_Integer)i + 1);
+            items[i].key = lua_tonumberx(L, -1, &isnum);
+            lua_pop(L, 1);
+        } else {
+            items[i].key = 1;
+        }
+        items[i].pos = (int)i + 1;
+        if (!isnum) luaL_error(L, "%s: key %d is not a number", fn, (int)i + 1);
+    }
+    return items;
+}
+
+/* Push a new list of the values of the list at idx, in the order of items (with room for
+ * one field: a plan's `unmarked`). */
+static void push_in_order(lua_State *L, int idx, const mg_order_item_t *items, size_t n)
+{
+    lua_createtable(L, (int)n, 1);
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, idx, items[i].pos);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+}
+
+/* moongate.sort_by(list, keys): a new list of list's values by ascending keys[i], equal
+ * keys in list order (see order.h; lua/README.md). */
+static int l_sort_by(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    size_t n = lua_rawlen(L, 1);
+    mg_order_item_t *items = read_order_keys(L, 2, n, "sort_by");
+    mg_order_sort(items, n, items + n);
+    push_in_order(L, 1, items, n);
+    return 1;
+}
+
+/* moongate.weighted_order(list, weights, u, seed): a new list of list's values in a
+ * weighted random order without replacement; weights nil = all 1 (see order.h). */
+static int l_weighted_order(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int weighted = !lua_isnoneornil(L, 2);
+    if (weighted) luaL_checktype(L, 2, LUA_TTABLE);
+    double u = luaL_checknumber(L, 3);
+    uint64_t seed = (uint64_t)luaL_checkinteger(L, 4);
+    size_t n = lua_rawlen(L, 1);
+    mg_order_item_t *items = read_order_keys(L, weighted ? 2 : 0, n, "weighted_order");
+    mg_order_weighted(items, n, u, seed, items + n);
+    push_in_order(L, 1, items, n);
+    return 1;
+}
+
 static int open_moongate(lua_State *L)
 {
     static const luaL_Reg fns[] = {{"now_ms", l_now_ms},
@@ -246,6 +382,8 @@ static int open_moongate(lua_State *L)
                                    {"json_encode", l_json_encode},
                                    {"json_decode", l_json_decode},
                                    {"sha256_hex", l_sha256_hex},
+                                   {"sort_by", l_sort_by},
+                                   {"weighted_order", l_weighted_order},
                                    {NULL, NULL}};
     luaL_newlib(L, fns);
     lua_pushstring(L, MG_VERSION);
@@ -600,6 +738,7 @@ void mg_gen_unref(mg_gen_t *g)
 {
     if (!g || --g->refs > 0) return;
     if (g->L) lua_close(g->L);
+    gen_cache_free(g->cache);
     for (size_t i = 0; i < g->n_adapters; i++) {
         free(g->adapters[i].name);
         free(g->adapters[i].probe_path);
@@ -662,14 +801,15 @@ void mg_gen_unref_value(mg_gen_t *g, int ref)
 static const char make_candidate_src[] =
     "return function(index, provider, model, pool, loc, smaller, priority, weight, available,\n"
     "  cooling, cooldown_remaining_ms, consecutive_429, observing, rpm_limit, rpm_used,\n"
-    "  tpm_limit, tpm_used, headroom, in_flight, health, breaker, avail_samples, ttft_samples,\n"
-    "  success_rate, ttft_ms, load)\n"
+    "  tpm_limit, tpm_used, headroom, in_flight, health, breaker, route_breaker, avail_samples,\n"
+    "  ttft_samples, success_rate, ttft_ms, load)\n"
     "  return { index = index, provider = provider, model = model, pool = pool, ['local'] = loc,\n"
     "    smaller = smaller, priority = priority, weight = weight, available = available,\n"
     "    cooling = cooling, cooldown_remaining_ms = cooldown_remaining_ms,\n"
     "    consecutive_429 = consecutive_429, observing = observing, rpm_limit = rpm_limit,\n"
     "    rpm_used = rpm_used, tpm_limit = tpm_limit, tpm_used = tpm_used, headroom = headroom,\n"
     "    in_flight = in_flight, health = health, breaker = breaker,\n"
+    "    route_breaker = route_breaker,\n"
     "    avail_samples = avail_samples, ttft_samples = ttft_samples,\n"
     "    success_rate = success_rate, ttft_ms = ttft_ms, load = load }\n"
     "end\n";
@@ -683,6 +823,19 @@ static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen)
         return -1;
     g->make_candidate_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     return 0;
+}
+
+/* c.load: what the engine reports, or nil. */
+static void push_load(lua_State *L, const mg_candidate_t *c)
+{
+    if (!c->load_known) {
+        lua_pushnil(L);
+        return;
+    }
+    lua_createtable(L, 0, 3);
+    set_int(L, "running", c->load_running);
+    set_int(L, "waiting", c->load_waiting);
+    if (c->load_kv_cache >= 0) set_num(L, "kv_cache", c->load_kv_cache);
 }
 
 static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_candidate_t *c)
@@ -709,21 +862,15 @@ static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_
     lua_pushinteger(L, c->in_flight);
     lua_pushstring(L, c->health);
     lua_pushstring(L, c->breaker);
+    lua_pushstring(L, c->route_breaker);
     lua_pushinteger(L, c->avail_samples);
     lua_pushinteger(L, c->ttft_samples);
     if (c->success_rate >= 0) lua_pushnumber(L, c->success_rate);
     else lua_pushnil(L);
     if (c->ttft_ms >= 0) lua_pushnumber(L, c->ttft_ms);
     else lua_pushnil(L);
-    if (c->load_known) {
-        lua_createtable(L, 0, 3);
-        set_int(L, "running", c->load_running);
-        set_int(L, "waiting", c->load_waiting);
-        if (c->load_kv_cache >= 0) set_num(L, "kv_cache", c->load_kv_cache);
-    } else {
-        lua_pushnil(L);
-    }
-    lua_call(L, 26, 1); /* the constructor cannot fail but for memory, as lua_createtable */
+    push_load(L, c);
+    lua_call(L, 27, 1); /* the constructor cannot fail but for memory, as lua_createtable */
 }
 
 static const char *degraded_name(const char *s)
@@ -735,7 +882,329 @@ static const char *degraded_name(const char *s)
     return NULL;
 }
 
-/* Read one plan entry (a candidate table or {index = i}) at the top of the stack. */
+/* ------------------------------------------------------------------------ */
+/* Candidate tables kept across requests                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Building every candidate table afresh was most of the cost of a routing decision (a
+ * 25-field table per route per request). Each route of the config keeps one table for the
+ * generation's life instead; a call hands out the same table and rewrites only the fields
+ * whose facts changed since (usually none, or in_flight, rpm_used and headroom of a few).
+ * Policies treat candidates as read-only but for the degraded/emergency markers of the plan
+ * entries, which read_entry clears (lua/README.md has the contract). */
+
+/* Index the config's routes by address (a model's routes are one array), and make the Lua
+ * array that holds their tables. Runs once: on failure nothing is cached. */
+static void cache_routes(mg_gen_t *g, struct mg_gen_cache_s *k)
+{
+    const mg_config_t *cfg = g->cfg;
+    size_t total = 0;
+    k->routes_ready = 1;
+    for (size_t m = 0; m < cfg->n_models; m++) total += cfg->models[m].n_routes;
+    k->spans = calloc(cfg->n_models ? cfg->n_models : 1, sizeof(*k->spans));
+    k->slots = calloc(total ? total : 1, sizeof(*k->slots));
+    if (!k->spans || !k->slots) {
+        free(k->spans);
+        free(k->slots);
+        k->spans = NULL;
+        k->slots = NULL;
+        return;
+    }
+    for (size_t m = 0, first = 0; m < cfg->n_models; m++) {
+        k->spans[m] = (route_span_t){cfg->models[m].routes, cfg->models[m].n_routes, first,
+                                     LUA_NOREF, NULL, 0};
+        first += cfg->models[m].n_routes;
+    }
+    k->n_spans = cfg->n_models;
+    k->n_slots = total;
+    lua_createtable(g->L, (int)total, 0);
+    k->tables_ref = luaL_ref(g->L, LUA_REGISTRYINDEX);
+}
+
+/* The slot of config route r, or -1 (a route made up for one request). The span of the
+ * last hit is tried first: the candidates of one call are the routes of one model. */
+static long route_slot(struct mg_gen_cache_s *k, const mg_route_conf_t *r)
+{
+    for (size_t i = 0; i < k->n_spans; i++) {
+        size_t si = (k->last_span + i) % k->n_spans;
+        const route_span_t *sp = &k->spans[si];
+        uintptr_t off = (uintptr_t)r - (uintptr_t)sp->routes;
+        if (sp->n > 0 && off < sp->n * sizeof(*r) && off % sizeof(*r) == 0) {
+            k->last_span = si;
+            return (long)(sp->first_slot + off / sizeof(*r));
+        }
+    }
+    return -1;
+}
+
+/* Rewrite field k of the table on top of the stack when its fact changed. */
+static void sync_int(lua_State *L, const char *k, long long now, long long was)
+{
+    if (now != was) set_int(L, k, now);
+}
+
+static void sync_bool(lua_State *L, const char *k, int now, int was)
+{
+    if (!now != !was) set_bool(L, k, now);
+}
+
+static void sync_num(lua_State *L, const char *k, double now, double was)
+{
+    if (now != was) set_num(L, k, now);
+}
+
+/* A number that reads as nil when negative (no samples). */
+static void sync_opt_num(lua_State *L, const char *k, double now, double was)
+{
+    if (now == was || (!(now >= 0) && !(was >= 0))) return;
+    if (now >= 0) lua_pushnumber(L, now);
+    else lua_pushnil(L);
+    lua_setfield(L, -2, k);
+}
+
+static void sync_str(lua_State *L, const char *k, const char *now, const char *was)
+{
+    if (now == was || (now && was && strcmp(now, was) == 0)) return;
+    lua_pushstring(L, now);
+    lua_setfield(L, -2, k);
+}
+
+static int load_changed(const mg_candidate_t *a, const mg_candidate_t *b)
+{
+    if (!a->load_known && !b->load_known) return 0;
+    return a->load_known != b->load_known || a->load_running != b->load_running ||
+           a->load_waiting != b->load_waiting || a->load_kv_cache != b->load_kv_cache;
+}
+
+/* The runtime fields of a kept candidate table (on top of the stack) brought up to date;
+ * the config fields (provider, model, pool, local, smaller, priority, weight) never change
+ * within a generation. */
+static void refresh_candidate(lua_State *L, const mg_candidate_t *c, const mg_candidate_t *was)
+{
+    sync_bool(L, "available", c->available, was->available);
+    sync_bool(L, "cooling", c->cooling, was->cooling);
+    sync_int(L, "cooldown_remaining_ms", c->cooldown_remaining_ms, was->cooldown_remaining_ms);
+    sync_int(L, "consecutive_429", c->consecutive_429, was->consecutive_429);
+    sync_bool(L, "observing", c->observing, was->observing);
+    sync_int(L, "rpm_limit", c->rpm_limit, was->rpm_limit);
+    sync_int(L, "rpm_used", c->rpm_used, was->rpm_used);
+    sync_int(L, "tpm_limit", c->tpm_limit, was->tpm_limit);
+    sync_int(L, "tpm_used", c->tpm_used, was->tpm_used);
+    sync_num(L, "headroom", c->headroom, was->headroom);
+    sync_int(L, "in_flight", c->in_flight, was->in_flight);
+    sync_str(L, "health", c->health, was->health);
+    sync_str(L, "breaker", c->breaker, was->breaker);
+    sync_str(L, "route_breaker", c->route_breaker, was->route_breaker);
+    sync_int(L, "avail_samples", c->avail_samples, was->avail_samples);
+    sync_int(L, "ttft_samples", c->ttft_samples, was->ttft_samples);
+    sync_opt_num(L, "success_rate", c->success_rate, was->success_rate);
+    sync_opt_num(L, "ttft_ms", c->ttft_ms, was->ttft_ms);
+    if (load_changed(c, was)) {
+        push_load(L, c);
+        lua_setfield(L, -2, "load");
+    }
+}
+
+/* Drop the list of the span that holds slot (made again on a later call). */
+static void forget_span_list(lua_State *L, struct mg_gen_cache_s *k, long slot)
+{
+    for (size_t i = 0; i < k->n_spans; i++) {
+        route_span_t *sp = &k->spans[i];
+        if ((size_t)slot < sp->first_slot || (size_t)slot >= sp->first_slot + sp->n) continue;
+        luaL_unref(L, LUA_REGISTRYINDEX, sp->list_ref);
+        sp->list_ref = LUA_NOREF;
+        free(sp->pos);
+        sp->pos = NULL;
+    }
+}
+
+/* Push the kept table of c's route, up to date; -1 (nothing pushed) when the route has none:
+ * not a config route, or already handed out in this call (a route given twice). */
+static int push_kept_candidate(lua_State *L, const mg_gen_t *g, struct mg_gen_cache_s *k,
+                               int tables, int index, const mg_candidate_t *c)
+{
+    long slot = route_slot(k, c->route);
+    if (slot < 0 || k->slots[slot].call == k->calls) return -1;
+    cand_slot_t *s = &k->slots[slot];
+    s->call = k->calls;
+    if (s->built && s->facts.provider == c->provider) {
+        lua_rawgeti(L, tables, slot + 1);
+        if (s->index != index) set_int(L, "index", index);
+        refresh_candidate(L, c, &s->facts);
+    } else {
+        push_candidate(L, g, index, c);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, tables, slot + 1);
+        if (s->built) forget_span_list(L, k, slot); /* it holds the old table */
+        s->built = 1;
+    }
+    s->index = index;
+    s->facts = *c;
+    return 0;
+}
+
+/* The span whose routes cands are, all of them in route order, or NULL. */
+static route_span_t *whole_span(struct mg_gen_cache_s *k, const mg_candidate_t *cands, int n)
+{
+    long slot = n > 0 ? route_slot(k, cands[0].route) : -1;
+    if (slot < 0) return NULL;
+    route_span_t *sp = &k->spans[k->last_span];
+    if (sp->n != (size_t)n || cands[0].route != sp->routes) return NULL;
+    for (int i = 1; i < n; i++)
+        if (cands[i].route != sp->routes + i) return NULL;
+    return sp;
+}
+
+static int same_facts(const mg_candidate_t *a, const mg_candidate_t *b)
+{
+    return a->provider == b->provider && a->available == b->available &&
+           a->cooling == b->cooling && a->observing == b->observing &&
+           a->consecutive_429 == b->consecutive_429 &&
+           a->cooldown_remaining_ms == b->cooldown_remaining_ms &&
+           a->rpm_limit == b->rpm_limit && a->rpm_used == b->rpm_used &&
+           a->tpm_limit == b->tpm_limit && a->tpm_used == b->tpm_used &&
+           a->headroom == b->headroom && a->in_flight == b->in_flight &&
+           a->health == b->health && a->breaker == b->breaker &&
+           a->route_breaker == b->route_breaker &&
+           a->avail_samples == b->avail_samples && a->ttft_samples == b->ttft_samples &&
+           a->success_rate == b->success_rate && a->ttft_ms == b->ttft_ms &&
+           !load_changed(a, b);
+}
+
+/* The usual call: every route of one model, in order, each with its kept table. The span's
+ * list is handed out as it is (a policy treats it as read-only) and only the tables whose
+ * facts changed are touched (no call stamps: the routes of a span are distinct). 0 = the
+ * list is pushed; -1 = nothing pushed (the list is not made yet, or a table must be made
+ * afresh): take the slow path. */
+static int push_span_list(lua_State *L, struct mg_gen_cache_s *k, route_span_t *sp,
+                          const mg_candidate_t *cands, int n)
+{
+    if (sp->list_ref == LUA_NOREF) return -1;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
+    for (int i = 0; i < n; i++) {
+        cand_slot_t *s = &k->slots[sp->first_slot + (size_t)i];
+        const mg_candidate_t *c = &cands[i];
+        if (!s->built || s->facts.provider != c->provider) {
+            lua_pop(L, 1);
+            return -1;
+        }
+        if (s->index == i + 1 && same_facts(c, &s->facts)) continue;
+        lua_rawgeti(L, -1, i + 1);
+        if (s->index != i + 1) set_int(L, "index", i + 1);
+        refresh_candidate(L, c, &s->facts);
+        lua_pop(L, 1);
+        s->index = i + 1;
+        s->facts = *c;
+    }
+    return 0;
+}
+
+static size_t table_hash(const void *t, size_t mask)
+{
+    return (size_t)(((uintptr_t)t >> 4) * 0x9E3779B97F4A7C15u >> 17) & mask;
+}
+
+/* The position (from 1) of the table at address t in the span's list, or 0. */
+static int span_pos(const route_span_t *sp, const void *t)
+{
+    if (!sp->pos || !t) return 0;
+    for (size_t h = table_hash(t, sp->pos_mask);; h = (h + 1) & sp->pos_mask) {
+        if (sp->pos[h].table == t) return sp->pos[h].index;
+        if (!sp->pos[h].table) return 0;
+    }
+}
+
+/* Keep the list on top of the stack as the span's list, with its tables' positions. */
+static void keep_span_list(lua_State *L, route_span_t *sp)
+{
+    size_t size = 4;
+    while (size < 2 * sp->n) size *= 2;
+    sp->pos = calloc(size, sizeof(*sp->pos));
+    if (!sp->pos) return; /* not kept: the slow path keeps working */
+    sp->pos_mask = size - 1;
+    for (size_t i = 0; i < sp->n; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        const void *t = lua_topointer(L, -1);
+        lua_pop(L, 1);
+        size_t h = table_hash(t, sp->pos_mask);
+        while (sp->pos[h].table) h = (h + 1) & sp->pos_mask;
+        sp->pos[h] = (table_pos_t){t, (int)i + 1};
+    }
+    lua_pushvalue(L, -1);
+    sp->list_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Whether every candidate has the same config fields (pool, local, smaller, priority,
+ * weight): candidates.alike, so that a policy can decide the rules on those fields once for
+ * the whole list. */
+static int candidates_alike(const mg_candidate_t *cands, int n)
+{
+    for (int i = 1; i < n; i++) {
+        const mg_provider_conf_t *p = cands[i].provider, *p0 = cands[0].provider;
+        const mg_route_conf_t *r = cands[i].route, *r0 = cands[0].route;
+        if (p != p0 && (strcmp(p->pool, p0->pool) != 0 || p->local != p0->local ||
+                        p->weight != p0->weight))
+            return 0;
+        if (r->smaller != r0->smaller || r->priority != r0->priority) return 0;
+    }
+    return 1;
+}
+
+/* Push the candidates list of one call; returns the span whose kept list it is, or NULL. */
+static route_span_t *push_candidates(lua_State *L, mg_gen_t *g, const mg_candidate_t *cands,
+                                     int n)
+{
+    struct mg_gen_cache_s *k = gen_cache(g);
+    if (k && !k->routes_ready) cache_routes(g, k);
+    if (!k || k->tables_ref == LUA_NOREF) {
+        lua_createtable(L, n, 1);
+        for (int i = 0; i < n; i++) {
+            push_candidate(L, g, i + 1, &cands[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        set_bool(L, "alike", candidates_alike(cands, n));
+        return NULL;
+    }
+    k->calls++;
+    route_span_t *sp = whole_span(k, cands, n);
+    if (sp && push_span_list(L, k, sp, cands, n) == 0) return sp;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, k->tables_ref);
+    int tables = lua_gettop(L);
+    lua_createtable(L, n, 1);
+    for (int i = 0; i < n; i++) {
+        if (push_kept_candidate(L, g, k, tables, i + 1, &cands[i]) != 0)
+            push_candidate(L, g, i + 1, &cands[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    set_bool(L, "alike", candidates_alike(cands, n));
+    lua_remove(L, tables);
+    if (sp && sp->list_ref == LUA_NOREF) keep_span_list(L, sp); /* every table is kept now */
+    return NULL;
+}
+
+/* Clear the markers of the table at idx: the core reads them once, so the kept table
+ * starts the next call unmarked. */
+static void clear_marks(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    lua_setfield(L, idx, "degraded");
+    lua_pushnil(L);
+    lua_setfield(L, idx, "emergency");
+}
+
+/* After a failed route(): it may have marked some candidates before it failed. */
+static void clear_all_marks(lua_State *L, int list)
+{
+    lua_Integer len = (lua_Integer)lua_rawlen(L, list);
+    for (lua_Integer i = 1; i <= len; i++) {
+        if (lua_rawgeti(L, list, i) == LUA_TTABLE) clear_marks(L, -1);
+        lua_pop(L, 1);
+    }
+}
+
+/* Read one plan entry (a candidate table or {index = i}) at the top of the stack, clearing
+ * the table's markers. */
 static int read_entry(lua_State *L, int n, mg_plan_entry_t *e)
 {
     lua_Integer idx = 0;
@@ -744,11 +1213,12 @@ static int read_entry(lua_State *L, int n, mg_plan_entry_t *e)
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "index");
         idx = lua_tointeger(L, -1);
-        lua_getfield(L, -2, "degraded");
+        int marked = lua_getfield(L, -2, "degraded") != LUA_TNIL;
         e->degraded = degraded_name(lua_tostring(L, -1));
-        lua_getfield(L, -3, "emergency");
+        marked |= lua_getfield(L, -3, "emergency") != LUA_TNIL;
         e->emergency = lua_toboolean(L, -1);
         lua_pop(L, 3);
+        if (marked) clear_marks(L, -1);
     } else {
         idx = lua_tointeger(L, -1); /* a plain index is accepted too */
     }
@@ -757,22 +1227,62 @@ static int read_entry(lua_State *L, int n, mg_plan_entry_t *e)
     return 0;
 }
 
+/* Read the entry at the top of the stack. A table of the span's list needs no field read
+ * when the plan says it is unmarked: its position is its index. */
+static int read_plan_entry(lua_State *L, int n, const route_span_t *sp, int unmarked,
+                           mg_plan_entry_t *e)
+{
+    int pos = unmarked && sp ? span_pos(sp, lua_topointer(L, -1)) : 0;
+    if (pos == 0) return read_entry(L, n, e);
+    *e = (mg_plan_entry_t){pos - 1, NULL, 0};
+    return 0;
+}
+
+/* Read the list plan at the top of the stack into plan: entries in range, each once.
+ * Every entry is read, also past n, so that every marked table gets cleared. sp: the span
+ * whose kept list the candidates were (or NULL). */
+static int read_plan(lua_State *L, int n, const route_span_t *sp, mg_plan_t *plan)
+{
+    unsigned char small[256];
+    unsigned char *seen = n <= (int)sizeof(small) ? small : calloc((size_t)n, 1);
+    if (!seen) return -1;
+    if (seen == small) memset(small, 0, sizeof(small));
+    lua_getfield(L, -1, "unmarked");
+    int unmarked = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_rawgeti(L, -1, i);
+        mg_plan_entry_t e;
+        int ok = read_plan_entry(L, n, sp, unmarked, &e) == 0;
+        lua_pop(L, 1);
+        if (!ok || seen[e.index] || plan->n >= n) continue;
+        seen[e.index] = 1;
+        plan->entries[plan->n++] = e;
+    }
+    if (seen != small) free(seen);
+    if (plan->n > 0) plan->wait_ms = 0;
+    return 0;
+}
+
 int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
                  mg_plan_t *plan, char *err, size_t errlen)
 {
     lua_State *L = g->L;
     int top = lua_gettop(L);
+    int list = top + 1;
     plan->n = 0;
     plan->wait_ms = 0;
+    const route_span_t *sp = push_candidates(L, g, cands, n);
     push_field(L, g->routing_ref, "route");
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     set_int(L, "attempt", attempt);
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) {
-        push_candidate(L, g, i + 1, &cands[i]);
-        lua_rawseti(L, -2, i + 1);
+    lua_pushvalue(L, list);
+    if (pcall(L, 2, 1, err, errlen) != 0) {
+        clear_all_marks(L, list);
+        lua_settop(L, top);
+        return -1;
     }
-    if (pcall(L, 2, 1, err, errlen) != 0) return -1;
     if (!lua_istable(L, -1)) {
         lua_settop(L, top);
         snprintf(err, errlen, "routing.route must return a plan (a list, {wait_ms = N} or {})");
@@ -784,20 +1294,10 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
         plan->wait_ms = w < 1 ? 1 : w > 3600000 ? 3600000 : (int)w;
     }
     lua_pop(L, 1);
-    lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
-    for (lua_Integer i = 1; i <= len && plan->n < n; i++) {
-        lua_rawgeti(L, -1, i);
-        mg_plan_entry_t e;
-        int ok = read_entry(L, n, &e) == 0;
-        lua_pop(L, 1);
-        if (!ok) continue;
-        int dup = 0;
-        for (int k = 0; k < plan->n; k++) dup |= plan->entries[k].index == e.index;
-        if (!dup) plan->entries[plan->n++] = e;
-    }
-    if (plan->n > 0) plan->wait_ms = 0;
+    int rc = read_plan(L, n, sp, plan);
     lua_settop(L, top);
-    return 0;
+    if (rc != 0) snprintf(err, errlen, "out of memory");
+    return rc;
 }
 
 /* The default curve when no cooldown policy is loaded: 30 s doubling, at most 600 s. */

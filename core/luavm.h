@@ -39,6 +39,8 @@ typedef struct mg_gen_s {
     int routing_ref;            /* policies/routing.lua module table */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
     int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
+    struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
+                                     requests, scratch for moongate.sort_by (see luavm.c) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
 } mg_gen_t;
 
@@ -77,18 +79,22 @@ int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body);
 int mg_gen_table_new(mg_gen_t *g);
 void mg_gen_unref_value(mg_gen_t *g, int ref);
 
-/* Runtime facts about one route, for the routing policy (see lua/README.md). */
+/* Runtime facts about one route, for the routing policy (see lua/README.md). health,
+ * breaker and route_breaker must be static strings (the state names): the generation keeps
+ * the pointers to tell what changed since the route's candidate table was last handed out. */
 typedef struct mg_candidate_s {
     const mg_provider_conf_t *provider;
     const mg_route_conf_t *route;   /* upstream model, smaller, priority group */
-    int available;                  /* enabled, not down, breaker lets a request through */
+    int available;                  /* enabled, not down, both breakers let a request through */
     int cooling, observing, consecutive_429;
     long long cooldown_remaining_ms;
     int rpm_limit, rpm_used;
     long long tpm_limit, tpm_used;
     double headroom;                /* 0..1 */
     int in_flight;
-    const char *health, *breaker;   /* state names */
+    const char *health;             /* state name */
+    const char *breaker;            /* the worse of the provider's and the route's breakers */
+    const char *route_breaker;      /* the route's own breaker (NULL = none: nil) */
     int avail_samples, ttft_samples;
     double success_rate, ttft_ms;   /* < 0 = no samples */
     int load_known, load_running, load_waiting;
@@ -109,7 +115,11 @@ typedef struct mg_plan_s {
 } mg_plan_t;
 
 /* Call routing.route(req, candidates) with req.attempt = attempt. Fills plan (entries
- * unique, indexes in range). Returns 0, or -1 with err set. */
+ * unique, indexes in range). Returns 0, or -1 with err set.
+ * A route of the generation's config keeps one candidate table for the generation's life:
+ * each call rewrites only the fields whose facts changed, and clears the degraded and
+ * emergency markers of the plan entries it reads back (the contract in lua/README.md).
+ * Routes not in the config (prefix-served names) get a fresh table per call. */
 int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
                  mg_plan_t *plan, char *err, size_t errlen);
 

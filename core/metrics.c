@@ -81,6 +81,18 @@ static void sb_printf(sbuf_t *b, const char *fmt, ...)
     }
 }
 
+/* src as a Prometheus label value: backslash, double quote and newline escaped (an
+ * upstream model name is the operator's free text). */
+static void label_value(char *dst, size_t size, const char *src)
+{
+    size_t n = 0;
+    for (; *src && n + 3 < size; src++) {
+        if (*src == '\\' || *src == '"' || *src == '\n') dst[n++] = '\\';
+        dst[n++] = *src == '\n' ? 'n' : *src;
+    }
+    dst[n] = '\0';
+}
+
 static void histogram(sbuf_t *b, const char *name, const char *labels, const uint64_t *buckets,
                       double sum, uint64_t count)
 {
@@ -171,6 +183,16 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(b, "moongate_provider_breaker_open{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   mg_breaker_state(&pool->items[i].breaker, now) == MG_BREAKER_OPEN);
+    sb_printf(b, "# HELP moongate_route_breaker_open 1 while the circuit breaker of a provider's "
+                 "upstream model is open.\n"
+                 "# TYPE moongate_route_breaker_open gauge\n");
+    for (size_t i = 0; i < pool->routes.n; i++) {
+        const mg_route_state_t *r = &pool->routes.items[i];
+        char model[256];
+        label_value(model, sizeof(model), r->model);
+        sb_printf(b, "moongate_route_breaker_open{provider_id=\"%s\",model=\"%s\"} %d\n",
+                  r->provider, model, mg_breaker_state(&r->breaker, now) == MG_BREAKER_OPEN);
+    }
 }
 
 int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, unsigned generation,

@@ -1,10 +1,18 @@
-/* pool: the runtime state of providers, kept across reloads by provider id.
+/* pool: the runtime state of providers, kept across reloads by provider id, and of
+ * routes (provider + upstream model pairs of the config), kept by that pair.
  *
  * Configuration says what a provider is; this says how it is doing: its rate
  * windows (limiter), cooldown, circuit breaker, passive health, engine load and
  * counters. A generation swap keeps the state of providers that still exist
  * (applying new limits) and adds fresh state for new ones. All of it lives on the
- * loop thread: selecting a provider and reserving its capacity is one step. */
+ * loop thread: selecting a provider and reserving its capacity is one step.
+ *
+ * Two circuit breakers stand between a request and an upstream model: the
+ * provider's, fed by connection failures (the provider cannot be reached: every
+ * model is out), and the route's, fed by the failures of answers (429, 5xx, a
+ * time-out, a broken answer: the provider is up, this model is failing), so that
+ * one model failing does not take the provider's other models down. Both follow
+ * the config's circuit_breaker block. */
 #ifndef MG_POOL_H
 #define MG_POOL_H
 
@@ -43,15 +51,40 @@ typedef struct mg_provider_state_s {
     uint64_t last_probe_ms;
 } mg_provider_state_t;
 
+/* One route of the config: a provider + upstream model pair, however many logical
+ * models list it. Routes the config does not list (prefix-served model names, chosen
+ * by clients) have none: they never create state. */
+typedef struct mg_route_state_s {
+    char *provider;       /* owned: provider id */
+    char *model;          /* owned: upstream model name */
+    mg_breaker_t breaker; /* answers that failed: 429, 5xx, time-outs, broken answers */
+} mg_route_state_t;
+
+/* The routes, found by (provider, model) through an open-addressing hash. */
+typedef struct mg_route_set_s {
+    mg_route_state_t *items; /* owned array */
+    size_t n;
+    uint32_t *slots;         /* owned, mask + 1 of them: index into items + 1, 0 = empty */
+    size_t mask;
+} mg_route_set_t;
+
 typedef struct mg_pool_s {
     mg_provider_state_t *items; /* owned array */
     size_t n;
+    mg_route_set_t routes;
 } mg_pool_t;
 
+/* How an attempt ended, for the breakers. */
+typedef enum {
+    MG_ATTEMPT_OK = 0,      /* an answer that is not the provider's fault (also a 4xx) */
+    MG_ATTEMPT_FAILED,      /* the provider answered, badly or not in time: the route's */
+    MG_ATTEMPT_UNREACHABLE, /* the connection failed: the provider's */
+} mg_attempt_outcome_t;
+
 void mg_pool_init(mg_pool_t *p);
-/* Make the state set match cfg's providers, keeping existing state by id and applying
- * the configured limits and breaker settings. Returns 0 or -1 (out of memory; the
- * pool is unchanged). */
+/* Make the state set match cfg's providers and routes, keeping existing state by id (and
+ * by provider + model for routes) and applying the configured limits and breaker
+ * settings. Returns 0 or -1 (out of memory; the pool is unchanged). */
 int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg);
 /* State for provider id, or NULL. */
 mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id);
@@ -60,6 +93,35 @@ mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id);
 int mg_pool_available(const mg_provider_state_t *s, uint64_t now_ms);
 /* Count one finished attempt: success or failure (any no-answer, 429 or 5xx). */
 void mg_pool_record(mg_provider_state_t *s, int success);
+
+/* The state of route (provider id, upstream model), or NULL when the config does not
+ * list that route. */
+mg_route_state_t *mg_pool_route(const mg_pool_t *p, const char *provider, const char *model);
+/* Whether routing may consider the route now: the provider is available and the route's
+ * breaker lets a request through (r NULL: no route breaker). */
+int mg_pool_route_available(const mg_provider_state_t *s, const mg_route_state_t *r,
+                            uint64_t now_ms);
+/* The breaker state that governs a route: the worse of the provider's and the route's
+ * (open, then half open, then closed). */
+mg_breaker_state_t mg_pool_breaker_state(const mg_provider_state_t *s, const mg_route_state_t *r,
+                                         uint64_t now_ms);
+/* The provider as a whole: its own breaker's state, or, when that is closed and every
+ * route of the provider in the config is open (or half open), the best of those. */
+mg_breaker_state_t mg_pool_provider_breaker(const mg_pool_t *p, const mg_provider_state_t *s,
+                                            uint64_t now_ms);
+/* Milliseconds until both breakers would let a request through (0 = now). */
+uint64_t mg_pool_breakers_retry_ms(const mg_provider_state_t *s, const mg_route_state_t *r,
+                                   uint64_t now_ms);
+/* Let one attempt through both breakers (reserving a half-open probe slot in each), or
+ * neither: 1 = send it, 0 = do not. */
+int mg_pool_breakers_allow(mg_provider_state_t *s, mg_route_state_t *r, uint64_t now_ms);
+/* Give back what mg_pool_breakers_allow() reserved, for an attempt not sent after all. */
+void mg_pool_breakers_release(mg_provider_state_t *s, mg_route_state_t *r, uint64_t now_ms);
+/* An attempt's outcome into the breakers: unreachable counts against the provider (the
+ * route's probe slot, if any, is given back: the route was not tried); failed against the
+ * route (for the provider it was an answer: a success); ok for both. */
+void mg_pool_breakers_record(mg_provider_state_t *s, mg_route_state_t *r, uint64_t now_ms,
+                             mg_attempt_outcome_t outcome);
 void mg_pool_free(mg_pool_t *p);
 
 #endif

@@ -98,6 +98,7 @@ typedef struct call_s {
     const char *upstream_model;
     int adapter, passthrough, ndjson;
     int up_status;
+    int unreachable;             /* the connection failed: a fault of the provider, not the route */
     char retry_after[32];
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
@@ -516,7 +517,12 @@ static void attempt_end(call_t *c, int success)
     /* a 4xx other than 429 is the client's doing: neither a breaker nor a health failure */
     int provider_fault = !success && (c->up_status == 0 || c->up_status == 429 ||
                                       c->up_status >= 500 || c->up_status < 400);
-    mg_breaker_record(&ps->breaker, now, provider_fault);
+    /* a failed connection puts the provider's breaker on the way to open; a failed answer
+       only this route's, so that the provider's other models keep serving */
+    mg_pool_breakers_record(ps, mg_pool_route(&c->srv->pool, c->provider->id, c->upstream_model),
+                            now, !provider_fault  ? MG_ATTEMPT_OK
+                                 : c->unreachable ? MG_ATTEMPT_UNREACHABLE
+                                                  : MG_ATTEMPT_FAILED);
     /* only a stream has a first token; a whole answer's first byte measures the answer */
     int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
     if (mg_health_record(&ps->health, now, !provider_fault,
@@ -1160,6 +1166,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
 {
     call_t *c = ud;
     c->xfer = NULL;
+    c->unreachable = result == MG_XFER_CONNECT_ERROR;
     int status = c->up_status;
     mg_metrics_t *m = &c->srv->metrics;
     if (result == MG_XFER_FIRST_BYTE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_FIRST_TOKEN]++;
@@ -1304,18 +1311,20 @@ static void audit_cloud(call_t *c)
     mg_log_end(&l);
 }
 
-/* Reserve the provider's capacity for one attempt: breaker probe slot, then RPM/TPM
- * (at the emergency share when the plan says so). 0 = reserved, -1 = the breaker
- * refused, -2 = a rate limit refused (limited_until_ms updated). */
-static int reserve_provider(call_t *c, mg_provider_state_t *ps, const mg_plan_entry_t *e)
+/* Reserve the provider's capacity for one attempt: the probe slots of the provider's and
+ * the route's breakers, then RPM/TPM (at the emergency share when the plan says so).
+ * 0 = reserved, -1 = a breaker refused, -2 = a rate limit refused (limited_until_ms
+ * updated). */
+static int reserve_provider(call_t *c, mg_provider_state_t *ps, mg_route_state_t *rs,
+                            const mg_plan_entry_t *e)
 {
     uint64_t now = uv_now(c->srv->loop);
-    if (!mg_breaker_allow(&ps->breaker, now)) return -1;
+    if (!mg_pool_breakers_allow(ps, rs, now)) return -1;
     int rc = e->emergency
                  ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
                  : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
     if (rc == MG_LIMIT_OK) return 0;
-    mg_breaker_release(&ps->breaker, now);
+    mg_pool_breakers_release(ps, rs, now);
     uint64_t next = mg_limiter_next_ms(&ps->limiter, now, c->est_tokens);
     if (e->emergency) next = mg_rpm_next_ms(&ps->limiter.emergency, now);
     if (!c->limited || next < c->limited_until_ms) c->limited_until_ms = next;
@@ -1333,7 +1342,8 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     int pi = (int)(cand->provider - cfg->providers);
     mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, cand->provider->id);
     if (!ps) return -1;
-    int rc = reserve_provider(c, ps, e);
+    mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cand->provider->id, r->model);
+    int rc = reserve_provider(c, ps, rs, e);
     if (rc != 0) return rc;
     c->provider = cand->provider;
     c->upstream_model = r->model;
@@ -1353,7 +1363,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
                    c->provider->adapter, c->provider->id, err);
         mg_limiter_cancel(&ps->limiter, &c->resv);
-        mg_breaker_release(&ps->breaker, now);
+        mg_pool_breakers_release(ps, rs, now);
         c->last_fail = FAIL_ADAPTER;
         return -1;
     }
@@ -1369,7 +1379,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
         free(url);
         mg_encoded_free(&enc);
         mg_limiter_cancel(&ps->limiter, &c->resv);
-        mg_breaker_release(&ps->breaker, now);
+        mg_pool_breakers_release(ps, rs, now);
         return -1;
     }
     snprintf(url, url_len, "%s%s", c->provider->base_url, enc.path);
@@ -1386,6 +1396,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     };
     enc.headers = NULL; /* moved into the transfer */
     c->up_status = 0;
+    c->unreachable = 0;
     c->resp.len = 0;
     c->t_first = 0;
     c->attempts++;
@@ -1403,6 +1414,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     mg_encoded_free(&enc);
     if (rc != 0) {
         c->last_fail = FAIL_CONNECT;
+        c->unreachable = 1;
         attempt_end(c, 0);
         return -1;
     }
@@ -1593,12 +1605,13 @@ static void fill_candidates(call_t *c, uint64_t now)
         mg_cooldown_update(&ps->cooldown, now);
         mg_health_snapshot_t hs;
         mg_health_snapshot(&ps->health, now, &hs);
+        mg_route_state_t *rs = mg_pool_route(&c->srv->pool, r->provider, r->model);
         mg_candidate_t *cd = &c->cands[c->n_cands];
         c->cand_route[c->n_cands++] = i;
         memset(cd, 0, sizeof(*cd));
         cd->provider = &cfg->providers[pi];
         cd->route = r;
-        cd->available = mg_pool_available(ps, now);
+        cd->available = mg_pool_route_available(ps, rs, now);
         cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
         cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
         cd->observing = mg_cooldown_observing(&ps->cooldown, now);
@@ -1610,7 +1623,8 @@ static void fill_candidates(call_t *c, uint64_t now)
         cd->headroom = mg_limiter_headroom(&ps->limiter, now);
         cd->in_flight = ps->in_flight;
         cd->health = mg_health_state_name(hs.state);
-        cd->breaker = mg_breaker_state_name(mg_breaker_state(&ps->breaker, now));
+        cd->breaker = mg_breaker_state_name(mg_pool_breaker_state(ps, rs, now));
+        cd->route_breaker = rs ? mg_breaker_state_name(mg_breaker_state(&rs->breaker, now)) : NULL;
         cd->avail_samples = hs.avail_samples;
         cd->ttft_samples = hs.ttft_samples;
         cd->success_rate = hs.avail_samples > 0 ? hs.success_rate : -1;
@@ -1628,9 +1642,11 @@ static int shortest_cooldown_ms(call_t *c)
     long long best = 0;
     uint64_t now = uv_now(c->srv->loop);
     for (int i = 0; i < c->n_cands; i++) {
-        long long r = c->cands[i].cooldown_remaining_ms;
-        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->cands[i].provider->id);
-        long long b = ps ? (long long)mg_breaker_retry_ms(&ps->breaker, now) : 0;
+        const mg_candidate_t *cd = &c->cands[i];
+        long long r = cd->cooldown_remaining_ms;
+        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, cd->provider->id);
+        mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cd->provider->id, cd->route->model);
+        long long b = ps ? (long long)mg_pool_breakers_retry_ms(ps, rs, now) : 0;
         if (b > r) r = b;
         if (r > 0 && (best == 0 || r < best)) best = r;
     }

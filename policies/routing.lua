@@ -13,17 +13,27 @@
 --               pin (a provider id the client insisted on, or nil), local_only,
 --               allow_smaller_model, allow_cloud, local_first, attempt,
 --               random (a number in [0,1) drawn by the core for this request)
---   candidates  one fresh table per route of the model in config/moongate.yaml: index,
---               provider, model, pool, local (write c["local"]), smaller, priority, weight,
---               available (enabled, not "down", breaker lets a request through),
+--   candidates  one table per route of the model in config/moongate.yaml, in index order:
+--               index, provider, model, pool, local (write c["local"]), smaller, priority,
+--               weight, available (enabled, not "down", the provider's and the route's
+--               breakers let a request through), breaker, route_breaker,
 --               cooling + cooldown_remaining_ms, headroom (0..1 of the RPM limit left),
 --               in_flight, success_rate + avail_samples, ttft_ms + ttft_samples, load, ...
+--               The list may say alike = true: every candidate has the same pool, local,
+--               smaller, priority and weight.
+--
+-- The core keeps the candidate tables (and the list) from one request to the next and only
+-- rewrites the fields that changed: treat them as read-only. The one exception are the
+-- markers below, degraded and emergency, on the entries of the plan you return: the core
+-- reads them and clears them, so every call starts with unmarked candidates.
 --
 -- It returns a plan, one of:
---   { c1, c2, ... }   the candidate tables to try, in order. An entry may carry
---                     degraded = "fallback" | "smaller" | "cloud" | "emergency" (the client
---                     then sees X-Sidecar-Degraded: <value>) and emergency = true (the core lets
---                     it through at 10% of its rpm_limit although it is cooling down).
+--   { c1, c2, ... }   the candidate tables to try, in order (a new list, never `candidates`).
+--                     An entry may carry degraded = "fallback" | "smaller" | "cloud" |
+--                     "emergency" (the client then sees X-Sidecar-Degraded: <value>) and
+--                     emergency = true (the core lets it through at 10% of its rpm_limit
+--                     although it is cooling down). unmarked = true on the list tells the
+--                     core that no entry carries either, so it need not look.
 --   { wait_ms = N }   nothing good now, but a main provider is back within N ms: the core waits
 --                     (at most the queue timeout) and calls route() again.
 --   {}                nothing can serve: the client gets 503 MODEL_UNAVAILABLE + Retry-After.
@@ -62,34 +72,39 @@
 -- and the reason is logged and shown in /status. For example:
 --   * no exploration:             set EXPLORE_ONE_IN = 0;
 --   * wait longer for main:       raise RECOVERY_WAIT_MS;
---   * prefer idle local engines:  in share(), divide by (1 + c.load.waiting) when c.load is set;
+--   * prefer idle local engines:  in share(), divide by (1 + c.load.waiting) when c.load is set,
+--                                 and have same_shares() say false when a route has c.load;
 --   * batch work never degrades:  in route(), return {} when req.priority == "P4" and the
 --                                 plan's first entry has a degraded value.
 -- Keep it a pure function of its arguments: no I/O, no global state, no math.random or
--- os.time (random_sequence below derives all the numbers it needs from req.random);
--- moongate.log() is there for debugging.
+-- os.time (new_rng below derives all the numbers it needs from req.random); moongate.log()
+-- is there for debugging.
 
 local M = { name = "routing", version = 1 }
 
--- Tunables.
-local RECOVERY_WAIT_MS = 10000 -- wait for a start-pool route that is back within this long
-local ADAPTIVE_MIN_AVAIL = 5 -- availability samples that make success_rate count
-local ADAPTIVE_MIN_TTFT = 3 -- TTFT samples that make ttft_ms count
-local EXPLORE_ONE_IN = 20 -- 1 request in N ignores rule 8 (0 = never)
-local RATE_STEP = 0.05 -- success rates within the same 5-point step count as equal
-local TTFT_STEP = 1.1 -- TTFTs within the same 10% step count as equal
+-- Tunables (<const>: compiled into the loops that use them).
+local RECOVERY_WAIT_MS <const> = 10000 -- wait for a start-pool route back within this long
+local ADAPTIVE_MIN_AVAIL <const> = 5 -- availability samples that make success_rate count
+local ADAPTIVE_MIN_TTFT <const> = 3 -- TTFT samples that make ttft_ms count
+local EXPLORE_ONE_IN <const> = 20 -- 1 request in N ignores rule 8 (0 = never)
+local RATE_STEP <const> = 0.05 -- success rates within the same 5-point step count as equal
+local TTFT_STEP <const> = 1.1 -- TTFTs within the same 10% step count as equal
 
 ------------------------------------------------------------------------------------------------
 -- Small helpers
 ------------------------------------------------------------------------------------------------
 
+-- This file runs for every request, over every route of the model: at 100 routes every Lua
+-- instruction in a loop over the routes counts. Those loops (scan, usable_of, same_shares,
+-- adaptive_keys) read each field once, call no function (but math.log for a TTFT) and build
+-- no table per route, and the usual request builds no list at all; sorting and weighted
+-- draws are the core's (moongate.sort_by and moongate.weighted_order). The per-rule
+-- functions say what the loops do, one rule at a time.
+
+local tonumber, floor, log = tonumber, math.floor, math.log
+
 local function is_local(c)
     return c["local"] == true
-end
-
--- usable: the route could take this request now.
-local function is_usable(c)
-    return c.available ~= false and not c.cooling
 end
 
 local function filter(list, keep)
@@ -100,21 +115,6 @@ local function filter(list, keep)
         end
     end
     return out
-end
-
-local function copy_list(list)
-    return filter(list, function()
-        return true
-    end)
-end
-
-local function any(list, pred)
-    for _, c in ipairs(list) do
-        if pred(c) then
-            return true
-        end
-    end
-    return false
 end
 
 local function by_index(a, b)
@@ -138,6 +138,126 @@ local function request_random(req)
     end
     return r
 end
+
+------------------------------------------------------------------------------------------------
+-- Mechanism: sorting and weighted draws
+------------------------------------------------------------------------------------------------
+
+-- splitmix64(state): the next state and output of a splitmix64 stream (64-bit integers).
+local function splitmix64(state)
+    state = state + 0x9E3779B97F4A7C15
+    local z = state
+    z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ~ (z >> 27)) * 0x94D049BB133111EB
+    return state, z ~ (z >> 31)
+end
+
+-- sort_by(list, keys): a new list of list's entries by ascending keys[i] (numbers), entries
+-- with equal keys in their order in `list`.
+local function lua_sort_by(list, keys)
+    local pos = {}
+    for i = 1, #list do
+        pos[i] = i
+    end
+    table.sort(pos, function(a, b)
+        local ka, kb = keys[a], keys[b]
+        local na, nb = ka ~= ka, kb ~= kb -- NaN, after every number
+        if na ~= nb then
+            return nb
+        elseif not na and ka ~= kb then
+            return ka < kb
+        end
+        return a < b
+    end)
+    local out = {}
+    for i, p in ipairs(pos) do
+        out[i] = list[p]
+    end
+    return out
+end
+
+-- draw_one(weights, total, u): the position that u in [0,1) falls on, each entry covering a
+-- stretch proportional to its weight (> 0). No weight at all: the first.
+local function draw_one(weights, total, u)
+    if total <= 0 then
+        return 1
+    end
+    local x, pick = u * total, 1
+    for i = 1, #weights do
+        local w = weights[i]
+        if w > 0 then
+            pick = i -- the last entry with a weight, should rounding leave x >= 0
+            x = x - w
+            if x < 0 then
+                break
+            end
+        end
+    end
+    return pick
+end
+
+-- shuffle_after(list, first, seed): list[first] first, the others after it in a uniformly
+-- random order (a Fisher-Yates shuffle from the splitmix64 stream seeded with `seed`).
+local function shuffle_after(list, first, seed)
+    local out, n, state, z = { list[first] }, 1, seed, nil
+    for i = 1, #list do
+        if i ~= first then
+            n = n + 1
+            out[n] = list[i]
+        end
+    end
+    for i = n, 3, -1 do
+        state, z = splitmix64(state)
+        local j = 2 + floor((z >> 11) * 2.0 ^ -53 * (i - 1))
+        out[i], out[j] = out[j], out[i]
+    end
+    return out
+end
+
+-- weighted_order(list, weights, u, seed): a new list of list's entries in a weighted random
+-- order without replacement (weights nil: all 1; a weight <= 0 counts as none). The first is
+-- one weighted draw with u (exact shares); the others follow by Efraimidis-Spirakis keys
+-- r^(1/w), largest first (a weighted order drawn all at once, n log n), r from the
+-- splitmix64 stream seeded with `seed`, one per entry with a weight but the first; entries
+-- without a weight come last, in list order. With equal weights the keys would order like r:
+-- the others are shuffled instead (same distribution, no sort).
+local function lua_weighted_order(list, weights, u, seed)
+    local keys, total, equal = {}, 0, true
+    for i = 1, #list do
+        local w = weights and weights[i] or 1
+        if not (w > 0) then
+            w = 0
+        end
+        keys[i] = w
+        total = total + w
+        equal = equal and w > 0 and w == keys[1]
+    end
+    local first, state, z = draw_one(keys, total, u), seed, nil
+    if equal and #list > 1 then
+        return shuffle_after(list, first, seed)
+    end
+    for i = 1, #list do -- sort_by sorts ascending: negated keys, the first before all
+        local w = keys[i]
+        if i == first then
+            keys[i] = -2
+        elseif w > 0 then
+            state, z = splitmix64(state)
+            local r = (z >> 11) * 2.0 ^ -53
+            keys[i] = w == 1 and -r or -(r ^ (1 / w))
+        else
+            keys[i] = 1
+        end
+    end
+    return lua_sort_by(list, keys)
+end
+
+-- The gateway's moongate module does both in C: the same results, at a fraction of the cost
+-- (a Lua comparator call per comparison, a dozen instructions per random number). The Lua
+-- versions above serve busted and anyone running this file outside the gateway.
+local has_core, core = pcall(require, "moongate")
+local sort_by = has_core and type(core) == "table" and core.sort_by or lua_sort_by
+local weighted_order = has_core and type(core) == "table" and core.weighted_order
+    or lua_weighted_order
 
 ------------------------------------------------------------------------------------------------
 -- Rules 1-4: which routes may serve this request at all
@@ -179,27 +299,181 @@ local function apply_cloud(req, list)
     return filter(list, is_local)
 end
 
+-- eligible(req, candidates): the routes rules 1-4 let through, in index order. Only the
+-- chain's later steps need them (waiting, emergency): not the hot path.
 local function eligible(req, candidates)
-    -- one pass over the candidates with rules 1-4 (the apply_* functions above say
-    -- the same thing one rule at a time; this is the hot path of every request)
-    local out, n = {}, 0
-    local pin, local_only = req.pin, req.local_only
-    local allow_smaller, allow_cloud = req.allow_smaller_model, req.allow_cloud ~= false
-    for _, c in ipairs(candidates) do
-        local loc = is_local(c)
-        if (pin == nil or c.provider == pin) and (loc or (not local_only and allow_cloud))
-            and (allow_smaller or not c.smaller) then
-            n = n + 1
-            out[n] = c
-        end
-    end
-    for i = 2, n do -- the core passes them in index order; sort only if someone did not
-        if out[i].index < out[i - 1].index then
-            table.sort(out, by_index)
+    local list = apply_cloud(req, apply_smaller(req, apply_local_only(req,
+        apply_pin(req, candidates))))
+    for i = 2, #list do -- the core passes index order; sort only if someone did not
+        if list[i].index < list[i - 1].index then
+            list = filter(list, function()
+                return true
+            end)
+            table.sort(list, by_index)
             break
         end
     end
-    return out
+    return list
+end
+
+-- summarize(req, usable, locals, one_group, like_first, c1): the facts scan returns (see
+-- there). like_first: every usable route has the locality, size and pool of the first
+-- candidate c1, so the facts are c1's.
+local function summarize(req, usable, locals, one_group, like_first, c1)
+    local start_fallback = req.pool == "fallback"
+    local facts = { locals = locals, one_group = one_group, usable_local = false,
+                    usable_cloud = false, usable_smaller = false, usable_fallback = false,
+                    start_usable = false }
+    if like_first and usable[1] ~= nil then
+        local fallback = c1.pool == "fallback"
+        facts.usable_local, facts.usable_cloud = is_local(c1), not is_local(c1)
+        facts.usable_smaller = req.allow_smaller_model and c1.smaller and true or false
+        facts.usable_fallback, facts.start_usable = fallback, fallback == start_fallback
+        facts.locals = locals or facts.usable_local
+        return facts
+    end
+    for i = 1, #usable do
+        local c = usable[i]
+        if is_local(c) then
+            facts.usable_local = true
+        else
+            facts.usable_cloud = true
+        end
+        facts.usable_smaller = facts.usable_smaller or c.smaller and true or false
+        local fallback = c.pool == "fallback"
+        facts.usable_fallback = facts.usable_fallback or fallback
+        facts.start_usable = facts.start_usable or fallback == start_fallback
+    end
+    facts.locals = locals or facts.usable_local
+    return facts
+end
+
+-- usable_of(candidates): the usable routes of an alike list (all let through by rules 1-4):
+-- `candidates` itself when that is all of them; and whether every one of them has a headroom
+-- of 1 (for same_shares). An alike list comes from the core, in index order: unlike scan,
+-- this does not check. `not available and available ~= nil` is `available == false` with
+-- the usual true settled by a truth test.
+local function usable_of(candidates)
+    local usable, n, copied, full_headroom = candidates, 0, false, true
+    for i = 1, #candidates do
+        local c = candidates[i]
+        local available = c.available
+        if not available and available ~= nil or c.cooling then
+            if not copied then -- the first route left out: from here on build the list
+                copied = true
+                usable = table.move(candidates, 1, n, 1, {})
+            end
+        else
+            n = n + 1
+            if copied then
+                usable[n] = c
+            end
+            if full_headroom and c.headroom ~= 1 then
+                full_headroom = false
+            end
+        end
+    end
+    return usable, full_headroom
+end
+
+-- Rules 2-4 for one route (rule 1 is per provider).
+local function passes_rules_2_4(req, c)
+    local loc = is_local(c)
+    return (loc or (req.allow_cloud ~= false and not req.local_only))
+        and (req.allow_smaller_model or not c.smaller)
+end
+
+-- scan_alike(req, candidates): scan when the core says that every candidate has the same
+-- pool, local, smaller, priority and weight (candidates.alike) and the request is not pinned:
+-- rules 2-4 then decide for all of them at once, and rules 5-7 see one group, in which
+-- every route has the same weight (facts.same_weight).
+local function scan_alike(req, candidates)
+    local c1 = candidates[1]
+    if c1 == nil or not passes_rules_2_4(req, c1) then
+        return {}, summarize(req, {}, false, false, false, c1)
+    end
+    local usable, full_headroom = usable_of(candidates)
+    local facts = summarize(req, usable, is_local(c1), true, true, c1)
+    -- (a weight of 0 or less is no share at all: not the same as equal shares)
+    facts.same_weight, facts.full_headroom = (tonumber(c1.weight) or 1) > 0, full_headroom
+    return usable, facts
+end
+
+-- scan(req, candidates): rules 1-4 in one pass, the hot path of every request (the apply_*
+-- functions above say the same one rule at a time). Returns the usable routes among those the
+-- rules let through, in index order (`candidates` itself when that is all of them: the usual
+-- case, which then builds no list), and facts about them:
+--   locals          some route the rules let through is local, usable or not
+--   usable_local    some usable route is local; usable_cloud: some is not
+--   usable_smaller  some usable route is a smaller model
+--   usable_fallback some usable route is in the fallback pool
+--   start_usable    some usable route is in the start pool
+--   one_group       rules 5-7 see one group (false may still be one: order() finds out)
+--   same_weight, full_headroom   (scan_alike only) every usable route has the same weight,
+--                   above 0, and a headroom of 1
+-- Written for the Lua VM, as usable_of: a truth test before an equality test wherever the
+-- usual value lets it skip the latter (== and ~= on anything but a small integer constant
+-- cost a function call in the VM).
+
+local function scan(req, candidates)
+    local pin, allow_smaller = req.pin, req.allow_smaller_model
+    if candidates.alike and pin == nil then
+        return scan_alike(req, candidates)
+    end
+    local pinned = pin ~= nil
+    local cloud_ok = req.allow_cloud ~= false and not req.local_only
+    local check_locality = req.local_first ~= false -- else rule 5 does not split groups
+    local usable, n, copied, sorted, last = candidates, 0, false, true, -math.huge
+    local locals, one_group = false, true
+    local c1 = candidates[1] or {}
+    local loc1, smaller1, priority1, pool1 = c1["local"], c1.smaller, c1.priority, c1.pool
+    for i = 1, #candidates do
+        local c = candidates[i]
+        local loc, smaller = c["local"], c.smaller
+        if not cloud_ok and loc ~= true or smaller and not allow_smaller
+            or pinned and c.provider ~= pin then
+            goto skip -- rules 1-4 leave it out
+        end
+        do
+            local available = c.available
+            if not available and available ~= nil or c.cooling then
+                if loc == true then
+                    locals = true
+                end
+                goto skip -- not usable
+            end
+        end
+        n = n + 1
+        if copied then
+            usable[n] = c
+        end
+        do
+            local index = c.index
+            if index < last then
+                sorted = false
+            end
+            last = index
+        end
+        -- one group when every usable route has the first candidate's fields (raw values:
+        -- nil against false says two groups, and order() then finds it is one after all)
+        if c.pool ~= pool1 or c.priority ~= priority1
+            or allow_smaller and not smaller ~= not smaller1
+            or check_locality and loc ~= loc1 then
+            one_group = false
+        end
+        goto next
+        ::skip::
+        if not copied then -- the first route left out: from here on build the list
+            copied = true
+            usable = table.move(candidates, 1, n, 1, {})
+        end
+        ::next::
+    end
+    if not sorted then
+        table.sort(usable, by_index)
+    end
+    one_group = one_group and n > 0
+    return usable, summarize(req, usable, locals, one_group, one_group and check_locality, c1)
 end
 
 ------------------------------------------------------------------------------------------------
@@ -229,18 +503,13 @@ local function pool_rank(req, c)
     return pool_of(c) == start_pool(req) and 0 or 1
 end
 
--- group_key(req, c): routes with equal keys form one group; groups are tried in key order.
-local function group_key(req, c)
-    return { locality_rank(req, c), size_rank(c), priority_rank(c), pool_rank(req, c) }
-end
-
-local function key_less(a, b)
-    for i = 1, #a do
-        if a[i] ~= b[i] then
-            return a[i] < b[i]
-        end
-    end
-    return false
+-- group_rank(req, c): rules 5-7 folded into one number, smaller ranks first; routes with
+-- equal ranks form one group.
+local function group_rank(req, c)
+    local rank = locality_rank(req, c)
+    rank = rank * 2 + size_rank(c)
+    rank = rank * 100000 + priority_rank(c)
+    return rank * 2 + pool_rank(req, c)
 end
 
 -- Rule 7, main pool: the share of a route is its weight times its RPM headroom.
@@ -249,64 +518,76 @@ local function share(c)
     return s > 0 and s or 0
 end
 
--- draw_one(left, u): the position in `left` that u in [0,1) falls on, each route covering a
--- stretch proportional to its share. All shares 0: the first route.
-local function draw_one(left, u)
-    local total = 0
-    for _, c in ipairs(left) do
-        total = total + share(c)
+-- same_shares(group, facts): whether share() gives every route of the group the same share,
+-- told from the fields it reads without calling it: the same weight and a headroom of 1
+-- everywhere, the usual case (scan may have seen that already: facts). Keep it in step with
+-- share().
+local function same_shares(group, facts)
+    if facts and facts.same_weight and facts.full_headroom then
+        return true
     end
-    if total <= 0 then
-        return 1
-    end
-    local x, pick = u * total, 1
-    for i, c in ipairs(left) do
-        if share(c) > 0 then
-            pick = i -- the last route with a share, should rounding leave x >= 0
-            x = x - share(c)
-            if x < 0 then
-                break
-            end
+    for i = 1, #group do
+        local c = group[i]
+        if c.weight ~= 1 or c.headroom ~= 1 then
+            return false
         end
     end
-    return pick
+    return true
 end
 
--- Rule 7, main pool: weighted random order without replacement.
-local function main_pool_order(group, rand)
-    -- the first pick is one weighted draw (exact shares); the rest follow in a
-    -- weighted random order too, drawn all at once (Efraimidis-Spirakis keys:
-    -- u^(1/share), largest first), so a group of n costs n log n, not n^2
-    local first = draw_one(group, rand())
-    local rest, keys = {}, {}
-    for i, c in ipairs(group) do
-        if i ~= first then
-            local w = share(c)
-            rest[#rest + 1] = c
-            keys[c] = w > 0 and rand() ^ (1 / w) or -1
-        end
+-- shares_of(group, facts): share(c) for each route, or nil when they are all the same
+-- (weighted_order then needs no weights).
+local function shares_of(group, facts)
+    if same_shares(group, facts) then
+        return nil
     end
-    table.sort(rest, function(a, b)
-        if keys[a] ~= keys[b] then
-            return keys[a] > keys[b]
-        end
-        return a.index < b.index
-    end)
-    table.insert(rest, 1, group[first])
-    return rest
+    local shares = {}
+    for i = 1, #group do
+        shares[i] = share(group[i])
+    end
+    return shares
+end
+
+-- The randomness of one request: req.random first, stretched back over [0,1) inside its part
+-- (exploring or not), so that the top pick of the first main group follows the shares
+-- exactly; then a splitmix64 stream seeded with req.random. next_random(rng) is the next
+-- number in [0,1); next_seed(rng) the next raw 64-bit output, which seeds weighted_order.
+local EXPLORE_CUT = EXPLORE_ONE_IN > 0 and 1 / EXPLORE_ONE_IN or 0
+
+local function new_rng(req)
+    local r = request_random(req)
+    local first = r < EXPLORE_CUT and r / EXPLORE_CUT or (r - EXPLORE_CUT) / (1 - EXPLORE_CUT)
+    return { first = first, state = floor(r * 2 ^ 53) }
+end
+
+local function next_seed(rng)
+    local z
+    rng.state, z = splitmix64(rng.state)
+    return z
+end
+
+local function next_random(rng)
+    local u = rng.first
+    if u then
+        rng.first = nil
+        return u
+    end
+    return (next_seed(rng) >> 11) * 2.0 ^ -53
+end
+
+-- Rule 7, main pool: weighted random order without replacement, weight = share(c). facts:
+-- what scan saw of the group, when the group is every usable route (or nil).
+local function main_pool_order(group, rng, facts)
+    return weighted_order(group, shares_of(group, facts), next_random(rng), next_seed(rng))
 end
 
 -- Rule 7, fallback pool: least in_flight first, then configured order.
 local function fallback_pool_order(group)
-    local out = copy_list(group)
-    table.sort(out, function(a, b)
-        local fa, fb = a.in_flight or 0, b.in_flight or 0
-        if fa ~= fb then
-            return fa < fb
-        end
-        return a.index < b.index
-    end)
-    return out
+    local keys = {}
+    for i = 1, #group do
+        keys[i] = group[i].in_flight or 0
+    end
+    return sort_by(group, keys)
 end
 
 ------------------------------------------------------------------------------------------------
@@ -314,137 +595,102 @@ end
 ------------------------------------------------------------------------------------------------
 
 -- The request explores when req.random falls in the lowest 1/EXPLORE_ONE_IN of [0,1).
-local EXPLORE_CUT = EXPLORE_ONE_IN > 0 and 1 / EXPLORE_ONE_IN or 0
-
 local function exploring(req)
     return request_random(req) < EXPLORE_CUT
 end
 
-local function has_enough_samples(c)
-    return (c.avail_samples or 0) >= ADAPTIVE_MIN_AVAIL
-        or (c.ttft_samples or 0) >= ADAPTIVE_MIN_TTFT
-end
+-- adaptive_keys(group): rule 8's preference for every route of the group as one number,
+-- smaller first, or nil when a route lacks samples (at least ADAPTIVE_MIN_AVAIL availability
+-- or ADAPTIVE_MIN_TTFT TTFT samples): ranking a measured route above an unmeasured one would
+-- starve the unmeasured one of the very traffic that would measure it.
+-- The number: the success-rate step (higher is better; no success_rate yet counts as no
+-- failure seen) before the TTFT step (lower is better; no ttft_ms yet, no success seen, as
+-- slowest), from the success_rate and ttft_ms the core reports. A TTFT step stays below 2^20
+-- (that would be 1.1^(2^20) ms), so rate_step * 2^21 keeps the steps apart.
+local LOG_TTFT_STEP = log(TTFT_STEP)
+local SLOWEST_TTFT_STEP <const> = 2 ^ 20 - 1
 
--- score(c): success-rate step (higher is better) and TTFT step (lower is better), from the
--- success_rate and ttft_ms the core reports. No success_rate yet counts as no failure seen;
--- no ttft_ms yet (no success seen) as slowest.
-local function score(c)
-    local rate = c.success_rate or 1
-    local rate_step = math.floor(rate / RATE_STEP + 0.5) -- nearest step: 0.99 is with 1.0
-    local ttft_step = math.huge
-    if c.ttft_ms then
-        ttft_step = math.floor(math.log(math.max(c.ttft_ms, 1)) / math.log(TTFT_STEP) + 0.5)
-    end
-    return rate_step, ttft_step
-end
-
--- adaptive_order(group): routes with enough samples first, best score first; ties and routes
--- without enough samples keep their rule-7 position.
-local function adaptive_order(group)
-    local pos = {}
-    for i, c in ipairs(group) do
-        pos[c] = i
-    end
-    local out = copy_list(group)
-    table.sort(out, function(a, b)
-        local sa, sb = has_enough_samples(a), has_enough_samples(b)
-        if sa ~= sb then
-            return sa
+local function adaptive_keys(group)
+    local keys = {}
+    for i = 1, #group do
+        local c = group[i]
+        if (c.avail_samples or 0) < ADAPTIVE_MIN_AVAIL and (c.ttft_samples or 0) < ADAPTIVE_MIN_TTFT
+        then
+            return nil
         end
-        if sa then
-            local ra, ta = score(a)
-            local rb, tb = score(b)
-            if ra ~= rb then
-                return ra > rb
-            end
-            if ta ~= tb then
-                return ta < tb
+        local rate_step = ((c.success_rate or 1) / RATE_STEP + 0.5) // 1 -- 0.99 is with 1.0
+        local ttft, ttft_step = c.ttft_ms, SLOWEST_TTFT_STEP
+        if ttft then
+            ttft_step = (log(ttft > 1 and ttft or 1) / LOG_TTFT_STEP + 0.5) // 1
+            if ttft_step > SLOWEST_TTFT_STEP then
+                ttft_step = SLOWEST_TTFT_STEP
             end
         end
-        return pos[a] < pos[b]
-    end)
-    return out
+        keys[i] = ttft_step - rate_step * 2 ^ 21
+    end
+    return keys
 end
 
 ------------------------------------------------------------------------------------------------
 -- Putting rules 5-8 together
 ------------------------------------------------------------------------------------------------
 
--- random_sequence(req): a function that returns a number in [0,1) at each call, all derived
--- from req.random, so one request always gets the same order. The first is req.random itself,
--- stretched back over [0,1) inside its part (exploring or not), so the top pick follows the
--- shares exactly; the next ones come from a splitmix64 generator seeded with it.
-local function random_sequence(req)
-    local r = request_random(req)
-    local first = r < EXPLORE_CUT and r / EXPLORE_CUT or (r - EXPLORE_CUT) / (1 - EXPLORE_CUT)
-    local state = math.floor(r * 2 ^ 53)
-    return function()
-        if first then
-            local u = first
-            first = nil
-            return u
-        end
-        state = state + 0x9E3779B97F4A7C15
-        local z = state
-        z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
-        z = (z ~ (z >> 27)) * 0x94D049BB133111EB
-        z = z ~ (z >> 31)
-        return (z >> 11) * 2.0 ^ -53
+-- order_group(group, rng, explore, facts): rules 7 and 8 inside one group (facts: see
+-- main_pool_order).
+local function order_group(group, rng, explore, facts)
+    if #group == 1 then
+        return group
     end
+    if pool_of(group[1]) == "main" then
+        group = main_pool_order(group, rng, facts)
+    else
+        group = fallback_pool_order(group)
+    end
+    local keys = not explore and adaptive_keys(group)
+    if keys then -- best first; equal keys keep their rule-7 order
+        group = sort_by(group, keys)
+    end
+    return group
 end
 
--- order(req, list): rules 5-8 applied to `list`; returns a new list.
--- Rules 5-7 folded into one number: smaller ranks sort first.
-local function group_rank(req, c)
-    local rank = locality_rank(req, c)
-    rank = rank * 2 + size_rank(c)
-    rank = rank * 100000 + priority_rank(c)
-    return rank * 2 + pool_rank(req, c)
-end
-
--- Adaptive ordering needs every route of the group to have enough samples: ranking a
--- measured route above an unmeasured one would starve the unmeasured one of the very
--- traffic that would measure it.
-local function needs_adaptive(group)
-    for _, c in ipairs(group) do
-        if not has_enough_samples(c) then
-            return false
-        end
-    end
-    return true
-end
-
-local function order(req, list)
-    if #list == 1 then
-        return { list[1] }
-    end
-    local groups, ranks = {}, {}
-    for _, c in ipairs(list) do
+-- groups_of(req, list): the groups of rules 5-7 in the order they are tried, each a list in
+-- the order of `list`.
+local function groups_of(req, list)
+    local by_rank, ranks = {}, {}
+    for i = 1, #list do
+        local c = list[i]
         local rank = group_rank(req, c)
-        local g = groups[rank]
+        local g = by_rank[rank]
         if not g then
             g = {}
-            groups[rank] = g
+            by_rank[rank] = g
             ranks[#ranks + 1] = rank
         end
         g[#g + 1] = c
     end
     table.sort(ranks)
-    local rand, explore, out = random_sequence(req), exploring(req), {}
-    for _, rank in ipairs(ranks) do
-        local group = groups[rank]
-        if #group > 1 then
-            if pool_of(group[1]) == "main" then
-                group = main_pool_order(group, rand)
-            else
-                group = fallback_pool_order(group)
-            end
-            if not explore and needs_adaptive(group) then
-                group = adaptive_order(group)
-            end
-        end
-        for _, c in ipairs(group) do
-            out[#out + 1] = c
+    local groups = {}
+    for i, rank in ipairs(ranks) do
+        groups[i] = by_rank[rank]
+    end
+    return groups
+end
+
+-- order(req, list, facts): rules 5-8 applied to `list`, the usable routes scan found (facts);
+-- returns a new list (the plan: never `list`, which may be the core's candidates list).
+local function order(req, list, facts)
+    if #list <= 1 then
+        return { list[1] }
+    end
+    local rng, explore = new_rng(req), exploring(req)
+    if facts.one_group then
+        return order_group(list, rng, explore, facts)
+    end
+    local out, n = {}, 0
+    for _, group in ipairs(groups_of(req, list)) do
+        for _, c in ipairs(order_group(group, rng, explore)) do
+            n = n + 1
+            out[n] = c
         end
     end
     return out
@@ -454,11 +700,10 @@ end
 -- Degraded markers (rules 3, 4, 7)
 ------------------------------------------------------------------------------------------------
 
--- cloud_is_degradation(req, list): a cloud route stands in for local ones that exist and are
+-- cloud_is_degradation(req, facts): a cloud route stands in for local ones that exist and are
 -- tried first (local_first) or cannot serve now.
-local function cloud_is_degradation(req, list)
-    local locals = filter(list, is_local)
-    return #locals > 0 and (req.local_first ~= false or not any(locals, is_usable))
+local function cloud_is_degradation(req, facts)
+    return facts.locals and (req.local_first ~= false or not facts.usable_local)
 end
 
 -- One value per entry; the most telling one wins: data leaving the machine, then a smaller
@@ -474,11 +719,30 @@ local function degradation(req, c, cloud_degraded)
     return nil
 end
 
-local function mark(req, plan, all)
-    local cloud_degraded = cloud_is_degradation(req, all)
-    for _, c in ipairs(plan) do
-        c.degraded = degradation(req, c, cloud_degraded)
-        c.emergency = nil
+-- set_marks(c, degraded, emergency): write the markers, touching the table only when they
+-- change.
+local function set_marks(c, degraded, emergency)
+    if c.degraded ~= degraded then
+        c.degraded = degraded
+    end
+    if c.emergency ~= emergency then
+        c.emergency = emergency
+    end
+end
+
+-- mark(req, plan, facts): the degraded marker of every entry. Candidates arrive unmarked (see
+-- the top of the file): when no usable route can be degraded there is nothing to write, and
+-- plan.unmarked = true tells the core it need not look either.
+local function mark(req, plan, facts)
+    local cloud_degraded = cloud_is_degradation(req, facts)
+    if not (facts.usable_smaller or (facts.usable_fallback and start_pool(req) == "main")
+            or (cloud_degraded and facts.usable_cloud)) then
+        plan.unmarked = plan[1] ~= nil or nil -- {} stays {}
+        return plan
+    end
+    for i = 1, #plan do
+        local c = plan[i]
+        set_marks(c, degradation(req, c, cloud_degraded), nil)
     end
     return plan
 end
@@ -493,14 +757,11 @@ local function cooling_routes(list, pool)
     local out = filter(list, function(c)
         return c.available ~= false and c.cooling and (pool == nil or pool_of(c) == pool)
     end)
-    table.sort(out, function(a, b)
-        local ra, rb = a.cooldown_remaining_ms or 0, b.cooldown_remaining_ms or 0
-        if ra ~= rb then
-            return ra < rb
-        end
-        return a.index < b.index
-    end)
-    return out
+    local keys = {}
+    for i, c in ipairs(out) do
+        keys[i] = c.cooldown_remaining_ms or 0
+    end
+    return sort_by(out, keys) -- `list` is in index order: so are equal remaining times
 end
 
 -- recovery_wait(req, list): ms until a start-pool route stops cooling, if within
@@ -519,29 +780,26 @@ local function emergency(list)
     if not c then
         return {}
     end
-    c.emergency = true
-    c.degraded = "emergency"
+    set_marks(c, "emergency", true)
     return { c }
 end
 
--- chain(req, list): the plan for the routes that passed rules 1-4.
-local function chain(req, list)
-    local usable = filter(list, is_usable)
-    local function in_start_pool(c)
-        return pool_of(c) == start_pool(req)
-    end
+-- chain(req, candidates, usable, facts): the plan for the routes that pass rules 1-4, of
+-- which `usable` are the usable ones.
+local function chain(req, candidates, usable, facts)
     -- 1. a usable route in the start pool: every usable route, best first
-    if any(usable, in_start_pool) then
-        return mark(req, order(req, usable), list)
+    if facts.start_usable then
+        return mark(req, order(req, usable, facts), facts)
     end
     -- 2. the start pool is back soon: wait for it rather than degrade
+    local list = eligible(req, candidates)
     local wait_ms = recovery_wait(req, list)
     if wait_ms then
         return { wait_ms = wait_ms }
     end
     -- 3. the other pool
     if #usable > 0 then
-        return mark(req, order(req, usable), list)
+        return mark(req, order(req, usable, facts), facts)
     end
     -- 4. emergency, or {} when nothing is even cooling
     return emergency(list)
@@ -549,26 +807,25 @@ end
 
 -- A pinned request gets its provider's usable routes and nothing else: no waiting, no
 -- emergency, no other provider. The client chose it, so only "smaller" is a degradation.
-local function pinned_plan(req, list)
-    local plan = order(req, filter(list, is_usable))
-    for _, c in ipairs(plan) do
-        c.degraded = c.smaller and "smaller" or nil
-        c.emergency = nil
+local function pinned_plan(req, usable, facts)
+    local plan = order(req, usable, facts)
+    if not facts.usable_smaller then
+        plan.unmarked = plan[1] ~= nil or nil -- {} stays {}
+        return plan
+    end
+    for i = 1, #plan do
+        local c = plan[i]
+        set_marks(c, c.smaller and "smaller" or nil, nil)
     end
     return plan
 end
 
 function M.route(req, candidates)
-    local list = eligible(req, candidates)
+    local usable, facts = scan(req, candidates)
     if req.pin ~= nil then
-        return pinned_plan(req, list)
+        return pinned_plan(req, usable, facts)
     end
-    if #list == 1 and is_usable(list[1]) then
-        -- the common case, one usable route: the chain would pick it too (rules 5-8
-        -- order several routes; there is nothing to order)
-        return mark(req, list, list)
-    end
-    return chain(req, list)
+    return chain(req, candidates, usable, facts)
 end
 
 ------------------------------------------------------------------------------------------------

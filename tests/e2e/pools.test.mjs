@@ -1,7 +1,7 @@
 // Provider pools (issue 3): 429 cooldown shifting traffic, the degradation chain (main ->
 // fallback -> emergency at 10% RPM -> 503 openclaw_fallback), cooldown surviving a restart,
 // exact RPM limits under a burst, pinning, local_only, smaller routes, weighted split, the
-// circuit breaker and the admin read API.
+// circuit breakers (per provider and per provider+model route) and the admin read API.
 //
 // Every describe block starts its own mock engine and gateway with a config built for it, so
 // cooldowns and breaker state never leak from one scenario into another. Providers share the
@@ -788,6 +788,85 @@ describe('circuit breaker on connect failures', { timeout: 20000 }, () => {
         assert.equal(p.breaker, 'open', 'a failed probe opens it again');
         const after1 = await sc.chat('br');
         assert.equal(await attemptsOf(after1), 1);
+    });
+});
+
+// ---------------------------------------------------------------------------
+// (11b) circuit breaker per route: one model failing keeps the provider's others
+// ---------------------------------------------------------------------------
+
+describe('circuit breaker per provider+model route', { timeout: 20000 }, () => {
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [mainProvider(m, 'rb-p'), mainProvider(m, 'rb-q')],
+            models: {
+                // model A on rb-p, with rb-q behind it; model B on rb-p alone
+                'rb-a': {
+                    routes: [
+                        { provider: 'rb-p', model: 'up-rb-a' },
+                        { provider: 'rb-q', model: 'up-rb-a-q', priority: 1 },
+                    ],
+                },
+                'rb-b': { routes: [{ provider: 'rb-p', model: 'up-rb-b' }] },
+            },
+            circuit_breaker: { consecutive_failures: 3, open_duration_seconds: 2, half_open_max_requests: 1 },
+        }));
+        // a 503 (not a 429: that would cool the whole provider down) for the first 3 requests
+        await sc.script('up-rb-a', { status: 503 }, { times: 3 });
+    });
+    after(() => sc?.close());
+
+    async function attemptsOf(r) {
+        return (await sc.gw.requestLog(r.headers.get('x-request-id'), 3000)).attempts;
+    }
+
+    function route(p, model) {
+        return p.routes.find((x) => x.model === model);
+    }
+
+    test('model A failing 3 times opens only the (rb-p, A) route; model B on rb-p still served', async () => {
+        for (let i = 0; i < 3; i++) {
+            const r = await sc.chat('rb-a');
+            assertOk(r, `request ${i}: A on rb-p answers 503, rb-q serves`);
+            assert.equal(r.json.actual_model, 'up-rb-a-q');
+            assert.equal(await attemptsOf(r), 2);
+        }
+        let p = await sc.provider('rb-p');
+        assert.equal(p.breaker, 'closed', 'the provider as a whole still serves (model B)');
+        assert.equal(route(p, 'up-rb-a').breaker, 'open');
+        assert.equal(route(p, 'up-rb-b').breaker, 'closed');
+        assert.equal(route(p, 'up-rb-b').consecutive_failures, 0);
+        assert.equal((await sc.provider('rb-q')).routes[0].breaker, 'closed');
+        const metrics = await (await fetch(`http://127.0.0.1:${sc.gw.metricsPort}/metrics`,
+            { signal: AbortSignal.timeout(5000) })).text();
+        assert.match(metrics, /^moongate_route_breaker_open\{provider_id="rb-p",model="up-rb-a"\} 1$/m);
+        assert.match(metrics, /^moongate_route_breaker_open\{provider_id="rb-p",model="up-rb-b"\} 0$/m);
+        assert.match(metrics, /^moongate_provider_breaker_open\{provider_id="rb-p"\} 0$/m);
+
+        // A skips rb-p while its route is open; B keeps going to rb-p
+        const seenA = await sc.count('up-rb-a');
+        for (let i = 0; i < 3; i++) {
+            const a = await sc.chat('rb-a');
+            assertOk(a, `A ${i} while its route is open`);
+            assert.equal(a.json.actual_model, 'up-rb-a-q');
+            assert.equal(await attemptsOf(a), 1, 'the open route is not tried');
+            const b = await sc.chat('rb-b');
+            assertOk(b, `B ${i} on the same provider`);
+            assert.equal(b.json.actual_model, 'up-rb-b');
+            assert.equal(b.headers.get('x-sidecar-degraded'), null);
+        }
+        assert.equal(await sc.count('up-rb-a'), seenA, 'no request reached model A on rb-p while open');
+
+        // half open after open_duration_seconds: one probe, which now succeeds and closes it
+        await waitFor(async () => route(await sc.provider('rb-p'), 'up-rb-a').breaker === 'half_open',
+            { timeoutMs: 6000, intervalMs: 100, what: 'route breaker half_open' });
+        const probe = await sc.chat('rb-a');
+        assertOk(probe, 'the probe');
+        assert.equal(probe.json.actual_model, 'up-rb-a');
+        p = await sc.provider('rb-p');
+        assert.equal(route(p, 'up-rb-a').breaker, 'closed');
+        assert.equal(await sc.count('up-rb-a'), seenA + 1, 'exactly one probe');
     });
 });
 

@@ -821,6 +821,243 @@ static void test_route_custom_policy(void)
     tree_remove();
 }
 
+/* ---- candidate tables kept across calls -------------------------------------------------- */
+
+/* clang-format off */
+static const char *kept_routing =
+    "local M = { name = 'routing', version = 1 }\n"
+    "function M.route(req, c)\n"
+    "  calls = (calls or 0) + 1\n"
+    "  lists = lists or {}\n"
+    "  lists[calls] = c\n"
+    "  if req.model == 'mark' then\n"
+    "    c[1].degraded, c[1].emergency = 'fallback', true\n"
+    "    return { c[1], c[2] }\n"
+    "  elseif req.model == 'markboom' then\n"
+    "    c[2].degraded = 'cloud'\n"
+    "    error('failed after marking')\n"
+    "  elseif req.model == 'unmarked' then\n"
+    "    local p = { c[3], c[1], c[2] }\n"
+    "    p.unmarked = true\n"
+    "    return p\n"
+    "  end\n"
+    "  local p = {}\n"
+    "  for i = 1, #c do p[i] = c[i] end\n"
+    "  return p\n"
+    "end\n"
+    "return M\n";
+/* clang-format on */
+
+/* The routes of model m in the generation's own config (the ones with kept tables). */
+static int config_cands(mg_gen_t *g, mg_candidate_t *c, const int *routes, int n)
+{
+    const mg_model_conf_t *m = mg_config_model(g->cfg, "m");
+    int avail[3] = {1, 1, 1};
+    mg_candidate_t all[3];
+    make_cands(g, all, avail);
+    for (int i = 0; i < n; i++) {
+        c[i] = all[routes[i]];
+        c[i].route = &m->routes[routes[i]];
+    }
+    return n;
+}
+
+/* Route model `model` over c; plan indexes into order (entries' degraded into degraded). */
+static int route_cands(mg_gen_t *g, const char *model, const mg_candidate_t *c, int n,
+                       int *order, const char **degraded, int *emergency)
+{
+    mg_lua_req_t info = {.request_id = "req-kept", .endpoint = "chat", .model = model,
+                         .max_tokens = -1, .created = 1, .allow_cloud = 1, .local_first = 1};
+    int rr = mg_gen_req_new(g, &info);
+    mg_plan_entry_t entries[4];
+    mg_plan_t plan = {entries, 0, 0};
+    err[0] = '\0';
+    int rc = mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err));
+    mg_gen_unref_value(g, rr);
+    for (int i = 0; rc == 0 && i < plan.n; i++) {
+        order[i] = entries[i].index;
+        if (degraded) degraded[i] = entries[i].degraded;
+        if (emergency) emergency[i] = entries[i].emergency;
+    }
+    return rc == 0 ? plan.n : -1;
+}
+
+static void test_route_kept_candidates(void)
+{
+    tree_new();
+    write_text("policies/routing.lua", kept_routing);
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (!g) {
+        fprintf(stderr, "  load: %s\n", err);
+        tree_remove();
+        return;
+    }
+    const int all3[3] = {0, 1, 2}, last2[2] = {1, 2}, first2[2] = {0, 1};
+    mg_candidate_t c[3];
+    int order[4];
+    config_cands(g, c, all3, 3);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    c[0].in_flight = 9;
+    c[0].available = 0;
+    c[0].breaker = c[0].route_breaker = "open";
+    c[2].success_rate = 0.5;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    /* the same list and tables, with the new facts; the config fields untouched */
+    lua_expect(g,
+               "local a, b = lists[1], lists[2]\n"
+               "return tostring(a == b and a[1] == b[1] and a[3] == b[3]) .. ' ' ..\n"
+               "  b[1].in_flight .. ' ' .. tostring(b[1].available) .. ' ' ..\n"
+               "  b[1].breaker .. ' ' .. b[1].route_breaker .. ' ' .. tostring(b[2].route_breaker) ..\n"
+               "  ' ' .. tostring(b[3].success_rate) .. ' ' .. b[3].provider .. ' ' .. b[3].pool ..\n"
+               "  ' ' .. tostring(b[2].success_rate) .. ' ' .. tostring(a.alike)",
+               "true 9 false open open nil 0.5 ol fallback nil false");
+    /* markers: read into the plan, then cleared from the kept tables */
+    const char *deg[4] = {0};
+    int emg[4] = {0};
+    CHECK_EQ_INT(route_cands(g, "mark", c, 3, order, deg, emg), 2);
+    CHECK_STR(deg[0], "fallback");
+    CHECK_EQ_INT(emg[0], 1);
+    CHECK(deg[1] == NULL && emg[1] == 0);
+    lua_expect(g, "return tostring(lists[3][1].degraded) .. tostring(lists[3][1].emergency)",
+               "nilnil");
+    /* a policy that fails after marking leaves no marker behind */
+    CHECK_EQ_INT(route_cands(g, "markboom", c, 3, order, NULL, NULL), -1);
+    lua_expect(g, "return tostring(lists[4][2].degraded)", "nil");
+    /* an unmarked plan is read by address */
+    CHECK_EQ_INT(route_cands(g, "unmarked", c, 3, order, deg, NULL), 3);
+    CHECK(order[0] == 2 && order[1] == 0 && order[2] == 1);
+    CHECK(deg[0] == NULL);
+    /* part of the routes: the kept tables say their place in this list ... */
+    config_cands(g, c, last2, 2);
+    CHECK_EQ_INT(route_cands(g, "unmarked", c, 2, order, NULL, NULL), 0);
+    CHECK_EQ_INT(route_cands(g, "m", c, 2, order, NULL, NULL), 2);
+    CHECK(order[0] == 0 && order[1] == 1);
+    lua_expect(g,
+               "local l = lists[#lists]\n"
+               "return l[1].index .. l[2].index .. ' ' .. l[1].provider .. ' ' ..\n"
+               "  tostring(l[1] == lists[1][2]) .. ' ' .. tostring(l.alike)",
+               "12 oa-nokey true false");
+    config_cands(g, c, first2, 2);
+    CHECK_EQ_INT(route_cands(g, "m", c, 2, order, NULL, NULL), 2);
+    lua_expect(g, "return tostring(lists[#lists].alike)", "true");
+    /* ... and the whole list again */
+    config_cands(g, c, all3, 3);
+    CHECK_EQ_INT(route_cands(g, "unmarked", c, 3, order, NULL, NULL), 3);
+    CHECK(order[0] == 2 && order[1] == 0 && order[2] == 1);
+    lua_expect(g, "local l = lists[#lists] return l[1].index .. l[2].index .. l[3].index",
+               "123");
+    /* a route given twice: two tables */
+    c[1].route = c[0].route;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    CHECK(order[0] == 0 && order[1] == 1 && order[2] == 2);
+    lua_expect(g, "local l = lists[#lists] return tostring(l[1] ~= l[2]) .. l[2].index",
+               "true2");
+    /* routes outside the config get fresh tables */
+    int avail[3] = {1, 1, 1};
+    make_cands(g, c, avail);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "local n = #lists return tostring(lists[n][1] ~= lists[n - 1][1])", "true");
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
+}
+
+/* policies/routing.lua orders with moongate.sort_by / weighted_order in the gateway and with
+ * its own Lua twins under busted: the two must give the same plans. */
+static const char *twin_check =
+    "local dir = ...\n"
+    "local saved = package.loaded.moongate\n"
+    "package.loaded.moongate = nil\n"
+    "local twin = dofile(dir .. '/routing.lua')\n"
+    "package.loaded.moongate = saved\n"
+    "local core = dofile(dir .. '/routing.lua')\n"
+    "local state = 12345\n"
+    "local function rnd()\n"
+    "  state = state * 6364136223846793005 + 1442695040888963407\n"
+    "  return (state >> 11) * 2.0 ^ -53\n"
+    "end\n"
+    "local function pick(t) return t[1 + math.floor(rnd() * #t)] end\n"
+    "local function build(spec)\n"
+    "  local c = {}\n"
+    "  for i, s in ipairs(spec) do\n"
+    "    c[i] = {}\n"
+    "    for k, v in pairs(s) do c[i][k] = v end\n"
+    "  end\n"
+    "  c.alike = spec.alike\n"
+    "  return c\n"
+    "end\n"
+    "local function describe(plan)\n"
+    "  if plan.wait_ms then return 'wait ' .. plan.wait_ms end\n"
+    "  local p = {}\n"
+    "  for i, c in ipairs(plan) do\n"
+    "    p[i] = c.index .. ':' .. tostring(c.degraded) .. ':' .. tostring(c.emergency)\n"
+    "  end\n"
+    "  return table.concat(p, ',')\n"
+    "end\n"
+    "for k = 1, 1500 do\n"
+    "  local spec, same = {}, rnd() < 0.5\n"
+    "  for i = 1, 1 + math.floor(rnd() * 30) do\n"
+    "    local measured = rnd() < 0.5\n"
+    "    spec[i] = { index = i, provider = 'p' .. i, pool = pick({ 'main', 'main', 'fallback' }),\n"
+    "      ['local'] = rnd() < 0.3, smaller = rnd() < 0.2, priority = pick({ 0, 0, 1 }),\n"
+    "      weight = pick({ 1, 1, 2, 0.5 }), headroom = pick({ 1, 1, 0.5, 0 }),\n"
+    "      available = rnd() < 0.85, cooling = rnd() < 0.15,\n"
+    "      cooldown_remaining_ms = math.floor(rnd() * 20000), in_flight = math.floor(rnd() * 4),\n"
+    "      avail_samples = measured and 10 or 0, ttft_samples = measured and 5 or 0,\n"
+    "      success_rate = pick({ 1, 0.9, 0.5 }), ttft_ms = pick({ 100, 120, 900 }) }\n"
+    "    if same and i > 1 then\n"
+    "      for _, f in ipairs({ 'pool', 'local', 'smaller', 'priority', 'weight' }) do\n"
+    "        spec[i][f] = spec[1][f]\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  spec.alike = same\n"
+    "  local pool = pick({ 'none', 'main', 'fallback' })\n"
+    "  local req = { request_id = 'twin', random = rnd(), pool = pool ~= 'none' and pool or nil,\n"
+    "    allow_smaller_model = rnd() < 0.4, allow_cloud = rnd() < 0.9, local_first = rnd() < 0.8,\n"
+    "    local_only = rnd() < 0.1, pin = rnd() < 0.1 and 'p1' or nil }\n"
+    "  local a = describe(core.route(req, build(spec)))\n"
+    "  local b = describe(twin.route(req, build(spec)))\n"
+    "  if a ~= b then return 'differ at ' .. k .. ': ' .. a .. ' / ' .. b end\n"
+    "end\n"
+    "return 'same'\n";
+
+static void test_route_lua_twins_agree(void)
+{
+    lua_State *L = G->L;
+    int top = lua_gettop(L);
+    if (luaL_loadstring(L, twin_check) != LUA_OK) {
+        fprintf(stderr, "  %s\n", lua_tostring(L, -1));
+        CHECK(!"twin check compiles");
+        lua_settop(L, top);
+        return;
+    }
+    lua_pushstring(L, G->cfg->policies_dir);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        fprintf(stderr, "  %s\n", lua_tostring(L, -1));
+        CHECK(!"twin check ran");
+    } else {
+        CHECK_STR(lua_tostring(L, -1), "same");
+    }
+    lua_settop(L, top);
+}
+
+static void test_sort_primitives(void)
+{
+    lua_expect(G,
+               "local m = require('moongate')\n"
+               "local l = { 'a', 'b', 'c', 'd' }\n"
+               "local s = m.sort_by(l, { 3, 1, 0 / 0, 1 })\n"
+               "local ok = pcall(m.sort_by, l, { 1, 'x', 2, 3 })\n"
+               "local w = m.weighted_order(l, { 0, 0, 5, 0 }, 0.5, 7)\n"
+               "local e = m.weighted_order({}, nil, 0.5, 7)\n"
+               "return table.concat(s) .. ' ' .. tostring(ok) .. ' ' .. table.concat(w) ..\n"
+               "  ' ' .. #e .. ' ' .. #m.weighted_order(l, nil, 0.99, 1)",
+               "bdac false cabd 0 4");
+}
+
 /* ---- encode ---------------------------------------------------------------------------- */
 
 static int header_count(const struct curl_slist *h)
@@ -1285,6 +1522,8 @@ int main(void)
     MG_RUN(test_json_unicode);
     MG_RUN(test_json_unencodable);
     MG_RUN(test_route_default_policy);
+    MG_RUN(test_route_lua_twins_agree);
+    MG_RUN(test_sort_primitives);
     MG_RUN(test_encode_openai);
     MG_RUN(test_encode_ollama);
     MG_RUN(test_decode_ollama);
@@ -1295,6 +1534,7 @@ int main(void)
     tree_remove();
 
     MG_RUN(test_route_custom_policy);
+    MG_RUN(test_route_kept_candidates);
     MG_RUN(test_encode_rejects_bad_results);
     return mg_test_summary();
 }

@@ -203,6 +203,222 @@ static void test_sync_to_empty(void)
     mg_config_free(c0);
 }
 
+/* ---- route breakers ------------------------------------------------------------------ */
+
+/* Provider p serves up-a and up-b (up-a for two logical models), q serves up-a too. */
+static mg_config_t *routes_config(int open_s)
+{
+    char yaml[1024];
+    int n = snprintf(yaml, sizeof(yaml),
+                     "circuit_breaker: { consecutive_failures: 3, open_duration_seconds: %d }\n"
+                     "providers:\n"
+                     "  - { id: p, adapter: openai, base_url: \"http://127.0.0.1:9001/v1\" }\n"
+                     "  - { id: q, adapter: openai, base_url: \"http://127.0.0.1:9002/v1\" }\n"
+                     "models:\n"
+                     "  a:  { routes: [ { provider: p, model: up-a },\n"
+                     "                  { provider: q, model: up-a } ] }\n"
+                     "  a2: { routes: [ { provider: p, model: up-a } ] }\n"
+                     "  b:  { routes: [ { provider: p, model: up-b } ] }\n",
+                     open_s);
+    mg_config_t *cfg = NULL;
+    if (mg_config_parse("routes.yaml", yaml, (size_t)n, &cfg, err_buf, sizeof(err_buf)) != 0) {
+        fprintf(stderr, "config error: %s\n", err_buf);
+        return NULL;
+    }
+    return cfg;
+}
+
+static void test_routes_one_state_per_pair(void)
+{
+    mg_config_t *cfg = routes_config(30);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    CHECK_EQ_INT(p.routes.n, 3); /* (p, up-a) once, though models a and a2 both list it */
+    mg_route_state_t *pa = mg_pool_route(&p, "p", "up-a");
+    CHECK(pa != NULL && pa != mg_pool_route(&p, "q", "up-a"));
+    CHECK(mg_pool_route(&p, "p", "up-b") != NULL);
+    CHECK(mg_pool_route(&p, "q", "up-b") == NULL); /* not a route of the config */
+    CHECK(mg_pool_route(&p, "p", "up-") == NULL);
+    CHECK(mg_pool_route(&p, "p", NULL) == NULL);
+    if (pa) {
+        CHECK_STR(pa->provider, "p");
+        CHECK_STR(pa->model, "up-a");
+        CHECK(pa->model != cfg->models[0].routes[0].model); /* its own copy */
+        CHECK_EQ_INT(pa->breaker.cfg.consecutive_failures, 3);
+    }
+    mg_pool_free(&p);
+    CHECK_EQ_INT(p.routes.n, 0);
+    mg_config_free(cfg);
+}
+
+/* Model up-a failing on p opens (p, up-a) only: p and (p, up-b) keep serving. */
+static void test_route_failures_open_the_route_only(void)
+{
+    mg_config_t *cfg = routes_config(30);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    mg_provider_state_t *ps = mg_pool_get(&p, "p");
+    mg_route_state_t *a = mg_pool_route(&p, "p", "up-a"), *b = mg_pool_route(&p, "p", "up-b");
+    uint64_t t = 1000;
+    for (int i = 0; i < 3; i++) {
+        CHECK(mg_pool_breakers_allow(ps, a, t));
+        mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_FAILED);
+    }
+    CHECK_EQ_INT(mg_breaker_state(&a->breaker, t), MG_BREAKER_OPEN);
+    CHECK_EQ_INT(mg_breaker_state(&ps->breaker, t), MG_BREAKER_CLOSED);
+    CHECK(!mg_pool_route_available(ps, a, t));
+    CHECK(mg_pool_route_available(ps, b, t));
+    CHECK(mg_pool_available(ps, t));
+    CHECK(!mg_pool_breakers_allow(ps, a, t));
+    CHECK(mg_pool_breakers_allow(ps, b, t));
+    mg_pool_breakers_record(ps, b, t, MG_ATTEMPT_OK);
+    CHECK_EQ_INT(mg_pool_breaker_state(ps, a, t), MG_BREAKER_OPEN);
+    CHECK_EQ_INT(mg_pool_breaker_state(ps, b, t), MG_BREAKER_CLOSED);
+    CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_CLOSED); /* up-b serves */
+    CHECK(mg_pool_breakers_retry_ms(ps, a, t) == 30000);
+    CHECK(mg_pool_breakers_retry_ms(ps, b, t) == 0);
+    /* 30 s later one probe goes through; its success closes the route */
+    t += 30000;
+    CHECK_EQ_INT(mg_pool_breaker_state(ps, a, t), MG_BREAKER_HALF_OPEN);
+    CHECK(mg_pool_breakers_allow(ps, a, t));
+    CHECK(!mg_pool_breakers_allow(ps, a, t)); /* one probe at a time */
+    mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_OK);
+    CHECK_EQ_INT(mg_breaker_state(&a->breaker, t), MG_BREAKER_CLOSED);
+    mg_pool_free(&p);
+    mg_config_free(cfg);
+}
+
+/* Connection failures open the provider: every route of it is out. */
+static void test_unreachable_opens_the_provider(void)
+{
+    mg_config_t *cfg = routes_config(30);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    mg_provider_state_t *ps = mg_pool_get(&p, "p"), *qs = mg_pool_get(&p, "q");
+    mg_route_state_t *a = mg_pool_route(&p, "p", "up-a"), *b = mg_pool_route(&p, "p", "up-b");
+    mg_route_state_t *qa = mg_pool_route(&p, "q", "up-a");
+    uint64_t t = 1000;
+    for (int i = 0; i < 3; i++)
+        mg_pool_breakers_record(ps, i % 2 ? a : b, t, MG_ATTEMPT_UNREACHABLE);
+    CHECK_EQ_INT(mg_breaker_state(&ps->breaker, t), MG_BREAKER_OPEN);
+    CHECK_EQ_INT(mg_breaker_state(&a->breaker, t), MG_BREAKER_CLOSED); /* not the model's fault */
+    CHECK(!mg_pool_route_available(ps, a, t) && !mg_pool_route_available(ps, b, t));
+    CHECK(mg_pool_route_available(qs, qa, t));
+    CHECK_EQ_INT(mg_pool_breaker_state(ps, b, t), MG_BREAKER_OPEN);
+    CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_OPEN);
+    mg_pool_free(&p);
+    mg_config_free(cfg);
+}
+
+/* Probe slots: a route probe given back when the provider refuses, or when the connection
+ * fails (the route was not tried); every route open makes the provider open as a whole. */
+static void test_route_probe_slots(void)
+{
+    mg_config_t *cfg = routes_config(1);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    mg_provider_state_t *ps = mg_pool_get(&p, "p");
+    mg_route_state_t *a = mg_pool_route(&p, "p", "up-a"), *b = mg_pool_route(&p, "p", "up-b");
+    uint64_t t = 1000;
+    for (int i = 0; i < 3; i++) {
+        mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_FAILED);
+        mg_pool_breakers_record(ps, b, t, MG_ATTEMPT_FAILED);
+    }
+    CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_OPEN); /* no model serves */
+    t += 1000; /* both routes half open */
+    CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_HALF_OPEN);
+    CHECK(mg_pool_breakers_allow(ps, a, t));
+    mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_UNREACHABLE); /* probe slot back, route untried */
+    CHECK_EQ_INT(mg_breaker_state(&a->breaker, t), MG_BREAKER_HALF_OPEN);
+    CHECK(mg_pool_breakers_allow(ps, a, t));
+    mg_pool_breakers_release(ps, a, t); /* not sent after all */
+    CHECK(mg_pool_breakers_allow(ps, a, t));
+    mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_FAILED); /* a failed probe opens it again */
+    CHECK_EQ_INT(mg_breaker_state(&a->breaker, t), MG_BREAKER_OPEN);
+    /* provider and route half open, the route's probe out: the attempt is refused and
+       the provider's probe slot given back */
+    for (int i = 0; i < 3; i++) mg_pool_breakers_record(ps, b, t, MG_ATTEMPT_UNREACHABLE);
+    CHECK_EQ_INT(mg_breaker_state(&ps->breaker, t), MG_BREAKER_OPEN);
+    t += 1000;
+    CHECK(mg_pool_breakers_allow(NULL, a, t)); /* the route's one probe */
+    CHECK(!mg_pool_breakers_allow(ps, a, t));
+    CHECK_EQ_INT(ps->breaker.probes, 0);
+    CHECK(mg_pool_breakers_allow(ps, b, t)); /* the provider's probe is still free */
+    mg_pool_free(&p);
+    mg_config_free(cfg);
+}
+
+/* A route the config does not list (a prefix-served name) has no breaker: its failures
+ * count against the provider. */
+static void test_unlisted_route_counts_for_the_provider(void)
+{
+    mg_config_t *cfg = routes_config(30);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    mg_provider_state_t *ps = mg_pool_get(&p, "q");
+    for (int i = 0; i < 3; i++) mg_pool_breakers_record(ps, NULL, 1000, MG_ATTEMPT_FAILED);
+    CHECK_EQ_INT(mg_breaker_state(&ps->breaker, 1000), MG_BREAKER_OPEN);
+    CHECK_EQ_INT(mg_pool_breaker_state(ps, NULL, 1000), MG_BREAKER_OPEN);
+    mg_pool_free(&p);
+    mg_config_free(cfg);
+}
+
+/* A reload keeps a route's breaker by (provider, model), with the new settings; a route
+ * the new config drops is gone, and comes back fresh. */
+static void test_route_state_across_reloads(void)
+{
+    mg_config_t *c1 = routes_config(30), *c2 = routes_config(5);
+    const char *ids[] = {"p"};
+    mg_config_t *c3 = config_with(ids, 1); /* p serving model x only */
+    CHECK(c1 && c2 && c3);
+    if (!c1 || !c2 || !c3) {
+        mg_config_free(c1);
+        mg_config_free(c2);
+        mg_config_free(c3);
+        return;
+    }
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, c1), 0);
+    mg_provider_state_t *ps = mg_pool_get(&p, "p");
+    for (int i = 0; i < 3; i++)
+        mg_pool_breakers_record(ps, mg_pool_route(&p, "p", "up-a"), 1000, MG_ATTEMPT_FAILED);
+    CHECK_EQ_INT(mg_pool_sync(&p, c2), 0);
+    mg_route_state_t *a = mg_pool_route(&p, "p", "up-a");
+    CHECK(a != NULL);
+    if (a) {
+        CHECK_EQ_INT(mg_breaker_state(&a->breaker, 1000), MG_BREAKER_OPEN);
+        CHECK_EQ_INT(a->breaker.cfg.open_duration_seconds, 5);
+        CHECK_EQ_INT(a->breaker.trips, 1);
+    }
+    CHECK_EQ_INT(mg_pool_sync(&p, c3), 0);
+    CHECK_EQ_INT(p.routes.n, 1);
+    CHECK(mg_pool_route(&p, "p", "up-a") == NULL);
+    CHECK(mg_pool_route(&p, "p", "x") != NULL);
+    CHECK_EQ_INT(mg_pool_sync(&p, c1), 0);
+    a = mg_pool_route(&p, "p", "up-a");
+    CHECK(a && mg_breaker_state(&a->breaker, 1000) == MG_BREAKER_CLOSED && a->breaker.trips == 0);
+    mg_pool_free(&p);
+    mg_config_free(c1);
+    mg_config_free(c2);
+    mg_config_free(c3);
+}
+
 int main(void)
 {
     MG_RUN(test_init_empty);
@@ -210,5 +426,11 @@ int main(void)
     MG_RUN(test_record_and_available);
     MG_RUN(test_sync_keeps_state_by_id);
     MG_RUN(test_sync_to_empty);
+    MG_RUN(test_routes_one_state_per_pair);
+    MG_RUN(test_route_failures_open_the_route_only);
+    MG_RUN(test_unreachable_opens_the_provider);
+    MG_RUN(test_route_probe_slots);
+    MG_RUN(test_unlisted_route_counts_for_the_provider);
+    MG_RUN(test_route_state_across_reloads);
     return mg_test_summary();
 }

@@ -1,0 +1,142 @@
+/* order: sorting mechanics for the routing policy; see order.h. */
+#include "order.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Ascending key, then ascending pos: a strict total order for keys that are numbers
+ * (positions are distinct). */
+static inline int before(const mg_order_item_t *a, const mg_order_item_t *b)
+{
+    return a->key < b->key || (a->key == b->key && a->pos < b->pos);
+}
+
+static void insertion_sort(mg_order_item_t *a, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        mg_order_item_t x = a[i];
+        size_t j = i;
+        for (; j > 0 && before(&x, &a[j - 1]); j--) a[j] = a[j - 1];
+        a[j] = x;
+    }
+}
+
+/* A merge sort with the comparison inlined: qsort's call per comparison cost more than
+ * everything else the routing decision does in C. */
+static void sort_numbers(mg_order_item_t *items, size_t n, mg_order_item_t *tmp)
+{
+    if (n <= 16) {
+        insertion_sort(items, n);
+        return;
+    }
+    size_t h = n / 2;
+    sort_numbers(items, h, tmp);
+    sort_numbers(items + h, n - h, tmp);
+    if (before(&items[h - 1], &items[h])) return; /* the halves are in order already */
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) tmp[k++] = before(&items[j], &items[i]) ? items[j++] : items[i++];
+    while (i < h) tmp[k++] = items[i++];
+    memcpy(items, tmp, k * sizeof(*items)); /* the rest of the second half is in place */
+}
+
+/* Move the NaN keys after the numbers, both keeping their order; returns the numbers. */
+static size_t nans_last(mg_order_item_t *items, size_t n, mg_order_item_t *tmp)
+{
+    size_t m = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(items[i].key)) tmp[k++] = items[i];
+        else items[m++] = items[i];
+    }
+    memcpy(items + m, tmp, k * sizeof(*items));
+    return m;
+}
+
+void mg_order_sort(mg_order_item_t *items, size_t n, mg_order_item_t *tmp)
+{
+    sort_numbers(items, nans_last(items, n, tmp), tmp);
+}
+
+uint64_t mg_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+double mg_unit_double(uint64_t z)
+{
+    return (double)(z >> 11) * 0x1p-53;
+}
+
+/* The first pick: where u falls when each weighted item covers a stretch of [0, total)
+ * proportional to its weight. The last weighted item should rounding leave x >= 0. */
+static size_t draw_first(const mg_order_item_t *items, size_t n, double total, double u)
+{
+    if (total <= 0) return 0;
+    double x = u * total;
+    size_t pick = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].key <= 0) continue;
+        pick = i;
+        x -= items[i].key;
+        if (x < 0) break;
+    }
+    return pick;
+}
+
+/* r^(1/w) as Lua's ^ computes it (x*x for a power of 2), so that the Lua version of this
+ * order in policies/routing.lua gives the same keys. */
+static double es_key(double r, double w)
+{
+    double e = 1 / w;
+    return w == 1 ? r : e == 2 ? r * r : pow(r, e);
+}
+
+/* Every item has the same weight, and a weight. */
+static int equal_weights(const mg_order_item_t *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(items[i].key > 0) || items[i].key != items[0].key) return 0;
+    return 1;
+}
+
+/* items[first] first, the others after it in a uniformly random order: a Fisher-Yates
+ * shuffle, one draw per place from the last down to the third. */
+static void shuffle_after(mg_order_item_t *items, size_t n, size_t first, uint64_t seed)
+{
+    mg_order_item_t pick = items[first];
+    memmove(items + 1, items, first * sizeof(*items)); /* the others keep position order */
+    items[0] = pick;
+    for (size_t i = n - 1; i >= 2; i--) {
+        size_t j = 1 + (size_t)(mg_unit_double(mg_splitmix64(&seed)) * (double)i);
+        if (j > i) j = i;
+        mg_order_item_t t = items[i];
+        items[i] = items[j];
+        items[j] = t;
+    }
+}
+
+void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
+                       mg_order_item_t *tmp)
+{
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!(items[i].key > 0)) items[i].key = 0;
+        total += items[i].key;
+    }
+    size_t first = draw_first(items, n, total, u);
+    if (n > 1 && equal_weights(items, n)) {
+        /* equal keys r^(1/w) order like r: a uniformly random order, without the sort */
+        shuffle_after(items, n, first, seed);
+        return;
+    }
+    /* sorted ascending: keys negated, the first pick before all (-2), no weight after (1) */
+    for (size_t i = 0; i < n; i++) {
+        double w = items[i].key;
+        if (i == first) items[i].key = -2;
+        else if (w > 0) items[i].key = -es_key(mg_unit_double(mg_splitmix64(&seed)), w);
+        else items[i].key = 1;
+    }
+    mg_order_sort(items, n, tmp);
+}

@@ -1,0 +1,47 @@
+/* order: the sorting mechanics behind the routing policy's orders.
+ *
+ * policies/routing.lua decides which routes go in which order; these do the per-route
+ * arithmetic for it (exposed to Lua as moongate.sort_by and moongate.weighted_order, see
+ * luavm.c and lua/README.md). In Lua the same work costs a comparator call per comparison
+ * and a dozen VM instructions per random number, which at 100 routes was most of a
+ * routing decision. policies/routing.lua carries a Lua version of both for busted; the
+ * two must give the same order for the same arguments. */
+#ifndef MG_ORDER_H
+#define MG_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mg_order_item_s {
+    double key;
+    int pos; /* the item's position in the caller's list, from 1 */
+} mg_order_item_t;
+
+/* Sort by ascending key, NaN after every number, equal keys by ascending pos. The items
+ * come in ascending pos (the NaN ones keep that order); tmp has room for n items. */
+void mg_order_sort(mg_order_item_t *items, size_t n, mg_order_item_t *tmp);
+
+/* The next number of a splitmix64 stream. */
+uint64_t mg_splitmix64(uint64_t *state);
+
+/* The splitmix64 output as a number in [0, 1) (its top 53 bits). */
+double mg_unit_double(uint64_t z);
+
+/* A weighted random order without replacement. On input items[i].key is the weight of
+ * the item at position items[i].pos (<= 0 or NaN: no weight); on output items are in the
+ * order drawn:
+ *   - the first is one draw with u in [0, 1): each item with a weight covers a stretch of
+ *     [0, total) proportional to it, in position order (no weight at all: position 1);
+ *   - the others follow by Efraimidis-Spirakis keys r^(1/w), largest first, equal keys by
+ *     position, r drawn in position order from the splitmix64 stream seeded with seed (one
+ *     per item with a weight, the first excepted);
+ *   - items without a weight last, by position;
+ *   - but when every item has the same weight (the keys would order like r), the others
+ *     follow in a Fisher-Yates shuffle instead: in position order, then for i = n-1 down
+ *     to 2 (from 0) swap items i and 1 + floor(r * i), r from the same stream. Same
+ *     distribution, no sort.
+ * tmp has room for n items. */
+void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
+                       mg_order_item_t *tmp);
+
+#endif

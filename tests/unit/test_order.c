@@ -1,0 +1,148 @@
+/* Unit tests for core/order.c: the sort behind moongate.sort_by and the weighted random
+ * order behind moongate.weighted_order (policies/routing.lua carries a Lua twin of both;
+ * test_luavm checks that the two agree). */
+#include "order.h"
+#include "mgtest.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define N_MAX 300
+
+static mg_order_item_t items[N_MAX], tmp[N_MAX], ref[N_MAX];
+
+/* The reference order: qsort with the documented comparison. */
+static int ref_cmp(const void *pa, const void *pb)
+{
+    const mg_order_item_t *a = pa, *b = pb;
+    int na = isnan(a->key), nb = isnan(b->key);
+    if (na != nb) return na - nb;
+    if (!na && a->key != b->key) return a->key < b->key ? -1 : 1;
+    return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+static void test_splitmix_vector(void)
+{
+    /* the reference splitmix64 stream from seed 0 */
+    uint64_t s = 0;
+    CHECK(mg_splitmix64(&s) == 0xE220A8397B1DCDAFu);
+    CHECK(mg_splitmix64(&s) == 0x6E789E6AA1B965F4u);
+    double u = mg_unit_double(UINT64_MAX);
+    CHECK(u < 1 && u > 0.999999);
+    CHECK(mg_unit_double(0) == 0);
+}
+
+static void test_sort_matches_reference(void)
+{
+    uint64_t seed = 42;
+    const double few[] = {0, 1, -1, 2.5, NAN, INFINITY, -INFINITY};
+    for (int round = 0; round < 200; round++) {
+        size_t n = (size_t)(mg_splitmix64(&seed) % N_MAX);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t z = mg_splitmix64(&seed);
+            /* half the rounds draw from a few values: many ties, NaN, infinities */
+            items[i].key = round % 2 ? few[z % 7] : mg_unit_double(z) * 100 - 50;
+            items[i].pos = (int)i + 1;
+            ref[i] = items[i];
+        }
+        mg_order_sort(items, n, tmp);
+        qsort(ref, n, sizeof(*ref), ref_cmp);
+        int same = 1;
+        for (size_t i = 0; i < n; i++) same &= items[i].pos == ref[i].pos;
+        CHECK(same);
+    }
+}
+
+/* Weighted order over n items with these weights; returns the positions drawn. */
+static void weighted(const double *w, size_t n, double u, uint64_t seed, int *out)
+{
+    for (size_t i = 0; i < n; i++) items[i] = (mg_order_item_t){w[i], (int)i + 1};
+    mg_order_weighted(items, n, u, seed, tmp);
+    for (size_t i = 0; i < n; i++) out[i] = items[i].pos;
+}
+
+static int is_permutation(const int *p, size_t n)
+{
+    int seen[N_MAX + 1] = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < 1 || p[i] > (int)n || seen[p[i]]) return 0;
+        seen[p[i]] = 1;
+    }
+    return 1;
+}
+
+static void test_weighted_first_pick_follows_weights(void)
+{
+    const double w[] = {1, 0, 3, 0, 4}; /* shares 1/8, 0, 3/8, 0, 4/8 */
+    int firsts[6] = {0}, out[5];
+    for (int k = 0; k < 800; k++) {
+        weighted(w, 5, (k + 0.5) / 800, (uint64_t)k, out);
+        CHECK(is_permutation(out, 5));
+        firsts[out[0]]++;
+        /* the routes without a weight come last, in position order */
+        CHECK(out[3] == 2 && out[4] == 4);
+    }
+    CHECK_EQ_INT(firsts[1], 100);
+    CHECK_EQ_INT(firsts[3], 300);
+    CHECK_EQ_INT(firsts[5], 400);
+}
+
+static void test_weighted_second_place(void)
+{
+    /* after a first pick of position 1, position 2 (weight 3) comes second 3 times in 4 */
+    const double w[] = {1, 3, 1};
+    int second2 = 0, out[3];
+    uint64_t seed = 7;
+    for (int k = 0; k < 4000; k++) {
+        weighted(w, 3, 0.01, mg_splitmix64(&seed), out);
+        CHECK_EQ_INT(out[0], 1);
+        second2 += out[1] == 2;
+    }
+    CHECK(second2 > 2800 && second2 < 3200);
+}
+
+static void test_weighted_equal_weights_shuffle(void)
+{
+    /* equal weights: a uniform order; each position lands in each place about as often */
+    enum { n = 6, rounds = 6000 };
+    const double w[n] = {2, 2, 2, 2, 2, 2};
+    int place[n + 1][n] = {{0}}, out[n];
+    uint64_t seed = 99;
+    for (int k = 0; k < rounds; k++) {
+        weighted(w, n, (k + 0.5) / rounds, mg_splitmix64(&seed), out);
+        CHECK(is_permutation(out, n));
+        for (int i = 0; i < n; i++) place[out[i]][i]++;
+    }
+    for (int p = 1; p <= n; p++)
+        for (int i = 0; i < n; i++) CHECK(place[p][i] > 850 && place[p][i] < 1150);
+}
+
+static void test_weighted_edges(void)
+{
+    int out[3];
+    const double none[] = {0, -1, NAN};
+    weighted(none, 3, 0.7, 1, out); /* no weight at all: position order */
+    CHECK(out[0] == 1 && out[1] == 2 && out[2] == 3);
+    const double one[] = {5};
+    weighted(one, 1, 0.3, 1, out);
+    CHECK_EQ_INT(out[0], 1);
+    weighted(one, 0, 0.3, 1, out); /* nothing to order */
+    /* the same arguments give the same order */
+    const double w[] = {1, 2, 3};
+    int again[3];
+    weighted(w, 3, 0.4, 1234, out);
+    weighted(w, 3, 0.4, 1234, again);
+    CHECK(out[0] == again[0] && out[1] == again[1] && out[2] == again[2]);
+}
+
+int main(void)
+{
+    MG_RUN(test_splitmix_vector);
+    MG_RUN(test_sort_matches_reference);
+    MG_RUN(test_weighted_first_pick_follows_weights);
+    MG_RUN(test_weighted_second_place);
+    MG_RUN(test_weighted_equal_weights_shuffle);
+    MG_RUN(test_weighted_edges);
+    return mg_test_summary();
+}

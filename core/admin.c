@@ -26,7 +26,7 @@
 #include "log.h"
 #include "settings.h"
 
-#define ACTOR "admin" /* the platform admin token; tenant-scoped tokens do not exist yet */
+#define PLATFORM_ACTOR "admin" /* the platform admin token (MOONGATE_ADMIN_TOKEN) */
 
 /* Key values: the columns an admin may set. */
 enum {
@@ -236,6 +236,14 @@ out:
 
 static void tenant_get(admin_t *a, const char *id)
 {
+    char own[24];
+    if (!id && a->scope_tenant) { /* a tenant admin's list is its own tenant */
+        adm_fmt_i64(own, sizeof(own), a->scope_tenant);
+        const char *p[1] = {own};
+        adm_get_rows(a, NULL, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", NULL,
+                     1, p, tenant_json, "tenant");
+        return;
+    }
     adm_get_rows(a, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1",
              "SELECT " TENANT_JSON_COLUMNS " FROM tenants ORDER BY id", id, 0, NULL, tenant_json,
              "tenant");
@@ -451,6 +459,10 @@ static int key_refs_ok(admin_t *a, mg_store_tx_t *tx, const char *tenant, const 
         if (adm_tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, p, &f) != 0)
             return -1;
         if (!f.rows) {
+            adm_set_error(a, 404, "NOT_FOUND", "project %s does not exist", vs->v[K_PROJECT]);
+            return -1;
+        }
+        if (strcmp(f.v[0], tenant) != 0 && a->scope_tenant) {
             adm_set_error(a, 404, "NOT_FOUND", "project %s does not exist", vs->v[K_PROJECT]);
             return -1;
         }
@@ -757,6 +769,39 @@ static void audit_list(admin_t *a)
              NULL, 1, p, audit_json, "record");
 }
 
+/* ---- usage (GET /api/v2/usage) ------------------------------------------------------------------
+ */
+
+#define USAGE_JSON_COLUMNS "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id), s.period, s.micros"
+static cJSON *usage_json(int ncols, const char *const *c)
+{
+    if (ncols < 5) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    adm_add_str(o, "scope", c[0]);
+    adm_add_int(o, "id", c[1]);
+    adm_add_int(o, "tenant_id", c[2]);
+    adm_add_str(o, "period", c[3]);
+    adm_add_int(o, "spent_micros", c[4]);
+    return o;
+}
+
+/* Metered spend per key and project and period ("d:YYYY-MM-DD", "m:YYYY-MM"), newest
+ * periods first; ?tenant_id= filters (a tenant admin always sees only its own). */
+static void usage_list(admin_t *a)
+{
+    char tenant[24];
+    int q = adm_query_id(a, "tenant_id", tenant, sizeof(tenant));
+    if (q < 0) return;
+    const char *p[1] = {q ? tenant : NULL};
+    adm_get_rows(a, NULL,
+                 "SELECT " USAGE_JSON_COLUMNS " FROM spend s"
+                 " LEFT JOIN api_keys k ON s.scope = 'key' AND k.id = s.id"
+                 " LEFT JOIN projects p ON s.scope = 'project' AND p.id = s.id"
+                 " WHERE ?1 IS NULL OR COALESCE(k.tenant_id, p.tenant_id) = ?1"
+                 " ORDER BY s.period DESC, s.scope, s.id LIMIT 1000",
+                 NULL, 1, p, usage_json, "usage");
+}
+
 /* ---- runtime settings (GET/PUT /api/v2/config) -------------------------------------------------
  */
 
@@ -929,6 +974,19 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
     static const char *const colls[3][2] = {
         {"tenants", "tenant"}, {"projects", "project"}, {"keys", "key"}};
     const char *kind = NULL;
+    if (adm_scope_check(a, coll, id, verb) != 0) {
+        a->action = "admin.denied";
+        return;
+    }
+    if (strcmp(coll, "admin-tokens") == 0 && !verb && (!id || numeric_id(id))) {
+        adm_admin_tokens_route(a, id);
+        return;
+    }
+    if (strcmp(coll, "usage") == 0 && !id && method_is(a, HTTP_GET)) {
+        a->action = "usage.read";
+        usage_list(a);
+        return;
+    }
     if (strcmp(coll, "providers") == 0) {
         adm_providers_route(a, id, verb);
         return;
@@ -995,25 +1053,25 @@ typedef struct audit_row_s {
     const char *p[7];
 } audit_row_t;
 
-static void audit_row(audit_row_t *r, const char *action, const char *target, int status,
-                      const char *request_id, const char *addr)
+static void audit_row(audit_row_t *r, const char *actor, const char *action, const char *target,
+                      int status, const char *request_id, const char *addr)
 {
     uv_timeval64_t tv;
     uv_gettimeofday(&tv);
     adm_fmt_i64(r->at, sizeof(r->at), (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
     snprintf(r->status, sizeof(r->status), "%d", status);
-    const char *p[7] = {r->at,  ACTOR,      action, target && *target ? target : NULL,
+    const char *p[7] = {r->at,  actor,      action, target && *target ? target : NULL,
                         r->status, request_id, addr && *addr ? addr : NULL};
     memcpy(r->p, p, sizeof(p));
 }
 
-static void audit_failed(const char *request_id, const char *action, const char *target,
-                         int status, const char *addr, const char *err)
+static void audit_failed(const char *request_id, const char *actor, const char *action,
+                         const char *target, int status, const char *addr, const char *err)
 {
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_ERROR, "audit write failed");
     mg_log_str(&l, "request_id", request_id);
-    mg_log_str(&l, "actor", ACTOR);
+    mg_log_str(&l, "actor", actor);
     mg_log_str(&l, "action", action);
     mg_log_str(&l, "target", target);
     mg_log_int(&l, "status", status);
@@ -1028,14 +1086,16 @@ static void audit_sync(admin_t *a)
     mg_store_tx_t *tx = NULL;
     char err[256] = "";
     audit_row_t r;
-    audit_row(&r, a->action, a->target, a->status, a->request_id, a->peer);
+    if (a->unauthenticated) return;
+    audit_row(&r, a->actor, a->action, a->target, a->status, a->request_id, a->peer);
     int rc = mg_store_tx_begin(a->s->store, &tx, err, sizeof(err));
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
     if (rc >= 0)
         rc = mg_store_tx_commit(tx, err, sizeof(err));
     else
         mg_store_tx_rollback(tx);
-    if (rc < 0) audit_failed(a->request_id, a->action, a->target, a->status, a->peer, err);
+    if (rc < 0)
+        audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
 
 void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
@@ -1044,9 +1104,10 @@ void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action
     char addr[80];
     audit_row_t r;
     mg_http_peer(req, addr, sizeof(addr));
-    audit_row(&r, action, target, status, req->request_id, addr);
+    audit_row(&r, PLATFORM_ACTOR, action, target, status, req->request_id, addr);
     if (mg_store_write(s->store, AUDIT_INSERT, 7, r.p) != 0)
-        audit_failed(req->request_id, action, target, status, addr, "the store is not writable");
+        audit_failed(req->request_id, PLATFORM_ACTOR, action, target, status, addr,
+                     "the store is not writable");
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------------
@@ -1059,6 +1120,7 @@ static void admin_work(uv_work_t *w)
 {
     admin_t *a = w->data;
     char buf[256], *coll, *id, *verb;
+    if (!a->code && adm_scope_resolve(a) != 0) a->action = "admin.auth";
     if (!a->code) {
         if (strncmp(a->path, "/api/v2/", 8) != 0 ||
             split_path(a->path + 8, buf, sizeof(buf), &coll, &id, &verb) != 0) {
@@ -1143,6 +1205,8 @@ static void admin_free(admin_t *a)
     for (int i = 0; i < a->n_fx; i++) mg_key_record_unref(a->fx[i].rec);
     cJSON_Delete(a->in);
     free(a->query);
+    if (a->tenant_token) OPENSSL_cleanse(a->tenant_token, strlen(a->tenant_token));
+    free(a->tenant_token);
     if (a->gen) mg_gen_unref(a->gen);
     free(a);
 }
@@ -1217,7 +1281,7 @@ static void admin_abort(void *data)
     a->req = NULL;
 }
 
-void mg_admin_handle(mg_server_t *s, mg_http_req_t *req)
+void mg_admin_handle(mg_server_t *s, mg_http_req_t *req, const char *tenant_token)
 {
     admin_t *a = calloc(1, sizeof(*a));
     if (!a) {
@@ -1228,6 +1292,9 @@ void mg_admin_handle(mg_server_t *s, mg_http_req_t *req)
     a->req = req;
     a->gen = mg_server_gen_acquire(s);
     a->method = req->method;
+    snprintf(a->actor, sizeof(a->actor), "%s", PLATFORM_ACTOR);
+    if (tenant_token && !(a->tenant_token = strdup(tenant_token)))
+        adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
     snprintf(a->path, sizeof(a->path), "%s", req->path);
     snprintf(a->request_id, sizeof(a->request_id), "%s", req->request_id);
     mg_http_peer(req, a->peer, sizeof(a->peer));

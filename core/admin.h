@@ -1,5 +1,5 @@
-/* admin: the tenancy part of the admin API under /api/v2 — tenants, projects and customer
- * keys — and the audit trail of every admin request.
+/* admin: the admin API under /api/v2 (everything but the live reads api.c answers) and the
+ * audit trail of every admin request.
  *
  *   GET  /api/v2/tenants                 GET /api/v2/tenants/{id}
  *   POST /api/v2/tenants {name}          -> 201
@@ -17,24 +17,26 @@
  *   POST /api/v2/keys/{id}/disable | /enable
  *   POST /api/v2/keys/{id}/rotate                    -> {id, key, replaces, ...} of the new key
  *   DELETE /api/v2/keys/{id}                         (revokes: the row stays for the record)
+ *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (admin_providers.c)
+ *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (admin_scope.c)
+ *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
+ *   GET|PUT /api/v2/config                           runtime settings (settings.h)
  *   GET  /api/v2/audit[?limit=N]                     the newest audit records first
  *
  * Errors use the gateway's error shape: 400 INVALID_REQUEST naming the field (unknown
- * field, wrong type, out of range, duplicate name), 404 NOT_FOUND, 409 CONFLICT (a revoked
- * key cannot change), 500 INTERNAL_ERROR (storage; the detail goes to the log).
+ * field, wrong type, out of range, duplicate name), 403 PERMISSION_DENIED (a tenant admin on
+ * a platform endpoint), 404 NOT_FOUND, 409 CONFLICT (a revoked key cannot change), 500
+ * INTERNAL_ERROR (storage; the detail goes to the log).
  *
- * Writes run synchronously on the loop thread in one SQLite transaction on the store's
- * admin connection (mg_store_tx_*). That is acceptable because admin requests are rare,
- * operator-driven and touch a handful of rows; in exchange the answer is only sent once
- * the change is durable, and the in-memory auth state (auth.h) is updated right after the
- * commit, before any other request runs — database first, then memory, never the other
- * way round. Should the memory update fail, the whole auth state is reloaded from the
- * store. Reads use mg_store_query().
+ * Requests are queued and run one at a time on a libuv worker thread (see admin.c): the
+ * loop thread never waits for SQLite or a provider's test call. The answer is sent only
+ * once the change is durable and mirrored in memory — database first, then memory, never
+ * the other way round.
  *
- * Every request handled here writes one audit_logs row (actor, action, target, status,
- * request id, client address) after the change committed; a failed audit write does not
- * undo the change but is logged at error level. The clear key appears only in the 201 /
- * rotate response body; never in a log line, an error or the database. */
+ * Every authenticated request writes one audit_logs row (actor, action, target, status,
+ * request id, client address); a failed audit write does not undo the change but is logged
+ * at error level. A clear key or token appears only in its 201 / rotate response body;
+ * never in a log line, an error or the database. */
 #ifndef MG_ADMIN_H
 #define MG_ADMIN_H
 
@@ -43,13 +45,15 @@
 
 /* Handle one admin request whose admin token was already checked (api.c admin_allowed).
  * Answers it (the request is gone afterwards) and writes its audit record. */
-void mg_admin_handle(mg_server_t *s, mg_http_req_t *req);
+/* tenant_token: NULL when the platform admin token was presented, else the tenant admin
+ * token to resolve (copied; see admin_scope.c). */
+void mg_admin_handle(mg_server_t *s, mg_http_req_t *req, const char *tenant_token);
 
-/* Write one audit_logs row for an authenticated admin request answered elsewhere (the
+/* Write one audit_logs row for a platform admin request answered on the loop (the live
  * read endpoints in api.c): actor "admin", action (e.g. "pools.read"), target (may be NULL),
- * the answer's status, the request id and the client's address. Synchronous, in its own
- * transaction; a failure is logged at error level ("audit write failed") and changes
- * nothing else. Call it before answering (the request is gone afterwards). */
+ * the answer's status, the request id and the client's address. Queued for the store's
+ * writer thread; a failure is logged at error level ("audit write failed"). Call it before
+ * answering (the request is gone afterwards). */
 void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
                     const char *target, int status);
 

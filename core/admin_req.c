@@ -336,7 +336,7 @@ int adm_no_body(admin_t *a)
 }
 
 
-static void first_row(void *ud, int ncols, const char *const *cols)
+void adm_first_row(void *ud, int ncols, const char *const *cols)
 {
     first_t *f = ud;
     if (f->rows++) return;
@@ -352,7 +352,7 @@ int adm_tx_first(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const ch
 {
     char err[256];
     memset(f, 0, sizeof(*f));
-    if (mg_store_tx_exec(tx, sql, n, p, first_row, f, err, sizeof(err)) < 0) {
+    if (mg_store_tx_exec(tx, sql, n, p, adm_first_row, f, err, sizeof(err)) < 0) {
         adm_storage_error(a, err);
         return -1;
     }
@@ -508,6 +508,11 @@ int adm_query_param(const admin_t *a, const char *name, char *out, size_t cap)
 /* An id query parameter: 0 absent, 1 present and valid, -1 invalid (error set). */
 int adm_query_id(admin_t *a, const char *name, char *out, size_t cap)
 {
+    if (a->scope_tenant && strcmp(name, "tenant_id") == 0) {
+        /* a tenant admin lists its own tenant's records, whatever it asked for */
+        adm_fmt_i64(out, cap, a->scope_tenant);
+        return 1;
+    }
     if (!adm_query_param(a, name, out, cap)) return 0;
     size_t len = strlen(out);
     if (len == 0 || len > 15 || strspn(out, "0123456789") != len) {

@@ -64,7 +64,11 @@ typedef struct admin_s {
     const char *code;               /* static error code, or NULL */
     char message[320];              /* error message */
     cJSON *in;                      /* owned: the parsed request body (an object) */
-    char clear_key[MG_KEY_LEN + 1]; /* a key shown once: wiped after the answer */
+    char clear_key[64];             /* a key or token shown once: wiped after the answer */
+    char *tenant_token;             /* owned, wiped: a tenant admin token to resolve, or NULL */
+    int64_t scope_tenant;           /* 0 = platform admin; else the only tenant it may touch */
+    char actor[48];                 /* "admin" (platform) or "tenant-admin:<token id>" */
+    int unauthenticated;            /* the token did not resolve: answered 401, not audited */
     admin_fx_t fx[ADM_MAX_FX];      /* effects for the loop thread, in order */
     int n_fx;
     int rebuild;                    /* providers changed: the generation must be rebuilt */
@@ -141,6 +145,8 @@ typedef struct first_s {
     int rows;
 } first_t;
 
+/* Row callback keeping the first row in a first_t (ud). */
+void adm_first_row(void *ud, int ncols, const char *const *cols);
 /* Run sql in tx and keep its first row in *f. 0, or -1 with the storage error set. */
 int adm_tx_first(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const char *const *p,
                  first_t *f);
@@ -172,6 +178,18 @@ void adm_add_int(cJSON *o, const char *k, const char *v);
 void adm_add_str(cJSON *o, const char *k, const char *v);
 /* A JSON text column as a value; fallback (array or object) when absent or malformed. */
 void adm_add_json(cJSON *o, const char *k, const char *v, int object);
+
+/* ---- scope (admin_scope.c) ---- */
+
+/* Worker: resolve a tenant admin token (a->tenant_token, wiped) to its tenant. 0, or -1
+ * with 401 / 500 set. */
+int adm_scope_resolve(admin_t *a);
+/* Worker: whether the request's scope may run this endpoint on this record; 0, or -1 with
+ * 403 (not for tenant admins) or 404 (another tenant's record) set. Lists are filtered by
+ * the handlers through adm_query_id("tenant_id"). */
+int adm_scope_check(admin_t *a, const char *coll, const char *id, const char *verb);
+/* /api/v2/admin-tokens[/{id}]: create, list, revoke (platform admin only). */
+void adm_admin_tokens_route(admin_t *a, const char *id);
 
 /* ---- providers (admin_providers.c) ---- */
 

@@ -174,8 +174,12 @@ static void handle_status(mg_server_t *s, mg_http_req_t *req)
 /* Admin read endpoints under /api/v2                                         */
 /* ------------------------------------------------------------------------ */
 
-/* Bearer $MOONGATE_ADMIN_TOKEN (or the Sidecar's SIDECAR_ADMIN_TOKEN), compared as
- * SHA-256 digests in constant time. 1 when allowed; otherwise answered (401). */
+enum { ADMIN_REFUSED = 0, ADMIN_PLATFORM = 1, ADMIN_TENANT = 2 };
+
+/* Bearer $MOONGATE_ADMIN_TOKEN (or the Sidecar's SIDECAR_ADMIN_TOKEN), compared as SHA-256
+ * digests in constant time: ADMIN_PLATFORM. A token shaped like a tenant admin token
+ * ("mgt-...") is ADMIN_TENANT: the admin worker resolves it (admin_scope.c). Otherwise
+ * answered 401 and ADMIN_REFUSED. */
 static int admin_allowed(mg_server_t *s, mg_http_req_t *req)
 {
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
@@ -183,18 +187,24 @@ static int admin_allowed(mg_server_t *s, mg_http_req_t *req)
     if (!token || !*token) {
         mg_api_error(s, req, MG_EP_OTHER, 401, "AUTH_FAILED",
                      "the admin API is disabled: set MOONGATE_ADMIN_TOKEN", 0);
-        return 0;
+        return ADMIN_REFUSED;
     }
     const char *auth = mg_http_header(req, "Authorization");
     const char *given = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : "";
     char want_d[65], given_d[65];
     mg_sha256_hex(token, strlen(token), want_d);
     mg_sha256_hex(given, strlen(given), given_d);
-    if (!mg_const_time_eq(want_d, 64, given_d, 64)) {
-        mg_api_error(s, req, MG_EP_OTHER, 401, "AUTH_FAILED", "invalid admin token", 0);
-        return 0;
-    }
-    return 1;
+    if (mg_const_time_eq(want_d, 64, given_d, 64)) return ADMIN_PLATFORM;
+    if (strncmp(given, "mgt-", 4) == 0 && strlen(given) < 128) return ADMIN_TENANT;
+    mg_api_error(s, req, MG_EP_OTHER, 401, "AUTH_FAILED", "invalid admin token", 0);
+    return ADMIN_REFUSED;
+}
+
+/* The tenant admin token presented (admin_allowed said ADMIN_TENANT). */
+static const char *bearer(const mg_http_req_t *req)
+{
+    const char *auth = mg_http_header(req, "Authorization");
+    return auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : "";
 }
 
 static const char *provider_status(const mg_provider_state_t *st, uint64_t now)
@@ -366,10 +376,13 @@ static void handle_admin_cooldowns(mg_server_t *s, mg_http_req_t *req)
 /* GET /api/v2/{providers,pools,cooldowns}; write operations come with the admin API proper. */
 static void handle_admin(mg_server_t *s, mg_http_req_t *req)
 {
-    if (!admin_allowed(s, req)) return;
+    int who = admin_allowed(s, req);
+    if (who == ADMIN_REFUSED) return;
     const char *sub = req->path + strlen("/api/v2/");
-    if (req->method != HTTP_GET) {
-        mg_admin_handle(s, req); /* tenants, projects, keys: writes */
+    if (who == ADMIN_TENANT) {
+        mg_admin_handle(s, req, bearer(req)); /* resolved and scoped on the admin worker */
+    } else if (req->method != HTTP_GET) {
+        mg_admin_handle(s, req, NULL); /* writes */
     } else if (strcmp(sub, "providers") == 0) {
         mg_admin_audit(s, req, "provider.list", NULL, 200);
         handle_admin_providers(s, req, NULL);
@@ -386,7 +399,7 @@ static void handle_admin(mg_server_t *s, mg_http_req_t *req)
         mg_admin_audit(s, req, "cooldowns.read", NULL, 200);
         handle_admin_cooldowns(s, req);
     } else {
-        mg_admin_handle(s, req); /* tenants, projects, keys: reads (404 for the rest) */
+        mg_admin_handle(s, req, NULL); /* the other reads (404 for unknown endpoints) */
     }
 }
 
@@ -435,6 +448,16 @@ static const route_t routes[] = {
     {"/status", ROUTE_GET, MG_EP_OTHER, handle_status},
 };
 
+static void tasks_as_admin(mg_server_t *s, mg_http_req_t *req)
+{
+    int who = admin_allowed(s, req);
+    if (who == ADMIN_PLATFORM)
+        mg_tasks_handle(s, req, req->path + 10);
+    else if (who == ADMIN_TENANT)
+        mg_api_error(s, req, MG_EP_OTHER, 403, "PERMISSION_DENIED",
+                     "tasks in flight need the platform admin token", 0);
+}
+
 void mg_api_handle(void *server, mg_http_req_t *req)
 {
     mg_server_t *s = server;
@@ -443,9 +466,11 @@ void mg_api_handle(void *server, mg_http_req_t *req)
     if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {
         if (req->method != HTTP_GET && req->method != HTTP_DELETE)
             mg_api_error(s, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use GET or DELETE", 0);
-        /* with auth on, other people's tasks are the operator's business only */
-        else if (!s->gen->cfg->auth_enabled || admin_allowed(s, req))
+        /* with auth on, other people's tasks are the platform operator's business only */
+        else if (!s->gen->cfg->auth_enabled)
             mg_tasks_handle(s, req, req->path + 10);
+        else
+            tasks_as_admin(s, req);
         return;
     }
     if (strcmp(req->path, "/v1/tasks") == 0) {

@@ -138,6 +138,11 @@ static const char *const migrations[] = {
     " scope TEXT NOT NULL CHECK(scope IN ('key','project')), id INTEGER NOT NULL,"
     " period TEXT NOT NULL, micros INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (scope, id, period));",
+    /* 7: tenant admin tokens (admin_scope.c): digest only, bound to one tenant */
+    "CREATE TABLE admin_tokens ("
+    " id INTEGER PRIMARY KEY, tenant_id INTEGER NOT NULL REFERENCES tenants(id),"
+    " name TEXT, digest TEXT NOT NULL UNIQUE, display TEXT NOT NULL,"
+    " created_at INTEGER NOT NULL, revoked_at INTEGER);",
 };
 
 static void *writer_main(void *arg);

@@ -6,8 +6,8 @@
 // final scan proving that no customer key appears in clear anywhere after its creation: not
 // in the gateway's log, not in the SQLite files, not in any other admin response.
 //
-// Tenant-scoped admin tokens do not exist yet: the one admin token (MOONGATE_ADMIN_TOKEN) is
-// the platform operator and sees every tenant; listings filter by ?tenant_id= only.
+// MOONGATE_ADMIN_TOKEN is the platform operator and sees every tenant; tenant admin tokens
+// (POST /api/v2/admin-tokens) see and change only their own tenant's records.
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -59,6 +59,10 @@ async function admin(method, p, body, { token = ADMIN_TOKEN } = {}) {
     if (json && typeof json.key === 'string') {
         assert.ok(!secrets.has(json.key), 'a key is revealed only once');
         secrets.set(json.key, text);
+    }
+    if (json && typeof json.token === 'string' && json.token.length > 40) {
+        assert.ok(!secrets.has(json.token), 'a tenant admin token is revealed only once');
+        secrets.set(json.token, text);
     }
     return { status: r.status, json, text, headers: r.headers };
 }
@@ -369,6 +373,92 @@ describe('auth matrix on the inference path (openai SDK)', () => {
         const badLine = await env.gw.waitLog((l) => l.msg === 'request' && l.request_id === bad.json.error.request_id);
         assert.equal(badLine.auth_refused, 'unknown');
         assert.equal(badLine.status, 401);
+    });
+});
+
+describe('tenant admin tokens: a tenant sees and changes only its own', () => {
+    let tokA;
+    let tokB;
+    let keyB;
+    let projectB;
+    before(async () => {
+        const a = await admin('POST', 'admin-tokens', { tenant_id: tenantA, name: 'ops-a' });
+        assert.equal(a.status, 201, a.text);
+        assert.match(a.json.token, /^mgt-[0-9A-Za-z]{40}$/);
+        tokA = a.json.token;
+        const b = await admin('POST', 'admin-tokens', { tenant_id: tenantB, name: 'ops-b' });
+        tokB = b.json.token;
+        keyB = await createKey({ tenant_id: tenantB, name: 'b-secret' });
+        const p = await admin('POST', 'projects', { tenant_id: tenantB, name: 'b-only' });
+        projectB = p.json.id;
+    });
+    const asA = (m, p, body) => admin(m, p, body, { token: tokA });
+
+    test('listed masked; only the platform admin manages them', async () => {
+        const list = await admin('GET', 'admin-tokens');
+        assert.equal(list.status, 200);
+        assert.ok(list.json.data.every((t) => !t.token.includes(tokA.slice(4)) && /^mgt-…/.test(t.token)));
+        assert.equal((await asA('GET', 'admin-tokens')).status, 403);
+        assert.equal((await asA('POST', 'admin-tokens', { tenant_id: tenantA })).status, 403);
+        assert.equal((await admin('POST', 'admin-tokens', { tenant_id: 999999 })).status, 404);
+    });
+
+    test('reads: its tenant, projects, keys and usage only; another tenant\'s records are 404', async () => {
+        const t = await asA('GET', 'tenants');
+        assert.deepEqual(t.json.data.map((x) => x.id), [tenantA]);
+        assert.equal((await asA('GET', `tenants/${tenantB}`)).status, 404);
+        for (const p of ['keys', `keys?tenant_id=${tenantB}`, 'projects', `projects?tenant_id=${tenantB}`, 'usage', `usage?tenant_id=${tenantB}`]) {
+            const r = await asA('GET', p);
+            assert.equal(r.status, 200, `${p}: ${r.text}`);
+            assert.ok(r.json.data.length > 0 || p.startsWith('usage'), p);
+            assert.ok(r.json.data.every((x) => x.tenant_id === tenantA), `${p} shows only tenant A`);
+        }
+        const all = await admin('GET', 'usage');
+        assert.ok(all.json.data.some((x) => x.tenant_id === tenantA), 'tenant A has metered spend');
+        assert.equal((await asA('GET', `keys/${keyB.id}`)).status, 404);
+        assert.equal((await asA('GET', `projects/${projectB}`)).status, 404);
+    });
+
+    test('writes: never into another tenant; B\'s key keeps working', async () => {
+        const denied = [
+            ['PUT', `keys/${keyB.id}`, { rpm_limit: 1 }, 404],
+            ['POST', `keys/${keyB.id}/disable`, undefined, 404],
+            ['POST', `keys/${keyB.id}/rotate`, undefined, 404],
+            ['DELETE', `keys/${keyB.id}`, undefined, 404],
+            ['PUT', `projects/${projectB}`, { rpm_limit: 1 }, 404],
+            ['POST', 'keys', { tenant_id: tenantB }, 403],
+            ['POST', 'projects', { tenant_id: tenantB, name: 'sneaky' }, 403],
+            ['POST', 'keys', { tenant_id: tenantA, project_id: projectB }, 404],
+            ['POST', 'tenants', { name: 'mine' }, 403],
+        ];
+        for (const [m, p, body, status] of denied) {
+            const r = await asA(m, p, body);
+            assert.equal(r.status, status, `${m} ${p}: ${r.text}`);
+            assert.ok(!r.text.includes('b-secret'), 'nothing of B leaks');
+        }
+        assert.equal((await chat(keyB.key)).status, 200, 'B\'s key untouched');
+        const own = await asA('POST', 'keys', { tenant_id: tenantA, name: 'made-by-a' });
+        assert.equal(own.status, 201, own.text);
+        assert.equal((await chat(own.json.key)).status, 200);
+        assert.equal((await asA('POST', `keys/${own.json.id}/disable`)).status, 200);
+        assert.equal((await chat(own.json.key)).status, 401);
+    });
+
+    test('platform endpoints are 403; the audit names the tenant admin; revoke ends it', async () => {
+        for (const p of ['providers', 'pools', 'cooldowns', 'config', 'audit']) {
+            const r = await asA('GET', p);
+            assert.equal(r.status, 403, `${p}: ${r.text}`);
+            assert.equal(r.json.error.code, 'PERMISSION_DENIED');
+        }
+        const audit = await admin('GET', 'audit?limit=200');
+        assert.ok(audit.json.data.some((x) => /^tenant-admin:\d+$/.test(x.actor) && x.action === 'key.create'));
+        const bad = await admin('GET', 'keys', undefined, { token: `mgt-${'0'.repeat(40)}` });
+        assert.equal(bad.status, 401);
+        const list = await admin('GET', 'admin-tokens');
+        const idA = list.json.data.find((t) => t.name === 'ops-a').id;
+        assert.equal((await admin('DELETE', `admin-tokens/${idA}`)).status, 200);
+        assert.equal((await asA('GET', 'keys')).status, 401);
+        assert.equal((await admin('GET', 'keys', undefined, { token: tokB })).status, 200, 'B unaffected');
     });
 });
 

@@ -398,6 +398,26 @@ out:
     row_free(&r);
 }
 
+/* 1 when a stored model routes to provider id (409 set), 0 when none, -1 on errors. */
+static int provider_in_use(admin_t *a, const char *id)
+{
+    char err[256];
+    first_t f;
+    memset(&f, 0, sizeof(f));
+    const char *p[1] = {id};
+    if (mg_store_query(a->s->store,
+                       "SELECT m.name FROM models m, json_each(m.definition, '$.routes') r"
+                       " WHERE json_extract(r.value, '$.provider') = ?1 LIMIT 1",
+                       1, p, adm_first_row, &f, err, sizeof(err)) != 0) {
+        adm_storage_error(a, err);
+        return -1;
+    }
+    if (!f.rows) return 0;
+    adm_set_error(a, 409, "CONFLICT", "provider %s is a route of model %s: change the model first",
+                  id, f.v[0]);
+    return 1;
+}
+
 /* POST /providers/{id}/test: the test call with the provider's current key. Works for every
  * provider (file and env ones use the key the generation holds). Always 200: the outcome
  * is in the body. */
@@ -436,7 +456,8 @@ void adm_providers_route(admin_t *a, const char *id, const char *verb)
         provider_update(a, id);
     } else if (id && !verb && del) {
         a->action = "provider.delete";
-        provider_exec(a, id, "DELETE FROM providers WHERE id = ?1", 1);
+        if (provider_in_use(a, id) == 0)
+            provider_exec(a, id, "DELETE FROM providers WHERE id = ?1", 1);
     } else if (id && verb && post && !strcmp(verb, "enable")) {
         a->action = "provider.enable";
         provider_exec(a, id,

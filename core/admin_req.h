@@ -191,6 +191,11 @@ int adm_scope_check(admin_t *a, const char *coll, const char *id, const char *ve
 /* /api/v2/admin-tokens[/{id}]: create, list, revoke (platform admin only). */
 void adm_admin_tokens_route(admin_t *a, const char *id);
 
+/* ---- models (admin_models.c) ---- */
+
+/* /api/v2/models[/{name}]: list, get, create, update, delete. */
+void adm_models_route(admin_t *a, const char *name, const char *verb);
+
 /* ---- providers (admin_providers.c) ---- */
 
 /* /api/v2/providers[/{id}[/{verb}]] writes and tests, on the worker thread. */

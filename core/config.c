@@ -1387,15 +1387,7 @@ void mg_config_free(mg_config_t *cfg)
         free(p->pool);
     }
     free(cfg->providers);
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        mg_model_conf_t *m = &cfg->models[i];
-        for (size_t j = 0; j < m->n_routes; j++) {
-            free(m->routes[j].provider);
-            free(m->routes[j].model);
-        }
-        free(m->routes);
-        free(m->name);
-    }
+    for (size_t i = 0; i < cfg->n_models; i++) mg_model_conf_clear(&cfg->models[i]);
     free(cfg->models);
     for (size_t i = 0; i < cfg->n_apps; i++) free(cfg->apps[i].name);
     free(cfg->apps);
@@ -1445,6 +1437,34 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
 oom:
     snprintf(err, err_len, "out of memory");
     return -1;
+}
+
+void mg_model_conf_clear(mg_model_conf_t *m)
+{
+    for (size_t j = 0; j < m->n_routes; j++) {
+        free(m->routes[j].provider);
+        free(m->routes[j].model);
+    }
+    free(m->routes);
+    free(m->name);
+    memset(m, 0, sizeof(*m));
+}
+
+int mg_config_add_model(mg_config_t *cfg, mg_model_conf_t *m, char *err, size_t err_len)
+{
+    if (mg_config_model(cfg, m->name)) {
+        snprintf(err, err_len, "model name '%s' is taken", m->name);
+        return -1;
+    }
+    mg_model_conf_t *list = realloc(cfg->models, (cfg->n_models + 1) * sizeof(*list));
+    if (!list) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    cfg->models = list;
+    list[cfg->n_models++] = *m;
+    memset(m, 0, sizeof(*m));
+    return 0;
 }
 
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id)

@@ -57,6 +57,7 @@ typedef struct mg_model_conf_s {
     mg_route_conf_t *routes; /* owned array */
     size_t n_routes;
     int line;
+    bool stored;             /* added through the admin API (models.h), not the file */
 } mg_model_conf_t;
 
 typedef struct mg_timeouts_conf_s {
@@ -170,6 +171,14 @@ void mg_config_free(mg_config_t *cfg);
  * with the reason in err. */
 int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, char *err,
                            size_t err_len);
+
+/* Append m (moved: cfg owns its strings and routes afterwards, *m is zeroed) to cfg's
+ * models. Refuses a name that is taken. Only while the config is private to its builder.
+ * Returns 0, or -1 with the reason in err (m untouched then). */
+int mg_config_add_model(mg_config_t *cfg, mg_model_conf_t *m, char *err, size_t err_len);
+
+/* Free what a model owns (not m itself). */
+void mg_model_conf_clear(mg_model_conf_t *m);
 
 /* Lookups; return NULL when absent. */
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id);

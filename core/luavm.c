@@ -674,28 +674,13 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
 
 static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen);
 
-/* The stored providers join the file's; one whose id the file took meanwhile is left out. */
-static int add_providers(mg_config_t *cfg, const mg_provider_conf_t *extra, size_t n, char *err,
-                         size_t errlen)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (mg_config_provider(cfg, extra[i].id)) {
-            mg_log_msg(MG_LOG_WARN, NULL, "stored provider %s not served: the config file uses "
-                       "the same id", extra[i].id);
-            continue;
-        }
-        if (mg_config_add_provider(cfg, &extra[i], err, errlen) != 0) return -1;
-    }
-    return 0;
-}
-
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen)
 {
-    return mg_gen_load_with(config_path, NULL, 0, id, out, err, errlen);
+    return mg_gen_load_with(config_path, NULL, NULL, id, out, err, errlen);
 }
 
-int mg_gen_load_with(const char *config_path, const mg_provider_conf_t *extra, size_t n_extra,
-                     unsigned id, mg_gen_t **out, char *err, size_t errlen)
+int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *ud, unsigned id,
+                     mg_gen_t **out, char *err, size_t errlen)
 {
     *out = NULL;
     mg_gen_t *g = calloc(1, sizeof(*g));
@@ -708,7 +693,7 @@ int mg_gen_load_with(const char *config_path, const mg_provider_conf_t *extra, s
     g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
     g->make_candidate_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
-        add_providers(g->cfg, extra, n_extra, err, errlen) != 0) {
+        (extend && extend(g->cfg, ud, err, errlen) != 0)) {
         mg_gen_unref(g);
         return -1;
     }

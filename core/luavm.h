@@ -49,9 +49,12 @@ typedef struct mg_gen_s {
  * Returns 0 and *out (refs = 1), or -1 with "FILE:LINE: reason" in err. Does not
  * touch the event loop, so it may run on a worker thread. */
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen);
-/* The same, with providers from the store (providers.h) added to the file's (copied). */
-int mg_gen_load_with(const char *config_path, const mg_provider_conf_t *extra, size_t n_extra,
-                     unsigned id, mg_gen_t **out, char *err, size_t errlen);
+/* The same, with extend(cfg, ud, err, errlen) run on the parsed config before anything else
+ * sees it: what the store adds (providers, models, runtime settings; see server.c). A
+ * non-zero return fails the load with err. */
+typedef int (*mg_config_extend_fn)(mg_config_t *cfg, void *ud, char *err, size_t errlen);
+int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *ud, unsigned id,
+                     mg_gen_t **out, char *err, size_t errlen);
 void mg_gen_ref(mg_gen_t *g);
 void mg_gen_unref(mg_gen_t *g);
 

@@ -5,6 +5,7 @@
  * on the loop thread. Requests keep the generation they started with. */
 #include "server.h"
 
+#include "models.h"
 #include "providers.h"
 #include "settings.h"
 
@@ -129,20 +130,47 @@ static void apply_log_level(const mg_config_t *cfg)
 
 /* A generation from the config file plus the providers stored through the admin API.
  * Blocking (disk, decryption): a worker thread, or start-up before the loop runs. */
+static int add_stored_providers(mg_config_t *cfg, const mg_provider_list_t *list, char *err,
+                                size_t errlen)
+{
+    for (size_t i = 0; i < list->n; i++) {
+        if (mg_config_provider(cfg, list->items[i].id)) {
+            mg_log_msg(MG_LOG_WARN, NULL, "stored provider %s not served: the config file uses "
+                       "the same id", list->items[i].id);
+            continue;
+        }
+        if (mg_config_add_provider(cfg, &list->items[i], err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+typedef struct build_s {
+    mg_store_t *store;
+    mg_provider_list_t providers; /* read and decrypted before the build */
+} build_t;
+
+/* What the store adds to the file's config: providers and models added through the admin
+ * API (in that order: stored models may route to stored providers), then the runtime
+ * settings (PUT /api/v2/config) over the file's values. */
+static int extend_from_store(mg_config_t *cfg, void *ud, char *err, size_t errlen)
+{
+    build_t *b = ud;
+    return add_stored_providers(cfg, &b->providers, err, errlen) != 0 ||
+                   mg_models_load(b->store, cfg, err, errlen) != 0 ||
+                   mg_settings_overlay(b->store, cfg, err, errlen) != 0
+               ? -1
+               : 0;
+}
+
 static int build_gen(mg_server_t *s, mg_gen_t **out, char *err, size_t errlen)
 {
-    mg_provider_list_t stored = {0};
+    build_t b = {s->store, {0}};
     *out = NULL;
-    if (s->store && mg_providers_load(s->store, &stored, err, errlen) != 0) return -1;
-    int rc = mg_gen_load_with(s->config_path, stored.items, stored.n, s->next_gen_id, out, err,
+    if (!s->store) return mg_gen_load(s->config_path, s->next_gen_id, out, err, errlen);
+    if (mg_providers_load(s->store, &b.providers, err, errlen) != 0) return -1;
+    int rc = mg_gen_load_with(s->config_path, extend_from_store, &b, s->next_gen_id, out, err,
                               errlen);
-    mg_provider_list_free(&stored);
-    /* runtime settings (PUT /api/v2/config) over the file's values, before anyone sees it */
-    if (rc == 0 && s->store && mg_settings_overlay(s->store, (*out)->cfg, err, errlen) != 0) {
-        mg_gen_unref(*out);
-        *out = NULL;
-        rc = -1;
-    }
+    mg_provider_list_free(&b.providers);
     return rc;
 }
 

@@ -143,6 +143,11 @@ static const char *const migrations[] = {
     " id INTEGER PRIMARY KEY, tenant_id INTEGER NOT NULL REFERENCES tenants(id),"
     " name TEXT, digest TEXT NOT NULL UNIQUE, display TEXT NOT NULL,"
     " created_at INTEGER NOT NULL, revoked_at INTEGER);",
+    /* 8: logical models added through the admin API (models.h): the definition as JSON */
+    "CREATE TABLE models ("
+    " name TEXT PRIMARY KEY, definition TEXT NOT NULL,"
+    " created_at TEXT NOT NULL DEFAULT (datetime('now')),"
+    " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
 };
 
 static void *writer_main(void *arg);

@@ -237,6 +237,72 @@ describe('reads, changes and the prefix pool', () => {
     });
 });
 
+describe('logical models: /api/v2/models', () => {
+    test('lists the file\'s models, read-only', async () => {
+        const r = await admin('GET', 'models');
+        assert.equal(r.status, 200, r.text);
+        const chatModel = r.json.data.find((m) => m.name === 'chat');
+        assert.equal(chatModel.source, 'file');
+        assert.deepEqual(chatModel.routes.map((x) => x.provider), ['mock-openai']);
+        assert.equal((await admin('PUT', 'models/chat', { max_concurrency: 1 })).status, 409);
+        assert.equal((await admin('DELETE', 'models/chat')).status, 409);
+        assert.equal((await admin('GET', 'models/nope')).status, 404);
+    });
+
+    test('create: validated, serves at once through a stored provider', async () => {
+        const bad = [
+            [{ name: 'x y', routes: [{ provider: 'mock-openai', model: 'm' }] }, /'name'/],
+            [{ name: 'chat', routes: [{ provider: 'mock-openai', model: 'm' }] }, /exists/],
+            [{ name: 'nr', routes: [] }, /'routes'/],
+            [{ name: 'np', routes: [{ provider: 'nope', model: 'm' }] }, /'routes\[0\]\.provider'/],
+            [{ name: 'nm', routes: [{ provider: 'mock-openai' }] }, /'routes\[0\]\.model'/],
+            [{ name: 'uf', routes: [{ provider: 'mock-openai', model: 'm', colour: 1 }] }, /unknown field 'routes\[0\]\.colour'/],
+            [{ name: 'mc', routes: [{ provider: 'mock-openai', model: 'm' }], max_concurrency: -1 }, /max_concurrency/],
+        ];
+        for (const [body, re] of bad) {
+            const r = await admin('POST', 'models', body);
+            assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+            assert.match(r.json.error.message, re);
+        }
+        const r = await admin('POST', 'models', {
+            name: 'team-chat',
+            routes: [{ provider: ids.a, model: 'up-team' }, { provider: 'mock-openai', model: 'up-team-file', priority: 1 }],
+            max_concurrency: 4,
+        });
+        assert.equal(r.status, 201, r.text);
+        assert.equal(r.json.source, 'db');
+        assert.equal(r.json.routes.length, 2);
+        const c = await chat('team-chat');
+        assert.equal(c.status, 200, c.text);
+        assert.equal(c.json.logical_model, 'team-chat');
+        const req = (await up.requests((q) => q.path === '/v1/chat/completions')).at(-1);
+        assert.equal(req.body.model, 'up-team');
+        const listed = await admin('GET', 'models/team-chat');
+        assert.equal(listed.json.max_concurrency, 4);
+    });
+
+    test('a provider a stored model routes to cannot be deleted', async () => {
+        const r = await admin('DELETE', `providers/${ids.a}`);
+        assert.equal(r.status, 409, r.text);
+        assert.match(r.json.error.message, /team-chat/);
+    });
+
+    test('update replaces the members given; delete stops serving', async () => {
+        const r = await admin('PUT', 'models/team-chat', { routes: [{ provider: 'mock-openai', model: 'up-team-2' }] });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.max_concurrency, 4, 'members not given are kept');
+        assert.equal((await admin('PUT', 'models/team-chat', { name: 'other' })).status, 400);
+        const c = await chat('team-chat');
+        assert.equal(c.status, 200);
+        const req = (await env.mock.requests((q) => q.path === '/v1/chat/completions')).at(-1);
+        assert.equal(req.body.model, 'up-team-2');
+        assert.equal((await admin('POST', 'models', { name: 'kept-chat', routes: [{ provider: 'mock-openai', model: 'up-kept' }] })).status, 201);
+        assert.equal((await admin('DELETE', 'models/team-chat')).status, 200);
+        assert.equal((await chat('team-chat')).status, 404);
+        assert.equal((await admin('GET', 'models/team-chat')).status, 404);
+    });
+});
+
 describe('runtime settings: GET/PUT /api/v2/config', () => {
     test('read, change (hot), validate, and back to the file value with null', async () => {
         let r = await admin('GET', 'config');
@@ -280,6 +346,7 @@ describe('restart and the encryption key', () => {
     test('after a restart the stored providers serve again, and the settings hold', async () => {
         await restart(gwEnv);
         assert.equal((await chat('acme/after-restart')).status, 200);
+        assert.equal((await chat('kept-chat')).status, 200, 'a stored model survives the restart');
         const r = await admin('GET', 'config');
         assert.equal(r.json.settings['upstream.max_retries'], 1);
         assert.deepEqual(r.json.overridden, ['upstream.max_retries']);

@@ -991,10 +991,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
         adm_providers_route(a, id, verb);
         return;
     }
-    if (strcmp(coll, "models") == 0) {
-        adm_models_route(a, id, verb);
-        return;
-    }
+    if (adm_defs_route(a, coll, id, verb)) return;
     if (strcmp(coll, "config") == 0 && !id) {
         int get = method_is(a, HTTP_GET), put = method_is(a, HTTP_PUT);
         a->action = get ? "config.get" : put ? "config.update" : "config.invalid";

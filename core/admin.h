@@ -20,7 +20,8 @@
  *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (admin_providers.c)
  *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (admin_scope.c)
  *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
- *   GET|POST|PUT|DELETE /api/v2/models[/{name}]   logical models (admin_models.c)
+ *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (admin_defs.c)
+ *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (admin_defs.c)
  *   GET|PUT /api/v2/config                           runtime settings (settings.h)
  *   GET  /api/v2/audit[?limit=N]                     the newest audit records first
  *

@@ -191,10 +191,11 @@ int adm_scope_check(admin_t *a, const char *coll, const char *id, const char *ve
 /* /api/v2/admin-tokens[/{id}]: create, list, revoke (platform admin only). */
 void adm_admin_tokens_route(admin_t *a, const char *id);
 
-/* ---- models (admin_models.c) ---- */
+/* ---- models and applications (admin_defs.c) ---- */
 
-/* /api/v2/models[/{name}]: list, get, create, update, delete. */
-void adm_models_route(admin_t *a, const char *name, const char *verb);
+/* /api/v2/models[/{name}] and /api/v2/applications[/{name}]: list, get, create, update,
+ * delete. 1 when coll is one of them (answered), 0 otherwise. */
+int adm_defs_route(admin_t *a, const char *coll, const char *name, const char *verb);
 
 /* ---- providers (admin_providers.c) ---- */
 

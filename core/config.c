@@ -1018,10 +1018,34 @@ static int load_priorities(loader_t *l, yaml_node_t *map, const char *path, unsi
     return 0;
 }
 
+/* allowed_models: [name, ...] — logical model names (checked against the models when a
+ * request arrives: models may also come from the store). */
+static int load_allowed_models(loader_t *l, yaml_node_t *map, const char *path, mg_app_conf_t *a)
+{
+    yaml_node_pair_t *pp = find_pair(l, map, "allowed_models");
+    if (!pp) return 0;
+    yaml_node_t *v = node_at(l, pp->value);
+    if (v->type != YAML_SEQUENCE_NODE)
+        return fail(l, line_of(v), "%s.allowed_models must be a list of model names", path);
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    a->allowed_models = calloc(n ? n : 1, sizeof(*a->allowed_models));
+    if (!a->allowed_models) return fail(l, line_of(v), "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *e = node_at(l, v->data.sequence.items.start[i]);
+        const char *t = is_scalar(e) ? scalar_text(e) : "";
+        if (!valid_name(t))
+            return fail(l, line_of(e), "%s.allowed_models[%zu] is not a model name", path, i);
+        if (!(a->allowed_models[i] = dup_str(l, line_of(e), t))) return -1;
+        a->n_allowed_models = i + 1;
+    }
+    return 0;
+}
+
 static int load_app(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_conf_t *a)
 {
     static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
-                                       "allowed_priorities", "data_policy", NULL};
+                                       "allowed_priorities", "allowed_models", "data_policy",
+                                       NULL};
     char path[300];
     a->line = line_of(key);
     a->name = dup_str(l, a->line, scalar_text(key));
@@ -1032,7 +1056,8 @@ static int load_app(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_conf_t
     if (want_map(l, v, a->line, path, keys) < 0 ||
         opt_int_field(l, v, path, "max_running_tasks", 0, 1000000, &a->max_running_tasks) < 0 ||
         opt_int_field(l, v, path, "max_queued_tasks", 0, 1000000, &a->max_queued_tasks) < 0 ||
-        load_priorities(l, v, path, &a->allowed_priorities) < 0)
+        load_priorities(l, v, path, &a->allowed_priorities) < 0 ||
+        load_allowed_models(l, v, path, a) < 0)
         return -1;
     yaml_node_pair_t *dp = find_pair(l, v, "data_policy");
     if (dp) {
@@ -1389,7 +1414,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->providers);
     for (size_t i = 0; i < cfg->n_models; i++) mg_model_conf_clear(&cfg->models[i]);
     free(cfg->models);
-    for (size_t i = 0; i < cfg->n_apps; i++) free(cfg->apps[i].name);
+    for (size_t i = 0; i < cfg->n_apps; i++) mg_app_conf_clear(&cfg->apps[i]);
     free(cfg->apps);
     free(cfg->path);
     free(cfg->listen);
@@ -1437,6 +1462,39 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
 oom:
     snprintf(err, err_len, "out of memory");
     return -1;
+}
+
+void mg_app_conf_clear(mg_app_conf_t *app)
+{
+    for (size_t i = 0; i < app->n_allowed_models; i++) free(app->allowed_models[i]);
+    free(app->allowed_models);
+    free(app->name);
+    memset(app, 0, sizeof(*app));
+}
+
+bool mg_app_allows_model(const mg_app_conf_t *app, const char *name)
+{
+    if (!app->allowed_models) return true;
+    for (size_t i = 0; i < app->n_allowed_models; i++)
+        if (strcmp(app->allowed_models[i], name) == 0) return true;
+    return false;
+}
+
+int mg_config_add_app(mg_config_t *cfg, mg_app_conf_t *app, char *err, size_t err_len)
+{
+    if (mg_config_app(cfg, app->name)) {
+        snprintf(err, err_len, "application name '%s' is taken", app->name);
+        return -1;
+    }
+    mg_app_conf_t *list = realloc(cfg->apps, (cfg->n_apps + 1) * sizeof(*list));
+    if (!list) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    cfg->apps = list;
+    list[cfg->n_apps++] = *app;
+    memset(app, 0, sizeof(*app));
+    return 0;
 }
 
 void mg_model_conf_clear(mg_model_conf_t *m)

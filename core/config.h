@@ -118,7 +118,10 @@ typedef struct mg_app_conf_s {
     unsigned allowed_priorities; /* bit n = Pn allowed; all when the key is absent */
     bool has_data_policy;    /* data_policy given: cloud only with data_policy.allow_cloud */
     bool allow_cloud;
+    char **allowed_models;   /* owned list of logical model names; NULL = every model */
+    size_t n_allowed_models;
     int line;
+    bool stored;             /* added through the admin API (apps.h), not the file */
 } mg_app_conf_t;
 
 typedef struct mg_config_s {
@@ -176,6 +179,15 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
  * models. Refuses a name that is taken. Only while the config is private to its builder.
  * Returns 0, or -1 with the reason in err (m untouched then). */
 int mg_config_add_model(mg_config_t *cfg, mg_model_conf_t *m, char *err, size_t err_len);
+
+/* Append app (moved, like mg_config_add_model) to cfg's applications. 0, or -1 with err. */
+int mg_config_add_app(mg_config_t *cfg, mg_app_conf_t *app, char *err, size_t err_len);
+
+/* Free what an application owns (not app itself). */
+void mg_app_conf_clear(mg_app_conf_t *app);
+
+/* Whether the application may use logical model `name` (its allowed_models). */
+bool mg_app_allows_model(const mg_app_conf_t *app, const char *name);
 
 /* Free what a model owns (not m itself). */
 void mg_model_conf_clear(mg_model_conf_t *m);

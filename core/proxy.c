@@ -2035,6 +2035,10 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
                       "this application may not use that priority", 0);
             return;
         }
+        if (!mg_app_allows_model(c->app, c->model->name)) {
+            call_fail(c, 403, "PERMISSION_DENIED", "this application may not use that model", 0);
+            return;
+        }
     }
 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");

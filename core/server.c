@@ -5,6 +5,7 @@
  * on the loop thread. Requests keep the generation they started with. */
 #include "server.h"
 
+#include "apps.h"
 #include "models.h"
 #include "providers.h"
 #include "settings.h"
@@ -149,14 +150,15 @@ typedef struct build_s {
     mg_provider_list_t providers; /* read and decrypted before the build */
 } build_t;
 
-/* What the store adds to the file's config: providers and models added through the admin
- * API (in that order: stored models may route to stored providers), then the runtime
- * settings (PUT /api/v2/config) over the file's values. */
+/* What the store adds to the file's config: providers, models and applications added
+ * through the admin API (in that order: stored models may route to stored providers), then
+ * the runtime settings (PUT /api/v2/config) over the file's values. */
 static int extend_from_store(mg_config_t *cfg, void *ud, char *err, size_t errlen)
 {
     build_t *b = ud;
     return add_stored_providers(cfg, &b->providers, err, errlen) != 0 ||
                    mg_models_load(b->store, cfg, err, errlen) != 0 ||
+                   mg_apps_load(b->store, cfg, err, errlen) != 0 ||
                    mg_settings_overlay(b->store, cfg, err, errlen) != 0
                ? -1
                : 0;

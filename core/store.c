@@ -148,6 +148,11 @@ static const char *const migrations[] = {
     " name TEXT PRIMARY KEY, definition TEXT NOT NULL,"
     " created_at TEXT NOT NULL DEFAULT (datetime('now')),"
     " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
+    /* 9: applications added through the admin API (apps.h): the definition as JSON */
+    "CREATE TABLE applications ("
+    " name TEXT PRIMARY KEY, definition TEXT NOT NULL,"
+    " created_at TEXT NOT NULL DEFAULT (datetime('now')),"
+    " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
 };
 
 static void *writer_main(void *arg);

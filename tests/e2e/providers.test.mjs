@@ -303,6 +303,55 @@ describe('logical models: /api/v2/models', () => {
     });
 });
 
+describe('applications: /api/v2/applications (the PRD\'s permission model)', () => {
+    const asApp = (app, model = 'chat', extra = {}) => postJson(`${env.api}/chat/completions`,
+        { model, messages: [{ role: 'user', content: 'hi' }], metadata: { application: app }, ...extra });
+
+    test('create: validated; allowed models and priorities hold at once', async () => {
+        for (const [body, re] of [
+            [{ name: 'a b' }, /'name'/],
+            [{ name: 'x', allowed_priorities: ['P9'] }, /allowed_priorities/],
+            [{ name: 'x', allowed_models: 'chat' }, /allowed_models/],
+            [{ name: 'x', max_running_tasks: -1 }, /max_running_tasks/],
+            [{ name: 'x', data_policy: { allow_cloud: 'yes' } }, /allow_cloud/],
+            [{ name: 'x', colour: 1 }, /unknown field 'colour'/],
+        ]) {
+            const r = await admin('POST', 'applications', body);
+            assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+            assert.match(r.json.error.message, re);
+        }
+        const r = await admin('POST', 'applications', {
+            name: 'team-app', allowed_models: ['chat'], allowed_priorities: ['P1', 'P2'],
+            max_running_tasks: 4, data_policy: { allow_cloud: true },
+        });
+        assert.equal(r.status, 201, r.text);
+        assert.equal(r.json.source, 'db');
+        assert.deepEqual(r.json.allowed_priorities, ['P1', 'P2']);
+        assert.equal((await asApp('team-app')).status, 200);
+        const other = await asApp('team-app', 'embed-chat-none');
+        assert.equal(other.status, 404, 'an unknown model is still 404');
+        const notAllowed = await asApp('team-app', 'kept-chat');
+        assert.equal(notAllowed.status, 403, notAllowed.text);
+        assert.match(notAllowed.json.error.message, /may not use that model/);
+        const prio = await asApp('team-app', 'chat', { priority: 'P0' });
+        assert.equal(prio.status, 403, prio.text);
+        assert.equal((await asApp('no-such-app', 'kept-chat')).status, 200, 'unknown applications are not limited');
+    });
+
+    test('update and delete apply at once; listed with the file\'s', async () => {
+        let r = await admin('PUT', 'applications/team-app', { allowed_models: ['chat', 'kept-chat'] });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.max_running_tasks, 4, 'members not given are kept');
+        assert.equal((await asApp('team-app', 'kept-chat')).status, 200);
+        const list = await admin('GET', 'applications');
+        assert.ok(list.json.data.some((x) => x.name === 'team-app'));
+        r = await admin('DELETE', 'applications/team-app');
+        assert.equal(r.status, 200, r.text);
+        assert.equal((await admin('GET', 'applications/team-app')).status, 404);
+        assert.equal((await asApp('team-app', 'chat', { priority: 'P0' })).status, 200, 'no longer limited');
+    });
+});
+
 describe('runtime settings: GET/PUT /api/v2/config', () => {
     test('read, change (hot), validate, and back to the file value with null', async () => {
         let r = await admin('GET', 'config');

@@ -703,6 +703,7 @@ static void test_operational_sections(void)
                               "idempotency: { ttl_seconds: 60 }\n"
                               "applications:\n"
                               "  sec: { max_running_tasks: 2, allowed_priorities: [P0, P1],\n"
+                              "         allowed_models: [m1, m2],\n"
                               "         data_policy: { allow_cloud: false } }\n"
                               "users: { default_max_running_tasks: 1 }\n");
     CHECK(c != NULL);
@@ -730,6 +731,7 @@ static void test_operational_sections(void)
             CHECK_EQ_INT(a->max_running_tasks, 2);
             CHECK_EQ_INT(a->allowed_priorities, 0x3);
             CHECK(a->has_data_policy && !a->allow_cloud);
+            CHECK(mg_app_allows_model(a, "m2") && !mg_app_allows_model(a, "m3"));
         }
         CHECK_EQ_INT(c->user_max_running_tasks, 1);
         mg_config_free(c);
@@ -747,6 +749,7 @@ static void test_operational_sections(void)
     CHECK(strstr(parse_err("scheduler:\n  overflow_status: 500\n"), "429 or 503") != NULL);
     CHECK(strstr(parse_err("scheduler:\n  priority_weights: [1]\n"), "5 integers") != NULL);
     CHECK(strstr(parse_err("applications:\n  a: { allowed_priorities: [P9] }\n"), "P0..P4") != NULL);
+    CHECK(strstr(parse_err("applications:\n  a: { allowed_models: m1 }\n"), "list of model names") != NULL);
     CHECK(strstr(parse_err("providers:\n  - { id: p, adapter: openai, base_url: http://h, engine: x }\n"),
                  "engine") != NULL);
 }

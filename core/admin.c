@@ -833,6 +833,35 @@ static void config_get(admin_t *a)
 
 /* PUT {key: value | null, ...}: every member validated first, then one transaction; null
  * removes the override (the config file's value comes back). */
+int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const cJSON *v)
+{
+    char text[64], err[256];
+    const char *p[2] = {key, text};
+    if (cJSON_IsNull(v))
+        return adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, key) < 0 ? -1
+                                                                                           : 0;
+    if (mg_settings_check(key, v, text, sizeof(text), err, sizeof(err)) != 0) {
+        adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
+        return -1;
+    }
+    return adm_tx_write(a, tx,
+                        "INSERT INTO system_config(key, value) VALUES (?1, ?2)"
+                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
+                        " updated_at = datetime('now')",
+                        2, p, key) < 0
+               ? -1
+               : 0;
+}
+
+/* The config view after the rebuild: the new generation's settings. */
+static cJSON *config_view(const mg_config_t *cfg, cJSON *prev)
+{
+    cJSON *keys = cJSON_DetachItemFromObject(prev, "overridden");
+    cJSON *o = mg_settings_json(cfg, keys);
+    cJSON_Delete(keys);
+    return o;
+}
+
 static void config_put(admin_t *a)
 {
     const cJSON *m;
@@ -849,19 +878,7 @@ static void config_put(admin_t *a)
     if (adm_tx_begin(a, &tx) != 0) return;
     cJSON_ArrayForEach(m, a->in)
     {
-        const char *p[2] = {m->string, text};
-        int rc;
-        if (cJSON_IsNull(m)) {
-            rc = adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, m->string);
-        } else {
-            mg_settings_check(m->string, m, text, sizeof(text), err, sizeof(err));
-            rc = adm_tx_write(a, tx,
-                              "INSERT INTO system_config(key, value) VALUES (?1, ?2)"
-                              " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
-                              " updated_at = datetime('now')",
-                              2, p, m->string);
-        }
-        if (rc < 0) {
+        if (adm_setting_write_tx(a, tx, m->string, m) != 0) {
             mg_store_tx_rollback(tx);
             return;
         }
@@ -873,7 +890,7 @@ static void config_put(admin_t *a)
     cJSON_AddItemToObject(o, "overridden", keys);
     adm_set_answer(a, 200, o);
     a->rebuild = 1;
-    a->settings_answer = 1;
+    a->answer_from = config_view;
 }
 
 /* ---- routing ------------------------------------------------------------------------------------
@@ -991,7 +1008,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
         adm_providers_route(a, id, verb);
         return;
     }
-    if (adm_defs_route(a, coll, id, verb)) return;
+    if (adm_defs_route(a, coll, id, verb) || adm_views_route(a, coll, id, verb)) return;
     if (strcmp(coll, "config") == 0 && !id) {
         int get = method_is(a, HTTP_GET), put = method_is(a, HTTP_PUT);
         a->action = get ? "config.get" : put ? "config.update" : "config.invalid";
@@ -1235,11 +1252,9 @@ static void admin_rebuilt(void *ud, int ok, const char *err)
                    "admin %s: stored, but the new generation failed: %s", a->action, err);
         cJSON_AddFalseToObject(a->answer, "applied");
         cJSON_AddStringToObject(a->answer, "apply_error", err);
-    } else if (ok && a->settings_answer && a->answer) {
-        /* the settings as the new generation has them */
-        cJSON *keys = cJSON_DetachItemFromObject(a->answer, "overridden");
-        adm_set_answer(a, 200, mg_settings_json(a->s->gen->cfg, keys));
-        cJSON_Delete(keys);
+    } else if (ok && a->answer_from && a->answer) {
+        /* the resource as the new generation has it */
+        adm_set_answer(a, a->status, a->answer_from(a->s->gen->cfg, a->answer));
     }
     admin_finish(a);
 }

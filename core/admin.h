@@ -22,6 +22,8 @@
  *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
  *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (admin_defs.c)
  *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (admin_defs.c)
+ *   GET|PUT /api/v2/quotas, /api/v2/policies         views over settings and applications
+ *                                                   (admin_views.c)
  *   GET|PUT /api/v2/config                           runtime settings (settings.h)
  *   GET  /api/v2/audit[?limit=N]                     the newest audit records first
  *

@@ -184,6 +184,32 @@ static int stored_only(admin_t *a, const def_kind_t *k, const char *name, cJSON 
     return -1;
 }
 
+int adm_app_stored_def(admin_t *a, const char *name, cJSON **def)
+{
+    return stored_only(a, &kinds[1], name, def);
+}
+
+int adm_app_write_tx(admin_t *a, mg_store_tx_t *tx, const char *name, const cJSON *def)
+{
+    char err[256];
+    cJSON *view = NULL;
+    if (app_build(a->gen->cfg, def, name, &view, err, sizeof(err)) != 0) {
+        adm_set_error(a, 400, "INVALID_REQUEST", "applications.%s: %s", name, err);
+        return -1;
+    }
+    cJSON_Delete(view);
+    char *text = cJSON_PrintUnformatted(def);
+    const char *p[2] = {name, text};
+    int rc = text ? adm_tx_write(a, tx,
+                                 "UPDATE applications SET definition = ?2,"
+                                 " updated_at = datetime('now') WHERE name = ?1",
+                                 2, p, "name")
+                  : -1;
+    if (!text) adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
+    free(text);
+    return rc < 0 ? -1 : 0;
+}
+
 static void def_update(admin_t *a, const def_kind_t *k, const char *name)
 {
     cJSON *def = NULL;

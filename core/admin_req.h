@@ -25,6 +25,7 @@
 #include "keys.h"
 #include "luavm.h"
 #include "server.h"
+#include "settings.h"
 #include "store.h"
 
 #define ADM_MAX_NAME 128
@@ -72,7 +73,9 @@ typedef struct admin_s {
     admin_fx_t fx[ADM_MAX_FX];      /* effects for the loop thread, in order */
     int n_fx;
     int rebuild;                    /* providers changed: the generation must be rebuilt */
-    int settings_answer;            /* the answer shows the rebuilt generation's settings */
+    /* with rebuild: the answer made again from the rebuilt generation's config (prev: the
+     * worker's answer, to take parts from); NULL = the worker's answer stands */
+    cJSON *(*answer_from)(const mg_config_t *cfg, cJSON *prev);
 } admin_t;
 
 void adm_set_answer(admin_t *a, int status, cJSON *body);
@@ -196,6 +199,22 @@ void adm_admin_tokens_route(admin_t *a, const char *id);
 /* /api/v2/models[/{name}] and /api/v2/applications[/{name}]: list, get, create, update,
  * delete. 1 when coll is one of them (answered), 0 otherwise. */
 int adm_defs_route(admin_t *a, const char *coll, const char *name, const char *verb);
+
+/* The stored definition of application name (owned) in *def: 404 when unknown, 409 when
+ * it comes from the config file. 0 or -1 (error set). */
+int adm_app_stored_def(admin_t *a, const char *name, cJSON **def);
+/* Write application name's definition inside tx (validated first). 0 or -1 (error set). */
+int adm_app_write_tx(admin_t *a, mg_store_tx_t *tx, const char *name, const cJSON *def);
+
+/* ---- runtime settings (admin.c) ---- */
+
+/* Write one setting (null = remove the override) inside tx. 0 or -1 (error set). */
+int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const cJSON *v);
+
+/* ---- quotas and policies (admin_views.c) ---- */
+
+/* /api/v2/quotas and /api/v2/policies (GET, PUT). 1 when coll is one of them. */
+int adm_views_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
 /* ---- providers (admin_providers.c) ---- */
 

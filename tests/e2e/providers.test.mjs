@@ -352,6 +352,48 @@ describe('applications: /api/v2/applications (the PRD\'s permission model)', () 
     });
 });
 
+describe('quotas and policies: views over settings and applications', () => {
+    const asApp = (app, model) => postJson(`${env.api}/chat/completions`,
+        { model, messages: [{ role: 'user', content: 'hi' }], metadata: { application: app } });
+
+    test('PUT /api/v2/quotas: users and application caps in one transaction', async () => {
+        assert.equal((await admin('POST', 'applications', { name: 'quota-app', max_queued_tasks: 3 })).status, 201);
+        let r = await admin('GET', 'quotas');
+        assert.equal(r.status, 200, r.text);
+        assert.deepEqual(r.json.users, { max_running_tasks: 0, max_queued_tasks: 0 });
+        assert.deepEqual(r.json.applications['quota-app'], { max_running_tasks: 0, max_queued_tasks: 3, source: 'db' });
+        // one bad part refuses the whole request
+        r = await admin('PUT', 'quotas', { users: { max_queued_tasks: 9 }, applications: { nope: { max_queued_tasks: 1 } } });
+        assert.equal(r.status, 404, r.text);
+        assert.equal((await admin('GET', 'quotas')).json.users.max_queued_tasks, 0, 'nothing written');
+        for (const body of [{ users: { colour: 1 } }, { limits: {} }, { applications: { 'quota-app': { allowed_models: [] } } }]) {
+            assert.equal((await admin('PUT', 'quotas', body)).status, 400, JSON.stringify(body));
+        }
+        r = await admin('PUT', 'quotas', { users: { max_running_tasks: 2 }, applications: { 'quota-app': { max_queued_tasks: 7 } } });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.users.max_running_tasks, 2);
+        assert.equal(r.json.applications['quota-app'].max_queued_tasks, 7);
+        assert.equal((await admin('GET', 'applications/quota-app')).json.max_queued_tasks, 7);
+    });
+
+    test('PUT /api/v2/policies: application permissions and routing flags, in force at once', async () => {
+        assert.equal((await asApp('quota-app', 'kept-chat')).status, 200);
+        let r = await admin('PUT', 'policies', { routing: { allow_smaller_model: true },
+            applications: { 'quota-app': { allowed_models: ['chat'] } } });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.routing.allow_smaller_model, true);
+        assert.deepEqual(r.json.applications['quota-app'].allowed_models, ['chat']);
+        assert.equal((await asApp('quota-app', 'kept-chat')).status, 403);
+        assert.equal((await asApp('quota-app', 'chat')).status, 200);
+        // back to the file's values, so later tests start clean
+        r = await admin('PUT', 'policies', { routing: { allow_smaller_model: null } });
+        assert.equal(r.json.routing.allow_smaller_model, false);
+        r = await admin('PUT', 'quotas', { users: { max_running_tasks: null } });
+        assert.equal(r.json.users.max_running_tasks, 0);
+        assert.equal((await admin('DELETE', 'applications/quota-app')).status, 200);
+    });
+});
+
 describe('runtime settings: GET/PUT /api/v2/config', () => {
     test('read, change (hot), validate, and back to the file value with null', async () => {
         let r = await admin('GET', 'config');

@@ -1,7 +1,8 @@
 /* admin_views: the PRD's /admin/quotas and /admin/policies (3.2.3) as views over the same
  * state the rest of the admin API changes, on the admin worker thread.
  *
- *   GET /api/v2/quotas    {users: {max_running_tasks, max_queued_tasks},
+ *   GET /api/v2/quotas    {users: {default_max_running_tasks, default_max_queued_tasks,
+ *                                   default_requests_per_minute},
  *                          applications: {name: {max_running_tasks, max_queued_tasks, source}}}
  *   GET /api/v2/policies  {routing: {local_first, allow_smaller_model},
  *                          applications: {name: {allowed_priorities, allowed_models,
@@ -26,7 +27,9 @@ typedef struct view_s {
     const char *const *app_keys; /* the application members this view shows and changes */
 } view_t;
 
-static const char *const quota_settings[] = {"max_running_tasks", "max_queued_tasks", NULL};
+static const char *const quota_settings[] = {"default_max_running_tasks",
+                                             "default_max_queued_tasks",
+                                             "default_requests_per_minute", NULL};
 static const char *const quota_app_keys[] = {"max_running_tasks", "max_queued_tasks", NULL};
 static const char *const policy_settings[] = {"local_first", "allow_smaller_model", NULL};
 static const char *const policy_app_keys[] = {"allowed_priorities", "allowed_models",

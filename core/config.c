@@ -1097,13 +1097,15 @@ static int load_applications(loader_t *l, yaml_node_t *v, int line)
 static int load_users(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"default_max_running_tasks", "default_max_queued_tasks",
-                                       NULL};
+                                       "default_requests_per_minute", NULL};
     int r = want_map(l, v, line, "users", keys);
     if (r <= 0) return r;
     if (opt_int_field(l, v, "users", "default_max_running_tasks", 0, 1000000,
                       &l->cfg->user_max_running_tasks) < 0 ||
         opt_int_field(l, v, "users", "default_max_queued_tasks", 0, 1000000,
-                      &l->cfg->user_max_queued_tasks) < 0)
+                      &l->cfg->user_max_queued_tasks) < 0 ||
+        opt_int_field(l, v, "users", "default_requests_per_minute", 0, 60000,
+                      &l->cfg->user_rpm_limit) < 0)
         return -1;
     return 0;
 }
@@ -1531,6 +1533,34 @@ const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char 
     for (size_t i = 0; i < cfg->n_providers; i++)
         if (!strcmp(cfg->providers[i].id, id)) return &cfg->providers[i];
     return NULL;
+}
+
+void mg_config_link_routes(mg_config_t *cfg)
+{
+    if (!cfg->n_providers) return;
+    /* providers sorted by id, each route's found by binary search, as at load */
+    const mg_provider_conf_t **by_id = malloc(cfg->n_providers * sizeof *by_id);
+    if (!by_id) return; /* hints unset: lookups search, slower but right */
+    for (size_t i = 0; i < cfg->n_providers; i++) by_id[i] = &cfg->providers[i];
+    qsort(by_id, cfg->n_providers, sizeof *by_id, cmp_provider_ptr);
+    for (size_t m = 0; m < cfg->n_models; m++) {
+        for (size_t i = 0; i < cfg->models[m].n_routes; i++) {
+            mg_route_conf_t *r = &cfg->models[m].routes[i];
+            const mg_provider_conf_t **p =
+                bsearch(r->provider, by_id, cfg->n_providers, sizeof *by_id, cmp_provider_id);
+            r->provider_hint = p ? (int)(*p - cfg->providers) : -1;
+        }
+    }
+    free(by_id);
+}
+
+const mg_provider_conf_t *mg_config_route_provider(const mg_config_t *cfg,
+                                                   const mg_route_conf_t *r)
+{
+    int i = r->provider_hint;
+    if (i >= 0 && (size_t)i < cfg->n_providers && strcmp(cfg->providers[i].id, r->provider) == 0)
+        return &cfg->providers[i];
+    return mg_config_provider(cfg, r->provider);
 }
 
 const mg_app_conf_t *mg_config_app(const mg_config_t *cfg, const char *name)

@@ -38,6 +38,8 @@ typedef struct mg_provider_conf_s {
 
 typedef struct mg_route_conf_s {
     char *provider;     /* owned; a provider id */
+    int provider_hint;  /* where that id most likely is in cfg->providers (mg_config_link_routes):
+                           checked before use, so a stale or unset hint only costs a search */
     char *model;        /* owned; the upstream model name */
     bool smaller;       /* a smaller model: used only with routing.allow_smaller_model */
     int priority;       /* route group, lower first (default 0) */
@@ -155,6 +157,7 @@ typedef struct mg_config_s {
     size_t n_apps;
     int user_max_running_tasks; /* per user (metadata.user_id or "user"), 0 = off */
     int user_max_queued_tasks;
+    int user_rpm_limit;         /* requests per minute per user of an application, 0 = off */
 } mg_config_t;
 
 /* Load and validate the YAML file at `path`. On success returns 0 and sets *out
@@ -196,5 +199,14 @@ void mg_model_conf_clear(mg_model_conf_t *m);
 const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char *id);
 const mg_model_conf_t *mg_config_model(const mg_config_t *cfg, const char *name);
 const mg_app_conf_t *mg_config_app(const mg_config_t *cfg, const char *name);
+
+/* Set every route's provider_hint, once the providers and models are all there (the
+ * request path then finds a route's provider without a search per route). */
+void mg_config_link_routes(mg_config_t *cfg);
+
+/* The provider of route r (NULL when cfg has none by that id): at r->provider_hint when
+ * the id is there, else by search. */
+const mg_provider_conf_t *mg_config_route_provider(const mg_config_t *cfg,
+                                                   const mg_route_conf_t *r);
 
 #endif

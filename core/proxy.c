@@ -23,6 +23,7 @@
 #include "log.h"
 #include "sse.h"
 #include "task.h"
+#include "userrate.h"
 
 #define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
 #define MAX_ERROR_BODY_BYTES (64u * 1024u)
@@ -432,6 +433,28 @@ static void call_unlink(call_t *c)
 }
 
 static uint64_t unix_now_ms(void);
+static void call_fail(call_t *c, int status, const char *code, const char *msg,
+                      int retry_after_ms);
+
+/* users.default_requests_per_minute: the user (within its application, PRD 3.2.2) may send
+ * that many requests per minute; 1 when refused (answered 429). */
+static int user_rate_refused(call_t *c)
+{
+    int limit = c->gen->cfg->user_rpm_limit;
+    uint64_t wait_ms = 0;
+    if (limit <= 0 || !c->user[0]) return 0;
+    char key[400];
+    int n = snprintf(key, sizeof(key), "%s/%s", c->app ? c->app->name : "", c->user);
+    int rc = mg_userrate_take(c->srv->userrate, key, (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
+                              (uint32_t)limit, uv_now(c->srv->loop), &wait_ms);
+    if (rc == MG_USERRATE_FULL)
+        mg_log_msg(MG_LOG_WARN, c->req ? c->req->request_id : NULL,
+                   "per-user rate: too many active users to track; request not counted");
+    if (rc != MG_USERRATE_LIMITED) return 0;
+    call_fail(c, 429, "RATE_LIMITED", "this user's requests per minute are used up",
+              (int)wait_ms);
+    return 1;
+}
 
 /* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
  * rounded up (a priced request never costs nothing), charged to the caller's key and
@@ -2040,6 +2063,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
             return;
         }
     }
+    if (user_rate_refused(c)) return;
 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
     if (!cJSON_IsNumber(mt)) mt = cJSON_GetObjectItemCaseSensitive(body, "max_completion_tokens");

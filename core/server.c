@@ -22,6 +22,7 @@
 #include "proxy.h"
 #include "idem.h"
 #include "tasks.h"
+#include "userrate.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
 {
@@ -461,6 +462,8 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     s->tasks = mg_tasks_open(s, cfg->tasks_retention_seconds);
     s->idem = mg_idem_open(s, cfg->idempotency_ttl_seconds);
     if (!s->tasks || !s->idem) return -1;
+    s->userrate = mg_userrate_new();
+    if (!s->userrate) return -1;
     s->auth = mg_auth_new();
     if (!s->auth || mg_auth_load(s->auth, s->store, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: storage: cannot load API keys: %s\n",
@@ -536,6 +539,7 @@ int mg_server_run(mg_server_t *s)
     mg_pool_free(&s->pool);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
+    mg_userrate_free(s->userrate);
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
     mg_store_close(s->store);

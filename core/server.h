@@ -37,6 +37,7 @@ typedef struct mg_server_s {
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
     struct mg_tasks_s *tasks;   /* owned: async task records */
     struct mg_idem_s *idem;     /* owned: idempotency keys and stored answers */
+    struct mg_userrate_s *userrate; /* owned: requests per minute per application user */
     int64_t started_at;         /* unix seconds */
     /* reload state, shown in /status */
     int reloading;

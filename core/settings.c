@@ -32,8 +32,9 @@ static const setting_t settings[] = {
     {"scheduler.priority_aging_seconds", SET_INT, 0, 86400, AT(scheduler.priority_aging_seconds)},
     {"scheduler.reserved_realtime_slots", SET_INT, 0, 100000,
      AT(scheduler.reserved_realtime_slots)},
-    {"users.max_running_tasks", SET_INT, 0, 1000000, AT(user_max_running_tasks)},
-    {"users.max_queued_tasks", SET_INT, 0, 1000000, AT(user_max_queued_tasks)},
+    {"users.default_max_running_tasks", SET_INT, 0, 1000000, AT(user_max_running_tasks)},
+    {"users.default_max_queued_tasks", SET_INT, 0, 1000000, AT(user_max_queued_tasks)},
+    {"users.default_requests_per_minute", SET_INT, 0, 60000, AT(user_rpm_limit)},
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))

@@ -360,20 +360,39 @@ describe('quotas and policies: views over settings and applications', () => {
         assert.equal((await admin('POST', 'applications', { name: 'quota-app', max_queued_tasks: 3 })).status, 201);
         let r = await admin('GET', 'quotas');
         assert.equal(r.status, 200, r.text);
-        assert.deepEqual(r.json.users, { max_running_tasks: 0, max_queued_tasks: 0 });
+        assert.deepEqual(r.json.users, { default_max_running_tasks: 0, default_max_queued_tasks: 0, default_requests_per_minute: 0 });
         assert.deepEqual(r.json.applications['quota-app'], { max_running_tasks: 0, max_queued_tasks: 3, source: 'db' });
         // one bad part refuses the whole request
-        r = await admin('PUT', 'quotas', { users: { max_queued_tasks: 9 }, applications: { nope: { max_queued_tasks: 1 } } });
+        r = await admin('PUT', 'quotas', { users: { default_max_queued_tasks: 9 }, applications: { nope: { max_queued_tasks: 1 } } });
         assert.equal(r.status, 404, r.text);
-        assert.equal((await admin('GET', 'quotas')).json.users.max_queued_tasks, 0, 'nothing written');
+        assert.equal((await admin('GET', 'quotas')).json.users.default_max_queued_tasks, 0, 'nothing written');
         for (const body of [{ users: { colour: 1 } }, { limits: {} }, { applications: { 'quota-app': { allowed_models: [] } } }]) {
             assert.equal((await admin('PUT', 'quotas', body)).status, 400, JSON.stringify(body));
         }
-        r = await admin('PUT', 'quotas', { users: { max_running_tasks: 2 }, applications: { 'quota-app': { max_queued_tasks: 7 } } });
+        r = await admin('PUT', 'quotas', { users: { default_max_running_tasks: 2 }, applications: { 'quota-app': { max_queued_tasks: 7 } } });
         assert.equal(r.status, 200, r.text);
-        assert.equal(r.json.users.max_running_tasks, 2);
+        assert.equal(r.json.users.default_max_running_tasks, 2);
         assert.equal(r.json.applications['quota-app'].max_queued_tasks, 7);
         assert.equal((await admin('GET', 'applications/quota-app')).json.max_queued_tasks, 7);
+    });
+
+    test('users.default_requests_per_minute: per user within an application, 429 with Retry-After', async () => {
+        let r = await admin('PUT', 'quotas', { users: { default_requests_per_minute: 2 } });
+        assert.equal(r.status, 200, r.text);
+        const asUser = (app, user) => postJson(`${env.api}/chat/completions`,
+            { model: 'chat', messages: [{ role: 'user', content: 'hi' }], metadata: { application: app, user_id: user } });
+        assert.equal((await asUser('quota-app', 'u1')).status, 200);
+        assert.equal((await asUser('quota-app', 'u1')).status, 200);
+        const third = await asUser('quota-app', 'u1');
+        assert.equal(third.status, 429, third.text);
+        assert.equal(third.json.error.code, 'RATE_LIMITED');
+        const ra = Number(third.headers.get('retry-after'));
+        assert.ok(ra >= 1 && ra <= 60, `Retry-After ${ra}`);
+        assert.equal((await asUser('quota-app', 'u2')).status, 200, 'another user has its own minute');
+        assert.equal((await asUser('other-app', 'u1')).status, 200, 'the same user in another application too');
+        r = await admin('PUT', 'quotas', { users: { default_requests_per_minute: null } });
+        assert.equal(r.json.users.default_requests_per_minute, 0);
+        assert.equal((await asUser('quota-app', 'u1')).status, 200, 'off again');
     });
 
     test('PUT /api/v2/policies: application permissions and routing flags, in force at once', async () => {
@@ -388,8 +407,8 @@ describe('quotas and policies: views over settings and applications', () => {
         // back to the file's values, so later tests start clean
         r = await admin('PUT', 'policies', { routing: { allow_smaller_model: null } });
         assert.equal(r.json.routing.allow_smaller_model, false);
-        r = await admin('PUT', 'quotas', { users: { max_running_tasks: null } });
-        assert.equal(r.json.users.max_running_tasks, 0);
+        r = await admin('PUT', 'quotas', { users: { default_max_running_tasks: null } });
+        assert.equal(r.json.users.default_max_running_tasks, 0);
         assert.equal((await admin('DELETE', 'applications/quota-app')).status, 200);
     });
 });

@@ -1,10 +1,7 @@
 /* keys_bench: customer-key index lookup cost and memory per key.
  *
- * Build and run from the repository root:
- *
- *   gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wshadow -Icore \
- *       bench/keys_bench.c core/keys.c core/crypto.c -lcrypto -o /tmp/keys_bench
- *   /tmp/keys_bench            # or: /tmp/keys_bench 1000 100000 1000000
+ * Built by CMake (target keys_bench, against the core library); run from the repository
+ * root: build/keys_bench            # or: build/keys_bench 1000 100000 1000000
  *
  * For each index size it fills an index with generated keys and reports, in ns per call:
  *   lookup hit   mg_key_index_lookup() of an indexed key (SHA-256 + probe + checks)
@@ -16,7 +13,16 @@
  * "index bytes/key" is mg_key_index_memory() / n (slot table + records, no allocator
  * overhead); "heap bytes/key" is the growth of glibc's in-use heap (mallinfo2) while
  * filling the index, so it includes malloc's headers. Records carry no allowlist and no
- * labels unless the size is followed by ":m", which gives each two models and a label. */
+ * labels unless the size is followed by ":m", which gives each two models and a label.
+ *
+ * Then, per size, the whole auth state (auth.h) as the gateway holds it: an mg_auth_t
+ * filled through mg_auth_put_key() with the same keys, each without limits (as
+ * bench/seed_keys.c seeds them), with only a concurrency limit, or with an rpm limit.
+ * "auth heap bytes/key" is its mallinfo2 growth per key (index, records and the per-key
+ * quota and spend state); "beyond index" subtracts the plain index's heap bytes/key;
+ * "levels bytes/key" is mg_auth_memory()'s level_bytes per key (levels, their tables and
+ * windows, without malloc's overhead) and "windows" how many levels hold a rate window. */
+#include "auth.h"
 #include "keys.h"
 
 #include <malloc.h>
@@ -80,40 +86,88 @@ static double dram_ns(void)
     return (t1 - t0) / (double)steps;
 }
 
-static mg_key_record_t *make_record(const char *key, int64_t id, int with_models)
+/* Heap in use (glibc): uordblks, plus the large blocks malloc placed in their own mappings. */
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+
+/* The policy of benchmark key `id` (digest of `key`), as a template. */
+static void make_template(mg_key_record_t *t, const char *key, int64_t id, int with_models)
 {
     static const char *const models[] = {"general-chat", "fast-chat"};
-    mg_key_record_t t;
-    memset(&t, 0, sizeof(t));
-    mg_key_digest(key, MG_KEY_LEN, t.digest);
-    t.id = id;
-    t.tenant_id = 1;
-    t.project_id = 1;
-    t.scopes = MG_SCOPE_INFERENCE;
-    t.priorities = MG_PRIORITY_ALL;
-    t.rpm_limit = 600;
-    t.enabled = 1;
+    memset(t, 0, sizeof(*t));
+    mg_key_digest(key, MG_KEY_LEN, t->digest);
+    t->id = id;
+    t->tenant_id = 1;
+    t->project_id = 1;
+    t->scopes = MG_SCOPE_INFERENCE;
+    t->priorities = MG_PRIORITY_ALL;
+    t->rpm_limit = 600;
+    t->enabled = 1;
     if (with_models) {
-        t.models = models;
-        t.n_models = 2;
-        t.labels = "team=search env=prod";
+        t->models = models;
+        t->n_models = 2;
+        t->labels = "team=search env=prod";
     }
+}
+
+static mg_key_record_t *make_record(const char *key, int64_t id, int with_models)
+{
+    mg_key_record_t t;
+    make_template(&t, key, id, with_models);
     return mg_key_record_new(&t);
+}
+
+/* Limits of the auth-state runs. */
+typedef enum { LIM_NONE, LIM_CONCURRENCY, LIM_RPM } limits_t;
+
+static const char *const limits_name[] = {"no limits", "max_concurrency", "rpm_limit"};
+
+/* What an mg_auth_t holding n keys costs. */
+typedef struct auth_cost_s {
+    double heap_per_key;   /* mallinfo2 growth / n */
+    double levels_per_key; /* mg_auth_memory().level_bytes / n */
+    size_t windows;        /* mg_auth_memory().windows */
+} auth_cost_t;
+
+/* Fill an mg_auth_t with n keys with the given limits through mg_auth_put_key(). */
+static auth_cost_t auth_cost(key_text_t *keys, size_t n, int with_models, limits_t lim)
+{
+    size_t h0 = heap_in_use();
+    mg_auth_t *a = mg_auth_new();
+    if (!a) exit(1);
+    for (size_t i = 0; i < n; i++) {
+        mg_key_record_t t;
+        make_template(&t, keys[i], (int64_t)i + 1, with_models);
+        t.rpm_limit = lim == LIM_RPM ? 600 : 0;
+        t.max_concurrency = lim == LIM_CONCURRENCY ? 4 : 0;
+        if (mg_auth_put_key(a, &t) != 0) {
+            fprintf(stderr, "mg_auth_put_key failed at %zu\n", i);
+            exit(1);
+        }
+    }
+    auth_cost_t c = {(double)(heap_in_use() - h0) / (double)n, 0, 0};
+    mg_auth_memory_t m;
+    mg_auth_memory(a, &m);
+    c.levels_per_key = (double)m.level_bytes / (double)n;
+    c.windows = m.windows;
+    mg_auth_free(a);
+    return c;
 }
 
 /* Fill an index with n keys; returns heap bytes used (mallinfo2 delta). */
 static size_t fill(mg_key_index_t *ix, key_text_t *keys, size_t n, int with_models)
 {
-    struct mallinfo2 m0 = mallinfo2();
+    size_t h0 = heap_in_use();
     mg_key_index_init(ix, 0);
     for (size_t i = 0; i < n; i++)
         if (mg_key_index_insert(ix, make_record(keys[i], (int64_t)i, with_models)) != 0) {
             fprintf(stderr, "insert failed at %zu\n", i);
             exit(1);
         }
-    struct mallinfo2 m1 = mallinfo2();
-    /* uordblks: in-use heap; hblkhd: large blocks malloc placed in their own mappings */
-    return (m1.uordblks + m1.hblkhd) - (m0.uordblks + m0.hblkhd);
+    return heap_in_use() - h0;
 }
 
 /* `presented` holds n keys in a shuffled order: read in sequence (like a request buffer,
@@ -185,6 +239,13 @@ static void run(size_t n, size_t count, int with_models)
            (double)ix.n / (double)ix.cap, (double)mg_key_index_memory(&ix) / (double)n,
            (double)heap / (double)n);
     mg_key_index_free(&ix);
+    for (limits_t lim = LIM_NONE; lim <= LIM_RPM; lim++) {
+        auth_cost_t c = auth_cost(keys, n, with_models, lim);
+        printf("%8zu keys%s | auth state, %-15s | auth heap bytes/key %7.1f | beyond index "
+               "%7.1f | levels bytes/key %6.1f | windows %zu\n",
+               n, with_models ? " +models" : "", limits_name[lim], c.heap_per_key,
+               c.heap_per_key - (double)heap / (double)n, c.levels_per_key, c.windows);
+    }
     free(keys);
     free(presented);
     free(strangers);

@@ -7,11 +7,18 @@
  * result one more, so a reservation can always give back what it took even if its key was
  * deleted or its project's limits changed meanwhile.
  *
+ * Memory. There is one level per loaded key, so a level holds only what every key needs:
+ * its leases, its spend figures, and a quota level (quota.h) whose 60-second window is
+ * allocated only while the key has an rpm or tpm limit. Spend limits are not copied into
+ * it: a key's are read from its record (the index holds the current one), a project's
+ * sit after the common part of its level (project_level_t), as projects are few.
+ *
  * Reloading from the store builds the new index and tables beside the old ones, reusing
  * the level objects of ids that still exist, and then swaps them in with plain pointer
  * assignments: a request on the loop thread sees either the old state or the new. */
 #include "auth.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +30,23 @@
 #include "log.h"
 
 struct mg_auth_level_s {
-    mg_quota_level_t q;           /* limits + window state */
+    mg_quota_level_t q;           /* limits, leases, and the window while rpm/tpm is limited */
     int64_t id;                   /* key or project row id */
-    uint32_t refs;                /* the table's reference + one per granted result */
-    int64_t daily_limit_micros;   /* 0 = none (keys only) */
-    int64_t monthly_limit_micros; /* 0 = none */
     int64_t spent_day_micros;     /* spent in UTC day `day` */
     int64_t spent_month_micros;   /* spent in UTC month `month` */
+    uint32_t refs;                /* the table's reference + one per granted result */
     int32_t day, month;           /* the periods those figures belong to (spend_period) */
-    int64_t last_used_written_s;  /* keys: last last_used_at queued for the store */
+    uint32_t last_used_written_s; /* keys: last last_used_at queued (unix s; fits to 2106) */
 };
+
+/* One per loaded key: 56 bytes is what glibc serves from a 64-byte chunk. */
+_Static_assert(sizeof(struct mg_auth_level_s) <= 56, "a key's level outgrew its malloc chunk");
+
+/* A project's level: the common part first, then the project's spend limit. */
+typedef struct project_level_s {
+    mg_auth_level_t lv;
+    int64_t monthly_limit_micros; /* 0 = none */
+} project_level_t;
 
 /* Levels sorted by id. */
 typedef struct level_table_s {
@@ -43,7 +57,7 @@ typedef struct level_table_s {
 struct mg_auth_s {
     mg_key_index_t ix;
     level_table_t keys;      /* by key id */
-    level_table_t projects;  /* by project id */
+    level_table_t projects;  /* by project id: every level is in a project_level_t */
     mg_store_t *store;       /* borrowed: last_used_at writes; NULL = none */
     uint64_t hint_logged_ms; /* when the "no keys yet" hint was last logged */
 };
@@ -51,21 +65,37 @@ struct mg_auth_s {
 static const char LEVEL_KEY[] = "key";
 static const char LEVEL_PROJECT[] = "project";
 
+/* Levels of a result or a check come key first, project second: the position names them. */
+static const char *level_name(size_t i)
+{
+    return i ? LEVEL_PROJECT : LEVEL_KEY;
+}
+
 /* ---- levels and tables ------------------------------------------------------------------ */
 
-static mg_auth_level_t *level_new(int64_t id, const char *name)
+/* A new level without limits (so without a window), with the table's reference. Project
+ * levels get room for the project's spend limit. NULL when out of memory. */
+static mg_auth_level_t *level_new(int64_t id, int project)
 {
-    mg_auth_level_t *lv = calloc(1, sizeof(*lv));
+    mg_auth_level_t *lv = calloc(1, project ? sizeof(project_level_t) : sizeof(mg_auth_level_t));
     if (!lv) return NULL;
-    mg_quota_level_init(&lv->q, name, 0, 0, 0);
+    mg_quota_level_init(&lv->q, 0, 0, 0); /* no limits: cannot fail */
     lv->id = id;
     lv->refs = 1;
     return lv; /* day = month = 0: the first roll starts the current periods at 0 */
 }
 
+/* The project_level_t a project table's level sits in (the level is its first member). */
+static project_level_t *project_of(mg_auth_level_t *lv)
+{
+    return (project_level_t *)((char *)lv - offsetof(project_level_t, lv));
+}
+
 static void level_unref(mg_auth_level_t *lv)
 {
-    if (lv && --lv->refs == 0) free(lv);
+    if (!lv || --lv->refs > 0) return;
+    mg_quota_level_free(&lv->q);
+    free(lv); /* also a project's: its level is at offset 0 */
 }
 
 /* Index of the first entry with id >= id. */
@@ -130,34 +160,49 @@ static void table_free(level_table_t *t)
     memset(t, 0, sizeof(*t));
 }
 
-/* The level for id, created (with name) when absent; *created says which. NULL when out of
- * memory. */
-static mg_auth_level_t *table_get(level_table_t *t, int64_t id, const char *name, int *created)
+/* The level for id, created when absent (a project's when project is 1); *created says
+ * which. NULL when out of memory. */
+static mg_auth_level_t *table_get(level_table_t *t, int64_t id, int project, int *created)
 {
     *created = 0;
     mg_auth_level_t *lv = table_find(t, id);
     if (lv) return lv;
-    if (table_reserve(t, 1) != 0 || !(lv = level_new(id, name))) return NULL;
+    if (table_reserve(t, 1) != 0 || !(lv = level_new(id, project))) return NULL;
     table_insert(t, lv);
     *created = 1;
     return lv;
 }
 
-static void level_set_key_limits(mg_auth_level_t *lv, const mg_key_record_t *r)
+/* Bytes of a table and its levels (structs and windows, without malloc's overhead); adds
+ * the number of windows to *windows and their bytes to *window_bytes. */
+static size_t table_bytes(const level_table_t *t, size_t level_size, size_t *windows,
+                          size_t *window_bytes)
 {
-    lv->q.rpm_limit = r->rpm_limit;
-    lv->q.tpm_limit = r->tpm_limit;
-    lv->q.max_concurrency = r->max_concurrency;
-    lv->daily_limit_micros = r->daily_limit_micros;
-    lv->monthly_limit_micros = r->monthly_limit_micros;
+    size_t bytes = t->cap * sizeof(*t->v);
+    for (size_t i = 0; i < t->n; i++) {
+        size_t w = mg_quota_level_heap_bytes(&t->v[i]->q);
+        *windows += w != 0;
+        *window_bytes += w;
+        bytes += level_size + w;
+    }
+    return bytes;
 }
 
-static void level_set_project_limits(mg_auth_level_t *lv, const mg_auth_project_t *p)
+/* The rate and concurrency limits of a key: the window comes or goes with rpm/tpm (quota.h),
+ * a window kept keeps its counts. 0, or -1 (nothing changed) when out of memory. Its spend
+ * limits stay in its record. */
+static int level_set_key_limits(mg_auth_level_t *lv, const mg_key_record_t *r)
 {
-    lv->q.rpm_limit = p->rpm_limit;
-    lv->q.tpm_limit = p->tpm_limit;
-    lv->q.max_concurrency = p->max_concurrency;
-    lv->monthly_limit_micros = p->monthly_limit_micros;
+    return mg_quota_level_set_limits(&lv->q, r->rpm_limit, r->tpm_limit, r->max_concurrency);
+}
+
+/* A project table's level takes the project's limits. 0, or -1 (nothing changed). */
+static int level_set_project_limits(mg_auth_level_t *lv, const mg_auth_project_t *p)
+{
+    if (mg_quota_level_set_limits(&lv->q, p->rpm_limit, p->tpm_limit, p->max_concurrency) != 0)
+        return -1;
+    project_of(lv)->monthly_limit_micros = p->monthly_limit_micros;
+    return 0;
 }
 
 /* ---- small parsers ------------------------------------------------------------------------ */
@@ -318,6 +363,16 @@ size_t mg_auth_key_count(const mg_auth_t *a)
     return a->ix.n;
 }
 
+void mg_auth_memory(const mg_auth_t *a, mg_auth_memory_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->keys = a->ix.n;
+    m->index_bytes = mg_key_index_memory(&a->ix);
+    m->level_bytes = table_bytes(&a->keys, sizeof(mg_auth_level_t), &m->windows, &m->window_bytes) +
+                     table_bytes(&a->projects, sizeof(project_level_t), &m->windows,
+                                 &m->window_bytes);
+}
+
 /* Rows gathered by the load queries. */
 typedef struct load_s {
     mg_key_record_t **recs; /* one reference each */
@@ -384,7 +439,7 @@ static void load_free(load_t *l)
 
 /* Add to `to` the level of id: the one in `from` (another reference) or a new one. */
 static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from, int64_t id,
-                                    const char *name)
+                                    int project)
 {
     mg_auth_level_t *lv = table_find(to, id);
     if (lv) return lv; /* a duplicate row: the first one wins */
@@ -392,7 +447,7 @@ static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from
     lv = table_find(from, id);
     if (lv)
         lv->refs++;
-    else if (!(lv = level_new(id, name)))
+    else if (!(lv = level_new(id, project)))
         return NULL;
     table_insert(to, lv);
     return lv;
@@ -403,16 +458,16 @@ static int build_state(mg_auth_t *a, load_t *l, mg_key_index_t *ix, level_table_
                        level_table_t *projects)
 {
     if (mg_key_index_init(ix, l->n) != MG_KEYS_OK) return -1;
+    /* sized once: a table grown by doubling would leave up to half of it unused */
+    if (table_reserve(keys, l->n) != 0 || table_reserve(projects, l->np) != 0) return -1;
     for (size_t i = 0; i < l->np; i++) {
-        mg_auth_level_t *lv = carry_level(projects, &a->projects, l->projects[i].id, LEVEL_PROJECT);
-        if (!lv) return -1;
-        level_set_project_limits(lv, &l->projects[i]);
+        mg_auth_level_t *lv = carry_level(projects, &a->projects, l->projects[i].id, 1);
+        if (!lv || level_set_project_limits(lv, &l->projects[i]) != 0) return -1;
     }
     for (size_t i = 0; i < l->n; i++) {
         mg_key_record_t *rec = l->recs[i];
-        mg_auth_level_t *lv = carry_level(keys, &a->keys, rec->id, LEVEL_KEY);
-        if (!lv) return -1;
-        level_set_key_limits(lv, rec);
+        mg_auth_level_t *lv = carry_level(keys, &a->keys, rec->id, 0);
+        if (!lv || level_set_key_limits(lv, rec) != 0) return -1;
         int rc = mg_key_index_insert(ix, rec);
         if (rc == MG_KEYS_EEXIST) continue; /* cannot happen: digest is UNIQUE */
         if (rc != MG_KEYS_OK) return -1;
@@ -550,49 +605,43 @@ static void level_roll(mg_auth_level_t *lv, uint64_t now_ms)
     }
 }
 
-/* Spend limits. 0 = within, -1 = refused (out filled). */
-static int check_spend(mg_auth_level_t *lv, uint64_t now_ms, mg_auth_result_t *out)
+/* Spend limits of the level at position i (0 = key, 1 = project; 0 = no limit).
+ * 0 = within, -1 = refused (out filled). */
+static int check_spend(mg_auth_level_t *lv, size_t i, int64_t daily_limit, int64_t monthly_limit,
+                       uint64_t now_ms, mg_auth_result_t *out)
 {
     level_roll(lv, now_ms);
-    if (lv->daily_limit_micros > 0 && lv->spent_day_micros >= lv->daily_limit_micros) {
+    if (daily_limit > 0 && lv->spent_day_micros >= daily_limit) {
         out->retry_after_ms = until_period_end(now_ms, 0);
-        out->level = lv->q.name;
+        out->level = level_name(i);
         return refuse(out, 429, "QUOTA_EXCEEDED", "daily_spend",
                       "the API key's daily spend limit is reached");
     }
-    if (lv->monthly_limit_micros > 0 && lv->spent_month_micros >= lv->monthly_limit_micros) {
+    if (monthly_limit > 0 && lv->spent_month_micros >= monthly_limit) {
         out->retry_after_ms = until_period_end(now_ms, 1);
-        out->level = lv->q.name;
+        out->level = level_name(i);
         return refuse(out, 429, "QUOTA_EXCEEDED", "monthly_spend",
-                      lv->q.name == LEVEL_PROJECT ? "the project's monthly quota is reached"
-                                                  : "the API key's monthly spend limit is reached");
+                      i ? "the project's monthly quota is reached"
+                        : "the API key's monthly spend limit is reached");
     }
     return 0;
 }
 
-/* Reserve at the key's and the project's levels; -1 = refused (out filled). */
-static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, int64_t est,
-                   mg_auth_result_t *out)
+/* Spend limits at the key's level (limits from its record) and its project's, if any. */
+static int check_spends(mg_auth_level_t **lv, size_t n, const mg_key_record_t *rec,
+                        uint64_t now_ms, mg_auth_result_t *out)
 {
-    mg_auth_level_t *lv[2];
-    size_t n = 0;
-    lv[n++] = table_find(&a->keys, rec->id);
-    if (!lv[0]) return refuse(out, 401, "AUTH_FAILED", "unknown", "invalid API key");
-    if (rec->project_id > 0 && (lv[n] = table_find(&a->projects, rec->project_id))) n++;
-    for (size_t i = 0; i < n; i++)
-        if (check_spend(lv[i], now_ms, out) != 0) return -1;
-    mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};
-    int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
-    if (rc == MG_QUOTA_OK) {
-        for (size_t i = 0; i < n; i++) {
-            lv[i]->refs++;
-            out->levels[i] = lv[i];
-        }
-        out->n_levels = n;
-        out->held = 1;
-        return 0;
-    }
-    const char *who = out->res.refused_level == 1 ? LEVEL_PROJECT : LEVEL_KEY;
+    if (check_spend(lv[0], 0, rec->daily_limit_micros, rec->monthly_limit_micros, now_ms, out))
+        return -1;
+    if (n > 1 && check_spend(lv[1], 1, 0, project_of(lv[1])->monthly_limit_micros, now_ms, out))
+        return -1;
+    return 0;
+}
+
+/* A refused reservation (rc from mg_quota_reserve) as the result's 429. Returns -1. */
+static int refuse_quota(mg_auth_result_t *out, int rc)
+{
+    const char *who = level_name(out->res.refused_level == 1);
     const char *lim = mg_quota_limit_name(out->res.refused_limit);
     char msg[160];
     out->level = who;
@@ -606,12 +655,34 @@ static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, in
     return refuse(out, 429, "RATE_LIMITED", lim, msg);
 }
 
+/* Reserve at the key's and the project's levels; -1 = refused (out filled). */
+static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, int64_t est,
+                   mg_auth_result_t *out)
+{
+    mg_auth_level_t *lv[2];
+    size_t n = 0;
+    lv[n++] = table_find(&a->keys, rec->id);
+    if (!lv[0]) return refuse(out, 401, "AUTH_FAILED", "unknown", "invalid API key");
+    if (rec->project_id > 0 && (lv[n] = table_find(&a->projects, rec->project_id))) n++;
+    if (check_spends(lv, n, rec, now_ms, out) != 0) return -1;
+    mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};
+    int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
+    if (rc != MG_QUOTA_OK) return refuse_quota(out, rc);
+    for (size_t i = 0; i < n; i++) {
+        lv[i]->refs++;
+        out->levels[i] = lv[i];
+    }
+    out->n_levels = n;
+    out->held = 1;
+    return 0;
+}
+
 /* Queue a last_used_at update for the writer thread, at most once per key per period. */
 static void note_used(mg_auth_t *a, mg_auth_level_t *lv, uint64_t now_ms)
 {
     int64_t now_s = (int64_t)(now_ms / 1000);
-    if (!a->store || now_s < lv->last_used_written_s + MG_AUTH_LAST_USED_EVERY_S) return;
-    lv->last_used_written_s = now_s;
+    if (!a->store || now_s < (int64_t)lv->last_used_written_s + MG_AUTH_LAST_USED_EVERY_S) return;
+    lv->last_used_written_s = (uint32_t)now_s;
     char id[24], at[24];
     snprintf(id, sizeof(id), "%lld", (long long)lv->id);
     snprintf(at, sizeof(at), "%lld", (long long)now_s);
@@ -742,22 +813,23 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
     }
 }
 
-/* Add micros to the level's store rows of both periods (the writer thread batches it). */
-static void persist_spend(mg_auth_t *a, const mg_auth_level_t *lv, int64_t micros,
-                          const char *dname, const char *mname)
+/* Add micros to the level's store rows (scope "key" or "project") of both periods (the
+ * writer thread batches it). */
+static void persist_spend(mg_auth_t *a, const mg_auth_level_t *lv, const char *scope,
+                          int64_t micros, const char *dname, const char *mname)
 {
     char id[24], m[24];
     snprintf(id, sizeof(id), "%lld", (long long)lv->id);
     snprintf(m, sizeof(m), "%lld", (long long)micros);
     const char *periods[2] = {dname, mname};
     for (int i = 0; i < 2; i++) {
-        const char *p[4] = {lv->q.name, id, periods[i], m};
+        const char *p[4] = {scope, id, periods[i], m};
         if (mg_store_write(a->store,
                            "INSERT INTO spend(scope, id, period, micros) VALUES (?1, ?2, ?3, ?4)"
                            " ON CONFLICT(scope, id, period) DO UPDATE"
                            " SET micros = micros + excluded.micros",
                            4, p) != 0)
-            mg_log_msg(MG_LOG_ERROR, NULL, "spend of %s %s not stored", lv->q.name, id);
+            mg_log_msg(MG_LOG_ERROR, NULL, "spend of %s %s not stored", scope, id);
     }
 }
 
@@ -772,7 +844,7 @@ void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uin
         level_roll(lv, now_ms);
         lv->spent_day_micros += micros;
         lv->spent_month_micros += micros;
-        if (a->store) persist_spend(a, lv, micros, dname, mname);
+        if (a->store) persist_spend(a, lv, level_name(i), micros, dname, mname);
     }
 }
 
@@ -808,24 +880,43 @@ static int load_spend(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
 
 /* ---- changes after an admin commit ----------------------------------------------------------- */
 
+/* Index rec and give lv the limits of tmpl: both or neither. Of the two steps only
+ * indexing a new digest (the table may grow) and a window for new limits can fail; each
+ * is done while the other can still be undone. Takes over the reference to rec (dropped
+ * on failure). 0 or a negative MG_KEYS_* code. */
+static int index_put(mg_auth_t *a, mg_auth_level_t *lv, mg_key_record_t *rec,
+                     const mg_key_record_t *tmpl)
+{
+    int rc;
+    if (mg_key_index_find(&a->ix, tmpl->digest)) {
+        /* a policy update: replacing in place cannot fail, so the limits go first */
+        if (level_set_key_limits(lv, tmpl) != 0) {
+            mg_key_record_unref(rec);
+            return MG_KEYS_ENOMEM;
+        }
+        rc = mg_key_index_replace(&a->ix, tmpl->digest, rec);
+        if (rc != MG_KEYS_OK) mg_key_record_unref(rec); /* not reached: found above */
+        return rc;
+    }
+    if ((rc = mg_key_index_insert(&a->ix, rec)) != MG_KEYS_OK) {
+        mg_key_record_unref(rec);
+        return rc;
+    }
+    if (level_set_key_limits(lv, tmpl) != 0) {
+        mg_key_index_remove(&a->ix, tmpl->digest); /* drops rec */
+        return MG_KEYS_ENOMEM;
+    }
+    return MG_KEYS_OK;
+}
+
 int mg_auth_put_key(mg_auth_t *a, const mg_key_record_t *tmpl)
 {
     int created;
-    mg_auth_level_t *lv = table_get(&a->keys, tmpl->id, LEVEL_KEY, &created);
+    mg_auth_level_t *lv = table_get(&a->keys, tmpl->id, 0, &created);
     mg_key_record_t *rec = lv ? mg_key_record_new(tmpl) : NULL;
-    if (!rec) {
-        if (lv && created) level_unref(table_take(&a->keys, tmpl->id));
-        return MG_KEYS_ENOMEM;
-    }
-    int rc = mg_key_index_find(&a->ix, rec->digest) ? mg_key_index_replace(&a->ix, rec->digest, rec)
-                                                    : mg_key_index_insert(&a->ix, rec);
-    if (rc != MG_KEYS_OK) {
-        mg_key_record_unref(rec);
-        if (created) level_unref(table_take(&a->keys, tmpl->id));
-        return rc;
-    }
-    level_set_key_limits(lv, tmpl);
-    return MG_KEYS_OK;
+    int rc = rec ? index_put(a, lv, rec, tmpl) : MG_KEYS_ENOMEM;
+    if (rc != MG_KEYS_OK && created) level_unref(table_take(&a->keys, tmpl->id));
+    return rc;
 }
 
 int mg_auth_remove_key(mg_auth_t *a, const unsigned char *digest)
@@ -843,35 +934,39 @@ int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_k
     mg_key_record_t *old = mg_key_index_find(&a->ix, old_digest);
     if (!old) return MG_KEYS_ENOENT;
     int64_t old_id = old->id;
-    /* everything that can fail happens before the index changes */
+    /* everything that can fail happens before the index changes; after these checks
+     * mg_key_index_replace() cannot (no clash, and the count does not rise) */
+    mg_key_record_t *clash = mg_key_index_find(&a->ix, tmpl->digest);
+    if (clash && clash != old) return MG_KEYS_EEXIST;
     if (table_reserve(&a->keys, 1) != 0) return MG_KEYS_ENOMEM;
-    mg_auth_level_t *fresh = table_find(&a->keys, old_id) ? NULL : level_new(tmpl->id, LEVEL_KEY);
+    mg_auth_level_t *lv = table_find(&a->keys, old_id);
     mg_key_record_t *rec = mg_key_record_new(tmpl);
-    if (!rec || (!fresh && !table_find(&a->keys, old_id))) {
-        mg_key_record_unref(rec);
-        level_unref(fresh);
-        return MG_KEYS_ENOMEM;
-    }
-    int rc = mg_key_index_replace(&a->ix, old_digest, rec);
+    mg_auth_level_t *fresh = rec && !lv ? level_new(tmpl->id, 0) : NULL;
+    mg_auth_level_t *target = lv ? lv : fresh;
+    int rc = rec && target && level_set_key_limits(target, tmpl) == 0 ? MG_KEYS_OK
+                                                                       : MG_KEYS_ENOMEM;
+    if (rc == MG_KEYS_OK) rc = mg_key_index_replace(&a->ix, old_digest, rec);
     if (rc != MG_KEYS_OK) {
         mg_key_record_unref(rec);
         level_unref(fresh);
         return rc;
     }
     /* the new id takes over the old key's level (its window and leases) */
-    mg_auth_level_t *lv = fresh ? fresh : table_take(&a->keys, old_id);
+    if (lv) table_take(&a->keys, old_id); /* its table reference moves with it */
     level_unref(table_take(&a->keys, tmpl->id)); /* a stale level under the new id, if any */
-    lv->id = tmpl->id;
-    level_set_key_limits(lv, tmpl);
-    table_insert(&a->keys, lv);
+    target->id = tmpl->id;
+    table_insert(&a->keys, target);
     return MG_KEYS_OK;
 }
 
 int mg_auth_put_project(mg_auth_t *a, const mg_auth_project_t *p)
 {
     int created;
-    mg_auth_level_t *lv = table_get(&a->projects, p->id, LEVEL_PROJECT, &created);
+    mg_auth_level_t *lv = table_get(&a->projects, p->id, 1, &created);
     if (!lv) return -1;
-    level_set_project_limits(lv, p);
+    if (level_set_project_limits(lv, p) != 0) {
+        if (created) level_unref(table_take(&a->projects, p->id));
+        return -1;
+    }
     return 0;
 }

@@ -7,6 +7,13 @@
  * leases survive a policy update, a reload from the store and a key rotation (the new
  * key inherits the old one's level: rotating cannot reset a rate limit).
  *
+ * Memory. A level is kept small (56 bytes) because there is one per loaded key: its
+ * 60-second rate window (quota.h, 760 bytes) exists only while the key or project has an
+ * rpm_limit or tpm_limit. A policy change keeps the window and its counts as long as
+ * one of the two stays set, so changing a limit cannot reset it; setting the first one
+ * starts an empty window (requests before it were not counted), lifting both frees it.
+ * Leases and spend figures are kept with or without limits. mg_auth_memory() reports it.
+ *
  * mg_auth_check() is the whole decision for one inference request, in this order:
  *   key presented (Authorization: Bearer, or x-api-key)  else 401 AUTH_FAILED
  *   key known, enabled, not expired at now                else 401 AUTH_FAILED
@@ -101,6 +108,18 @@ int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen);
 /* Keys in the index (usable or disabled). */
 size_t mg_auth_key_count(const mg_auth_t *a);
 
+/* What the state holds in memory, without malloc's own overhead. */
+typedef struct mg_auth_memory_s {
+    size_t keys;         /* keys in the index */
+    size_t index_bytes;  /* mg_key_index_memory(): slot table and key records */
+    size_t level_bytes;  /* quota and spend levels of keys and projects, tables, windows */
+    size_t windows;      /* levels holding a rate window (an rpm or tpm limit) */
+    size_t window_bytes; /* those windows' bytes (included in level_bytes) */
+} mg_auth_memory_t;
+
+/* Fill *m for the current state (levels only granted results still hold are not counted). */
+void mg_auth_memory(const mg_auth_t *a, mg_auth_memory_t *m);
+
 /* Log, at start-up, whether inference needs a key, and, when it does and no key exists,
  * how to create the first one (listen = "host:port" of the API listener). */
 void mg_auth_log_status(const mg_auth_t *a, int enabled, const char *listen);
@@ -144,8 +163,10 @@ void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uin
  * is unchanged and the caller should resynchronize with mg_auth_load(). */
 
 /* Index a key built from tmpl (copied) or, when its digest is indexed, replace that
- * record (policy update, enable/disable). Creates or updates the key's quota level.
- * Returns 0 or a negative MG_KEYS_* code. */
+ * record (policy update, enable/disable). Creates or updates the key's quota level: its
+ * window is allocated, kept (with its counts) or freed as rpm/tpm limits are set, changed or
+ * lifted (see "Memory" above); results still holding the level stay safe to settle and
+ * release. Returns 0 or a negative MG_KEYS_* code. */
 int mg_auth_put_key(mg_auth_t *a, const mg_key_record_t *tmpl);
 
 /* Remove the key with this digest and drop its quota level. 0 or MG_KEYS_ENOENT. */

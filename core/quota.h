@@ -16,12 +16,22 @@
  * when that bucket leaves the window, at the start of the 60th second after it: it
  * counts for between 59 and 60 seconds (never longer), so any 59-second span holds at
  * most rpm_limit requests; a 60-second span may hold up to rpm_limit plus those of one
- * second. Counts themselves are exact. The memory is fixed per level (776 bytes)
- * whatever the limit, and every operation is O(1) (retry_after is O(60)).
+ * second. Counts themselves are exact. Every operation is O(1) (retry_after is O(60)).
+ *
+ * Memory. A level is 16 bytes: the concurrency limit and its lease count. The rpm and tpm
+ * limits live with what they count, in a window (mg_quota_window_t, 760 bytes) the level
+ * has only while rpm or tpm is limited, because a gateway holds one level per customer key
+ * and most keys have neither. mg_quota_level_set_limits() gives a level an empty window
+ * when rpm or tpm becomes limited (counting starts then), keeps it with its counts while
+ * either stays limited, and frees it when both become unlimited. Each window has a serial
+ * number unique in the process; a reservation remembers the serial it counted in, so
+ * settling it after its window was freed or replaced changes nothing rather than touching
+ * memory or counts that are not its own.
  *
  * Times are milliseconds from any monotonic clock, passed in by the caller; a time
- * earlier than one already seen by a level is treated as that later time. Everything
- * runs on one thread: there are no locks. */
+ * earlier than one already seen by a level is treated as that later time. A level is used
+ * on one thread: there are no locks (only the counter that numbers windows is atomic, so
+ * levels on different threads stay independent). */
 #ifndef MG_QUOTA_H
 #define MG_QUOTA_H
 
@@ -47,20 +57,27 @@ typedef enum mg_quota_limit_e {
     MG_QUOTA_CONCURRENCY
 } mg_quota_limit_t;
 
-/* One limit level with its window state. Initialise with mg_quota_level_init(); the
- * limit fields may be changed at any time (a config reload), the state stays. */
-typedef struct mg_quota_level_s {
-    const char *name;         /* borrowed, for reports: "key", "project", ... */
-    uint32_t rpm_limit;       /* requests per 60 s; 0 = unlimited */
-    uint64_t tpm_limit;       /* tokens per 60 s; 0 = unlimited */
-    uint32_t max_concurrency; /* leases at once; 0 = unlimited */
-    /* state */
-    uint32_t in_flight;              /* leases held */
+/* The rate limits of a level and the sliding window they are checked against; a level
+ * has one only while rpm_limit or tpm_limit is set (see "Memory" above). */
+typedef struct mg_quota_window_s {
+    uint64_t serial;                 /* unique in the process, never 0 */
+    uint64_t tpm_limit;              /* tokens per 60 s; 0 = unlimited */
+    uint32_t rpm_limit;              /* requests per 60 s; 0 = unlimited */
+    uint32_t requests;               /* sum of req[] */
+    uint64_t tokens;                 /* sum of tok[] */
     uint64_t head_s;                 /* latest second seen; buckets cover the 60 up to it */
-    uint32_t win_requests;           /* sum of req[] */
-    uint64_t win_tokens;             /* sum of tok[] */
     uint32_t req[MG_QUOTA_WINDOW_S]; /* requests reserved in second s, at [s % 60] */
     uint64_t tok[MG_QUOTA_WINDOW_S]; /* tokens counted in second s */
+} mg_quota_window_t;
+
+/* One limit level. Initialise with mg_quota_level_init(), free its window with
+ * mg_quota_level_free(), and change its limits with mg_quota_level_set_limits() (a config
+ * reload: the state stays). max_concurrency, and the limits in a window the level has, may
+ * also be written directly. */
+typedef struct mg_quota_level_s {
+    mg_quota_window_t *win;   /* owned; NULL = rpm and tpm unlimited (nothing to count) */
+    uint32_t max_concurrency; /* leases at once; 0 = unlimited */
+    uint32_t in_flight;       /* leases held (counted with or without a window) */
 } mg_quota_level_t;
 
 /* A reservation: filled by mg_quota_reserve(). Do not copy a held reservation: settle
@@ -68,7 +85,8 @@ typedef struct mg_quota_level_s {
 typedef struct mg_quota_res_s {
     mg_quota_level_t *levels[MG_QUOTA_MAX_LEVELS]; /* borrowed */
     size_t n;
-    uint64_t at_s[MG_QUOTA_MAX_LEVELS]; /* second the request was counted in, per level */
+    uint64_t at_s[MG_QUOTA_MAX_LEVELS];    /* second the request was counted in, per level */
+    uint64_t win_serial[MG_QUOTA_MAX_LEVELS]; /* serial of the window counted in; 0 = none */
     uint64_t tokens;  /* tokens currently counted for it (estimate, then actual) */
     uint8_t held;     /* 1 after a successful reserve */
     uint8_t settled;  /* 1 after mg_quota_settle() */
@@ -79,9 +97,29 @@ typedef struct mg_quota_res_s {
     uint64_t retry_after_ms;        /* earliest time worth retrying, from now; 0 = unknown */
 } mg_quota_res_t;
 
-/* Set the limits and clear the state. name is borrowed (may be NULL). */
-void mg_quota_level_init(mg_quota_level_t *lv, const char *name, uint32_t rpm_limit,
-                         uint64_t tpm_limit, uint32_t max_concurrency);
+/* Set the limits and clear the state of a new level (or one mg_quota_level_free() freed):
+ * an old window would not be freed. Returns 0, or -1 when the window the limits need
+ * cannot be allocated (the level is then all zero: unlimited, nothing to free). */
+int mg_quota_level_init(mg_quota_level_t *lv, uint32_t rpm_limit, uint64_t tpm_limit,
+                        uint32_t max_concurrency);
+
+/* Change the limits, keeping the state: the leases, and the window with its counts while
+ * rpm or tpm stays limited. A window is allocated, empty, when rpm or tpm becomes limited,
+ * and freed when both become unlimited (reservations still held stay safe to settle and
+ * release). Returns 0, or -1 with nothing changed when the window cannot be allocated; it
+ * cannot fail when the level has a window already or the new limits need none. */
+int mg_quota_level_set_limits(mg_quota_level_t *lv, uint32_t rpm_limit, uint64_t tpm_limit,
+                              uint32_t max_concurrency);
+
+/* Free the level's window (the level itself is the caller's); it is then unlimited for rpm
+ * and tpm. NULL is fine. */
+void mg_quota_level_free(mg_quota_level_t *lv);
+
+/* 1 when the level holds a window (it has an rpm or tpm limit), else 0. */
+int mg_quota_level_has_window(const mg_quota_level_t *lv);
+
+/* Heap bytes the level owns beyond its own struct: its window, if any. */
+size_t mg_quota_level_heap_bytes(const mg_quota_level_t *lv);
 
 /* Reserve one request, est_tokens tokens and one concurrency lease at each of the n
  * levels (1 <= n <= MG_QUOTA_MAX_LEVELS) at time now_ms, all or nothing.
@@ -102,7 +140,9 @@ int mg_quota_reserve(mg_quota_level_t **levels, size_t n, uint64_t now_ms, uint6
  * the reservation's second is still in a level's window the count there is corrected in
  * place; when it has left the window the estimate no longer counts, and only tokens in
  * excess of it are added, to the level's latest second (so an underestimate cannot dodge
- * the limit). Once per reservation, before or after release. Returns 0, or
+ * the limit). A level whose window was freed or replaced since the reservation (its rpm and
+ * tpm limits were lifted) is left alone: what was counted went with that window. Once per
+ * reservation, before or after release. Returns 0, or
  * MG_QUOTA_EINVAL when res is not a granted reservation or was settled already. */
 int mg_quota_settle(mg_quota_res_t *res, uint64_t actual_tokens);
 
@@ -111,7 +151,8 @@ int mg_quota_settle(mg_quota_res_t *res, uint64_t actual_tokens);
  * reservation or was released already: a lease is returned exactly once. */
 int mg_quota_release(mg_quota_res_t *res);
 
-/* Requests and tokens a level counts in its window at now_ms (advances its window). */
+/* Requests and tokens a level counts in its window at now_ms (advances its window); 0 and
+ * 0 for a level without a window. */
 void mg_quota_level_usage(mg_quota_level_t *lv, uint64_t now_ms, uint32_t *requests,
                           uint64_t *tokens);
 

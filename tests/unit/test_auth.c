@@ -4,7 +4,10 @@
  * and project limits -> 429 with a retry; a project refusal rolls back the key level;
  * release exactly once; spend limits metered, persisted and reset per period; rotation and reloads keep
  * exactly one of the two keys valid and carry the rate-limit window; last_used_at is
- * written through the writer thread; keys come from Authorization: Bearer or x-api-key. */
+ * written through the writer thread; keys come from Authorization: Bearer or x-api-key.
+ * Memory: a key or project without rpm/tpm limits holds no rate window; a policy update
+ * that sets the first limit starts enforcing it, changing a limit keeps the window's
+ * counts, lifting the limits frees the window even while a granted result holds the level. */
 #include "auth.h"
 #include "mgtest.h"
 #include "store.h"
@@ -297,17 +300,17 @@ static void test_project_rollback(void)
     CHECK_EQ_INT(r1.n_levels, 2);
     CHECK_EQ_INT(r1.project_id, project_id);
     mg_quota_level_t *keylv = r1.res.levels[0], *projlv = r1.res.levels[1];
-    CHECK_EQ_INT(keylv->win_requests, 1);
+    CHECK_EQ_INT(keylv->win->requests, 1);
     CHECK_EQ_INT(keylv->in_flight, 1);
     CHECK_EQ_INT(mg_auth_check_key(a, k, strlen(k), "chat", "P2", t, 5, &r2), -1);
     CHECK_EQ_INT(r2.status, 429);
     CHECK_STR(r2.level, "project");
     CHECK(r2.retry_after_ms >= 1000);
     /* nothing of the refused request stays at the key level */
-    CHECK_EQ_INT(keylv->win_requests, 1);
-    CHECK_EQ_INT(keylv->win_tokens, 5);
+    CHECK_EQ_INT(keylv->win->requests, 1);
+    CHECK_EQ_INT(keylv->win->tokens, 5);
     CHECK_EQ_INT(keylv->in_flight, 1);
-    CHECK_EQ_INT(projlv->win_requests, 1);
+    CHECK_EQ_INT(projlv->win->requests, 1);
     /* lift the project's limit: the key's own limit (2) now admits exactly one more */
     mg_auth_project_t pj = {.id = project_id, .tenant_id = tenant_id, .max_concurrency = 5};
     CHECK_EQ_INT(mg_auth_put_project(a, &pj), 0);
@@ -482,6 +485,143 @@ static void test_reload_keeps_window(void)
     sql("UPDATE api_keys SET rpm_limit = 2 WHERE id = ?1", 1, p);
     reload(a);
     CHECK_EQ_INT(try_key(a, k, t, &r), 0); /* one more under the new limit */
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
+    mg_auth_free(a);
+}
+
+/* ---- memory: the rate window only where a limit needs it ------------------------------------ */
+
+static size_t windows(const mg_auth_t *a)
+{
+    mg_auth_memory_t m;
+    mg_auth_memory(a, &m);
+    return m.windows;
+}
+
+/* Set key id's rate limits in the store and apply the row as the admin API does. */
+static int put_limits(mg_auth_t *a, int64_t id, const char *rpm, const char *tpm, const char *conc)
+{
+    char sid[24];
+    snprintf(sid, sizeof(sid), "%lld", (long long)id);
+    const char *p[4] = {sid, rpm, tpm, conc};
+    sql("UPDATE api_keys SET rpm_limit = ?2, tpm_limit = ?3, max_concurrency = ?4 WHERE id = ?1",
+        4, p);
+    mg_key_record_t *rec = record_of(id);
+    int rc = rec ? mg_auth_put_key(a, rec) : -1;
+    mg_key_record_unref(rec);
+    return rc;
+}
+
+/* (a) Keys (and a project) without rpm/tpm limits allocate no window; a small level each. */
+static void test_memory_no_window(void)
+{
+    char k1[64], k2[64], k3[64], k4[64];
+    kopt_t none = {.project = 1}, conc = {.conc = "2"}, rpm = {.rpm = "5"};
+    add_key(&none, k1);
+    add_key(&none, k2);
+    add_key(&conc, k3);
+    mg_auth_t *a = load();
+    mg_auth_memory_t m0, m1;
+    mg_auth_memory(a, &m0);
+    CHECK_EQ_INT(m0.keys, 3);
+    CHECK_EQ_INT(m0.windows, 0); /* concurrency alone is a counter */
+    CHECK_EQ_INT(m0.window_bytes, 0);
+    CHECK(m0.index_bytes > 0);
+    mg_auth_result_t r;
+    CHECK_EQ_INT(try_key(a, k1, now_ms(), &r), 0); /* using a key allocates nothing either */
+    CHECK_EQ_INT(try_key(a, k3, now_ms(), &r), 0);
+    CHECK_EQ_INT(windows(a), 0);
+    /* one more key through the admin path: its level is small (the table has room) */
+    int64_t id4 = add_key(&rpm, k4);
+    CHECK_EQ_INT(put_limits(a, id4, "0", "0", "0"), 0);
+    mg_auth_memory(a, &m1);
+    CHECK_EQ_INT(m1.windows, 0);
+    CHECK(m1.level_bytes > m0.level_bytes && m1.level_bytes - m0.level_bytes <= 96);
+    /* an rpm limit: one window, of the quota module's size */
+    CHECK_EQ_INT(put_limits(a, id4, "5", "0", "0"), 0);
+    mg_auth_memory(a, &m1);
+    CHECK_EQ_INT(m1.windows, 1);
+    CHECK_EQ_INT(m1.window_bytes, sizeof(mg_quota_window_t));
+    mg_auth_free(a);
+}
+
+/* (b) A policy update that gives a limit-free key an rpm limit enforces it from then on. */
+static void test_put_key_adds_limit(void)
+{
+    char k[64];
+    kopt_t o = {0};
+    int64_t id = add_key(&o, k);
+    mg_auth_t *a = load();
+    mg_auth_result_t r;
+    uint64_t t = now_ms();
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    CHECK_EQ_INT(put_limits(a, id, "2", "0", "0"), 0);
+    CHECK_EQ_INT(windows(a), 1);
+    /* counting starts with the limit: the five earlier requests were not counted */
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
+    CHECK_STR(r.reason, "rpm");
+    CHECK_EQ_INT(try_key(a, k, t + 61000, &r), 0);
+    mg_auth_free(a);
+}
+
+/* (c) Changing a limit (or trading rpm for tpm) keeps the window and its counts. */
+static void test_limit_change_keeps_counts(void)
+{
+    char k[64];
+    kopt_t o = {.rpm = "2"};
+    int64_t id = add_key(&o, k);
+    mg_auth_t *a = load();
+    mg_auth_result_t r;
+    uint64_t t = now_ms();
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0); /* 10 tokens each */
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
+    CHECK_EQ_INT(put_limits(a, id, "3", "0", "0"), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0); /* one more under the new limit, not three */
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
+    CHECK_EQ_INT(put_limits(a, id, "0", "35", "0"), 0); /* tpm alone keeps the window */
+    CHECK_EQ_INT(windows(a), 1);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429); /* 30 tokens counted + 10 > 35 */
+    CHECK_STR(r.reason, "tpm");
+    CHECK_EQ_INT(put_limits(a, id, "0", "40", "0"), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429);
+    mg_auth_free(a);
+}
+
+/* (d) Lifting the limits frees the window at once, while a granted result still holds the
+ * level; settling and releasing that result afterwards is safe (ASan) and exact. */
+static void test_lift_limits_while_held(void)
+{
+    char k[64], pid[24];
+    kopt_t o = {.project = 1, .rpm = "5", .tpm = "1000", .conc = "1"};
+    int64_t id = add_key(&o, k);
+    snprintf(pid, sizeof(pid), "%lld", (long long)project_id);
+    const char *p[1] = {pid};
+    sql("UPDATE projects SET rpm_limit = 10 WHERE id = ?1", 1, p);
+    mg_auth_t *a = load();
+    CHECK_EQ_INT(windows(a), 2);
+    mg_auth_result_t held, r;
+    uint64_t t = now_ms();
+    CHECK_EQ_INT(mg_auth_check_key(a, k, strlen(k), "chat", "P2", t, 100, &held), 0);
+    CHECK_EQ_INT(put_limits(a, id, "0", "0", "1"), 0); /* the key keeps its concurrency */
+    mg_auth_project_t pj = {.id = project_id, .tenant_id = tenant_id};
+    CHECK_EQ_INT(mg_auth_put_project(a, &pj), 0);
+    CHECK_EQ_INT(windows(a), 0);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 429); /* the held lease still counts */
+    CHECK_STR(r.reason, "concurrency");
+    mg_auth_settle(&held, 900);
+    mg_auth_release(&held);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    /* and the other way: a window given while a result holds a window-less level */
+    CHECK_EQ_INT(mg_auth_check_key(a, k, strlen(k), "chat", "P2", t, 100, &held), 0);
+    CHECK_EQ_INT(put_limits(a, id, "1", "0", "0"), 0);
+    mg_auth_settle(&held, 900);
+    mg_auth_release(&held);
+    CHECK_EQ_INT(try_key(a, k, t, &r), 0); /* the new window counted nothing before */
     CHECK_EQ_INT(try_key(a, k, t, &r), 429);
     mg_auth_free(a);
 }
@@ -661,6 +801,10 @@ int main(void)
     RUN_DB(test_spend_limits);
     RUN_DB(test_disable_enable);
     RUN_DB(test_reload_keeps_window);
+    RUN_DB(test_memory_no_window);
+    RUN_DB(test_put_key_adds_limit);
+    RUN_DB(test_limit_change_keeps_counts);
+    RUN_DB(test_lift_limits_while_held);
     RUN_DB(test_rotation);
     RUN_DB(test_last_used);
     RUN_DB(test_headers);

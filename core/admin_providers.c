@@ -27,7 +27,6 @@
 #include "providers.h"
 #include "secret.h"
 
-#define TEST_TIMEOUT_MS 10000 /* the ADR's probe timeout */
 
 /* Provider values: the columns an admin may set (adapter and local go to metadata). */
 enum { PV_NAME, PV_KEY, PV_URL, PV_PREFIX, PV_POOL, PV_RPM, PV_TPM, PV_WEIGHT, PV_COST,
@@ -129,7 +128,8 @@ static cJSON *provider_json(const row_t *r, const char *plain_key)
 /* The test call; on failure the error the ADR asks for. 0 when the key works. */
 static int test_key(admin_t *a, const char *url, const char *key, mg_provider_test_t *t)
 {
-    mg_providers_test(url, key, TEST_TIMEOUT_MS, t);
+    /* the same call as the active health probe, with its timeout (10 s by default) */
+    mg_providers_test(url, key, a->gen->cfg->health.probe_timeout_ms, t);
     if (t->result == MG_PTEST_OK) return 0;
     if (t->result == MG_PTEST_KEY_INVALID)
         adm_set_error(a, 400, "api_key_invalid", "API key validation failed: %s", t->detail);
@@ -430,7 +430,7 @@ static void provider_test(admin_t *a, const char *id)
         adm_set_error(a, 404, "NOT_FOUND", "provider %s does not exist", id);
         return;
     }
-    mg_providers_test(p->base_url, p->api_key, TEST_TIMEOUT_MS, &t);
+    mg_providers_test(p->base_url, p->api_key, a->gen->cfg->health.probe_timeout_ms, &t);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "test_result", mg_ptest_name(t.result));

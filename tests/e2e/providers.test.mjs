@@ -32,7 +32,8 @@ const pastOutput = []; // stdout and stderr of the gateways stopped by restart()
 before(async () => {
     up = await startMock();
     env = await startEnv({
-        configure: (c) => ({ ...c, health: { probes: false } }),
+        // the test call uses the probe timeout: short, so "does not answer" is quick to test
+        configure: (c) => ({ ...c, health: { probes: false, probe_timeout_ms: 800 } }),
         env: gwEnv,
     });
 });
@@ -111,6 +112,24 @@ describe('create with the test call', () => {
         assert.equal(r.status, 400, r.text);
         assert.equal(r.json.error.code, 'provider_unreachable');
         assert.match(r.json.error.message, /cannot connect/);
+    });
+
+    test('an endpoint that does not answer: 400 "cannot connect" after the probe timeout', async () => {
+        await up.script({ path: '/v1/models', times: 1, action: { hang: true } });
+        const t0 = Date.now();
+        const r = await admin('POST', 'providers', { name: 'silent', api_key: KEY_C, endpoint_url: upstream() });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.code, 'provider_unreachable');
+        assert.match(r.json.error.message, /cannot connect.*timed out/);
+        assert.ok(Date.now() - t0 >= 700, 'waited for the timeout');
+    });
+
+    test('the event loop serves while a test call waits', async () => {
+        await up.script({ path: '/v1/models', times: 1, action: { hang: true } });
+        const slow = admin('POST', 'providers', { name: 'silent2', api_key: KEY_C, endpoint_url: upstream() });
+        const first = await Promise.race([chat('chat').then((c) => `chat ${c.status}`), slow.then(() => 'admin')]);
+        assert.equal(first, 'chat 200', 'a chat request is answered while the admin call waits');
+        assert.equal((await slow).status, 400);
     });
 
     test('any other answer: 400 with the upstream status', async () => {

@@ -774,6 +774,19 @@ static const char *presented_key(const mg_http_req_t *req, size_t *n)
     return len ? k : NULL;
 }
 
+int mg_auth_identify(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms, int64_t *tenant,
+                     int64_t *project)
+{
+    size_t n = 0;
+    const char *key = presented_key(req, &n);
+    mg_key_record_t *rec = NULL;
+    if (!key || mg_key_index_lookup(&a->ix, key, n, (int64_t)(now_ms / 1000), &rec) != MG_KEY_OK)
+        return -1;
+    *tenant = rec->tenant_id;
+    *project = rec->project_id;
+    return 0;
+}
+
 int mg_auth_check(mg_auth_t *a, const mg_http_req_t *req, const char *model, const char *priority,
                   uint64_t now_ms, int64_t est_tokens, mg_auth_result_t *out)
 {

@@ -145,6 +145,12 @@ int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model
  * later calls and calls on refused results do nothing). */
 void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens);
 
+/* Whose is the presented key (Authorization: Bearer or x-api-key), when it is usable now:
+ * 0 with its tenant and project (0 = none), -1 otherwise. Checks and reserves nothing
+ * (idempotency scopes answers by it). */
+int mg_auth_identify(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms, int64_t *tenant,
+                     int64_t *project);
+
 /* Return the concurrency leases and drop the level references of a granted result. The
  * first call does it; later calls, and calls on refused or zeroed results, do nothing. */
 void mg_auth_release(mg_auth_result_t *r);

@@ -220,16 +220,12 @@ static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, con
     }
 }
 
-void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep, const char *key,
-                    int stream)
+void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep, const char *scope,
+                    const char *key, int stream)
 {
     mg_idem_t *m = s->idem;
     int64_t now = wall_ms();
     prune(m, now);
-    /* the scope: the caller's API key (hashed), so one caller never sees another's answers */
-    const char *auth = mg_http_header(req, "Authorization");
-    const char *xkey = mg_http_header(req, "x-api-key");
-    const char *scope = auth ? auth : xkey ? xkey : "open";
     size_t sl = strlen(scope), kl = strlen(key);
     char *buf = malloc(sl + kl + 2);
     if (!buf) {

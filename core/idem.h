@@ -1,7 +1,10 @@
 /* idem: idempotency keys (edge PRD 3.8.1).
  *
  * A request with `idempotency_key` in the body (or an Idempotency-Key header) is keyed
- * by (the caller's API key, or "open" without one) + the key. The first such request runs
+ * by its scope + the key. The scope (proxy.c) is the caller's tenant and project
+ * (application) when auth is on, so every key of one application shares its idempotency
+ * keys and no other tenant or application ever sees them; in open mode the application
+ * named in metadata plus the credential presented, if any. The first such request runs
  * once, detached from its connection; every request with the same key while it runs
  * waits for that one answer; afterwards the stored answer is replayed (header
  * Idempotent-Replayed: true) until the TTL passes, then the key runs anew. Answers are
@@ -27,6 +30,6 @@ const char *mg_idem_key(const mg_http_req_t *req, const char *body_key);
 /* Answer req through its idempotency key: replay, wait for the running twin, or run it
  * once (with mg_proxy_handle on a detached copy). */
 void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep,
-                    const char *key, int stream);
+                    const char *scope, const char *key, int stream);
 
 #endif

@@ -1961,6 +1961,28 @@ static double request_random(const char *request_id)
     return (double)v / 16777216.0;
 }
 
+/* Whose idempotency keys these are (the issue: per tenant/application). With auth on, the
+ * presented key's tenant and project; otherwise metadata.application and a digest of the
+ * credential presented, if any, so open-mode callers that identify themselves stay apart. */
+static void idem_scope(mg_server_t *s, const mg_http_req_t *req, const cJSON *body, char *out,
+                       size_t cap)
+{
+    int64_t tenant, project;
+    if (s->gen->cfg->auth_enabled &&
+        mg_auth_identify(s->auth, req, unix_now_ms(), &tenant, &project) == 0) {
+        snprintf(out, cap, "tenant:%lld/project:%lld", (long long)tenant, (long long)project);
+        return;
+    }
+    const cJSON *app = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(body, "metadata"), "application");
+    const char *auth = mg_http_header(req, "Authorization");
+    if (!auth) auth = mg_http_header(req, "x-api-key");
+    char digest[65] = "-";
+    if (auth) mg_sha256_hex(auth, strlen(auth), digest);
+    snprintf(out, cap, "app:%.200s/cred:%s", cJSON_IsString(app) ? app->valuestring : "",
+             digest);
+}
+
 void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
 {
     if (!req->body_len) {
@@ -1987,10 +2009,11 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     const char *ikey = req->conn ? mg_idem_key(req, cJSON_IsString(ik) ? ik->valuestring : NULL) : NULL;
     if (ikey) {
         int stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
-        char key[256];
+        char key[256], scope[400];
         snprintf(key, sizeof(key), "%s", ikey);
+        idem_scope(s, req, body, scope, sizeof(scope));
         cJSON_Delete(body);
-        mg_idem_handle(s, req, ep, key, stream);
+        mg_idem_handle(s, req, ep, scope, key, stream);
         return;
     }
     mg_gen_t *gen = mg_server_gen_acquire(s);

@@ -376,6 +376,34 @@ describe('auth matrix on the inference path (openai SDK)', () => {
     });
 });
 
+describe('idempotency keys are scoped per tenant and application (project)', () => {
+    test('keys of one project share them; another project or tenant never sees them', async () => {
+        const p1 = await admin('POST', 'projects', { tenant_id: tenantA, name: 'idem-1' });
+        const p2 = await admin('POST', 'projects', { tenant_id: tenantA, name: 'idem-2' });
+        const [a1, a2, b1, other] = await Promise.all([
+            createKey({ tenant_id: tenantA, project_id: p1.json.id }),
+            createKey({ tenant_id: tenantA, project_id: p1.json.id }),
+            createKey({ tenant_id: tenantA, project_id: p2.json.id }),
+            createKey({ tenant_id: tenantB }),
+        ]);
+        const body = { model: 'chat', messages, idempotency_key: `idem-scope-${process.pid}` };
+        const send = (k) => postJson(`${env.api}/chat/completions`, body, { headers: { authorization: `Bearer ${k.key}` } });
+        const first = await send(a1);
+        assert.equal(first.status, 200, first.text);
+        const same = await send(a2);
+        assert.equal(same.headers.get('idempotent-replayed'), 'true', 'another key of the same project replays');
+        assert.equal(same.json.id, first.json.id);
+        for (const k of [b1, other]) {
+            const r = await send(k);
+            assert.equal(r.status, 200);
+            assert.equal(r.headers.get('idempotent-replayed'), null, 'another project or tenant runs anew');
+            assert.notEqual(r.json.id, first.json.id);
+        }
+        const bad = await postJson(`${env.api}/chat/completions`, body, { headers: { authorization: 'Bearer mg-nope' } });
+        assert.equal(bad.status, 401, 'an unknown key gets no stored answer');
+    });
+});
+
 describe('tenant admin tokens: a tenant sees and changes only its own', () => {
     let tokA;
     let tokB;

@@ -153,36 +153,17 @@ cJSON *mg_app_to_json(const mg_app_conf_t *a)
     return o;
 }
 
-typedef struct load_s {
-    mg_config_t *cfg;
-    int oom;
-} load_t;
-
-static void load_row(void *ud, int ncols, const char *const *c)
+/* One stored application into cfg: 0, -1 (not usable: err), -2 (out of memory). */
+static int add_app(mg_config_t *cfg, const char *name, cJSON *def, char *err, size_t errlen)
 {
-    load_t *l = ud;
-    char err[256];
     mg_app_conf_t a;
-    if (ncols < 2 || !c[0] || !c[1]) return;
-    cJSON *def = cJSON_Parse(c[1]);
-    if (!def || mg_app_from_json(def, c[0], &a, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_WARN, NULL, "stored application %s not used: %s", c[0],
-                   def ? err : "its definition is not JSON");
-    } else if (mg_config_add_app(l->cfg, &a, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_WARN, NULL, "stored application %s not used: %s", c[0], err);
-        l->oom |= strcmp(err, "out of memory") == 0;
-        mg_app_conf_clear(&a);
-    }
-    cJSON_Delete(def);
+    if (mg_app_from_json(def, name, &a, err, errlen) != 0) return -1;
+    if (mg_config_add_app(cfg, &a, err, errlen) == 0) return 0;
+    mg_app_conf_clear(&a);
+    return strcmp(err, "out of memory") == 0 ? -2 : -1;
 }
 
 int mg_apps_load(mg_store_t *st, mg_config_t *cfg, char *err, size_t errlen)
 {
-    load_t l = {cfg, 0};
-    if (mg_store_query(st, "SELECT name, definition FROM applications ORDER BY created_at, name",
-                       0, NULL, load_row, &l, err, errlen) != 0)
-        return -1;
-    if (!l.oom) return 0;
-    snprintf(err, errlen, "out of memory");
-    return -1;
+    return mg_defs_load(st, "applications", "application", cfg, add_app, err, errlen);
 }

@@ -168,37 +168,50 @@ static void drop_missing_routes(cJSON *def, const mg_config_t *cfg, const char *
     }
 }
 
+/* The generic part of loading stored definitions (models, applications). */
 typedef struct load_s {
     mg_config_t *cfg;
+    mg_def_add_fn add;
+    const char *what;
     int oom;
 } load_t;
 
 static void load_row(void *ud, int ncols, const char *const *c)
 {
     load_t *l = ud;
-    char err[256];
-    mg_model_conf_t m;
+    char err[256] = "its definition is not JSON";
     if (ncols < 2 || !c[0] || !c[1]) return;
     cJSON *def = cJSON_Parse(c[1]);
-    if (def) drop_missing_routes(def, l->cfg, c[0]);
-    if (!def || mg_model_from_json(def, c[0], l->cfg, &m, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_WARN, NULL, "stored model %s not served: %s", c[0],
-                   def ? err : "its definition is not JSON");
-    } else if (mg_config_add_model(l->cfg, &m, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_WARN, NULL, "stored model %s not served: %s", c[0], err);
-        l->oom |= strcmp(err, "out of memory") == 0;
-        mg_model_conf_clear(&m);
-    }
+    int rc = def ? l->add(l->cfg, c[0], def, err, sizeof(err)) : -1;
+    if (rc != 0) mg_log_msg(MG_LOG_WARN, NULL, "stored %s %s not used: %s", l->what, c[0], err);
+    l->oom |= rc == -2;
     cJSON_Delete(def);
+}
+
+int mg_defs_load(mg_store_t *st, const char *table, const char *what, mg_config_t *cfg,
+                 mg_def_add_fn add, char *err, size_t errlen)
+{
+    char sql[128];
+    load_t l = {cfg, add, what, 0};
+    snprintf(sql, sizeof(sql), "SELECT name, definition FROM %s ORDER BY created_at, name", table);
+    if (mg_store_query(st, sql, 0, NULL, load_row, &l, err, errlen) != 0) return -1;
+    if (!l.oom) return 0;
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* One stored model into cfg: 0, -1 (not usable: err), -2 (out of memory). */
+static int add_model(mg_config_t *cfg, const char *name, cJSON *def, char *err, size_t errlen)
+{
+    mg_model_conf_t m;
+    drop_missing_routes(def, cfg, name);
+    if (mg_model_from_json(def, name, cfg, &m, err, errlen) != 0) return -1;
+    if (mg_config_add_model(cfg, &m, err, errlen) == 0) return 0;
+    mg_model_conf_clear(&m);
+    return strcmp(err, "out of memory") == 0 ? -2 : -1;
 }
 
 int mg_models_load(mg_store_t *st, mg_config_t *cfg, char *err, size_t errlen)
 {
-    load_t l = {cfg, 0};
-    if (mg_store_query(st, "SELECT name, definition FROM models ORDER BY created_at, name", 0,
-                       NULL, load_row, &l, err, errlen) != 0)
-        return -1;
-    if (!l.oom) return 0;
-    snprintf(err, errlen, "out of memory");
-    return -1;
+    return mg_defs_load(st, "models", "model", cfg, add_model, err, errlen);
 }

@@ -36,6 +36,15 @@ int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cf
 /* The definition of a model as JSON (the shape above, plus name and source). */
 cJSON *mg_model_to_json(const mg_model_conf_t *m);
 
+/* Stored definitions (models, applications): add(cfg, name, def, err, errlen) puts one
+ * into cfg and returns 0, -1 (not usable: logged with err, skipped) or -2 (out of memory). */
+typedef int (*mg_def_add_fn)(mg_config_t *cfg, const char *name, cJSON *def, char *err,
+                             size_t errlen);
+/* Every row of table (name, definition) through add, oldest first. 0, or -1 with err set
+ * (storage, out of memory). */
+int mg_defs_load(mg_store_t *st, const char *table, const char *what, mg_config_t *cfg,
+                 mg_def_add_fn add, char *err, size_t errlen);
+
 /* Add every stored model to cfg (a generation being built). 0, or -1 with err set
  * (storage, out of memory); unusable rows are logged and skipped. */
 int mg_models_load(mg_store_t *st, mg_config_t *cfg, char *err, size_t errlen);

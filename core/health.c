@@ -562,6 +562,12 @@ void mg_health_snapshot(const mg_health_t *h, uint64_t now_ms, mg_health_snapsho
     health_recent_counts(h, now_ms, out);
 }
 
+void mg_health_recent(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *out)
+{
+    *out = (mg_health_snapshot_t){.state = h->state};
+    health_recent_counts(h, now_ms, out);
+}
+
 const char *mg_health_state_name(mg_health_state_t s)
 {
     switch (s) {

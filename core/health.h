@@ -286,6 +286,11 @@ int mg_health_probe_result(mg_health_t *h, uint64_t now_ms, int ok);
 /* Everything readable at now_ms. */
 void mg_health_snapshot(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *out);
 
+/* What routing reads, for every route of every request: the state and the recent
+ * counters (avail_samples, success_rate, ttft_samples, ttft_ms) as mg_health_snapshot
+ * gives them, without summing the 5-minute window (its fields, and the others, read 0). */
+void mg_health_recent(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *out);
+
 /* "healthy" | "degraded" | "down". */
 const char *mg_health_state_name(mg_health_state_t s);
 

@@ -1,7 +1,8 @@
 /* limiter: per-provider RPM and TPM limits over a sliding 60 s window.
  *
  * RPM is a sliding log, exact: the ring keeps the times of the last `limit`
- * admissions, oldest first. A new admission at t is allowed iff fewer than
+ * admissions, oldest first (mg_limiter_usage drops those that have left the window
+ * early, all but the newest: nothing reads them). A new admission at t is allowed iff fewer than
  * `limit` of them lie in (t - 60000, t], that is iff the ring is not full or its
  * oldest entry is at least 60000 ms old. Any two admissions `limit` apart are then
  * >= 60000 ms apart, so no half-open window [a, a + 60000) ever holds more than
@@ -30,10 +31,13 @@
 /* ------------------------------------------------------------------------ */
 /* RPM ring                                                                   */
 
-/* The i-th recorded admission, 0 = oldest. Assumes i < count. */
+/* The i-th recorded admission, 0 = oldest. Assumes i < count. head < limit and
+ * i < count <= limit: the ring wraps once at most, no division needed (this runs in
+ * the binary search of every "how many in the window"). */
 static uint64_t rpm_at(const mg_rpm_window_t *w, int i)
 {
-    return w->times[(w->head + i) % w->limit];
+    int k = w->head + i;
+    return w->times[k < w->limit ? k : k - w->limit];
 }
 
 /* now, or the newest recorded time if now is earlier (time never goes back). */
@@ -68,6 +72,22 @@ static uint64_t rpm_next_below(const mg_rpm_window_t *w, uint64_t now_ms, int ca
     if (used < cap) return now;
     /* once the (used - cap + 1) oldest in-window entries have left, used < cap */
     return rpm_at(w, first + (used - cap)) + MG_LIMIT_WINDOW_MS;
+}
+
+/* Drop the admissions that have left the window at now_ms, all but the newest (which
+ * rpm_now reads), and return how many are in the window: what mg_rpm_used says, without
+ * its binary search over a ring that may hold a whole minute of traffic (cache misses
+ * for every probe, for every route of every request). Amortised O(1): each admission
+ * is dropped once, and the ring is walked in order. */
+static int rpm_expire(mg_rpm_window_t *w, uint64_t now_ms)
+{
+    if (w->count == 0) return 0;
+    uint64_t now = rpm_now(w, now_ms);
+    while (w->count > 1 && rpm_at(w, 0) + MG_LIMIT_WINDOW_MS <= now) {
+        w->head = w->head + 1 < w->limit ? w->head + 1 : 0;
+        w->count--;
+    }
+    return w->count - (rpm_at(w, 0) + MG_LIMIT_WINDOW_MS <= now);
 }
 
 static void rpm_record(mg_rpm_window_t *w, uint64_t t)
@@ -400,10 +420,23 @@ int64_t mg_limiter_tpm_used(mg_limiter_t *l, uint64_t now_ms)
     return mg_tpm_used(&l->tpm, now_ms);
 }
 
+/* (limit - used) / limit clamped to 0..1; 1 when unlimited. */
+static double headroom_of(int limit, int used)
+{
+    if (limit == 0) return 1.0;
+    double h = (double)(limit - used) / (double)limit;
+    return h < 0 ? 0 : h > 1 ? 1 : h;
+}
+
 double mg_limiter_headroom(mg_limiter_t *l, uint64_t now_ms)
 {
-    if (l->rpm.limit == 0) return 1.0;
-    int used = mg_rpm_used(&l->rpm, now_ms);
-    double h = (double)(l->rpm.limit - used) / (double)l->rpm.limit;
-    return h < 0 ? 0 : h > 1 ? 1 : h;
+    return headroom_of(l->rpm.limit, l->rpm.limit ? mg_rpm_used(&l->rpm, now_ms) : 0);
+}
+
+void mg_limiter_usage(mg_limiter_t *l, uint64_t now_ms, mg_limiter_usage_t *out)
+{
+    tpm_advance(&l->tpm, now_ms);
+    out->rpm_used = l->rpm.limit > 0 ? rpm_expire(&l->rpm, now_ms) : l->tpm.requests;
+    out->tpm_used = l->tpm.tokens;
+    out->headroom = headroom_of(l->rpm.limit, out->rpm_used);
 }

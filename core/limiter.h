@@ -216,4 +216,14 @@ int64_t mg_limiter_tpm_used(mg_limiter_t *l, uint64_t now_ms);
 /* (rpm_limit - rpm_used) / rpm_limit clamped to 0..1; 1 when unlimited. */
 double mg_limiter_headroom(mg_limiter_t *l, uint64_t now_ms);
 
+/* The three above at once, as the routing decision reads them for every route of a
+ * request: one look at the RPM log instead of one per figure, and that one amortised
+ * O(1) (it drops the admissions that have left the window). */
+typedef struct mg_limiter_usage_s {
+    int rpm_used;
+    int64_t tpm_used;
+    double headroom;
+} mg_limiter_usage_t;
+void mg_limiter_usage(mg_limiter_t *l, uint64_t now_ms, mg_limiter_usage_t *out);
+
 #endif

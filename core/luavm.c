@@ -183,6 +183,9 @@ typedef struct route_span_s {
     int list_ref;      /* Lua list of the kept tables of routes[0..n-1], LUA_NOREF until made */
     table_pos_t *pos;  /* owned, with list_ref: open addressing, pos_mask + 1 entries */
     size_t pos_mask;
+    int keys_ref;      /* with list_ref: Lua list of the tables' adaptive_key (false for none),
+                          LUA_NOREF when the policy has no adaptive_key */
+    size_t unkeyed;    /* how many of those are not numbers */
 } route_span_t;
 
 /* The candidate table of one config route, and the facts its fields hold. */
@@ -201,7 +204,7 @@ struct mg_gen_cache_s {
     size_t n_slots;
     int tables_ref;           /* Lua array of the kept candidate tables, by slot */
     unsigned calls;           /* mg_gen_route calls so far */
-    mg_order_item_t *order;   /* owned; 2 x order_cap items: moongate.sort_by scratch */
+    mg_order_item_t *order;   /* owned; 3 x order_cap items: moongate.sort_by scratch */
     size_t order_cap;
 };
 
@@ -222,15 +225,15 @@ static void gen_cache_free(struct mg_gen_cache_s *k)
     free(k);
 }
 
-/* Room for n order items and as many for the merge (kept for the next call); NULL when out
- * of memory. */
+/* Room for 3 x n order items: the items, as many for the merge, as many for a second key
+ * (kept for the next call); NULL when out of memory. */
 static mg_order_item_t *order_scratch(mg_gen_t *g, size_t n)
 {
     struct mg_gen_cache_s *k = gen_cache(g);
     if (!k) return NULL;
     if (n > k->order_cap) {
         size_t cap = n > 2 * k->order_cap ? n : 2 * k->order_cap;
-        mg_order_item_t *items = realloc(k->order, 2 * cap * sizeof(*items));
+        mg_order_item_t *items = realloc(k->order, 3 * cap * sizeof(*items));
         if (!items) return NULL;
         k->order = items;
         k->order_cap = cap;
@@ -314,12 +317,10 @@ static int l_sha256_hex(lua_State *L)
     return 1;
 }
 
-/* The n numbers of the Lua list at t as order items (key, pos = i + 1) in the scratch;
- * raises a Lua error for a value that is not a number. */
-static mg_order_item_t *read_order_keys(lua_State *L, int t, size_t n, const char *fn)
+/* The n numbers of the Lua list at t (t = 0: all 1) as order items (key, pos = i + 1) in
+ * items; raises a Lua error for a value that is not a number. */
+static void read_keys_into(lua_State *L, int t, size_t n, const char *fn, mg_order_item_t *items)
 {
-    mg_order_item_t *items = order_scratch(gen_of(L), n ? n : 1);
-    if (!items) luaL_error(L, "%s: out of memory", fn);
     for (size_t i = 0; i < n; i++) {
         int isnum = 1;
         if (t) {
@@ -332,6 +333,14 @@ static mg_order_item_t *read_order_keys(lua_State *L, int t, size_t n, const cha
         items[i].pos = (int)i + 1;
         if (!isnum) luaL_error(L, "%s: key %d is not a number", fn, (int)i + 1);
     }
+}
+
+/* The same into the scratch (see order_scratch). */
+static mg_order_item_t *read_order_keys(lua_State *L, int t, size_t n, const char *fn)
+{
+    mg_order_item_t *items = order_scratch(gen_of(L), n ? n : 1);
+    if (!items) luaL_error(L, "%s: out of memory", fn);
+    read_keys_into(L, t, n, fn, items);
     return items;
 }
 
@@ -359,8 +368,9 @@ static int l_sort_by(lua_State *L)
     return 1;
 }
 
-/* moongate.weighted_order(list, weights, u, seed): a new list of list's values in a
- * weighted random order without replacement; weights nil = all 1 (see order.h). */
+/* moongate.weighted_order(list, weights, u, seed[, keys]): a new list of list's values in a
+ * weighted random order without replacement; weights nil = all 1; with keys, by ascending
+ * keys[i] first, the weighted order among equal keys (see order.h). */
 static int l_weighted_order(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -368,9 +378,13 @@ static int l_weighted_order(lua_State *L)
     if (weighted) luaL_checktype(L, 2, LUA_TTABLE);
     double u = luaL_checknumber(L, 3);
     uint64_t seed = (uint64_t)luaL_checkinteger(L, 4);
+    int keyed = !lua_isnoneornil(L, 5);
+    if (keyed) luaL_checktype(L, 5, LUA_TTABLE);
     size_t n = lua_rawlen(L, 1);
     mg_order_item_t *items = read_order_keys(L, weighted ? 2 : 0, n, "weighted_order");
+    if (keyed) read_keys_into(L, 5, n, "weighted_order", items + 2 * n);
     mg_order_weighted(items, n, u, seed, items + n);
+    if (keyed) mg_order_then_by(items, n, items + 2 * n, items + n);
     push_in_order(L, 1, items, n);
     return 1;
 }
@@ -486,6 +500,8 @@ static void set_str(lua_State *L, const char *k, const char *v)
     lua_setfield(L, -2, k);
 }
 
+static void memo_free(struct mg_encode_memo_s *memo);
+
 static void push_provider(lua_State *L, const mg_provider_conf_t *p)
 {
     lua_createtable(L, 0, 10);
@@ -516,6 +532,9 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
     lua_pop(L, 1);
     push_field(L, a->ref, "passthrough");
     a->passthrough = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    push_field(L, a->ref, "encode_per_route");
+    a->encode_per_route = lua_toboolean(L, -1);
     lua_pop(L, 1);
     push_field(L, a->ref, "probe_path");
     a->probe_path = strdup(lua_isstring(L, -1) ? lua_tostring(L, -1) : "/models");
@@ -630,6 +649,11 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
         return -1;
     }
     lua_pop(L, 1);
+    /* optional: rule 8's key of one route, which the core keeps in the candidate tables */
+    if (push_field(L, g->routing_ref, "adaptive_key") == LUA_TFUNCTION)
+        g->adaptive_key_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    else
+        lua_pop(L, 1);
     if (push_field(L, g->routing_ref, "selftest") == LUA_TFUNCTION) {
         char lerr[512];
         if (pcall(L, 0, 0, lerr, sizeof(lerr)) != 0) {
@@ -673,6 +697,7 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
 }
 
 static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen);
+static int load_req_maker(mg_gen_t *g, char *err, size_t errlen);
 
 int mg_gen_load(const char *config_path, unsigned id, mg_gen_t **out, char *err, size_t errlen)
 {
@@ -691,12 +716,13 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     g->id = id;
     g->refs = 1;
     g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
-    g->make_candidate_ref = LUA_NOREF;
+    g->make_candidate_ref = g->adaptive_key_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
         (extend && extend(g->cfg, ud, err, errlen) != 0)) {
         mg_gen_unref(g);
         return -1;
     }
+    mg_config_link_routes(g->cfg); /* every provider and model is in: the routes' hints */
     g->L = lua_newstate(gen_alloc, g);
     if (!g->L) {
         snprintf(err, errlen, "cannot create a Lua state");
@@ -706,6 +732,7 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     /* request-scoped tables die young: generational collection suits them */
     lua_gc(g->L, LUA_GCGEN, 0, 0);
     if (load_library(g, err, errlen) != 0 || load_candidate_maker(g, err, errlen) != 0 ||
+        load_req_maker(g, err, errlen) != 0 ||
         load_adapters(g, err, errlen) != 0 || load_policies(g, err, errlen) != 0) {
         mg_gen_unref(g);
         return -1;
@@ -727,6 +754,7 @@ void mg_gen_unref(mg_gen_t *g)
     for (size_t i = 0; i < g->n_adapters; i++) {
         free(g->adapters[i].name);
         free(g->adapters[i].probe_path);
+        memo_free(g->adapters[i].memo);
     }
     free(g->adapters);
     free(g->provider_adapter);
@@ -738,24 +766,56 @@ void mg_gen_unref(mg_gen_t *g)
 /* Per-request calls                                                         */
 /* ------------------------------------------------------------------------ */
 
+/* The request table is built by a Lua table constructor (as candidate tables are, below):
+ * constant keys, one pre-sized table (its 16 slots also take attempt and body later), where
+ * fourteen lua_setfield calls each looked their key up again. A nil argument leaves its
+ * field out. */
+static const char make_req_src[] =
+    "return function(request_id, endpoint, model, stream, max_tokens, created, priority, pool,\n"
+    "  pin, local_only, allow_smaller_model, allow_cloud, local_first, random)\n"
+    "  return { request_id = request_id, endpoint = endpoint, model = model, stream = stream,\n"
+    "    max_tokens = max_tokens, created = created, priority = priority, pool = pool, pin = pin,\n"
+    "    local_only = local_only, allow_smaller_model = allow_smaller_model,\n"
+    "    allow_cloud = allow_cloud, local_first = local_first, random = random }\n"
+    "end\n";
+static const char make_req_key = 0; /* its registry slot: lua_rawgetp(&make_req_key) */
+
+static int load_req_maker(mg_gen_t *g, char *err, size_t errlen)
+{
+    lua_State *L = g->L;
+    if (luaL_loadbuffer(L, make_req_src, sizeof(make_req_src) - 1, "=request") != LUA_OK ||
+        pcall(L, 0, 1, err, errlen) != 0)
+        return -1;
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &make_req_key);
+    return 0;
+}
+
+static void push_opt_str(lua_State *L, const char *s)
+{
+    if (s) lua_pushstring(L, s);
+    else lua_pushnil(L);
+}
+
 int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
 {
     lua_State *L = g->L;
-    lua_createtable(L, 0, 20); /* all fields below plus attempt and body: no rehash */
-    set_str(L, "request_id", info->request_id);
-    set_str(L, "endpoint", info->endpoint);
-    set_str(L, "model", info->model);
-    set_bool(L, "stream", info->stream);
-    if (info->max_tokens >= 0) set_int(L, "max_tokens", info->max_tokens);
-    set_int(L, "created", info->created);
-    set_str(L, "priority", info->priority ? info->priority : "P2");
-    if (info->pool) set_str(L, "pool", info->pool);
-    if (info->pin) set_str(L, "pin", info->pin);
-    set_bool(L, "local_only", info->local_only);
-    set_bool(L, "allow_smaller_model", info->allow_smaller_model);
-    set_bool(L, "allow_cloud", info->allow_cloud);
-    set_bool(L, "local_first", info->local_first);
-    set_num(L, "random", info->random);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &make_req_key);
+    lua_pushstring(L, info->request_id);
+    lua_pushstring(L, info->endpoint);
+    lua_pushstring(L, info->model);
+    lua_pushboolean(L, info->stream);
+    if (info->max_tokens >= 0) lua_pushinteger(L, info->max_tokens);
+    else lua_pushnil(L);
+    lua_pushinteger(L, info->created);
+    lua_pushstring(L, info->priority ? info->priority : "P2");
+    push_opt_str(L, info->pool);
+    push_opt_str(L, info->pin);
+    lua_pushboolean(L, info->local_only);
+    lua_pushboolean(L, info->allow_smaller_model);
+    lua_pushboolean(L, info->allow_cloud);
+    lua_pushboolean(L, info->local_first);
+    lua_pushnumber(L, info->random);
+    lua_call(L, 14, 1); /* a constructor: raises only when out of memory, as lua_setfield did */
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
@@ -787,7 +847,7 @@ static const char make_candidate_src[] =
     "return function(index, provider, model, pool, loc, smaller, priority, weight, available,\n"
     "  cooling, cooldown_remaining_ms, consecutive_429, observing, rpm_limit, rpm_used,\n"
     "  tpm_limit, tpm_used, headroom, in_flight, health, breaker, route_breaker, avail_samples,\n"
-    "  ttft_samples, success_rate, ttft_ms, load)\n"
+    "  ttft_samples, success_rate, ttft_ms, load, adaptive_key)\n"
     "  return { index = index, provider = provider, model = model, pool = pool, ['local'] = loc,\n"
     "    smaller = smaller, priority = priority, weight = weight, available = available,\n"
     "    cooling = cooling, cooldown_remaining_ms = cooldown_remaining_ms,\n"
@@ -796,7 +856,8 @@ static const char make_candidate_src[] =
     "    in_flight = in_flight, health = health, breaker = breaker,\n"
     "    route_breaker = route_breaker,\n"
     "    avail_samples = avail_samples, ttft_samples = ttft_samples,\n"
-    "    success_rate = success_rate, ttft_ms = ttft_ms, load = load }\n"
+    "    success_rate = success_rate, ttft_ms = ttft_ms, load = load,\n"
+    "    adaptive_key = adaptive_key }\n"
     "end\n";
 
 static int load_candidate_maker(mg_gen_t *g, char *err, size_t errlen)
@@ -821,6 +882,42 @@ static void push_load(lua_State *L, const mg_candidate_t *c)
     set_int(L, "running", c->load_running);
     set_int(L, "waiting", c->load_waiting);
     if (c->load_kv_cache >= 0) set_num(L, "kv_cache", c->load_kv_cache);
+}
+
+/* A number that reads as nil when negative (no samples). */
+static void push_opt_num(lua_State *L, double v)
+{
+    if (v >= 0) lua_pushnumber(L, v);
+    else lua_pushnil(L);
+}
+
+/* c.adaptive_key: routing.adaptive_key(success_rate, avail_samples, ttft_ms, ttft_samples),
+ * rule 8's key of the route, computed here when those facts change rather than by route()
+ * for every route of every request (in steady state one route's samples move per request).
+ * A number, false for the policy's nil (too few samples), or nil when the policy has no
+ * adaptive_key or it failed or returned something else: route() then computes the key
+ * itself, and an error shows there, as any error of the policy. */
+static void push_adaptive_key(lua_State *L, const mg_gen_t *g, const mg_candidate_t *c)
+{
+    if (g->adaptive_key_ref == LUA_NOREF) {
+        lua_pushnil(L);
+        return;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->adaptive_key_ref);
+    push_opt_num(L, c->success_rate);
+    lua_pushinteger(L, c->avail_samples);
+    push_opt_num(L, c->ttft_ms);
+    lua_pushinteger(L, c->ttft_samples);
+    if (lua_pcall(L, 4, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    } else if (!lua_toboolean(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 0);
+    } else if (lua_type(L, -1) != LUA_TNUMBER) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
 }
 
 static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_candidate_t *c)
@@ -850,12 +947,11 @@ static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_
     lua_pushstring(L, c->route_breaker);
     lua_pushinteger(L, c->avail_samples);
     lua_pushinteger(L, c->ttft_samples);
-    if (c->success_rate >= 0) lua_pushnumber(L, c->success_rate);
-    else lua_pushnil(L);
-    if (c->ttft_ms >= 0) lua_pushnumber(L, c->ttft_ms);
-    else lua_pushnil(L);
+    push_opt_num(L, c->success_rate);
+    push_opt_num(L, c->ttft_ms);
     push_load(L, c);
-    lua_call(L, 27, 1); /* the constructor cannot fail but for memory, as lua_createtable */
+    push_adaptive_key(L, g, c);
+    lua_call(L, 28, 1); /* the constructor cannot fail but for memory, as lua_createtable */
 }
 
 static const char *degraded_name(const char *s)
@@ -897,7 +993,7 @@ static void cache_routes(mg_gen_t *g, struct mg_gen_cache_s *k)
     }
     for (size_t m = 0, first = 0; m < cfg->n_models; m++) {
         k->spans[m] = (route_span_t){cfg->models[m].routes, cfg->models[m].n_routes, first,
-                                     LUA_NOREF, NULL, 0};
+                                     LUA_NOREF, NULL, 0, LUA_NOREF, 0};
         first += cfg->models[m].n_routes;
     }
     k->n_spans = cfg->n_models;
@@ -938,13 +1034,25 @@ static void sync_num(lua_State *L, const char *k, double now, double was)
     if (now != was) set_num(L, k, now);
 }
 
-/* A number that reads as nil when negative (no samples). */
+/* Whether a number that reads as nil when negative reads differently now. */
+static int opt_num_changed(double now, double was)
+{
+    return now != was && (now >= 0 || was >= 0);
+}
+
 static void sync_opt_num(lua_State *L, const char *k, double now, double was)
 {
-    if (now == was || (!(now >= 0) && !(was >= 0))) return;
-    if (now >= 0) lua_pushnumber(L, now);
-    else lua_pushnil(L);
+    if (!opt_num_changed(now, was)) return;
+    push_opt_num(L, now);
     lua_setfield(L, -2, k);
+}
+
+/* Whether the facts routing.adaptive_key reads changed. */
+static int samples_changed(const mg_candidate_t *a, const mg_candidate_t *b)
+{
+    return a->avail_samples != b->avail_samples || a->ttft_samples != b->ttft_samples ||
+           opt_num_changed(a->success_rate, b->success_rate) ||
+           opt_num_changed(a->ttft_ms, b->ttft_ms);
 }
 
 static void sync_str(lua_State *L, const char *k, const char *now, const char *was)
@@ -963,8 +1071,9 @@ static int load_changed(const mg_candidate_t *a, const mg_candidate_t *b)
 
 /* The runtime fields of a kept candidate table (on top of the stack) brought up to date;
  * the config fields (provider, model, pool, local, smaller, priority, weight) never change
- * within a generation. */
-static void refresh_candidate(lua_State *L, const mg_candidate_t *c, const mg_candidate_t *was)
+ * within a generation. Returns whether adaptive_key was written. */
+static int refresh_candidate(lua_State *L, const mg_gen_t *g, const mg_candidate_t *c,
+                             const mg_candidate_t *was)
 {
     sync_bool(L, "available", c->available, was->available);
     sync_bool(L, "cooling", c->cooling, was->cooling);
@@ -988,16 +1097,72 @@ static void refresh_candidate(lua_State *L, const mg_candidate_t *c, const mg_ca
         push_load(L, c);
         lua_setfield(L, -2, "load");
     }
+    if (!samples_changed(c, was)) return 0;
+    push_adaptive_key(L, g, c);
+    lua_setfield(L, -2, "adaptive_key");
+    return 1;
+}
+
+/* The span's list (at list) says adaptive_keys = its keys list exactly when every key is a
+ * number, so that a policy gets rule 8's keys of the whole list with one field read. */
+static void show_span_keys(lua_State *L, const route_span_t *sp, int list)
+{
+    if (sp->unkeyed == 0) lua_rawgeti(L, LUA_REGISTRYINDEX, sp->keys_ref);
+    else lua_pushnil(L);
+    lua_setfield(L, list, "adaptive_keys");
+}
+
+/* Copy the adaptive_key of the table on top of the stack, the span's i-th, into the span's
+ * keys list (at keys): a number, or false. Returns 1 when it is a number. */
+static int copy_span_key(lua_State *L, int keys, size_t i)
+{
+    int keyed = lua_getfield(L, -1, "adaptive_key") == LUA_TNUMBER;
+    if (!keyed) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 0);
+    }
+    lua_rawseti(L, keys, (lua_Integer)i + 1);
+    return keyed;
+}
+
+/* The adaptive_key of the span's i-th table (on top of the stack) was rewritten: the keys
+ * list follows. */
+static void span_key_changed(lua_State *L, route_span_t *sp, size_t i)
+{
+    if (sp->keys_ref == LUA_NOREF) return;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, sp->keys_ref);
+    int keys = lua_gettop(L);
+    int was = lua_rawgeti(L, keys, (lua_Integer)i + 1) == LUA_TNUMBER;
+    lua_pop(L, 1);
+    lua_pushvalue(L, keys - 1); /* the table */
+    int now = copy_span_key(L, keys, i);
+    lua_pop(L, 2);
+    size_t before = sp->unkeyed;
+    sp->unkeyed = sp->unkeyed + (size_t)was - (size_t)now;
+    if (!before == !sp->unkeyed) return;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
+    show_span_keys(L, sp, lua_gettop(L));
+    lua_pop(L, 1);
+}
+
+/* The span that holds slot. */
+static route_span_t *span_of_slot(struct mg_gen_cache_s *k, long slot)
+{
+    for (size_t i = 0; i < k->n_spans; i++) {
+        route_span_t *sp = &k->spans[i];
+        if ((size_t)slot >= sp->first_slot && (size_t)slot < sp->first_slot + sp->n) return sp;
+    }
+    return NULL;
 }
 
 /* Drop the list of the span that holds slot (made again on a later call). */
 static void forget_span_list(lua_State *L, struct mg_gen_cache_s *k, long slot)
 {
-    for (size_t i = 0; i < k->n_spans; i++) {
-        route_span_t *sp = &k->spans[i];
-        if ((size_t)slot < sp->first_slot || (size_t)slot >= sp->first_slot + sp->n) continue;
+    route_span_t *sp = span_of_slot(k, slot);
+    if (sp) {
         luaL_unref(L, LUA_REGISTRYINDEX, sp->list_ref);
-        sp->list_ref = LUA_NOREF;
+        luaL_unref(L, LUA_REGISTRYINDEX, sp->keys_ref);
+        sp->list_ref = sp->keys_ref = LUA_NOREF;
         free(sp->pos);
         sp->pos = NULL;
     }
@@ -1015,7 +1180,11 @@ static int push_kept_candidate(lua_State *L, const mg_gen_t *g, struct mg_gen_ca
     if (s->built && s->facts.provider == c->provider) {
         lua_rawgeti(L, tables, slot + 1);
         if (s->index != index) set_int(L, "index", index);
-        refresh_candidate(L, c, &s->facts);
+        if (refresh_candidate(L, g, c, &s->facts)) {
+            route_span_t *sp = span_of_slot(k, slot); /* its list's keys follow */
+            if (sp && sp->list_ref != LUA_NOREF)
+                span_key_changed(L, sp, (size_t)slot - sp->first_slot);
+        }
     } else {
         push_candidate(L, g, index, c);
         lua_pushvalue(L, -1);
@@ -1061,9 +1230,10 @@ static int same_facts(const mg_candidate_t *a, const mg_candidate_t *b)
  * facts changed are touched (no call stamps: the routes of a span are distinct). 0 = the
  * list is pushed; -1 = nothing pushed (the list is not made yet, or a table must be made
  * afresh): take the slow path. */
-static int push_span_list(lua_State *L, struct mg_gen_cache_s *k, route_span_t *sp,
+static int push_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp,
                           const mg_candidate_t *cands, int n)
 {
+    struct mg_gen_cache_s *k = g->cache;
     if (sp->list_ref == LUA_NOREF) return -1;
     lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
     for (int i = 0; i < n; i++) {
@@ -1076,7 +1246,7 @@ static int push_span_list(lua_State *L, struct mg_gen_cache_s *k, route_span_t *
         if (s->index == i + 1 && same_facts(c, &s->facts)) continue;
         lua_rawgeti(L, -1, i + 1);
         if (s->index != i + 1) set_int(L, "index", i + 1);
-        refresh_candidate(L, c, &s->facts);
+        if (refresh_candidate(L, g, c, &s->facts)) span_key_changed(L, sp, (size_t)i);
         lua_pop(L, 1);
         s->index = i + 1;
         s->facts = *c;
@@ -1099,8 +1269,26 @@ static int span_pos(const route_span_t *sp, const void *t)
     }
 }
 
-/* Keep the list on top of the stack as the span's list, with its tables' positions. */
-static void keep_span_list(lua_State *L, route_span_t *sp)
+/* Make the span's keys list from the tables of its list (on top of the stack), when the
+ * policy has an adaptive_key. */
+static void keep_span_keys(lua_State *L, const mg_gen_t *g, route_span_t *sp)
+{
+    if (g->adaptive_key_ref == LUA_NOREF) return;
+    int list = lua_gettop(L);
+    lua_createtable(L, (int)sp->n, 0);
+    sp->unkeyed = 0;
+    for (size_t i = 0; i < sp->n; i++) {
+        lua_rawgeti(L, list, (lua_Integer)i + 1);
+        sp->unkeyed += !copy_span_key(L, list + 1, i);
+        lua_pop(L, 1);
+    }
+    sp->keys_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    show_span_keys(L, sp, list);
+}
+
+/* Keep the list on top of the stack as the span's list, with its tables' positions (and
+ * adaptive keys). */
+static void keep_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp)
 {
     size_t size = 4;
     while (size < 2 * sp->n) size *= 2;
@@ -1115,6 +1303,7 @@ static void keep_span_list(lua_State *L, route_span_t *sp)
         while (sp->pos[h].table) h = (h + 1) & sp->pos_mask;
         sp->pos[h] = (table_pos_t){t, (int)i + 1};
     }
+    keep_span_keys(L, g, sp);
     lua_pushvalue(L, -1);
     sp->list_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }
@@ -1139,6 +1328,9 @@ static int candidates_alike(const mg_candidate_t *cands, int n)
 static route_span_t *push_candidates(lua_State *L, mg_gen_t *g, const mg_candidate_t *cands,
                                      int n)
 {
+    /* a candidate's constructor call and its adaptive_key take ~35 slots: more than the
+       LUA_MINSTACK a C caller may use unchecked */
+    lua_checkstack(L, 48);
     struct mg_gen_cache_s *k = gen_cache(g);
     if (k && !k->routes_ready) cache_routes(g, k);
     if (!k || k->tables_ref == LUA_NOREF) {
@@ -1152,7 +1344,7 @@ static route_span_t *push_candidates(lua_State *L, mg_gen_t *g, const mg_candida
     }
     k->calls++;
     route_span_t *sp = whole_span(k, cands, n);
-    if (sp && push_span_list(L, k, sp, cands, n) == 0) return sp;
+    if (sp && push_span_list(L, g, sp, cands, n) == 0) return sp;
     lua_rawgeti(L, LUA_REGISTRYINDEX, k->tables_ref);
     int tables = lua_gettop(L);
     lua_createtable(L, n, 1);
@@ -1163,7 +1355,7 @@ static route_span_t *push_candidates(lua_State *L, mg_gen_t *g, const mg_candida
     }
     set_bool(L, "alike", candidates_alike(cands, n));
     lua_remove(L, tables);
-    if (sp && sp->list_ref == LUA_NOREF) keep_span_list(L, sp); /* every table is kept now */
+    if (sp && sp->list_ref == LUA_NOREF) keep_span_list(L, g, sp); /* every table is kept now */
     return NULL;
 }
 
@@ -1373,8 +1565,143 @@ static int read_headers(lua_State *L, struct curl_slist **list, char *err, size_
     return 0;
 }
 
+/* ---- encode's answers, kept for adapters that say they may be ---------------------------
+ * An adapter with encode_per_route = true promises that encode(req, route) reads nothing of
+ * req but endpoint and stream, so its answer is the same for every request with those on the
+ * same route: the core asks once per route, endpoint and stream mode and keeps the answer for
+ * the generation's life (a reload asks again). Only answers without a body are kept, and at
+ * most MEMO_MAX of them per adapter (names served by a model_prefix come from clients). */
+#define MEMO_MAX 64
+
+typedef struct {
+    const mg_provider_conf_t *p; /* in the generation's config */
+    char *model;                 /* owned */
+    char endpoint[16];
+    int stream;
+    char method[8];
+    char *path;     /* owned */
+    char **headers; /* owned: the "Name: value" lines */
+    size_t n_headers;
+    int ndjson;
+} memo_entry_t;
+
+struct mg_encode_memo_s {
+    memo_entry_t e[MEMO_MAX];
+    size_t n;
+};
+
+static void memo_entry_free(memo_entry_t *m)
+{
+    free(m->model);
+    free(m->path);
+    for (size_t i = 0; i < m->n_headers; i++) free(m->headers[i]);
+    free(m->headers);
+}
+
+static void memo_free(struct mg_encode_memo_s *memo)
+{
+    if (!memo) return;
+    for (size_t i = 0; i < memo->n; i++) memo_entry_free(&memo->e[i]);
+    free(memo);
+}
+
+/* What a memo entry is keyed by besides the route: req.endpoint and req.stream. 0, or -1
+ * when the endpoint does not fit the key (no memo then). */
+static int memo_req_key(lua_State *L, int req_ref, char *endpoint, size_t cap, int *stream)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
+    lua_getfield(L, -1, "endpoint");
+    size_t n = 0;
+    const char *e = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+    int ok = e && n < cap;
+    if (ok) memcpy(endpoint, e, n + 1);
+    lua_getfield(L, -2, "stream");
+    *stream = lua_toboolean(L, -1);
+    lua_pop(L, 3);
+    return ok ? 0 : -1;
+}
+
+static memo_entry_t *memo_find(struct mg_encode_memo_s *memo, const mg_provider_conf_t *p,
+                               const char *model, const char *endpoint, int stream)
+{
+    for (size_t i = 0; memo && i < memo->n; i++) {
+        memo_entry_t *m = &memo->e[i];
+        if (m->p == p && m->stream == stream && strcmp(m->endpoint, endpoint) == 0 &&
+            strcmp(m->model, model) == 0)
+            return m;
+    }
+    return NULL;
+}
+
+/* The kept answer as a fresh mg_encoded_t (the caller owns and frees it, as always). */
+static int memo_answer(const memo_entry_t *m, mg_encoded_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    memcpy(out->method, m->method, sizeof(out->method));
+    out->ndjson = m->ndjson;
+    out->path = strdup(m->path);
+    int ok = out->path != NULL;
+    for (size_t i = 0; ok && i < m->n_headers; i++) {
+        struct curl_slist *nl = curl_slist_append(out->headers, m->headers[i]);
+        ok = nl != NULL;
+        if (ok) out->headers = nl;
+    }
+    if (ok) return 0;
+    mg_encoded_free(out);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* Keep an answer (best effort: out of memory or a full memo keeps nothing). */
+static void memo_put(mg_adapter_t *a, const mg_provider_conf_t *p, const char *model,
+                     const char *endpoint, int stream, const mg_encoded_t *enc)
+{
+    if (!a->memo && !(a->memo = calloc(1, sizeof(*a->memo)))) return;
+    if (a->memo->n >= MEMO_MAX) return;
+    memo_entry_t *m = &a->memo->e[a->memo->n];
+    memset(m, 0, sizeof(*m));
+    m->p = p;
+    m->stream = stream;
+    m->ndjson = enc->ndjson;
+    snprintf(m->endpoint, sizeof(m->endpoint), "%s", endpoint);
+    memcpy(m->method, enc->method, sizeof(m->method));
+    m->model = strdup(model);
+    m->path = strdup(enc->path);
+    size_t n = 0;
+    for (const struct curl_slist *h = enc->headers; h; h = h->next) n++;
+    m->headers = n ? calloc(n, sizeof(*m->headers)) : NULL;
+    int ok = m->model && m->path && (!n || m->headers);
+    for (const struct curl_slist *h = enc->headers; ok && h; h = h->next)
+        ok = (m->headers[m->n_headers++] = strdup(h->data)) != NULL;
+    if (!ok) {
+        memo_entry_free(m);
+        return;
+    }
+    a->memo->n++;
+}
+
+static int encode_call(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
+                       const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen);
+
 int mg_gen_encode(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
                   const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen)
+{
+    mg_adapter_t *a = &g->adapters[adapter];
+    char endpoint[16];
+    int stream;
+    if (!a->encode_per_route ||
+        memo_req_key(g->L, req_ref, endpoint, sizeof(endpoint), &stream) != 0)
+        return encode_call(g, adapter, req_ref, p, upstream_model, out, err, errlen);
+    const memo_entry_t *m = memo_find(a->memo, p, upstream_model, endpoint, stream);
+    if (m) return memo_answer(m, out, err, errlen);
+    int rc = encode_call(g, adapter, req_ref, p, upstream_model, out, err, errlen);
+    if (rc == 0 && !out->body) memo_put(a, p, upstream_model, endpoint, stream, out);
+    return rc;
+}
+
+/* adapter.encode(req, route) itself. */
+static int encode_call(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
+                       const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen)
 {
     lua_State *L = g->L;
     int top = lua_gettop(L);

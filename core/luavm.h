@@ -26,6 +26,8 @@ typedef struct mg_adapter_s {
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
     char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
+    int encode_per_route;          /* M.encode_per_route: encode's answer is kept (see luavm.c) */
+    struct mg_encode_memo_s *memo; /* owned: those answers, by route, endpoint and stream */
 } mg_adapter_t;
 
 typedef struct mg_gen_s {
@@ -37,6 +39,7 @@ typedef struct mg_gen_s {
     size_t n_adapters;
     int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
     int routing_ref;            /* policies/routing.lua module table */
+    int adaptive_key_ref;       /* its adaptive_key function, LUA_NOREF when it has none */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
     int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across

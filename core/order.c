@@ -140,3 +140,47 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
     }
     mg_order_sort(items, n, tmp);
 }
+
+/* Same key: numbers equal, or both NaN (NaN keys are alike: they keep sequence order). */
+static inline int same_key(double a, double b)
+{
+    return a == b || (isnan(a) && isnan(b));
+}
+
+/* keys sorted by (key, pos): the rank of each distinct key from 0, stored per position
+ * (rank_of[pos - 1].pos), and how many items have each rank (keys[rank].pos, overwriting
+ * entries already read). Returns the number of ranks. */
+static size_t rank_keys(mg_order_item_t *keys, size_t n, mg_order_item_t *rank_of)
+{
+    size_t ranks = 0;
+    double last = 0;
+    for (size_t s = 0; s < n; s++) {
+        double k = keys[s].key;
+        int pos = keys[s].pos;
+        if (s == 0 || !same_key(k, last)) keys[ranks++].pos = 0;
+        last = k;
+        rank_of[pos - 1].pos = (int)ranks - 1;
+        keys[ranks - 1].pos++;
+    }
+    return ranks;
+}
+
+void mg_order_then_by(mg_order_item_t *items, size_t n, mg_order_item_t *keys,
+                      mg_order_item_t *tmp)
+{
+    /* A counting sort of the sequence by the rank of its key: the keys are sorted once
+     * (in position order, the same from one request to the next but for the routes whose
+     * samples moved), the sequence, new every time, is only walked: no comparison whose
+     * outcome the branch predictor cannot know. */
+    for (size_t j = 0; j < n; j++) keys[j].pos = (int)j + 1;
+    mg_order_sort(keys, n, tmp);
+    size_t ranks = rank_keys(keys, n, tmp);
+    for (size_t i = 0; i < n; i++) items[i].key = tmp[items[i].pos - 1].pos; /* its rank */
+    for (size_t r = 0, start = 0; r < ranks; r++) { /* counts into first places */
+        size_t count = (size_t)keys[r].pos;
+        keys[r].pos = (int)start;
+        start += count;
+    }
+    for (size_t i = 0; i < n; i++) tmp[keys[(size_t)items[i].key].pos++] = items[i];
+    memcpy(items, tmp, n * sizeof(*items));
+}

@@ -44,4 +44,13 @@ double mg_unit_double(uint64_t z);
 void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
                        mg_order_item_t *tmp);
 
+/* Order the sequence items (as mg_order_weighted drew it, say) by ascending key first:
+ * keys[j].key is the key of the item at position j + 1 (keys[j].pos is not read), NaN
+ * after every number, and items with equal keys (NaN ones too) keep their order in the
+ * sequence. This is a stable sort of the sequence by those keys: rule 8 of the routing
+ * policy over rule 7's weighted order, in the same call. Only the items' pos mean
+ * something afterwards; keys is overwritten; it and tmp have room for n items each. */
+void mg_order_then_by(mg_order_item_t *items, size_t n, mg_order_item_t *keys,
+                      mg_order_item_t *tmp);
+
 #endif

@@ -17,6 +17,13 @@ mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id)
     return NULL;
 }
 
+mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const char *id)
+{
+    if (index < p->n && p->items[index].id && strcmp(p->items[index].id, id) == 0)
+        return &p->items[index];
+    return mg_pool_get(p, id);
+}
+
 static void breaker_config(const mg_config_t *cfg, mg_breaker_config_t *bc)
 {
     mg_breaker_config_default(bc);

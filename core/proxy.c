@@ -528,10 +528,17 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     mg_server_cooldown_applied(c->srv, ps, n, secs, status);
 }
 
+/* The pool's state of provider p (one of this call's generation): looked up at p's index,
+ * one comparison rather than a search over every provider, per route and attempt. */
+static mg_provider_state_t *provider_state(call_t *c, const mg_provider_conf_t *p)
+{
+    return mg_pool_get_at(&c->srv->pool, (size_t)(p - c->gen->cfg->providers), p->id);
+}
+
 /* End of an attempt: the provider's counters, breaker, health and cooldown. */
 static void attempt_end(call_t *c, int success)
 {
-    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, c->provider->id);
+    mg_provider_state_t *ps = provider_state(c, c->provider);
     if (!ps) return;
     uint64_t now = uv_now(c->srv->loop);
     ps->in_flight--;
@@ -1252,13 +1259,6 @@ static const char *endpoint_name(mg_endpoint_t ep)
     return ep == MG_EP_CHAT ? "chat" : ep == MG_EP_COMPLETIONS ? "completions" : "embeddings";
 }
 
-static int provider_index(const mg_config_t *cfg, const char *id)
-{
-    for (size_t i = 0; i < cfg->n_providers; i++)
-        if (strcmp(cfg->providers[i].id, id) == 0) return (int)i;
-    return -1;
-}
-
 static struct curl_slist *base_headers(call_t *c, struct curl_slist *h)
 {
     char idh[64];
@@ -1363,7 +1363,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     const mg_candidate_t *cand = &c->cands[e->index];
     const mg_route_conf_t *r = cand->route;
     int pi = (int)(cand->provider - cfg->providers);
-    mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, cand->provider->id);
+    mg_provider_state_t *ps = provider_state(c, cand->provider);
     if (!ps) return -1;
     mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cand->provider->id, r->model);
     int rc = reserve_provider(c, ps, rs, e);
@@ -1612,7 +1612,45 @@ static int alloc_routing(call_t *c)
     return c->cands && c->cand_route && c->plan && c->tried ? 0 : -1;
 }
 
-/* Fresh facts about every route of the model, for the routing policy. */
+/* The facts of route r of provider p, from the provider's state ps and the route's rs. */
+static void describe_route(mg_candidate_t *cd, const mg_provider_conf_t *p,
+                           const mg_route_conf_t *r, mg_provider_state_t *ps,
+                           const mg_route_state_t *rs, uint64_t now)
+{
+    mg_cooldown_update(&ps->cooldown, now);
+    mg_health_snapshot_t hs;
+    mg_health_recent(&ps->health, now, &hs); /* not the 5-minute sums: routing reads none */
+    mg_limiter_usage_t use;
+    mg_limiter_usage(&ps->limiter, now, &use);
+    memset(cd, 0, sizeof(*cd));
+    cd->provider = p;
+    cd->route = r;
+    cd->available = mg_pool_route_available(ps, rs, now);
+    cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
+    cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
+    cd->observing = mg_cooldown_observing(&ps->cooldown, now);
+    cd->consecutive_429 = ps->cooldown.consecutive_429;
+    cd->rpm_limit = p->rpm_limit;
+    cd->rpm_used = use.rpm_used;
+    cd->tpm_limit = p->tpm_limit;
+    cd->tpm_used = use.tpm_used;
+    cd->headroom = use.headroom;
+    cd->in_flight = ps->in_flight;
+    cd->health = mg_health_state_name(hs.state);
+    cd->breaker = mg_breaker_state_name(mg_pool_breaker_state(ps, rs, now));
+    cd->route_breaker = rs ? mg_breaker_state_name(mg_breaker_state(&rs->breaker, now)) : NULL;
+    cd->avail_samples = hs.avail_samples;
+    cd->ttft_samples = hs.ttft_samples;
+    cd->success_rate = hs.avail_samples > 0 ? hs.success_rate : -1;
+    cd->ttft_ms = hs.ttft_samples > 0 ? hs.ttft_ms : -1;
+    cd->load_known = ps->load.known;
+    cd->load_running = ps->load.running;
+    cd->load_waiting = ps->load.waiting;
+    cd->load_kv_cache = ps->load.kv_cache;
+}
+
+/* Fresh facts about every route of the model, for the routing policy. A route's provider
+ * and its state are found by index (the route's provider_hint), not by searching. */
 static void fill_candidates(call_t *c, uint64_t now)
 {
     const mg_config_t *cfg = c->gen->cfg;
@@ -1622,40 +1660,12 @@ static void fill_candidates(call_t *c, uint64_t now)
         /* memory was reserved for the smaller model: no other route may serve */
         if (c->mem_smaller && (!r->smaller || strcmp(r->model, c->mem_smaller->model) != 0))
             continue;
-        int pi = provider_index(cfg, r->provider);
-        mg_provider_state_t *ps = pi < 0 ? NULL : mg_pool_get(&c->srv->pool, r->provider);
+        const mg_provider_conf_t *p = mg_config_route_provider(cfg, r);
+        mg_provider_state_t *ps = p ? provider_state(c, p) : NULL;
         if (!ps) continue;
-        mg_cooldown_update(&ps->cooldown, now);
-        mg_health_snapshot_t hs;
-        mg_health_snapshot(&ps->health, now, &hs);
         mg_route_state_t *rs = mg_pool_route(&c->srv->pool, r->provider, r->model);
-        mg_candidate_t *cd = &c->cands[c->n_cands];
-        c->cand_route[c->n_cands++] = i;
-        memset(cd, 0, sizeof(*cd));
-        cd->provider = &cfg->providers[pi];
-        cd->route = r;
-        cd->available = mg_pool_route_available(ps, rs, now);
-        cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
-        cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
-        cd->observing = mg_cooldown_observing(&ps->cooldown, now);
-        cd->consecutive_429 = ps->cooldown.consecutive_429;
-        cd->rpm_limit = cd->provider->rpm_limit;
-        cd->rpm_used = mg_limiter_rpm_used(&ps->limiter, now);
-        cd->tpm_limit = cd->provider->tpm_limit;
-        cd->tpm_used = mg_limiter_tpm_used(&ps->limiter, now);
-        cd->headroom = mg_limiter_headroom(&ps->limiter, now);
-        cd->in_flight = ps->in_flight;
-        cd->health = mg_health_state_name(hs.state);
-        cd->breaker = mg_breaker_state_name(mg_pool_breaker_state(ps, rs, now));
-        cd->route_breaker = rs ? mg_breaker_state_name(mg_breaker_state(&rs->breaker, now)) : NULL;
-        cd->avail_samples = hs.avail_samples;
-        cd->ttft_samples = hs.ttft_samples;
-        cd->success_rate = hs.avail_samples > 0 ? hs.success_rate : -1;
-        cd->ttft_ms = hs.ttft_samples > 0 ? hs.ttft_ms : -1;
-        cd->load_known = ps->load.known;
-        cd->load_running = ps->load.running;
-        cd->load_waiting = ps->load.waiting;
-        cd->load_kv_cache = ps->load.kv_cache;
+        c->cand_route[c->n_cands] = i;
+        describe_route(&c->cands[c->n_cands++], p, r, ps, rs, now);
     }
 }
 
@@ -1667,7 +1677,7 @@ static int shortest_cooldown_ms(call_t *c)
     for (int i = 0; i < c->n_cands; i++) {
         const mg_candidate_t *cd = &c->cands[i];
         long long r = cd->cooldown_remaining_ms;
-        mg_provider_state_t *ps = mg_pool_get(&c->srv->pool, cd->provider->id);
+        mg_provider_state_t *ps = provider_state(c, cd->provider);
         mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cd->provider->id, cd->route->model);
         long long b = ps ? (long long)mg_pool_breakers_retry_ms(ps, rs, now) : 0;
         if (b > r) r = b;
@@ -1921,6 +1931,7 @@ static int use_prefixed_model(call_t *c, const mg_provider_conf_t *best, const c
         const mg_provider_conf_t *p = &cfg->providers[i];
         if (!p->model_prefix || strcmp(p->model_prefix, best->model_prefix) != 0) continue;
         routes[c->prefixed_model.n_routes].provider = p->id;
+        routes[c->prefixed_model.n_routes].provider_hint = (int)i;
         routes[c->prefixed_model.n_routes++].model = c->prefixed_upstream;
     }
     return 0;
@@ -1945,7 +1956,7 @@ static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
     const mg_route_conf_t *best = NULL;
     for (size_t i = 0; i < m->n_routes; i++) {
         const mg_route_conf_t *r = &m->routes[i];
-        const mg_provider_conf_t *p = mg_config_provider(cfg, r->provider);
+        const mg_provider_conf_t *p = mg_config_route_provider(cfg, r);
         if (!r->smaller || r->kv_cache_per_token_bytes <= 0 || !p) continue;
         if ((in->has_pin && strcmp(r->provider, in->pin) != 0) || (in->local_only && !p->local))
             continue;

@@ -18,9 +18,12 @@
 --               weight, available (enabled, not "down", the provider's and the route's
 --               breakers let a request through), breaker, route_breaker,
 --               cooling + cooldown_remaining_ms, headroom (0..1 of the RPM limit left),
---               in_flight, success_rate + avail_samples, ttft_ms + ttft_samples, load, ...
+--               in_flight, success_rate + avail_samples, ttft_ms + ttft_samples, load,
+--               adaptive_key (adaptive_key() below of the route's samples, kept by the
+--               core; false when it has too few), ...
 --               The list may say alike = true: every candidate has the same pool, local,
---               smaller, priority and weight.
+--               smaller, priority and weight; and adaptive_keys = the adaptive_key of every
+--               candidate, in list order, when every one of them is a number.
 --
 -- The core keeps the candidate tables (and the list) from one request to the next and only
 -- rewrites the fields that changed: treat them as read-only. The one exception are the
@@ -54,11 +57,14 @@
 --                  req.random; in the fallback pool the least busy (in_flight) first.
 --                  Fallback routes say degraded = "fallback" (unless the client asked to start
 --                  there).
---   8. adaptive    within one group (same locality, size, priority and pool), routes with
---                  at least 5 availability samples or 3 TTFT samples go first, better success
---                  rate first, then lower time to first token; routes without enough samples
---                  follow in the order of rule 7. One request in 20 (req.random < 0.05)
---                  skips this rule, so every route keeps getting some traffic (exploration).
+--   8. adaptive    within one group (same locality, size, priority and pool) whose routes
+--                  all have at least 5 availability samples or 3 TTFT samples: better success
+--                  rate first (in 5-point steps), then lower time to first token (in 10%
+--                  steps), equal ones in the order of rule 7. While a route of the group has
+--                  fewer samples, the whole group keeps the order of rule 7 (ranking the
+--                  measured routes first would starve it of the traffic that measures it).
+--                  One request in 20 (req.random < 0.05) skips this rule, so every route
+--                  keeps getting some traffic (exploration).
 --   9. chain       (Sidecar ADR 3.7) a usable route in the start pool: the plan is every
 --                  usable route, ordered as above. Otherwise a start-pool route that stops
 --                  cooling within 10 s: { wait_ms }. Otherwise the usable routes of the other
@@ -96,10 +102,11 @@ local TTFT_STEP <const> = 1.1 -- TTFTs within the same 10% step count as equal
 
 -- This file runs for every request, over every route of the model: at 100 routes every Lua
 -- instruction in a loop over the routes counts. Those loops (scan, usable_of, same_shares,
--- adaptive_keys) read each field once, call no function (but math.log for a TTFT) and build
--- no table per route, and the usual request builds no list at all; sorting and weighted
--- draws are the core's (moongate.sort_by and moongate.weighted_order). The per-rule
--- functions say what the loops do, one rule at a time.
+-- adaptive_keys) read each field once, call no function and build no table per route, and
+-- the usual request builds no list at all; sorting and weighted draws are the core's
+-- (moongate.sort_by and moongate.weighted_order), and so is keeping rule 8's key of each
+-- route (c.adaptive_key: see adaptive_key). The per-rule functions say what the loops do,
+-- one rule at a time.
 
 local tonumber, floor, log = tonumber, math.floor, math.log
 
@@ -214,14 +221,16 @@ local function shuffle_after(list, first, seed)
     return out
 end
 
--- weighted_order(list, weights, u, seed): a new list of list's entries in a weighted random
--- order without replacement (weights nil: all 1; a weight <= 0 counts as none). The first is
--- one weighted draw with u (exact shares); the others follow by Efraimidis-Spirakis keys
--- r^(1/w), largest first (a weighted order drawn all at once, n log n), r from the
+-- weighted_order(list, weights, u, seed, keys): a new list of list's entries in a weighted
+-- random order without replacement (weights nil: all 1; a weight <= 0 counts as none). The
+-- first is one weighted draw with u (exact shares); the others follow by Efraimidis-Spirakis
+-- keys r^(1/w), largest first (a weighted order drawn all at once, n log n), r from the
 -- splitmix64 stream seeded with `seed`, one per entry with a weight but the first; entries
 -- without a weight come last, in list order. With equal weights the keys would order like r:
--- the others are shuffled instead (same distribution, no sort).
-local function lua_weighted_order(list, weights, u, seed)
+-- the others are shuffled instead (same distribution, no sort). With keys (numbers, one per
+-- entry of list; nil: none) the list is ordered by ascending keys first, entries with equal
+-- keys in that weighted order: sort_by of the weighted order, in one call.
+local function draw_order(list, weights, u, seed)
     local keys, total, equal = {}, 0, true
     for i = 1, #list do
         local w = weights and weights[i] or 1
@@ -249,6 +258,24 @@ local function lua_weighted_order(list, weights, u, seed)
         end
     end
     return lua_sort_by(list, keys)
+end
+
+local function lua_weighted_order(list, weights, u, seed, keys)
+    if not keys then
+        return draw_order(list, weights, u, seed)
+    end
+    local pos, by, out = {}, {}, {}
+    for i = 1, #list do
+        pos[i] = i
+    end
+    pos = draw_order(pos, weights, u, seed)
+    for i, p in ipairs(pos) do
+        by[i] = keys[p]
+    end
+    for i, p in ipairs(lua_sort_by(pos, by)) do
+        out[i] = list[p]
+    end
+    return out
 end
 
 -- The gateway's moongate module does both in C: the same results, at a fraction of the cost
@@ -576,9 +603,11 @@ local function next_random(rng)
 end
 
 -- Rule 7, main pool: weighted random order without replacement, weight = share(c). facts:
--- what scan saw of the group, when the group is every usable route (or nil).
-local function main_pool_order(group, rng, facts)
-    return weighted_order(group, shares_of(group, facts), next_random(rng), next_seed(rng))
+-- what scan saw of the group, when the group is every usable route (or nil). keys: rule 8's
+-- (see below) or nil: weighted_order orders by them first, its weighted order deciding
+-- among equal keys, in one call.
+local function main_pool_order(group, rng, facts, keys)
+    return weighted_order(group, shares_of(group, facts), next_random(rng), next_seed(rng), keys)
 end
 
 -- Rule 7, fallback pool: least in_flight first, then configured order.
@@ -599,34 +628,62 @@ local function exploring(req)
     return request_random(req) < EXPLORE_CUT
 end
 
--- adaptive_keys(group): rule 8's preference for every route of the group as one number,
--- smaller first, or nil when a route lacks samples (at least ADAPTIVE_MIN_AVAIL availability
--- or ADAPTIVE_MIN_TTFT TTFT samples): ranking a measured route above an unmeasured one would
--- starve the unmeasured one of the very traffic that would measure it.
+-- adaptive_key(success_rate, avail_samples, ttft_ms, ttft_samples): rule 8's preference for
+-- one route as one number, smaller first, from the candidate fields of the same names; nil
+-- when the route lacks samples (at least ADAPTIVE_MIN_AVAIL availability or ADAPTIVE_MIN_TTFT
+-- TTFT samples).
 -- The number: the success-rate step (higher is better; no success_rate yet counts as no
 -- failure seen) before the TTFT step (lower is better; no ttft_ms yet, no success seen, as
--- slowest), from the success_rate and ttft_ms the core reports. A TTFT step stays below 2^20
--- (that would be 1.1^(2^20) ms), so rate_step * 2^21 keeps the steps apart.
+-- slowest). A TTFT step stays below 2^20 (that would be 1.1^(2^20) ms), so rate_step * 2^21
+-- keeps the steps apart.
+-- The gateway calls it too, as M.adaptive_key, whenever one of the four facts of a route
+-- changes, and hands the answer to route() as c.adaptive_key (false for nil): in steady state
+-- one route's samples move per request, so a request reads one field per route instead of
+-- computing a logarithm for each. Keep it a pure function of its four arguments.
 local LOG_TTFT_STEP = log(TTFT_STEP)
 local SLOWEST_TTFT_STEP <const> = 2 ^ 20 - 1
 
+local function adaptive_key(success_rate, avail_samples, ttft_ms, ttft_samples)
+    if (avail_samples or 0) < ADAPTIVE_MIN_AVAIL and (ttft_samples or 0) < ADAPTIVE_MIN_TTFT then
+        return nil
+    end
+    local rate_step = ((success_rate or 1) / RATE_STEP + 0.5) // 1 -- 0.99 is with 1.0
+    local ttft_step = SLOWEST_TTFT_STEP
+    if ttft_ms then
+        ttft_step = (log(ttft_ms > 1 and ttft_ms or 1) / LOG_TTFT_STEP + 0.5) // 1
+        if ttft_step > SLOWEST_TTFT_STEP then
+            ttft_step = SLOWEST_TTFT_STEP
+        end
+    end
+    return ttft_step - rate_step * 2 ^ 21
+end
+
+M.adaptive_key = adaptive_key
+
+-- adaptive_keys(group): adaptive_key for every route of the group, or nil when a route lacks
+-- samples: ranking a measured route above an unmeasured one would starve the unmeasured one
+-- of the very traffic that would measure it. c.adaptive_key when the core gave it (a number,
+-- or false: too few samples), computed here for a table without it (busted, selftest). When
+-- the group is the core's whole candidates list, the core may have the list already:
+-- candidates.adaptive_keys, there when every candidate has a number.
 local function adaptive_keys(group)
-    local keys = {}
+    local keys = group.adaptive_keys
+    if keys then
+        return keys
+    end
+    keys = {}
     for i = 1, #group do
         local c = group[i]
-        if (c.avail_samples or 0) < ADAPTIVE_MIN_AVAIL and (c.ttft_samples or 0) < ADAPTIVE_MIN_TTFT
-        then
-            return nil
-        end
-        local rate_step = ((c.success_rate or 1) / RATE_STEP + 0.5) // 1 -- 0.99 is with 1.0
-        local ttft, ttft_step = c.ttft_ms, SLOWEST_TTFT_STEP
-        if ttft then
-            ttft_step = (log(ttft > 1 and ttft or 1) / LOG_TTFT_STEP + 0.5) // 1
-            if ttft_step > SLOWEST_TTFT_STEP then
-                ttft_step = SLOWEST_TTFT_STEP
+        local key = c.adaptive_key
+        if not key then -- nil (not given) or false (too few samples): a truth test is cheaper
+            if key == nil then
+                key = adaptive_key(c.success_rate, c.avail_samples, c.ttft_ms, c.ttft_samples)
+            end
+            if not key then
+                return nil
             end
         end
-        keys[i] = ttft_step - rate_step * 2 ^ 21
+        keys[i] = key
     end
     return keys
 end
@@ -641,13 +698,12 @@ local function order_group(group, rng, explore, facts)
     if #group == 1 then
         return group
     end
-    if pool_of(group[1]) == "main" then
-        group = main_pool_order(group, rng, facts)
-    else
-        group = fallback_pool_order(group)
+    if pool_of(group[1]) == "main" then -- best first; equal keys keep their rule-7 order
+        return main_pool_order(group, rng, facts, not explore and adaptive_keys(group) or nil)
     end
+    group = fallback_pool_order(group)
     local keys = not explore and adaptive_keys(group)
-    if keys then -- best first; equal keys keep their rule-7 order
+    if keys then -- the same: a stable sort of the rule-7 order
         group = sort_by(group, keys)
     end
     return group

@@ -381,6 +381,44 @@ describe("policies/routing.lua", function()
             assert.near(0.75, (first.a or 0) / N, 0.05)
         end)
 
+        it("has adaptive_key: success-rate steps before TTFT steps, nil without samples", function()
+            local key = routing.adaptive_key
+            assert.is_nil(key(1.0, 4, 100, 2))
+            assert.is_number(key(nil, 0, 100, 3)) -- 3 TTFT samples are enough
+            assert.is_true(key(0.99, 20, 900, 10) < key(0.9, 20, 100, 10)) -- rate first
+            assert.equal(key(0.99, 20, 100, 10), key(1.0, 20, 100, 10)) -- same 5-point step
+            assert.equal(key(1.0, 20, 95, 10), key(1.0, 20, 100, 10)) -- same 10% step
+            assert.is_true(key(1.0, 20, 100, 10) < key(1.0, 20, 150, 10))
+            assert.is_true(key(1.0, 20, 5000, 10) < key(1.0, 20, nil, 10)) -- no TTFT: slowest
+        end)
+
+        it("uses the key the core keeps in c.adaptive_key (false: too few samples)", function()
+            -- the samples say "a" is better; the keys the core handed over say "b"
+            local function build(bkey)
+                return { cand(1, "a", sampled(1.0, 100, { adaptive_key = 5 })),
+                         cand(2, "b", sampled(0.5, 900, { adaptive_key = bkey })) }
+            end
+            for i = 2, 20 do
+                local r = req_with({ random = i / 20 - 0.01 })
+                assert.same({ "b", "a" }, providers(routing.route(r, build(1))))
+            end
+            local unkeyed = draws(routing, 400, function()
+                return build(false)
+            end, nil, 0.05, 1)
+            assert.near(0.5, (unkeyed.a or 0) / 400, 0.08) -- rule 7 only
+        end)
+
+        it("uses candidates.adaptive_keys, the keys of the whole list, when the core gives it",
+            function()
+                for i = 2, 20 do
+                    local c = { cand(1, "a", sampled(1.0, 100)), cand(2, "b", sampled(0.5, 900)),
+                                cand(3, "c", sampled(0.7, 300)) }
+                    c.alike, c.adaptive_keys = true, { 3, 1, 2 }
+                    local plan = routing.route(req_with({ random = i / 20 - 0.01 }), c)
+                    assert.same({ "b", "c", "a" }, providers(plan))
+                end
+            end)
+
         it("stays inside the group: does not lift a route over a lower priority", function()
             local plan = routing.route(req_with(), {
                 cand(1, "p0", sampled(0.5, 2000)),

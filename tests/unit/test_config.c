@@ -519,6 +519,35 @@ static void test_routes(void)
     mg_config_free(c);
 }
 
+/* mg_config_link_routes: each route's provider found at its hint, also after providers
+ * are added (the array moves); a wrong or unset hint still finds it by id. */
+static void test_route_provider_hints(void)
+{
+    mg_config_t *c = parse_ok("providers: [ {id: a, adapter: openai, base_url: 'http://a'},\n"
+                              "             {id: b, adapter: openai, base_url: 'http://b'},\n"
+                              "             {id: c, adapter: openai, base_url: 'http://c'} ]\n"
+                              "models:\n"
+                              "  x: { routes: [ {provider: c, model: m},\n"
+                              "                 {provider: a, model: m} ] }\n"
+                              "  y: { routes: [ {provider: b, model: m} ] }\n");
+    CHECK(c != NULL);
+    if (!c) return;
+    mg_config_link_routes(c);
+    mg_route_conf_t *x = c->models[0].routes, *y = c->models[1].routes;
+    CHECK(x[0].provider_hint == 2 && x[1].provider_hint == 0 && y[0].provider_hint == 1);
+    mg_provider_conf_t d = {.id = "d", .adapter = "openai", .base_url = "http://d"};
+    CHECK_EQ_INT(mg_config_add_provider(c, &d, err_buf, sizeof err_buf), 0);
+    CHECK(mg_config_route_provider(c, &x[0]) == &c->providers[2]);
+    CHECK(mg_config_route_provider(c, &y[0]) == &c->providers[1]);
+    x[1].provider_hint = 3; /* stale: provider d is there now */
+    CHECK(mg_config_route_provider(c, &x[1]) == &c->providers[0]);
+    x[1].provider_hint = 99;
+    CHECK(mg_config_route_provider(c, &x[1]) == &c->providers[0]);
+    mg_route_conf_t ghost = {.provider = "ghost", .model = "m"};
+    CHECK(mg_config_route_provider(c, &ghost) == NULL);
+    mg_config_free(c);
+}
+
 static void test_listen(void)
 {
     static const char *const good[] = {"127.0.0.1:0",          "0.0.0.0:65535", "localhost:8080",
@@ -805,6 +834,7 @@ int main(void)
     MG_RUN(test_duplicate_keys);
     MG_RUN(test_duplicate_provider_ids);
     MG_RUN(test_routes);
+    MG_RUN(test_route_provider_hints);
     MG_RUN(test_listen);
     MG_RUN(test_yaml_syntax);
     MG_RUN(test_alias_budget);

@@ -566,8 +566,13 @@ static void test_health_recent_brute_force(void)
                 sum += ttft[k];
             }
         }
-        mg_health_snapshot_t s;
+        mg_health_snapshot_t s, rec;
         mg_health_snapshot(&h, now, &s);
+        mg_health_recent(&h, now, &rec); /* the router's view: the same figures */
+        if (rec.state != s.state || rec.avail_samples != s.avail_samples ||
+            rec.ttft_samples != s.ttft_samples || rec.success_rate != s.success_rate ||
+            rec.ttft_ms != s.ttft_ms)
+            bad++;
         if (s.avail_samples != n || s.ttft_samples != n_ttft) bad++;
         if (n && s.success_rate != (double)n_ok / n) bad++;
         if (n_ttft && s.ttft_ms != (double)sum / n_ttft) bad++;

@@ -451,6 +451,70 @@ static void test_limiter_unlimited_and_headroom(void)
     mg_limiter_free(&l);
 }
 
+/* mg_limiter_usage gives what the three separate calls give, limited or not, while
+ * the windows fill and drain (the ring wrapping around). */
+static void test_limiter_usage_matches(void)
+{
+    const int limits[] = {0, 7, 50};
+    for (size_t k = 0; k < sizeof(limits) / sizeof(limits[0]); k++) {
+        mg_limiter_t l;
+        mg_limiter_resv_t r;
+        mg_limiter_init(&l, limits[k], 1000);
+        uint64_t t = T0;
+        int bad = 0;
+        for (int i = 0; i < 3000; i++) {
+            t += rng() % 100 == 0 ? 30000 : rng() % 300;
+            if (rng() % 3) mg_limiter_reserve(&l, t, (int64_t)(rng() % 40), &r);
+            mg_limiter_usage_t u;
+            mg_limiter_usage(&l, t, &u);
+            bad += u.rpm_used != mg_limiter_rpm_used(&l, t);
+            bad += u.tpm_used != mg_limiter_tpm_used(&l, t);
+            bad += u.headroom != mg_limiter_headroom(&l, t);
+        }
+        CHECK_EQ_INT(bad, 0);
+        mg_limiter_free(&l);
+    }
+}
+
+/* mg_limiter_usage drops the admissions that have left the window: against a plain log
+ * of admissions, with reservations, usage reads and cancellations mixed at random, every
+ * decision and every count stays exact. */
+static void test_limiter_usage_drops_only_expired(void)
+{
+    enum { N = 6000 };
+    static uint64_t adm[N];
+    static mg_limiter_resv_t resv[N];
+    const int limits[] = {1, 7, 50};
+    for (size_t k = 0; k < sizeof(limits) / sizeof(limits[0]); k++) {
+        mg_limiter_t l;
+        mg_limiter_init(&l, limits[k], 0);
+        int n = 0, bad = 0;
+        uint64_t t = T0;
+        for (int i = 0; i < N; i++) {
+            uint32_t r = rng() % 100;
+            t += r < 2 ? 30000 + rng() % 40000 : rng() % 400;
+            int used = brute_used(adm, n, t);
+            mg_limiter_usage_t u;
+            if (r % 3 == 0) {
+                mg_limiter_usage(&l, t, &u);
+                bad += u.rpm_used != used;
+            }
+            bad += mg_limiter_rpm_used(&l, t) != used;
+            if (r % 5 == 0 && n > 0) { /* take a recent reservation back */
+                int j = n - 1 - (int)(rng() % (n < 3 ? (uint32_t)n : 3));
+                mg_limiter_cancel(&l, &resv[j]);
+                adm[j] = 0; /* never in a window again */
+                continue;
+            }
+            int ok = mg_limiter_reserve(&l, t, 1, &resv[n]) == MG_LIMIT_OK;
+            bad += ok != (used < limits[k]);
+            if (ok) adm[n++] = t;
+        }
+        CHECK_EQ_INT(bad, 0);
+        mg_limiter_free(&l);
+    }
+}
+
 int main(void)
 {
     MG_RUN(test_rpm_exact_limit_then_refusal);
@@ -468,5 +532,7 @@ int main(void)
     MG_RUN(test_limiter_all_or_nothing);
     MG_RUN(test_limiter_emergency);
     MG_RUN(test_limiter_unlimited_and_headroom);
+    MG_RUN(test_limiter_usage_matches);
+    MG_RUN(test_limiter_usage_drops_only_expired);
     return mg_test_summary();
 }

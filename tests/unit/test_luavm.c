@@ -9,6 +9,7 @@
 #include "config.h"
 #include "luavm.h"
 #include "mgtest.h"
+#include "order.h"
 
 #include <dirent.h>
 #include <ftw.h>
@@ -964,6 +965,228 @@ static void test_route_kept_candidates(void)
     tree_remove();
 }
 
+/* ---- rule 8's keys kept by the core ------------------------------------------------------ */
+
+/* clang-format off */
+static const char *keyed_routing =
+    "local M = { name = 'routing', version = 1 }\n"
+    "function M.adaptive_key(rate, n, ttft, ttft_n)\n"
+    "  key_calls = (key_calls or 0) + 1\n"
+    "  if rate == 0.25 then error('key exploded') end\n"
+    "  if n < 5 then return nil end\n"
+    "  return (ttft or 0) - rate * 1000\n"
+    "end\n"
+    "function M.route(req, c)\n"
+    "  calls = (calls or 0) + 1\n"
+    "  lists = lists or {}\n"
+    "  lists[calls] = c\n"
+    "  local p = {}\n"
+    "  for i = 1, #c do p[i] = c[i] end\n"
+    "  return p\n"
+    "end\n"
+    "return M\n";
+/* clang-format on */
+
+/* c.adaptive_key and candidates.adaptive_keys of the last call, as "k1 k2 k3 | list". */
+static const char *last_keys =
+    "local l, out = lists[#lists], {}\n"
+    "for i = 1, #l do\n"
+    "  local k = l[i].adaptive_key\n"
+    "  out[i] = type(k) == 'number' and string.format('%g', k) or tostring(k)\n"
+    "end\n"
+    "local keys = l.adaptive_keys\n"
+    "local shown = keys and string.format('%g %g %g', keys[1], keys[2], keys[3]) or 'nil'\n"
+    "return table.concat(out, ' ') .. ' | ' .. shown";
+
+static void set_samples(mg_candidate_t *c, int n, double rate, double ttft)
+{
+    c->avail_samples = c->ttft_samples = n;
+    c->success_rate = rate;
+    c->ttft_ms = ttft;
+}
+
+static void test_route_adaptive_keys_kept(void)
+{
+    tree_new();
+    write_text("policies/routing.lua", keyed_routing);
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (!g) {
+        fprintf(stderr, "  load: %s\n", err);
+        tree_remove();
+        return;
+    }
+    const int all3[3] = {0, 1, 2}, last2[2] = {1, 2};
+    mg_candidate_t c[3];
+    int order[4];
+    config_cands(g, c, all3, 3);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "false false false | nil"); /* no samples: no keys */
+    set_samples(&c[0], 10, 1, 100);
+    set_samples(&c[1], 10, 0.5, 200);
+    set_samples(&c[2], 10, 0.9, 300);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "-900 -300 -600 | -900 -300 -600");
+    lua_expect(g, "return tostring(lists[1] == lists[2])", "true");
+    /* computed when the samples change, not on every call */
+    lua_expect(g, "local n = key_calls return n", "6");
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "return key_calls", "6");
+    set_samples(&c[1], 2, 0.5, 200); /* too few again: the list has no keys */
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "-900 false -600 | nil");
+    /* a call over part of the routes moves keys: the whole list's keys follow */
+    config_cands(g, c, last2, 2);
+    set_samples(&c[0], 10, 0.5, 200);
+    set_samples(&c[1], 10, 0.9, 400);
+    CHECK_EQ_INT(route_cands(g, "m", c, 2, order, NULL, NULL), 2);
+    config_cands(g, c, all3, 3);
+    set_samples(&c[0], 10, 1, 100);
+    set_samples(&c[1], 10, 0.5, 200);
+    set_samples(&c[2], 10, 0.9, 400);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "-900 -300 -500 | -900 -300 -500");
+    /* adaptive_key raising: no key (route() would compute it, and fail, itself) */
+    set_samples(&c[0], 10, 0.25, 100);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "nil -300 -500 | nil");
+    /* tables made for one call have their key too, the list none */
+    int avail[3] = {1, 1, 1};
+    make_cands(g, c, avail);
+    set_samples(&c[2], 10, 0.5, 100);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_keys, "false false -400 | nil");
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
+}
+
+/* The default policy over the core's kept tables (keys kept by the core, the whole list's
+ * keys at once) and over plain copies of them (keys computed by route()): the same plans.
+ * The wrapper below runs both on every call. */
+/* clang-format off */
+static const char *keys_twin_routing =
+    "local real = dofile(%s)\n"
+    "local M = { name = 'routing', version = 1, adaptive_key = real.adaptive_key }\n"
+    "local function plain(list)\n"
+    "  local out = { alike = list.alike }\n"
+    "  for i, c in ipairs(list) do\n"
+    "    out[i] = {}\n"
+    "    for k, v in pairs(c) do if k ~= 'adaptive_key' then out[i][k] = v end end\n"
+    "  end\n"
+    "  return out\n"
+    "end\n"
+    "local function describe(plan)\n"
+    "  if plan.wait_ms then return 'wait ' .. plan.wait_ms end\n"
+    "  local p = {}\n"
+    "  for i, c in ipairs(plan) do\n"
+    "    p[i] = c.index .. ':' .. tostring(c.degraded) .. ':' .. tostring(c.emergency)\n"
+    "  end\n"
+    "  return table.concat(p, ',')\n"
+    "end\n"
+    "function M.route(req, c)\n"
+    "  calls = (calls or 0) + 1\n"
+    "  if c.adaptive_keys then keyed = (keyed or 0) + 1 end\n"
+    "  local want = describe(real.route(req, plain(c)))\n"
+    "  local plan = real.route(req, c)\n"
+    "  local got = describe(plan)\n"
+    "  if got ~= want and not mismatch then mismatch = calls .. ': ' .. got .. ' / ' .. want end\n"
+    "  return plan\n"
+    "end\n"
+    "return M\n";
+/* clang-format on */
+
+/* 12 providers (main and fallback, a local one, weights), model "mixed" over all of them in
+ * two priority groups, model "alike" over five alike main providers. */
+static void write_keys_twin_config(void)
+{
+    char yaml[4096], policy[2048], path[600];
+    int n = snprintf(yaml, sizeof(yaml),
+                     "server:\n  listen: 127.0.0.1:0\n"
+                     "lua:\n  policies: %s/policies\n  adapters: %s/adapters\n  lib: %s/lua\n"
+                     "providers:\n",
+                     root, root, root);
+    for (int i = 0; i < 12; i++)
+        n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
+                      "  - { id: p%d, adapter: openai, base_url: \"http://127.0.0.1:1/v1\", "
+                      "pool: %s, local: %s, weight: %s }\n",
+                      i, i >= 9 ? "fallback" : "main", i == 6 ? "true" : "false",
+                      i == 5 ? "2" : "1");
+    n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, "models:\n  mixed:\n    routes:\n");
+    for (int i = 0; i < 12; i++)
+        n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
+                      "      - { provider: p%d, model: up%d, priority: %d }\n", i, i, i == 7);
+    n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, "  alike:\n    routes:\n");
+    for (int i = 0; i < 5; i++)
+        n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
+                      "      - { provider: p%d, model: a%d }\n", i, i);
+    write_text("moongate.yaml", yaml);
+    snprintf(path, sizeof(path), "'%s/policies/routing.lua'", MG_SOURCE_DIR); /* the real one */
+    snprintf(policy, sizeof(policy), keys_twin_routing, path);
+    write_text("policies/routing.lua", policy);
+}
+
+/* Random facts for the routes of model `name`: measured (all of them in half the rounds),
+ * now and then unavailable or cooling, various loads. */
+static int random_facts(mg_gen_t *g, const char *name, mg_candidate_t *c, uint64_t *seed)
+{
+    static const double rates[] = {1, 0.97, 0.9, 0.5}, ttfts[] = {80, 85, 120, 900};
+    const mg_model_conf_t *m = mg_config_model(g->cfg, name);
+    int all_measured = mg_splitmix64(seed) % 2;
+    for (size_t i = 0; i < m->n_routes; i++) {
+        uint64_t z = mg_splitmix64(seed);
+        memset(&c[i], 0, sizeof(c[i]));
+        c[i].provider = mg_config_provider(g->cfg, m->routes[i].provider);
+        c[i].route = &m->routes[i];
+        c[i].available = z % 20 != 0;
+        c[i].cooling = (z >> 5) % 25 == 0;
+        c[i].cooldown_remaining_ms = c[i].cooling ? (long long)((z >> 10) % 20000) : 0;
+        c[i].headroom = (z >> 16) % 4 == 0 ? 0.5 : 1;
+        c[i].in_flight = (int)((z >> 20) % 3);
+        c[i].health = "healthy";
+        c[i].breaker = "closed";
+        c[i].load_kv_cache = -1;
+        int measured = all_measured || (z >> 24) % 3 != 0;
+        set_samples(&c[i], measured ? 5 + (int)((z >> 28) % 10) : (int)((z >> 28) % 3),
+                    rates[(z >> 32) % 4], ttfts[(z >> 36) % 4] + (double)((z >> 40) % 3));
+    }
+    return (int)m->n_routes;
+}
+
+static void test_route_kept_keys_twin(void)
+{
+    tree_new();
+    write_keys_twin_config();
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (!g) {
+        fprintf(stderr, "  load: %s\n", err);
+        tree_remove();
+        return;
+    }
+    uint64_t seed = 2024;
+    mg_candidate_t c[12];
+    mg_plan_entry_t entries[12];
+    for (int round = 0; round < 600; round++) {
+        const char *name = round % 2 ? "alike" : "mixed";
+        int n = random_facts(g, name, c, &seed);
+        mg_lua_req_t info = {.request_id = "req-twin", .endpoint = "chat", .model = name,
+                             .max_tokens = -1, .created = 1, .allow_cloud = 1,
+                             .local_first = round % 5 != 0,
+                             .pool = round % 7 == 0 ? "fallback" : NULL,
+                             .random = mg_unit_double(mg_splitmix64(&seed))};
+        int rr = mg_gen_req_new(g, &info);
+        mg_plan_t plan = {entries, 0, 0};
+        CHECK(mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err)) == 0);
+        mg_gen_unref_value(g, rr);
+    }
+    lua_expect(g, "return tostring(mismatch)", "nil");
+    lua_expect(g, "return tostring(calls == 600 and keyed > 50)", "true");
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
+}
+
 /* policies/routing.lua orders with moongate.sort_by / weighted_order in the gateway and with
  * its own Lua twins under busted: the two must give the same plans. */
 static const char *twin_check =
@@ -997,9 +1220,9 @@ static const char *twin_check =
     "  return table.concat(p, ',')\n"
     "end\n"
     "for k = 1, 1500 do\n"
-    "  local spec, same = {}, rnd() < 0.5\n"
+    "  local spec, same, measured_share = {}, rnd() < 0.5, pick({ 0.5, 1 })\n"
     "  for i = 1, 1 + math.floor(rnd() * 30) do\n"
-    "    local measured = rnd() < 0.5\n"
+    "    local measured = rnd() < measured_share -- all measured: rule 8 orders every group\n"
     "    spec[i] = { index = i, provider = 'p' .. i, pool = pick({ 'main', 'main', 'fallback' }),\n"
     "      ['local'] = rnd() < 0.3, smaller = rnd() < 0.2, priority = pick({ 0, 0, 1 }),\n"
     "      weight = pick({ 1, 1, 2, 0.5 }), headroom = pick({ 1, 1, 0.5, 0 }),\n"
@@ -1056,6 +1279,28 @@ static void test_sort_primitives(void)
                "return table.concat(s) .. ' ' .. tostring(ok) .. ' ' .. table.concat(w) ..\n"
                "  ' ' .. #e .. ' ' .. #m.weighted_order(l, nil, 0.99, 1)",
                "bdac false cabd 0 4");
+    /* with keys: by key first, the weighted order among equal keys */
+    lua_expect(G,
+               "local m = require('moongate')\n"
+               "local l, w = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 1, 1 }\n"
+               "local keys = { 2, 1, 2, 1, 0 / 0 }\n"
+               "local key_of = { a = 2, b = 1, c = 2, d = 1, e = 0 / 0 }\n"
+               "for seed = 1, 20 do\n"
+               "  local plain = m.weighted_order(l, w, seed / 21, seed)\n"
+               "  local want = {}\n"
+               "  for _, k in ipairs({ 1, 2 }) do\n"
+               "    for _, v in ipairs(plain) do\n"
+               "      if key_of[v] == k then want[#want + 1] = v end\n"
+               "    end\n"
+               "  end\n"
+               "  for _, v in ipairs(plain) do if v == 'e' then want[#want + 1] = v end end\n"
+               "  local got = table.concat(m.weighted_order(l, w, seed / 21, seed, keys))\n"
+               "  want = table.concat(want)\n"
+               "  if got ~= want then return got .. ' ~= ' .. want end\n"
+               "end\n"
+               "local ok = pcall(m.weighted_order, l, nil, 0.5, 7, { 1, 'x', 1, 1, 1 })\n"
+               "return 'same ' .. tostring(ok)",
+               "same false");
 }
 
 /* ---- encode ---------------------------------------------------------------------------- */
@@ -1112,6 +1357,70 @@ static void test_encode_openai(void)
     CHECK(e.path == NULL && e.headers == NULL && e.body == NULL);
     mg_gen_unref_value(G, rr);
     CHECK_EQ_INT(lua_gettop(G->L), 0);
+}
+
+/* encode_per_route = true: one encode() per route, endpoint and stream mode, its answer
+ * reused (keyed by the model's text, not its pointer); errors are not kept. */
+static void test_encode_memo(void)
+{
+    tree_new();
+    write_text("adapters/openai.lua",
+               "local M = { passthrough = true, encode_per_route = true }\n"
+               "local calls = 0\n"
+               "function M.encode(req, route)\n"
+               "  calls = calls + 1\n"
+               "  if req.endpoint == 'bad' then error('no ' .. req.endpoint, 0) end\n"
+               "  local h = {}\n"
+               "  if route.api_key then h.Authorization = 'Bearer ' .. route.api_key end\n"
+               "  return { method = 'POST', headers = h, path = '/' .. req.endpoint .. '/' ..\n"
+               "    route.model .. '/' .. calls .. (req.stream and '/s' or '') }\n"
+               "end\n"
+               "return M\n");
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (!g) return;
+    int a = adapter_of(g, "oa");
+    const mg_provider_conf_t *oa = mg_config_provider(g->cfg, "oa");
+    const mg_provider_conf_t *nokey = mg_config_provider(g->cfg, "oa-nokey");
+    struct {
+        const char *endpoint;
+        int stream;
+        const mg_provider_conf_t *p;
+        const char *model;
+        const char *want; /* NULL: an error */
+    } steps[] = {
+        {"chat", 0, oa, "up-a", "/chat/up-a/1"},
+        {"chat", 0, oa, "up-a", "/chat/up-a/1"},
+        {"chat", 1, oa, "up-a", "/chat/up-a/2/s"},
+        {"completions", 0, oa, "up-a", "/completions/up-a/3"},
+        {"chat", 0, nokey, "up-b", "/chat/up-b/4"},
+        {"chat", 0, oa, "up-z", "/chat/up-z/5"},
+        {"bad", 0, oa, "up-a", NULL},
+        {"bad", 0, oa, "up-a", NULL},
+        {"chat", 0, oa, "up-y", "/chat/up-y/8"},
+        {"chat", 1, oa, "up-a", "/chat/up-a/2/s"},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        mg_lua_req_t info = {.request_id = "req-m", .endpoint = steps[i].endpoint, .model = "m",
+                             .stream = steps[i].stream, .max_tokens = -1, .created = 1};
+        int rr = mg_gen_req_new(g, &info);
+        char model[16]; /* a fresh copy each time: the memo compares the text */
+        snprintf(model, sizeof(model), "%s", steps[i].model);
+        mg_encoded_t e;
+        int rc = mg_gen_encode(g, a, rr, steps[i].p, model, &e, err, sizeof(err));
+        CHECK_EQ_INT(rc, steps[i].want ? 0 : -1);
+        if (rc == 0) {
+            CHECK_STR(e.path, steps[i].want);
+            CHECK_STR(e.method, "POST");
+            CHECK_EQ_INT(header_count(e.headers), steps[i].p == oa ? 1 : 0);
+            if (steps[i].p == oa) CHECK(has_header(e.headers, "Authorization: Bearer sk-test"));
+            mg_encoded_free(&e);
+        }
+        mg_gen_unref_value(g, rr);
+    }
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
 }
 
 static void test_encode_ollama(void)
@@ -1525,6 +1834,7 @@ int main(void)
     MG_RUN(test_route_lua_twins_agree);
     MG_RUN(test_sort_primitives);
     MG_RUN(test_encode_openai);
+    MG_RUN(test_encode_memo);
     MG_RUN(test_encode_ollama);
     MG_RUN(test_decode_ollama);
     MG_RUN(test_decode_event_chat_stream);
@@ -1535,6 +1845,8 @@ int main(void)
 
     MG_RUN(test_route_custom_policy);
     MG_RUN(test_route_kept_candidates);
+    MG_RUN(test_route_adaptive_keys_kept);
+    MG_RUN(test_route_kept_keys_twin);
     MG_RUN(test_encode_rejects_bad_results);
     return mg_test_summary();
 }

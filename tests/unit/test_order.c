@@ -136,6 +136,51 @@ static void test_weighted_edges(void)
     CHECK(out[0] == again[0] && out[1] == again[1] && out[2] == again[2]);
 }
 
+/* mg_order_then_by against the reference: the sequence (a shuffled permutation of the
+ * positions) stable-sorted by its items' keys, by qsort on (key, place in the sequence). */
+static void test_then_by_matches_reference(void)
+{
+    static mg_order_item_t keys[N_MAX], seq[N_MAX];
+    uint64_t seed = 4242;
+    const double few[] = {0, 1, -1, 2.5, NAN, INFINITY, -INFINITY};
+    for (int round = 0; round < 300; round++) {
+        size_t n = (size_t)(mg_splitmix64(&seed) % N_MAX);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t z = mg_splitmix64(&seed);
+            /* a third of the rounds all one key, a third a few keys, a third spread out */
+            keys[i].key = round % 3 == 0   ? 7
+                          : round % 3 == 1 ? few[z % 7]
+                                           : (double)(z % 1000) - 500;
+            items[i] = (mg_order_item_t){0, (int)i + 1};
+        }
+        for (size_t i = n; i > 1; i--) { /* a sequence in some random order */
+            size_t j = (size_t)(mg_splitmix64(&seed) % i);
+            mg_order_item_t t = items[i - 1];
+            items[i - 1] = items[j];
+            items[j] = t;
+        }
+        for (size_t i = 0; i < n; i++) {
+            seq[i] = items[i];
+            ref[i] = (mg_order_item_t){keys[items[i].pos - 1].key, (int)i + 1};
+        }
+        qsort(ref, n, sizeof(*ref), ref_cmp); /* NaN keys alike: sequence order */
+        mg_order_then_by(items, n, keys, tmp);
+        int same = 1;
+        for (size_t i = 0; i < n; i++) same &= items[i].pos == seq[ref[i].pos - 1].pos;
+        CHECK(same);
+    }
+}
+
+static void test_then_by_small(void)
+{
+    /* drawn order 3 1 4 2; keys by position: 1 -> 5, 2 -> 1, 3 -> 5, 4 -> 1 */
+    mg_order_item_t seq[4] = {{0, 3}, {0, 1}, {0, 4}, {0, 2}};
+    mg_order_item_t keys[4] = {{5, 0}, {1, 0}, {5, 0}, {1, 0}};
+    mg_order_then_by(seq, 4, keys, tmp);
+    CHECK(seq[0].pos == 4 && seq[1].pos == 2 && seq[2].pos == 3 && seq[3].pos == 1);
+    mg_order_then_by(seq, 0, keys, tmp); /* nothing to order */
+}
+
 int main(void)
 {
     MG_RUN(test_splitmix_vector);
@@ -144,5 +189,7 @@ int main(void)
     MG_RUN(test_weighted_second_place);
     MG_RUN(test_weighted_equal_weights_shuffle);
     MG_RUN(test_weighted_edges);
+    MG_RUN(test_then_by_matches_reference);
+    MG_RUN(test_then_by_small);
     return mg_test_summary();
 }

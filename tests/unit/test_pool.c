@@ -78,6 +78,31 @@ static void test_sync_adds_fresh_state(void)
     mg_pool_free(&p);
 }
 
+/* mg_pool_get_at: the state at the config's provider index, by id when that is wrong. */
+static void test_get_at_index(void)
+{
+    const char *ids[] = {"alpha", "beta", "gamma"}, *other[] = {"gamma", "alpha"};
+    mg_config_t *cfg = config_with(ids, 3), *was = config_with(other, 2);
+    CHECK(cfg != NULL && was != NULL);
+    if (!cfg || !was) {
+        mg_config_free(cfg);
+        mg_config_free(was);
+        return;
+    }
+    mg_pool_t p;
+    mg_pool_init(&p);
+    CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
+    for (size_t i = 0; i < 3; i++) CHECK(mg_pool_get_at(&p, i, ids[i]) == &p.items[i]);
+    /* an older generation's order: gamma was its provider 0 */
+    CHECK(mg_pool_get_at(&p, 0, other[0]) == mg_pool_get(&p, "gamma"));
+    CHECK(mg_pool_get_at(&p, 1, other[1]) == mg_pool_get(&p, "alpha"));
+    CHECK(mg_pool_get_at(&p, 7, "beta") == mg_pool_get(&p, "beta")); /* past the end */
+    CHECK(mg_pool_get_at(&p, 1, "delta") == NULL);                   /* gone */
+    mg_pool_free(&p);
+    mg_config_free(cfg);
+    mg_config_free(was);
+}
+
 static void test_record_and_available(void)
 {
     const char *ids[] = {"a"};
@@ -425,6 +450,7 @@ int main(void)
     MG_RUN(test_sync_adds_fresh_state);
     MG_RUN(test_record_and_available);
     MG_RUN(test_sync_keeps_state_by_id);
+    MG_RUN(test_get_at_index);
     MG_RUN(test_sync_to_empty);
     MG_RUN(test_routes_one_state_per_pair);
     MG_RUN(test_route_failures_open_the_route_only);

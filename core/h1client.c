@@ -282,11 +282,9 @@ enum { SEEN_HOST = 1, SEEN_CL = 2 };
 /* How a caller header line goes on the wire, curl-style: "Name:" with an empty
  * value is dropped, "Name;" becomes "Name:", lines with CR/LF are dropped. Sets
  * *len (without CRLF) and notes a caller-supplied Host or Content-Length. */
-static int header_classify(const char *s, size_t *len, unsigned *seen)
+static int header_classify_n(const char *s, size_t n, unsigned *seen)
 {
-    size_t n = strcspn(s, "\r\n");
-    if (s[n] != '\0' || n < 2) return HDR_DROP;
-    *len = n;
+    if (n < 2) return HDR_DROP;
     const char *colon = memchr(s, ':', n);
     size_t nl = colon ? (size_t)(colon - s) : n - 1;
     if (nl == 4 && strncasecmp(s, "host", 4) == 0)
@@ -300,6 +298,41 @@ static int header_classify(const char *s, size_t *len, unsigned *seen)
     return v == end ? HDR_DROP : HDR_SEND;
 }
 
+static int header_classify(const char *s, size_t *len, unsigned *seen)
+{
+    size_t n = strcspn(s, "\r\n");
+    *len = n;
+    return s[n] != '\0' ? HDR_DROP : header_classify_n(s, n, seen);
+}
+
+/* The caller's header lines one by one: the entries of `headers`, then the lines of
+ * `extra_head` (a line with a stray CR or LF is dropped, like such an entry). */
+typedef struct {
+    const struct curl_slist *h;
+    const char *extra;
+} hdr_iter_t;
+
+/* The next line into *s; its kind, with *len set (without CRLF); -1 at the end. */
+static int hdr_next(hdr_iter_t *it, const char **s, size_t *len, unsigned *seen)
+{
+    if (it->h) {
+        *s = it->h->data;
+        it->h = it->h->next;
+        return header_classify(*s, len, seen);
+    }
+    if (!it->extra || !*it->extra) return -1;
+    const char *line = it->extra;
+    size_t n = strcspn(line, "\r\n");
+    int clean = line[n] == '\0' || (line[n] == '\r' && line[n + 1] == '\n');
+    if (!clean) { /* a stray CR or LF: the line runs to the next CRLF and is dropped */
+        const char *eol = strstr(line + n + 1, "\r\n");
+        n = eol ? (size_t)(eol - line) : strlen(line);
+    }
+    it->extra = line[n] ? line + n + 2 : line + n;
+    *s = line;
+    *len = n;
+    return clean ? header_classify_n(line, n, seen) : HDR_DROP;
+}
 /* Caller header lines as classified by the sizing pass, so the copying pass does
  * not scan them again (lines past HDR_CACHE are classified twice). */
 #define HDR_CACHE 32
@@ -310,13 +343,14 @@ typedef struct {
     unsigned seen;
 } hdr_scan_t;
 
-static size_t headers_size(const struct curl_slist *h, hdr_scan_t *sc)
+static size_t headers_size(hdr_iter_t it, hdr_scan_t *sc)
 {
     size_t total = 0, n;
+    const char *line;
+    int kind;
     sc->n = 0;
     sc->seen = 0;
-    for (; h; h = h->next) {
-        int kind = header_classify(h->data, &n, &sc->seen);
+    while ((kind = hdr_next(&it, &line, &n, &sc->seen)) >= 0) {
         if (sc->n < HDR_CACHE) {
             sc->len[sc->n] = n;
             sc->kind[sc->n++] = (unsigned char)kind;
@@ -326,15 +360,16 @@ static size_t headers_size(const struct curl_slist *h, hdr_scan_t *sc)
     return total;
 }
 
-static char *headers_copy(char *p, const struct curl_slist *h, const hdr_scan_t *sc)
+static char *headers_copy(char *p, hdr_iter_t it, const hdr_scan_t *sc)
 {
     unsigned seen = 0;
     size_t n = 0;
-    for (size_t i = 0; h; h = h->next, i++) {
-        int kind = i < sc->n ? sc->kind[i] : header_classify(h->data, &n, &seen);
-        if (i < sc->n) n = sc->len[i];
+    const char *line;
+    int kind;
+    for (size_t i = 0; (kind = hdr_next(&it, &line, &n, &seen)) >= 0; i++) {
+        if (i < sc->n) kind = sc->kind[i], n = sc->len[i];
         if (kind == HDR_DROP) continue;
-        p = put(p, h->data, n);
+        p = put(p, line, n);
         if (kind == HDR_EMPTY) p[-1] = ':';
         p = put(p, "\r\n", 2);
     }
@@ -353,7 +388,7 @@ static int method_ok(const char *m)
  * it. Takes ownership of `body` (kept, or copied and freed); NULL when out of
  * memory. */
 static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t *u,
-                                const struct curl_slist *hdrs, char *body, size_t body_len)
+                                hdr_iter_t hdrs, char *body, size_t body_len)
 {
     int send_body = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
     if (!send_body || !body) body_len = 0;
@@ -1139,6 +1174,7 @@ static void conn_feed(conn_t *cn, const char *data, size_t len, int from_pend)
     x->busy++;
     llhttp_errno_t e = llhttp_execute(&cn->parser, data, len);
     if (!x->ended) feed_outcome(cn, x, e, data, len, from_pend);
+    if (!x->ended && x->cbs.on_read_end) x->cbs.on_read_end(x->ud);
     xfer_unbusy(x);
 }
 
@@ -1280,7 +1316,8 @@ int mg_h1_start(mg_h1_t *c, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, v
     if (!c->closing && method_ok(method) && url_parse(o->url, &u) == 0) h = host_get(c, &u);
     mg_h1_xfer_t *x = NULL;
     if (h)
-        x = xfer_alloc(h, method, &u, o->headers, o->body, o->body_len);
+        x = xfer_alloc(h, method, &u, (hdr_iter_t){o->headers, o->extra_head}, o->body,
+                       o->body_len);
     else
         free(o->body);
     curl_slist_free_all(o->headers);

@@ -127,6 +127,12 @@ void mg_http_stream_begin(mg_http_req_t *req, int status, const char *content_ty
 void mg_http_stream_write(mg_http_req_t *req, const char *data, size_t len);
 /* Terminate the chunked body and finish the request. */
 void mg_http_stream_end(mg_http_req_t *req);
+/* mg_http_stream_begin, a first chunk (len may be 0) and, with `end`, mg_http_stream_end, in
+ * one write (one syscall, one packet). */
+void mg_http_stream_open(mg_http_req_t *req, int status, const char *content_type,
+                         const char *extra_headers, const char *data, size_t len, int end);
+/* mg_http_stream_write (len may be 0) and, with `end`, mg_http_stream_end, in one write. */
+void mg_http_stream_send(mg_http_req_t *req, const char *data, size_t len, int end);
 /* Non-zero when more than the high-water mark is queued for the client; the owner
  * should pause its producer until on_drain fires. */
 int mg_http_write_pending(const mg_http_req_t *req);

@@ -1,7 +1,9 @@
 /* json: buffer + serializer; see json.h. */
 #include "json.h"
 
+#include <locale.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,23 +45,25 @@ void mg_buf_free(mg_buf_t *b)
     b->len = b->cap = 0;
 }
 
+int mg_buf_append_int(mg_buf_t *b, long long v)
+{
+    char tmp[24], *p = tmp + sizeof(tmp);
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    return mg_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
+}
+
 int mg_json_print_number(double d, mg_buf_t *out)
 {
     char tmp[40];
     int n;
     if (!isfinite(d)) return mg_buf_append(out, "null", 4);
-    if (d == floor(d) && fabs(d) < 1e15) {
-        /* integers: digit by digit, no printf */
-        long long v = (long long)d;
-        char *p = tmp + sizeof(tmp);
-        unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-        do {
-            *--p = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
-        if (v < 0) *--p = '-';
-        return mg_buf_append(out, p, (size_t)(tmp + sizeof(tmp) - p));
-    }
+    if (d == floor(d) && fabs(d) < 1e15)
+        return mg_buf_append_int(out, (long long)d); /* no printf */
     n = snprintf(tmp, sizeof(tmp), "%.15g", d);
     if (strtod(tmp, NULL) != d) n = snprintf(tmp, sizeof(tmp), "%.17g", d);
     return mg_buf_append(out, tmp, (size_t)n);
@@ -140,17 +144,23 @@ static size_t skip_ws(const char *s, size_t i, size_t n)
     return i;
 }
 
+/* The index of the first c in s[j..n), or n. */
+static size_t find_byte(const char *s, size_t j, size_t n, char c)
+{
+    const char *q = j < n ? memchr(s + j, c, n - j) : NULL;
+    return q ? (size_t)(q - s) : n;
+}
+
 /* s[i] is '"': return the index just past the closing quote, or n+1 on error.
- * memchr finds the candidates; a quote preceded by an odd run of backslashes is
+ * find_byte finds the candidates; a quote preceded by an odd run of backslashes is
  * escaped and the search goes on. */
 static size_t skip_string(const char *s, size_t i, size_t n)
 {
     size_t start = i + 1;
     size_t from = start;
     while (from < n) {
-        const char *q = memchr(s + from, '"', n - from);
-        if (!q) return n + 1;
-        size_t j = (size_t)(q - s);
+        size_t j = find_byte(s, from, n, '"');
+        if (j >= n) return n + 1;
         size_t bs = 0;
         while (j - bs > start && s[j - bs - 1] == '\\') bs++;
         if (bs % 2 == 0) return j + 1;
@@ -158,6 +168,10 @@ static size_t skip_string(const char *s, size_t i, size_t n)
     }
     return n + 1;
 }
+
+/* The bytes a bracket scan stops at; everything else is skipped with one lookup. */
+static const unsigned char structural[256] = {
+    ['"'] = 1, ['{'] = 1, ['['] = 1, ['}'] = 1, [']'] = 1};
 
 /* Return the index just past the value starting at s[i], or n+1 on error. */
 static size_t skip_value(const char *s, size_t i, size_t n)
@@ -170,6 +184,10 @@ static size_t skip_value(const char *s, size_t i, size_t n)
         size_t depth = 0;
         while (i < n) {
             char ch = s[i];
+            if (!structural[(unsigned char)ch]) {
+                i++;
+                continue;
+            }
             if (ch == '"') {
                 i = skip_string(s, i, n);
                 if (i > n) return n + 1;
@@ -221,4 +239,278 @@ int mg_json_members(const char *s, size_t n, mg_json_member_cb cb, void *ud)
         if (i < n && s[i] == '}') return skip_ws(s, i + 1, n) == n ? 0 : -1;
         return -1;
     }
+}
+
+int mg_json_elements(const char *s, size_t n, mg_json_element_cb cb, void *ud)
+{
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '[') return -1;
+    i = skip_ws(s, i + 1, n);
+    if (i < n && s[i] == ']') return skip_ws(s, i + 1, n) == n ? 0 : -1;
+    for (;;) {
+        size_t vend = skip_value(s, i, n);
+        if (vend > n) return -1;
+        int rc = cb(ud, s + i, vend - i);
+        if (rc) return rc;
+        i = skip_ws(s, vend, n);
+        if (i < n && s[i] == ',') {
+            i = skip_ws(s, i + 1, n);
+            continue;
+        }
+        if (i < n && s[i] == ']') return skip_ws(s, i + 1, n) == n ? 0 : -1;
+        return -1;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* cJSON's verdict without cJSON: mirrors cJSON 1.7's parse_value and friends */
+/* ------------------------------------------------------------------------ */
+
+#define V_ERR SIZE_MAX
+#define V_DEPTH_LIMIT 1000 /* CJSON_NESTING_LIMIT */
+
+typedef struct {
+    const unsigned char *s;
+    size_t n;
+    int odd_ws;           /* whitespace other than space, tab, CR, LF was skipped */
+    mg_json_member_cb cb; /* the top-level object's members go here (may be NULL) */
+    void *ud;
+    int stopped; /* cb's non-zero return */
+} vctx_t;
+
+static size_t v_ws(vctx_t *v, size_t i)
+{
+    while (i < v->n && v->s[i] <= 32) {
+        unsigned char c = v->s[i++];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') v->odd_ws = 1;
+    }
+    return i;
+}
+
+/* cJSON's parse_hex4: a bad digit makes the whole value 0 (and the escape passes). */
+static unsigned v_hex4(const unsigned char *p)
+{
+    unsigned h = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        unsigned d;
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'A' && c <= 'F')
+            d = (unsigned)(c - 'A' + 10);
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else
+            return 0;
+        h = (h << 4) | d;
+    }
+    return h;
+}
+
+/* Length of the \u escape at p (6, or 12 for a surrogate pair); 0 when refused. `end` is the
+ * string's closing quote. */
+static size_t v_utf16(const unsigned char *p, const unsigned char *end)
+{
+    if (end - p < 6) return 0;
+    unsigned first = v_hex4(p + 2);
+    if (first >= 0xDC00 && first <= 0xDFFF) return 0;
+    if (first < 0xD800 || first > 0xDBFF) return 6;
+    const unsigned char *second = p + 6;
+    if (end - second < 6 || second[0] != '\\' || second[1] != 'u') return 0;
+    unsigned low = v_hex4(second + 2);
+    return low >= 0xDC00 && low <= 0xDFFF ? 12 : 0;
+}
+
+/* The escapes of a string's contents [p, end), stepped through as cJSON decodes them. */
+static int v_escapes(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end) {
+        if (*p != '\\') {
+            p++;
+            continue;
+        }
+        size_t len = 2;
+        switch (p[1]) {
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+        case '"':
+        case '\\':
+        case '/':
+            break;
+        case 'u':
+            len = v_utf16(p, end);
+            if (!len) return -1;
+            break;
+        default:
+            return -1;
+        }
+        p += len;
+    }
+    return 0;
+}
+
+/* s[i] is '"'. The string ends at the first quote that an odd run of backslashes does not
+ * escape (cJSON's first loop); raw control bytes are accepted, as cJSON does. */
+static size_t v_string(const vctx_t *v, size_t i)
+{
+    const unsigned char *s = v->s;
+    size_t from = i + 1;
+    for (;;) {
+        size_t j = find_byte((const char *)s, from, v->n, '"'), bs = 0;
+        if (j >= v->n) return V_ERR;
+        while (j - bs > i + 1 && s[j - bs - 1] == '\\')
+            bs++;
+        if (bs % 2 == 0) {
+            int escaped = find_byte((const char *)s, i + 1, j, '\\') < j;
+            if (escaped && v_escapes(s + i + 1, s + j) != 0) return V_ERR;
+            return j + 1;
+        }
+        from = j + 1;
+    }
+}
+
+static int v_number_char(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == 'e' || c == 'E' || c == '.';
+}
+
+/* Exactly the JSON grammar's number over all of p[0..n): strtod takes all of it. */
+static int v_plain_number(const unsigned char *p, size_t n)
+{
+    size_t i = p[0] == '-';
+    if (i >= n) return 0;
+    if (p[i] == '0')
+        i++;
+    else if (p[i] >= '1' && p[i] <= '9')
+        while (i < n && p[i] >= '0' && p[i] <= '9')
+            i++;
+    else
+        return 0;
+    if (i < n && p[i] == '.') {
+        size_t d = ++i;
+        while (i < n && p[i] >= '0' && p[i] <= '9')
+            i++;
+        if (i == d) return 0;
+    }
+    if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+        i++;
+        if (i < n && (p[i] == '+' || p[i] == '-')) i++;
+        size_t d = i;
+        while (i < n && p[i] >= '0' && p[i] <= '9')
+            i++;
+        if (i == d) return 0;
+    }
+    return i == n;
+}
+
+/* cJSON's parse_number: the run of number characters through strtod, with '.' as the locale's
+ * decimal point; what strtod leaves of the run is left for the caller. */
+static size_t v_number(const vctx_t *v, size_t i)
+{
+    size_t run = 0;
+    while (i + run < v->n && v_number_char(v->s[i + run]))
+        run++;
+    if (v_plain_number(v->s + i, run)) return i + run;
+    char small[64], *end;
+    char *buf = run < sizeof(small) ? small : malloc(run + 1);
+    if (!buf) return V_ERR;
+    const char *dp = localeconv()->decimal_point;
+    for (size_t k = 0; k < run; k++)
+        buf[k] = v->s[i + k] == '.' ? dp[0] : (char)v->s[i + k];
+    buf[run] = '\0';
+    (void)strtod(buf, &end);
+    size_t used = (size_t)(end - buf);
+    if (buf != small) free(buf);
+    return used == 0 ? V_ERR : i + used;
+}
+
+static size_t v_value(vctx_t *v, size_t i, int depth);
+
+/* s[i] is '{' or '['. */
+static size_t v_container(vctx_t *v, size_t i, int depth)
+{
+    if (depth >= V_DEPTH_LIMIT) return V_ERR;
+    int obj = v->s[i] == '{';
+    unsigned char close = obj ? '}' : ']';
+    i = v_ws(v, i + 1);
+    if (i < v->n && v->s[i] == close) return i + 1;
+    for (;;) {
+        size_t key = i, key_end = 0;
+        if (obj) {
+            if (i >= v->n || v->s[i] != '"' || (i = key_end = v_string(v, i)) == V_ERR)
+                return V_ERR;
+            i = v_ws(v, i);
+            if (i >= v->n || v->s[i] != ':') return V_ERR;
+            i = v_ws(v, i + 1);
+        }
+        size_t value = i;
+        if ((i = v_value(v, i, depth + 1)) == V_ERR) return V_ERR;
+        if (obj && depth == 0 && v->cb) {
+            mg_json_member_t m = {(const char *)v->s + key + 1, key_end - key - 2,
+                                  (const char *)v->s + value, i - value};
+            if ((v->stopped = v->cb(v->ud, &m)) != 0) return V_ERR;
+        }
+        i = v_ws(v, i);
+        if (i < v->n && v->s[i] == ',') {
+            i = v_ws(v, i + 1);
+            continue;
+        }
+        return i < v->n && v->s[i] == close ? i + 1 : V_ERR;
+    }
+}
+
+static size_t v_literal(const vctx_t *v, size_t i, const char *lit, size_t n)
+{
+    return v->n - i >= n && memcmp(v->s + i, lit, n) == 0 ? i + n : V_ERR;
+}
+
+static size_t v_value(vctx_t *v, size_t i, int depth)
+{
+    if (i >= v->n) return V_ERR;
+    switch (v->s[i]) {
+    case 'n':
+        return v_literal(v, i, "null", 4);
+    case 'f':
+        return v_literal(v, i, "false", 5);
+    case 't':
+        return v_literal(v, i, "true", 4);
+    case '"':
+        return v_string(v, i);
+    case '[':
+    case '{':
+        return v_container(v, i, depth);
+    case '-':
+        return v_number(v, i);
+    default:
+        return v->s[i] >= '0' && v->s[i] <= '9' ? v_number(v, i) : V_ERR;
+    }
+}
+
+int mg_json_check(const char *s, size_t n, size_t *end)
+{
+    if (!s || n == 0) return -1;
+    vctx_t v = {(const unsigned char *)s, n, 0, NULL, NULL, 0};
+    size_t i = 0;
+    if (n > 4 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+        i = 3;
+        v.odd_ws = 1;
+    }
+    i = v_value(&v, v_ws(&v, i), 0);
+    if (i == V_ERR) return -1;
+    if (end) *end = i;
+    return v.odd_ws;
+}
+
+int mg_json_check_members(const char *s, size_t n, mg_json_member_cb cb, void *ud)
+{
+    vctx_t v = {(const unsigned char *)s, n, 0, cb, ud, 0};
+    size_t i = s ? v_ws(&v, 0) : n;
+    if (i >= n || s[i] != '{') return -1;
+    i = v_value(&v, i, 0);
+    if (v.stopped) return v.stopped;
+    if (i == V_ERR || v.odd_ws || v_ws(&v, i) != n || v.odd_ws) return -1;
+    return 0;
 }

@@ -18,6 +18,8 @@ typedef struct mg_buf_s {
 /* Append n bytes; 0 or -1 when out of memory (the buffer is unchanged then). */
 int mg_buf_append(mg_buf_t *b, const void *data, size_t n);
 int mg_buf_append_str(mg_buf_t *b, const char *s);
+/* The decimal digits of v (what printf's %lld writes). */
+int mg_buf_append_int(mg_buf_t *b, long long v);
 /* Make room for n more bytes now (one allocation instead of several doublings). */
 int mg_buf_reserve(mg_buf_t *b, size_t n);
 void mg_buf_free(mg_buf_t *b);
@@ -47,5 +49,26 @@ typedef int (*mg_json_member_cb)(void *ud, const mg_json_member_t *m);
  * text is not a well-formed object at the top level (nested values are checked
  * for balanced brackets and string syntax only). */
 int mg_json_members(const char *s, size_t n, mg_json_member_cb cb, void *ud);
+
+/* The same for the elements of a JSON array: cb gets each element's whole value text.
+ * Returns 0 after the last element, the callback's non-zero value, or -1. */
+typedef int (*mg_json_element_cb)(void *ud, const char *value, size_t len);
+int mg_json_elements(const char *s, size_t n, mg_json_element_cb cb, void *ud);
+
+/* Would cJSON_ParseWithLength(s, n) accept the text? The same grammar, quirks included
+ * (bytes up to 32 are whitespace, numbers are what strtod takes of a run of [0-9+-eE.],
+ * "\u" escapes with bad hex digits pass, 1,000 levels of nesting, bytes after the first
+ * value are ignored), checked without building a tree: the request path uses it to keep
+ * cJSON's verdict on a body it reads as bytes. Returns 0 when accepted and the whitespace
+ * between tokens is only space, tab, CR and LF (so every scalar value ends exactly where
+ * mg_json_members says it does), 1 when accepted with other whitespace or a BOM, -1 when
+ * refused. *end (may be NULL) is set just past the first value when accepted. */
+int mg_json_check(const char *s, size_t n, size_t *end);
+
+/* mg_json_check and mg_json_members in one pass: 0 when cJSON would accept the text, it is
+ * one object with nothing after it and only space, tab, CR and LF between tokens, and cb
+ * saw every top-level member; cb's non-zero return when it stopped (the rest unchecked);
+ * -1 otherwise. Values are exact here: a scalar's text ends with its last character. */
+int mg_json_check_members(const char *s, size_t n, mg_json_member_cb cb, void *ud);
 
 #endif

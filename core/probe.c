@@ -562,7 +562,7 @@ static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, loa
         .idle_timeout_ms = timeout_ms,
         .total_timeout_ms = timeout_ms,
     };
-    mg_xfer_cbs_t cbs = {on_probe_headers, on_probe_data, on_probe_done};
+    mg_xfer_cbs_t cbs = {on_probe_headers, on_probe_data, on_probe_done, NULL};
     /* the headers belong to the transfer now, whether or not it starts */
     if (mg_xfer_start(pr->s->upstream, &o, &cbs, p, &p->x) != 0) {
         probe_free(p);

@@ -9,6 +9,7 @@
  * complete within one upstream read are written to the client as one chunk. */
 #include "proxy.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,8 @@ typedef struct call_s {
     const char *prefix;              /* in gen->cfg: the prefix that matched */
     mg_gen_t *gen;               /* one reference held */
     const mg_model_conf_t *model;/* in gen->cfg */
-    cJSON *body;                 /* owned: the sanitized client request */
+    cJSON *body;                 /* owned: the sanitized client request; NULL until call_tree()
+                                    after the fast path (see fast_body) */
     int stream;
     int client_include_usage;
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
@@ -127,15 +129,21 @@ typedef struct call_s {
 
 static void try_next(call_t *c);
 static void plan_and_dispatch(call_t *c);
+static cJSON *call_tree(call_t *c);
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
 /* Extensions from the edge PRD: accepted from clients, never sent upstream. */
-static const char *const extension_keys[] = {"priority", "session_id", "idempotency_key",
-                                             "timeouts", "routing",    "context_policy",
-                                             "max_output_tokens", "metadata"};
+#define KEY(s) {s, sizeof(s) - 1}
+static const struct {
+    const char *name;
+    size_t len;
+} extension_keys[] = {KEY("priority"), KEY("session_id"),     KEY("idempotency_key"),
+                      KEY("timeouts"), KEY("routing"),        KEY("context_policy"),
+                      KEY("max_output_tokens"), KEY("metadata")};
+#define N_EXTENSIONS (sizeof(extension_keys) / sizeof(extension_keys[0]))
 
 static int member_is(const mg_json_member_t *m, const char *key)
 {
@@ -145,24 +153,50 @@ static int member_is(const mg_json_member_t *m, const char *key)
 
 static int is_extension(const mg_json_member_t *m)
 {
-    for (size_t i = 0; i < sizeof(extension_keys) / sizeof(extension_keys[0]); i++)
-        if (member_is(m, extension_keys[i])) return 1;
+    for (size_t i = 0; i < N_EXTENSIONS; i++)
+        if (m->key_len == extension_keys[i].len &&
+            memcmp(m->key, extension_keys[i].name, m->key_len) == 0)
+            return 1;
     return 0;
 }
 
 /* A member the gateway adds to answers: an upstream member of that name is a clash. */
 static int is_gateway_member(const mg_json_member_t *m)
 {
-    static const char *const names[] = {"request_id", "logical_model", "actual_model", "timing",
-                                        "degraded", "degraded_reason", "max_output_tokens"};
+    static const struct {
+        const char *name;
+        size_t len;
+    } names[] = {KEY("request_id"), KEY("logical_model"),   KEY("actual_model"),
+                 KEY("timing"),     KEY("degraded"),        KEY("degraded_reason"),
+                 KEY("max_output_tokens")};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (member_is(m, names[i])) return 1;
+        if (m->key_len == names[i].len && memcmp(m->key, names[i].name, m->key_len) == 0) return 1;
     return 0;
 }
 
 static double ms_since(uint64_t from, uint64_t to)
 {
     return from && to >= from ? (double)(to - from) / 1e6 : 0;
+}
+
+/* [before]"key":value[after] into o, with one bounds check. */
+static void append_member(mg_buf_t *o, const mg_json_member_t *m, const char *before,
+                          const char *after)
+{
+    size_t nb = strlen(before), na = strlen(after);
+    if (mg_buf_reserve(o, nb + m->key_len + m->value_len + 3 + na) != 0) return;
+    char *p = o->data + o->len;
+    memcpy(p, before, nb);
+    p += nb;
+    *p++ = '"';
+    memcpy(p, m->key, m->key_len);
+    p += m->key_len;
+    *p++ = '"';
+    *p++ = ':';
+    memcpy(p, m->value, m->value_len);
+    p += m->value_len;
+    memcpy(p, after, na + 1); /* and the NUL mg_buf keeps */
+    o->len = (size_t)(p + na - o->data);
 }
 
 /* Does this stream event need the gateway's attention: a finish_reason with a value,
@@ -468,6 +502,27 @@ static void charge_spend(call_t *c)
     mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms());
 }
 
+/* Finished calls kept for the next requests: a call (1.6 KB) is past glibc's per-thread
+ * cache, and each calloc of one made malloc sweep its fast bins. Per thread, though only the
+ * loop thread makes calls. */
+#define CALL_SPARES 32
+static _Thread_local call_t *call_spares[CALL_SPARES];
+static _Thread_local int n_call_spares;
+
+static call_t *call_alloc(void)
+{
+    if (!MG_RECYCLE || n_call_spares == 0) return calloc(1, sizeof(call_t));
+    call_t *c = call_spares[--n_call_spares];
+    memset(c, 0, sizeof(*c));
+    return c;
+}
+
+static void call_release(call_t *c)
+{
+    if (MG_RECYCLE && n_call_spares < CALL_SPARES) call_spares[n_call_spares++] = c;
+    else free(c);
+}
+
 static void call_free(call_t *c)
 {
     call_unlink(c);
@@ -505,7 +560,7 @@ static void call_free(call_t *c)
     }
     mg_buf_free(&c->resp);
     mg_buf_free(&c->out);
-    free(c);
+    call_release(c);
 }
 
 /* The provider's answer status as the cooldown policy sees it; applies the
@@ -664,20 +719,43 @@ static void out_json(call_t *c, const cJSON *chunk)
     mg_buf_append(&c->out, "\n\n", 2);
 }
 
-static void flush_out(call_t *c)
+/* The stream reaches the client now (its head goes with the next send_out); 1 the first
+ * time. */
+static int stream_start(call_t *c)
 {
-    if (!c->out.len || !c->req) return;
-    if (!c->client_started) {
+    if (c->client_started) return 0;
+    c->client_started = 1;
+    task_to(c, MG_TASK_STREAMING, "first_chunk");
+    return 1;
+}
+
+/* c->out to the client in one write: after the stream's head when `head`, before the body's
+ * end when `end` (the request is finished then). */
+static void send_out(call_t *c, int head, int end)
+{
+    if (head) {
         char extra[160], deg[64];
         const char *d = degraded_header(c, deg, sizeof(deg));
         snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
                  d ? d : "");
-        mg_http_stream_begin(c->req, 200, "text/event-stream", extra);
-        c->client_started = 1;
-        task_to(c, MG_TASK_STREAMING, "first_chunk");
+        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
+    } else {
+        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     }
-    mg_http_stream_write(c->req, c->out.data, c->out.len);
     c->out.len = 0;
+}
+
+static void flush_out(call_t *c)
+{
+    if (!c->out.len || !c->req) return;
+    send_out(c, stream_start(c), 0);
+}
+
+/* The upstream's read is all handled: what it made goes out in one write (the events of one
+ * read, and the end of the stream too when the read held it, see stream_end_ok). */
+static void on_up_read_end(void *ud)
+{
+    flush_out(ud);
 }
 
 /* ---- passthrough chunks as bytes: members copied, the gateway's appended ---- */
@@ -697,11 +775,7 @@ static int raw_copy_member(void *ud, const mg_json_member_t *m)
         return 1;
     }
     if (rc->skip_usage && member_is(m, "usage")) return 0;
-    if (rc->members++) mg_buf_append(rc->out, ",", 1);
-    mg_buf_append(rc->out, "\"", 1);
-    mg_buf_append(rc->out, m->key, m->key_len);
-    mg_buf_append(rc->out, "\":", 2);
-    mg_buf_append(rc->out, m->value, m->value_len);
+    append_member(rc->out, m, rc->members++ ? "," : "", "");
     return 0;
 }
 
@@ -716,20 +790,31 @@ static void append_metadata_raw(call_t *c, mg_buf_t *o)
     append_degraded_raw(c, o);
 }
 
+/* ,"timing":{...} in whole milliseconds (written without printf: it was a tenth of a
+ * passthrough answer's instructions). */
+static int append_timing_raw(const call_t *c, uint64_t now, mg_buf_t *o)
+{
+    mg_buf_append_str(o, ",\"timing\":{\"queue_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, c->t_dispatch));
+    mg_buf_append_str(o, ",\"first_token_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, c->t_first));
+    mg_buf_append_str(o, ",\"total_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, now));
+    return mg_buf_append(o, "}", 1);
+}
+
 static void append_totals_raw(call_t *c, mg_buf_t *o)
 {
-    char t[256];
-    uint64_t now = uv_hrtime();
-    int n = 0;
-    if (c->have_usage)
-        n = snprintf(t, sizeof(t),
-                     ",\"usage\":{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"total_tokens\":%lld}",
-                     c->prompt_tokens, c->completion_tokens, c->prompt_tokens + c->completion_tokens);
-    n += snprintf(t + n, sizeof(t) - (size_t)n,
-                  ",\"timing\":{\"queue_ms\":%lld,\"first_token_ms\":%lld,\"total_ms\":%lld}",
-                  (long long)ms_since(c->t_start, c->t_dispatch),
-                  (long long)ms_since(c->t_start, c->t_first), (long long)ms_since(c->t_start, now));
-    mg_buf_append(o, t, (size_t)n);
+    if (c->have_usage) {
+        mg_buf_append_str(o, ",\"usage\":{\"prompt_tokens\":");
+        mg_buf_append_int(o, c->prompt_tokens);
+        mg_buf_append_str(o, ",\"completion_tokens\":");
+        mg_buf_append_int(o, c->completion_tokens);
+        mg_buf_append_str(o, ",\"total_tokens\":");
+        mg_buf_append_int(o, c->prompt_tokens + c->completion_tokens);
+        mg_buf_append(o, "}", 1);
+    }
+    append_timing_raw(c, uv_hrtime(), o);
 }
 
 /* One SSE event into c->out: the chunk's members, then metadata and/or totals.
@@ -774,12 +859,12 @@ static void stream_end_ok(call_t *c)
 {
     emit_held_finish(c, 1);
     out_event(c, "[DONE]", 6);
-    flush_out(c);
+    int head = stream_start(c);
     c->status = 200;
     c->outcome = "ok";
     estimate_tokens(c);
     call_log(c);
-    mg_http_stream_end(c->req);
+    send_out(c, head, 1); /* the rest of the stream and its end in one write */
     c->req = NULL;
     call_free(c);
 }
@@ -800,14 +885,14 @@ static void stream_end_error(call_t *c, const char *code, const char *msg)
     c->held_raw.len = 0;
     out_event(c, ev, (size_t)n);
     out_event(c, "[DONE]", 6);
-    flush_out(c);
+    int head = stream_start(c);
     c->status = 200;
     c->outcome = "error";
     c->error_code = code;
     c->srv->metrics.stream_errors_total++;
     estimate_tokens(c);
     call_log(c);
-    mg_http_stream_end(c->req);
+    send_out(c, head, 1);
     c->req = NULL;
     call_free(c);
 }
@@ -957,6 +1042,7 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
     cJSON *chunks = NULL;
     int done = 0;
     char err[512];
+    if (c->state_ref < 0) c->state_ref = mg_gen_table_new(c->gen); /* only translators keep state */
     int rc = mg_gen_decode_event(c->gen, c->adapter, c->req_ref, c->state_ref, data, &chunks,
                                  &done, err, sizeof(err));
     cJSON_Delete(data);
@@ -997,7 +1083,9 @@ static void on_up_headers(void *ud, int status)
     call_t *c = ud;
     c->up_status = status;
     const char *ra = mg_xfer_header(c->xfer, "retry-after");
-    snprintf(c->retry_after, sizeof(c->retry_after), "%s", ra ? ra : "");
+    size_t ral = ra ? strnlen(ra, sizeof(c->retry_after) - 1) : 0;
+    if (ral) memcpy(c->retry_after, ra, ral);
+    c->retry_after[ral] = '\0';
     c->resp.len = 0;
     if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
@@ -1024,7 +1112,7 @@ static int on_up_data(void *ud, const char *data, size_t len)
             }
             return 0; /* the call is finished (or moved on); the transfer is cancelled */
         }
-        flush_out(c);
+        /* the events go out in on_up_read_end: one write per upstream read */
         return c->req && mg_http_write_pending(c->req) ? 1 : 0;
     }
     size_t limit = ok_status ? MAX_RESPONSE_BYTES : MAX_ERROR_BODY_BYTES;
@@ -1097,6 +1185,10 @@ static int finish_passthrough_json(call_t *c)
     const char *end = c->resp.data + c->resp.len;
     while (end > c->resp.data && end[-1] != '}') end--;
     mg_buf_t out = {0};
+    /* the metadata below in one allocation: the names' escaping reserve included, every
+       growth was a realloc and a copy */
+    size_t names = strlen(c->model->name) + strlen(c->upstream_model);
+    mg_buf_reserve(&out, c->resp.len + 6 * names + 330);
     mg_buf_append(&out, c->resp.data, (size_t)(end - 1 - c->resp.data));
     mg_buf_append_str(&out, ",\"request_id\":\"");
     mg_buf_append_str(&out, c->req->request_id);
@@ -1105,13 +1197,7 @@ static int finish_passthrough_json(call_t *c)
     mg_buf_append_str(&out, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), &out);
     append_degraded_raw(c, &out);
-    uint64_t now = uv_hrtime();
-    char timing[160];
-    int n = snprintf(timing, sizeof(timing),
-                     ",\"timing\":{\"queue_ms\":%lld,\"first_token_ms\":%lld,\"total_ms\":%lld}}",
-                     (long long)ms_since(c->t_start, c->t_dispatch),
-                     (long long)ms_since(c->t_start, c->t_first), (long long)ms_since(c->t_start, now));
-    if (mg_buf_append(&out, timing, (size_t)n) != 0) {
+    if (append_timing_raw(c, uv_hrtime(), &out) != 0 || mg_buf_append(&out, "}", 1) != 0) {
         mg_buf_free(&out);
         return 1;
     }
@@ -1248,7 +1334,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
     else finish_non_stream(c);
 }
 
-static const mg_xfer_cbs_t xfer_cbs = {on_up_headers, on_up_data, on_up_done};
+static const mg_xfer_cbs_t xfer_cbs = {on_up_headers, on_up_data, on_up_done, on_up_read_end};
 
 /* ------------------------------------------------------------------------ */
 /* Attempts                                                                  */
@@ -1259,16 +1345,24 @@ static const char *endpoint_name(mg_endpoint_t ep)
     return ep == MG_EP_CHAT ? "chat" : ep == MG_EP_COMPLETIONS ? "completions" : "embeddings";
 }
 
-static struct curl_slist *base_headers(call_t *c, struct curl_slist *h)
+/* The gateway's own request headers, after the adapter's: header lines for the transfer's
+ * extra_head (a list node per header cost two mallocs and two frees each). "Expect:" keeps
+ * curl from waiting for a 100 Continue. */
+#define BASE_HEAD_MAX 192
+static const char *base_head(const call_t *c, char *buf)
 {
-    char idh[64];
-    snprintf(idh, sizeof(idh), "X-Request-Id: %s", c->req->request_id);
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, c->stream ? "Accept: text/event-stream" : "Accept: application/json");
-    h = curl_slist_append(h, "Expect:");
-    h = curl_slist_append(h, "User-Agent: moongate/0.1");
-    h = curl_slist_append(h, idh);
-    return h;
+    static const char json[] = "Content-Type: application/json\r\nAccept: application/json\r\n"
+                               "Expect:\r\nUser-Agent: moongate/0.1\r\nX-Request-Id: ";
+    static const char sse[] = "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                              "Expect:\r\nUser-Agent: moongate/0.1\r\nX-Request-Id: ";
+    _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 <= BASE_HEAD_MAX, "BASE_HEAD_MAX");
+    const char *head = c->stream ? sse : json;
+    size_t n = c->stream ? sizeof(sse) - 1 : sizeof(json) - 1;
+    size_t id = strlen(c->req->request_id);
+    memcpy(buf, head, n);
+    memcpy(buf + n, c->req->request_id, id);
+    memcpy(buf + n + id, "\r\n", 3);
+    return buf;
 }
 
 typedef struct {
@@ -1283,11 +1377,7 @@ static int splice_member(void *ud, const mg_json_member_t *m)
         return 0;
     if (sp->c->tokens_capped && (member_is(m, "max_tokens") || member_is(m, "max_completion_tokens")))
         return 0;
-    mg_buf_append(sp->out, "\"", 1);
-    mg_buf_append(sp->out, m->key, m->key_len);
-    mg_buf_append(sp->out, "\":", 2);
-    mg_buf_append(sp->out, m->value, m->value_len);
-    mg_buf_append(sp->out, ",", 1);
+    append_member(sp->out, m, "", ",");
     return 0;
 }
 
@@ -1297,6 +1387,9 @@ static int splice_member(void *ud, const mg_json_member_t *m)
 static int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
 {
     splice_t sp = {c, out};
+    /* room for all of it up front: the members, the model (escaping reserve included), the
+       options; growth would copy the body once more per doubling */
+    mg_buf_reserve(out, c->req->body_len + 6 * strlen(model) + 96);
     mg_buf_append(out, "{", 1);
     if (mg_json_members(c->req->body, c->req->body_len, splice_member, &sp) != 0) return -1;
     mg_buf_append(out, "\"model\":", 8);
@@ -1365,6 +1458,8 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     int pi = (int)(cand->provider - cfg->providers);
     mg_provider_state_t *ps = provider_state(c, cand->provider);
     if (!ps) return -1;
+    int translating = !c->gen->adapters[c->gen->provider_adapter[pi]].passthrough;
+    if (translating && !call_tree(c)) return -1; /* out of memory */
     mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cand->provider->id, r->model);
     int rc = reserve_provider(c, ps, rs, e);
     if (rc != 0) return rc;
@@ -1392,24 +1487,28 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     }
     c->ndjson = enc.ndjson;
     mg_buf_t body = {0};
-    size_t url_len = strlen(c->provider->base_url) + strlen(enc.path) + 1;
-    char *url = malloc(url_len);
+    size_t base_len = strlen(c->provider->base_url), path_len = strlen(enc.path);
+    char url_buf[512];
+    char *url = base_len + path_len < sizeof(url_buf) ? url_buf : malloc(base_len + path_len + 1);
     rc = enc.body ? mg_json_print(enc.body, &body)
          : c->passthrough ? passthrough_body(c, r->model, &body)
                           : mg_json_print(c->body, &body);
     if (rc != 0 || !url) {
         mg_buf_free(&body);
-        free(url);
+        if (url != url_buf) free(url);
         mg_encoded_free(&enc);
         mg_limiter_cancel(&ps->limiter, &c->resv);
         mg_pool_breakers_release(ps, rs, now);
         return -1;
     }
-    snprintf(url, url_len, "%s%s", c->provider->base_url, enc.path);
+    memcpy(url, c->provider->base_url, base_len);
+    memcpy(url + base_len, enc.path, path_len + 1);
+    char head[BASE_HEAD_MAX];
     mg_xfer_opts_t o = {
         .method = enc.method,
         .url = url,
-        .headers = base_headers(c, enc.headers),
+        .headers = enc.headers,
+        .extra_head = base_head(c, head),
         .body = body.data, /* moved into the transfer */
         .body_len = body.len,
         .connect_timeout_ms = cfg->timeouts.connect_ms,
@@ -1433,7 +1532,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
         c->srv->metrics.emergency_total++;
     }
     rc = mg_xfer_start(c->srv->upstream, &o, &xfer_cbs, c, &c->xfer);
-    free(url);
+    if (url != url_buf) free(url);
     mg_encoded_free(&enc);
     if (rc != 0) {
         c->last_fail = FAIL_CONNECT;
@@ -1512,6 +1611,14 @@ static void try_next(call_t *c)
 /* Request validation                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* stream_options as the gateway sends it upstream: the last chunk's usage meters the answer. */
+static cJSON *usage_options(void)
+{
+    cJSON *opts = cJSON_CreateObject();
+    cJSON_AddTrueToObject(opts, "include_usage");
+    return opts;
+}
+
 /* Check the body's shape for the endpoint; NULL when fine, else the problem. */
 static const char *validate(mg_endpoint_t ep, const cJSON *body)
 {
@@ -1550,17 +1657,250 @@ static void sanitize(call_t *c)
         c->mapped_max_tokens = (long long)mot->valuedouble;
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
-    for (size_t i = 0; i < sizeof(extension_keys) / sizeof(extension_keys[0]); i++)
-        cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i]);
+    for (size_t i = 0; i < N_EXTENSIONS; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i].name);
     c->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;
     if (c->stream) {
         const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
         c->client_include_usage =
             cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
-        cJSON *opts = cJSON_CreateObject();
-        cJSON_AddTrueToObject(opts, "include_usage");
-        set_item(b, "stream_options", opts);
+        set_item(b, "stream_options", usage_options());
     }
+}
+
+/* ---- the fast path: the body read as bytes, no tree -------------------------------------
+ * Most requests carry no extension, so sanitize() would not change their tree, and the
+ * passthrough adapters send the client's bytes (spliced, see passthrough_body) rather than a
+ * printed tree: for them the tree was built only to read a few members and then freed. The
+ * fast path reads those members from the bytes instead, for a body that gives exactly what
+ * the tree would: cJSON would accept it (mg_json_check_members), it is one object with only plain
+ * whitespace, no extension, no escaped key (that could name anything once decoded), and its
+ * model, stream and messages pass validate(). Anything else, every error included, takes the
+ * tree path as before. A translating adapter gets its tree later (call_tree). */
+
+typedef struct {
+    const char *model;    /* in the request's arena */
+    int stream;           /* "stream": true */
+    int include_usage;    /* stream_options.include_usage: true */
+    long long max_tokens; /* max_tokens, else max_completion_tokens; -1 if neither is a number */
+    const char *user;     /* the "user" string's bytes (no escapes in them), or NULL */
+    size_t user_len;
+} fast_body_t;
+
+/* The members it reads, first occurrence (what cJSON's lookups find). */
+enum { F_MODEL, F_STREAM, F_SHAPE, F_MAX_TOKENS, F_MAX_COMPLETION, F_STREAM_OPTIONS, F_USER, F_N };
+
+typedef struct {
+    const char *keys[F_N];
+    size_t key_len[F_N];
+    mg_json_member_t m[F_N];
+    unsigned char seen[F_N];
+} fast_scan_t;
+
+static int has_escape(const char *s, size_t n)
+{
+    return memchr(s, '\\', n) != NULL;
+}
+
+static int fast_member(void *ud, const mg_json_member_t *m)
+{
+    fast_scan_t *f = ud;
+    if (has_escape(m->key, m->key_len) || is_extension(m)) return 1;
+    for (int k = 0; k < F_N; k++) {
+        if (m->key_len != f->key_len[k] || !f->keys[k] || memcmp(m->key, f->keys[k], m->key_len))
+            continue;
+        if (!f->seen[k]) f->m[k] = *m;
+        f->seen[k] = 1;
+        break;
+    }
+    return 0;
+}
+
+/* A string value whose bytes are its text: no escape, no control byte. */
+static int plain_string(const mg_json_member_t *m)
+{
+    if (m->value_len < 2 || m->value[0] != '"') return 0;
+    for (size_t i = 1; i + 1 < m->value_len; i++)
+        if ((unsigned char)m->value[i] < 0x20 || m->value[i] == '\\') return 0;
+    return 1;
+}
+
+static int is_literal(const mg_json_member_t *m, const char *lit)
+{
+    size_t n = strlen(lit);
+    return m->value_len == n && memcmp(m->value, lit, n) == 0;
+}
+
+/* A number value as cJSON reads it (the checked text makes the value exactly the number):
+ * 1 and *out, 0 when not a number, -1 when too long to bother (the tree path reads it). */
+static int number_value(const mg_json_member_t *m, long long *out)
+{
+    char num[64];
+    if (m->value[0] != '-' && (m->value[0] < '0' || m->value[0] > '9')) return 0;
+    if (m->value_len >= sizeof(num)) return -1;
+    if (m->value_len <= 15 && m->value[0] != '-') { /* digits only: exact in a double */
+        long long v = 0;
+        size_t i = 0;
+        while (i < m->value_len && m->value[i] >= '0' && m->value[i] <= '9')
+            v = v * 10 + (m->value[i++] - '0');
+        if (i == m->value_len) {
+            *out = v;
+            return 1;
+        }
+    }
+    const char *dp = localeconv()->decimal_point; /* as cJSON, which hands '.' to strtod so */
+    for (size_t i = 0; i < m->value_len; i++) num[i] = m->value[i] == '.' ? dp[0] : m->value[i];
+    num[m->value_len] = '\0';
+    *out = (long long)strtod(num, NULL);
+    return 1;
+}
+
+/* stream_options.include_usage: 1 true, 0 anything else, -1 an escaped key. */
+static int usage_flag(void *ud, const mg_json_member_t *m)
+{
+    int *flag = ud;
+    if (has_escape(m->key, m->key_len)) *flag = -1;
+    else if (member_is(m, "include_usage")) *flag = is_literal(m, "true");
+    else return 0;
+    return 1;
+}
+
+/* validate()'s rule for one chat message: an object whose first "role" is a string. */
+static int role_member(void *ud, const mg_json_member_t *m)
+{
+    int *role = ud;
+    if (has_escape(m->key, m->key_len)) *role = -1;
+    else if (member_is(m, "role")) *role = m->value[0] == '"';
+    else return 0;
+    return 1;
+}
+
+static int message_ok(void *ud, const char *v, size_t n)
+{
+    int role = 0;
+    if (v[0] != '{' || mg_json_members(v, n, role_member, &role) < 0 || role != 1) return 1;
+    ++*(int *)ud;
+    return 0;
+}
+
+/* validate()'s rule for the endpoint's main member, on the bytes. */
+static int shape_ok(mg_endpoint_t ep, const fast_scan_t *f)
+{
+    const mg_json_member_t *m = &f->m[F_SHAPE];
+    if (!f->keys[F_SHAPE]) return 1;
+    if (!f->seen[F_SHAPE]) return 0;
+    if (ep != MG_EP_CHAT) return m->value[0] == '"' || m->value[0] == '[';
+    int n = 0;
+    return m->value[0] == '[' && mg_json_elements(m->value, m->value_len, message_ok, &n) == 0 &&
+           n > 0;
+}
+
+/* The output ceiling the client asked for, as mg_proxy_handle reads it from the tree. */
+static int fast_max_tokens(const fast_scan_t *f, long long *out)
+{
+    *out = -1;
+    int rc = f->seen[F_MAX_TOKENS] ? number_value(&f->m[F_MAX_TOKENS], out) : 0;
+    if (rc == 0 && f->seen[F_MAX_COMPLETION]) rc = number_value(&f->m[F_MAX_COMPLETION], out);
+    return rc < 0 ? -1 : 0;
+}
+
+static int fast_stream(const fast_scan_t *f, fast_body_t *fb)
+{
+    const mg_json_member_t *st = &f->m[F_STREAM];
+    if (f->seen[F_STREAM] && !is_literal(st, "true") && !is_literal(st, "false") &&
+        !is_literal(st, "null"))
+        return -1;
+    fb->stream = f->seen[F_STREAM] && is_literal(st, "true");
+    fb->include_usage = 0;
+    const mg_json_member_t *so = &f->m[F_STREAM_OPTIONS];
+    if (!f->seen[F_STREAM_OPTIONS] || so->value[0] != '{') return 0;
+    int flag = 0;
+    if (mg_json_members(so->value, so->value_len, usage_flag, &flag) < 0 || flag < 0) return -1;
+    fb->include_usage = flag;
+    return 0;
+}
+
+/* 0 = read (fb filled, the model copied into the request's arena); -1 = the tree path. */
+static int fast_body(mg_http_req_t *req, mg_endpoint_t ep, fast_body_t *fb)
+{
+    fast_scan_t f = {.keys = {"model", "stream", NULL, "max_tokens", "max_completion_tokens",
+                              "stream_options", "user"}};
+    f.keys[F_SHAPE] = ep == MG_EP_CHAT          ? "messages"
+                      : ep == MG_EP_COMPLETIONS ? "prompt"
+                      : ep == MG_EP_EMBEDDINGS  ? "input"
+                                                : NULL;
+    for (int k = 0; k < F_N; k++) f.key_len[k] = f.keys[k] ? strlen(f.keys[k]) : 0;
+    if (mg_json_check_members(req->body, req->body_len, fast_member, &f) != 0) return -1;
+    const mg_json_member_t *model = &f.m[F_MODEL];
+    if (!f.seen[F_MODEL] || !plain_string(model) || model->value_len == 2) return -1;
+    if (fast_stream(&f, fb) != 0 || !shape_ok(ep, &f) || fast_max_tokens(&f, &fb->max_tokens) != 0)
+        return -1;
+    fb->user = NULL;
+    fb->user_len = 0;
+    if (f.seen[F_USER] && f.m[F_USER].value[0] == '"') {
+        if (!plain_string(&f.m[F_USER])) return -1;
+        fb->user = f.m[F_USER].value + 1;
+        fb->user_len = f.m[F_USER].value_len - 2;
+    }
+    fb->model = mg_arena_strndup(&req->arena, model->value + 1, model->value_len - 2);
+    return fb->model ? 0 : -1;
+}
+
+/* sanitize() and the caller's identity on the tree path: metadata (an extension, so read
+ * before sanitize() strips it) names the application and the user. */
+static void sanitize_tree(call_t *c)
+{
+    cJSON *req_meta = cJSON_DetachItemFromObjectCaseSensitive(c->body, "metadata");
+    sanitize(c);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(req_meta, "application");
+    c->app = cJSON_IsString(meta) ? mg_config_app(c->gen->cfg, meta->valuestring) : NULL;
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(req_meta, "user_id");
+    if (!cJSON_IsString(uid)) uid = cJSON_GetObjectItemCaseSensitive(c->body, "user");
+    if (cJSON_IsString(uid)) snprintf(c->user, sizeof(c->user), "%s", uid->valuestring);
+    cJSON_Delete(req_meta);
+}
+
+/* The same from the fast path's view: no extension, so nothing is mapped or stripped and
+ * there is no metadata. */
+static void sanitize_fast(call_t *c, const fast_body_t *fb)
+{
+    c->mapped_max_tokens = -1;
+    c->stream = fb->stream && c->ep != MG_EP_EMBEDDINGS;
+    c->client_include_usage = c->stream && fb->include_usage;
+    c->app = NULL;
+    size_t n = fb->user_len < sizeof(c->user) - 1 ? fb->user_len : sizeof(c->user) - 1;
+    if (fb->user) memcpy(c->user, fb->user, n);
+    c->user[fb->user ? n : 0] = '\0';
+}
+
+/* The client's output ceiling on the tree path (after sanitize(), which may have mapped
+ * max_output_tokens to max_tokens); -1 when it sets none. */
+static long long tree_max_tokens(const cJSON *body)
+{
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
+    if (!cJSON_IsNumber(mt)) mt = cJSON_GetObjectItemCaseSensitive(body, "max_completion_tokens");
+    return cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
+}
+
+/* The tree's side of a lowered output ceiling (see take_admission). */
+static void cap_tree_tokens(call_t *c)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(c->body, "max_completion_tokens");
+    set_item(c->body, "max_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
+}
+
+/* The sanitized tree of the client's body, for an adapter that encodes from it. After the
+ * fast path it is parsed on the first such attempt, with the edits sanitize() and
+ * take_admission() would have made (for a body without extensions: stream_options and the
+ * lowered ceiling). NULL when out of memory. */
+static cJSON *call_tree(call_t *c)
+{
+    if (c->body || !c->req) return c->body;
+    c->body = cJSON_ParseWithLength(c->req->body, c->req->body_len);
+    if (!c->body) return NULL;
+    if (c->stream) set_item(c->body, "stream_options", usage_options());
+    if (c->tokens_capped) cap_tree_tokens(c);
+    return c->body;
 }
 
 /* Give the task's slot (and its queue place) back now, at cancellation, and note when. */
@@ -1732,9 +2072,13 @@ static void enqueue(call_t *c, long long max_tokens)
     /* prefix-served names share their provider's gate: client-chosen names must not
      * create scheduler state without bound */
     char gate[200];
-    snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "prefix:" : "",
-             c->prefixed_model.name ? c->prefix : c->model->name);
-    c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate);
+    const char *gate_name = gate;
+    if (!c->prefixed_model.name && strlen(c->model->name) < sizeof(gate))
+        gate_name = c->model->name; /* what the snprintf below makes of it */
+    else
+        snprintf(gate, sizeof(gate), "%s%s", c->prefixed_model.name ? "prefix:" : "",
+                 c->prefixed_model.name ? c->prefix : c->model->name);
+    c->entry.gate[MG_GATE_MODEL] = mg_sched_gate(s->sched, MG_GATE_MODEL, gate_name);
     /* the application's and the user's slots (PRD 3.4.2) */
     if (c->app) {
         char ag[300];
@@ -2000,15 +2344,23 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is empty", 0);
         return;
     }
-    cJSON *body = cJSON_ParseWithLength(req->body, req->body_len);
-    if (!cJSON_IsObject(body)) {
-        cJSON_Delete(body);
-        mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is not a JSON object", 0);
-        return;
-    }
+    fast_body_t fb;
+    cJSON *body = NULL; /* stays NULL on the fast path */
     routing_input_t in;
-    const char *problem = validate(ep, body);
-    if (!problem) problem = routing_inputs(body, req, &in);
+    const char *problem;
+    if (fast_body(req, ep, &fb) == 0) {
+        problem = routing_inputs(NULL, req, &in); /* no extension: only the headers count */
+    } else {
+        body = cJSON_ParseWithLength(req->body, req->body_len);
+        if (!cJSON_IsObject(body)) {
+            cJSON_Delete(body);
+            mg_api_error(s, req, ep, 400, "INVALID_REQUEST", "request body is not a JSON object",
+                         0);
+            return;
+        }
+        problem = validate(ep, body);
+        if (!problem) problem = routing_inputs(body, req, &in);
+    }
     if (problem) {
         cJSON_Delete(body);
         mg_api_error(s, req, ep, 400, "INVALID_REQUEST", problem, 0);
@@ -2016,19 +2368,21 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     }
     /* an idempotency key: the request runs once, detached (that run comes back here with
      * no connection and is not looked up again) */
-    const cJSON *ik = cJSON_GetObjectItemCaseSensitive(body, "idempotency_key");
+    const cJSON *ik = body ? cJSON_GetObjectItemCaseSensitive(body, "idempotency_key") : NULL;
     const char *ikey = req->conn ? mg_idem_key(req, cJSON_IsString(ik) ? ik->valuestring : NULL) : NULL;
     if (ikey) {
-        int stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream"));
+        int stream =
+            body ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream")) : fb.stream;
         char key[256], scope[400];
         snprintf(key, sizeof(key), "%s", ikey);
-        idem_scope(s, req, body, scope, sizeof(scope));
+        idem_scope(s, req, body, scope, sizeof(scope)); /* body NULL: no metadata */
         cJSON_Delete(body);
         mg_idem_handle(s, req, ep, scope, key, stream);
         return;
     }
     mg_gen_t *gen = mg_server_gen_acquire(s);
-    const char *name = cJSON_GetObjectItemCaseSensitive(body, "model")->valuestring;
+    const char *name =
+        body ? cJSON_GetObjectItemCaseSensitive(body, "model")->valuestring : fb.model;
     const mg_model_conf_t *model = resolve_model(gen->cfg, name, &in);
     const mg_provider_conf_t *by_prefix = model ? NULL : prefix_provider(gen->cfg, name);
     if (!model && !by_prefix) {
@@ -2039,7 +2393,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         mg_api_error(s, req, ep, 404, "MODEL_NOT_FOUND", msg, 0);
         return;
     }
-    call_t *c = calloc(1, sizeof(*c));
+    call_t *c = call_alloc();
     if (!c) {
         mg_gen_unref(gen);
         cJSON_Delete(body);
@@ -2073,17 +2427,9 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
     req->hook_data = c;
-    /* metadata is an extension: read it before sanitize() strips it */
-    cJSON *req_meta = cJSON_DetachItemFromObjectCaseSensitive(body, "metadata");
-    sanitize(c);
-
     /* who is asking: the application and user of the PRD's permission model */
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(req_meta, "application");
-    c->app = cJSON_IsString(meta) ? mg_config_app(gen->cfg, meta->valuestring) : NULL;
-    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(req_meta, "user_id");
-    if (!cJSON_IsString(uid)) uid = cJSON_GetObjectItemCaseSensitive(body, "user");
-    if (cJSON_IsString(uid)) snprintf(c->user, sizeof(c->user), "%s", uid->valuestring);
-    cJSON_Delete(req_meta);
+    if (body) sanitize_tree(c);
+    else sanitize_fast(c, &fb);
     if (c->app) {
         mg_priority_t p = MG_PRIO_DEFAULT;
         mg_priority_parse(c->priority, &p);
@@ -2099,9 +2445,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     }
     if (user_rate_refused(c)) return;
 
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
-    if (!cJSON_IsNumber(mt)) mt = cJSON_GetObjectItemCaseSensitive(body, "max_completion_tokens");
-    long long max_tokens = cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
+    long long max_tokens = body ? tree_max_tokens(body) : fb.max_tokens;
     if (in.allow_smaller_model < 0) in.allow_smaller_model = gen->cfg->routing.allow_smaller_model;
     if (in.allow_smaller_model) c->smaller_route = memory_smaller_route(gen->cfg, c->model, &in);
     /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
@@ -2124,7 +2468,6 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         .random = request_random(req->request_id),
     };
     c->req_ref = mg_gen_req_new(gen, &info);
-    c->state_ref = mg_gen_table_new(gen);
     if (alloc_routing(c) != 0) {
         call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
@@ -2147,8 +2490,7 @@ static void take_admission(call_t *c)
     if (ceiling > 0 && (asked <= 0 || ceiling < asked) && c->ep != MG_EP_EMBEDDINGS) {
         c->mapped_max_tokens = ceiling;
         c->tokens_capped = 1;
-        cJSON_DeleteItemFromObjectCaseSensitive(c->body, "max_completion_tokens");
-        set_item(c->body, "max_tokens", cJSON_CreateNumber((double)ceiling));
+        if (c->body) cap_tree_tokens(c);
     }
     c->output_shortened = c->tokens_capped && (c->entry.degraded & MG_SCHED_SHORTER);
     if (c->entry.degraded & MG_SCHED_SMALLER) c->mem_smaller = c->smaller_route;

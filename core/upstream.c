@@ -289,6 +289,7 @@ static size_t on_curl_write(char *buf, size_t size, size_t n, void *userp)
     if (x->cancelled) return 0;
     arm_deadline(x);
     int pause = x->cbs.on_data ? x->cbs.on_data(x->ud, buf, len) : 0;
+    if (!x->cancelled && x->cbs.on_read_end) x->cbs.on_read_end(x->ud); /* curl's piece = a read */
     if (x->cancelled) return 0;
     if (pause) {
         /* The bytes were consumed: returning CURL_WRITEFUNC_PAUSE would make curl
@@ -369,23 +370,48 @@ static void check_done(mg_upstream_t *up)
     }
 }
 
+/* headers + the lines of extra (see mg_xfer_opts_t) as one curl list; NULL when out of
+ * memory (headers freed then). */
+static struct curl_slist *all_headers(struct curl_slist *headers, const char *extra)
+{
+    while (extra && *extra) {
+        const char *eol = strstr(extra, "\r\n");
+        size_t n = eol ? (size_t)(eol - extra) : strlen(extra);
+        char *line = strndup(extra, n);
+        struct curl_slist *more = line ? curl_slist_append(headers, line) : NULL;
+        free(line);
+        if (!more) {
+            curl_slist_free_all(headers);
+            return NULL;
+        }
+        headers = more;
+        extra = eol ? eol + 2 : extra + n;
+    }
+    return headers;
+}
+
 int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
                   void *ud, mg_xfer_t **out)
 {
     if (strncmp(o->url, "http://", 7) == 0)
         return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);
+    struct curl_slist *headers = all_headers(o->headers, o->extra_head);
+    if (o->extra_head && *o->extra_head && !headers) {
+        free(o->body);
+        return -1;
+    }
     mg_xfer_t *x = calloc(1, sizeof(*x));
     CURL *e = x ? easy_get(up) : NULL;
     if (!x || !e) {
         free(x);
-        curl_slist_free_all(o->headers);
+        curl_slist_free_all(headers);
         free(o->body);
         return -1;
     }
     x->kind = MG_XFER_KIND_CURL;
     x->up = up;
     x->easy = e;
-    x->headers = o->headers;
+    x->headers = headers;
     x->body = o->body;
     x->cbs = *cbs;
     x->ud = ud;

@@ -36,6 +36,9 @@ typedef struct mg_xfer_opts_s {
     const char *method;          /* "POST" or "GET" */
     const char *url;             /* copied by curl */
     struct curl_slist *headers;  /* ownership moves to the transfer */
+    const char *extra_head;      /* NULL, or more header lines, each ending in CRLF, treated
+                                    exactly like entries of `headers` (after them); borrowed:
+                                    the per-request ones cost no list nodes */
     char *body;                  /* ownership moves to the transfer (malloc); may be NULL */
     size_t body_len;
     int connect_timeout_ms;
@@ -51,6 +54,9 @@ typedef struct mg_xfer_cbs_s {
     int (*on_data)(void *ud, const char *data, size_t len);
     /* The transfer ended; the xfer is freed right after this returns. */
     void (*on_done)(void *ud, mg_xfer_result_t result, const char *detail);
+    /* Optional: every byte of one read from the upstream went to on_data (the moment to pass
+     * on what they made, in one write); not called once the transfer ended. */
+    void (*on_read_end)(void *ud);
 } mg_xfer_cbs_t;
 
 /* Create the upstream client on a loop. Returns NULL when out of memory. */

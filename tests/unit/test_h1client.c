@@ -475,6 +475,9 @@ struct rec_s {
     size_t len;
     int data_calls;
     int done_calls;
+    int read_ends;       /* on_read_end calls */
+    int data_since_read; /* on_data calls since the last on_read_end */
+    int late_read_ends;  /* on_read_end after on_done (must stay 0) */
     mg_xfer_result_t result;
     char detail[256];
     char content_type[96];
@@ -512,6 +515,7 @@ static int cb_data(void *ud, const char *data, size_t len)
 {
     rec_t *r = ud;
     r->data_calls++;
+    r->data_since_read++;
     if (r->paused) r->data_while_paused++;
     if (r->in_resume) r->data_in_resume++;
     if (r->len + len < sizeof(r->data)) {
@@ -548,7 +552,15 @@ static void cb_done(void *ud, mg_xfer_result_t result, const char *detail)
     if (r->after_done) r->after_done(r);
 }
 
-static const mg_xfer_cbs_t CBS = {cb_headers, cb_data, cb_done};
+static void cb_read_end(void *ud)
+{
+    rec_t *r = ud;
+    r->read_ends++;
+    r->data_since_read = 0;
+    if (r->done_calls) r->late_read_ends++;
+}
+
+static const mg_xfer_cbs_t CBS = {cb_headers, cb_data, cb_done, cb_read_end};
 
 typedef struct {
     const char *method;
@@ -682,6 +694,27 @@ static void test_content_length_and_post(void)
     CHECK(strstr(SV.last_head, "Injected") == NULL);
     CHECK(strstr(SV.last_head, "\r\nContent-Length: 23\r\n") != NULL);
     CHECK(strcasestr(SV.last_head, "connection:") == NULL);
+    /* extra_head lines follow the list's, classified the same way */
+    rec_t xh;
+    rec_init(&xh);
+    memset(&o, 0, sizeof(o));
+    o.method = "POST";
+    o.url = url;
+    o.headers = curl_slist_append(NULL, "Authorization: Bearer k");
+    o.extra_head = "Content-Type: application/json\r\nExpect:\r\nX-Empty;\r\nX-Bad\rvalue: 1\r\n"
+                   "X-Test: extra\r\nX-Last: 1";
+    o.body = strdup("{}");
+    o.body_len = 2;
+    o.total_timeout_ms = 5000;
+    CHECK_EQ_INT(mg_h1_start(C, &o, &CBS, &xh, &xh.x), 0);
+    CHECK(run_until(is_done, &xh, 2000));
+    expect_result(&xh, MG_XFER_OK);
+    CHECK_STR(xh.data, "POST {} x-test=extra");
+    CHECK(strstr(SV.last_head,
+                 "\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\n"
+                 "X-Empty:\r\nX-Test: extra\r\nX-Last: 1\r\nContent-Length: 2\r\n") != NULL);
+    CHECK(strcasestr(SV.last_head, "expect") == NULL);
+    CHECK(strstr(SV.last_head, "X-Bad") == NULL);
     /* a POST without a body sends Content-Length: 0 */
     rec_t e;
     xopt_t o2 = {"POST", NULL, NULL, 0, 0, 0, 0};
@@ -865,6 +898,12 @@ static void test_concurrent_use_two_connections(void)
     expect_result(&b, MG_XFER_OK);
     CHECK_STR(a.data, "abcdef");
     CHECK_STR(b.data, "abcdef");
+    /* the pieces came in separate reads: each read's data was followed by on_read_end, and
+       the read that completed the response ended the transfer instead */
+    CHECK(a.read_ends >= 5);
+    CHECK_EQ_INT(a.late_read_ends, 0);
+    CHECK_EQ_INT(b.late_read_ends, 0);
+    CHECK(a.data_since_read <= 1);
     CHECK_EQ_INT(SV.accepts, 2);
     /* both pooled: two more at once reuse them */
     rec_init(&a);
@@ -1413,7 +1452,7 @@ static void bench_on_done(void *ud, mg_xfer_result_t result, const char *detail)
 {
     bench_done = result == MG_XFER_OK ? 1 : -1;
 }
-static const mg_xfer_cbs_t BENCH_CBS = {bench_headers, bench_data, bench_on_done};
+static const mg_xfer_cbs_t BENCH_CBS = {bench_headers, bench_data, bench_on_done, NULL};
 
 static int bench_finished(void *arg)
 {

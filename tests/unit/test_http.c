@@ -249,6 +249,16 @@ static void handler(void *ud, mg_http_req_t *req)
         mg_http_stream_write(req, "world", 5);
         mg_http_stream_write(req, big, sizeof(big));
         mg_http_stream_end(req);
+    } else if (strcmp(p, "/stream-open") == 0) {
+        /* the head with a first chunk, then a chunk with the end: two writes */
+        mg_http_stream_open(req, 200, "text/event-stream", NULL, "abc", 3, 0);
+        mg_http_stream_send(req, "defg", 4, 1);
+    } else if (strcmp(p, "/stream-whole") == 0) {
+        mg_http_stream_open(req, 200, "text/event-stream", NULL, "whole", 5, 1); /* one write */
+    } else if (strcmp(p, "/stream-empty") == 0) {
+        mg_http_stream_open(req, 200, "text/event-stream", NULL, NULL, 0, 0);
+        mg_http_stream_send(req, NULL, 0, 0); /* nothing */
+        mg_http_stream_send(req, NULL, 0, 1);
     } else if (strcmp(p, "/stop") == 0) {
         mg_listener_stop(&S.l);
         aset(&S.stopped, 1);
@@ -1321,6 +1331,26 @@ static void sc_chunked_response(void)
         CHECK(r.body[3010] == 'x');
     }
     resp_free(&r);
+    /* the same made with mg_http_stream_open / mg_http_stream_send */
+    if (roundtrip(&c, "GET /stream-open HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200) == 0) {
+        CHECK(r.chunked);
+        CHECK_EQ_INT(r.n_chunks, 2);
+        CHECK_EQ_INT(r.chunk_sizes[0], 3);
+        CHECK_EQ_INT(r.chunk_sizes[1], 4);
+        CHECK(r.body_len == 7 && memcmp(r.body, "abcdefg", 7) == 0);
+    }
+    resp_free(&r);
+    if (roundtrip(&c, "GET /stream-whole HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200) == 0) {
+        CHECK_EQ_INT(r.n_chunks, 1);
+        CHECK(r.body_len == 5 && memcmp(r.body, "whole", 5) == 0);
+    }
+    resp_free(&r);
+    if (roundtrip(&c, "GET /stream-empty HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200) == 0) {
+        CHECK(r.chunked);
+        CHECK_EQ_INT(r.n_chunks, 0);
+        CHECK_EQ_INT(r.body_len, 0);
+    }
+    resp_free(&r);
     /* the connection goes on after the terminating chunk */
     roundtrip(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
     resp_free(&r);
@@ -1358,7 +1388,7 @@ static void test_chunked_response(void)
     mg_http_limits_t lim = default_limits();
     lim.keepalive_idle_ms = 10000; /* see test_idle_timer_while_writing */
     run_scenario(&lim, sc_chunked_response);
-    CHECK_EQ_INT(S.requests, 5);
+    CHECK_EQ_INT(S.requests, 8);
     CHECK_EQ_INT(S.pending_seen, 1);
     CHECK(S.drains >= 1);
     CHECK_EQ_INT(S.aborts, 0);

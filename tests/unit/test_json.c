@@ -123,6 +123,267 @@ static void test_members_stop(void)
     CHECK_EQ_INT(mg_json_members("{\"a\":1}", 7, collect, &c), 7);
 }
 
+typedef struct {
+    int n;
+    char values[8][64];
+} elements_t;
+
+static int collect_element(void *ud, const char *v, size_t len)
+{
+    elements_t *e = ud;
+    if (e->n >= 8) return 7;
+    snprintf(e->values[e->n++], 64, "%.*s", (int)len, v);
+    return 0;
+}
+
+static void test_elements(void)
+{
+    elements_t e = {0};
+    const char *text = " [ {\"role\":\"user\",\"x\":[1,\"]\"]} , \"s\",12,true ,[] ] ";
+    CHECK_EQ_INT(mg_json_elements(text, strlen(text), collect_element, &e), 0);
+    CHECK_EQ_INT(e.n, 5);
+    CHECK_STR(e.values[0], "{\"role\":\"user\",\"x\":[1,\"]\"]}");
+    CHECK_STR(e.values[1], "\"s\"");
+    CHECK_STR(e.values[2], "12");
+    CHECK_STR(e.values[3], "true");
+    CHECK_STR(e.values[4], "[]");
+    memset(&e, 0, sizeof(e));
+    CHECK_EQ_INT(mg_json_elements("[]", 2, collect_element, &e), 0);
+    CHECK_EQ_INT(e.n, 0);
+    const char *bad[] = {"", "{}", "[1,", "[1,]", "[1 2]", "[1] x", "[\"a]"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        CHECK_EQ_INT(mg_json_elements(bad[i], strlen(bad[i]), collect_element, &e), -1);
+}
+
+/* mg_json_check must say what cJSON says, and end where cJSON stops. */
+static int check_like_cjson(const char *s, size_t n)
+{
+    const char *cend = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &cend, 0);
+    size_t end = 0;
+    int rc = mg_json_check(s, n, &end);
+    int same = (j != NULL) == (rc >= 0) && (!j || end == (size_t)(cend - s));
+    if (!same)
+        fprintf(stderr, "  differs (cJSON %s, check %d): %.*s\n", j ? "accepts" : "refuses", rc,
+                (int)n, s);
+    cJSON_Delete(j);
+    return same;
+}
+
+static void test_check_cases(void)
+{
+    static const char *const cases[] = {
+        "{}",
+        "[]",
+        "{\"a\":1}",
+        " \t\r\n{\"a\":[1,2,{\"b\":null}]} ",
+        "\"x\"",
+        "12",
+        "-0.5e+3",
+        "true",
+        "false",
+        "null",
+        "nul",
+        "tru",
+        "{\"a\":1} garbage",
+        "{\"a\":1,}",
+        "[1,]",
+        "[,1]",
+        "{\"a\" 1}",
+        "{a:1}",
+        "{\"a\":01}",
+        "{\"a\":1.}",
+        "{\"a\":.5}",
+        "{\"a\":-.5}",
+        "{\"a\":+1}",
+        "{\"a\":1e}",
+        "{\"a\":1e5}",
+        "{\"a\":1.5.5}",
+        "{\"a\":--1}",
+        "{\"a\":0x10}",
+        "{\"a\":-}",
+        "{\"a\":\"\\u00e9\"}",
+        "{\"a\":\"\\uZZZZ\"}",
+        "{\"a\":\"\\ud800\"}",
+        "{\"a\":\"\\udc00\"}",
+        "{\"a\":\"\\ud83d\\ude00\"}",
+        "{\"a\":\"\\ud83d\\u0041\"}",
+        "{\"a\":\"\\u12\"}",
+        "{\"a\":\"\\x\"}",
+        "{\"a\":\"\\/\\b\\f\\n\\r\\t\\\"\\\\\"}",
+        "{\"a\":\"\\u\\\"ab\"}",
+        "{\"a\":\"raw\x01\"}",
+        "\xEF\xBB\xBF{\"a\":1}",
+        "\xEF\xBB\xBF",
+        "{\"a\":1}\f",
+        "{\"a\":\f1}",
+        "{\"a\":1\x0b}",
+        "[\"\\\\\"]",
+        "[\"\\\\\\\"]",
+        "[1 2]",
+        "{\"a\":[}",
+        "{\"a\":{]}",
+        "",
+        " ",
+        "[",
+        "{",
+        "{\"a\":1e400}",
+        "{\"\\u0000\":1}",
+        "[1111111111111111111111111111111111111111111111111111111111111111]",
+        "[111111111111111111111111111111111111111111111111111111111111111]",
+        "[1e2e3]",
+        "[1000000000000000000000000000000000000000000000000000000000000000000000000.5e-3]",
+        "[00000000000000000000000000000000000000000000000000000000000000000000000000.5e-3-]",
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        CHECK(check_like_cjson(cases[i], strlen(cases[i])));
+    /* a NUL byte is whitespace to cJSON, and the length is what counts */
+    CHECK(check_like_cjson("{\"a\":\0 1}", 9));
+    CHECK(check_like_cjson("{\"a\":\"x\0y\"}", 11));
+    /* whitespace other than space, tab, CR, LF is accepted but reported */
+    CHECK_EQ_INT(mg_json_check("{\"a\":1}", 7, NULL), 0);
+    CHECK_EQ_INT(mg_json_check("{\"a\":1\f}", 8, NULL), 1);
+    CHECK_EQ_INT(mg_json_check("\xEF\xBB\xBF{\"a\":1}", 10, NULL), 1);
+}
+
+static int check_scan(const char *text, members_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    return mg_json_check_members(text, strlen(text), collect, c);
+}
+
+static void test_check_members(void)
+{
+    members_t c, d;
+    const char *text = " { \"model\" : \"m\", \"n\":12 ,\"o\":{\"x\":[1,{\"y\":\"}\"}]},"
+                       "\"s\":\"q\\\"uote\\\\\",\"t\":true,\"u\":null } ";
+    CHECK_EQ_INT(check_scan(text, &c), 0);
+    CHECK_EQ_INT(scan(text, &d), 0);
+    CHECK_EQ_INT(c.n, 6);
+    CHECK(memcmp(&c, &d, sizeof(c)) == 0); /* the same members as mg_json_members */
+    CHECK_EQ_INT(check_scan("{}", &c), 0);
+    CHECK_EQ_INT(c.n, 0);
+    /* refused by cJSON, not an object, garbage after it, unusual whitespace: -1 */
+    const char *no[] = {
+        "{\"a\":tru}",           "[1]", "\"s\"",       "{\"a\":1} x", "{\"a\":1}\f", "{\"a\":\f1}",
+        "\xEF\xBB\xBF{\"a\":1}", "",    "{\"a\":[1,]}"};
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        CHECK_EQ_INT(check_scan(no[i], &c), -1);
+    /* a callback's stop comes back */
+    memset(&c, 0, sizeof(c));
+    c.n = 8;
+    CHECK_EQ_INT(mg_json_check_members("{\"a\":1}", 7, collect, &c), 7);
+}
+
+static void test_check_nesting(void)
+{
+    /* cJSON allows 1,000 levels */
+    char buf[2100];
+    for (int depth = 998; depth <= 1002; depth++) {
+        size_t n = 0;
+        for (int i = 0; i < depth; i++)
+            buf[n++] = '[';
+        for (int i = 0; i < depth; i++)
+            buf[n++] = ']';
+        CHECK(check_like_cjson(buf, n));
+    }
+}
+
+/* Random documents and random damage to them, judged by both. */
+static unsigned long long rng_state = 0x9E3779B97F4A7C15ull;
+static unsigned rnd(unsigned n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state % n);
+}
+
+static void gen_value(mg_buf_t *b, int depth)
+{
+    static const char *const good[] = {
+        "null",        "true",      "false",          "0",           "-1",
+        "12.5",        "1e3",       "-0.0E-2",        "01",          "1.",
+        "\"\"",        "\"ab\"",    "\"\\n\\t\\\"\"", "\"\\u00e9\"", "\"\\ud83d\\ude00\"",
+        "\"\\uzz00\"", "\"a\\\\\"", "\"\x01\"",
+    };
+    static const char *const bad[] = {".5", "\"\\uD800\"", "\"\\q\"",  "+1",
+                                      "1e", "nul",         "\"\\u12\""};
+    static const char *const ws[] = {"", " ", "\n", "\t", "\r\n ", "\f", "\x0b"};
+    int kind = depth > 4 ? 0 : (int)rnd(4);
+    mg_buf_append_str(b, ws[rnd(7)]);
+    if (kind <= 1) {
+        if (rnd(16))
+            mg_buf_append_str(b, good[rnd(sizeof(good) / sizeof(good[0]))]);
+        else
+            mg_buf_append_str(b, bad[rnd(sizeof(bad) / sizeof(bad[0]))]);
+    } else {
+        int obj = kind == 3, n = (int)rnd(4);
+        mg_buf_append_str(b, obj ? "{" : "[");
+        for (int i = 0; i < n; i++) {
+            if (i) mg_buf_append_str(b, ",");
+            if (obj) {
+                mg_buf_append_str(b, ws[rnd(7)]);
+                mg_buf_append_str(b, rnd(8) ? "\"k\"" : "\"k\\u0041\"");
+                mg_buf_append_str(b, ws[rnd(7)]);
+                mg_buf_append_str(b, ":");
+            }
+            gen_value(b, depth + 1);
+        }
+        mg_buf_append_str(b, ws[rnd(7)]);
+        mg_buf_append_str(b, obj ? "}" : "]");
+    }
+    mg_buf_append_str(b, ws[rnd(7)]);
+}
+
+static void damage(mg_buf_t *b)
+{
+    static const char bytes[] = "{}[],:\"\\ 0-+.eEtfnu\x01\xEF";
+    if (!b->len) return;
+    size_t at = rnd((unsigned)b->len);
+    switch (rnd(4)) {
+    case 0:
+        b->data[at] = bytes[rnd(sizeof(bytes) - 1)];
+        break; /* replace */
+    case 1:
+        b->len = at;
+        break; /* truncate */
+    case 2:
+        memmove(b->data + at, b->data + at + 1, b->len - at - 1);
+        b->len--;
+        break; /* drop */
+    default:   /* insert */
+        mg_buf_append(b, "x", 1);
+        memmove(b->data + at + 1, b->data + at, b->len - at - 1);
+        b->data[at] = bytes[rnd(sizeof(bytes) - 1)];
+    }
+}
+
+static void test_check_random(void)
+{
+    int differ = 0, accepted = 0;
+    for (int round = 0; round < 200000 && differ < 10; round++) {
+        mg_buf_t b = {0};
+        gen_value(&b, 0);
+        int hits = (int)rnd(3);
+        for (int i = 0; i < hits; i++)
+            damage(&b);
+        if (b.len && !check_like_cjson(b.data, b.len)) differ++;
+        /* where the one-pass scan accepts, it sees what mg_json_members sees */
+        members_t c1, c2;
+        memset(&c1, 0, sizeof(c1));
+        memset(&c2, 0, sizeof(c2));
+        if (b.len && mg_json_check_members(b.data, b.len, collect, &c1) == 0 &&
+            (mg_json_members(b.data, b.len, collect, &c2) != 0 ||
+             memcmp(&c1, &c2, sizeof(c1)) != 0))
+            differ++;
+        if (getenv("JSON_STATS") && b.len) accepted += mg_json_check(b.data, b.len, NULL) >= 0;
+        mg_buf_free(&b);
+    }
+    if (getenv("JSON_STATS")) fprintf(stderr, "  accepted %d of 200000\n", accepted);
+    CHECK_EQ_INT(differ, 0);
+}
+
 int main(void)
 {
     MG_RUN(test_numbers);
@@ -131,5 +392,10 @@ int main(void)
     MG_RUN(test_members);
     MG_RUN(test_members_malformed);
     MG_RUN(test_members_stop);
+    MG_RUN(test_elements);
+    MG_RUN(test_check_cases);
+    MG_RUN(test_check_members);
+    MG_RUN(test_check_nesting);
+    MG_RUN(test_check_random);
     return mg_test_summary();
 }

@@ -482,7 +482,7 @@ static void cb_done(void *ud, mg_xfer_result_t result, const char *detail)
     if (r->after_done) r->after_done(r);
 }
 
-static const mg_xfer_cbs_t CBS = {cb_headers, cb_data, cb_done};
+static const mg_xfer_cbs_t CBS = {cb_headers, cb_data, cb_done, NULL};
 
 typedef struct {
     const char *method;

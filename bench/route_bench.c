@@ -4,11 +4,14 @@
  * weights: the policy has to order all of them), in two cases:
  *   no samples    no route has health samples yet: rule 7's weighted order only;
  *   steady state  every route has enough samples for rule 8 (the adaptive order), with
- *                 varied success rates and TTFTs, and before each decision one route's
- *                 TTFT moves (a request finished since the last decision), as on a
- *                 gateway under load: 19 requests in 20 pay for rule 8.
+ *                 varied success rates and TTFTs, and varied RPM headroom (every provider
+ *                 has an rpm_limit and has used some of it: rule 7 weighs by headroom);
+ *                 before each decision one route's TTFT and headroom move (a request was
+ *                 reserved and one finished since the last decision), as on a gateway
+ *                 under load: 19 requests in 20 pay for rule 8.
  * Built by CMake (target route_bench); run from the repository root: build/route_bench
- * (build/route_bench 100: only the 100-route rows). */
+ * (build/route_bench 100: only the 100-route rows; build/route_bench 100 steady: only the
+ * steady-state one). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +41,8 @@ static int write_config(const char *path, int n)
 }
 
 /* Varied health samples for every route: success rates from 0.90 to 1.0 (a few 5-point
- * steps), TTFTs from 80 ms to about 1.5 s (many 10% steps), enough of both for rule 8. */
+ * steps), TTFTs from 80 ms to about 1.5 s (many 10% steps), enough of both for rule 8;
+ * RPM headroom from 0.70 to 1.0. */
 static void set_samples(mg_candidate_t *c, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -46,14 +50,18 @@ static void set_samples(mg_candidate_t *c, int n)
         c[i].ttft_samples = 10 + i % 5;
         c[i].success_rate = 1.0 - 0.01 * (double)((i * 7) % 11);
         c[i].ttft_ms = 80.0 + (double)((i * 37) % 97) * 15.0;
+        c[i].headroom = 1.0 - 0.01 * (double)((i * 11) % 31);
     }
 }
 
-/* What finished since the last decision: one route's mean TTFT moved a little. */
+/* What happened since the last decision: a request finished on one route (its mean
+ * TTFT moved a little) and one was reserved on another (its headroom moved). */
 static void one_sample_moved(mg_candidate_t *c, int n, int k)
 {
     mg_candidate_t *r = &c[(k * 13) % n];
     r->ttft_ms += k % 2 ? 1.5 : -1.0;
+    r = &c[(k * 7 + 3) % n];
+    r->headroom += k % 2 ? 0.0001 : -0.0001;
 }
 
 /* The box is shared: the best of a few rounds is the figure that repeats. */
@@ -123,13 +131,18 @@ static void run(int n, int steady)
     unlink(path);
 }
 
-/* route_bench [ROUTES]: every size, or only ROUTES routes (for a profiler). */
+/* route_bench [ROUTES [steady|fresh]]: every size, or only ROUTES routes, in both cases or
+ * only one (for a profiler). */
 int main(int argc, char **argv)
 {
     int sizes[] = {1, 10, 100, 1000};
     int only = argc > 1 ? atoi(argv[1]) : 0;
-    for (int steady = 0; steady <= 1; steady++)
+    const char *mode = argc > 2 ? argv[2] : "";
+    for (int steady = 0; steady <= 1; steady++) {
+        if ((steady && strcmp(mode, "fresh") == 0) || (!steady && strcmp(mode, "steady") == 0))
+            continue;
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             if (!only || sizes[i] == only) run(sizes[i], steady);
+    }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,27 @@ typedef struct table_pos_s {
     int index;
 } table_pos_t;
 
+/* Lists the core keeps beside a span's list, one value per kept table, copied from one field
+ * of each table that the core itself computes with a function of the policy when the table's
+ * facts change (rather than route() computing it for every route of every request):
+ *   adaptive_keys  c.adaptive_key, routing.adaptive_key(...): rule 8's key;
+ *   shares         c.share, routing.share(c): rule 7's weight.
+ * The span's list says list.<list_field> = the column exactly while every value in it is a
+ * number, so that a policy reads the whole column with one field read. */
+enum { COL_KEYS, COL_SHARES, N_COLUMNS };
+
+static const struct {
+    const char *field, *list_field;
+} column_names[N_COLUMNS] = {{"adaptive_key", "adaptive_keys"}, {"share", "shares"}};
+
+typedef struct span_column_s {
+    int ref;             /* with list_ref: the Lua list, LUA_NOREF when the policy has no function */
+    const void *table;   /* with ref: the list's address (lua_topointer) */
+    double *values;      /* with ref: owned, the list's numbers (NaN where it holds false), so
+                            that moongate.weighted_order and sort_by read it without Lua */
+    size_t missing;      /* how many of its values are not numbers */
+} span_column_t;
+
 /* One model's routes array: the routes of the config, found by address. */
 typedef struct route_span_s {
     const mg_route_conf_t *routes;
@@ -183,9 +205,8 @@ typedef struct route_span_s {
     int list_ref;      /* Lua list of the kept tables of routes[0..n-1], LUA_NOREF until made */
     table_pos_t *pos;  /* owned, with list_ref: open addressing, pos_mask + 1 entries */
     size_t pos_mask;
-    int keys_ref;      /* with list_ref: Lua list of the tables' adaptive_key (false for none),
-                          LUA_NOREF when the policy has no adaptive_key */
-    size_t unkeyed;    /* how many of those are not numbers */
+    span_column_t cols[N_COLUMNS];
+    int all_usable;    /* with list_ref: what list.all_usable says */
 } route_span_t;
 
 /* The candidate table of one config route, and the facts its fields hold. */
@@ -204,6 +225,8 @@ struct mg_gen_cache_s {
     size_t n_slots;
     int tables_ref;           /* Lua array of the kept candidate tables, by slot */
     unsigned calls;           /* mg_gen_route calls so far */
+    const route_span_t *call_span; /* during an mg_gen_route call: the span whose kept list
+                                      route() got, or NULL */
     mg_order_item_t *order;   /* owned; 3 x order_cap items: moongate.sort_by scratch */
     size_t order_cap;
 };
@@ -218,7 +241,10 @@ static struct mg_gen_cache_s *gen_cache(mg_gen_t *g)
 static void gen_cache_free(struct mg_gen_cache_s *k)
 {
     if (!k) return;
-    for (size_t i = 0; i < k->n_spans; i++) free(k->spans[i].pos);
+    for (size_t i = 0; i < k->n_spans; i++) {
+        free(k->spans[i].pos);
+        for (int col = 0; col < N_COLUMNS; col++) free(k->spans[i].cols[col].values);
+    }
     free(k->spans);
     free(k->slots);
     free(k->order);
@@ -319,8 +345,28 @@ static int l_sha256_hex(lua_State *L)
 
 /* The n numbers of the Lua list at t (t = 0: all 1) as order items (key, pos = i + 1) in
  * items; raises a Lua error for a value that is not a number. */
+/* The numbers of the list at idx when it is a column of the span whose list the running
+ * route() got (adaptive_keys, shares) and holds only numbers; NULL otherwise. */
+static const double *span_column_values(lua_State *L, int idx, size_t n)
+{
+    const struct mg_gen_cache_s *k = gen_of(L)->cache;
+    const route_span_t *sp = k ? k->call_span : NULL;
+    if (!sp || sp->n != n) return NULL;
+    const void *t = lua_topointer(L, idx);
+    for (int col = 0; col < N_COLUMNS; col++)
+        if (sp->cols[col].ref != LUA_NOREF && sp->cols[col].table == t &&
+            sp->cols[col].missing == 0)
+            return sp->cols[col].values;
+    return NULL;
+}
+
 static void read_keys_into(lua_State *L, int t, size_t n, const char *fn, mg_order_item_t *items)
 {
+    const double *known = t ? span_column_values(L, t, n) : NULL;
+    if (known) {
+        for (size_t i = 0; i < n; i++) items[i] = (mg_order_item_t){.key = known[i], .pos = (int)i + 1};
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         int isnum = 1;
         if (t) {
@@ -649,9 +695,14 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
         return -1;
     }
     lua_pop(L, 1);
-    /* optional: rule 8's key of one route, which the core keeps in the candidate tables */
+    /* optional: rule 8's key and rule 7's share of one route, which the core keeps in the
+       candidate tables */
     if (push_field(L, g->routing_ref, "adaptive_key") == LUA_TFUNCTION)
         g->adaptive_key_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    else
+        lua_pop(L, 1);
+    if (push_field(L, g->routing_ref, "share") == LUA_TFUNCTION)
+        g->share_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     else
         lua_pop(L, 1);
     if (push_field(L, g->routing_ref, "selftest") == LUA_TFUNCTION) {
@@ -716,7 +767,7 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     g->id = id;
     g->refs = 1;
     g->routing_ref = g->cooldown_ref = g->null_ref = g->array_mt_ref = LUA_NOREF;
-    g->make_candidate_ref = g->adaptive_key_ref = LUA_NOREF;
+    g->make_candidate_ref = g->adaptive_key_ref = g->share_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
         (extend && extend(g->cfg, ud, err, errlen) != 0)) {
         mg_gen_unref(g);
@@ -920,6 +971,32 @@ static void push_adaptive_key(lua_State *L, const mg_gen_t *g, const mg_candidat
     }
 }
 
+/* c.share of the candidate table on top of the stack: routing.share(c), rule 7's weight of
+ * the route, rewritten when it changed. Called when the table was made and when its headroom
+ * or load changed: by contract (lua/README.md) share depends only on those and on the
+ * route's config fields, which never change within a generation. A number, or nil when the
+ * policy has no share or it failed or returned something else (route() then computes it
+ * itself, and an error shows there). Returns whether the field changed. */
+static int refresh_share(lua_State *L, const mg_gen_t *g)
+{
+    if (g->share_ref == LUA_NOREF) return 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->share_ref);
+    lua_pushvalue(L, -2);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TNUMBER) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+    }
+    lua_getfield(L, -2, "share");
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 1);
+    if (same) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    lua_setfield(L, -2, "share");
+    return 1;
+}
+
 static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_candidate_t *c)
 {
     lua_rawgeti(L, LUA_REGISTRYINDEX, g->make_candidate_ref);
@@ -952,6 +1029,7 @@ static void push_candidate(lua_State *L, const mg_gen_t *g, int index, const mg_
     push_load(L, c);
     push_adaptive_key(L, g, c);
     lua_call(L, 28, 1); /* the constructor cannot fail but for memory, as lua_createtable */
+    refresh_share(L, g);
 }
 
 static const char *degraded_name(const char *s)
@@ -992,8 +1070,11 @@ static void cache_routes(mg_gen_t *g, struct mg_gen_cache_s *k)
         return;
     }
     for (size_t m = 0, first = 0; m < cfg->n_models; m++) {
-        k->spans[m] = (route_span_t){cfg->models[m].routes, cfg->models[m].n_routes, first,
-                                     LUA_NOREF, NULL, 0, LUA_NOREF, 0};
+        k->spans[m] = (route_span_t){.routes = cfg->models[m].routes,
+                                     .n = cfg->models[m].n_routes,
+                                     .first_slot = first,
+                                     .list_ref = LUA_NOREF,
+                                     .cols = {{.ref = LUA_NOREF}, {.ref = LUA_NOREF}}};
         first += cfg->models[m].n_routes;
     }
     k->n_spans = cfg->n_models;
@@ -1071,8 +1152,9 @@ static int load_changed(const mg_candidate_t *a, const mg_candidate_t *b)
 
 /* The runtime fields of a kept candidate table (on top of the stack) brought up to date;
  * the config fields (provider, model, pool, local, smaller, priority, weight) never change
- * within a generation. Returns whether adaptive_key was written. */
-static int refresh_candidate(lua_State *L, const mg_gen_t *g, const mg_candidate_t *c,
+ * within a generation. Returns which of the columns' fields (adaptive_key, share) were
+ * rewritten, a bit per column. */
+static unsigned refresh_candidate(lua_State *L, const mg_gen_t *g, const mg_candidate_t *c,
                              const mg_candidate_t *was)
 {
     sync_bool(L, "available", c->available, was->available);
@@ -1097,52 +1179,63 @@ static int refresh_candidate(lua_State *L, const mg_gen_t *g, const mg_candidate
         push_load(L, c);
         lua_setfield(L, -2, "load");
     }
-    if (!samples_changed(c, was)) return 0;
-    push_adaptive_key(L, g, c);
-    lua_setfield(L, -2, "adaptive_key");
-    return 1;
+    unsigned changed = 0;
+    if (samples_changed(c, was)) {
+        push_adaptive_key(L, g, c);
+        lua_setfield(L, -2, "adaptive_key");
+        changed |= 1u << COL_KEYS;
+    }
+    if ((c->headroom != was->headroom || load_changed(c, was)) && refresh_share(L, g))
+        changed |= 1u << COL_SHARES;
+    return changed;
 }
 
-/* The span's list (at list) says adaptive_keys = its keys list exactly when every key is a
- * number, so that a policy gets rule 8's keys of the whole list with one field read. */
-static void show_span_keys(lua_State *L, const route_span_t *sp, int list)
+/* The span's list (at list) says list.<list_field> = the column exactly while every value in
+ * it is a number. */
+static void show_span_column(lua_State *L, const route_span_t *sp, int col, int list)
 {
-    if (sp->unkeyed == 0) lua_rawgeti(L, LUA_REGISTRYINDEX, sp->keys_ref);
+    if (sp->cols[col].missing == 0) lua_rawgeti(L, LUA_REGISTRYINDEX, sp->cols[col].ref);
     else lua_pushnil(L);
-    lua_setfield(L, list, "adaptive_keys");
+    lua_setfield(L, list, column_names[col].list_field);
 }
 
-/* Copy the adaptive_key of the table on top of the stack, the span's i-th, into the span's
- * keys list (at keys): a number, or false. Returns 1 when it is a number. */
-static int copy_span_key(lua_State *L, int keys, size_t i)
+/* Copy the column's field of the table on top of the stack, the span's i-th, into the
+ * column's list (at values): a number, or false. Returns 1 when it is a number. */
+static int copy_span_value(lua_State *L, int col, int values, size_t i)
 {
-    int keyed = lua_getfield(L, -1, "adaptive_key") == LUA_TNUMBER;
-    if (!keyed) {
+    int number = lua_getfield(L, -1, column_names[col].field) == LUA_TNUMBER;
+    if (!number) {
         lua_pop(L, 1);
         lua_pushboolean(L, 0);
     }
-    lua_rawseti(L, keys, (lua_Integer)i + 1);
-    return keyed;
+    lua_rawseti(L, values, (lua_Integer)i + 1);
+    return number;
 }
 
-/* The adaptive_key of the span's i-th table (on top of the stack) was rewritten: the keys
- * list follows. */
-static void span_key_changed(lua_State *L, route_span_t *sp, size_t i)
+/* The fields of the span's i-th table (on top of the stack) in `changed` (a bit per column)
+ * were rewritten: the columns follow. */
+static void span_values_changed(lua_State *L, route_span_t *sp, size_t i, unsigned changed)
 {
-    if (sp->keys_ref == LUA_NOREF) return;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, sp->keys_ref);
-    int keys = lua_gettop(L);
-    int was = lua_rawgeti(L, keys, (lua_Integer)i + 1) == LUA_TNUMBER;
-    lua_pop(L, 1);
-    lua_pushvalue(L, keys - 1); /* the table */
-    int now = copy_span_key(L, keys, i);
-    lua_pop(L, 2);
-    size_t before = sp->unkeyed;
-    sp->unkeyed = sp->unkeyed + (size_t)was - (size_t)now;
-    if (!before == !sp->unkeyed) return;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
-    show_span_keys(L, sp, lua_gettop(L));
-    lua_pop(L, 1);
+    for (int col = 0; col < N_COLUMNS; col++) {
+        span_column_t *cl = &sp->cols[col];
+        if (!(changed & (1u << col)) || cl->ref == LUA_NOREF) continue;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, cl->ref);
+        int values = lua_gettop(L);
+        int was = lua_rawgeti(L, values, (lua_Integer)i + 1) == LUA_TNUMBER;
+        lua_pop(L, 1);
+        lua_pushvalue(L, values - 1); /* the table */
+        int now = copy_span_value(L, col, values, i);
+        lua_pop(L, 1);
+        lua_rawgeti(L, values, (lua_Integer)i + 1);
+        cl->values[i] = now ? lua_tonumber(L, -1) : NAN;
+        lua_pop(L, 2);
+        size_t before = cl->missing;
+        cl->missing = cl->missing + (size_t)was - (size_t)now;
+        if (!before == !cl->missing) continue;
+        lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
+        show_span_column(L, sp, col, lua_gettop(L));
+        lua_pop(L, 1);
+    }
 }
 
 /* The span that holds slot. */
@@ -1161,11 +1254,32 @@ static void forget_span_list(lua_State *L, struct mg_gen_cache_s *k, long slot)
     route_span_t *sp = span_of_slot(k, slot);
     if (sp) {
         luaL_unref(L, LUA_REGISTRYINDEX, sp->list_ref);
-        luaL_unref(L, LUA_REGISTRYINDEX, sp->keys_ref);
-        sp->list_ref = sp->keys_ref = LUA_NOREF;
+        sp->list_ref = LUA_NOREF;
+        for (int col = 0; col < N_COLUMNS; col++) {
+            luaL_unref(L, LUA_REGISTRYINDEX, sp->cols[col].ref);
+            sp->cols[col].ref = LUA_NOREF;
+            free(sp->cols[col].values);
+            sp->cols[col].values = NULL;
+        }
         free(sp->pos);
         sp->pos = NULL;
     }
+}
+
+static int same_facts(const mg_candidate_t *a, const mg_candidate_t *b)
+{
+    return a->provider == b->provider && a->available == b->available &&
+           a->cooling == b->cooling && a->observing == b->observing &&
+           a->consecutive_429 == b->consecutive_429 &&
+           a->cooldown_remaining_ms == b->cooldown_remaining_ms &&
+           a->rpm_limit == b->rpm_limit && a->rpm_used == b->rpm_used &&
+           a->tpm_limit == b->tpm_limit && a->tpm_used == b->tpm_used &&
+           a->headroom == b->headroom && a->in_flight == b->in_flight &&
+           a->health == b->health && a->breaker == b->breaker &&
+           a->route_breaker == b->route_breaker &&
+           a->avail_samples == b->avail_samples && a->ttft_samples == b->ttft_samples &&
+           a->success_rate == b->success_rate && a->ttft_ms == b->ttft_ms &&
+           !load_changed(a, b);
 }
 
 /* Push the kept table of c's route, up to date; -1 (nothing pushed) when the route has none:
@@ -1180,11 +1294,10 @@ static int push_kept_candidate(lua_State *L, const mg_gen_t *g, struct mg_gen_ca
     if (s->built && s->facts.provider == c->provider) {
         lua_rawgeti(L, tables, slot + 1);
         if (s->index != index) set_int(L, "index", index);
-        if (refresh_candidate(L, g, c, &s->facts)) {
-            route_span_t *sp = span_of_slot(k, slot); /* its list's keys follow */
-            if (sp && sp->list_ref != LUA_NOREF)
-                span_key_changed(L, sp, (size_t)slot - sp->first_slot);
-        }
+        unsigned changed = same_facts(c, &s->facts) ? 0 : refresh_candidate(L, g, c, &s->facts);
+        route_span_t *sp = changed ? span_of_slot(k, slot) : NULL; /* its columns follow */
+        if (sp && sp->list_ref != LUA_NOREF)
+            span_values_changed(L, sp, (size_t)slot - sp->first_slot, changed);
     } else {
         push_candidate(L, g, index, c);
         lua_pushvalue(L, -1);
@@ -1209,20 +1322,20 @@ static route_span_t *whole_span(struct mg_gen_cache_s *k, const mg_candidate_t *
     return sp;
 }
 
-static int same_facts(const mg_candidate_t *a, const mg_candidate_t *b)
+/* Whether every candidate is usable: available and not cooling. */
+static int all_usable(const mg_candidate_t *cands, int n)
 {
-    return a->provider == b->provider && a->available == b->available &&
-           a->cooling == b->cooling && a->observing == b->observing &&
-           a->consecutive_429 == b->consecutive_429 &&
-           a->cooldown_remaining_ms == b->cooldown_remaining_ms &&
-           a->rpm_limit == b->rpm_limit && a->rpm_used == b->rpm_used &&
-           a->tpm_limit == b->tpm_limit && a->tpm_used == b->tpm_used &&
-           a->headroom == b->headroom && a->in_flight == b->in_flight &&
-           a->health == b->health && a->breaker == b->breaker &&
-           a->route_breaker == b->route_breaker &&
-           a->avail_samples == b->avail_samples && a->ttft_samples == b->ttft_samples &&
-           a->success_rate == b->success_rate && a->ttft_ms == b->ttft_ms &&
-           !load_changed(a, b);
+    for (int i = 0; i < n; i++)
+        if (!cands[i].available || cands[i].cooling) return 0;
+    return 1;
+}
+
+/* The span's list (on top of the stack) says all_usable = true exactly while every
+ * candidate is usable, so that a policy need not look at each one to find out. */
+static void show_all_usable(lua_State *L, route_span_t *sp, int usable)
+{
+    sp->all_usable = usable;
+    set_bool(L, "all_usable", usable);
 }
 
 /* The usual call: every route of one model, in order, each with its kept table. The span's
@@ -1236,6 +1349,7 @@ static int push_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp,
     struct mg_gen_cache_s *k = g->cache;
     if (sp->list_ref == LUA_NOREF) return -1;
     lua_rawgeti(L, LUA_REGISTRYINDEX, sp->list_ref);
+    int usable = 1;
     for (int i = 0; i < n; i++) {
         cand_slot_t *s = &k->slots[sp->first_slot + (size_t)i];
         const mg_candidate_t *c = &cands[i];
@@ -1243,14 +1357,17 @@ static int push_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp,
             lua_pop(L, 1);
             return -1;
         }
+        usable &= c->available && !c->cooling;
         if (s->index == i + 1 && same_facts(c, &s->facts)) continue;
         lua_rawgeti(L, -1, i + 1);
         if (s->index != i + 1) set_int(L, "index", i + 1);
-        if (refresh_candidate(L, g, c, &s->facts)) span_key_changed(L, sp, (size_t)i);
+        unsigned changed = refresh_candidate(L, g, c, &s->facts);
+        if (changed) span_values_changed(L, sp, (size_t)i, changed);
         lua_pop(L, 1);
         s->index = i + 1;
         s->facts = *c;
     }
+    if (usable != sp->all_usable) show_all_usable(L, sp, usable);
     return 0;
 }
 
@@ -1269,26 +1386,38 @@ static int span_pos(const route_span_t *sp, const void *t)
     }
 }
 
-/* Make the span's keys list from the tables of its list (on top of the stack), when the
- * policy has an adaptive_key. */
-static void keep_span_keys(lua_State *L, const mg_gen_t *g, route_span_t *sp)
+/* Make the span's columns from the tables of its list (on top of the stack), those whose
+ * function the policy has. */
+static void keep_span_columns(lua_State *L, const mg_gen_t *g, route_span_t *sp)
 {
-    if (g->adaptive_key_ref == LUA_NOREF) return;
+    const int fn_refs[N_COLUMNS] = {g->adaptive_key_ref, g->share_ref};
     int list = lua_gettop(L);
-    lua_createtable(L, (int)sp->n, 0);
-    sp->unkeyed = 0;
-    for (size_t i = 0; i < sp->n; i++) {
-        lua_rawgeti(L, list, (lua_Integer)i + 1);
-        sp->unkeyed += !copy_span_key(L, list + 1, i);
-        lua_pop(L, 1);
+    for (int col = 0; col < N_COLUMNS; col++) {
+        if (fn_refs[col] == LUA_NOREF) continue;
+        span_column_t *cl = &sp->cols[col];
+        cl->values = malloc((sp->n ? sp->n : 1) * sizeof(*cl->values));
+        if (!cl->values) continue; /* not kept: route() reads the fields itself */
+        lua_createtable(L, (int)sp->n, 0);
+        cl->missing = 0;
+        for (size_t i = 0; i < sp->n; i++) {
+            lua_rawgeti(L, list, (lua_Integer)i + 1);
+            int number = copy_span_value(L, col, list + 1, i);
+            lua_pop(L, 1);
+            lua_rawgeti(L, list + 1, (lua_Integer)i + 1);
+            cl->values[i] = number ? lua_tonumber(L, -1) : NAN;
+            lua_pop(L, 1);
+            cl->missing += !number;
+        }
+        cl->table = lua_topointer(L, -1);
+        cl->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        show_span_column(L, sp, col, list);
     }
-    sp->keys_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    show_span_keys(L, sp, list);
 }
 
-/* Keep the list on top of the stack as the span's list, with its tables' positions (and
- * adaptive keys). */
-static void keep_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp)
+/* Keep the list on top of the stack, of the candidates cands, as the span's list, with its
+ * tables' positions (and columns). */
+static void keep_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp,
+                           const mg_candidate_t *cands)
 {
     size_t size = 4;
     while (size < 2 * sp->n) size *= 2;
@@ -1303,7 +1432,8 @@ static void keep_span_list(lua_State *L, const mg_gen_t *g, route_span_t *sp)
         while (sp->pos[h].table) h = (h + 1) & sp->pos_mask;
         sp->pos[h] = (table_pos_t){t, (int)i + 1};
     }
-    keep_span_keys(L, g, sp);
+    keep_span_columns(L, g, sp);
+    show_all_usable(L, sp, all_usable(cands, (int)sp->n));
     lua_pushvalue(L, -1);
     sp->list_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 }
@@ -1355,7 +1485,7 @@ static route_span_t *push_candidates(lua_State *L, mg_gen_t *g, const mg_candida
     }
     set_bool(L, "alike", candidates_alike(cands, n));
     lua_remove(L, tables);
-    if (sp && sp->list_ref == LUA_NOREF) keep_span_list(L, g, sp); /* every table is kept now */
+    if (sp && sp->list_ref == LUA_NOREF) keep_span_list(L, g, sp, cands); /* every table is kept now */
     return NULL;
 }
 
@@ -1455,7 +1585,10 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     set_int(L, "attempt", attempt);
     lua_pushvalue(L, list);
-    if (pcall(L, 2, 1, err, errlen) != 0) {
+    if (g->cache) g->cache->call_span = sp;
+    int failed = pcall(L, 2, 1, err, errlen) != 0;
+    if (g->cache) g->cache->call_span = NULL;
+    if (failed) {
         clear_all_marks(L, list);
         lua_settop(L, top);
         return -1;

@@ -40,6 +40,7 @@ typedef struct mg_gen_s {
     int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
     int routing_ref;            /* policies/routing.lua module table */
     int adaptive_key_ref;       /* its adaptive_key function, LUA_NOREF when it has none */
+    int share_ref;              /* its share function, LUA_NOREF when it has none */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
     int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across

@@ -20,10 +20,13 @@
 --               cooling + cooldown_remaining_ms, headroom (0..1 of the RPM limit left),
 --               in_flight, success_rate + avail_samples, ttft_ms + ttft_samples, load,
 --               adaptive_key (adaptive_key() below of the route's samples, kept by the
---               core; false when it has too few), ...
+--               core; false when it has too few), share (share() below of the candidate,
+--               kept by the core), ...
 --               The list may say alike = true: every candidate has the same pool, local,
---               smaller, priority and weight; and adaptive_keys = the adaptive_key of every
---               candidate, in list order, when every one of them is a number.
+--               smaller, priority and weight; adaptive_keys = the adaptive_key of every
+--               candidate, in list order, when every one of them is a number;
+--               shares = the share of every candidate, in list order; and all_usable =
+--               true: every candidate is available and not cooling.
 --
 -- The core keeps the candidate tables (and the list) from one request to the next and only
 -- rewrites the fields that changed: treat them as read-only. The one exception are the
@@ -419,7 +422,10 @@ local function scan_alike(req, candidates)
     if c1 == nil or not passes_rules_2_4(req, c1) then
         return {}, summarize(req, {}, false, false, false, c1)
     end
-    local usable, full_headroom = usable_of(candidates)
+    local usable, full_headroom = candidates, false -- (false: not known, see same_shares)
+    if not candidates.all_usable then
+        usable, full_headroom = usable_of(candidates)
+    end
     local facts = summarize(req, usable, is_local(c1), true, true, c1)
     -- (a weight of 0 or less is no share at all: not the same as equal shares)
     facts.same_weight, facts.full_headroom = (tonumber(c1.weight) or 1) > 0, full_headroom
@@ -539,11 +545,15 @@ local function group_rank(req, c)
     return rank * 2 + pool_rank(req, c)
 end
 
--- Rule 7, main pool: the share of a route is its weight times its RPM headroom.
+-- Rule 7, main pool: the share of a route is its weight times its RPM headroom. The core
+-- calls it too (M.share) when a candidate is made and when its headroom or load changes, and
+-- keeps the result in c.share and, for its whole list, in candidates.shares: keep it a
+-- function of those two and of the config fields (weight, pool, local, ...).
 local function share(c)
     local s = (tonumber(c.weight) or 1) * (tonumber(c.headroom) or 1)
     return s > 0 and s or 0
 end
+M.share = share
 
 -- same_shares(group, facts): whether share() gives every route of the group the same share,
 -- told from the fields it reads without calling it: the same weight and a headroom of 1
@@ -563,14 +573,20 @@ local function same_shares(group, facts)
 end
 
 -- shares_of(group, facts): share(c) for each route, or nil when they are all the same
--- (weighted_order then needs no weights).
+-- (weighted_order then needs no weights). The core's c.share and, when the group is its
+-- whole candidates list, candidates.shares are those numbers already.
 local function shares_of(group, facts)
+    local shares = group.shares -- (the core's weighted_order sees equal ones itself)
+    if shares then
+        return shares
+    end
     if same_shares(group, facts) then
         return nil
     end
-    local shares = {}
+    shares = {}
     for i = 1, #group do
-        shares[i] = share(group[i])
+        local c = group[i]
+        shares[i] = c.share or share(c)
     end
     return shares
 end

@@ -250,6 +250,21 @@ static void lua_expect(mg_gen_t *g, const char *code, const char *expect)
     lua_settop(L, top);
 }
 
+/* A fresh tree whose routing policy is src, loaded; NULL (the tree removed) when the load
+ * failed. */
+static mg_gen_t *load_routing(const char *src)
+{
+    tree_new();
+    write_text("policies/routing.lua", src);
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (!g) {
+        fprintf(stderr, "  load: %s\n", err);
+        tree_remove();
+    }
+    return g;
+}
+
 /* ---- loading --------------------------------------------------------------------------- */
 
 static void test_load_success(void)
@@ -757,15 +772,8 @@ static const char *custom_routing =
 
 static void test_route_custom_policy(void)
 {
-    tree_new();
-    write_text("policies/routing.lua", custom_routing);
-    mg_gen_t *g = load();
-    CHECK(g != NULL);
-    if (!g) {
-        fprintf(stderr, "  load: %s\n", err);
-        tree_remove();
-        return;
-    }
+    mg_gen_t *g = load_routing(custom_routing);
+    if (!g) return;
     int all[3] = {1, 1, 1}, mixed[3] = {1, 0, 1};
     int order[3] = {-1, -1, -1};
     /* duplicates and out-of-range entries ignored; plain indexes accepted */
@@ -885,15 +893,8 @@ static int route_cands(mg_gen_t *g, const char *model, const mg_candidate_t *c, 
 
 static void test_route_kept_candidates(void)
 {
-    tree_new();
-    write_text("policies/routing.lua", kept_routing);
-    mg_gen_t *g = load();
-    CHECK(g != NULL);
-    if (!g) {
-        fprintf(stderr, "  load: %s\n", err);
-        tree_remove();
-        return;
-    }
+    mg_gen_t *g = load_routing(kept_routing);
+    if (!g) return;
     const int all3[3] = {0, 1, 2}, last2[2] = {1, 2}, first2[2] = {0, 1};
     mg_candidate_t c[3];
     int order[4];
@@ -1007,15 +1008,8 @@ static void set_samples(mg_candidate_t *c, int n, double rate, double ttft)
 
 static void test_route_adaptive_keys_kept(void)
 {
-    tree_new();
-    write_text("policies/routing.lua", keyed_routing);
-    mg_gen_t *g = load();
-    CHECK(g != NULL);
-    if (!g) {
-        fprintf(stderr, "  load: %s\n", err);
-        tree_remove();
-        return;
-    }
+    mg_gen_t *g = load_routing(keyed_routing);
+    if (!g) return;
     const int all3[3] = {0, 1, 2}, last2[2] = {1, 2};
     mg_candidate_t c[3];
     int order[4];
@@ -1061,18 +1055,104 @@ static void test_route_adaptive_keys_kept(void)
     tree_remove();
 }
 
-/* The default policy over the core's kept tables (keys kept by the core, the whole list's
- * keys at once) and over plain copies of them (keys computed by route()): the same plans.
+/* ---- rule 7's shares kept by the core ------------------------------------------------------ */
+
+/* clang-format off */
+static const char *shared_routing =
+    "local M = { name = 'routing', version = 1 }\n"
+    "function M.share(c)\n"
+    "  share_calls = (share_calls or 0) + 1\n"
+    "  if c.headroom == 0.25 then error('share exploded') end\n"
+    "  return c.weight * c.headroom\n"
+    "end\n"
+    "function M.route(req, c)\n"
+    "  lists = lists or {}\n"
+    "  lists[#lists + 1] = c\n"
+    "  local p = {}\n"
+    "  for i = 1, #c do p[i] = c[i] end\n"
+    "  return p\n"
+    "end\n"
+    "return M\n";
+
+/* c.share and candidates.shares of the last call, then all_usable: "s1 s2 s3 | list | u". */
+static const char *last_shares =
+    "local l, out = lists[#lists], {}\n"
+    "for i = 1, #l do out[i] = string.format('%g', l[i].share or -1) end\n"
+    "local s = l.shares\n"
+    "local shown = s and string.format('%g %g %g', s[1], s[2], s[3]) or 'nil'\n"
+    "return table.concat(out, ' ') .. ' | ' .. shown .. ' | ' .. tostring(l.all_usable)";
+/* clang-format on */
+
+static void test_route_shares_kept(void)
+{
+    mg_gen_t *g = load_routing(shared_routing);
+    if (!g) return;
+    const int all3[3] = {0, 1, 2};
+    mg_candidate_t c[3];
+    int order[4];
+    config_cands(g, c, all3, 3); /* weights 1, 1, 2.5 (ol) */
+    for (int i = 0; i < 3; i++) c[i].headroom = 1;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_shares, "1 1 2.5 | 1 1 2.5 | true");
+    lua_expect(g, "return share_calls", "3");
+    /* in_flight, rpm_used, samples: the share stays, no call */
+    c[0].in_flight = 4;
+    c[1].rpm_used = 9;
+    c[2].avail_samples = 12;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "return share_calls", "3");
+    /* headroom moves: that route's share, and the list's, follow */
+    c[1].headroom = 0.5;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_shares, "1 0.5 2.5 | 1 0.5 2.5 | true");
+    lua_expect(g, "return share_calls", "4");
+    /* share raising: no share there, no list (route() would compute it, and fail, itself) */
+    c[0].headroom = 0.25;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_shares, "-1 0.5 2.5 | nil | true");
+    c[0].headroom = 0.75;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, last_shares, "0.75 0.5 2.5 | 0.75 0.5 2.5 | true");
+    /* all_usable: false while a route is unavailable or cooling */
+    c[1].available = 0;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "return tostring(lists[#lists].all_usable)", "false");
+    c[1].available = 1;
+    c[2].cooling = 1;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "return tostring(lists[#lists].all_usable)", "false");
+    c[2].cooling = 0;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "return tostring(lists[#lists].all_usable)", "true");
+    /* tables made for one call have their share too */
+    int avail[3] = {1, 1, 1};
+    make_cands(g, c, avail);
+    c[2].headroom = 0.5;
+    CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
+    lua_expect(g, "local l = lists[#lists] return string.format('%g', l[3].share)", "1.25");
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
+}
+
+/* The default policy over the core's kept tables (keys and shares kept by the core, the
+ * whole list's keys, shares and all_usable at once, weighted_order reading the core's copies
+ * of those lists) and over plain copies of them (all of it computed by route()): the same
+ * plans.
  * The wrapper below runs both on every call. */
 /* clang-format off */
 static const char *keys_twin_routing =
     "local real = dofile(%s)\n"
-    "local M = { name = 'routing', version = 1, adaptive_key = real.adaptive_key }\n"
+    "local M = { name = 'routing', version = 1, adaptive_key = real.adaptive_key,\n"
+    "  share = real.share }\n"
     "local function plain(list)\n"
     "  local out = { alike = list.alike }\n"
     "  for i, c in ipairs(list) do\n"
     "    out[i] = {}\n"
-    "    for k, v in pairs(c) do if k ~= 'adaptive_key' then out[i][k] = v end end\n"
+    "    for k, v in pairs(c) do\n"
+    "      if k ~= 'adaptive_key' and k ~= 'share' then out[i][k] = v end\n"
+    "    end\n"
     "  end\n"
     "  return out\n"
     "end\n"
@@ -1087,6 +1167,8 @@ static const char *keys_twin_routing =
     "function M.route(req, c)\n"
     "  calls = (calls or 0) + 1\n"
     "  if c.adaptive_keys then keyed = (keyed or 0) + 1 end\n"
+    "  if c.shares then shared = (shared or 0) + 1 end\n"
+    "  if c.all_usable then usable = (usable or 0) + 1 end\n"
     "  local want = describe(real.route(req, plain(c)))\n"
     "  local plan = real.route(req, c)\n"
     "  local got = describe(plan)\n"
@@ -1181,7 +1263,8 @@ static void test_route_kept_keys_twin(void)
         mg_gen_unref_value(g, rr);
     }
     lua_expect(g, "return tostring(mismatch)", "nil");
-    lua_expect(g, "return tostring(calls == 600 and keyed > 50)", "true");
+    lua_expect(g, "return tostring(calls == 600 and keyed > 50 and shared > 50 and usable > 50)",
+               "true");
     CHECK_EQ_INT(lua_gettop(g->L), 0);
     mg_gen_unref(g);
     tree_remove();
@@ -1846,6 +1929,7 @@ int main(void)
     MG_RUN(test_route_custom_policy);
     MG_RUN(test_route_kept_candidates);
     MG_RUN(test_route_adaptive_keys_kept);
+    MG_RUN(test_route_shares_kept);
     MG_RUN(test_route_kept_keys_twin);
     MG_RUN(test_encode_rejects_bad_results);
     return mg_test_summary();

@@ -1537,6 +1537,8 @@ const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char 
 
 void mg_config_link_routes(mg_config_t *cfg)
 {
+    for (size_t m = 0, slot = 0; m < cfg->n_models; m++)
+        for (size_t i = 0; i < cfg->models[m].n_routes; i++) cfg->models[m].routes[i].slot = slot++;
     if (!cfg->n_providers) return;
     /* providers sorted by id, each route's found by binary search, as at load */
     const mg_provider_conf_t **by_id = malloc(cfg->n_providers * sizeof *by_id);

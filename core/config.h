@@ -41,6 +41,8 @@ typedef struct mg_route_conf_s {
     int provider_hint;  /* where that id most likely is in cfg->providers (mg_config_link_routes):
                            checked before use, so a stale or unset hint only costs a search */
     char *model;        /* owned; the upstream model name */
+    size_t slot;        /* the route's place among all routes of all models, in model and route
+                           order (mg_config_link_routes): the pool finds its state by it */
     bool smaller;       /* a smaller model: used only with routing.allow_smaller_model */
     int priority;       /* route group, lower first (default 0) */
     /* a smaller route's own memory figures (0 = none): memory admission may move a task
@@ -200,8 +202,9 @@ const mg_provider_conf_t *mg_config_provider(const mg_config_t *cfg, const char 
 const mg_model_conf_t *mg_config_model(const mg_config_t *cfg, const char *name);
 const mg_app_conf_t *mg_config_app(const mg_config_t *cfg, const char *name);
 
-/* Set every route's provider_hint, once the providers and models are all there (the
- * request path then finds a route's provider without a search per route). */
+/* Set every route's provider_hint and slot, once the providers and models are all there
+ * (the request path then finds a route's provider and its state without a search per
+ * route). */
 void mg_config_link_routes(mg_config_t *cfg);
 
 /* The provider of route r (NULL when cfg has none by that id): at r->provider_hint when

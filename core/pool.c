@@ -94,6 +94,8 @@ static void route_set_free(mg_route_set_t *set)
     }
     free(set->items);
     free(set->slots);
+    free(set->confs);
+    free(set->state_of);
     memset(set, 0, sizeof(*set));
 }
 
@@ -133,15 +135,21 @@ static int route_set_build(mg_route_set_t *set, const mg_route_set_t *old,
     memset(set, 0, sizeof(*set));
     set->items = calloc(max ? max : 1, sizeof(*set->items));
     set->slots = calloc(size, sizeof(*set->slots));
+    set->confs = calloc(max ? max : 1, sizeof(*set->confs));
+    set->state_of = calloc(max ? max : 1, sizeof(*set->state_of));
     set->mask = size - 1;
-    if (!set->items || !set->slots) goto fail;
+    if (!set->items || !set->slots || !set->confs || !set->state_of) goto fail;
     for (size_t m = 0; m < cfg->n_models; m++) {
         for (size_t i = 0; i < cfg->models[m].n_routes; i++) {
             const mg_route_conf_t *r = &cfg->models[m].routes[i];
-            if (route_find(set, r->provider, r->model)) continue;
-            if (route_add(set, old, r, bc) != 0) goto fail;
+            const mg_route_state_t *st = route_find(set, r->provider, r->model);
+            if (!st && route_add(set, old, r, bc) != 0) goto fail;
+            if (r->slot >= max) continue; /* slots not linked: lookups go by name */
+            set->confs[r->slot] = r;
+            set->state_of[r->slot] = (uint32_t)(st ? st - set->items : (ptrdiff_t)set->n - 1);
         }
     }
+    set->n_confs = max;
     return 0;
 fail:
     route_set_free(set);
@@ -151,6 +159,14 @@ fail:
 mg_route_state_t *mg_pool_route(const mg_pool_t *p, const char *provider, const char *model)
 {
     return route_find(&p->routes, provider, model);
+}
+
+mg_route_state_t *mg_pool_route_of(const mg_pool_t *p, const mg_route_conf_t *r)
+{
+    const mg_route_set_t *set = &p->routes;
+    if (r->slot < set->n_confs && set->confs[r->slot] == r)
+        return &set->items[set->state_of[r->slot]];
+    return route_find(set, r->provider, r->model);
 }
 
 /* ------------------------------------------------------------------------ */

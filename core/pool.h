@@ -60,12 +60,17 @@ typedef struct mg_route_state_s {
     mg_breaker_t breaker; /* answers that failed: 429, 5xx, time-outs, broken answers */
 } mg_route_state_t;
 
-/* The routes, found by (provider, model) through an open-addressing hash. */
+/* The routes, found by (provider, model) through an open-addressing hash, and the config
+ * routes of the generation the set was made for, by their slot (mg_route_conf_t): the
+ * request path's lookup is then one comparison. */
 typedef struct mg_route_set_s {
     mg_route_state_t *items; /* owned array */
     size_t n;
     uint32_t *slots;         /* owned, mask + 1 of them: index into items + 1, 0 = empty */
     size_t mask;
+    const mg_route_conf_t **confs; /* owned, n_confs of them: the config's routes by slot */
+    uint32_t *state_of;            /* owned, n_confs of them: the index into items of each */
+    size_t n_confs;
 } mg_route_set_t;
 
 typedef struct mg_pool_s {
@@ -102,6 +107,9 @@ void mg_pool_record(mg_provider_state_t *s, int success);
 /* The state of route (provider id, upstream model), or NULL when the config does not
  * list that route. */
 mg_route_state_t *mg_pool_route(const mg_pool_t *p, const char *provider, const char *model);
+/* The same for route r of a config: by its slot when r is a route of the config the pool was
+ * last synced with (one comparison), else by its provider and model. */
+mg_route_state_t *mg_pool_route_of(const mg_pool_t *p, const mg_route_conf_t *r);
 /* Whether routing may consider the route now: the provider is available and the route's
  * breaker lets a request through (r NULL: no route breaker). */
 int mg_pool_route_available(const mg_provider_state_t *s, const mg_route_state_t *r,

@@ -70,12 +70,14 @@ typedef struct call_s {
     const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
     int output_shortened;        /* memory admission lowered max_tokens to fit: degraded */
     int req_ref, state_ref;      /* Lua registry references in gen */
-    /* routing */
-    mg_candidate_t *cands;       /* owned: one per route of the model */
-    int *cand_route;             /* owned: candidate -> route index */
+    /* routing: four arrays in routing_buf, one entry per route of the model */
+    void *routing_buf;           /* owned; kept with a spare call (see call_alloc) */
+    size_t routing_cap;          /* routes routing_buf has room for */
+    mg_candidate_t *cands;       /* in routing_buf */
+    int *cand_route;             /* in routing_buf: candidate -> route index */
     int n_cands;
-    mg_plan_entry_t *plan;       /* owned: the current plan */
-    unsigned char *tried;        /* owned: per candidate, already attempted in this request */
+    mg_plan_entry_t *plan;       /* in routing_buf: the current plan */
+    unsigned char *tried;        /* in routing_buf: per candidate, attempted in this request */
     int plan_n, plan_next;
     int route_calls;             /* times routing.route() was asked */
     int attempts;                /* upstream attempts started */
@@ -98,6 +100,7 @@ typedef struct call_s {
     /* the current attempt */
     mg_xfer_t *xfer;
     const mg_provider_conf_t *provider;
+    const mg_route_conf_t *route;   /* the attempt's route, in gen->cfg or prefixed_model */
     const char *upstream_model;
     int adapter, passthrough, ndjson;
     int up_status;
@@ -504,8 +507,10 @@ static void charge_spend(call_t *c)
 
 /* Finished calls kept for the next requests: a call (1.6 KB) is past glibc's per-thread
  * cache, and each calloc of one made malloc sweep its fast bins. Per thread, though only the
- * loop thread makes calls. */
+ * loop thread makes calls. A spare keeps its routing arrays (up to SPARE_ROUTES routes) for
+ * the same reason: at ten routes they are past that cache too. */
 #define CALL_SPARES 32
+#define SPARE_ROUTES 64
 static _Thread_local call_t *call_spares[CALL_SPARES];
 static _Thread_local int n_call_spares;
 
@@ -513,12 +518,21 @@ static call_t *call_alloc(void)
 {
     if (!MG_RECYCLE || n_call_spares == 0) return calloc(1, sizeof(call_t));
     call_t *c = call_spares[--n_call_spares];
+    void *buf = c->routing_buf;
+    size_t cap = c->routing_cap;
     memset(c, 0, sizeof(*c));
+    c->routing_buf = buf;
+    c->routing_cap = cap;
     return c;
 }
 
 static void call_release(call_t *c)
 {
+    if (c->routing_cap > SPARE_ROUTES || !MG_RECYCLE || n_call_spares == CALL_SPARES) {
+        free(c->routing_buf);
+        c->routing_buf = NULL;
+        c->routing_cap = 0;
+    }
     if (MG_RECYCLE && n_call_spares < CALL_SPARES) call_spares[n_call_spares++] = c;
     else free(c);
 }
@@ -550,10 +564,6 @@ static void call_free(call_t *c)
     free(c->prefixed_model.name);
     free(c->prefixed_model.routes);
     free(c->prefixed_upstream);
-    free(c->cands);
-    free(c->cand_route);
-    free(c->plan);
-    free(c->tried);
     if (c->wait_timer) {
         uv_timer_stop(c->wait_timer);
         uv_close((uv_handle_t *)c->wait_timer, (uv_close_cb)free);
@@ -604,7 +614,7 @@ static void attempt_end(call_t *c, int success)
                                       c->up_status >= 500 || c->up_status < 400);
     /* a failed connection puts the provider's breaker on the way to open; a failed answer
        only this route's, so that the provider's other models keep serving */
-    mg_pool_breakers_record(ps, mg_pool_route(&c->srv->pool, c->provider->id, c->upstream_model),
+    mg_pool_breakers_record(ps, mg_pool_route_of(&c->srv->pool, c->route),
                             now, !provider_fault  ? MG_ATTEMPT_OK
                                  : c->unreachable ? MG_ATTEMPT_UNREACHABLE
                                                   : MG_ATTEMPT_FAILED);
@@ -1460,10 +1470,11 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     if (!ps) return -1;
     int translating = !c->gen->adapters[c->gen->provider_adapter[pi]].passthrough;
     if (translating && !call_tree(c)) return -1; /* out of memory */
-    mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cand->provider->id, r->model);
+    mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, r);
     int rc = reserve_provider(c, ps, rs, e);
     if (rc != 0) return rc;
     c->provider = cand->provider;
+    c->route = r;
     c->upstream_model = r->model;
     c->degraded = e->degraded;
     c->adapter = c->gen->provider_adapter[pi];
@@ -1942,14 +1953,31 @@ static void on_client_drain(void *data)
     if (c->xfer) mg_xfer_resume(c->xfer);
 }
 
+/* The routing arrays for the model's routes, in one block (reused when the call's is big
+ * enough), each entry's alignment kept by the order: 8-byte structs, then ints, then bytes.
+ * Only `tried` needs zeros: the others are written before they are read. */
 static int alloc_routing(call_t *c)
 {
-    int n = (int)c->model->n_routes;
-    c->cands = calloc((size_t)n, sizeof(*c->cands));
-    c->cand_route = calloc((size_t)n, sizeof(int));
-    c->plan = calloc((size_t)n, sizeof(*c->plan));
-    c->tried = calloc((size_t)n, 1);
-    return c->cands && c->cand_route && c->plan && c->tried ? 0 : -1;
+    _Static_assert(sizeof(mg_candidate_t) % _Alignof(mg_plan_entry_t) == 0 &&
+                       sizeof(mg_plan_entry_t) % _Alignof(int) == 0,
+                   "routing block layout");
+    size_t n = c->model->n_routes ? c->model->n_routes : 1;
+    if (n > c->routing_cap) {
+        free(c->routing_buf);
+        c->routing_buf = malloc(n * (sizeof(*c->cands) + sizeof(*c->plan) + sizeof(int) + 1));
+        c->routing_cap = c->routing_buf ? n : 0;
+        if (!c->routing_buf) return -1;
+    }
+    char *p = c->routing_buf;
+    c->cands = (mg_candidate_t *)(void *)p;
+    p += n * sizeof(*c->cands);
+    c->plan = (mg_plan_entry_t *)(void *)p;
+    p += n * sizeof(*c->plan);
+    c->cand_route = (int *)(void *)p;
+    p += n * sizeof(int);
+    c->tried = (unsigned char *)p;
+    memset(c->tried, 0, n);
+    return 0;
 }
 
 /* The facts of route r of provider p, from the provider's state ps and the route's rs. */
@@ -2003,7 +2031,7 @@ static void fill_candidates(call_t *c, uint64_t now)
         const mg_provider_conf_t *p = mg_config_route_provider(cfg, r);
         mg_provider_state_t *ps = p ? provider_state(c, p) : NULL;
         if (!ps) continue;
-        mg_route_state_t *rs = mg_pool_route(&c->srv->pool, r->provider, r->model);
+        mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, r);
         c->cand_route[c->n_cands] = i;
         describe_route(&c->cands[c->n_cands++], p, r, ps, rs, now);
     }
@@ -2018,7 +2046,7 @@ static int shortest_cooldown_ms(call_t *c)
         const mg_candidate_t *cd = &c->cands[i];
         long long r = cd->cooldown_remaining_ms;
         mg_provider_state_t *ps = provider_state(c, cd->provider);
-        mg_route_state_t *rs = mg_pool_route(&c->srv->pool, cd->provider->id, cd->route->model);
+        mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, cd->route);
         long long b = ps ? (long long)mg_pool_breakers_retry_ms(ps, rs, now) : 0;
         if (b > r) r = b;
         if (r > 0 && (best == 0 || r < best)) best = r;

@@ -325,7 +325,11 @@ struct probe_slot_s {
 struct mg_prober_s {
     mg_server_t *s;
     uv_timer_t timer;
-    probe_slot_t *slots; /* owned list */
+    probe_slot_t *slots;    /* owned list */
+    probe_slot_t **by_index; /* owned: the slot of each provider of generation index_gen, by
+                                its index in that config (a tick is then linear in providers) */
+    size_t n_index;
+    unsigned index_gen;     /* 0 = none */
 };
 
 static load_kind_t load_kind_of(const mg_provider_conf_t *pc, const probe_slot_t *sl)
@@ -663,6 +667,23 @@ static void slots_prune(mg_prober_t *pr)
     }
 }
 
+/* The slots of generation g's providers by index, found by id once per generation: the
+ * slot list is searched by name, which at a thousand providers every 100 ms would cost more
+ * than the probing. */
+static void index_slots(mg_prober_t *pr, const mg_gen_t *g)
+{
+    const mg_config_t *cfg = g->cfg;
+    if (pr->index_gen == g->id && pr->n_index == cfg->n_providers) return;
+    free(pr->by_index);
+    pr->by_index = calloc(cfg->n_providers ? cfg->n_providers : 1, sizeof(*pr->by_index));
+    pr->n_index = pr->by_index ? cfg->n_providers : 0;
+    pr->index_gen = g->id;
+    for (size_t i = 0; i < pr->n_index; i++) {
+        pr->by_index[i] = slot_get(pr, cfg->providers[i].id);
+        if (!pr->by_index[i]) pr->index_gen = 0; /* out of memory: again next tick */
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     mg_prober_t *pr = t->data;
@@ -671,15 +692,16 @@ static void on_tick(uv_timer_t *t)
     const mg_gen_t *g = s->gen;
     const mg_config_t *cfg = g->cfg;
     uint64_t now = uv_now(s->loop);
+    index_slots(pr, g);
     for (probe_slot_t *sl = pr->slots; sl; sl = sl->next)
         sl->seen = 0;
-    for (size_t i = 0; i < cfg->n_providers; i++) {
+    for (size_t i = 0; i < pr->n_index; i++) {
         const mg_provider_conf_t *pc = &cfg->providers[i];
-        mg_provider_state_t *ps = mg_pool_get(&s->pool, pc->id);
-        probe_slot_t *sl = ps ? slot_get(pr, pc->id) : NULL;
+        probe_slot_t *sl = pr->by_index[i];
         if (!sl) continue;
-        sl->seen = 1;
-        if (ps->disabled) continue;
+        sl->seen = 1; /* kept by slots_prune: by_index holds it */
+        mg_provider_state_t *ps = mg_pool_get_at(&s->pool, i, pc->id);
+        if (!ps || ps->disabled) continue;
         if (cfg->health.probes) maybe_health(pr, sl, g, i, ps, now);
         maybe_load(pr, sl, cfg, pc, now);
     }
@@ -725,5 +747,8 @@ void mg_probe_stop(mg_prober_t *pr)
         free(sl->id);
         free(sl);
     }
+    free(pr->by_index);
+    pr->by_index = NULL;
+    pr->n_index = 0;
     uv_close((uv_handle_t *)&pr->timer, on_timer_closed);
 }

@@ -346,22 +346,25 @@ local function eligible(req, candidates)
     return list
 end
 
--- summarize(req, usable, locals, one_group, like_first, c1): the facts scan returns (see
--- there). like_first: every usable route has the locality, size and pool of the first
--- candidate c1, so the facts are c1's.
-local function summarize(req, usable, locals, one_group, like_first, c1)
+-- summarize(req, usable, locals, one_group, like_first, c1, same_weight, full_headroom): the
+-- facts scan returns (see there). like_first: every usable route has the locality, size and
+-- pool of the first candidate c1, so the facts are c1's. Every field is in the constructor:
+-- a field added later costs a table resize.
+local function summarize(req, usable, locals, one_group, like_first, c1, same_weight,
+                         full_headroom)
     local start_fallback = req.pool == "fallback"
+    if like_first and usable[1] ~= nil then
+        local loc, fallback = is_local(c1), c1.pool == "fallback"
+        return { locals = locals or loc, one_group = one_group, usable_local = loc,
+                 usable_cloud = not loc,
+                 usable_smaller = req.allow_smaller_model and c1.smaller and true or false,
+                 usable_fallback = fallback, start_usable = fallback == start_fallback,
+                 same_weight = same_weight, full_headroom = full_headroom }
+    end
     local facts = { locals = locals, one_group = one_group, usable_local = false,
                     usable_cloud = false, usable_smaller = false, usable_fallback = false,
-                    start_usable = false }
-    if like_first and usable[1] ~= nil then
-        local fallback = c1.pool == "fallback"
-        facts.usable_local, facts.usable_cloud = is_local(c1), not is_local(c1)
-        facts.usable_smaller = req.allow_smaller_model and c1.smaller and true or false
-        facts.usable_fallback, facts.start_usable = fallback, fallback == start_fallback
-        facts.locals = locals or facts.usable_local
-        return facts
-    end
+                    start_usable = false, same_weight = same_weight,
+                    full_headroom = full_headroom }
     for i = 1, #usable do
         local c = usable[i]
         if is_local(c) then
@@ -426,10 +429,10 @@ local function scan_alike(req, candidates)
     if not candidates.all_usable then
         usable, full_headroom = usable_of(candidates)
     end
-    local facts = summarize(req, usable, is_local(c1), true, true, c1)
     -- (a weight of 0 or less is no share at all: not the same as equal shares)
-    facts.same_weight, facts.full_headroom = (tonumber(c1.weight) or 1) > 0, full_headroom
-    return usable, facts
+    local same_weight = (tonumber(c1.weight) or 1) > 0
+    return usable, summarize(req, usable, is_local(c1), true, true, c1, same_weight,
+                             full_headroom)
 end
 
 -- scan(req, candidates): rules 1-4 in one pass, the hot path of every request (the apply_*

@@ -600,10 +600,13 @@ end
 -- number in [0,1); next_seed(rng) the next raw 64-bit output, which seeds weighted_order.
 local EXPLORE_CUT = EXPLORE_ONE_IN > 0 and 1 / EXPLORE_ONE_IN or 0
 
+local function stretch(r)
+    return r < EXPLORE_CUT and r / EXPLORE_CUT or (r - EXPLORE_CUT) / (1 - EXPLORE_CUT)
+end
+
 local function new_rng(req)
     local r = request_random(req)
-    local first = r < EXPLORE_CUT and r / EXPLORE_CUT or (r - EXPLORE_CUT) / (1 - EXPLORE_CUT)
-    return { first = first, state = floor(r * 2 ^ 53) }
+    return { first = stretch(r), state = floor(r * 2 ^ 53) }
 end
 
 local function next_seed(rng)
@@ -757,7 +760,16 @@ local function order(req, list, facts)
     if #list <= 1 then
         return { list[1] }
     end
-    local rng, explore = new_rng(req), exploring(req)
+    local r = request_random(req)
+    local explore = r < EXPLORE_CUT -- exploring(req)
+    if facts.one_group and pool_of(list[1]) == "main" then
+        -- the usual plan, one main group: order_group's main_pool_order with the first two
+        -- numbers of new_rng(req)'s stream, drawn without making the stream
+        local _, seed = splitmix64(floor(r * 2 ^ 53))
+        return weighted_order(list, shares_of(list, facts), stretch(r), seed,
+                              not explore and adaptive_keys(list) or nil)
+    end
+    local rng = new_rng(req)
     if facts.one_group then
         return order_group(list, rng, explore, facts)
     end

@@ -85,12 +85,12 @@ static size_t draw_first(const mg_order_item_t *items, size_t n, double total, d
     return pick;
 }
 
-/* r^(1/w) as Lua's ^ computes it (x*x for a power of 2), so that the Lua version of this
- * order in policies/routing.lua gives the same keys. */
+/* The Efraimidis-Spirakis key of an item of weight w, as its logarithm: -log(r)/w, smaller
+ * first, orders as r^(1/w) larger first, and a log costs half a pow. The Lua version of this
+ * order in policies/routing.lua computes the same expression: the same keys. */
 static double es_key(double r, double w)
 {
-    double e = 1 / w;
-    return w == 1 ? r : e == 2 ? r * r : pow(r, e);
+    return -log(r) / w;
 }
 
 /* Every item has the same weight, and a weight. */
@@ -127,16 +127,17 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
     }
     size_t first = draw_first(items, n, total, u);
     if (n > 1 && equal_weights(items, n)) {
-        /* equal keys r^(1/w) order like r: a uniformly random order, without the sort */
+        /* equal weights: the keys order like r, a uniformly random order, without the sort */
         shuffle_after(items, n, first, seed);
         return;
     }
-    /* sorted ascending: keys negated, the first pick before all (-2), no weight after (1) */
+    /* sorted ascending: the first pick before all (-1; keys are >= 0), no weight after
+       every weighted item (NaN, even after an infinite key: r = 0) */
     for (size_t i = 0; i < n; i++) {
         double w = items[i].key;
-        if (i == first) items[i].key = -2;
-        else if (w > 0) items[i].key = -es_key(mg_unit_double(mg_splitmix64(&seed)), w);
-        else items[i].key = 1;
+        if (i == first) items[i].key = -1;
+        else if (w > 0) items[i].key = es_key(mg_unit_double(mg_splitmix64(&seed)), w);
+        else items[i].key = NAN;
     }
     mg_order_sort(items, n, tmp);
 }

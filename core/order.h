@@ -32,9 +32,10 @@ double mg_unit_double(uint64_t z);
  * order drawn:
  *   - the first is one draw with u in [0, 1): each item with a weight covers a stretch of
  *     [0, total) proportional to it, in position order (no weight at all: position 1);
- *   - the others follow by Efraimidis-Spirakis keys r^(1/w), largest first, equal keys by
- *     position, r drawn in position order from the splitmix64 stream seeded with seed (one
- *     per item with a weight, the first excepted);
+ *   - the others follow by Efraimidis-Spirakis keys r^(1/w), largest first (computed as
+ *     -log(r)/w, smallest first), equal keys by position, r drawn in position order from
+ *     the splitmix64 stream seeded with seed (one per item with a weight, the first
+ *     excepted);
  *   - items without a weight last, by position;
  *   - but when every item has the same weight (the keys would order like r), the others
  *     follow in a Fisher-Yates shuffle instead: in position order, then for i = n-1 down

@@ -227,8 +227,9 @@ end
 -- weighted_order(list, weights, u, seed, keys): a new list of list's entries in a weighted
 -- random order without replacement (weights nil: all 1; a weight <= 0 counts as none). The
 -- first is one weighted draw with u (exact shares); the others follow by Efraimidis-Spirakis
--- keys r^(1/w), largest first (a weighted order drawn all at once, n log n), r from the
--- splitmix64 stream seeded with `seed`, one per entry with a weight but the first; entries
+-- keys r^(1/w), largest first, computed as -log(r)/w, smallest first (a weighted order drawn
+-- all at once, n log n; a log costs half a pow), r from the splitmix64 stream seeded with
+-- `seed`, one per entry with a weight but the first; entries
 -- without a weight come last, in list order. With equal weights the keys would order like r:
 -- the others are shuffled instead (same distribution, no sort). With keys (numbers, one per
 -- entry of list; nil: none) the list is ordered by ascending keys first, entries with equal
@@ -248,16 +249,16 @@ local function draw_order(list, weights, u, seed)
     if equal and #list > 1 then
         return shuffle_after(list, first, seed)
     end
-    for i = 1, #list do -- sort_by sorts ascending: negated keys, the first before all
+    for i = 1, #list do -- sort_by sorts ascending: the first before all, no weight after all
         local w = keys[i]
         if i == first then
-            keys[i] = -2
+            keys[i] = -1
         elseif w > 0 then
             state, z = splitmix64(state)
             local r = (z >> 11) * 2.0 ^ -53
-            keys[i] = w == 1 and -r or -(r ^ (1 / w))
+            keys[i] = -log(r) / w
         else
-            keys[i] = 1
+            keys[i] = 0 / 0 -- NaN: after every number, an infinite key (r = 0) too
         end
     end
     return lua_sort_by(list, keys)

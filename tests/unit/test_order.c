@@ -120,7 +120,7 @@ static void test_weighted_equal_weights_shuffle(void)
 
 static void test_weighted_edges(void)
 {
-    int out[3];
+    int out[3], out4[4];
     const double none[] = {0, -1, NAN};
     weighted(none, 3, 0.7, 1, out); /* no weight at all: position order */
     CHECK(out[0] == 1 && out[1] == 2 && out[2] == 3);
@@ -128,6 +128,12 @@ static void test_weighted_edges(void)
     weighted(one, 1, 0.3, 1, out);
     CHECK_EQ_INT(out[0], 1);
     weighted(one, 0, 0.3, 1, out); /* nothing to order */
+    /* an item without a weight comes after every weighted one, whatever the draws */
+    const double mixed[] = {0, 1, 2, -3};
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        weighted(mixed, 4, (double)(seed % 10) / 10, seed, out4);
+        CHECK(out4[2] == 1 && out4[3] == 4);
+    }
     /* the same arguments give the same order */
     const double w[] = {1, 2, 3};
     int again[3];

@@ -593,7 +593,8 @@ static void spend_period(uint64_t now_ms, int32_t *day, int32_t *month, char *dn
 /* A new day or month starts its figure at zero. */
 static void level_roll(mg_auth_level_t *lv, uint64_t now_ms)
 {
-    int32_t day, month;
+    int32_t day = (int32_t)(now_ms / 86400000), month;
+    if (lv->day == day) return; /* the same day is the same month: no calendar work */
     spend_period(now_ms, &day, &month, NULL, NULL);
     if (lv->day != day) {
         lv->day = day;

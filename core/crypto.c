@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <string.h>
 
 static const char hexdig[] = "0123456789abcdef";
@@ -45,11 +46,27 @@ int mg_request_id(char *out)
     return 0;
 }
 
+/* SHA-256 runs for every authenticated request (the key's digest): the algorithm is
+ * fetched once and each thread keeps its digest context, which EVP_Digest() would look up
+ * and allocate on every call. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static _Thread_local EVP_MD_CTX *sha256_ctx;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void mg_sha256_hex(const void *data, size_t n, char *out)
 {
     unsigned char md[32];
     unsigned int mdlen = 0;
-    EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL);
+    pthread_once(&sha256_once, sha256_fetch);
+    if (!sha256_ctx) sha256_ctx = EVP_MD_CTX_new();
+    if (!sha256_md || !sha256_ctx || !EVP_DigestInit_ex2(sha256_ctx, sha256_md, NULL) ||
+        !EVP_DigestUpdate(sha256_ctx, data, n) || !EVP_DigestFinal_ex(sha256_ctx, md, &mdlen))
+        EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL); /* the plain way, always works */
     to_hex(md, 32, out);
 }
 

@@ -126,6 +126,27 @@ static void sha(const void *data, size_t n, char *out)
     mg_sha256_hex(data, n, out);
 }
 
+/* Each thread keeps its own digest context: digests in parallel stay right. */
+static void *sha_in_thread(void *arg)
+{
+    int *bad = arg;
+    char out[66];
+    for (int i = 0; i < 2000; i++) {
+        mg_sha256_hex("abc", 3, out);
+        *bad += strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") != 0;
+    }
+    return NULL;
+}
+
+static void test_sha256_threads(void)
+{
+    pthread_t t[4];
+    int bad[4] = {0};
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, sha_in_thread, &bad[i]) == 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(bad[i], 0);
+}
+
 static void test_sha256_vectors(void)
 {
     char out[66];
@@ -187,6 +208,7 @@ int main(void)
     MG_RUN(test_request_id_threads);
     MG_RUN(test_random_bytes);
     MG_RUN(test_sha256_vectors);
+    MG_RUN(test_sha256_threads);
     MG_RUN(test_const_time_eq);
     return mg_test_summary();
 }

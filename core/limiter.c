@@ -1,14 +1,16 @@
 /* limiter: per-provider RPM and TPM limits over a sliding 60 s window.
  *
- * RPM is a sliding log, exact: the ring keeps the times of the last `limit`
- * admissions, oldest first (mg_limiter_usage drops those that have left the window
- * early, all but the newest: nothing reads them). A new admission at t is allowed iff fewer than
- * `limit` of them lie in (t - 60000, t], that is iff the ring is not full or its
+ * RPM is a sliding log, exact: it keeps the times of the last `limit` admissions,
+ * oldest first (mg_limiter_usage drops those that have left the window early, all but
+ * the newest: nothing reads them). A new admission at t is allowed iff fewer than
+ * `limit` of them lie in (t - 60000, t], that is iff the log is not full or its
  * oldest entry is at least 60000 ms old. Any two admissions `limit` apart are then
  * >= 60000 ms apart, so no half-open window [a, a + 60000) ever holds more than
- * `limit` of them. The ring is sorted (times never go backwards: an earlier time
+ * `limit` of them. The log is sorted (times never go backwards: an earlier time
  * is taken as the newest time recorded), so "how many in the window" is a binary
- * search. Memory: 8 bytes per allowed request per minute.
+ * search. Admissions in the same millisecond share one entry (a run): memory is 16
+ * bytes per millisecond of the last minute that admitted something, at most 1 MiB
+ * however high the rate.
  *
  * TPM cannot be a log (a log per token is absurd, and a log of reservations
  * would need settle to find entries), so it is 61 one-second buckets with a
@@ -29,37 +31,69 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------------ */
-/* RPM ring                                                                   */
+/* RPM log                                                                    */
 
-/* The i-th recorded admission, 0 = oldest. Assumes i < count. head < limit and
- * i < count <= limit: the ring wraps once at most, no division needed (this runs in
- * the binary search of every "how many in the window"). */
+/* The log is a ring of runs: the admissions recorded at one millisecond share a run, so a
+ * window holds at most 60,001 runs however many requests it admitted (16 bytes each).
+ * The ring doubles from RPM_MIN_RUNS only when it is full of runs still in the window, so
+ * it never grows past 65,536 runs (1 MiB). Admissions are numbered in order; run j holds
+ * the admissions numbered [start_j, end_j), start_j being the end of the run before it
+ * (or `first`, the oldest admission kept, for the oldest run). */
+#define RPM_MIN_RUNS 16
+
+/* Run j, 0 = oldest. Assumes j < n_runs. */
+static mg_rpm_run_t *rpm_run(const mg_rpm_window_t *w, int j)
+{
+    int k = w->head + j;
+    return &w->runs[k < w->cap ? k : k - w->cap];
+}
+
+static uint64_t rpm_start(const mg_rpm_window_t *w, int j)
+{
+    return j == 0 ? w->first : rpm_run(w, j - 1)->end;
+}
+
+static int rpm_count(const mg_rpm_window_t *w)
+{
+    return (int)(w->next - w->first);
+}
+
+/* The time of the i-th recorded admission, 0 = oldest. Assumes i < count: a binary
+ * search for the run that holds it. */
 static uint64_t rpm_at(const mg_rpm_window_t *w, int i)
 {
-    int k = w->head + i;
-    return w->times[k < w->limit ? k : k - w->limit];
+    uint64_t seq = w->first + (uint64_t)i;
+    int lo = 0, hi = w->n_runs - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (rpm_run(w, mid)->end > seq)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return rpm_run(w, lo)->t;
 }
 
 /* now, or the newest recorded time if now is earlier (time never goes back). */
 static uint64_t rpm_now(const mg_rpm_window_t *w, uint64_t now_ms)
 {
-    if (w->count == 0) return now_ms;
-    uint64_t newest = rpm_at(w, w->count - 1);
+    if (w->n_runs == 0) return now_ms;
+    uint64_t newest = rpm_run(w, w->n_runs - 1)->t;
     return newest > now_ms ? newest : now_ms;
 }
 
 /* Index of the oldest admission still in (now - 60000, now]; count if none. */
 static int rpm_first_in_window(const mg_rpm_window_t *w, uint64_t now_ms)
 {
-    int lo = 0, hi = w->count;
+    int lo = 0, hi = w->n_runs;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rpm_at(w, mid) + MG_LIMIT_WINDOW_MS > now_ms)
+        if (rpm_run(w, mid)->t + MG_LIMIT_WINDOW_MS > now_ms)
             hi = mid;
         else
             lo = mid + 1;
     }
-    return lo;
+    return lo == w->n_runs ? rpm_count(w) : (int)(rpm_start(w, lo) - w->first);
 }
 
 /* The earliest time >= now at which fewer than `cap` admissions are in the
@@ -68,37 +102,72 @@ static uint64_t rpm_next_below(const mg_rpm_window_t *w, uint64_t now_ms, int ca
 {
     uint64_t now = rpm_now(w, now_ms);
     int first = rpm_first_in_window(w, now);
-    int used = w->count - first;
+    int used = rpm_count(w) - first;
     if (used < cap) return now;
     /* once the (used - cap + 1) oldest in-window entries have left, used < cap */
     return rpm_at(w, first + (used - cap)) + MG_LIMIT_WINDOW_MS;
 }
 
-/* Drop the admissions that have left the window at now_ms, all but the newest (which
- * rpm_now reads), and return how many are in the window: what mg_rpm_used says, without
- * its binary search over a ring that may hold a whole minute of traffic (cache misses
- * for every probe, for every route of every request). Amortised O(1): each admission
- * is dropped once, and the ring is walked in order. */
-static int rpm_expire(mg_rpm_window_t *w, uint64_t now_ms)
+static void rpm_drop_oldest_run(mg_rpm_window_t *w)
 {
-    if (w->count == 0) return 0;
-    uint64_t now = rpm_now(w, now_ms);
-    while (w->count > 1 && rpm_at(w, 0) + MG_LIMIT_WINDOW_MS <= now) {
-        w->head = w->head + 1 < w->limit ? w->head + 1 : 0;
-        w->count--;
-    }
-    return w->count - (rpm_at(w, 0) + MG_LIMIT_WINDOW_MS <= now);
+    w->first = rpm_run(w, 0)->end;
+    w->head = w->head + 1 < w->cap ? w->head + 1 : 0;
+    w->n_runs--;
 }
 
+/* Drop the runs that have left the window at now_ms, all but the newest (which rpm_now
+ * reads), and return how many admissions are in the window: what mg_rpm_used says,
+ * without its binary search. Amortised O(1): each run is dropped once. */
+static int rpm_expire(mg_rpm_window_t *w, uint64_t now_ms)
+{
+    if (w->n_runs == 0) return 0;
+    uint64_t now = rpm_now(w, now_ms);
+    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= now)
+        rpm_drop_oldest_run(w);
+    return rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= now ? 0 : rpm_count(w);
+}
+
+/* A ring of `cap` runs holding w's runs in order (oldest at 0); -1 when out of memory. */
+static int rpm_resize(mg_rpm_window_t *w, int cap)
+{
+    mg_rpm_run_t *runs = malloc((size_t)cap * sizeof(*runs));
+    if (!runs) return -1;
+    for (int j = 0; j < w->n_runs; j++)
+        runs[j] = *rpm_run(w, j);
+    free(w->runs);
+    w->runs = runs;
+    w->cap = cap;
+    w->head = 0;
+    return 0;
+}
+
+/* Room for one more run: runs that left the window go first (there are some once the
+ * ring holds more than 60,001), else the ring doubles. -1 when out of memory. */
+static int rpm_room(mg_rpm_window_t *w, uint64_t t)
+{
+    if (w->n_runs < w->cap) return 0;
+    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= t)
+        rpm_drop_oldest_run(w);
+    if (w->n_runs < w->cap) return 0;
+    int cap = w->cap ? 2 * w->cap : RPM_MIN_RUNS;
+    return rpm_resize(w, cap);
+}
+
+/* Record an admission at t (>= every recorded time). A full log (count == limit) gives up
+ * its oldest admission, which is outside every window from t on (the callers checked). */
 static void rpm_record(mg_rpm_window_t *w, uint64_t t)
 {
-    if (w->count < w->limit) {
-        w->times[(w->head + w->count) % w->limit] = t;
-        w->count++;
-    } else {
-        w->times[w->head] = t; /* the oldest is outside every window from t on */
-        w->head = (w->head + 1) % w->limit;
+    if (rpm_count(w) >= w->limit && w->n_runs > 0) {
+        w->first++;
+        if (w->first == rpm_run(w, 0)->end) rpm_drop_oldest_run(w);
     }
+    if (w->n_runs > 0 && rpm_run(w, w->n_runs - 1)->t == t) {
+        rpm_run(w, w->n_runs - 1)->end = ++w->next;
+        return;
+    }
+    if (rpm_room(w, t) != 0) return; /* out of memory: this admission goes unrecorded */
+    w->n_runs++;
+    *rpm_run(w, w->n_runs - 1) = (mg_rpm_run_t){.t = t, .end = ++w->next};
 }
 
 int mg_rpm_init(mg_rpm_window_t *w, int limit)
@@ -106,49 +175,57 @@ int mg_rpm_init(mg_rpm_window_t *w, int limit)
     memset(w, 0, sizeof(*w));
     w->emergency_ratio = 0.1;
     if (limit < 0) return -1;
-    if (limit == 0) return 0;
-    w->times = calloc((size_t)limit, sizeof(*w->times));
-    if (!w->times) return -1;
     w->limit = limit;
     return 0;
 }
 
 void mg_rpm_free(mg_rpm_window_t *w)
 {
-    free(w->times);
-    w->times = NULL;
-    w->limit = w->head = w->count = 0;
+    free(w->runs);
+    w->runs = NULL;
+    w->limit = w->cap = w->head = w->n_runs = 0;
+    w->first = w->next = 0;
 }
 
 int mg_rpm_set_limit(mg_rpm_window_t *w, int limit)
 {
     if (limit < 0) return -1;
     if (limit == w->limit) return 0;
-    uint64_t *times = NULL;
-    if (limit > 0) {
-        times = calloc((size_t)limit, sizeof(*times));
-        if (!times) return -1;
+    if (limit == 0 || w->limit == 0) { /* to or from unlimited: no history */
+        double ratio = w->emergency_ratio;
+        mg_rpm_free(w);
+        w->emergency_ratio = ratio;
+        w->limit = limit;
+        return 0;
     }
-    int keep = w->count < limit ? w->count : limit;
-    for (int i = 0; i < keep; i++)
-        times[i] = rpm_at(w, w->count - keep + i);
-    free(w->times);
-    w->times = times;
+    /* keep the newest min(count, limit) admissions */
+    if (rpm_count(w) > limit) {
+        w->first = w->next - (uint64_t)limit;
+        while (w->n_runs > 0 && rpm_run(w, 0)->end <= w->first) {
+            w->head = w->head + 1 < w->cap ? w->head + 1 : 0;
+            w->n_runs--;
+        }
+    }
     w->limit = limit;
-    w->head = 0;
-    w->count = keep;
     return 0;
+}
+
+/* Room in the ring for an admission at about now_ms, before deciding: an admission that
+ * could not be recorded must not be made. -1 when out of memory. */
+static int rpm_make_room(mg_rpm_window_t *w, uint64_t now_ms)
+{
+    return w->limit > 0 ? rpm_room(w, rpm_now(w, now_ms)) : 0;
 }
 
 int mg_rpm_can(const mg_rpm_window_t *w, uint64_t now_ms)
 {
-    if (w->limit == 0 || w->count < w->limit) return 1;
-    return rpm_at(w, 0) + MG_LIMIT_WINDOW_MS <= rpm_now(w, now_ms);
+    if (w->limit == 0 || rpm_count(w) < w->limit) return 1;
+    return rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= rpm_now(w, now_ms);
 }
 
 int mg_rpm_try(mg_rpm_window_t *w, uint64_t now_ms)
 {
-    if (!mg_rpm_can(w, now_ms)) return 0;
+    if (!mg_rpm_can(w, now_ms) || rpm_make_room(w, now_ms) != 0) return 0;
     if (w->limit > 0) rpm_record(w, rpm_now(w, now_ms));
     return 1;
 }
@@ -163,7 +240,7 @@ uint64_t mg_rpm_next_ms(const mg_rpm_window_t *w, uint64_t now_ms)
 int mg_rpm_used(const mg_rpm_window_t *w, uint64_t now_ms)
 {
     if (w->limit == 0) return 0;
-    return w->count - rpm_first_in_window(w, rpm_now(w, now_ms));
+    return rpm_count(w) - rpm_first_in_window(w, rpm_now(w, now_ms));
 }
 
 int mg_rpm_emergency_limit(const mg_rpm_window_t *w)
@@ -183,7 +260,8 @@ int mg_rpm_try_emergency(mg_rpm_window_t *w, uint64_t now_ms)
 {
     if (w->limit == 0) return 1;
     if (mg_rpm_used(w, now_ms) >= mg_rpm_emergency_limit(w)) return 0;
-    /* used < cap <= limit, so the ring's oldest entry (if full) is out of the window */
+    if (rpm_make_room(w, now_ms) != 0) return 0;
+    /* used < cap <= limit, so a full log's oldest admission is out of the window */
     rpm_record(w, rpm_now(w, now_ms));
     return 1;
 }
@@ -197,13 +275,17 @@ uint64_t mg_rpm_emergency_next_ms(const mg_rpm_window_t *w, uint64_t now_ms)
 
 void mg_rpm_undo(mg_rpm_window_t *w, uint64_t at_ms)
 {
-    int k = w->count - 1;
-    while (k >= 0 && rpm_at(w, k) != at_ms)
-        k--;
-    if (k < 0) return;
-    for (int i = k; i < w->count - 1; i++)
-        w->times[(w->head + i) % w->limit] = rpm_at(w, i + 1);
-    w->count--;
+    int j = w->n_runs - 1;
+    while (j >= 0 && rpm_run(w, j)->t > at_ms)
+        j--;
+    if (j < 0 || rpm_run(w, j)->t != at_ms) return;
+    for (int k = j; k < w->n_runs; k++) /* one admission fewer from run j on */
+        rpm_run(w, k)->end--;
+    w->next--;
+    if (rpm_run(w, j)->end > rpm_start(w, j)) return;
+    for (int k = j; k < w->n_runs - 1; k++) /* run j is empty: close the gap */
+        *rpm_run(w, k) = *rpm_run(w, k + 1);
+    w->n_runs--;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -369,6 +451,7 @@ int mg_limiter_reserve(mg_limiter_t *l, uint64_t now_ms, int64_t tokens, mg_limi
     memset(r, 0, sizeof(*r));
     if (!mg_rpm_can(&l->rpm, now_ms)) return MG_LIMIT_RPM;
     if (!mg_tpm_can(&l->tpm, now_ms, tokens)) return MG_LIMIT_TPM;
+    if (rpm_make_room(&l->rpm, now_ms) != 0) return MG_LIMIT_RPM; /* out of memory */
     limiter_commit(l, now_ms, tokens, r);
     return MG_LIMIT_OK;
 }
@@ -384,7 +467,8 @@ int mg_limiter_reserve_emergency(mg_limiter_t *l, uint64_t now_ms, int64_t token
         if (!mg_rpm_can(&l->emergency, now_ms)) return MG_LIMIT_RPM;
     }
     if (!mg_tpm_can(&l->tpm, now_ms, tokens)) return MG_LIMIT_TPM;
-    if (l->rpm.limit > 0) mg_rpm_try(&l->emergency, now_ms);
+    if (rpm_make_room(&l->rpm, now_ms) != 0) return MG_LIMIT_RPM; /* out of memory */
+    if (l->rpm.limit > 0 && !mg_rpm_try(&l->emergency, now_ms)) return MG_LIMIT_RPM;
     limiter_commit(l, now_ms, tokens, r);
     return MG_LIMIT_OK;
 }

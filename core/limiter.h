@@ -30,18 +30,26 @@
 /* ------------------------------------------------------------------------ */
 /* RPM: exact sliding log                                                     */
 
+/* The admissions recorded at one millisecond. */
+typedef struct mg_rpm_run_s {
+    uint64_t t;   /* ms */
+    uint64_t end; /* number of the admission after this run's last (numbers only grow) */
+} mg_rpm_run_t;
+
 typedef struct mg_rpm_window_s {
-    uint64_t *times; /* owned ring of the last `limit` admission times (ms), oldest at head */
-    int limit;       /* admissions allowed per 60 s; 0 = unlimited (no ring) */
-    int head;        /* index of the oldest recorded admission */
-    int count;       /* admissions recorded, 0..limit */
+    mg_rpm_run_t *runs; /* owned ring of cap runs, oldest at head; grows as needed */
+    int cap, head, n_runs;
+    uint64_t first;     /* number of the oldest admission kept */
+    uint64_t next;      /* number the next admission gets: next - first are kept, <= limit */
+    int limit;          /* admissions allowed per 60 s; 0 = unlimited (no log) */
     double emergency_ratio; /* share of limit for emergency admissions (default 0.1) */
 } mg_rpm_window_t;
 
-/* Initialise w for `limit` requests per 60 s (0 = unlimited). Allocates a ring
- * of `limit` timestamps (8 bytes each), freed by mg_rpm_free().
- * Returns 0, or -1 (limit < 0, or out of memory; w is then empty and unlimited
- * and mg_rpm_free() is still safe). */
+/* Initialise w for `limit` requests per 60 s (0 = unlimited). The log grows with the
+ * traffic (16 bytes per millisecond that admitted something in the last minute, at most
+ * 1 MiB) and is freed by mg_rpm_free(). Returns 0, or -1 (limit < 0; w is then
+ * empty and unlimited and mg_rpm_free() is still safe). An admission the log has no
+ * memory to record is refused. */
 int mg_rpm_init(mg_rpm_window_t *w, int limit);
 
 /* Release the ring. w may be re-initialised afterwards. Safe on a zeroed w. */
@@ -50,7 +58,7 @@ void mg_rpm_free(mg_rpm_window_t *w);
 /* Change the limit, keeping history: the most recent min(count, new limit)
  * admissions are kept, which is all an exact decision at the new limit needs.
  * Going to 0 (unlimited) drops the history; going from 0 starts empty.
- * Returns 0, or -1 (limit < 0 or out of memory; w unchanged). */
+ * Returns 0, or -1 (limit < 0; w unchanged). */
 int mg_rpm_set_limit(mg_rpm_window_t *w, int limit);
 
 /* Whether an admission at now_ms would be allowed (no change to w). Always 1

@@ -183,6 +183,35 @@ static void test_rpm_time_never_goes_back(void)
     mg_rpm_free(&w);
 }
 
+/* The log keeps one run per millisecond: a high rate costs no more memory than a
+ * millisecond's worth, and a minute of distinct milliseconds at most 65,536 runs. */
+static void test_rpm_memory_bounded(void)
+{
+    mg_rpm_window_t w;
+    mg_rpm_init(&w, 5000000);
+    for (int i = 0; i < 200000; i++)
+        CHECK(mg_rpm_try(&w, T0 + (uint64_t)(i / 20000))); /* 20,000 per ms for 10 ms */
+    CHECK_EQ_INT(w.n_runs, 10);
+    CHECK_EQ_INT(mg_rpm_used(&w, T0 + 9), 200000);
+    CHECK(w.cap <= 16);
+    for (int i = 0; i < 150000; i++) mg_rpm_try(&w, T0 + 10 + (uint64_t)i); /* 1 per ms */
+    CHECK(w.n_runs <= 65536);
+    CHECK(w.cap <= 65536);
+    CHECK_EQ_INT(mg_rpm_used(&w, T0 + 10 + 149999), 60000);
+    mg_rpm_free(&w);
+    /* undo in a run of several, in the middle of the log, then of a whole run */
+    mg_rpm_init(&w, 10);
+    for (int i = 0; i < 3; i++) mg_rpm_try(&w, T0);
+    for (int i = 0; i < 2; i++) mg_rpm_try(&w, T0 + 5);
+    mg_rpm_try(&w, T0 + 9);
+    mg_rpm_undo(&w, T0 + 5);
+    CHECK_EQ_INT(mg_rpm_used(&w, T0 + 9), 5);
+    mg_rpm_undo(&w, T0 + 5);
+    CHECK_EQ_INT(w.n_runs, 2);
+    CHECK_EQ_INT(mg_rpm_used(&w, T0 + 60004), 1); /* T0's three have left, T0+9 is in */
+    mg_rpm_free(&w);
+}
+
 /* How many of the n admitted times lie in (t - 60000, t]. */
 static int brute_used(const uint64_t *adm, int n, uint64_t t)
 {
@@ -524,6 +553,7 @@ int main(void)
     MG_RUN(test_rpm_set_limit_keeps_history);
     MG_RUN(test_rpm_undo);
     MG_RUN(test_rpm_time_never_goes_back);
+    MG_RUN(test_rpm_memory_bounded);
     MG_RUN(test_rpm_brute_force_random);
     MG_RUN(test_tpm_reserve_and_settle);
     MG_RUN(test_tpm_window_expiry_precision);

@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "json.h"
 #include "log.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -310,14 +311,10 @@ static void head_str(head_buf_t *h, const char *s)
 
 static void head_num(head_buf_t *h, long long v)
 {
-    char tmp[24], *p = tmp + sizeof(tmp);
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--p = '-';
-    head_put(h, p, (size_t)(tmp + sizeof(tmp) - p));
+    char tmp[MG_INT_DIGITS_MAX];
+    size_t n;
+    const char *p = mg_int_digits(v, tmp, &n);
+    head_put(h, p, n);
 }
 
 /* The same head as format_head_printf(), piece by piece: snprintf cost a proxied request

@@ -45,16 +45,25 @@ void mg_buf_free(mg_buf_t *b)
     b->len = b->cap = 0;
 }
 
-int mg_buf_append_int(mg_buf_t *b, long long v)
+const char *mg_int_digits(long long v, char tmp[MG_INT_DIGITS_MAX], size_t *len)
 {
-    char tmp[24], *p = tmp + sizeof(tmp);
+    char *end = tmp + MG_INT_DIGITS_MAX, *p = end;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
     do {
         *--p = (char)('0' + u % 10);
         u /= 10;
     } while (u);
     if (v < 0) *--p = '-';
-    return mg_buf_append(b, p, (size_t)(tmp + sizeof(tmp) - p));
+    *len = (size_t)(end - p);
+    return p;
+}
+
+int mg_buf_append_int(mg_buf_t *b, long long v)
+{
+    char tmp[MG_INT_DIGITS_MAX];
+    size_t n;
+    const char *p = mg_int_digits(v, tmp, &n);
+    return mg_buf_append(b, p, n);
 }
 
 int mg_json_print_number(double d, mg_buf_t *out)

@@ -18,7 +18,12 @@ typedef struct mg_buf_s {
 /* Append n bytes; 0 or -1 when out of memory (the buffer is unchanged then). */
 int mg_buf_append(mg_buf_t *b, const void *data, size_t n);
 int mg_buf_append_str(mg_buf_t *b, const char *s);
-/* The decimal digits of v (what printf's %lld writes). */
+/* The decimal digits of v (what printf's %lld writes), written backwards into the end of
+ * tmp (room for any long long and its sign); returns where they start, their length in
+ * *len. No printf, no locale. */
+#define MG_INT_DIGITS_MAX 24
+const char *mg_int_digits(long long v, char tmp[MG_INT_DIGITS_MAX], size_t *len);
+/* Append those digits. */
 int mg_buf_append_int(mg_buf_t *b, long long v);
 /* Make room for n more bytes now (one allocation instead of several doublings). */
 int mg_buf_reserve(mg_buf_t *b, size_t n);

@@ -1200,10 +1200,12 @@ static void show_span_column(lua_State *L, const route_span_t *sp, int col, int 
 }
 
 /* Copy the column's field of the table on top of the stack, the span's i-th, into the
- * column's list (at values): a number, or false. Returns 1 when it is a number. */
-static int copy_span_value(lua_State *L, int col, int values, size_t i)
+ * column's Lua list (at values) and its C copy: a number, or false (NaN). Returns 1 when
+ * it is a number. */
+static int copy_span_value(lua_State *L, span_column_t *cl, int col, int values, size_t i)
 {
     int number = lua_getfield(L, -1, column_names[col].field) == LUA_TNUMBER;
+    cl->values[i] = number ? lua_tonumber(L, -1) : NAN;
     if (!number) {
         lua_pop(L, 1);
         lua_pushboolean(L, 0);
@@ -1224,10 +1226,7 @@ static void span_values_changed(lua_State *L, route_span_t *sp, size_t i, unsign
         int was = lua_rawgeti(L, values, (lua_Integer)i + 1) == LUA_TNUMBER;
         lua_pop(L, 1);
         lua_pushvalue(L, values - 1); /* the table */
-        int now = copy_span_value(L, col, values, i);
-        lua_pop(L, 1);
-        lua_rawgeti(L, values, (lua_Integer)i + 1);
-        cl->values[i] = now ? lua_tonumber(L, -1) : NAN;
+        int now = copy_span_value(L, cl, col, values, i);
         lua_pop(L, 2);
         size_t before = cl->missing;
         cl->missing = cl->missing + (size_t)was - (size_t)now;
@@ -1401,12 +1400,8 @@ static void keep_span_columns(lua_State *L, const mg_gen_t *g, route_span_t *sp)
         cl->missing = 0;
         for (size_t i = 0; i < sp->n; i++) {
             lua_rawgeti(L, list, (lua_Integer)i + 1);
-            int number = copy_span_value(L, col, list + 1, i);
+            cl->missing += !copy_span_value(L, cl, col, list + 1, i);
             lua_pop(L, 1);
-            lua_rawgeti(L, list + 1, (lua_Integer)i + 1);
-            cl->values[i] = number ? lua_tonumber(L, -1) : NAN;
-            lua_pop(L, 1);
-            cl->missing += !number;
         }
         cl->table = lua_topointer(L, -1);
         cl->ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -265,6 +265,15 @@ static mg_gen_t *load_routing(const char *src)
     return g;
 }
 
+/* The end of a test that loaded: nothing left on the Lua stack, the generation and the tree
+ * gone. */
+static void unload_routing(mg_gen_t *g)
+{
+    CHECK_EQ_INT(lua_gettop(g->L), 0);
+    mg_gen_unref(g);
+    tree_remove();
+}
+
 /* ---- loading --------------------------------------------------------------------------- */
 
 static void test_load_success(void)
@@ -825,9 +834,7 @@ static void test_route_custom_policy(void)
     CHECK_EQ_INT(route_order(g, rr, c, 1, small, err, sizeof(err)), 1);
     CHECK_EQ_INT(small[0], 0);
     mg_gen_unref_value(g, rr);
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* ---- candidate tables kept across calls -------------------------------------------------- */
@@ -961,12 +968,23 @@ static void test_route_kept_candidates(void)
     CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
     CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
     lua_expect(g, "local n = #lists return tostring(lists[n][1] ~= lists[n - 1][1])", "true");
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* ---- rule 8's keys kept by the core ------------------------------------------------------ */
+
+/* The end of a test policy: route() keeps every candidates list it gets (lists[n], calls =
+ * n) and returns the candidates in order. */
+#define RECORDING_ROUTE                                                                          \
+    "function M.route(req, c)\n"                                                                 \
+    "  calls = (calls or 0) + 1\n"                                                               \
+    "  lists = lists or {}\n"                                                                    \
+    "  lists[calls] = c\n"                                                                       \
+    "  local p = {}\n"                                                                           \
+    "  for i = 1, #c do p[i] = c[i] end\n"                                                       \
+    "  return p\n"                                                                               \
+    "end\n"                                                                                      \
+    "return M\n"
 
 /* clang-format off */
 static const char *keyed_routing =
@@ -977,15 +995,7 @@ static const char *keyed_routing =
     "  if n < 5 then return nil end\n"
     "  return (ttft or 0) - rate * 1000\n"
     "end\n"
-    "function M.route(req, c)\n"
-    "  calls = (calls or 0) + 1\n"
-    "  lists = lists or {}\n"
-    "  lists[calls] = c\n"
-    "  local p = {}\n"
-    "  for i = 1, #c do p[i] = c[i] end\n"
-    "  return p\n"
-    "end\n"
-    "return M\n";
+    RECORDING_ROUTE;
 /* clang-format on */
 
 /* c.adaptive_key and candidates.adaptive_keys of the last call, as "k1 k2 k3 | list". */
@@ -1050,9 +1060,7 @@ static void test_route_adaptive_keys_kept(void)
     set_samples(&c[2], 10, 0.5, 100);
     CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
     lua_expect(g, last_keys, "false false -400 | nil");
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* ---- rule 7's shares kept by the core ------------------------------------------------------ */
@@ -1065,14 +1073,7 @@ static const char *shared_routing =
     "  if c.headroom == 0.25 then error('share exploded') end\n"
     "  return c.weight * c.headroom\n"
     "end\n"
-    "function M.route(req, c)\n"
-    "  lists = lists or {}\n"
-    "  lists[#lists + 1] = c\n"
-    "  local p = {}\n"
-    "  for i = 1, #c do p[i] = c[i] end\n"
-    "  return p\n"
-    "end\n"
-    "return M\n";
+    RECORDING_ROUTE;
 
 /* c.share and candidates.shares of the last call, then all_usable: "s1 s2 s3 | list | u". */
 static const char *last_shares =
@@ -1131,9 +1132,7 @@ static void test_route_shares_kept(void)
     c[2].headroom = 0.5;
     CHECK_EQ_INT(route_cands(g, "m", c, 3, order, NULL, NULL), 3);
     lua_expect(g, "local l = lists[#lists] return string.format('%g', l[3].share)", "1.25");
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* The default policy over the core's kept tables (keys and shares kept by the core, the
@@ -1265,9 +1264,7 @@ static void test_route_kept_keys_twin(void)
     lua_expect(g, "return tostring(mismatch)", "nil");
     lua_expect(g, "return tostring(calls == 600 and keyed > 50 and shared > 50 and usable > 50)",
                "true");
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* policies/routing.lua orders with moongate.sort_by / weighted_order in the gateway and with
@@ -1501,9 +1498,7 @@ static void test_encode_memo(void)
         }
         mg_gen_unref_value(g, rr);
     }
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 static void test_encode_ollama(void)
@@ -1616,9 +1611,7 @@ static void test_encode_rejects_bad_results(void)
     CHECK(e.body != NULL);
     mg_encoded_free(&e);
     mg_gen_unref_value(g, rr);
-    CHECK_EQ_INT(lua_gettop(g->L), 0);
-    mg_gen_unref(g);
-    tree_remove();
+    unload_routing(g);
 }
 
 /* ---- decode ---------------------------------------------------------------------------- */

@@ -414,9 +414,10 @@ static int l_sort_by(lua_State *L)
     return 1;
 }
 
-/* moongate.weighted_order(list, weights, u, seed[, keys]): a new list of list's values in a
- * weighted random order without replacement; weights nil = all 1; with keys, by ascending
- * keys[i] first, the weighted order among equal keys (see order.h). */
+/* moongate.weighted_order(list, weights, u, seed[, keys[, limit]]): a new list of list's
+ * values in a weighted random order without replacement; weights nil = all 1; with keys, by
+ * ascending keys[i] first, the weighted order among equal keys; with limit, only the first
+ * `limit` values of that order (see order.h). */
 static int l_weighted_order(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -426,11 +427,19 @@ static int l_weighted_order(lua_State *L)
     uint64_t seed = (uint64_t)luaL_checkinteger(L, 4);
     int keyed = !lua_isnoneornil(L, 5);
     if (keyed) luaL_checktype(L, 5, LUA_TTABLE);
+    lua_Integer limit = luaL_optinteger(L, 6, -1);
+    if (limit < -1 || (limit == -1 && !lua_isnoneornil(L, 6)))
+        luaL_argerror(L, 6, "a limit is 0 or more");
     size_t n = lua_rawlen(L, 1);
     mg_order_item_t *items = read_order_keys(L, weighted ? 2 : 0, n, "weighted_order");
-    if (keyed) read_keys_into(L, 5, n, "weighted_order", items + 2 * n);
-    mg_order_weighted(items, n, u, seed, items + n);
-    if (keyed) mg_order_then_by(items, n, items + 2 * n, items + n);
+    mg_order_item_t *keys = keyed ? items + 2 * n : NULL;
+    if (keyed) read_keys_into(L, 5, n, "weighted_order", keys);
+    if (limit >= 0 && (size_t)limit < n) {
+        n = mg_order_weighted_first(items, n, (size_t)limit, u, seed, keys, items + n);
+    } else {
+        mg_order_weighted(items, n, u, seed, items + n);
+        if (keyed) mg_order_then_by(items, n, keys, items + n);
+    }
     push_in_order(L, 1, items, n);
     return 1;
 }
@@ -531,6 +540,12 @@ static void set_int(lua_State *L, const char *k, long long v)
 static void set_num(lua_State *L, const char *k, double v)
 {
     lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_nil(lua_State *L, const char *k)
+{
+    lua_pushnil(L);
     lua_setfield(L, -2, k);
 }
 
@@ -1579,6 +1594,8 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
     push_field(L, g->routing_ref, "route");
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     set_int(L, "attempt", attempt);
+    if (plan->limit > 0) set_int(L, "plan_limit", plan->limit);
+    else set_nil(L, "plan_limit");
     lua_pushvalue(L, list);
     if (g->cache) g->cache->call_span = sp;
     int failed = pcall(L, 2, 1, err, errlen) != 0;

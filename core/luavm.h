@@ -119,9 +119,12 @@ typedef struct mg_plan_s {
     mg_plan_entry_t *entries; /* caller's array with room for n candidates */
     int n;                    /* entries to try, in order */
     int wait_ms;              /* > 0: nothing now, ask again after this long */
+    int limit;                /* in: the most entries the caller can use (0: no limit);
+                                 route() sees it as req.plan_limit */
 } mg_plan_t;
 
-/* Call routing.route(req, candidates) with req.attempt = attempt. Fills plan (entries
+/* Call routing.route(req, candidates) with req.attempt = attempt and req.plan_limit =
+ * plan->limit (nil for 0). Fills plan (entries
  * unique, indexes in range). Returns 0, or -1 with err set.
  * A route of the generation's config keeps one candidate table for the generation's life:
  * each call rewrites only the fields whose facts changed, and clears the degraded and

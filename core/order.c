@@ -117,8 +117,11 @@ static void shuffle_after(mg_order_item_t *items, size_t n, size_t first, uint64
     }
 }
 
-void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
-                       mg_order_item_t *tmp)
+/* The weighted order's keys: items[i].key becomes the item's place-deciding key, the order
+ * being ascending (key, pos), NaN last. Returns 1 when the items are in that order already
+ * (equal weights: shuffled, each key its place in the sequence), 0 when they still need
+ * sorting by their keys. */
+static int weighted_keys(mg_order_item_t *items, size_t n, double u, uint64_t seed)
 {
     double total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -129,17 +132,63 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
     if (n > 1 && equal_weights(items, n)) {
         /* equal weights: the keys order like r, a uniformly random order, without the sort */
         shuffle_after(items, n, first, seed);
-        return;
+        for (size_t i = 0; i < n; i++) items[i].key = (double)i;
+        return 1;
     }
-    /* sorted ascending: the first pick before all (-1; keys are >= 0), no weight after
-       every weighted item (NaN, even after an infinite key: r = 0) */
+    /* ascending: the first pick before all (-1; keys are >= 0), no weight after every
+       weighted item (NaN, even after an infinite key: r = 0) */
     for (size_t i = 0; i < n; i++) {
         double w = items[i].key;
         if (i == first) items[i].key = -1;
         else if (w > 0) items[i].key = es_key(mg_unit_double(mg_splitmix64(&seed)), w);
         else items[i].key = NAN;
     }
-    mg_order_sort(items, n, tmp);
+    return 0;
+}
+
+void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
+                       mg_order_item_t *tmp)
+{
+    if (!weighted_keys(items, n, u, seed)) mg_order_sort(items, n, tmp);
+}
+
+/* a < b, NaN after every number; two NaN are equal (neither is less). */
+static inline int less_nan_last(double a, double b)
+{
+    return isnan(a) ? 0 : isnan(b) ? 1 : a < b;
+}
+
+/* a before b in the order of mg_order_weighted_first: by the keys of their positions first
+ * (none: all equal), then by their weighted-order keys, then by position. */
+static inline int first_before(const mg_order_item_t *a, const mg_order_item_t *b,
+                               const mg_order_item_t *keys)
+{
+    if (keys) {
+        double ka = keys[a->pos - 1].key, kb = keys[b->pos - 1].key;
+        if (less_nan_last(ka, kb)) return 1;
+        if (less_nan_last(kb, ka)) return 0;
+    }
+    if (less_nan_last(a->key, b->key)) return 1;
+    if (less_nan_last(b->key, a->key)) return 0;
+    return a->pos < b->pos;
+}
+
+size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
+                               uint64_t seed, const mg_order_item_t *keys,
+                               mg_order_item_t *tmp)
+{
+    weighted_keys(items, n, u, seed);
+    if (k > n) k = n;
+    /* the k first kept sorted in tmp: one comparison for most items, n * k at worst */
+    size_t m = 0;
+    for (size_t i = 0; i < n && k > 0; i++) {
+        if (m == k && !first_before(&items[i], &tmp[m - 1], keys)) continue;
+        size_t j = m < k ? m++ : k - 1;
+        for (; j > 0 && first_before(&items[i], &tmp[j - 1], keys); j--) tmp[j] = tmp[j - 1];
+        tmp[j] = items[i];
+    }
+    memcpy(items, tmp, m * sizeof(*items));
+    return m;
 }
 
 /* Same key: numbers equal, or both NaN (NaN keys are alike: they keep sequence order). */

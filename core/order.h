@@ -45,6 +45,16 @@ double mg_unit_double(uint64_t z);
 void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
                        mg_order_item_t *tmp);
 
+/* The first k items (k >= n: all) of the order mg_order_weighted draws with the same u
+ * and seed, or, with keys (NULL: none; as mg_order_then_by's, but not overwritten), of that
+ * order then ordered by keys: the same items in the same places as those calls give, for
+ * the cost of the keys and a selection of k rather than a sort of n. The plan of a
+ * request needs no more entries than it can try. Returns min(k, n): the items now in
+ * items. tmp has room for n items. */
+size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
+                               uint64_t seed, const mg_order_item_t *keys,
+                               mg_order_item_t *tmp);
+
 /* Order the sequence items (as mg_order_weighted drew it, say) by ascending key first:
  * keys[j].key is the key of the item at position j + 1 (keys[j].pos is not read), NaN
  * after every number, and items with equal keys (NaN ones too) keep their order in the

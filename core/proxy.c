@@ -2017,11 +2017,24 @@ static void describe_route(mg_candidate_t *cd, const mg_provider_conf_t *p,
     cd->load_kv_cache = ps->load.kv_cache;
 }
 
+/* Whether try_next would pass over the candidate without an attempt: its route was tried
+ * in this request already, or its provider's rate limit refuses this request now. */
+static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
+{
+    if (c->tried[route]) return 1;
+    if (cd->rpm_limit > 0 && cd->rpm_used >= cd->rpm_limit) return 1;
+    int64_t tokens = c->est_tokens > 0 ? c->est_tokens : 0;
+    return cd->tpm_limit > 0 && tokens > cd->tpm_limit - cd->tpm_used;
+}
+
 /* Fresh facts about every route of the model, for the routing policy. A route's provider
- * and its state are found by index (the route's provider_hint), not by searching. */
-static void fill_candidates(call_t *c, uint64_t now)
+ * and its state are found by index (the route's provider_hint), not by searching. Returns
+ * the most plan entries try_next can use now: an attempt for each one left, and one more
+ * for each candidate it would pass over (0: as many as there are candidates). */
+static int fill_candidates(call_t *c, uint64_t now)
 {
     const mg_config_t *cfg = c->gen->cfg;
+    int usable = cfg->max_retries - c->attempts;
     c->n_cands = 0;
     for (int i = 0; i < (int)c->model->n_routes; i++) {
         const mg_route_conf_t *r = &c->model->routes[i];
@@ -2032,9 +2045,12 @@ static void fill_candidates(call_t *c, uint64_t now)
         mg_provider_state_t *ps = p ? provider_state(c, p) : NULL;
         if (!ps) continue;
         mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, r);
-        c->cand_route[c->n_cands] = i;
-        describe_route(&c->cands[c->n_cands++], p, r, ps, rs, now);
+        mg_candidate_t *cd = &c->cands[c->n_cands];
+        c->cand_route[c->n_cands++] = i;
+        describe_route(cd, p, r, ps, rs, now);
+        usable += passed_over(c, cd, i);
     }
+    return usable > 0 && usable < c->n_cands ? usable : 0;
 }
 
 /* The shortest time until a cooling candidate recovers, for Retry-After. */
@@ -2059,8 +2075,7 @@ static void plan_and_dispatch(call_t *c)
 {
     uint64_t now = uv_now(c->srv->loop);
     char err[512];
-    fill_candidates(c, now);
-    mg_plan_t plan = {c->plan, 0, 0};
+    mg_plan_t plan = {c->plan, 0, 0, fill_candidates(c, now)};
     c->route_calls++;
     if (mg_gen_route(c->gen, c->req_ref, c->route_calls, c->cands, c->n_cands, &plan, err,
                      sizeof(err)) != 0) {

@@ -12,7 +12,9 @@
 --               pool (X-Sidecar-Pool: "main" | "fallback" | nil, the pool to start from),
 --               pin (a provider id the client insisted on, or nil), local_only,
 --               allow_smaller_model, allow_cloud, local_first, attempt,
---               random (a number in [0,1) drawn by the core for this request)
+--               random (a number in [0,1) drawn by the core for this request),
+--               plan_limit (the most plan entries the core can use in this call, or nil:
+--               entries past it are never tried, so the plan may stop there)
 --   candidates  one table per route of the model in config/moongate.yaml, in index order:
 --               index, provider, model, pool, local (write c["local"]), smaller, priority,
 --               weight, available (enabled, not "down", the provider's and the route's
@@ -233,7 +235,8 @@ end
 -- without a weight come last, in list order. With equal weights the keys would order like r:
 -- the others are shuffled instead (same distribution, no sort). With keys (numbers, one per
 -- entry of list; nil: none) the list is ordered by ascending keys first, entries with equal
--- keys in that weighted order: sort_by of the weighted order, in one call.
+-- keys in that weighted order: sort_by of the weighted order, in one call. With limit, only
+-- the first `limit` entries (the core then selects them instead of sorting all).
 local function draw_order(list, weights, u, seed)
     local keys, total, equal = {}, 0, true
     for i = 1, #list do
@@ -264,7 +267,7 @@ local function draw_order(list, weights, u, seed)
     return lua_sort_by(list, keys)
 end
 
-local function lua_weighted_order(list, weights, u, seed, keys)
+local function keyed_order(list, weights, u, seed, keys)
     if not keys then
         return draw_order(list, weights, u, seed)
     end
@@ -278,6 +281,15 @@ local function lua_weighted_order(list, weights, u, seed, keys)
     end
     for i, p in ipairs(lua_sort_by(pos, by)) do
         out[i] = list[p]
+    end
+    return out
+end
+
+-- With limit (nil: all), only the first `limit` entries of that order.
+local function lua_weighted_order(list, weights, u, seed, keys, limit)
+    local out = keyed_order(list, weights, u, seed, keys)
+    for i = #out, (limit or #out) + 1, -1 do
+        out[i] = nil
     end
     return out
 end
@@ -755,8 +767,18 @@ local function groups_of(req, list)
     return groups
 end
 
+-- cut(plan, limit): the plan without its entries past `limit` (req.plan_limit: the core
+-- never reaches them). plan is a new list, never the core's.
+local function cut(plan, limit)
+    for i = #plan, limit + 1, -1 do
+        plan[i] = nil
+    end
+    return plan
+end
+
 -- order(req, list, facts): rules 5-8 applied to `list`, the usable routes scan found (facts);
--- returns a new list (the plan: never `list`, which may be the core's candidates list).
+-- returns a new list (the plan: never `list`, which may be the core's candidates list), at
+-- most req.plan_limit long.
 local function order(req, list, facts)
     if #list <= 1 then
         return { list[1] }
@@ -768,15 +790,18 @@ local function order(req, list, facts)
         -- numbers of new_rng(req)'s stream, drawn without making the stream
         local _, seed = splitmix64(floor(r * 2 ^ 53))
         return weighted_order(list, shares_of(list, facts), stretch(r), seed,
-                              not explore and adaptive_keys(list) or nil)
+                              not explore and adaptive_keys(list) or nil, req.plan_limit)
     end
-    local rng = new_rng(req)
+    local rng, limit = new_rng(req), req.plan_limit or #list
     if facts.one_group then
-        return order_group(list, rng, explore, facts)
+        return cut(order_group(list, rng, explore, facts), limit)
     end
     local out, n = {}, 0
     for _, group in ipairs(groups_of(req, list)) do
         for _, c in ipairs(order_group(group, rng, explore)) do
+            if n == limit then
+                return out
+            end
             n = n + 1
             out[n] = c
         end

@@ -503,6 +503,36 @@ describe('RPM limit under a concurrent burst', { timeout: 20000 }, () => {
     });
 });
 
+describe('the plan reaches past providers the rate limits refuse (req.plan_limit)', { timeout: 20000 }, () => {
+    // 16 providers whose tpm_limit fits one request in flight, and no rpm_limit: every route
+    // keeps a headroom of 1, so the weighted order cannot put the refused ones last. The plan
+    // must be long enough to get past every provider the core would pass over: cut at 3
+    // entries (max_retries) instead, the last requests would draw only full providers most of
+    // the time (the 16th: 455 plans in 560) and wait for a token past the queue timeout.
+    const N = 16;
+    let sc;
+    before(async () => {
+        const ids = Array.from({ length: N }, (_, i) => `tpm-${i}`);
+        sc = await scenario((m) => ({
+            providers: ids.map((id) => mainProvider(m, id, { tpm_limit: 1000 })),
+            models: { tpm: { routes: ids.map((id, i) => ({ provider: id, model: `up-tpm-${i}` })) } },
+            routing: { queue_timeout_ms: 1000 },
+        }));
+        for (let i = 0; i < N; i++) await sc.script(`up-tpm-${i}`, { delay_first_byte_ms: 400 });
+    });
+    after(() => sc?.close());
+
+    test('16 concurrent requests, each reserving most of a provider\'s TPM: all 16 served, one per provider', async () => {
+        // ~900 tokens reserved each (max_tokens + the prompt's estimate): a second one on the
+        // same provider would exceed its 1,000 while the first is in flight
+        const rs = await withTimeout(Promise.all(Array.from({ length: N }, () => sc.chat('tpm', { max_tokens: 900 }))),
+            8000, `${N} concurrent requests`);
+        assert.deepEqual(rs.map((r) => r.status), Array(N).fill(200),
+            rs.map((r) => `${r.status} ${r.text?.slice(0, 120)}`).join(' | '));
+        for (let i = 0; i < N; i++) assert.equal(await sc.count(`up-tpm-${i}`), 1, `provider tpm-${i} served one`);
+    });
+});
+
 // ---------------------------------------------------------------------------
 // (7) pinning never falls back
 // ---------------------------------------------------------------------------

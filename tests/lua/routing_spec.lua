@@ -232,6 +232,41 @@ describe("policies/routing.lua", function()
         end)
     end)
 
+    describe("req.plan_limit", function()
+        local function five(extra_of)
+            local list = {}
+            for i, p in ipairs({ "a", "b", "c", "d", "e" }) do
+                list[i] = cand(i, p, extra_of and extra_of(i) or nil)
+            end
+            return list
+        end
+        local function first_of(plan, n)
+            local out = {}
+            for i = 1, n do
+                out[i] = plan[i].provider
+            end
+            return out
+        end
+
+        it("stops the plan there: the first entries of the plan without it", function()
+            for _, build in ipairs({
+                function() return five(function(i) return { weight = i } end) end, -- one main group
+                function() return five(function(i) return { priority = i % 2 } end) end, -- two groups
+                function() return five(function(i) return { pool = "fallback", in_flight = 5 - i } end) end,
+            }) do
+                for _, r in ipairs({ 0.03, 0.42, 0.9 }) do
+                    local full = routing.route(req_with({ random = r }), build())
+                    for limit = 1, 6 do
+                        local plan = routing.route(req_with({ random = r, plan_limit = limit }), build())
+                        local n = math.min(limit, 5)
+                        assert.equal(n, #plan)
+                        assert.same(first_of(full, n), providers(plan))
+                    end
+                end
+            end
+        end)
+    end)
+
     describe("fallback pool: least in_flight first", function()
         it("orders by in_flight, then by index", function()
             local c = { cand(1, "m", { cooling = true, cooldown_remaining_ms = 60000 }),

@@ -498,7 +498,7 @@ static int route_order(mg_gen_t *g, int rr, const mg_candidate_t *c, int n, int 
                        char *e, size_t elen)
 {
     mg_plan_entry_t entries[8];
-    mg_plan_t plan = {entries, 0, 0};
+    mg_plan_t plan = {entries, 0, 0, 0};
     if (mg_gen_route(g, rr, 1, c, n, &plan, e, elen) != 0) return -1;
     for (int i = 0; i < plan.n; i++) order[i] = entries[i].index;
     return plan.n;
@@ -754,6 +754,33 @@ static void test_route_default_policy(void)
     CHECK_EQ_INT(route(G, "m", none, order), 0);
 }
 
+/* plan->limit reaches route() as req.plan_limit (nil for 0, also on a request table that had
+ * one), and the default policy's plan stops there: the first entries of the full plan. */
+static void test_route_plan_limit(void)
+{
+    mg_lua_req_t info = {.request_id = "req-limit", .endpoint = "chat", .model = "m",
+                         .max_tokens = 100, .created = 1700000000, .allow_cloud = 1,
+                         .random = 0.37};
+    int rr = mg_gen_req_new(G, &info);
+    mg_candidate_t c[3];
+    int all[3] = {1, 1, 1};
+    make_cands(G, c, all);
+    mg_plan_entry_t full[3], cut[3], again[3];
+    mg_plan_t p_full = {full, 0, 0, 0}, p_cut = {cut, 0, 0, 2}, p_again = {again, 0, 0, 0};
+    CHECK_EQ_INT(mg_gen_route(G, rr, 1, c, 3, &p_full, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_route(G, rr, 2, c, 3, &p_cut, err, sizeof(err)), 0);
+    lua_rawgeti(G->L, LUA_REGISTRYINDEX, rr);
+    lua_getfield(G->L, -1, "plan_limit");
+    CHECK_EQ_INT((int)lua_tointeger(G->L, -1), 2);
+    lua_pop(G->L, 2);
+    CHECK_EQ_INT(mg_gen_route(G, rr, 3, c, 3, &p_again, err, sizeof(err)), 0);
+    CHECK_EQ_INT(p_full.n, 3);
+    CHECK_EQ_INT(p_cut.n, 2);
+    CHECK_EQ_INT(p_again.n, 3);
+    CHECK(cut[0].index == full[0].index && cut[1].index == full[1].index);
+    mg_gen_unref_value(G, rr);
+}
+
 /* clang-format off */
 static const char *custom_routing =
     "local M = { name = 'routing', version = 1 }\n"           /* 1 */
@@ -886,7 +913,7 @@ static int route_cands(mg_gen_t *g, const char *model, const mg_candidate_t *c, 
                          .max_tokens = -1, .created = 1, .allow_cloud = 1, .local_first = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_plan_entry_t entries[4];
-    mg_plan_t plan = {entries, 0, 0};
+    mg_plan_t plan = {entries, 0, 0, 0};
     err[0] = '\0';
     int rc = mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err));
     mg_gen_unref_value(g, rr);
@@ -1257,7 +1284,7 @@ static void test_route_kept_keys_twin(void)
                              .pool = round % 7 == 0 ? "fallback" : NULL,
                              .random = mg_unit_double(mg_splitmix64(&seed))};
         int rr = mg_gen_req_new(g, &info);
-        mg_plan_t plan = {entries, 0, 0};
+        mg_plan_t plan = {entries, 0, 0, 0};
         CHECK(mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err)) == 0);
         mg_gen_unref_value(g, rr);
     }
@@ -1320,7 +1347,8 @@ static const char *twin_check =
     "  local pool = pick({ 'none', 'main', 'fallback' })\n"
     "  local req = { request_id = 'twin', random = rnd(), pool = pool ~= 'none' and pool or nil,\n"
     "    allow_smaller_model = rnd() < 0.4, allow_cloud = rnd() < 0.9, local_first = rnd() < 0.8,\n"
-    "    local_only = rnd() < 0.1, pin = rnd() < 0.1 and 'p1' or nil }\n"
+    "    local_only = rnd() < 0.1, pin = rnd() < 0.1 and 'p1' or nil,\n"
+    "    plan_limit = rnd() < 0.5 and 1 + math.floor(rnd() * 6) or nil }\n"
     "  local a = describe(core.route(req, build(spec)))\n"
     "  local b = describe(twin.route(req, build(spec)))\n"
     "  if a ~= b then return 'differ at ' .. k .. ': ' .. a .. ' / ' .. b end\n"
@@ -1381,6 +1409,25 @@ static void test_sort_primitives(void)
                "local ok = pcall(m.weighted_order, l, nil, 0.5, 7, { 1, 'x', 1, 1, 1 })\n"
                "return 'same ' .. tostring(ok)",
                "same false");
+    /* with a limit: the first values of the same order, selected (keys or not); 0 = none */
+    lua_expect(G,
+               "local m = require('moongate')\n"
+               "local l, w, keys = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 0, 1 }, { 2, 1, 2, 1, 0 / 0 }\n"
+               "for seed = 1, 30 do\n"
+               "  for _, k in ipairs({ false, true }) do\n"
+               "    local full = table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil))\n"
+               "    for limit = 0, 6 do\n"
+               "      local got = m.weighted_order(l, w, seed / 31, seed, k and keys or nil, limit)\n"
+               "      if table.concat(got) ~= full:sub(1, limit) then\n"
+               "        return table.concat(got) .. ' ~= ' .. full:sub(1, limit)\n"
+               "      end\n"
+               "    end\n"
+               "  end\n"
+               "end\n"
+               "local neg = pcall(m.weighted_order, l, w, 0.5, 7, nil, -1)\n"
+               "local frac = pcall(m.weighted_order, l, w, 0.5, 7, nil, 1.5)\n"
+               "return 'prefix ' .. tostring(neg) .. ' ' .. tostring(frac)",
+               "prefix false false");
 }
 
 /* ---- encode ---------------------------------------------------------------------------- */
@@ -1907,6 +1954,7 @@ int main(void)
     MG_RUN(test_json_unicode);
     MG_RUN(test_json_unencodable);
     MG_RUN(test_route_default_policy);
+    MG_RUN(test_route_plan_limit);
     MG_RUN(test_route_lua_twins_agree);
     MG_RUN(test_sort_primitives);
     MG_RUN(test_encode_openai);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N_MAX 300
 
@@ -177,6 +178,43 @@ static void test_then_by_matches_reference(void)
     }
 }
 
+/* mg_order_weighted_first against the full order: mg_order_weighted, then mg_order_then_by
+ * when there are keys, cut at k. Weights with ties, zeros, NaN and infinities (equal
+ * weights too: the shuffle), keys with ties and NaN, every k from 0 to past n. */
+static void test_weighted_first_is_prefix(void)
+{
+    static mg_order_item_t keys[N_MAX], keys_copy[N_MAX], full[N_MAX], first[N_MAX];
+    uint64_t seed = 777;
+    const double weights[] = {1, 2, 0.5, 0, NAN, INFINITY, 1e-300, 3};
+    const double few[] = {0, 1, -1, 2.5, NAN};
+    int checked = 0;
+    for (int round = 0; round < 400; round++) {
+        size_t n = (size_t)(mg_splitmix64(&seed) % 40);
+        int equal = round % 4 == 0, keyed = round % 3 != 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t z = mg_splitmix64(&seed);
+            full[i] = (mg_order_item_t){equal ? 2 : weights[z % 8], (int)i + 1};
+            keys[i].key = few[(z >> 8) % 5];
+        }
+        double u = mg_unit_double(mg_splitmix64(&seed));
+        uint64_t s = mg_splitmix64(&seed);
+        memcpy(first, full, n * sizeof(*full));
+        mg_order_weighted(full, n, u, s, tmp);
+        if (keyed) {
+            memcpy(keys_copy, keys, n * sizeof(*keys));
+            mg_order_then_by(full, n, keys_copy, tmp);
+        }
+        size_t k = (size_t)(mg_splitmix64(&seed) % (n + 3));
+        size_t got = mg_order_weighted_first(first, n, k, u, s, keyed ? keys : NULL, tmp);
+        size_t want = k < n ? k : n;
+        CHECK(got == want);
+        int same = got == want;
+        for (size_t i = 0; same && i < want; i++) same = first[i].pos == full[i].pos;
+        checked += same;
+    }
+    CHECK(checked == 400);
+}
+
 static void test_then_by_small(void)
 {
     /* drawn order 3 1 4 2; keys by position: 1 -> 5, 2 -> 1, 3 -> 5, 4 -> 1 */
@@ -197,5 +235,6 @@ int main(void)
     MG_RUN(test_weighted_edges);
     MG_RUN(test_then_by_matches_reference);
     MG_RUN(test_then_by_small);
+    MG_RUN(test_weighted_first_is_prefix);
     return mg_test_summary();
 }

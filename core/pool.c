@@ -221,6 +221,7 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
     p->items = items;
     p->n = n;
     p->routes = routes;
+    p->epoch++;
     return 0;
 }
 
@@ -289,8 +290,16 @@ uint64_t mg_pool_breakers_retry_ms(const mg_provider_state_t *s, const mg_route_
     return a > b ? a : b;
 }
 
+/* A breaker of s, or r's own, changed (a half-open probe slot taken or given back counts). */
+static void breakers_changed(mg_provider_state_t *s, mg_route_state_t *r)
+{
+    mg_pool_changed(s);
+    if (r) r->version++;
+}
+
 int mg_pool_breakers_allow(mg_provider_state_t *s, mg_route_state_t *r, uint64_t now_ms)
 {
+    breakers_changed(s, r);
     if (s && !mg_breaker_allow(&s->breaker, now_ms)) return 0;
     if (r && !mg_breaker_allow(&r->breaker, now_ms)) {
         if (s) mg_breaker_release(&s->breaker, now_ms);
@@ -301,6 +310,7 @@ int mg_pool_breakers_allow(mg_provider_state_t *s, mg_route_state_t *r, uint64_t
 
 void mg_pool_breakers_release(mg_provider_state_t *s, mg_route_state_t *r, uint64_t now_ms)
 {
+    breakers_changed(s, r);
     if (s) mg_breaker_release(&s->breaker, now_ms);
     if (r) mg_breaker_release(&r->breaker, now_ms);
 }
@@ -311,6 +321,7 @@ void mg_pool_breakers_record(mg_provider_state_t *s, mg_route_state_t *r, uint64
     /* a route the config does not list (a prefix-served name) has no breaker of its own:
        its failures count against the provider, as they did before routes had breakers */
     int provider_fault = outcome == MG_ATTEMPT_UNREACHABLE || (!r && outcome == MG_ATTEMPT_FAILED);
+    breakers_changed(s, r);
     if (s) mg_breaker_record(&s->breaker, now_ms, provider_fault);
     if (!r) return;
     if (outcome == MG_ATTEMPT_UNREACHABLE) mg_breaker_release(&r->breaker, now_ms); /* not tried */

@@ -49,6 +49,7 @@ typedef struct mg_provider_state_s {
     mg_engine_load_t load;
     int probe_in_flight;       /* an active probe is running */
     uint64_t last_probe_ms;
+    uint32_t version;          /* bumped by every change routing can see (mg_pool_changed) */
 } mg_provider_state_t;
 
 /* One route of the config: a provider + upstream model pair, however many logical
@@ -58,6 +59,7 @@ typedef struct mg_route_state_s {
     char *provider;       /* owned: provider id */
     char *model;          /* owned: upstream model name */
     mg_breaker_t breaker; /* answers that failed: 429, 5xx, time-outs, broken answers */
+    uint32_t version;     /* bumped with every change of the breaker */
 } mg_route_state_t;
 
 /* The routes, found by (provider, model) through an open-addressing hash, and the config
@@ -77,7 +79,17 @@ typedef struct mg_pool_s {
     mg_provider_state_t *items; /* owned array */
     size_t n;
     mg_route_set_t routes;
+    uint32_t epoch;             /* bumped by every sync: the arrays above are new */
 } mg_pool_t;
+
+/* Say that provider state s changed in a way routing can see: in_flight, the rate windows,
+ * cooldown, health, the breakers (mg_pool_breakers_* say it themselves), the engine's load.
+ * Descriptions kept for routing (facts.h) are then made afresh. Whoever changes one of
+ * those must call this, in the same loop turn. */
+static inline void mg_pool_changed(mg_provider_state_t *s)
+{
+    if (s) s->version++;
+}
 
 /* How an attempt ended, for the breakers. */
 typedef enum {

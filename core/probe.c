@@ -424,6 +424,7 @@ static void health_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
     int ok = health_ok(p, r, &why);
     if (!ok) log_failure(p, p->status, r, why);
     uint64_t now = uv_now(s->loop);
+    mg_pool_changed(ps);
     mg_breaker_probe_result(&ps->breaker, now, ok);
     if (mg_health_probe_result(&ps->health, now, ok)) mg_server_health_changed(s, ps);
 }
@@ -450,6 +451,7 @@ static void load_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
     uint64_t now = uv_now(s->loop);
     int answered = r == MG_XFER_OK && p->status >= 200 && p->status <= 299 && !p->cut;
     mg_engine_load_t got = ps->load;
+    mg_pool_changed(ps); /* the load, or its going stale */
     if (answered && parse_load(p->load, p->buf, p->len, &got) == 0) {
         got.known = 1;
         got.at_ms = now;

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "api.h"
+#include "facts.h"
 #include "idem.h"
 #include "auth.h"
 #include "json.h"
@@ -578,6 +579,7 @@ static void call_free(call_t *c)
 static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t now)
 {
     int status = c->up_status;
+    mg_pool_changed(ps);
     int n = status == 429 ? mg_cooldown_note_429(&ps->cooldown, now) : ps->cooldown.consecutive_429;
     double secs = 0;
     char err[512];
@@ -606,6 +608,7 @@ static void attempt_end(call_t *c, int success)
     mg_provider_state_t *ps = provider_state(c, c->provider);
     if (!ps) return;
     uint64_t now = uv_now(c->srv->loop);
+    mg_pool_changed(ps); /* in_flight, health, cooldown, the TPM window */
     ps->in_flight--;
     mg_pool_record(ps, success);
     ps->status_counts[c->up_status / 100 <= 5 ? c->up_status / 100 : 0]++;
@@ -1446,6 +1449,7 @@ static int reserve_provider(call_t *c, mg_provider_state_t *ps, mg_route_state_t
 {
     uint64_t now = uv_now(c->srv->loop);
     if (!mg_pool_breakers_allow(ps, rs, now)) return -1;
+    mg_pool_changed(ps); /* the rate windows */
     int rc = e->emergency
                  ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
                  : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
@@ -1491,7 +1495,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
                       sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
                    c->provider->adapter, c->provider->id, err);
-        mg_limiter_cancel(&ps->limiter, &c->resv);
+        mg_limiter_cancel(&ps->limiter, &c->resv); /* (the release says it changed) */
         mg_pool_breakers_release(ps, rs, now);
         c->last_fail = FAIL_ADAPTER;
         return -1;
@@ -1508,7 +1512,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
         mg_buf_free(&body);
         if (url != url_buf) free(url);
         mg_encoded_free(&enc);
-        mg_limiter_cancel(&ps->limiter, &c->resv);
+        mg_limiter_cancel(&ps->limiter, &c->resv); /* (the release says it changed) */
         mg_pool_breakers_release(ps, rs, now);
         return -1;
     }
@@ -1536,6 +1540,7 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     c->attempt_start_ms = now;
     task_to(c, MG_TASK_RUNNING, "upstream_request_sent");
     if (!c->provider->local) audit_cloud(c);
+    mg_pool_changed(ps);
     ps->in_flight++;
     ps->requests_total++;
     if (e->emergency) {
@@ -1980,43 +1985,6 @@ static int alloc_routing(call_t *c)
     return 0;
 }
 
-/* The facts of route r of provider p, from the provider's state ps and the route's rs. */
-static void describe_route(mg_candidate_t *cd, const mg_provider_conf_t *p,
-                           const mg_route_conf_t *r, mg_provider_state_t *ps,
-                           const mg_route_state_t *rs, uint64_t now)
-{
-    mg_cooldown_update(&ps->cooldown, now);
-    mg_health_snapshot_t hs;
-    mg_health_recent(&ps->health, now, &hs); /* not the 5-minute sums: routing reads none */
-    mg_limiter_usage_t use;
-    mg_limiter_usage(&ps->limiter, now, &use);
-    memset(cd, 0, sizeof(*cd));
-    cd->provider = p;
-    cd->route = r;
-    cd->available = mg_pool_route_available(ps, rs, now);
-    cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
-    cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
-    cd->observing = mg_cooldown_observing(&ps->cooldown, now);
-    cd->consecutive_429 = ps->cooldown.consecutive_429;
-    cd->rpm_limit = p->rpm_limit;
-    cd->rpm_used = use.rpm_used;
-    cd->tpm_limit = p->tpm_limit;
-    cd->tpm_used = use.tpm_used;
-    cd->headroom = use.headroom;
-    cd->in_flight = ps->in_flight;
-    cd->health = mg_health_state_name(hs.state);
-    cd->breaker = mg_breaker_state_name(mg_pool_breaker_state(ps, rs, now));
-    cd->route_breaker = rs ? mg_breaker_state_name(mg_breaker_state(&rs->breaker, now)) : NULL;
-    cd->avail_samples = hs.avail_samples;
-    cd->ttft_samples = hs.ttft_samples;
-    cd->success_rate = hs.avail_samples > 0 ? hs.success_rate : -1;
-    cd->ttft_ms = hs.ttft_samples > 0 ? hs.ttft_ms : -1;
-    cd->load_known = ps->load.known;
-    cd->load_running = ps->load.running;
-    cd->load_waiting = ps->load.waiting;
-    cd->load_kv_cache = ps->load.kv_cache;
-}
-
 /* Whether try_next would pass over the candidate without an attempt: its route was tried
  * in this request already, or its provider's rate limit refuses this request now. */
 static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
@@ -2027,8 +1995,9 @@ static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
     return cd->tpm_limit > 0 && tokens > cd->tpm_limit - cd->tpm_used;
 }
 
-/* Fresh facts about every route of the model, for the routing policy. A route's provider
- * and its state are found by index (the route's provider_hint), not by searching. Returns
+/* The facts of every route of the model, for the routing policy (fresh, or kept from an
+ * earlier request of the same millisecond: facts.h). A route's provider and its state are
+ * found by index (the route's provider_hint), not by searching. Returns
  * the most plan entries try_next can use now: an attempt for each one left, and one more
  * for each candidate it would pass over (0: as many as there are candidates). */
 static int fill_candidates(call_t *c, uint64_t now)
@@ -2047,7 +2016,7 @@ static int fill_candidates(call_t *c, uint64_t now)
         mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, r);
         mg_candidate_t *cd = &c->cands[c->n_cands];
         c->cand_route[c->n_cands++] = i;
-        describe_route(cd, p, r, ps, rs, now);
+        mg_facts_describe(&c->srv->facts, &c->srv->pool, p, r, ps, rs, now, cd);
         usable += passed_over(c, cd, i);
     }
     return usable > 0 && usable < c->n_cands ? usable : 0;

@@ -397,6 +397,7 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
     if (!ps) return;
     uint64_t until = cols[1] ? strtoull(cols[1], NULL, 10) : 0;
     int n = cols[2] ? atoi(cols[2]) : 0;
+    mg_pool_changed(ps);
     mg_cooldown_restore(&ps->cooldown, uv_now(s->loop), unix_ms(), until, n, 0);
     if (cols[3]) {
         int st = mg_health_state_from_name(cols[3]);
@@ -537,6 +538,7 @@ int mg_server_run(mg_server_t *s)
     mg_gen_unref(s->gen);
     s->gen = NULL;
     mg_pool_free(&s->pool);
+    mg_facts_free(&s->facts);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

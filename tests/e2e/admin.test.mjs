@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startEnv, postJson, sleep } from './lib/harness.mjs';
+import { startEnv, postJson, sleep, waitFor } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-tenancy-e2e-token-5d1c0b';
 const messages = [{ role: 'user', content: 'who am i' }];
@@ -227,9 +227,12 @@ describe('admin API: authentication, validation, masking, audit', () => {
         // the read endpoints answered in api.c are audited too
         const pools = await admin('GET', 'pools');
         assert.equal(pools.status, 200);
-        const after = await admin('GET', 'audit?limit=5');
-        const poolsRec = after.json.data.find((a) => a.request_id === pools.headers.get('x-request-id'));
-        assert.ok(poolsRec && poolsRec.action === 'pools.read' && poolsRec.status === 200);
+        // (a read's record is written after its answer went out: it may take a moment)
+        const poolsRec = await waitFor(async () => {
+            const after = await admin('GET', 'audit?limit=5');
+            return after.json.data.find((a) => a.request_id === pools.headers.get('x-request-id'));
+        }, { timeoutMs: 5000, what: 'the audit record of GET /api/v2/pools' });
+        assert.ok(poolsRec.action === 'pools.read' && poolsRec.status === 200);
     });
 });
 

@@ -1551,6 +1551,7 @@ void mg_config_link_routes(mg_config_t *cfg)
             const mg_provider_conf_t **p =
                 bsearch(r->provider, by_id, cfg->n_providers, sizeof *by_id, cmp_provider_id);
             r->provider_hint = p ? (int)(*p - cfg->providers) : -1;
+            r->linked = p ? *p : NULL;
         }
     }
     free(by_id);
@@ -1560,7 +1561,8 @@ const mg_provider_conf_t *mg_config_route_provider(const mg_config_t *cfg,
                                                    const mg_route_conf_t *r)
 {
     int i = r->provider_hint;
-    if (i >= 0 && (size_t)i < cfg->n_providers && strcmp(cfg->providers[i].id, r->provider) == 0)
+    if (i >= 0 && (size_t)i < cfg->n_providers &&
+        (r->linked == &cfg->providers[i] || strcmp(cfg->providers[i].id, r->provider) == 0))
         return &cfg->providers[i];
     return mg_config_provider(cfg, r->provider);
 }

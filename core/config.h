@@ -40,6 +40,8 @@ typedef struct mg_route_conf_s {
     char *provider;     /* owned; a provider id */
     int provider_hint;  /* where that id most likely is in cfg->providers (mg_config_link_routes):
                            checked before use, so a stale or unset hint only costs a search */
+    const void *linked; /* &cfg->providers[provider_hint] when linked: while the array has not
+                           moved the hint needs no check (providers are only ever appended) */
     char *model;        /* owned; the upstream model name */
     size_t slot;        /* the route's place among all routes of all models, in model and route
                            order (mg_config_link_routes): the pool finds its state by it */

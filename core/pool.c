@@ -17,11 +17,12 @@ mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id)
     return NULL;
 }
 
-mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const char *id)
+mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const mg_provider_conf_t *pc)
 {
-    if (index < p->n && p->items[index].id && strcmp(p->items[index].id, id) == 0)
-        return &p->items[index];
-    return mg_pool_get(p, id);
+    /* a synced config lives as long as the generation that uses it, which outlives the
+       pool's pointer to it (the next sync replaces it): equal pointers are the same entry */
+    if (index < p->n && p->items[index].conf == pc) return &p->items[index];
+    return mg_pool_get(p, pc->id);
 }
 
 static void breaker_config(const mg_config_t *cfg, mg_breaker_config_t *bc)
@@ -212,6 +213,7 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
             mg_breaker_set_config(&items[i].breaker, &bc);
         }
         snprintf(items[i].pool, sizeof(items[i].pool), "%s", pc->pool);
+        items[i].conf = pc;
         items[i].disabled = pc->disabled;
         mg_limiter_set_limits(&items[i].limiter, pc->rpm_limit, pc->tpm_limit);
         mg_rpm_set_emergency_ratio(&items[i].limiter.rpm, cfg->routing.emergency_rpm_ratio);

@@ -50,6 +50,8 @@ typedef struct mg_provider_state_s {
     int probe_in_flight;       /* an active probe is running */
     uint64_t last_probe_ms;
     uint32_t version;          /* bumped by every change routing can see (mg_pool_changed) */
+    const mg_provider_conf_t *conf; /* its entry in the config last synced: compared, never
+                                       read (the request path's lookup, mg_pool_get_at) */
 } mg_provider_state_t;
 
 /* One route of the config: a provider + upstream model pair, however many logical
@@ -105,11 +107,11 @@ void mg_pool_init(mg_pool_t *p);
 int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg);
 /* State for provider id, or NULL. */
 mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id);
-/* The same, looking at index first: the pool keeps the providers in the order of the
- * config it was last synced with, so a config's own provider index finds the state at
- * once (a config of an older generation may not: then by id). The request path's
- * lookup, once per route. */
-mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const char *id);
+/* The state of provider pc, the entry at index of its config's providers: the pool keeps
+ * the providers in the order of the config it was last synced with, so for that config's
+ * entries one pointer comparison finds it (a config of an older generation: by id). The
+ * request path's lookup, once per route. */
+mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const mg_provider_conf_t *pc);
 /* Whether routing may consider the provider now: enabled, health not down and the
  * breaker letting a request through. Cooling is a separate state (see routing). */
 int mg_pool_available(const mg_provider_state_t *s, uint64_t now_ms);

@@ -702,7 +702,7 @@ static void on_tick(uv_timer_t *t)
         probe_slot_t *sl = pr->by_index[i];
         if (!sl) continue;
         sl->seen = 1; /* kept by slots_prune: by_index holds it */
-        mg_provider_state_t *ps = mg_pool_get_at(&s->pool, i, pc->id);
+        mg_provider_state_t *ps = mg_pool_get_at(&s->pool, i, pc);
         if (!ps || ps->disabled) continue;
         if (cfg->health.probes) maybe_health(pr, sl, g, i, ps, now);
         maybe_load(pr, sl, cfg, pc, now);

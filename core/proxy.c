@@ -599,7 +599,7 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
  * one comparison rather than a search over every provider, per route and attempt. */
 static mg_provider_state_t *provider_state(call_t *c, const mg_provider_conf_t *p)
 {
-    return mg_pool_get_at(&c->srv->pool, (size_t)(p - c->gen->cfg->providers), p->id);
+    return mg_pool_get_at(&c->srv->pool, (size_t)(p - c->gen->cfg->providers), p);
 }
 
 /* End of an attempt: the provider's counters, breaker, health and cooldown. */

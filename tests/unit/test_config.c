@@ -535,6 +535,8 @@ static void test_route_provider_hints(void)
     mg_config_link_routes(c);
     mg_route_conf_t *x = c->models[0].routes, *y = c->models[1].routes;
     CHECK(x[0].provider_hint == 2 && x[1].provider_hint == 0 && y[0].provider_hint == 1);
+    CHECK(x[0].linked == &c->providers[2] && y[0].linked == &c->providers[1]);
+    CHECK(mg_config_route_provider(c, &x[0]) == &c->providers[2]);
     mg_provider_conf_t d = {.id = "d", .adapter = "openai", .base_url = "http://d"};
     CHECK_EQ_INT(mg_config_add_provider(c, &d, err_buf, sizeof err_buf), 0);
     CHECK(mg_config_route_provider(c, &x[0]) == &c->providers[2]);

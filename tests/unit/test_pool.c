@@ -92,12 +92,17 @@ static void test_get_at_index(void)
     mg_pool_t p;
     mg_pool_init(&p);
     CHECK_EQ_INT(mg_pool_sync(&p, cfg), 0);
-    for (size_t i = 0; i < 3; i++) CHECK(mg_pool_get_at(&p, i, ids[i]) == &p.items[i]);
+    for (size_t i = 0; i < 3; i++) CHECK(mg_pool_get_at(&p, i, &cfg->providers[i]) == &p.items[i]);
     /* an older generation's order: gamma was its provider 0 */
-    CHECK(mg_pool_get_at(&p, 0, other[0]) == mg_pool_get(&p, "gamma"));
-    CHECK(mg_pool_get_at(&p, 1, other[1]) == mg_pool_get(&p, "alpha"));
-    CHECK(mg_pool_get_at(&p, 7, "beta") == mg_pool_get(&p, "beta")); /* past the end */
-    CHECK(mg_pool_get_at(&p, 1, "delta") == NULL);                   /* gone */
+    CHECK(mg_pool_get_at(&p, 0, &was->providers[0]) == mg_pool_get(&p, "gamma"));
+    CHECK(mg_pool_get_at(&p, 1, &was->providers[1]) == mg_pool_get(&p, "alpha"));
+    /* past the end */
+    CHECK(mg_pool_get_at(&p, 7, &cfg->providers[1]) == mg_pool_get(&p, "beta"));
+    /* gone: a config whose provider the pool does not have */
+    const char *gone[] = {"delta"};
+    mg_config_t *later = config_with(gone, 1);
+    CHECK(later && mg_pool_get_at(&p, 0, &later->providers[0]) == NULL);
+    mg_config_free(later);
     mg_pool_free(&p);
     mg_config_free(cfg);
     mg_config_free(was);

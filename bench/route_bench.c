@@ -136,8 +136,8 @@ static void run(int n, int steady)
     unlink(path);
 }
 
-/* route_bench [ROUTES [steady|fresh]]: every size, or only ROUTES routes, in both cases or
- * only one (for a profiler). */
+/* route_bench [ROUTES [steady|fresh]]: every size, or only ROUTES routes (any number), in
+ * both cases or only one (for a profiler). */
 int main(int argc, char **argv)
 {
     int sizes[] = {1, 10, 100, 1000};
@@ -146,8 +146,9 @@ int main(int argc, char **argv)
     for (int steady = 0; steady <= 1; steady++) {
         if ((steady && strcmp(mode, "fresh") == 0) || (!steady && strcmp(mode, "steady") == 0))
             continue;
-        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-            if (!only || sizes[i] == only) run(sizes[i], steady);
+        if (only > 0) run(only, steady);
+        else
+            for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) run(sizes[i], steady);
     }
     return 0;
 }

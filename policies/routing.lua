@@ -781,16 +781,18 @@ end
 -- most req.plan_limit long.
 local function order(req, list, facts)
     if #list <= 1 then
-        return { list[1] }
+        return { list[1], unmarked = nil } -- (room for mark's plan.unmarked: no rehash)
     end
     local r = request_random(req)
     local explore = r < EXPLORE_CUT -- exploring(req)
-    if facts.one_group and pool_of(list[1]) == "main" then
+    if facts.one_group and list[1].pool ~= "fallback" then -- pool_of(list[1]) == "main"
         -- the usual plan, one main group: order_group's main_pool_order with the first two
-        -- numbers of new_rng(req)'s stream, drawn without making the stream
+        -- numbers of new_rng(req)'s stream, drawn without making the stream; the core's
+        -- kept lists of shares and keys read without a call when it gave them
         local _, seed = splitmix64(floor(r * 2 ^ 53))
-        return weighted_order(list, shares_of(list, facts), stretch(r), seed,
-                              not explore and adaptive_keys(list) or nil, req.plan_limit)
+        local keys = not explore and (list.adaptive_keys or adaptive_keys(list)) or nil
+        return weighted_order(list, list.shares or shares_of(list, facts), stretch(r), seed,
+                              keys, req.plan_limit)
     end
     local rng, limit = new_rng(req), req.plan_limit or #list
     if facts.one_group then

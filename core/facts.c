@@ -78,7 +78,7 @@ void mg_facts_describe(mg_facts_t *f, const mg_pool_t *pool, const mg_provider_c
         return;
     }
     describe(out, p, r, ps, rs, now);
-    if (f) f->described++;
+    if (f) out->serial = ++f->described;
     if (!e) return;
     *e = (mg_facts_entry_t){.facts = *out, .at_ms = now, .version = ps->version,
                             .route_version = rs->version, .epoch = pool->epoch, .valid = 1};

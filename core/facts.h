@@ -29,7 +29,8 @@ typedef struct mg_facts_entry_s {
 typedef struct mg_facts_s {
     mg_facts_entry_t *items;   /* owned: by the route's index in the pool's route set */
     size_t cap;
-    uint64_t described, kept;  /* counts, for tests and profiling */
+    uint64_t described, kept;  /* counts, for tests and profiling; described also numbers
+                                  the descriptions (mg_candidate_t.serial) */
 } mg_facts_t;
 
 /* Describe route r of provider p into out (ps: p's state; rs: r's, or NULL for a route the

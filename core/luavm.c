@@ -1282,6 +1282,7 @@ static void forget_span_list(lua_State *L, struct mg_gen_cache_s *k, long slot)
 
 static int same_facts(const mg_candidate_t *a, const mg_candidate_t *b)
 {
+    if (a->serial && a->serial == b->serial) return 1; /* one description, kept: facts.h */
     return a->provider == b->provider && a->available == b->available &&
            a->cooling == b->cooling && a->observing == b->observing &&
            a->consecutive_429 == b->consecutive_429 &&

@@ -106,6 +106,8 @@ typedef struct mg_candidate_s {
     double success_rate, ttft_ms;   /* < 0 = no samples */
     int load_known, load_running, load_waiting;
     double load_kv_cache;           /* < 0 = unknown */
+    uint64_t serial;                /* the description's number (facts.h): two equal non-zero
+                                       serials are the same facts; 0 = compare them */
 } mg_candidate_t;
 
 /* One entry of a routing plan. */

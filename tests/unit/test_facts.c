@@ -68,11 +68,13 @@ static void test_kept_within_the_millisecond(void)
     mg_candidate_t a, b;
     CHECK(!describe(&f, 1000, &a));
     CHECK(describe(&f, 1000, &b));
-    CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+    CHECK(memcmp(&a, &b, sizeof(a)) == 0); /* the serial too: the same description */
+    CHECK(a.serial != 0);
     CHECK(a.provider == f.p && a.route == f.r);
     CHECK_EQ_INT(a.available, 1);
     CHECK_EQ_INT(a.rpm_limit, 100);
-    CHECK(!describe(&f, 1001, &b)); /* a new millisecond: afresh */
+    CHECK(!describe(&f, 1001, &b)); /* a new millisecond: afresh, a new serial */
+    CHECK(b.serial != a.serial);
     CHECK(describe(&f, 1001, &b));
     teardown(&f);
 }

@@ -117,11 +117,8 @@ static void shuffle_after(mg_order_item_t *items, size_t n, size_t first, uint64
     }
 }
 
-/* The weighted order's keys: items[i].key becomes the item's place-deciding key, the order
- * being ascending (key, pos), NaN last. Returns 1 when the items are in that order already
- * (equal weights: shuffled, each key its place in the sequence), 0 when they still need
- * sorting by their keys. */
-static int weighted_keys(mg_order_item_t *items, size_t n, double u, uint64_t seed)
+void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
+                       mg_order_item_t *tmp)
 {
     double total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -132,24 +129,17 @@ static int weighted_keys(mg_order_item_t *items, size_t n, double u, uint64_t se
     if (n > 1 && equal_weights(items, n)) {
         /* equal weights: the keys order like r, a uniformly random order, without the sort */
         shuffle_after(items, n, first, seed);
-        for (size_t i = 0; i < n; i++) items[i].key = (double)i;
-        return 1;
+        return;
     }
-    /* ascending: the first pick before all (-1; keys are >= 0), no weight after every
-       weighted item (NaN, even after an infinite key: r = 0) */
+    /* sorted ascending: the first pick before all (-1; keys are >= 0), no weight after
+       every weighted item (NaN, even after an infinite key: r = 0) */
     for (size_t i = 0; i < n; i++) {
         double w = items[i].key;
         if (i == first) items[i].key = -1;
         else if (w > 0) items[i].key = es_key(mg_unit_double(mg_splitmix64(&seed)), w);
         else items[i].key = NAN;
     }
-    return 0;
-}
-
-void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
-                       mg_order_item_t *tmp)
-{
-    if (!weighted_keys(items, n, u, seed)) mg_order_sort(items, n, tmp);
+    mg_order_sort(items, n, tmp);
 }
 
 /* a < b, NaN after every number; two NaN are equal (neither is less). */
@@ -158,37 +148,65 @@ static inline int less_nan_last(double a, double b)
     return isnan(a) ? 0 : isnan(b) ? 1 : a < b;
 }
 
-/* a before b in the order of mg_order_weighted_first: by the keys of their positions first
- * (none: all equal), then by their weighted-order keys, then by position. */
-static inline int first_before(const mg_order_item_t *a, const mg_order_item_t *b,
-                               const mg_order_item_t *keys)
+/* The key of the group item i belongs to (keys[pos - 1]; no keys: all alike). A taken item
+ * has its pos negated. */
+static inline double group_key(const mg_order_item_t *it, const mg_order_item_t *keys)
 {
-    if (keys) {
-        double ka = keys[a->pos - 1].key, kb = keys[b->pos - 1].key;
-        if (less_nan_last(ka, kb)) return 1;
-        if (less_nan_last(kb, ka)) return 0;
+    return keys ? keys[(it->pos < 0 ? -it->pos : it->pos) - 1].key : 0;
+}
+
+/* The index of the next draw among the items not taken (pos > 0) in the group of the
+ * smallest key left: a weighted draw over their weights (items[i].key, > 0 or 0) with u
+ * the first time (*first_draw), then with the stream's next number; none with a weight
+ * left in the group: the first of them by position. */
+static size_t draw_next(const mg_order_item_t *items, size_t n, const mg_order_item_t *keys,
+                        double u, int *first_draw, uint64_t *state)
+{
+    size_t first = n;
+    double best = 0, total = 0;
+    for (size_t i = 0; i < n; i++) { /* the group: the smallest key left, and its weight */
+        if (items[i].pos < 0) continue;
+        double k = group_key(&items[i], keys);
+        if (first == n || less_nan_last(k, best)) {
+            first = i;
+            best = k;
+            total = 0;
+        } else if (less_nan_last(best, k)) {
+            continue;
+        }
+        total += items[i].key;
     }
-    if (less_nan_last(a->key, b->key)) return 1;
-    if (less_nan_last(b->key, a->key)) return 0;
-    return a->pos < b->pos;
+    if (!(total > 0)) return first;
+    double x = (*first_draw ? u : mg_unit_double(mg_splitmix64(state))) * total;
+    *first_draw = 0;
+    size_t pick = first;
+    for (size_t i = first; i < n; i++) {
+        if (items[i].pos < 0 || !(items[i].key > 0)) continue;
+        double k = group_key(&items[i], keys);
+        if (less_nan_last(k, best) || less_nan_last(best, k)) continue;
+        pick = i; /* the last with a weight, should rounding leave x >= 0 */
+        x -= items[i].key;
+        if (x < 0) break;
+    }
+    return pick;
 }
 
 size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
                                uint64_t seed, const mg_order_item_t *keys,
                                mg_order_item_t *tmp)
 {
-    weighted_keys(items, n, u, seed);
     if (k > n) k = n;
-    /* the k first kept sorted in tmp: one comparison for most items, n * k at worst */
-    size_t m = 0;
-    for (size_t i = 0; i < n && k > 0; i++) {
-        if (m == k && !first_before(&items[i], &tmp[m - 1], keys)) continue;
-        size_t j = m < k ? m++ : k - 1;
-        for (; j > 0 && first_before(&items[i], &tmp[j - 1], keys); j--) tmp[j] = tmp[j - 1];
-        tmp[j] = items[i];
+    for (size_t i = 0; i < n; i++)
+        if (!(items[i].key > 0)) items[i].key = 0;
+    uint64_t state = seed;
+    int first_draw = 1;
+    for (size_t m = 0; m < k; m++) {
+        size_t i = draw_next(items, n, keys, u, &first_draw, &state);
+        tmp[m] = items[i];
+        items[i].pos = -items[i].pos; /* taken */
     }
-    memcpy(items, tmp, m * sizeof(*items));
-    return m;
+    memcpy(items, tmp, k * sizeof(*items));
+    return k;
 }
 
 /* Same key: numbers equal, or both NaN (NaN keys are alike: they keep sequence order). */

@@ -45,12 +45,15 @@ double mg_unit_double(uint64_t z);
 void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed,
                        mg_order_item_t *tmp);
 
-/* The first k items (k >= n: all) of the order mg_order_weighted draws with the same u
- * and seed, or, with keys (NULL: none; as mg_order_then_by's, but not overwritten), of that
- * order then ordered by keys: the same items in the same places as those calls give, for
- * the cost of the keys and a selection of k rather than a sort of n. The plan of a
- * request needs no more entries than it can try. Returns min(k, n): the items now in
- * items. tmp has room for n items. */
+/* k items (at most n) of a weighted random order without replacement, by keys first (NULL:
+ * none; keys[j].key belongs to the item at position j + 1, NaN after every number; not
+ * overwritten), drawn one after the other: each next item a draw among those left in the
+ * group of the smallest key left, over their weights (items[i].key; <= 0 or NaN: none),
+ * the first with u, the others with the splitmix64 stream seeded with seed; a group with
+ * no weight left gives its items by position. The same distribution as the first k of the
+ * full order (mg_order_weighted, then mg_order_then_by) but not the same draws, for n * k
+ * steps and no logarithm: for a small k, as a request's plan needs no more entries than it
+ * can try. Returns min(k, n): the items now in items. tmp has room for n items. */
 size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
                                uint64_t seed, const mg_order_item_t *keys,
                                mg_order_item_t *tmp);

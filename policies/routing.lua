@@ -235,8 +235,8 @@ end
 -- without a weight come last, in list order. With equal weights the keys would order like r:
 -- the others are shuffled instead (same distribution, no sort). With keys (numbers, one per
 -- entry of list; nil: none) the list is ordered by ascending keys first, entries with equal
--- keys in that weighted order: sort_by of the weighted order, in one call. With limit, only
--- the first `limit` entries (the core then selects them instead of sorting all).
+-- keys in that weighted order: sort_by of the weighted order, in one call. With a limit
+-- below the list's length, see lua_weighted_order.
 local function draw_order(list, weights, u, seed)
     local keys, total, equal = {}, 0, true
     for i = 1, #list do
@@ -285,11 +285,78 @@ local function keyed_order(list, weights, u, seed, keys)
     return out
 end
 
--- With limit (nil: all), only the first `limit` entries of that order.
+-- a < b, NaN after every number (two NaN: neither is less).
+local function less_nan_last(a, b)
+    if a ~= a then
+        return false
+    elseif b ~= b then
+        return true
+    end
+    return a < b
+end
+
+-- draw_next(n, w, keys, taken, x): the next entry of a limited order (below): the group of
+-- the smallest key left, and in it a draw with x in [0,1) over the weights left (none: the
+-- first entry left by position; x is not called then).
+local function draw_next(n, w, keys, taken, x)
+    local first, best, total = nil, 0, 0
+    for i = 1, n do
+        if not taken[i] then
+            local k = keys and keys[i] or 0
+            if first == nil or less_nan_last(k, best) then
+                first, best, total = i, k, w[i]
+            elseif not less_nan_last(best, k) then
+                total = total + w[i]
+            end
+        end
+    end
+    if not (total > 0) then
+        return first
+    end
+    local pick, left = first, x() * total
+    for i = first, n do
+        local k = keys and keys[i] or 0
+        if not taken[i] and w[i] > 0 and not less_nan_last(k, best)
+            and not less_nan_last(best, k) then
+            pick = i -- the last with a weight, should rounding leave x >= 0
+            left = left - w[i]
+            if left < 0 then
+                break
+            end
+        end
+    end
+    return pick
+end
+
+-- With limit < #list: only `limit` entries, drawn one after the other (n * limit steps, no
+-- sort, no logarithm): each a draw among the entries left in the group of the smallest key
+-- left (no keys: all in one), over their weights, the first draw with u, the next ones
+-- with the splitmix64 stream seeded with `seed`; a group with no weight left gives its
+-- entries in list order. The same distribution as the first entries of the full order,
+-- not the same draws.
 local function lua_weighted_order(list, weights, u, seed, keys, limit)
-    local out = keyed_order(list, weights, u, seed, keys)
-    for i = #out, (limit or #out) + 1, -1 do
-        out[i] = nil
+    local n = #list
+    if not limit or limit >= n then
+        return keyed_order(list, weights, u, seed, keys)
+    end
+    local w, taken, out, state, drawn = {}, {}, {}, seed, false
+    for i = 1, n do
+        local x = weights and weights[i] or 1
+        w[i] = x > 0 and x or 0
+    end
+    local function x()
+        if not drawn then
+            drawn = true
+            return u
+        end
+        local z
+        state, z = splitmix64(state)
+        return (z >> 11) * 2.0 ^ -53
+    end
+    for m = 1, limit do
+        local i = draw_next(n, w, keys, taken, x)
+        taken[i] = true
+        out[m] = list[i]
     end
     return out
 end

@@ -248,9 +248,8 @@ describe("policies/routing.lua", function()
             return out
         end
 
-        it("stops the plan there: the first entries of the plan without it", function()
+        it("stops the plan there: in priority groups and the fallback pool, the first entries of the full plan", function()
             for _, build in ipairs({
-                function() return five(function(i) return { weight = i } end) end, -- one main group
                 function() return five(function(i) return { priority = i % 2 } end) end, -- two groups
                 function() return five(function(i) return { pool = "fallback", in_flight = 5 - i } end) end,
             }) do
@@ -264,6 +263,21 @@ describe("policies/routing.lua", function()
                     end
                 end
             end
+        end)
+
+        it("draws a limited main-pool plan one entry after the other, by weight", function()
+            local first, seen_twice = {}, false
+            for i = 1, 400 do
+                local plan = routing.route(req_with({ random = (i - 0.5) / 400, plan_limit = 2 }),
+                    five(function(k) return { weight = k } end))
+                assert.equal(2, #plan)
+                seen_twice = seen_twice or plan[1] == plan[2]
+                first[plan[1].provider] = (first[plan[1].provider] or 0) + 1
+            end
+            assert.is_false(seen_twice)
+            -- weights 1..5 (sum 15); 1 request in 20 explores, with the same weights
+            assert.near(5 / 15, first.e / 400, 0.05)
+            assert.near(1 / 15, first.a / 400, 0.03)
         end)
     end)
 

@@ -1409,25 +1409,35 @@ static void test_sort_primitives(void)
                "local ok = pcall(m.weighted_order, l, nil, 0.5, 7, { 1, 'x', 1, 1, 1 })\n"
                "return 'same ' .. tostring(ok)",
                "same false");
-    /* with a limit: the first values of the same order, selected (keys or not); 0 = none */
+    /* with a limit: that many distinct values, by key first (NaN last), the first drawn
+       with u; 0 = none; a limit at or past the length = the full order */
     lua_expect(G,
                "local m = require('moongate')\n"
                "local l, w, keys = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 0, 1 }, { 2, 1, 2, 1, 0 / 0 }\n"
+               "local key_of = { a = 2, b = 1, c = 2, d = 1, e = 1000 }\n"
                "for seed = 1, 30 do\n"
                "  for _, k in ipairs({ false, true }) do\n"
-               "    local full = table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil))\n"
                "    for limit = 0, 6 do\n"
                "      local got = m.weighted_order(l, w, seed / 31, seed, k and keys or nil, limit)\n"
-               "      if table.concat(got) ~= full:sub(1, limit) then\n"
-               "        return table.concat(got) .. ' ~= ' .. full:sub(1, limit)\n"
+               "      if #got ~= math.min(limit, 5) then return 'length ' .. #got end\n"
+               "      local seen = {}\n"
+               "      for i, v in ipairs(got) do\n"
+               "        if seen[v] then return 'twice ' .. v end\n"
+               "        seen[v] = true\n"
+               "        if k and i > 1 and key_of[v] < key_of[got[i - 1]] then return 'keys ' .. table.concat(got) end\n"
                "      end\n"
+               "      if k and limit > 0 and got[1] ~= 'b' and limit < 5 then return 'first ' .. got[1] end\n"
+               "    end\n"
+               "    local full = table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil))\n"
+               "    if table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil, 5)) ~= full then\n"
+               "      return 'full'\n"
                "    end\n"
                "  end\n"
                "end\n"
                "local neg = pcall(m.weighted_order, l, w, 0.5, 7, nil, -1)\n"
                "local frac = pcall(m.weighted_order, l, w, 0.5, 7, nil, 1.5)\n"
-               "return 'prefix ' .. tostring(neg) .. ' ' .. tostring(frac)",
-               "prefix false false");
+               "return 'drawn ' .. tostring(neg) .. ' ' .. tostring(frac)",
+               "drawn false false");
 }
 
 /* ---- encode ---------------------------------------------------------------------------- */

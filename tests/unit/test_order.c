@@ -178,41 +178,93 @@ static void test_then_by_matches_reference(void)
     }
 }
 
-/* mg_order_weighted_first against the full order: mg_order_weighted, then mg_order_then_by
- * when there are keys, cut at k. Weights with ties, zeros, NaN and infinities (equal
- * weights too: the shuffle), keys with ties and NaN, every k from 0 to past n. */
-static void test_weighted_first_is_prefix(void)
+/* A key order with NaN last: -1, 0 or 1. */
+static int key_cmp(double a, double b)
 {
-    static mg_order_item_t keys[N_MAX], keys_copy[N_MAX], full[N_MAX], first[N_MAX];
+    if (isnan(a) || isnan(b)) return isnan(a) - isnan(b);
+    return (a > b) - (a < b);
+}
+
+/* mg_order_weighted_first's draws, checked for what they must be on random inputs (weights
+ * with ties, zeros, NaN and infinities, keys with ties and NaN, k from 0 to past n): k
+ * distinct items; each the group of the smallest key left; in a group the ones with a
+ * weight before the ones without, and those by position. */
+static void test_weighted_first_properties(void)
+{
+    static mg_order_item_t keys[N_MAX], in[N_MAX];
     uint64_t seed = 777;
     const double weights[] = {1, 2, 0.5, 0, NAN, INFINITY, 1e-300, 3};
     const double few[] = {0, 1, -1, 2.5, NAN};
-    int checked = 0;
+    int good = 0;
     for (int round = 0; round < 400; round++) {
         size_t n = (size_t)(mg_splitmix64(&seed) % 40);
-        int equal = round % 4 == 0, keyed = round % 3 != 0;
+        int keyed = round % 3 != 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t z = mg_splitmix64(&seed);
-            full[i] = (mg_order_item_t){equal ? 2 : weights[z % 8], (int)i + 1};
+            in[i] = items[i] = (mg_order_item_t){round % 4 == 0 ? 2 : weights[z % 8], (int)i + 1};
             keys[i].key = few[(z >> 8) % 5];
         }
-        double u = mg_unit_double(mg_splitmix64(&seed));
-        uint64_t s = mg_splitmix64(&seed);
-        memcpy(first, full, n * sizeof(*full));
-        mg_order_weighted(full, n, u, s, tmp);
-        if (keyed) {
-            memcpy(keys_copy, keys, n * sizeof(*keys));
-            mg_order_then_by(full, n, keys_copy, tmp);
-        }
         size_t k = (size_t)(mg_splitmix64(&seed) % (n + 3));
-        size_t got = mg_order_weighted_first(first, n, k, u, s, keyed ? keys : NULL, tmp);
-        size_t want = k < n ? k : n;
-        CHECK(got == want);
-        int same = got == want;
-        for (size_t i = 0; same && i < want; i++) same = first[i].pos == full[i].pos;
-        checked += same;
+        double u = mg_unit_double(mg_splitmix64(&seed));
+        size_t got = mg_order_weighted_first(items, n, k, u, mg_splitmix64(&seed),
+                                             keyed ? keys : NULL, tmp);
+        int ok = got == (k < n ? k : n);
+        unsigned char taken[N_MAX] = {0};
+        for (size_t m = 0; ok && m < got; m++) {
+            int pos = items[m].pos;
+            ok = pos >= 1 && pos <= (int)n && !taken[pos - 1];
+            if (!ok) break;
+            double key = keyed ? keys[pos - 1].key : 0;
+            int weighted = in[pos - 1].key > 0;
+            for (size_t j = 0; ok && j < n; j++) {
+                if (taken[j] || j == (size_t)pos - 1) continue;
+                int c = key_cmp(keyed ? keys[j].key : 0, key);
+                if (c < 0) ok = 0;               /* a smaller key was left */
+                else if (c == 0 && !weighted && (in[j].key > 0 || (int)j + 1 < pos))
+                    ok = 0;                       /* a weighted one, or an earlier one, was left */
+            }
+            taken[pos - 1] = 1;
+        }
+        good += ok;
     }
-    CHECK(checked == 400);
+    CHECK_EQ_INT(good, 400);
+}
+
+/* The first draw follows the weights exactly over u (in the best group only), the later
+ * ones the weights of what is left. */
+static void test_weighted_first_draws_follow_weights(void)
+{
+    const double w[] = {1, 3, 0, 4};
+    int first[4] = {0}, second_of_2[4] = {0};
+    uint64_t seed = 99;
+    const int N = 4000;
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 4; j++) items[j] = (mg_order_item_t){w[j], j + 1};
+        size_t got = mg_order_weighted_first(items, 4, 2, (i + 0.5) / N, mg_splitmix64(&seed),
+                                             NULL, tmp);
+        CHECK(got == 2);
+        first[items[0].pos - 1]++;
+        if (items[0].pos == 2) second_of_2[items[1].pos - 1]++;
+    }
+    /* u spread evenly: shares 1/8, 3/8, 0, 4/8 exactly */
+    CHECK_EQ_INT(first[0], N / 8);
+    CHECK_EQ_INT(first[1], 3 * N / 8);
+    CHECK_EQ_INT(first[2], 0);
+    CHECK_EQ_INT(first[3], N / 2);
+    /* after item 2: items 1 and 4 by 1:4 (about 20% / 80% of 1,500), never the weightless */
+    CHECK(second_of_2[0] > 200 && second_of_2[0] < 400);
+    CHECK_EQ_INT(second_of_2[2], 0);
+    /* keys: only the best group (key 1: items 1 and 3) comes first, whatever the weights */
+    mg_order_item_t keys[4] = {{2, 0}, {2, 0}, {1, 0}, {1, 0}};
+    int best[4] = {0}, group_next = 0;
+    for (int i = 0; i < 400; i++) {
+        for (int j = 0; j < 4; j++) items[j] = (mg_order_item_t){w[j], j + 1};
+        mg_order_weighted_first(items, 4, 3, (i + 0.5) / 400, mg_splitmix64(&seed), keys, tmp);
+        best[items[0].pos - 1]++;
+        group_next += items[1].pos == 3 || items[1].pos == 4; /* the rest of the group next */
+    }
+    CHECK_EQ_INT(best[3], 400); /* item 3 has no weight: item 4 is drawn first */
+    CHECK_EQ_INT(group_next, 400);
 }
 
 static void test_then_by_small(void)
@@ -235,6 +287,7 @@ int main(void)
     MG_RUN(test_weighted_edges);
     MG_RUN(test_then_by_matches_reference);
     MG_RUN(test_then_by_small);
-    MG_RUN(test_weighted_first_is_prefix);
+    MG_RUN(test_weighted_first_properties);
+    MG_RUN(test_weighted_first_draws_follow_weights);
     return mg_test_summary();
 }

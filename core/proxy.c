@@ -62,6 +62,9 @@ typedef struct call_s {
     const mg_model_conf_t *model;/* in gen->cfg */
     cJSON *body;                 /* owned: the sanitized client request; NULL until call_tree()
                                     after the fast path (see fast_body) */
+    const mg_json_member_t *body_members; /* the fast path's members of req->body (in its
+                                             arena), or NULL: passthrough_body scans */
+    size_t n_body_members;
     int stream;
     int client_include_usage;
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
@@ -1404,7 +1407,11 @@ static int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
        options; growth would copy the body once more per doubling */
     mg_buf_reserve(out, c->req->body_len + 6 * strlen(model) + 96);
     mg_buf_append(out, "{", 1);
-    if (mg_json_members(c->req->body, c->req->body_len, splice_member, &sp) != 0) return -1;
+    if (c->body_members) {
+        for (size_t i = 0; i < c->n_body_members; i++) splice_member(&sp, &c->body_members[i]);
+    } else if (mg_json_members(c->req->body, c->req->body_len, splice_member, &sp) != 0) {
+        return -1;
+    }
     mg_buf_append(out, "\"model\":", 8);
     mg_json_print_string(model, strlen(model), out);
     if (c->stream) mg_buf_append_str(out, ",\"stream_options\":{\"include_usage\":true}");
@@ -1701,7 +1708,13 @@ typedef struct {
     long long max_tokens; /* max_tokens, else max_completion_tokens; -1 if neither is a number */
     const char *user;     /* the "user" string's bytes (no escapes in them), or NULL */
     size_t user_len;
+    const mg_json_member_t *members; /* every member, in order (the request's arena), so
+                                        that the upstream body is spliced without a second
+                                        scan; NULL when there were more than FAST_MEMBERS */
+    size_t n_members;
 } fast_body_t;
+
+#define FAST_MEMBERS 32
 
 /* The members it reads, first occurrence (what cJSON's lookups find). */
 enum { F_MODEL, F_STREAM, F_SHAPE, F_MAX_TOKENS, F_MAX_COMPLETION, F_STREAM_OPTIONS, F_USER, F_N };
@@ -1711,6 +1724,8 @@ typedef struct {
     size_t key_len[F_N];
     mg_json_member_t m[F_N];
     unsigned char seen[F_N];
+    mg_json_member_t *all; /* room for FAST_MEMBERS, or NULL */
+    size_t n_all;          /* members seen: more than FAST_MEMBERS means not all kept */
 } fast_scan_t;
 
 static int has_escape(const char *s, size_t n)
@@ -1722,6 +1737,8 @@ static int fast_member(void *ud, const mg_json_member_t *m)
 {
     fast_scan_t *f = ud;
     if (has_escape(m->key, m->key_len) || is_extension(m)) return 1;
+    if (f->all && f->n_all < FAST_MEMBERS) f->all[f->n_all] = *m;
+    f->n_all++;
     for (int k = 0; k < F_N; k++) {
         if (m->key_len != f->key_len[k] || !f->keys[k] || memcmp(m->key, f->keys[k], m->key_len))
             continue;
@@ -1846,7 +1863,10 @@ static int fast_body(mg_http_req_t *req, mg_endpoint_t ep, fast_body_t *fb)
                       : ep == MG_EP_EMBEDDINGS  ? "input"
                                                 : NULL;
     for (int k = 0; k < F_N; k++) f.key_len[k] = f.keys[k] ? strlen(f.keys[k]) : 0;
+    f.all = mg_arena_alloc(&req->arena, FAST_MEMBERS * sizeof(*f.all));
     if (mg_json_check_members(req->body, req->body_len, fast_member, &f) != 0) return -1;
+    fb->members = f.all && f.n_all <= FAST_MEMBERS ? f.all : NULL;
+    fb->n_members = f.n_all;
     const mg_json_member_t *model = &f.m[F_MODEL];
     if (!f.seen[F_MODEL] || !plain_string(model) || model->value_len == 2) return -1;
     if (fast_stream(&f, fb) != 0 || !shape_ok(ep, &f) || fast_max_tokens(&f, &fb->max_tokens) != 0)
@@ -1880,6 +1900,8 @@ static void sanitize_tree(call_t *c)
  * there is no metadata. */
 static void sanitize_fast(call_t *c, const fast_body_t *fb)
 {
+    c->body_members = fb->members;
+    c->n_body_members = fb->n_members;
     c->mapped_max_tokens = -1;
     c->stream = fb->stream && c->ep != MG_EP_EMBEDDINGS;
     c->client_include_usage = c->stream && fb->include_usage;

@@ -336,6 +336,24 @@ describe('request sanitizing and credentials', () => {
         assert.deepEqual(seen.body.messages, messages);
     });
 
+    test('openai wire, plain body: every member passes through in order, model substituted, also past 32 members', async () => {
+        for (const extra of [3, 40]) { // the fast path keeps up to 32 members; more are scanned again
+            const since = await lastSeq();
+            const body = { model: 'chat', messages };
+            for (let i = 0; i < extra; i++) body[`x_${i}`] = i % 2 ? { n: i, s: `v${i}` } : [i, `w${i}`];
+            body.stream = true;
+            const s = await postStream(`${env.api}/chat/completions`, body);
+            assert.equal(s.status, 200);
+            assert.equal(s.data.at(-1), '[DONE]');
+            const [seen] = await upstreamRequests('up-chat', since);
+            assert.ok(seen, `the mock saw the request (${extra} extra members)`);
+            const want = ['messages', ...Array.from({ length: extra }, (_, i) => `x_${i}`), 'stream', 'model', 'stream_options'];
+            assert.deepEqual(Object.keys(seen.body), want);
+            for (let i = 0; i < extra; i++) assert.deepEqual(seen.body[`x_${i}`], body[`x_${i}`]);
+            assert.deepEqual(seen.body.stream_options, { include_usage: true });
+        }
+    });
+
     test('openai wire: a client max_tokens wins over max_output_tokens', async () => {
         const since = await lastSeq();
         await client.chat.completions.create({ model: 'chat', messages, ...ext(), max_tokens: 4 });

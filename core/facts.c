@@ -21,9 +21,10 @@ static void describe(mg_candidate_t *cd, const mg_provider_conf_t *p, const mg_r
     cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
     cd->observing = mg_cooldown_observing(&ps->cooldown, now);
     cd->consecutive_429 = ps->cooldown.consecutive_429;
-    cd->rpm_limit = p->rpm_limit;
+    /* the limits the limiter enforces: the newest config's, also for a call of an older one */
+    cd->rpm_limit = ps->limiter.rpm.limit;
     cd->rpm_used = use.rpm_used;
-    cd->tpm_limit = p->tpm_limit;
+    cd->tpm_limit = ps->limiter.tpm.limit;
     cd->tpm_used = use.tpm_used;
     cd->headroom = use.headroom;
     cd->in_flight = ps->in_flight;

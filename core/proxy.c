@@ -83,6 +83,7 @@ typedef struct call_s {
     mg_plan_entry_t *plan;       /* in routing_buf: the current plan */
     unsigned char *tried;        /* in routing_buf: per candidate, attempted in this request */
     int plan_n, plan_next;
+    int plan_limit;              /* the plan's req.plan_limit (0: none) */
     int route_calls;             /* times routing.route() was asked */
     int attempts;                /* upstream attempts started */
     int limited;                 /* plan entries refused by a rate limit in this pass */
@@ -136,6 +137,7 @@ typedef struct call_s {
 
 static void try_next(call_t *c);
 static void plan_and_dispatch(call_t *c);
+static int fill_candidates(call_t *c, uint64_t now);
 static cJSON *call_tree(call_t *c);
 
 /* ------------------------------------------------------------------------ */
@@ -1586,10 +1588,24 @@ static int wait_then_replan(call_t *c, uint64_t ms)
     return 0;
 }
 
+/* A plan cut at req.plan_limit ran out: ask again when the limit would now be higher, that
+ * is when entries were passed over that it did not count (an adapter that could not encode
+ * the request, a provider that reached its rate limit during an attempt). Tried routes
+ * count towards the limit, so it only grows, up to every candidate: this ends. 1 = asked. */
+static int replan_past_limit(call_t *c)
+{
+    if (c->plan_limit == 0 || c->attempts >= c->gen->cfg->max_retries) return 0;
+    int limit = fill_candidates(c, uv_now(c->srv->loop));
+    if (limit != 0 && limit <= c->plan_limit) return 0;
+    plan_and_dispatch(c);
+    return 1;
+}
+
 /* Every entry of the plan was tried or refused. */
 static void plan_exhausted(call_t *c)
 {
     int max = c->gen->cfg->max_retries;
+    if (replan_past_limit(c)) return;
     if (c->limited && c->attempts == 0) {
         /* every candidate is at its rate limit: wait for the earliest token */
         uint64_t now = uv_now(c->srv->loop);
@@ -2008,7 +2024,8 @@ static int alloc_routing(call_t *c)
 }
 
 /* Whether try_next would pass over the candidate without an attempt: its route was tried
- * in this request already, or its provider's rate limit refuses this request now. */
+ * in this request already, or its provider's rate limit refuses this request now (the
+ * candidate's limits are the limiter's, so this is what mg_limiter_reserve decides). */
 static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
 {
     if (c->tried[route]) return 1;
@@ -2075,6 +2092,7 @@ static void plan_and_dispatch(call_t *c)
         return;
     }
     c->plan_n = plan.n;
+    c->plan_limit = plan.limit;
     c->plan_next = 0;
     c->limited = 0;
     if (plan.n > 0) {

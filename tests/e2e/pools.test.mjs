@@ -533,6 +533,40 @@ describe('the plan reaches past providers the rate limits refuse (req.plan_limit
     });
 });
 
+describe('a cut plan is asked again when an entry fails without an attempt', { timeout: 20000 }, () => {
+    // max_retries 1: req.plan_limit is 1, so the plan holds one of the two routes, almost
+    // always the Ollama one (weight 1000 to 1). The Ollama adapter cannot encode an image
+    // given by URL: that entry is passed over without an attempt, and the core must ask
+    // again (the limit is 2 now) rather than fail with the OpenAI route untried.
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [
+                mainProvider(m, 'enc-ollama', { adapter: 'ollama', base_url: m, weight: 1000 }),
+                mainProvider(m, 'enc-openai', { weight: 1 }),
+            ],
+            models: {
+                enc: { routes: [{ provider: 'enc-ollama', model: 'up-enc-ollama' },
+                                { provider: 'enc-openai', model: 'up-enc-openai' }] },
+            },
+            upstream: { max_retries: 1 },
+        }));
+    });
+    after(() => sc?.close());
+
+    test('an image by URL: the Ollama route cannot encode it, the OpenAI route serves it', async () => {
+        const content = [{ type: 'text', text: 'what is this?' },
+            { type: 'image_url', image_url: { url: 'https://example.invalid/cat.png' } }];
+        for (let i = 0; i < 5; i++) {
+            const r = await postJson(`${sc.gw.base}/v1/chat/completions`,
+                { model: 'enc', messages: [{ role: 'user', content }] }, { timeoutMs: 8000 });
+            assertOk(r, `request ${i}`);
+        }
+        assert.equal(await sc.count('up-enc-openai'), 5);
+        assert.equal(await sc.count('up-enc-ollama'), 0);
+    });
+});
+
 // ---------------------------------------------------------------------------
 // (7) pinning never falls back
 // ---------------------------------------------------------------------------

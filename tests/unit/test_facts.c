@@ -110,6 +110,23 @@ static void test_changes_are_seen_at_once(void)
     teardown(&f);
 }
 
+/* The limits described are the ones the limiter enforces (the newest config's, after a
+ * sync), not those of the config the caller holds: try_next's count of the candidates a
+ * rate limit refuses must agree with mg_limiter_reserve. */
+static void test_limits_are_the_limiters(void)
+{
+    fixture_t f;
+    CHECK_EQ_INT(setup(&f), 0);
+    mg_candidate_t c;
+    CHECK_EQ_INT(mg_limiter_set_limits(&f.ps->limiter, 7, 500), 0);
+    mg_pool_changed(f.ps);
+    describe(&f, 8000, &c);
+    CHECK_EQ_INT(c.rpm_limit, 7);
+    CHECK(c.tpm_limit == 500);
+    CHECK_EQ_INT(f.p->rpm_limit, 100); /* the config this call holds says otherwise */
+    teardown(&f);
+}
+
 /* The contract: a change made without saying so is not seen until the next millisecond. */
 static void test_unannounced_change_lasts_a_millisecond_at_most(void)
 {
@@ -160,6 +177,7 @@ int main(void)
 {
     MG_RUN(test_kept_within_the_millisecond);
     MG_RUN(test_changes_are_seen_at_once);
+    MG_RUN(test_limits_are_the_limiters);
     MG_RUN(test_unannounced_change_lasts_a_millisecond_at_most);
     MG_RUN(test_sync_and_other_routes);
     return mg_test_summary();

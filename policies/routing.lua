@@ -1002,7 +1002,33 @@ local function pinned_plan(req, usable, facts)
     return plan
 end
 
+-- The usual request, decided without the general path's bookkeeping (summarize's table,
+-- chain, mark): not pinned, starting from the main pool, every candidate alike
+-- (candidates.alike), usable (candidates.all_usable), in the main pool and not a smaller
+-- model, and rules 2-4 letting them through. The plan is then rules 5-8's order of all of
+-- them, and nothing in it is degraded: what scan, chain and mark give for it
+-- (tests/lua/routing_spec.lua checks that the two agree). nil for any other request.
+local ALIKE_WEIGHED <const> = { one_group = true, same_weight = true, full_headroom = false }
+local ALIKE_UNWEIGHED <const> = { one_group = true, same_weight = false, full_headroom = false }
+
+local function usual_plan(req, candidates)
+    local c1 = candidates[1]
+    if c1 == nil or req.pin ~= nil or not candidates.all_usable or not candidates.alike
+        or req.pool == "fallback" or c1.pool == "fallback" or c1.smaller
+        or not passes_rules_2_4(req, c1) then
+        return nil
+    end
+    local facts = (tonumber(c1.weight) or 1) > 0 and ALIKE_WEIGHED or ALIKE_UNWEIGHED
+    local plan = order(req, candidates, facts)
+    plan.unmarked = true
+    return plan
+end
+
 function M.route(req, candidates)
+    local plan = usual_plan(req, candidates)
+    if plan then
+        return plan
+    end
     local usable, facts = scan(req, candidates)
     if req.pin ~= nil then
         return pinned_plan(req, usable, facts)

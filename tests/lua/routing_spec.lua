@@ -232,6 +232,57 @@ describe("policies/routing.lua", function()
         end)
     end)
 
+    describe("the usual request (every candidate alike and usable, main pool)", function()
+        -- route() decides it on a short path when the core says candidates.alike and
+        -- candidates.all_usable; without those flags the same list takes the general path
+        -- (scan, chain, mark): the two plans must be the same, entry for entry.
+        local function plan_of(req, build, flags)
+            local list = build()
+            if flags then
+                list.alike, list.all_usable = true, true
+            end
+            local plan = routing.route(req, list)
+            local out = {}
+            for i, c in ipairs(plan) do
+                out[i] = c.provider .. ":" .. tostring(c.degraded) .. ":" .. tostring(c.emergency)
+            end
+            return table.concat(out, ","), plan.wait_ms
+        end
+
+        it("gives the plan of the general path", function()
+            local state, n = 4242, 0
+            local function rnd()
+                state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
+                return (state >> 11) * 2.0 ^ -52
+            end
+            for _ = 1, 400 do
+                local size, weight = 1 + math.floor(rnd() * 8), ({ 1, 2, 0.5, 0 })[1 + math.floor(rnd() * 4)]
+                local is_local, pool = rnd() < 0.5, rnd() < 0.8 and "main" or "fallback"
+                local smaller, measured = rnd() < 0.15, rnd() < 0.5
+                local build = function()
+                    local list = {}
+                    for i = 1, size do
+                        list[i] = cand(i, "p" .. i, { ["local"] = is_local, pool = pool, smaller = smaller,
+                            weight = weight, headroom = ({ 1, 0.5, 0.25 })[1 + (i * 7 + size) % 3],
+                            in_flight = (i * 5) % 3,
+                            avail_samples = measured and 10 or 0, ttft_samples = measured and 5 or 0,
+                            success_rate = 1 - (i % 3) * 0.1, ttft_ms = 100 + (i % 4) * 50 })
+                    end
+                    return list
+                end
+                local req = req_with({ random = rnd(), pool = rnd() < 0.2 and "fallback" or nil,
+                    allow_smaller_model = rnd() < 0.5, allow_cloud = rnd() < 0.8,
+                    local_first = rnd() < 0.8, local_only = rnd() < 0.1 })
+                local short, short_wait = plan_of(req, build, true)
+                local general, general_wait = plan_of(req, build, false)
+                assert.equal(general, short)
+                assert.equal(general_wait, short_wait)
+                n = n + (short ~= "" and 1 or 0)
+            end
+            assert.is_true(n > 100) -- (most of them had a plan)
+        end)
+    end)
+
     describe("req.plan_limit", function()
         local function five(extra_of)
             local list = {}

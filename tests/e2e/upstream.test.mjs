@@ -17,7 +17,7 @@ const IDLE_MS = 500;
 const SCENARIOS = {
     rl: 2, 'rl-all': 2, e500: 2, 'e500-stream': 2, garbage: 1, 'garbage-stream': 1,
     slow: 1, 'slow-stream': 1, reset: 1, 'reset-rst': 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
-    abort: 1, 'abort-raw': 1, hang: 1,
+    abort: 1, 'abort-raw': 1, hang: 1, spaced: 1,
 };
 
 let env;
@@ -174,6 +174,34 @@ describe('failover before the first byte', () => {
         await script('up-slow-1', { delay_first_byte_ms: 3000 });
         const r = await postJson(`${env.api}/chat/completions`, chat('slow'));
         assertError(r, 408, 'FIRST_TOKEN_TIMEOUT');
+    });
+});
+
+describe('streams in other spellings', () => {
+    test('JSON with spaces after colons and commas (Python json.dumps): usage folded into the finish chunk', async () => {
+        const ev = (o) => `data: ${JSON.stringify(o).replace(/":/g, '": ').replace(/,"/g, ', "')}\n\n`;
+        const base = { id: 'c-sp', object: 'chat.completion.chunk', created: 1, model: 'up-spaced-1' };
+        const body = [
+            ev({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] }),
+            ev({ ...base, choices: [{ index: 0, delta: { content: 'Hi: "there"' }, finish_reason: null }] }),
+            ev({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }),
+            ev({ ...base, choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }),
+            'data: [DONE]\n\n',
+        ].join('');
+        assert.ok(body.includes('"finish_reason": "stop"') && body.includes('"usage": {'), body.slice(0, 400));
+        await script('up-spaced-1', { body, headers: { 'Content-Type': 'text/event-stream' } });
+        const s = await postStream(`${env.api}/chat/completions`, chat('spaced', { stream: true }));
+        assert.equal(s.status, 200);
+        assert.equal(s.data.at(-1), '[DONE]');
+        const chunks = s.events.filter((e) => e && typeof e === 'object');
+        assert.equal(chunks[0].request_id, s.headers.get('x-request-id'), 'metadata on the first chunk');
+        assert.equal(chunks[1].choices[0].delta.content, 'Hi: "there"');
+        const fin = chunks.find((e) => e.choices?.[0]?.finish_reason === 'stop');
+        assert.ok(fin, 'the finish chunk reached the client');
+        assert.deepEqual(fin.usage, { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });
+        assert.ok(fin.timing && typeof fin.timing.total_ms === 'number', 'timing on the finish chunk');
+        assert.ok(!chunks.some((e) => Array.isArray(e.choices) && e.choices.length === 0),
+            'the usage-only chunk is folded (the client did not ask for it)');
     });
 });
 

@@ -427,9 +427,11 @@ static int l_weighted_order(lua_State *L)
     uint64_t seed = (uint64_t)luaL_checkinteger(L, 4);
     int keyed = !lua_isnoneornil(L, 5);
     if (keyed) luaL_checktype(L, 5, LUA_TTABLE);
-    lua_Integer limit = luaL_optinteger(L, 6, -1);
-    if (limit < -1 || (limit == -1 && !lua_isnoneornil(L, 6)))
-        luaL_argerror(L, 6, "a limit is 0 or more");
+    lua_Integer limit = -1; /* none */
+    if (!lua_isnoneornil(L, 6)) {
+        limit = luaL_checkinteger(L, 6);
+        luaL_argcheck(L, limit >= 0, 6, "a limit is 0 or more");
+    }
     size_t n = lua_rawlen(L, 1);
     mg_order_item_t *items = read_order_keys(L, weighted ? 2 : 0, n, "weighted_order");
     mg_order_item_t *keys = keyed ? items + 2 * n : NULL;

@@ -142,6 +142,12 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
     mg_order_sort(items, n, tmp);
 }
 
+/* Same key: numbers equal, or both NaN (NaN keys are alike: they keep sequence order). */
+static inline int same_key(double a, double b)
+{
+    return a == b || (isnan(a) && isnan(b));
+}
+
 /* a < b, NaN after every number; two NaN are equal (neither is less). */
 static inline int less_nan_last(double a, double b)
 {
@@ -183,7 +189,7 @@ static size_t draw_next(const mg_order_item_t *items, size_t n, const mg_order_i
     for (size_t i = first; i < n; i++) {
         if (items[i].pos < 0 || !(items[i].key > 0)) continue;
         double k = group_key(&items[i], keys);
-        if (less_nan_last(k, best) || less_nan_last(best, k)) continue;
+        if (!same_key(k, best)) continue;
         pick = i; /* the last with a weight, should rounding leave x >= 0 */
         x -= items[i].key;
         if (x < 0) break;
@@ -209,11 +215,6 @@ size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, doubl
     return k;
 }
 
-/* Same key: numbers equal, or both NaN (NaN keys are alike: they keep sequence order). */
-static inline int same_key(double a, double b)
-{
-    return a == b || (isnan(a) && isnan(b));
-}
 
 /* keys sorted by (key, pos): the rank of each distinct key from 0, stored per position
  * (rank_of[pos - 1].pos), and how many items have each rank (keys[rank].pos, overwriting

@@ -138,6 +138,7 @@ typedef struct call_s {
 
 static void try_next(call_t *c);
 static void plan_and_dispatch(call_t *c);
+static void route_and_dispatch(call_t *c, int limit);
 static int fill_candidates(call_t *c, uint64_t now);
 static cJSON *call_tree(call_t *c);
 
@@ -1615,7 +1616,7 @@ static int replan_past_limit(call_t *c)
     if (c->plan_limit == 0 || c->attempts >= c->gen->cfg->max_retries) return 0;
     int limit = fill_candidates(c, uv_now(c->srv->loop));
     if (limit != 0 && limit <= c->plan_limit) return 0;
-    plan_and_dispatch(c);
+    route_and_dispatch(c, limit); /* on the candidates just described */
     return 1;
 }
 
@@ -2099,9 +2100,14 @@ static int shortest_cooldown_ms(call_t *c)
 /* Ask routing.route() for a plan and start on it. */
 static void plan_and_dispatch(call_t *c)
 {
-    uint64_t now = uv_now(c->srv->loop);
+    route_and_dispatch(c, fill_candidates(c, uv_now(c->srv->loop)));
+}
+
+/* The same on the candidates fill_candidates described, which said limit. */
+static void route_and_dispatch(call_t *c, int limit)
+{
     char err[512];
-    mg_plan_t plan = {c->plan, 0, 0, fill_candidates(c, now)};
+    mg_plan_t plan = {c->plan, 0, 0, limit};
     c->route_calls++;
     if (mg_gen_route(c->gen, c->req_ref, c->route_calls, c->cands, c->n_cands, &plan, err,
                      sizeof(err)) != 0) {
@@ -2124,7 +2130,6 @@ static void plan_and_dispatch(call_t *c)
         fail_exhausted(c);
         return;
     }
-    c->fail_degraded = "openclaw_fallback";
     call_fail(c, 503, "MODEL_UNAVAILABLE", "no provider can serve this model now",
               shortest_cooldown_ms(c));
 }

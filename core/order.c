@@ -151,7 +151,7 @@ static inline int same_key(double a, double b)
 /* a < b, NaN after every number; two NaN are equal (neither is less). */
 static inline int less_nan_last(double a, double b)
 {
-    return isnan(a) ? 0 : isnan(b) ? 1 : a < b;
+    return a < b || (isnan(b) && !isnan(a)); /* (a < b is false when either is NaN) */
 }
 
 /* The key of the group item i belongs to (keys[pos - 1]; no keys: all alike). A taken item
@@ -161,37 +161,45 @@ static inline double group_key(const mg_order_item_t *it, const mg_order_item_t 
     return keys ? keys[(it->pos < 0 ? -it->pos : it->pos) - 1].key : 0;
 }
 
-/* The index of the next draw among the items not taken (pos > 0) in the group of the
- * smallest key left: a weighted draw over their weights (items[i].key, > 0 or 0) with u
- * the first time (*first_draw), then with the stream's next number; none with a weight
- * left in the group: the first of them by position. */
-static size_t draw_next(const mg_order_item_t *items, size_t n, const mg_order_item_t *keys,
-                        double u, int *first_draw, uint64_t *state)
+/* The group of the smallest key left among the items not taken (pos > 0), in position
+ * order, into group: each its weight (items[i].key, > 0 or 0) and its index i in items (as
+ * pos). Returns its size. */
+static size_t gather_group(const mg_order_item_t *items, size_t n, const mg_order_item_t *keys,
+                           mg_order_item_t *group)
 {
-    size_t first = n;
-    double best = 0, total = 0;
-    for (size_t i = 0; i < n; i++) { /* the group: the smallest key left, and its weight */
+    size_t m = 0;
+    double best = 0;
+    for (size_t i = 0; i < n; i++) {
         if (items[i].pos < 0) continue;
         double k = group_key(&items[i], keys);
-        if (first == n || less_nan_last(k, best)) {
-            first = i;
+        if (m == 0 || less_nan_last(k, best)) {
             best = k;
-            total = 0;
+            m = 0;
         } else if (less_nan_last(best, k)) {
             continue;
         }
-        total += items[i].key;
+        group[m++] = (mg_order_item_t){.key = items[i].key, .pos = (int)i};
     }
-    if (!(total > 0)) return first;
+    return m;
+}
+
+/* The place in group (m entries) of the next draw: a weighted draw over their weights with
+ * u the first time (*first_draw), then with the stream's next number; none with a weight:
+ * the first by position. The total is summed afresh for every draw, in position order, so
+ * that the draws are those of the Lua twin (routing.lua's draw_next). */
+static size_t draw_in_group(const mg_order_item_t *group, size_t m, double u, int *first_draw,
+                            uint64_t *state)
+{
+    double total = 0;
+    for (size_t g = 0; g < m; g++) total += group[g].key;
+    if (!(total > 0)) return 0;
     double x = (*first_draw ? u : mg_unit_double(mg_splitmix64(state))) * total;
     *first_draw = 0;
-    size_t pick = first;
-    for (size_t i = first; i < n; i++) {
-        if (items[i].pos < 0 || !(items[i].key > 0)) continue;
-        double k = group_key(&items[i], keys);
-        if (!same_key(k, best)) continue;
-        pick = i; /* the last with a weight, should rounding leave x >= 0 */
-        x -= items[i].key;
+    size_t pick = 0;
+    for (size_t g = 0; g < m; g++) {
+        if (!(group[g].key > 0)) continue;
+        pick = g; /* the last with a weight, should rounding leave x >= 0 */
+        x -= group[g].key;
         if (x < 0) break;
     }
     return pick;
@@ -206,12 +214,20 @@ size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, doubl
         if (!(items[i].key > 0)) items[i].key = 0;
     uint64_t state = seed;
     int first_draw = 1;
-    for (size_t m = 0; m < k; m++) {
-        size_t i = draw_next(items, n, keys, u, &first_draw, &state);
-        tmp[m] = items[i];
+    /* tmp holds the group being drawn from at its start (m entries: at most the items left)
+       and the draws made at its end, the j-th at tmp[n - 1 - j]: they never meet. A group
+       is gathered once and drawn from until it is empty, not rescanned for every draw. */
+    size_t m = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (m == 0) m = gather_group(items, n, keys, tmp);
+        size_t g = draw_in_group(tmp, m, u, &first_draw, &state);
+        size_t i = (size_t)tmp[g].pos;
+        memmove(&tmp[g], &tmp[g + 1], (m - g - 1) * sizeof(*tmp));
+        m--;
+        tmp[n - 1 - j] = items[i];
         items[i].pos = -items[i].pos; /* taken */
     }
-    memcpy(items, tmp, k * sizeof(*items));
+    for (size_t j = 0; j < k; j++) items[j] = tmp[n - 1 - j];
     return k;
 }
 

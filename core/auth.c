@@ -25,7 +25,6 @@
 #include <strings.h>
 #include <time.h>
 #include <cjson/cJSON.h>
-#include <openssl/crypto.h>
 
 #include "log.h"
 
@@ -706,18 +705,6 @@ static void hint_no_keys(mg_auth_t *a, uint64_t now_ms)
                "$MOONGATE_ADMIN_TOKEN)");
 }
 
-/* The display form of a presented key that is not NUL-terminated at n ("" if malformed). */
-static void display_of(const char *key, size_t n, char *out)
-{
-    char buf[MG_KEY_LEN + 1];
-    out[0] = '\0';
-    if (!mg_key_is_well_formed(key, n)) return;
-    memcpy(buf, key, n);
-    buf[n] = '\0';
-    if (mg_key_display(buf, out) != 0) out[0] = '\0';
-    OPENSSL_cleanse(buf, sizeof(buf));
-}
-
 int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
                       const char *priority, uint64_t now_ms, int64_t est_tokens,
                       mg_auth_result_t *out)
@@ -753,7 +740,7 @@ int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model
     out->project_id = out->n_levels > 1 ? rec->project_id : 0;
     out->max_queued = rec->max_queued;
     out->reason = "ok";
-    display_of(key, n, out->key_display);
+    mg_key_display_matched(key, n, out->key_display);
     note_used(a, out->levels[0], now_ms);
     return 0;
 }

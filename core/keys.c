@@ -13,6 +13,7 @@
 #include "keys.h"
 
 #include "crypto.h"
+#include "siphash.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -66,10 +67,9 @@ int mg_key_digest(const char *key, size_t n, unsigned char *out)
     return -1;
 }
 
-int mg_key_display(const char *key, char *out)
+/* "mg-…" + the last characters of a key of MG_KEY_LEN bytes. */
+static void format_display(const char *key, char *out)
 {
-    memcpy(out, ELLIPSIS, sizeof(ELLIPSIS));
-    if (!key || !mg_key_is_well_formed(key, strlen(key))) return MG_KEYS_EINVAL;
     size_t o = 0;
     memcpy(out + o, MG_KEY_PREFIX, MG_KEY_PREFIX_LEN);
     o += MG_KEY_PREFIX_LEN;
@@ -77,7 +77,21 @@ int mg_key_display(const char *key, char *out)
     o += sizeof(ELLIPSIS) - 1;
     memcpy(out + o, key + MG_KEY_LEN - MG_KEY_DISPLAY_SUFFIX, MG_KEY_DISPLAY_SUFFIX);
     out[o + MG_KEY_DISPLAY_SUFFIX] = '\0';
+}
+
+int mg_key_display(const char *key, char *out)
+{
+    memcpy(out, ELLIPSIS, sizeof(ELLIPSIS));
+    if (!key || !mg_key_is_well_formed(key, strlen(key))) return MG_KEYS_EINVAL;
+    format_display(key, out);
     return MG_KEYS_OK;
+}
+
+void mg_key_display_matched(const char *key, size_t n, char *out)
+{
+    out[0] = '\0';
+    if (key && n == MG_KEY_LEN && memcmp(key, MG_KEY_PREFIX, MG_KEY_PREFIX_LEN) == 0)
+        format_display(key, out);
 }
 
 uint32_t mg_key_scope_bit(const char *name)
@@ -249,12 +263,15 @@ static int resize(mg_key_index_t *ix, size_t new_cap)
 int mg_key_index_init(mg_key_index_t *ix, size_t expected)
 {
     memset(ix, 0, sizeof(*ix));
-    if (mg_random_bytes(&ix->seed, sizeof(ix->seed)) != 0) return MG_KEYS_ERANDOM;
+    if (mg_random_bytes(&ix->seed, sizeof(ix->seed)) != 0 ||
+        mg_random_bytes(ix->tag_key, sizeof(ix->tag_key)) != 0)
+        return MG_KEYS_ERANDOM;
     ix->cap = cap_for(expected);
     ix->slots = calloc(ix->cap, sizeof(*ix->slots));
+    ix->seen = calloc(MG_KEY_SEEN_SLOTS, sizeof(*ix->seen));
     ix->md_ctx = EVP_MD_CTX_new();
     ix->md = EVP_MD_fetch(NULL, "SHA256", NULL);
-    if (ix->slots && ix->md_ctx && ix->md) return MG_KEYS_OK;
+    if (ix->slots && ix->seen && ix->md_ctx && ix->md) return MG_KEYS_OK;
     mg_key_index_free(ix);
     return MG_KEYS_ENOMEM;
 }
@@ -264,6 +281,7 @@ void mg_key_index_free(mg_key_index_t *ix)
     for (size_t i = 0; ix->slots && i < ix->cap; i++)
         if (ix->slots[i].hash) mg_key_record_unref(ix->slots[i].rec);
     free(ix->slots);
+    free(ix->seen);
     EVP_MD_CTX_free(ix->md_ctx);
     EVP_MD_free(ix->md);
     memset(ix, 0, sizeof(*ix));
@@ -350,10 +368,23 @@ static int index_digest(mg_key_index_t *ix, const char *key, size_t n, unsigned 
 mg_key_result_t mg_key_index_lookup(mg_key_index_t *ix, const char *key, size_t n, int64_t now_s,
                                     mg_key_record_t **rec)
 {
-    unsigned char digest[MG_KEY_DIGEST_LEN];
     if (rec) *rec = NULL;
-    if (!key || index_digest(ix, key, n, digest) != 0) return MG_KEY_UNKNOWN; /* fail closed */
-    return mg_key_index_lookup_digest(ix, digest, now_s, rec);
+    if (!key) return MG_KEY_UNKNOWN;
+    uint64_t tag[2];
+    mg_siphash128(key, n, ix->tag_key, tag);
+    mg_key_seen_t *seen = &ix->seen[tag[0] & (MG_KEY_SEEN_SLOTS - 1)];
+    if (seen->used && seen->tag[0] == tag[0] && seen->tag[1] == tag[1]) /* the same bytes */
+        return mg_key_index_lookup_digest(ix, seen->digest, now_s, rec);
+    unsigned char digest[MG_KEY_DIGEST_LEN];
+    if (index_digest(ix, key, n, digest) != 0) return MG_KEY_UNKNOWN; /* fail closed */
+    mg_key_result_t r = mg_key_index_lookup_digest(ix, digest, now_s, rec);
+    /* only keys the index holds: a flood of made-up keys cannot evict the ones in use (the
+       digest still goes through the index every time: a removed or disabled key is refused) */
+    if (r == MG_KEY_OK) {
+        *seen = (mg_key_seen_t){.tag = {tag[0], tag[1]}, .used = 1};
+        memcpy(seen->digest, digest, sizeof(digest));
+    }
+    return r;
 }
 
 size_t mg_key_index_memory(const mg_key_index_t *ix)

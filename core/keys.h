@@ -89,6 +89,17 @@ typedef struct mg_key_slot_s {
     mg_key_record_t *rec; /* one reference held by the index */
 } mg_key_slot_t;
 
+/* A key presented before and found: its tag (siphash.h, under the index's tag key) and its
+ * SHA-256, so that presenting it again costs a SipHash instead of a SHA-256 (whose code, through
+ * OpenSSL's EVP layer, is most of what auth adds to a request). No clear key is kept. */
+typedef struct mg_key_seen_s {
+    uint64_t tag[2];
+    unsigned char digest[MG_KEY_DIGEST_LEN];
+    int used;
+} mg_key_seen_t;
+
+#define MG_KEY_SEEN_SLOTS 256 /* direct-mapped by the tag; a collision only costs a SHA-256 */
+
 typedef struct mg_key_index_s {
     mg_key_slot_t *slots; /* owned; capacity is a power of two */
     size_t cap;
@@ -96,6 +107,8 @@ typedef struct mg_key_index_s {
     uint64_t seed; /* random per index: slot positions cannot be predicted */
     void *md_ctx;  /* EVP_MD_CTX, reused by lookups */
     void *md;      /* EVP_MD (SHA-256), fetched once */
+    uint8_t tag_key[16];   /* random per index: the SipHash key of the seen keys' tags */
+    mg_key_seen_t *seen;   /* owned, MG_KEY_SEEN_SLOTS entries */
 } mg_key_index_t;
 
 /* ---- keys ---- */
@@ -116,6 +129,11 @@ int mg_key_digest(const char *key, size_t n, unsigned char *out);
  * U+2026 in UTF-8). Returns 0, or MG_KEYS_EINVAL when key is not well formed (out is
  * then "…"). */
 int mg_key_display(const char *key, char *out);
+
+/* The same for a presented key of n bytes (not NUL-terminated) that the index matched: its
+ * digest is a stored key's, so it is a generated key and its characters are not checked one
+ * by one again (only its length and prefix: out is "" when those do not fit). */
+void mg_key_display_matched(const char *key, size_t n, char *out);
 
 /* Scope bit for a name ("inference", "models", "usage", "admin"), or 0 if unknown. */
 uint32_t mg_key_scope_bit(const char *name);

@@ -122,6 +122,20 @@ static void test_display(void)
     mg_key_generate(k);
     mg_key_display(k, out);
     CHECK(strncmp(out, "mg-", 3) == 0 && strcmp(out + 6, k + 37) == 0);
+    /* a matched key, not NUL-terminated: the same form; a wrong length or prefix: "" */
+    char presented[MG_KEY_LEN + 8];
+    memcpy(presented, k, MG_KEY_LEN);
+    memcpy(presented + MG_KEY_LEN, "  tail", 7);
+    char matched[MG_KEY_DISPLAY_MAX];
+    mg_key_display_matched(presented, MG_KEY_LEN, matched);
+    CHECK_STR(matched, out);
+    mg_key_display_matched(presented, MG_KEY_LEN - 1, matched);
+    CHECK_STR(matched, "");
+    presented[0] = 'x';
+    mg_key_display_matched(presented, MG_KEY_LEN, matched);
+    CHECK_STR(matched, "");
+    mg_key_display_matched(NULL, 0, matched);
+    CHECK_STR(matched, "");
 }
 
 static void test_scopes(void)
@@ -187,6 +201,55 @@ static void test_record(void)
     CHECK(mg_key_record_new(&t) == NULL);
     CHECK_EQ_INT(sizeof(mg_key_record_t), 128);
     CHECK_EQ_INT(sizeof(mg_key_slot_t), 16);
+}
+
+static int seen_used(const mg_key_index_t *ix)
+{
+    int n = 0;
+    for (int i = 0; i < MG_KEY_SEEN_SLOTS; i++) n += ix->seen[i].used;
+    return n;
+}
+
+/* The seen-keys table: a found key is remembered by its tag and digest (never its clear
+ * text), a made-up one is not; more keys than slots still all resolve (a slot taken by
+ * another key only costs a SHA-256); a key one character off a seen one is unknown. */
+static void test_index_seen_keys(void)
+{
+    mg_key_index_t ix;
+    CHECK_EQ_INT(mg_key_index_init(&ix, 0), MG_KEYS_OK);
+    enum { N = 3 * MG_KEY_SEEN_SLOTS };
+    static char k[N][MG_KEY_LEN + 1];
+    for (int i = 0; i < N; i++) {
+        mg_key_generate(k[i]);
+        CHECK_EQ_INT(mg_key_index_insert(&ix, record_for(k[i], i + 1)), MG_KEYS_OK);
+    }
+    mg_key_record_t *r = NULL;
+    CHECK_EQ_INT(seen_used(&ix), 0);
+    CHECK_EQ_INT(lookup(&ix, k[0], 1000, &r), MG_KEY_OK);
+    CHECK_EQ_INT(seen_used(&ix), 1);
+    unsigned char d[MG_KEY_DIGEST_LEN];
+    mg_key_digest(k[0], MG_KEY_LEN, d);
+    int holds_digest = 0, holds_clear = 0;
+    for (int i = 0; i < MG_KEY_SEEN_SLOTS; i++) {
+        holds_digest |= ix.seen[i].used && memcmp(ix.seen[i].digest, d, sizeof(d)) == 0;
+        holds_clear |= memmem(&ix.seen[i], sizeof(ix.seen[i]), k[0] + 3, 8) != NULL;
+    }
+    CHECK(holds_digest && !holds_clear);
+    char other[MG_KEY_LEN + 1];
+    mg_key_generate(other);
+    CHECK_EQ_INT(lookup(&ix, other, 1000, &r), MG_KEY_UNKNOWN);
+    CHECK_EQ_INT(seen_used(&ix), 1);
+    char near[MG_KEY_LEN + 1];
+    memcpy(near, k[0], sizeof(near));
+    near[30] = near[30] == 'a' ? 'b' : 'a';
+    CHECK_EQ_INT(lookup(&ix, near, 1000, &r), MG_KEY_UNKNOWN);
+    int good = 0;
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++)
+            good += lookup(&ix, k[i], 1000, &r) == MG_KEY_OK && r->id == i + 1;
+    CHECK_EQ_INT(good, 2 * N);
+    CHECK(seen_used(&ix) > MG_KEY_SEEN_SLOTS / 2);
+    mg_key_index_free(&ix);
 }
 
 static void test_index_basic(void)
@@ -467,6 +530,7 @@ int main(void)
     MG_RUN(test_well_formed);
     MG_RUN(test_digest);
     MG_RUN(test_display);
+    MG_RUN(test_index_seen_keys);
     MG_RUN(test_scopes);
     MG_RUN(test_record);
     MG_RUN(test_index_basic);

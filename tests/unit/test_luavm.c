@@ -1555,6 +1555,27 @@ static void test_encode_memo(void)
         }
         mg_gen_unref_value(g, rr);
     }
+    /* a full memo: 64 answers kept (the 6 above among them), found again among the others;
+       past that, answers are made afresh every time, never wrong */
+    int kept = 0, fresh = 0;
+    for (int i = 0; i < 70; i++) {
+        char model[16], first[64] = "";
+        snprintf(model, sizeof(model), "many-%d", i);
+        for (int round = 0; round < 2; round++) {
+            mg_lua_req_t info = {.request_id = "req-f", .endpoint = "chat", .model = "m",
+                                 .stream = i % 2, .max_tokens = -1, .created = 1};
+            int rr = mg_gen_req_new(g, &info);
+            mg_encoded_t e;
+            CHECK_EQ_INT(mg_gen_encode(g, a, rr, oa, model, &e, err, sizeof(err)), 0);
+            if (round == 0) snprintf(first, sizeof(first), "%s", e.path);
+            else if (strcmp(first, e.path) == 0) kept++;
+            else fresh += strncmp(e.path, "/chat/many-", 11) == 0;
+            mg_encoded_free(&e);
+            mg_gen_unref_value(g, rr);
+        }
+    }
+    CHECK_EQ_INT(kept, 64 - 6);
+    CHECK_EQ_INT(fresh, 70 - (64 - 6));
     unload_routing(g);
 }
 

@@ -50,6 +50,8 @@ typedef struct project_level_s {
 /* Levels sorted by id. */
 typedef struct level_table_s {
     mg_auth_level_t **v; /* owned array; one reference per entry */
+    int64_t *ids;        /* owned: ids[i] == v[i]->id, so that a search reads one array and
+                            not a level per step (100,000 keys: 17 steps, each a cache miss) */
     size_t n, cap;
 } level_table_t;
 
@@ -103,7 +105,7 @@ static size_t table_lower(const level_table_t *t, int64_t id)
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (t->v[mid]->id < id)
+        if (t->ids[mid] < id)
             lo = mid + 1;
         else
             hi = mid;
@@ -114,7 +116,7 @@ static size_t table_lower(const level_table_t *t, int64_t id)
 static mg_auth_level_t *table_find(const level_table_t *t, int64_t id)
 {
     size_t i = table_lower(t, id);
-    return i < t->n && t->v[i]->id == id ? t->v[i] : NULL;
+    return i < t->n && t->ids[i] == id ? t->v[i] : NULL;
 }
 
 /* Make room for `more` further entries. 0 or -1. */
@@ -127,6 +129,9 @@ static int table_reserve(level_table_t *t, size_t more)
     mg_auth_level_t **v = realloc(t->v, cap * sizeof(*v));
     if (!v) return -1;
     t->v = v;
+    int64_t *ids = realloc(t->ids, cap * sizeof(*ids));
+    if (!ids) return -1; /* (v grew: harmless, cap still says the smaller size) */
+    t->ids = ids;
     t->cap = cap;
     return 0;
 }
@@ -136,7 +141,9 @@ static void table_insert(level_table_t *t, mg_auth_level_t *lv)
 {
     size_t i = table_lower(t, lv->id);
     memmove(t->v + i + 1, t->v + i, (t->n - i) * sizeof(*t->v));
+    memmove(t->ids + i + 1, t->ids + i, (t->n - i) * sizeof(*t->ids));
     t->v[i] = lv;
+    t->ids[i] = lv->id;
     t->n++;
 }
 
@@ -144,9 +151,10 @@ static void table_insert(level_table_t *t, mg_auth_level_t *lv)
 static mg_auth_level_t *table_take(level_table_t *t, int64_t id)
 {
     size_t i = table_lower(t, id);
-    if (i >= t->n || t->v[i]->id != id) return NULL;
+    if (i >= t->n || t->ids[i] != id) return NULL;
     mg_auth_level_t *lv = t->v[i];
     memmove(t->v + i, t->v + i + 1, (t->n - i - 1) * sizeof(*t->v));
+    memmove(t->ids + i, t->ids + i + 1, (t->n - i - 1) * sizeof(*t->ids));
     t->n--;
     return lv;
 }
@@ -156,6 +164,7 @@ static void table_free(level_table_t *t)
     for (size_t i = 0; i < t->n; i++)
         level_unref(t->v[i]);
     free(t->v);
+    free(t->ids);
     memset(t, 0, sizeof(*t));
 }
 
@@ -177,7 +186,7 @@ static mg_auth_level_t *table_get(level_table_t *t, int64_t id, int project, int
 static size_t table_bytes(const level_table_t *t, size_t level_size, size_t *windows,
                           size_t *window_bytes)
 {
-    size_t bytes = t->cap * sizeof(*t->v);
+    size_t bytes = t->cap * (sizeof(*t->v) + sizeof(*t->ids));
     for (size_t i = 0; i < t->n; i++) {
         size_t w = mg_quota_level_heap_bytes(&t->v[i]->q);
         *windows += w != 0;

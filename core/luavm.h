@@ -121,8 +121,8 @@ typedef struct mg_plan_s {
     mg_plan_entry_t *entries; /* caller's array with room for n candidates */
     int n;                    /* entries to try, in order */
     int wait_ms;              /* > 0: nothing now, ask again after this long */
-    int limit;                /* in: the most entries the caller can use (0: no limit);
-                                 route() sees it as req.plan_limit */
+    int limit;                /* in: the entries the caller needs before it asks again (0: no
+                                 limit); route() sees it as req.plan_limit */
 } mg_plan_t;
 
 /* Call routing.route(req, candidates) with req.attempt = attempt and req.plan_limit =

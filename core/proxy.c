@@ -1608,9 +1608,10 @@ static int wait_then_replan(call_t *c, uint64_t ms)
 }
 
 /* A plan cut at req.plan_limit ran out: ask again when the limit would now be higher, that
- * is when entries were passed over that it did not count (an adapter that could not encode
- * the request, a provider that reached its rate limit during an attempt). Tried routes
- * count towards the limit, so it only grows, up to every candidate: this ends. 1 = asked. */
+ * is after a failed attempt (its route is now passed over) or when entries were passed over
+ * that it did not count (an adapter that could not encode the request, a provider that
+ * reached its rate limit during an attempt). Tried routes count towards the limit, so it
+ * only grows, up to every candidate: this ends. 1 = asked. */
 static int replan_past_limit(call_t *c)
 {
     if (c->plan_limit == 0 || c->attempts >= c->gen->cfg->max_retries) return 0;
@@ -2055,13 +2056,14 @@ static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
 
 /* The facts of every route of the model, for the routing policy (fresh, or kept from an
  * earlier request of the same millisecond: facts.h). A route's provider and its state are
- * found by index (the route's provider_hint), not by searching. Returns
- * the most plan entries try_next can use now: an attempt for each one left, and one more
- * for each candidate it would pass over (0: as many as there are candidates). */
+ * found by index (the route's provider_hint), not by searching. Returns the plan entries
+ * try_next needs before it asks route() again: one for the next attempt (should it fail,
+ * route() decides the next one on what the failure changed: replan_past_limit), and one
+ * more for each candidate it would pass over (0: as many as there are candidates). */
 static int fill_candidates(call_t *c, uint64_t now)
 {
     const mg_config_t *cfg = c->gen->cfg;
-    int usable = cfg->max_retries - c->attempts;
+    int usable = c->attempts < cfg->max_retries ? 1 : 0;
     c->n_cands = 0;
     for (int i = 0; i < (int)c->model->n_routes; i++) {
         const mg_route_conf_t *r = &c->model->routes[i];

@@ -13,8 +13,8 @@
 --               pin (a provider id the client insisted on, or nil), local_only,
 --               allow_smaller_model, allow_cloud, local_first, attempt,
 --               random (a number in [0,1) drawn by the core for this request),
---               plan_limit (the most plan entries the core can use in this call, or nil:
---               entries past it are never tried, so the plan may stop there)
+--               plan_limit (the plan entries the core needs before it asks again, or nil:
+--               the plan may stop there; should they all fail, route() is called again)
 --   candidates  one table per route of the model in config/moongate.yaml, in index order:
 --               index, provider, model, pool, local (write c["local"]), smaller, priority,
 --               weight, available (enabled, not "down", the provider's and the route's

@@ -506,9 +506,10 @@ describe('RPM limit under a concurrent burst', { timeout: 20000 }, () => {
 describe('the plan reaches past providers the rate limits refuse (req.plan_limit)', { timeout: 20000 }, () => {
     // 16 providers whose tpm_limit fits one request in flight, and no rpm_limit: every route
     // keeps a headroom of 1, so the weighted order cannot put the refused ones last. The plan
-    // must be long enough to get past every provider the core would pass over: cut at 3
-    // entries (max_retries) instead, the last requests would draw only full providers most of
-    // the time (the 16th: 455 plans in 560) and wait for a token past the queue timeout.
+    // must be long enough to get past every provider the core would pass over: cut at the
+    // attempts left instead, the last requests would draw only full providers most of the
+    // time (the 16th: 455 plans in 560 at 3 entries) and wait for a token past the queue
+    // timeout.
     const N = 16;
     let sc;
     before(async () => {

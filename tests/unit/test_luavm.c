@@ -1559,7 +1559,7 @@ static void test_encode_memo(void)
        past that, answers are made afresh every time, never wrong */
     int kept = 0, fresh = 0;
     for (int i = 0; i < 70; i++) {
-        char model[16], first[64] = "";
+        char model[24], first[64] = "";
         snprintf(model, sizeof(model), "many-%d", i);
         for (int round = 0; round < 2; round++) {
             mg_lua_req_t info = {.request_id = "req-f", .endpoint = "chat", .model = "m",

@@ -67,9 +67,9 @@ static void one_sample_moved(mg_candidate_t *c, int n, int k)
 /* The box is shared: the best of a few rounds is the figure that repeats. */
 #define ROUNDS 5
 
-/* The plan's length as the gateway asks for it: one entry per attempt of upstream.max_retries
- * (default 3), when no candidate is passed over (req.plan_limit in lua/README.md). */
-#define PLAN_LIMIT 3
+/* The plan's length as the gateway asks for it: one entry for the next attempt, when no
+ * candidate is passed over (req.plan_limit in lua/README.md). */
+#define PLAN_LIMIT 1
 
 /* Run iters decisions from draw *k on; the mean ns per decision, or -1 on an error. */
 static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, int iters,

@@ -1607,25 +1607,22 @@ static int wait_then_replan(call_t *c, uint64_t ms)
     return 0;
 }
 
-/* A plan cut at req.plan_limit ran out: ask again when the limit would now be higher, that
- * is after a failed attempt (its route is now passed over) or when entries were passed over
- * that it did not count (an adapter that could not encode the request, a provider that
- * reached its rate limit during an attempt). Tried routes count towards the limit, so it
- * only grows, up to every candidate: this ends. 1 = asked. */
-static int replan_past_limit(call_t *c)
-{
-    if (c->plan_limit == 0 || c->attempts >= c->gen->cfg->max_retries) return 0;
-    int limit = fill_candidates(c, uv_now(c->srv->loop));
-    if (limit != 0 && limit <= c->plan_limit) return 0;
-    route_and_dispatch(c, limit); /* on the candidates just described */
-    return 1;
-}
-
-/* Every entry of the plan was tried or refused. */
+/* Every entry of the plan was tried or refused. A plan cut at req.plan_limit is asked for
+ * again when the limit is now higher: after a failed attempt (its route is now passed over),
+ * or when entries were passed over that it did not count (an adapter that could not encode
+ * the request, a provider that reached its rate limit during an attempt). Tried routes count
+ * towards the limit, so it only grows, up to every candidate: this ends. */
 static void plan_exhausted(call_t *c)
 {
     int max = c->gen->cfg->max_retries;
-    if (replan_past_limit(c)) return;
+    int limit = -1; /* -1: the candidates are not described afresh yet */
+    if (c->plan_limit != 0 && c->attempts < max) {
+        limit = fill_candidates(c, uv_now(c->srv->loop));
+        if (limit == 0 || limit > c->plan_limit) {
+            route_and_dispatch(c, limit);
+            return;
+        }
+    }
     if (c->limited && c->attempts == 0) {
         /* every candidate is at its rate limit: wait for the earliest token */
         uint64_t now = uv_now(c->srv->loop);
@@ -1638,7 +1635,7 @@ static void plan_exhausted(call_t *c)
     }
     /* a failed attempt may have changed the picture (a provider now cooling): ask again */
     if (c->attempts > 0 && c->attempts < max && c->route_calls <= max) {
-        plan_and_dispatch(c);
+        route_and_dispatch(c, limit >= 0 ? limit : fill_candidates(c, uv_now(c->srv->loop)));
         return;
     }
     fail_exhausted(c);
@@ -2058,7 +2055,7 @@ static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
  * earlier request of the same millisecond: facts.h). A route's provider and its state are
  * found by index (the route's provider_hint), not by searching. Returns the plan entries
  * try_next needs before it asks route() again: one for the next attempt (should it fail,
- * route() decides the next one on what the failure changed: replan_past_limit), and one
+ * route() decides the next one on what the failure changed: plan_exhausted), and one
  * more for each candidate it would pass over (0: as many as there are candidates). */
 static int fill_candidates(call_t *c, uint64_t now)
 {

@@ -210,13 +210,16 @@ static void append_member(mg_buf_t *o, const mg_json_member_t *m, const char *be
     o->len = (size_t)(p + na - o->data);
 }
 
-/* Does this stream event need the gateway's attention: a finish_reason with a value,
- * a usage object, or an error? One pass over the quotes of the text: a chunk that
- * needs nothing (almost all of them) costs a few memchr calls. Keys inside string
- * values are escaped (\") and so never match. */
+static inline int json_ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+/* The first character of a member's value, from just past its key (whitespace and the
+ * colon skipped), or 0 at the end of the text. */
 static int value_after(const char *p, const char *end)
 {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ':')) p++;
+    while (p < end && (json_ws(*p) || *p == ':')) p++;
     return p < end ? *p : 0;
 }
 
@@ -241,7 +244,7 @@ static int event_needs_annotation(const char *s, size_t n)
     int flags = 0;
     while ((p = memchr(p, ':', (size_t)(end - p))) != NULL) {
         const char *q = p++; /* back from the colon to just past the name's closing quote */
-        while (q > s && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\n' || q[-1] == '\r')) q--;
+        while (q > s && json_ws(q[-1])) q--;
         if (q - s < 2 || q[-1] != '"') continue;
         switch (q[-2]) {
         case 'n':

@@ -53,7 +53,8 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
  * no weight left gives its items by position. The same distribution as the first k of the
  * full order (mg_order_weighted, then mg_order_then_by) but not the same draws, for at most
  * n * k steps (a group is gathered once, then drawn from until it is empty) and no
- * logarithm: for a small k, as a request's plan needs no more entries than it can try. Returns min(k, n): the items now in items. tmp has room for n items. */
+ * logarithm: for a small k, as a request's plan needs no more entries than it can try.
+ * Returns min(k, n): the items now in items. tmp has room for n items. */
 size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
                                uint64_t seed, const mg_order_item_t *keys,
                                mg_order_item_t *tmp);

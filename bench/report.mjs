@@ -13,6 +13,12 @@ const MODES = ['json', 'sse'];
 const warnings = [];
 
 const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
+const median = (xs) => {
+    if (!xs.length) return null;
+    const s = [...xs].sort((a, b) => a - b);
+    const h = Math.floor(s.length / 2);
+    return s.length % 2 ? s[h] : (s[h - 1] + s[h]) / 2;
+};
 function percentile(sorted, p) { // nearest rank
     if (!sorted.length) return null;
     const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
@@ -46,11 +52,14 @@ const runs = records.filter((r) => r.kind === 'wrk').map((r) => {
     return run;
 });
 
-// Mean over the repetitions of one figure, null when the variant has no valid run.
+// One figure over the repetitions, null when the variant has no valid run: the mean, but the
+// median for latency percentiles (`p50_us`, `p99_us`). A run's p99 is set by the few stalls of the host that
+// fall into it, so one unlucky run would move a mean of p99s by milliseconds; the median of
+// many rounds is what the proxy adds. (With two runs the median is their mean.)
 function agg(phase, mode, variant, field) {
     const xs = runs.filter((r) => r.phase === phase && r.mode === mode && r.variant === variant)
         .map((r) => r[field]).filter((x) => x !== null && x !== undefined);
-    return mean(xs);
+    return /^p\d+_us$/.test(field) ? median(xs) : mean(xs);
 }
 const ratio = (a, b) => (a !== null && b !== null && b > 0 && a >= 0 ? a / b : null);
 
@@ -382,7 +391,7 @@ const mgLine = status.moongate_ok ? `moongate: ${meta.moongate_bin} ${meta.moong
 const header = [
     `moongate side-by-side bench, ${meta.date}, ${meta.quick ? 'QUICK, ' : ''}` +
         `${meta.reps} interleaved runs per variant, ${meta.duration_s}s closed-loop / ` +
-        `${meta.paced_duration_s}s paced (think ${meta.think_ms} ms), ` +
+        `${meta.paced_reps || meta.reps} rounds of ${meta.paced_duration_s}s paced (think ${meta.think_ms} ms), ` +
         `${meta.ttfb_n} first-byte samples per run, ${status.elapsed_s}s total`,
     `${meta.nginx}; ${meta.wrk}; ${meta.nproc} cores; kernel ${meta.kernel}`,
     mgLine,

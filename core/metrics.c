@@ -9,6 +9,9 @@
 static const double bucket_le[MG_METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                      1,     2.5,  5,     10,   30,  60,  120};
 
+static const double loop_le[MG_LOOP_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                 0.0025,  0.005,  0.01,    0.025,  0.1};
+
 static const char *const ep_names[MG_EP_COUNT] = {"chat", "completions", "embeddings", "models",
                                                    "other"};
 
@@ -38,6 +41,16 @@ void mg_metrics_queue_time(mg_metrics_t *m, double seconds)
     observe(m->queue_buckets, seconds);
     m->queue_sum += seconds;
     m->queue_count++;
+}
+
+void mg_metrics_loop_busy(mg_metrics_t *m, uint64_t ns)
+{
+    double seconds = (double)ns / 1e9;
+    for (int i = MG_LOOP_BUCKETS - 1; i >= 0 && seconds <= loop_le[i]; i--)
+        m->loop_busy_buckets[i]++; /* cumulative, as rendered */
+    m->loop_busy_sum += seconds;
+    m->loop_busy_count++;
+    if (ns > m->loop_busy_max_ns) m->loop_busy_max_ns = ns;
 }
 
 void mg_metrics_ttft(mg_metrics_t *m, double seconds)
@@ -93,12 +106,12 @@ static void label_value(char *dst, size_t size, const char *src)
     dst[n] = '\0';
 }
 
-static void histogram(sbuf_t *b, const char *name, const char *labels, const uint64_t *buckets,
-                      double sum, uint64_t count)
+static void histogram_with(sbuf_t *b, const char *name, const char *labels, const double *le,
+                           int n_le, const uint64_t *buckets, double sum, uint64_t count)
 {
     const char *sep = labels[0] ? "," : "";
-    for (int i = 0; i < MG_METRICS_BUCKETS; i++)
-        sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bucket_le[i],
+    for (int i = 0; i < n_le; i++)
+        sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, le[i],
                   (unsigned long long)buckets[i]);
     sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)count);
     if (labels[0]) {
@@ -108,6 +121,12 @@ static void histogram(sbuf_t *b, const char *name, const char *labels, const uin
         sb_printf(b, "%s_sum %.6f\n", name, sum);
         sb_printf(b, "%s_count %llu\n", name, (unsigned long long)count);
     }
+}
+
+static void histogram(sbuf_t *b, const char *name, const char *labels, const uint64_t *buckets,
+                      double sum, uint64_t count)
+{
+    histogram_with(b, name, labels, bucket_le, MG_METRICS_BUCKETS, buckets, sum, count);
 }
 
 static const char *const degraded_kinds[5] = {"fallback", "emergency", "smaller", "cloud",
@@ -274,6 +293,14 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
     sb_printf(&b, "# HELP moongate_memory_reserved_bytes KV cache reserved by running tasks.\n"
                   "# TYPE moongate_memory_reserved_bytes gauge\nmoongate_memory_reserved_bytes %llu\n",
               (unsigned long long)m->memory_reserved_bytes);
+    sb_printf(&b, "# HELP moongate_loop_busy_seconds Time the event loop stayed busy in one"
+                  " iteration, between two waits for I/O.\n"
+                  "# TYPE moongate_loop_busy_seconds histogram\n");
+    histogram_with(&b, "moongate_loop_busy_seconds", "", loop_le, MG_LOOP_BUCKETS,
+                   m->loop_busy_buckets, m->loop_busy_sum, m->loop_busy_count);
+    sb_printf(&b, "# HELP moongate_loop_busy_max_seconds Longest busy iteration since start.\n"
+                  "# TYPE moongate_loop_busy_max_seconds gauge\nmoongate_loop_busy_max_seconds %.6f\n",
+              (double)m->loop_busy_max_ns / 1e9);
     render_sidecar(&b, m, pool, now_ms);
     if (b.oom) {
         free(b.buf);

@@ -19,6 +19,7 @@ typedef enum {
 } mg_endpoint_t;
 
 #define MG_METRICS_BUCKETS 14
+#define MG_LOOP_BUCKETS 10 /* event-loop busy stretches: 50 us .. 100 ms */
 
 typedef struct mg_metrics_s {
     uint64_t requests[MG_EP_COUNT][6];      /* by status class 1xx..5xx (index 1..5), 0 = other */
@@ -43,6 +44,10 @@ typedef struct mg_metrics_s {
     uint64_t degraded_total[5];        /* answers by degradation: fallback, emergency, smaller, cloud,
                                           shorter_output */
     uint64_t cooldown_events_total;
+    uint64_t loop_busy_buckets[MG_LOOP_BUCKETS]; /* busy time per loop iteration (loopstat.h) */
+    double loop_busy_sum;
+    uint64_t loop_busy_count;
+    uint64_t loop_busy_max_ns;
 } mg_metrics_t;
 
 const char *mg_endpoint_name(mg_endpoint_t ep);
@@ -52,6 +57,8 @@ void mg_metrics_ttft(mg_metrics_t *m, double seconds);
 typedef enum { MG_CANCEL_CLIENT = 0, MG_CANCEL_REQUEST, MG_CANCEL_QUEUED } mg_cancel_reason_t;
 typedef enum { MG_TIMEOUT_QUEUE = 0, MG_TIMEOUT_FIRST_TOKEN, MG_TIMEOUT_INFERENCE, MG_TIMEOUT_IDLE } mg_timeout_layer_t;
 void mg_metrics_queue_time(mg_metrics_t *m, double seconds);
+/* One event-loop iteration that kept the loop busy for `ns` nanoseconds. */
+void mg_metrics_loop_busy(mg_metrics_t *m, uint64_t ns);
 
 /* Count an answer given through a degraded route ("fallback", "emergency", "smaller", "cloud")
  * or with an output ceiling lowered by memory admission ("shorter_output"). */

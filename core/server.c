@@ -329,6 +329,7 @@ static void close_everything(mg_server_t *s)
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     mg_probe_stop(s->prober);
     s->prober = NULL;
+    mg_loopstat_stop(&s->loopstat);
     mg_upstream_close(s->upstream);
     s->upstream = NULL;
     uv_signal_stop(&s->sig_hup);
@@ -485,8 +486,12 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     sched_apply_models(s, cfg);
     uv_timer_init(loop, &s->sched_timer);
     s->sched_timer.data = s;
+    int rc = mg_loopstat_start(&s->loopstat, loop, &s->metrics);
+    if (rc != 0) { /* only the metric is lost */
+        fprintf(stderr, "moongate: cannot measure the event loop: %s\n", uv_strerror(rc));
+    }
     mg_http_limits_t lim = limits_of(cfg);
-    int rc = mg_listener_start(&s->api, loop, cfg->listen, &lim, mg_api_handle, s);
+    rc = mg_listener_start(&s->api, loop, cfg->listen, &lim, mg_api_handle, s);
     if (rc != 0) {
         fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path, cfg->listen,
                 uv_strerror(rc));

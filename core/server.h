@@ -11,6 +11,7 @@
 #include "facts.h"
 #include "http.h"
 #include "luavm.h"
+#include "loopstat.h"
 #include "metrics.h"
 #include "pool.h"
 #include "probe.h"
@@ -35,6 +36,7 @@ typedef struct mg_server_s {
     mg_sched_t *sched;          /* owned: priority queue and execution slots */
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;
+    mg_loopstat_t loopstat;     /* the loop's busy time per iteration, into metrics */
     int in_flight;              /* proxied requests being answered */
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
     struct mg_tasks_s *tasks;   /* owned: async task records */

@@ -438,7 +438,9 @@ static void test_render_empty_is_valid(void)
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
-    CHECK_EQ_INT(check_histograms(&E), 2); /* first-token and queue-time histograms are always rendered */
+    /* first-token, queue-time and loop-busy histograms are always rendered */
+    CHECK_EQ_INT(check_histograms(&E), 3);
+    CHECK(value_of(&E, "moongate_loop_busy_max_seconds", NULL, NULL, NULL, NULL) == 0);
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_first_token_seconds_count", NULL, NULL, NULL, NULL) == 0);
     /* every family name has the moongate_ prefix, or sidecar_ for the Sidecar ADR names */
@@ -467,6 +469,10 @@ static void test_render_full_is_valid_and_correct(void)
     m.tokens_completion_total = 567;
     m.reloads_ok = 4;
     m.reloads_failed = 1;
+    mg_metrics_loop_busy(&m, 30000);    /* 30 us: in every bucket */
+    mg_metrics_loop_busy(&m, 1000000);  /* 1 ms: exactly on a bound */
+    mg_metrics_loop_busy(&m, 7500000);  /* 7.5 ms */
+    mg_metrics_loop_busy(&m, 250000000); /* 250 ms: beyond every finite bucket */
 
     mg_config_t *cfg = two_providers();
     CHECK(cfg != NULL);
@@ -489,8 +495,20 @@ static void test_render_full_is_valid_and_correct(void)
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
     if (E.errors) fprintf(stderr, "----\n%s----\n", out);
-    /* chat, embeddings, models, other durations + first token */
-    CHECK_EQ_INT(check_histograms(&E), 6);
+    /* chat, embeddings, models, other durations + first token + queue time + loop busy */
+    CHECK_EQ_INT(check_histograms(&E), 7);
+    const char *lb = "moongate_loop_busy_seconds_bucket";
+    CHECK(value_of(&E, lb, "le", "5e-05", NULL, NULL) == 1);
+    CHECK(value_of(&E, lb, "le", "0.0005", NULL, NULL) == 1);
+    CHECK(value_of(&E, lb, "le", "0.001", NULL, NULL) == 2);
+    CHECK(value_of(&E, lb, "le", "0.005", NULL, NULL) == 2);
+    CHECK(value_of(&E, lb, "le", "0.01", NULL, NULL) == 3);
+    CHECK(value_of(&E, lb, "le", "0.1", NULL, NULL) == 3);
+    CHECK(value_of(&E, lb, "le", "+Inf", NULL, NULL) == 4);
+    CHECK(fabs(value_of(&E, "moongate_loop_busy_seconds_sum", NULL, NULL, NULL, NULL) - 0.25853) <
+          1e-6);
+    CHECK(fabs(value_of(&E, "moongate_loop_busy_max_seconds", NULL, NULL, NULL, NULL) - 0.25) <
+          1e-9);
 
     const char *rt = "moongate_requests_total";
     CHECK(value_of(&E, rt, "endpoint", "chat", "code", "2xx") == 2);
@@ -578,7 +596,7 @@ static void test_large_counts_exact(void)
                    "0.5") == 0);
     CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
                    "1") == 3);
-    CHECK_EQ_INT(check_histograms(&E), 3);
+    CHECK_EQ_INT(check_histograms(&E), 4); /* completions + the three always rendered */
     free(out);
     mg_pool_free(&pool);
 }

@@ -906,6 +906,11 @@ int mg_sched_release(mg_sched_lease_t *l)
     return 0;
 }
 
+uint32_t mg_sched_queued(const mg_sched_t *s)
+{
+    return s ? s->queued : 0;
+}
+
 int mg_sched_cancel(mg_sched_t *s, mg_sched_entry_t *e)
 {
     if (!s || !e || !e->queued_) return MG_SCHED_ESTATE;

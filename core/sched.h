@@ -298,6 +298,9 @@ int mg_sched_enqueue(mg_sched_t *s, mg_sched_entry_t *e, uint64_t now_ms);
  * e->max_output_tokens holds the ceiling the caller must forward. */
 mg_sched_entry_t *mg_sched_dispatch(mg_sched_t *s, uint64_t now_ms);
 
+/* Tasks waiting in the queue. */
+uint32_t mg_sched_queued(const mg_sched_t *s);
+
 /* The entry mg_sched_dispatch would return now, left queued; NULL if none. */
 mg_sched_entry_t *mg_sched_peek(mg_sched_t *s);
 

@@ -111,6 +111,8 @@ void mg_server_sched_run(mg_server_t *s)
 
 void mg_server_sched_kick(mg_server_t *s)
 {
+    /* a freed slot matters only to a task that waits for one: most releases find none */
+    if (mg_sched_queued(s->sched) == 0) return;
     uv_timer_start(&s->sched_timer, on_sched_timer, 0, 0);
 }
 

@@ -89,8 +89,8 @@ void mg_server_health_changed(mg_server_t *s, const mg_provider_state_t *ps);
 /* Run the scheduler now: time out expired queued tasks, dispatch what fits. The
  * tasks' callbacks (proxy.c) run from here. */
 void mg_server_sched_run(mg_server_t *s);
-/* A slot was released: run the scheduler on the next loop turn (never under the
- * caller, which may be deep in a callback chain). */
+/* A slot was released: if a task waits, run the scheduler on the next loop turn (never
+ * under the caller, which may be deep in a callback chain). */
 void mg_server_sched_kick(mg_server_t *s);
 
 /* The scheduler's memory gate of a smaller route with its own memory figures (created on

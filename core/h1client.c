@@ -305,33 +305,18 @@ static int header_classify(const char *s, size_t *len, unsigned *seen)
     return s[n] != '\0' ? HDR_DROP : header_classify_n(s, n, seen);
 }
 
-/* The caller's header lines one by one: the entries of `headers`, then the lines of
- * `extra_head` (a line with a stray CR or LF is dropped, like such an entry). */
+/* The caller's header list, entry by entry. */
 typedef struct {
     const struct curl_slist *h;
-    const char *extra;
 } hdr_iter_t;
 
 /* The next line into *s; its kind, with *len set (without CRLF); -1 at the end. */
 static int hdr_next(hdr_iter_t *it, const char **s, size_t *len, unsigned *seen)
 {
-    if (it->h) {
-        *s = it->h->data;
-        it->h = it->h->next;
-        return header_classify(*s, len, seen);
-    }
-    if (!it->extra || !*it->extra) return -1;
-    const char *line = it->extra;
-    size_t n = strcspn(line, "\r\n");
-    int clean = line[n] == '\0' || (line[n] == '\r' && line[n + 1] == '\n');
-    if (!clean) { /* a stray CR or LF: the line runs to the next CRLF and is dropped */
-        const char *eol = strstr(line + n + 1, "\r\n");
-        n = eol ? (size_t)(eol - line) : strlen(line);
-    }
-    it->extra = line[n] ? line + n + 2 : line + n;
-    *s = line;
-    *len = n;
-    return clean ? header_classify_n(line, n, seen) : HDR_DROP;
+    if (!it->h) return -1;
+    *s = it->h->data;
+    it->h = it->h->next;
+    return header_classify(*s, len, seen);
 }
 /* Caller header lines as classified by the sizing pass, so the copying pass does
  * not scan them again (lines past HDR_CACHE are classified twice). */
@@ -388,12 +373,14 @@ static int method_ok(const char *m)
  * it. Takes ownership of `body` (kept, or copied and freed); NULL when out of
  * memory. */
 static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t *u,
-                                hdr_iter_t hdrs, char *body, size_t body_len)
+                                hdr_iter_t hdrs, const char *own_head, char *body,
+                                size_t body_len)
 {
     int send_body = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
     if (!send_body || !body) body_len = 0;
     hdr_scan_t sc;
-    size_t hl = headers_size(hdrs, &sc);
+    size_t own_len = own_head ? strlen(own_head) : 0;
+    size_t hl = headers_size(hdrs, &sc) + own_len;
     unsigned seen = sc.seen;
     int slash = u->path_len == 0 || u->path[0] != '/';
     int inline_body = body_len <= INLINE_BODY_MAX;
@@ -417,6 +404,7 @@ static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t
         p = put(p, "\r\n", 2);
     }
     p = headers_copy(p, hdrs, &sc);
+    if (own_len) p = put(p, own_head, own_len);
     if (send_body && !(seen & SEEN_CL)) {
         p = put(p, "Content-Length: ", 16);
         p = put_uint(p, body_len);
@@ -1316,7 +1304,7 @@ int mg_h1_start(mg_h1_t *c, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, v
     if (!c->closing && method_ok(method) && url_parse(o->url, &u) == 0) h = host_get(c, &u);
     mg_h1_xfer_t *x = NULL;
     if (h)
-        x = xfer_alloc(h, method, &u, (hdr_iter_t){o->headers, o->extra_head}, o->body,
+        x = xfer_alloc(h, method, &u, (hdr_iter_t){o->headers}, o->extra_head, o->body,
                        o->body_len);
     else
         free(o->body);

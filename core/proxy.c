@@ -1385,16 +1385,16 @@ static const char *endpoint_name(mg_endpoint_t ep)
     return ep == MG_EP_CHAT ? "chat" : ep == MG_EP_COMPLETIONS ? "completions" : "embeddings";
 }
 
-/* The gateway's own request headers, after the adapter's: header lines for the transfer's
- * extra_head (a list node per header cost two mallocs and two frees each). "Expect:" keeps
- * curl from waiting for a 100 Continue. */
+/* The gateway's own request headers, after the adapter's: the transfer's extra_head, sent
+ * as they are (a list node per header cost two mallocs and two frees each, and checking
+ * lines built here was wasted). */
 #define BASE_HEAD_MAX 192
 static const char *base_head(const call_t *c, char *buf)
 {
     static const char json[] = "Content-Type: application/json\r\nAccept: application/json\r\n"
-                               "Expect:\r\nUser-Agent: moongate/0.1\r\nX-Request-Id: ";
+                               "User-Agent: moongate/0.1\r\nX-Request-Id: ";
     static const char sse[] = "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                              "Expect:\r\nUser-Agent: moongate/0.1\r\nX-Request-Id: ";
+                              "User-Agent: moongate/0.1\r\nX-Request-Id: ";
     _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 <= BASE_HEAD_MAX, "BASE_HEAD_MAX");
     const char *head = c->stream ? sse : json;
     size_t n = c->stream ? sizeof(sse) - 1 : sizeof(json) - 1;

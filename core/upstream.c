@@ -372,8 +372,17 @@ static void check_done(mg_upstream_t *up)
 
 /* headers + the lines of extra (see mg_xfer_opts_t) as one curl list; NULL when out of
  * memory (headers freed then). */
+/* The list curl sends: the caller's, its own lines, and "Expect:", which keeps curl from
+ * waiting for a 100 Continue before a larger body (an upstream that never sends one would
+ * cost a second per request). */
 static struct curl_slist *all_headers(struct curl_slist *headers, const char *extra)
 {
+    struct curl_slist *with = curl_slist_append(headers, "Expect:");
+    if (!with) {
+        curl_slist_free_all(headers);
+        return NULL;
+    }
+    headers = with;
     while (extra && *extra) {
         const char *eol = strstr(extra, "\r\n");
         size_t n = eol ? (size_t)(eol - extra) : strlen(extra);
@@ -396,7 +405,7 @@ int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_
     if (strncmp(o->url, "http://", 7) == 0)
         return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);
     struct curl_slist *headers = all_headers(o->headers, o->extra_head);
-    if (o->extra_head && *o->extra_head && !headers) {
+    if (!headers) {
         free(o->body);
         return -1;
     }

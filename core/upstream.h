@@ -36,9 +36,11 @@ typedef struct mg_xfer_opts_s {
     const char *method;          /* "POST" or "GET" */
     const char *url;             /* copied by curl */
     struct curl_slist *headers;  /* ownership moves to the transfer */
-    const char *extra_head;      /* NULL, or more header lines, each ending in CRLF, treated
-                                    exactly like entries of `headers` (after them); borrowed:
-                                    the per-request ones cost no list nodes */
+    const char *extra_head;      /* NULL, or the caller's own header lines, sent after
+                                    `headers` as they are: each ends in CRLF, none is Host or
+                                    Content-Length or has an empty value (the caller built
+                                    them; they are not checked). Borrowed: the per-request
+                                    ones cost no list nodes and no scan. */
     char *body;                  /* ownership moves to the transfer (malloc); may be NULL */
     size_t body_len;
     int connect_timeout_ms;

@@ -800,12 +800,24 @@ static void on_up_read_end(void *ud)
 
 /* ---- passthrough chunks as bytes: members copied, the gateway's appended ---- */
 
+/* The members of a chunk copied into out as runs of the original text: a run grows while
+ * members are kept, and a dropped member (the upstream's usage, when ours replaces it) ends
+ * it. Most chunks drop nothing and cost one copy. */
 typedef struct {
     mg_buf_t *out;
     int skip_usage;  /* drop the upstream's usage member (ours replaces it) */
-    int members;
+    int runs;
     int clash;       /* a member the gateway adds is there already */
+    const char *from, *upto; /* the run not yet copied: [first member's quote, last's end) */
 } raw_copy_t;
+
+static void raw_copy_flush(raw_copy_t *rc)
+{
+    if (!rc->from) return;
+    if (rc->runs++) mg_buf_append(rc->out, ",", 1);
+    mg_buf_append(rc->out, rc->from, (size_t)(rc->upto - rc->from));
+    rc->from = NULL;
+}
 
 static int raw_copy_member(void *ud, const mg_json_member_t *m)
 {
@@ -814,8 +826,12 @@ static int raw_copy_member(void *ud, const mg_json_member_t *m)
         rc->clash = 1;
         return 1;
     }
-    if (rc->skip_usage && member_is(m, "usage")) return 0;
-    append_member(rc->out, m, rc->members++ ? "," : "", "");
+    if (rc->skip_usage && member_is(m, "usage")) {
+        raw_copy_flush(rc);
+        return 0;
+    }
+    if (!rc->from) rc->from = m->key - 1; /* its opening quote */
+    rc->upto = m->value + m->value_len;
     return 0;
 }
 
@@ -862,9 +878,14 @@ static void append_totals_raw(call_t *c, mg_buf_t *o)
 static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
 {
     size_t mark = c->out.len;
-    raw_copy_t rc = {&c->out, totals && c->have_usage, 0, 0};
+    raw_copy_t rc = {&c->out, totals && c->have_usage, 0, 0, NULL, NULL};
     mg_buf_append(&c->out, "data: {", 7);
     if (mg_json_members(json, n, raw_copy_member, &rc) != 0 || rc.clash) {
+        c->out.len = mark;
+        return -1;
+    }
+    raw_copy_flush(&rc);
+    if (!rc.runs) { /* "{}": the members added below would open with a comma */
         c->out.len = mark;
         return -1;
     }

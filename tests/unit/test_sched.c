@@ -126,11 +126,15 @@ static void test_order_by_priority(void)
     for (int p = 3; p >= 0; p--)
         CHECK_EQ_INT(put(s, &e[p], p, NULL, NULL, NULL, 1000), 0);
     CHECK(mg_sched_peek(s) == &e[0]);
-    for (int p = 0; p < 4; p++)
+    CHECK_EQ_INT(mg_sched_queued(s), 4);
+    for (int p = 0; p < 4; p++) {
         CHECK(mg_sched_dispatch(s, 1000) == &e[p]);
+        CHECK_EQ_INT(mg_sched_queued(s), 3 - p);
+    }
     CHECK(mg_sched_dispatch(s, 1000) == NULL);
     for (int p = 0; p < 4; p++)
         CHECK_EQ_INT(mg_sched_release(&e[p].lease), 0);
+    CHECK_EQ_INT(mg_sched_queued(NULL), 0);
     mg_sched_free(s);
 }
 

@@ -12,6 +12,7 @@
 #include <locale.h>
 #include <math.h>
 #include <stddef.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2410,7 +2411,11 @@ static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
 /* A number in [0,1) from the request id's random bytes: the request's own draw. */
 static double request_random(const char *request_id)
 {
-    unsigned long v = strtoul(request_id + 4 + 16, NULL, 16) & 0xffffffUL; /* 24 bits */
+    /* the id's last 6 hex digits: 24 bits (a plain loop: strtoul cost 250 instructions) */
+    const char *h = request_id + 4 + 16 + 2;
+    unsigned long v = 0;
+    for (int i = 0; i < 6 && isxdigit((unsigned char)h[i]); i++)
+        v = v << 4 | (unsigned long)(h[i] <= '9' ? h[i] - '0' : (h[i] | 0x20) - 'a' + 10);
     return (double)v / 16777216.0;
 }
 

@@ -299,7 +299,8 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
     histogram_with(&b, "moongate_loop_busy_seconds", "", loop_le, MG_LOOP_BUCKETS,
                    m->loop_busy_buckets, m->loop_busy_sum, m->loop_busy_count);
     sb_printf(&b, "# HELP moongate_loop_busy_max_seconds Longest busy iteration since start.\n"
-                  "# TYPE moongate_loop_busy_max_seconds gauge\nmoongate_loop_busy_max_seconds %.6f\n",
+                  "# TYPE moongate_loop_busy_max_seconds gauge\n"
+                  "moongate_loop_busy_max_seconds %.6f\n",
               (double)m->loop_busy_max_ns / 1e9);
     render_sidecar(&b, m, pool, now_ms);
     if (b.oom) {

@@ -370,11 +370,10 @@ static void check_done(mg_upstream_t *up)
     }
 }
 
-/* headers + the lines of extra (see mg_xfer_opts_t) as one curl list; NULL when out of
- * memory (headers freed then). */
-/* The list curl sends: the caller's, its own lines, and "Expect:", which keeps curl from
- * waiting for a 100 Continue before a larger body (an upstream that never sends one would
- * cost a second per request). */
+/* The list curl sends: the caller's headers, "Expect:" (which keeps curl from waiting for a
+ * 100 Continue before a larger body: an upstream that never sends one would cost a second per
+ * request), then the lines of extra (see mg_xfer_opts_t). NULL when out of memory (headers
+ * freed then). */
 static struct curl_slist *all_headers(struct curl_slist *headers, const char *extra)
 {
     struct curl_slist *with = curl_slist_append(headers, "Expect:");

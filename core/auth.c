@@ -26,6 +26,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
+#include "crypto.h"
 #include "log.h"
 
 struct mg_auth_level_s {
@@ -222,19 +223,11 @@ void mg_auth_digest_hex(const unsigned char *digest, char *hex)
     hex[2 * MG_KEY_DIGEST_LEN] = '\0';
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 int mg_auth_digest_parse(const char *hex, unsigned char *digest)
 {
     if (!hex || strlen(hex) != 2 * MG_KEY_DIGEST_LEN) return -1;
     for (size_t i = 0; i < MG_KEY_DIGEST_LEN; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        int hi = mg_hex_digit(hex[2 * i]), lo = mg_hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0) return -1;
         digest[i] = (unsigned char)(hi << 4 | lo);
     }

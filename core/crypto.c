@@ -46,6 +46,26 @@ int mg_request_id(char *out)
     return 0;
 }
 
+int mg_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+double mg_request_id_draw(const char *id)
+{
+    if (strlen(id) != MG_REQUEST_ID_LEN) return 0;
+    unsigned long v = 0;
+    for (const char *h = id + MG_REQUEST_ID_LEN - 6; *h; h++) {
+        int d = mg_hex_digit(*h);
+        if (d < 0) return 0;
+        v = v << 4 | (unsigned long)d;
+    }
+    return (double)v / 16777216.0;
+}
+
 /* SHA-256 runs for every authenticated request (the key's digest): the algorithm is
  * fetched once and each thread keeps its digest context (freed when the thread ends),
  * which EVP_Digest() would look up and allocate on every call: 105 ns a digest instead of

@@ -12,6 +12,11 @@
 /* Write a NUL-terminated request id ("req-" + 24 lowercase hex) into out[MG_REQUEST_ID_LEN + 1].
  * Returns 0, or -1 when the random generator failed. */
 int mg_request_id(char *out);
+/* A number in [0,1) from the last 24 bits of a request id: the request's own random draw
+ * (0 for an id that is not one of ours). */
+double mg_request_id_draw(const char *id);
+/* The value of one hex digit (either case), or -1. */
+int mg_hex_digit(char c);
 /* Fill buf with n random bytes; 0 or -1. */
 int mg_random_bytes(void *buf, size_t n);
 /* SHA-256 of data as 64 lowercase hex chars + NUL into out[65]. */

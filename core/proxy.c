@@ -12,7 +12,6 @@
 #include <locale.h>
 #include <math.h>
 #include <stddef.h>
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2408,17 +2407,6 @@ static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
     return best;
 }
 
-/* A number in [0,1) from the request id's random bytes: the request's own draw. */
-static double request_random(const char *request_id)
-{
-    /* the id's last 6 hex digits: 24 bits (a plain loop: strtoul cost 250 instructions) */
-    const char *h = request_id + 4 + 16 + 2;
-    unsigned long v = 0;
-    for (int i = 0; i < 6 && isxdigit((unsigned char)h[i]); i++)
-        v = v << 4 | (unsigned long)(h[i] <= '9' ? h[i] - '0' : (h[i] | 0x20) - 'a' + 10);
-    return (double)v / 16777216.0;
-}
-
 /* Whose idempotency keys these are (the issue: per tenant/application). With auth on, the
  * presented key's tenant and project; otherwise metadata.application and a digest of the
  * credential presented, if any, so open-mode callers that identify themselves stay apart. */
@@ -2568,7 +2556,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         /* an application with a data policy reaches the cloud only if the policy allows */
         .allow_cloud = !c->app || !c->app->has_data_policy || c->app->allow_cloud,
         .local_first = gen->cfg->routing.local_first,
-        .random = request_random(req->request_id),
+        .random = mg_request_id_draw(req->request_id),
     };
     c->req_ref = mg_gen_req_new(gen, &info);
     if (alloc_routing(c) != 0) {

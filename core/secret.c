@@ -107,14 +107,6 @@ static long b64_decode(const char *s, size_t len, unsigned char *out)
 
 /* ---- keys ---------------------------------------------------------------------------- */
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 static int key_error(char *err, size_t errlen, const char *what, const char *why, size_t n)
 {
     if (err && errlen) snprintf(err, errlen, "%s %s%zu", what, why, n);
@@ -139,7 +131,7 @@ int mg_secret_key_parse_hex(const char *hex, const char *what, mg_secret_key_t *
                          len);
     mg_secret_key_t k;
     for (size_t i = 0; i < MG_SECRET_KEY_LEN; i++) {
-        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        int hi = mg_hex_digit(hex[2 * i]), lo = mg_hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             OPENSSL_cleanse(&k, sizeof(k));
             return key_error(err, errlen, what,

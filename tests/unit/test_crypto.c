@@ -1,5 +1,5 @@
-/* Unit tests for core/crypto.c: request id format and uniqueness, SHA-256 against the
- * FIPS 180-2 vectors, constant-time comparison. */
+/* Unit tests for core/crypto.c: request id format, uniqueness and random draw, hex digits,
+ * SHA-256 against the FIPS 180-2 vectors, constant-time comparison. */
 #include "crypto.h"
 #include "mgtest.h"
 
@@ -201,6 +201,37 @@ static void test_const_time_eq(void)
     CHECK_EQ_INT(mg_const_time_eq(x, sizeof(x), y, sizeof(y)), 0);
 }
 
+static void test_hex_digit(void)
+{
+    CHECK_EQ_INT(mg_hex_digit('0'), 0);
+    CHECK_EQ_INT(mg_hex_digit('9'), 9);
+    CHECK_EQ_INT(mg_hex_digit('a'), 10);
+    CHECK_EQ_INT(mg_hex_digit('F'), 15);
+    CHECK_EQ_INT(mg_hex_digit('g'), -1);
+    CHECK_EQ_INT(mg_hex_digit('/'), -1);
+    CHECK_EQ_INT(mg_hex_digit('\0'), -1);
+}
+
+/* The draw is the id's last 24 bits over 2^24; anything not shaped like our ids draws 0. */
+static void test_request_id_draw(void)
+{
+    CHECK(mg_request_id_draw("req-000000000000000000000000") == 0.0);
+    CHECK(mg_request_id_draw("req-ffffffffffffffffff800000") == 0.5);
+    CHECK(mg_request_id_draw("req-0123456789abcdef00ffffff") == 16777215.0 / 16777216.0);
+    CHECK(mg_request_id_draw("req-0123456789abcdef00c00000") == 0.75);
+    CHECK(mg_request_id_draw("req-short") == 0.0);
+    CHECK(mg_request_id_draw("req-0123456789abcdef00c0000x") == 0.0);
+    double sum = 0;
+    for (int i = 0; i < 2000; i++) {
+        char id[MG_REQUEST_ID_LEN + 1];
+        CHECK_EQ_INT(mg_request_id(id), 0);
+        double r = mg_request_id_draw(id);
+        CHECK(r >= 0 && r < 1);
+        sum += r;
+    }
+    CHECK(sum / 2000 > 0.4 && sum / 2000 < 0.6); /* uniform: mean 0.5, sd of the mean 0.0065 */
+}
+
 int main(void)
 {
     MG_RUN(test_request_id_format);
@@ -210,5 +241,7 @@ int main(void)
     MG_RUN(test_sha256_vectors);
     MG_RUN(test_sha256_threads);
     MG_RUN(test_const_time_eq);
+    MG_RUN(test_hex_digit);
+    MG_RUN(test_request_id_draw);
     return mg_test_summary();
 }

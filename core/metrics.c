@@ -20,10 +20,16 @@ const char *mg_endpoint_name(mg_endpoint_t ep)
     return ep < MG_EP_COUNT ? ep_names[ep] : "other";
 }
 
+/* Count one value into cumulative buckets (as rendered): every bucket whose bound holds it.
+ * From the top bound down, so that a value past a bound stops the walk. */
+static void observe_with(uint64_t *buckets, const double *le, int n_le, double v)
+{
+    for (int i = n_le - 1; i >= 0 && v <= le[i]; i--) buckets[i]++;
+}
+
 static void observe(uint64_t *buckets, double seconds)
 {
-    for (int i = 0; i < MG_METRICS_BUCKETS; i++)
-        if (seconds <= bucket_le[i]) buckets[i]++;
+    observe_with(buckets, bucket_le, MG_METRICS_BUCKETS, seconds);
 }
 
 void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds)
@@ -46,8 +52,7 @@ void mg_metrics_queue_time(mg_metrics_t *m, double seconds)
 void mg_metrics_loop_busy(mg_metrics_t *m, uint64_t ns)
 {
     double seconds = (double)ns / 1e9;
-    for (int i = MG_LOOP_BUCKETS - 1; i >= 0 && seconds <= loop_le[i]; i--)
-        m->loop_busy_buckets[i]++; /* cumulative, as rendered */
+    observe_with(m->loop_busy_buckets, loop_le, MG_LOOP_BUCKETS, seconds);
     m->loop_busy_sum += seconds;
     m->loop_busy_count++;
     if (ns > m->loop_busy_max_ns) m->loop_busy_max_ns = ns;

@@ -305,19 +305,6 @@ static int header_classify(const char *s, size_t *len, unsigned *seen)
     return s[n] != '\0' ? HDR_DROP : header_classify_n(s, n, seen);
 }
 
-/* The caller's header list, entry by entry. */
-typedef struct {
-    const struct curl_slist *h;
-} hdr_iter_t;
-
-/* The next line into *s; its kind, with *len set (without CRLF); -1 at the end. */
-static int hdr_next(hdr_iter_t *it, const char **s, size_t *len, unsigned *seen)
-{
-    if (!it->h) return -1;
-    *s = it->h->data;
-    it->h = it->h->next;
-    return header_classify(*s, len, seen);
-}
 /* Caller header lines as classified by the sizing pass, so the copying pass does
  * not scan them again (lines past HDR_CACHE are classified twice). */
 #define HDR_CACHE 32
@@ -328,14 +315,13 @@ typedef struct {
     unsigned seen;
 } hdr_scan_t;
 
-static size_t headers_size(hdr_iter_t it, hdr_scan_t *sc)
+static size_t headers_size(const struct curl_slist *h, hdr_scan_t *sc)
 {
     size_t total = 0, n;
-    const char *line;
-    int kind;
     sc->n = 0;
     sc->seen = 0;
-    while ((kind = hdr_next(&it, &line, &n, &sc->seen)) >= 0) {
+    for (; h; h = h->next) {
+        int kind = header_classify(h->data, &n, &sc->seen);
         if (sc->n < HDR_CACHE) {
             sc->len[sc->n] = n;
             sc->kind[sc->n++] = (unsigned char)kind;
@@ -345,16 +331,20 @@ static size_t headers_size(hdr_iter_t it, hdr_scan_t *sc)
     return total;
 }
 
-static char *headers_copy(char *p, hdr_iter_t it, const hdr_scan_t *sc)
+static char *headers_copy(char *p, const struct curl_slist *h, const hdr_scan_t *sc)
 {
     unsigned seen = 0;
-    size_t n = 0;
-    const char *line;
-    int kind;
-    for (size_t i = 0; (kind = hdr_next(&it, &line, &n, &seen)) >= 0; i++) {
-        if (i < sc->n) kind = sc->kind[i], n = sc->len[i];
+    size_t n;
+    for (size_t i = 0; h; h = h->next, i++) {
+        int kind;
+        if (i < sc->n) {
+            kind = sc->kind[i];
+            n = sc->len[i];
+        } else {
+            kind = header_classify(h->data, &n, &seen);
+        }
         if (kind == HDR_DROP) continue;
-        p = put(p, line, n);
+        p = put(p, h->data, n);
         if (kind == HDR_EMPTY) p[-1] = ':';
         p = put(p, "\r\n", 2);
     }
@@ -373,7 +363,7 @@ static int method_ok(const char *m)
  * it. Takes ownership of `body` (kept, or copied and freed); NULL when out of
  * memory. */
 static mg_h1_xfer_t *xfer_alloc(const host_t *h, const char *method, const url_t *u,
-                                hdr_iter_t hdrs, const char *own_head, char *body,
+                                const struct curl_slist *hdrs, const char *own_head, char *body,
                                 size_t body_len)
 {
     int send_body = strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0;
@@ -1304,8 +1294,7 @@ int mg_h1_start(mg_h1_t *c, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, v
     if (!c->closing && method_ok(method) && url_parse(o->url, &u) == 0) h = host_get(c, &u);
     mg_h1_xfer_t *x = NULL;
     if (h)
-        x = xfer_alloc(h, method, &u, (hdr_iter_t){o->headers}, o->extra_head, o->body,
-                       o->body_len);
+        x = xfer_alloc(h, method, &u, o->headers, o->extra_head, o->body, o->body_len);
     else
         free(o->body);
     curl_slist_free_all(o->headers);

@@ -538,6 +538,11 @@ void mg_api_handle_metrics(void *server, mg_http_req_t *req)
              "# TYPE moongate_backpressure_level gauge\nmoongate_backpressure_level %d\n",
              ss.level);
     mg_buf_append_str(&b, line);
+    snprintf(line, sizeof(line),
+             "# HELP moongate_lua_bytes Memory of the current generation's Lua state.\n"
+             "# TYPE moongate_lua_bytes gauge\nmoongate_lua_bytes %zu\n",
+             mg_gen_lua_bytes(s->gen));
+    mg_buf_append_str(&b, line);
     mg_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     mg_buf_free(&b);
 }

@@ -798,7 +798,7 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
         return -1;
     }
     /* request-scoped tables die young: generational collection suits them */
-    lua_gc(g->L, LUA_GCGEN, 0, 0);
+    lua_gc(g->L, LUA_GCGEN, MG_GC_AUTO_PCT, MG_GC_MAJOR_PCT);
     if (load_library(g, err, errlen) != 0 || load_candidate_maker(g, err, errlen) != 0 ||
         load_req_maker(g, err, errlen) != 0 ||
         load_adapters(g, err, errlen) != 0 || load_policies(g, err, errlen) != 0) {
@@ -807,6 +807,24 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     }
     *out = g;
     return 0;
+}
+
+size_t mg_gen_lua_bytes(const mg_gen_t *g)
+{
+    return (size_t)lua_gc(g->L, LUA_GCCOUNT) * 1024 + (size_t)lua_gc(g->L, LUA_GCCOUNTB);
+}
+
+int mg_gen_collect_between(mg_gen_t *g, int idle)
+{
+    size_t now = mg_gen_lua_bytes(g);
+    if (now < g->gc_base || g->gc_base == 0) g->gc_base = now; /* the automatic one ran */
+    size_t pct = idle ? MG_GC_IDLE_PCT : MG_GC_BUSY_PCT;
+    if ((now - g->gc_base) * 100 < g->gc_base * pct) return 0;
+    /* A step with a debt of the whole heap is due at once; Lua then picks a young or a full
+     * collection exactly as its automatic collector would. */
+    lua_gc(g->L, LUA_GCSTEP, (int)(now / 1024) + 1);
+    g->gc_base = mg_gen_lua_bytes(g);
+    return 1;
 }
 
 void mg_gen_ref(mg_gen_t *g)

@@ -46,6 +46,8 @@ typedef struct mg_gen_s {
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
                                      requests, scratch for moongate.sort_by (see luavm.c) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
+    size_t gc_base;             /* the state's bytes after its last collection (as far as
+                                   mg_gen_collect_between knows) */
 } mg_gen_t;
 
 /* Load config file `config_path`, then the Lua library, adapters and policies it
@@ -61,6 +63,24 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
                      mg_gen_t **out, char *err, size_t errlen);
 void mg_gen_ref(mg_gen_t *g);
 void mg_gen_unref(mg_gen_t *g);
+
+/* Lua's collector, run between requests. Left to itself it runs inside whatever allocates:
+ * in generational mode a young collection (the garbage of some 30 requests, tens of
+ * microseconds) lands on the one request that crossed the threshold, and those requests
+ * are the latency tail. The server calls this once per loop iteration, when the work of the
+ * iteration is done and the loop is about to wait: it collects once the state has grown
+ * MG_GC_IDLE_PCT % since its last collection when `idle` (nothing in flight: no request
+ * waits for the loop), MG_GC_BUSY_PCT % otherwise. Both come before the automatic
+ * threshold (MG_GC_AUTO_PCT %), which is left on as the backstop for a burst within one
+ * iteration. Lua still decides between a young and a full collection. Returns 1 when it
+ * collected. */
+#define MG_GC_AUTO_PCT 20
+#define MG_GC_MAJOR_PCT 100
+#define MG_GC_IDLE_PCT 10
+#define MG_GC_BUSY_PCT 17
+int mg_gen_collect_between(mg_gen_t *g, int idle);
+/* The bytes the generation's Lua state holds. */
+size_t mg_gen_lua_bytes(const mg_gen_t *g);
 
 /* The per-request view handed to policies and adapters. */
 typedef struct mg_lua_req_s {

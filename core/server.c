@@ -332,6 +332,8 @@ static void close_everything(mg_server_t *s)
     mg_probe_stop(s->prober);
     s->prober = NULL;
     mg_loopstat_stop(&s->loopstat);
+    uv_prepare_stop(&s->gc_prepare);
+    uv_close((uv_handle_t *)&s->gc_prepare, NULL);
     mg_upstream_close(s->upstream);
     s->upstream = NULL;
     uv_signal_stop(&s->sig_hup);
@@ -406,6 +408,15 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
         int st = mg_health_state_from_name(cols[3]);
         if (st >= 0) ps->health.state = (mg_health_state_t)st;
     }
+}
+
+/* The current generation's Lua collections, at the end of an iteration rather than inside a
+ * request (mg_gen_collect_between); earlier when no request is in flight. Generations that
+ * were swapped out keep only Lua's automatic collector: little runs on them. */
+static void on_gc_prepare(uv_prepare_t *h)
+{
+    mg_server_t *s = h->data;
+    mg_gen_collect_between(s->gen, s->in_flight == 0);
 }
 
 /* Cooldowns and health survive a restart: read them back before serving. */
@@ -488,6 +499,9 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     sched_apply_models(s, cfg);
     uv_timer_init(loop, &s->sched_timer);
     s->sched_timer.data = s;
+    uv_prepare_init(loop, &s->gc_prepare);
+    s->gc_prepare.data = s;
+    uv_prepare_start(&s->gc_prepare, on_gc_prepare);
     int rc = mg_loopstat_start(&s->loopstat, loop, &s->metrics);
     if (rc != 0) { /* only the metric is lost */
         fprintf(stderr, "moongate: cannot measure the event loop: %s\n", uv_strerror(rc));

@@ -37,6 +37,7 @@ typedef struct mg_server_s {
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;
     mg_loopstat_t loopstat;     /* the loop's busy time per iteration, into metrics */
+    uv_prepare_t gc_prepare;    /* Lua collections between requests, once per iteration */
     int in_flight;              /* proxied requests being answered */
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */
     struct mg_tasks_s *tasks;   /* owned: async task records */

@@ -587,6 +587,8 @@ describe('backpressure', () => {
             assert.equal(metric(m, `moongate_queue_length{priority="${p}"}`), 0, `queue_length ${p}`);
         assert.equal(metric(m, 'moongate_running_tasks'), 0);
         assert.equal(metric(m, 'moongate_backpressure_level'), 0);
+        const lua = metric(m, 'moongate_lua_bytes'); // the policies and adapters loaded
+        assert.ok(lua > 64 * 1024 && lua < 64 * 1024 * 1024, `lua_bytes ${lua}`);
     });
 
     test('levels 1-3 shed P4, then P3, then P2 (503 RESOURCE_EXHAUSTED); higher ones still queue', async () => {

@@ -504,12 +504,15 @@ int64_t mg_limiter_tpm_used(mg_limiter_t *l, uint64_t now_ms)
     return mg_tpm_used(&l->tpm, now_ms);
 }
 
-/* (limit - used) / limit clamped to 0..1; 1 when unlimited. */
+/* (limit - used) / limit clamped to 0..1, rounded down to a step of 1/MG_HEADROOM_STEPS but
+ * never to 0 while there is room; 1 when unlimited. The steps keep a large limit from changing
+ * it (and rerunning the policy's share()) on every request. */
 static double headroom_of(int limit, int used)
 {
-    if (limit == 0) return 1.0;
-    double h = (double)(limit - used) / (double)limit;
-    return h < 0 ? 0 : h > 1 ? 1 : h;
+    if (limit == 0 || used <= 0) return 1.0;
+    if (used >= limit) return 0.0;
+    long long steps = (long long)(limit - used) * MG_HEADROOM_STEPS / limit;
+    return steps > 0 ? (double)steps / MG_HEADROOM_STEPS : 1.0 / MG_HEADROOM_STEPS;
 }
 
 double mg_limiter_headroom(mg_limiter_t *l, uint64_t now_ms)

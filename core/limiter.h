@@ -221,7 +221,9 @@ int mg_limiter_rpm_used(mg_limiter_t *l, uint64_t now_ms);
 /* Tokens in the window (see mg_tpm_used). */
 int64_t mg_limiter_tpm_used(mg_limiter_t *l, uint64_t now_ms);
 
-/* (rpm_limit - rpm_used) / rpm_limit clamped to 0..1; 1 when unlimited. */
+/* (rpm_limit - rpm_used) / rpm_limit clamped to 0..1, rounded down to a multiple of
+ * 1/MG_HEADROOM_STEPS but at least one step while any request is left; 1 when unlimited. */
+#define MG_HEADROOM_STEPS 1000
 double mg_limiter_headroom(mg_limiter_t *l, uint64_t now_ms);
 
 /* The three above at once, as the routing decision reads them for every route of a

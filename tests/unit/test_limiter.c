@@ -475,8 +475,23 @@ static void test_limiter_unlimited_and_headroom(void)
     CHECK_EQ_INT(mg_limiter_set_limits(&l, 4, 0), 0);
     mg_limiter_reserve(&l, T0 + 61000, 1, &r);
     CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.75);
+    /* steps of 1/1000, rounded down: a large limit moves it once in many requests */
+    CHECK_EQ_INT(mg_limiter_set_limits(&l, 6000, 0), 0);
+    for (int i = 0; i < 5; i++) mg_limiter_reserve(&l, T0 + 61000, 1, &r);
+    CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.999); /* 5994 / 6000 */
+    for (int i = 0; i < 6; i++) mg_limiter_reserve(&l, T0 + 61000, 1, &r);
+    CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.998); /* 5988 / 6000 */
+    CHECK_EQ_INT(mg_limiter_set_limits(&l, 2011, 0), 0);
+    CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.994); /* 1999 / 2011 = 0.99403 */
+    /* while any request is left it stays above 0, so the route keeps a weight */
+    CHECK_EQ_INT(mg_limiter_set_limits(&l, 2000, 0), 0);
+    for (int i = 0; i < 3000 && mg_limiter_rpm_used(&l, T0 + 61000) < 1999; i++)
+        mg_limiter_reserve(&l, T0 + 61000, 1, &r);
+    CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.001); /* 1 / 2000 */
+    CHECK_EQ_INT(mg_limiter_set_limits(&l, 1999, 0), 0);
+    CHECK(mg_limiter_headroom(&l, T0 + 61000) == 0.0);
     CHECK_EQ_INT(mg_limiter_set_limits(&l, -1, 0), -1);
-    CHECK_EQ_INT(l.rpm.limit, 4);
+    CHECK_EQ_INT(l.rpm.limit, 1999);
     mg_limiter_free(&l);
 }
 

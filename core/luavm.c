@@ -852,27 +852,51 @@ void mg_gen_unref(mg_gen_t *g)
 /* Per-request calls                                                         */
 /* ------------------------------------------------------------------------ */
 
-/* The request table is built by a Lua table constructor (as candidate tables are, below):
- * constant keys, one pre-sized table (its 16 slots also take attempt and body later), where
- * fourteen lua_setfield calls each looked their key up again. A nil argument leaves its
- * field out. */
-static const char make_req_src[] =
-    "return function(request_id, endpoint, model, stream, max_tokens, created, priority, pool,\n"
-    "  pin, local_only, allow_smaller_model, allow_cloud, local_first, random)\n"
-    "  return { request_id = request_id, endpoint = endpoint, model = model, stream = stream,\n"
-    "    max_tokens = max_tokens, created = created, priority = priority, pool = pool, pin = pin,\n"
-    "    local_only = local_only, allow_smaller_model = allow_smaller_model,\n"
-    "    allow_cloud = allow_cloud, local_first = local_first, random = random }\n"
-    "end\n";
-static const char make_req_key = 0; /* its registry slot: lua_rawgetp(&make_req_key) */
+/* Request tables are recycled. Building one (a table, fourteen new keys) was the largest Lua
+ * cost of a request; now a request that ends puts its table on the generation's free list
+ * and the next one rewrites the same fields in it. fill() below rewrites every field the core
+ * gives (so whatever Lua code wrote to those is gone); a table to which Lua code added a field
+ * of its own carries a mark, set by its metatable's __newindex, and is dropped instead, as is
+ * one whose metatable was replaced: no request ever sees another's fields. fill() only assigns
+ * an optional field when it changes, so that the usual fill runs no metamethod. */
+static const char req_src[] =
+    "local rawset = rawset\n"
+    "local CORE <const> = { request_id = true, endpoint = true, model = true, stream = true,\n"
+    "  max_tokens = true, created = true, priority = true, pool = true, pin = true,\n"
+    "  local_only = true, allow_smaller_model = true, allow_cloud = true, local_first = true,\n"
+    "  random = true, attempt = true, plan_limit = true, body = true }\n"
+    "local DIRTY <const> = {}\n"
+    "local mt <const> = { __newindex = function(t, k, v)\n"
+    "  rawset(t, k, v)\n"
+    "  if not CORE[k] then rawset(t, DIRTY, true) end\n"
+    "end }\n"
+    "local function fill(t, request_id, endpoint, model, stream, max_tokens, created, priority,\n"
+    "  pool, pin, local_only, allow_smaller_model, allow_cloud, local_first, random)\n"
+    "  t.request_id = request_id; t.endpoint = endpoint; t.model = model; t.stream = stream\n"
+    "  if t.max_tokens ~= max_tokens then t.max_tokens = max_tokens end\n"
+    "  t.created = created; t.priority = priority\n"
+    "  if t.pool ~= pool then t.pool = pool end\n"
+    "  if t.pin ~= pin then t.pin = pin end\n"
+    "  t.local_only = local_only; t.allow_smaller_model = allow_smaller_model\n"
+    "  t.allow_cloud = allow_cloud; t.local_first = local_first; t.random = random\n"
+    "  t.attempt = 1\n"
+    "  if t.plan_limit ~= nil then t.plan_limit = nil end\n"
+    "  if t.body ~= nil then t.body = nil end\n"
+    "  return t\n"
+    "end\n"
+    "return fill, mt, DIRTY\n";
+/* registry slots (lua_rawgetp): fill, the metatable, the mark's key */
+static const char req_fill_key = 0, req_mt_key = 0, req_dirty_key = 0;
 
 static int load_req_maker(mg_gen_t *g, char *err, size_t errlen)
 {
     lua_State *L = g->L;
-    if (luaL_loadbuffer(L, make_req_src, sizeof(make_req_src) - 1, "=request") != LUA_OK ||
-        pcall(L, 0, 1, err, errlen) != 0)
+    if (luaL_loadbuffer(L, req_src, sizeof(req_src) - 1, "=request") != LUA_OK ||
+        pcall(L, 0, 3, err, errlen) != 0)
         return -1;
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &make_req_key);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &req_dirty_key);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &req_mt_key);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &req_fill_key);
     return 0;
 }
 
@@ -882,10 +906,11 @@ static void push_opt_str(lua_State *L, const char *s)
     else lua_pushnil(L);
 }
 
-int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
+/* fill(t, info...) for the table on top of the stack, which it leaves there. */
+static void fill_req(lua_State *L, const mg_lua_req_t *info)
 {
-    lua_State *L = g->L;
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &make_req_key);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &req_fill_key);
+    lua_insert(L, -2);
     lua_pushstring(L, info->request_id);
     lua_pushstring(L, info->endpoint);
     lua_pushstring(L, info->model);
@@ -901,8 +926,57 @@ int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
     lua_pushboolean(L, info->allow_cloud);
     lua_pushboolean(L, info->local_first);
     lua_pushnumber(L, info->random);
-    lua_call(L, 14, 1); /* a constructor: raises only when out of memory, as lua_setfield did */
+    lua_call(L, 15, 1); /* plain assignments: raises only when out of memory */
+}
+
+int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
+{
+    lua_State *L = g->L;
+    if (g->n_req_free > 0) {
+        int ref = g->req_free[--g->n_req_free];
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+        fill_req(L, info);
+        lua_pop(L, 1);
+        return ref;
+    }
+    lua_createtable(L, 0, 17); /* the fields fill() sets, plan_limit and body */
+    fill_req(L, info);         /* before the metatable: no metamethod for the new keys */
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &req_mt_key);
+    lua_setmetatable(L, -2);
     return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* Whether the request table on top of the stack is still as the core made it. */
+static int req_is_clean(lua_State *L)
+{
+    if (!lua_getmetatable(L, -1)) return 0;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &req_mt_key);
+    int ours = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &req_dirty_key);
+    int marked = lua_rawget(L, -2) != LUA_TNIL;
+    lua_pop(L, 1);
+    return ours && !marked;
+}
+
+void mg_gen_req_release(mg_gen_t *g, int ref)
+{
+    if (ref < 0) return;
+    lua_State *L = g->L;
+    if (g->n_req_free < MG_REQ_FREE_MAX) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+        int clean = req_is_clean(L);
+        if (clean && lua_getfield(L, -1, "body") != LUA_TNIL) { /* let it be collected now */
+            lua_pushnil(L);
+            lua_setfield(L, -3, "body");
+        }
+        lua_settop(L, lua_gettop(L) - (clean ? 2 : 1));
+        if (clean) {
+            g->req_free[g->n_req_free++] = ref;
+            return;
+        }
+    }
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
 }
 
 int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body)
@@ -1616,7 +1690,7 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     set_int(L, "attempt", attempt);
     if (plan->limit > 0) set_int(L, "plan_limit", plan->limit);
-    else set_nil(L, "plan_limit");
+    else if (attempt > 1) set_nil(L, "plan_limit"); /* the request's fill cleared it */
     lua_pushvalue(L, list);
     if (g->cache) g->cache->call_span = sp;
     int failed = pcall(L, 2, 1, err, errlen) != 0;

@@ -30,6 +30,8 @@ typedef struct mg_adapter_s {
     struct mg_encode_memo_s *memo; /* owned: those answers, by route, endpoint and stream */
 } mg_adapter_t;
 
+#define MG_REQ_FREE_MAX 64 /* request tables a generation keeps for reuse */
+
 typedef struct mg_gen_s {
     unsigned id;
     int refs;
@@ -46,6 +48,8 @@ typedef struct mg_gen_s {
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
                                      requests, scratch for moongate.sort_by (see luavm.c) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
+    int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
+    unsigned n_req_free;
     size_t gc_base;             /* the state's bytes after its last collection (as far as
                                    mg_gen_collect_between knows) */
 } mg_gen_t;
@@ -97,9 +101,12 @@ typedef struct mg_lua_req_s {
     double random;         /* [0,1): the request's draw for randomised policies */
 } mg_lua_req_t;
 
-/* Build the request table once per request; returns a registry reference (or -1).
- * `body` (may be NULL) becomes req.body: pass it only for non-passthrough adapters. */
+/* The request table of a new request; returns a registry reference. The table may be one
+ * an ended request released: its fields are all rewritten. */
 int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info);
+/* The request ended: its table goes back for reuse, unless Lua code added fields to it
+ * (then, or when the free list is full, the reference is dropped). */
+void mg_gen_req_release(mg_gen_t *g, int req_ref);
 /* Set (or replace) req.body from a JSON value. 0 or -1. */
 int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body);
 /* A fresh empty table for decode_event state; registry reference. */

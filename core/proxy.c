@@ -582,7 +582,7 @@ static void call_free(call_t *c)
     if (c->queued) mg_sched_cancel(c->srv->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0 && !c->srv->stopping_hard)
         mg_server_sched_kick(c->srv);
-    mg_gen_unref_value(c->gen, c->req_ref);
+    mg_gen_req_release(c->gen, c->req_ref);
     mg_gen_unref_value(c->gen, c->state_ref);
     mg_gen_unref(c->gen);
     cJSON_Delete(c->body);

@@ -805,6 +805,7 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
         mg_gen_unref(g);
         return -1;
     }
+    g->gc_base = mg_gen_lua_bytes(g);
     *out = g;
     return 0;
 }
@@ -817,7 +818,7 @@ size_t mg_gen_lua_bytes(const mg_gen_t *g)
 int mg_gen_collect_between(mg_gen_t *g, int idle)
 {
     size_t now = mg_gen_lua_bytes(g);
-    if (now < g->gc_base || g->gc_base == 0) g->gc_base = now; /* the automatic one ran */
+    if (now < g->gc_base) g->gc_base = now; /* the automatic one ran */
     size_t pct = idle ? MG_GC_IDLE_PCT : MG_GC_BUSY_PCT;
     if ((now - g->gc_base) * 100 < g->gc_base * pct) return 0;
     /* A step with a debt of the whole heap is due at once; Lua then picks a young or a full
@@ -881,7 +882,6 @@ static const char req_src[] =
     "  t.allow_cloud = allow_cloud; t.local_first = local_first; t.random = random\n"
     "  t.attempt = 1\n"
     "  if t.plan_limit ~= nil then t.plan_limit = nil end\n"
-    "  if t.body ~= nil then t.body = nil end\n"
     "  return t\n"
     "end\n"
     "return fill, mt, DIRTY\n";
@@ -964,13 +964,14 @@ void mg_gen_req_release(mg_gen_t *g, int ref)
     if (ref < 0) return;
     lua_State *L = g->L;
     if (g->n_req_free < MG_REQ_FREE_MAX) {
+        int top = lua_gettop(L);
         lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
         int clean = req_is_clean(L);
-        if (clean && lua_getfield(L, -1, "body") != LUA_TNIL) { /* let it be collected now */
+        if (clean && lua_getfield(L, -1, "body") != LUA_TNIL) { /* collectable now, not at reuse */
             lua_pushnil(L);
             lua_setfield(L, -3, "body");
         }
-        lua_settop(L, lua_gettop(L) - (clean ? 2 : 1));
+        lua_settop(L, top);
         if (clean) {
             g->req_free[g->n_req_free++] = ref;
             return;

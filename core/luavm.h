@@ -50,7 +50,7 @@ typedef struct mg_gen_s {
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
     unsigned n_req_free;
-    size_t gc_base;             /* the state's bytes after its last collection (as far as
+    size_t gc_base;             /* the state's bytes after its load or last collection (as far as
                                    mg_gen_collect_between knows) */
 } mg_gen_t;
 

@@ -410,15 +410,6 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
     }
 }
 
-/* The current generation's Lua collections, at the end of an iteration rather than inside a
- * request (mg_gen_collect_between); earlier when no request is in flight. Generations that
- * were swapped out keep only Lua's automatic collector: little runs on them. */
-static void on_gc_prepare(uv_prepare_t *h)
-{
-    mg_server_t *s = h->data;
-    mg_gen_collect_between(s->gen, s->in_flight == 0);
-}
-
 /* Cooldowns and health survive a restart: read them back before serving. */
 static void restore_provider_state(mg_server_t *s)
 {
@@ -446,6 +437,15 @@ static int with_stored_providers(mg_server_t *s)
     mg_gen_unref(s->gen);
     s->gen = g;
     return 0;
+}
+
+/* The current generation's Lua collections, at the end of an iteration rather than inside a
+ * request (mg_gen_collect_between); earlier when no request is in flight. Generations that
+ * were swapped out keep only Lua's automatic collector: little runs on them. */
+static void on_gc_prepare(uv_prepare_t *h)
+{
+    mg_server_t *s = h->data;
+    mg_gen_collect_between(s->gen, s->in_flight == 0);
 }
 
 int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)

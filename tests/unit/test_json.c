@@ -306,6 +306,10 @@ static void gen_value(mg_buf_t *b, int depth)
         "12.5",        "1e3",       "-0.0E-2",        "01",          "1.",
         "\"\"",        "\"ab\"",    "\"\\n\\t\\\"\"", "\"\\u00e9\"", "\"\\ud83d\\ude00\"",
         "\"\\uzz00\"", "\"a\\\\\"", "\"\x01\"",
+        /* past 16 bytes: escapes on and across the scan's 16-byte steps */
+        "\"0123456789abcde\\\"fghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP\"",
+        "\"0123456789abcdefghijklmnopqrstu\\\\\"",
+        "\"0123456789abcd\\u00e9fghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ\"",
     };
     static const char *const bad[] = {".5", "\"\\uD800\"", "\"\\q\"",  "+1",
                                       "1e", "nul",         "\"\\u12\""};

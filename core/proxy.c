@@ -22,6 +22,7 @@
 #include "facts.h"
 #include "idem.h"
 #include "auth.h"
+#include "chunk.h"
 #include "json.h"
 #include "log.h"
 #include "sse.h"
@@ -208,59 +209,6 @@ static void append_member(mg_buf_t *o, const mg_json_member_t *m, const char *be
     p += m->value_len;
     memcpy(p, after, na + 1); /* and the NUL mg_buf keeps */
     o->len = (size_t)(p + na - o->data);
-}
-
-static inline int json_ws(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
-}
-
-/* The first character of a member's value, from just past its key (whitespace and the
- * colon skipped), or 0 at the end of the text. */
-static int value_after(const char *p, const char *end)
-{
-    while (p < end && (json_ws(*p) || *p == ':')) p++;
-    return p < end ? *p : 0;
-}
-
-#define EV_FINISH 1 /* a choice has a finish_reason */
-#define EV_USAGE 2  /* a usage object */
-#define EV_ERROR 4  /* an error */
-
-/* Whether the n bytes before the closing quote at q - 1 are key, with its opening quote. */
-static inline int key_is(const char *s, const char *q, const char *key, size_t n)
-{
-    return (size_t)(q - s) >= n + 2 && q[-(ptrdiff_t)n - 2] == '"' &&
-           memcmp(q - n - 1, key, n) == 0;
-}
-
-/* Which of the keys the gateway annotates an event has, with a value that matters (a
- * finish_reason string, a usage object, an error): found from the colons, of which a chunk
- * has about a third as many as quotes, and the last letter of the name before each. A
- * string value that looks like one only costs the slower path (it parses the event). */
-static int event_needs_annotation(const char *s, size_t n)
-{
-    const char *end = s + n, *p = s;
-    int flags = 0;
-    while ((p = memchr(p, ':', (size_t)(end - p))) != NULL) {
-        const char *q = p++; /* back from the colon to just past the name's closing quote */
-        while (q > s && json_ws(q[-1])) q--;
-        if (q - s < 2 || q[-1] != '"') continue;
-        switch (q[-2]) {
-        case 'n':
-            if (value_after(p, end) == '"' && key_is(s, q, "finish_reason", 13)) flags |= EV_FINISH;
-            break;
-        case 'e':
-            if (value_after(p, end) == '{' && key_is(s, q, "usage", 5)) flags |= EV_USAGE;
-            break;
-        case 'r': {
-            int v = value_after(p, end);
-            if ((v == '{' || v == '"') && key_is(s, q, "error", 5)) flags |= EV_ERROR;
-            break;
-        }
-        }
-    }
-    return flags;
 }
 
 static cJSON *timing_json(call_t *c, uint64_t now)
@@ -1039,9 +987,9 @@ static int take_usage_member(void *ud, const mg_json_member_t *m)
  * first chunk, the finish chunk, the usage-only chunk). 0 = done, 1 = needs the tree. */
 static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
 {
-    if (flags & EV_ERROR) return 1;
-    if (flags & EV_USAGE) mg_json_members(ev->data, ev->data_len, take_usage_member, c);
-    int usage_only = (flags & EV_USAGE) && !(flags & EV_FINISH) &&
+    if (flags & MG_CHUNK_ERROR) return 1;
+    if (flags & MG_CHUNK_USAGE) mg_json_members(ev->data, ev->data_len, take_usage_member, c);
+    int usage_only = (flags & MG_CHUNK_USAGE) && !(flags & MG_CHUNK_FINISH) &&
                      (memmem(ev->data, ev->data_len, "\"choices\":[]", 12) ||
                       memmem(ev->data, ev->data_len, "\"choices\": []", 13));
     if (usage_only) {
@@ -1052,7 +1000,7 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
     int first = !c->first_chunk_done;
     c->first_chunk_done = 1;
     c->chunks++;
-    if (flags & EV_FINISH) {
+    if (flags & MG_CHUNK_FINISH) {
         emit_held_finish(c, 0);
         mg_buf_append(&c->held_raw, ev->data, ev->data_len);
         c->held_raw_first = first;
@@ -1073,7 +1021,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
         c->upstream_done = 1;
         return 0;
     }
-    int flags = event_needs_annotation(ev->data, ev->data_len);
+    int flags = mg_chunk_keys(ev->data, ev->data_len);
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         mg_buf_append(&c->out, ev->raw, ev->raw_len);

@@ -48,6 +48,7 @@ typedef struct mg_gen_s {
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
                                      requests, scratch for moongate.sort_by (see luavm.c) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
+    int req_fill_ref, req_mt_ref, req_dirty_ref; /* request tables' fill(), metatable, mark */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
     unsigned n_req_free;
     size_t gc_base;             /* the state's bytes after its load or last collection (as far as

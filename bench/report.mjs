@@ -42,6 +42,7 @@ const runs = records.filter((r) => r.kind === 'wrk').map((r) => {
         mean_us: ok ? w.lat_mean_us : null, max_us: ok ? w.lat_max_us : null,
         proxy_cpu_us_per_req: perReq(r.proxy_ticks), mock_cpu_us_per_req: perReq(r.mock_ticks),
         proxy_ticks: r.proxy_ticks, mock_ticks: r.mock_ticks,
+        steal_ticks: r.steal_ticks ?? null, host_ticks: r.host_ticks ?? null,
     };
     if (!ok) warnings.push(`${r.phase} ${r.mode} ${r.variant} rep${r.rep}: no result from wrk`);
     else if (errors > 0) {
@@ -155,6 +156,44 @@ for (const p of ['p50', 'p99']) {
     const mg = added('moongate');
     figures.sse_first_byte_ms[p] = { direct_ms: direct === null ? null : direct / 1000, nginx,
                                      moongate: mg, ratio: ratio(mg, nginx) };
+}
+
+// ---- the core's targets (issue 2), and how far the paced p99 can be trusted ------------------------
+// A paced run's p99 is the 50th slowest of ~5,000 requests: a few stalls of the host decide it.
+// Beside the medians the report gives each variant's spread over the rounds, the median of the
+// per-round gaps (moongate's p99 minus nginx's in the same round: the runs of a round are
+// adjacent, so slow drifts of the host cancel), and the hypervisor's steal over the phase.
+function pacedRounds(mode, variant, field) {
+    return runs.filter((r) => r.phase === 'paced' && r.mode === mode && r.variant === variant &&
+                        r[field] !== null).sort((a, b) => a.rep - b.rep);
+}
+function stealPct(phase) { // phase null: every run
+    const rs = runs.filter((r) => (phase === null || r.phase === phase) && r.steal_ticks !== null &&
+                           r.host_ticks > 0);
+    const host = rs.reduce((a, r) => a + r.host_ticks, 0);
+    return host > 0 ? (100 * rs.reduce((a, r) => a + r.steal_ticks, 0)) / host : null;
+}
+figures.core_targets = { steal_pct: { paced: stealPct('paced'), all: stealPct(null) } };
+for (const mode of MODES) {
+    const t = {};
+    for (const p of ['p50', 'p99']) {
+        const field = `${p}_us`;
+        const ng = pacedRounds(mode, 'nginx', field);
+        const mg = pacedRounds(mode, 'moongate', field);
+        const byRep = new Map(ng.map((r) => [r.rep, r[field]]));
+        const gaps = mg.filter((r) => byRep.has(r.rep)).map((r) => (r[field] - byRep.get(r.rep)) / 1000);
+        const l = figures.latency_added_ms.paced[mode][p];
+        const gap = l.moongate === null || l.nginx === null ? null : l.moongate - l.nginx;
+        const spread = (rs) => (rs.length ? [Math.min(...rs.map((r) => r[field])) / 1000,
+                                             Math.max(...rs.map((r) => r[field])) / 1000] : null);
+        t[p] = { gap_ms: gap, paired_gap_ms: median(gaps), met: gap === null ? null : gap <= 0.1,
+                 rounds_ms: { nginx: spread(ng), moongate: spread(mg) } };
+    }
+    figures.core_targets[mode] = t;
+}
+if (figures.core_targets.steal_pct.paced !== null && figures.core_targets.steal_pct.paced >= 2) {
+    warnings.push(`the hypervisor took ${figures.core_targets.steal_pct.paced.toFixed(1)}% of the CPU ` +
+        'time (steal) during the paced phase: its p99s are noisier than usual');
 }
 
 // ---- the moongate variants: 10 providers per model, auth on with 100,000 keys ---------------------
@@ -397,7 +436,43 @@ const header = [
     mgLine,
 ];
 
+// The core's targets (issue 2) in words, under the main table.
+const coreNotes = [];
+{
+    const ct = figures.core_targets;
+    const cpu = MODES.map((m) => [['c50', '50 conns'], ['paced', 'paced']].map(([ph, l]) => {
+        const r = figures.cpu_us_per_req[ph][m].ratio;
+        return `${m} ${l} ${fmtRatio(r)}${r === null ? '' : r <= 2 ? ' (met)' : ' (missed)'}`;
+    }).join(', ')).join('; ');
+    coreNotes.push(`target (issue 2: CPU per request at most 2x nginx's): ${cpu}`);
+    for (const p of ['p50', 'p99']) {
+        const parts = MODES.map((m) => {
+            const t = ct[m][p];
+            const ms = (x) => (x === null ? NA : `${Math.round(x * 1000)} us`);
+            return `${m} ${ms(t.gap_ms)}${t.met === null ? '' : t.met ? ' (met)' : ' (missed)'}, ` +
+                `per-round gaps' median ${ms(t.paired_gap_ms)}`;
+        });
+        coreNotes.push(`target (issue 2: paced ${p} added within nginx's + 0.1 ms; moongate's minus ` +
+            `nginx's): ${parts.join('; ')}`);
+    }
+    const range = (x) => (x ? `${x[0].toFixed(2)}-${x[1].toFixed(2)}` : NA);
+    coreNotes.push('  paced p99 per round, ms (their own latency, not added): ' + MODES.map((m) =>
+        `${m} nginx ${range(ct[m].p99.rounds_ms.nginx)}, moongate ${range(ct[m].p99.rounds_ms.moongate)}`)
+        .join('; '));
+    const fb = figures.sse_first_byte_ms.p50;
+    const fbGap = fb.moongate === null || fb.nginx === null ? null : fb.moongate - fb.nginx;
+    coreNotes.push(`target (issue 2: SSE first byte p50 within nginx's + 0.1 ms): ` +
+        `${fbGap === null ? NA : `${Math.round(fbGap * 1000)} us${fbGap <= 0.1 ? ' (met)' : ' (missed)'}`}`);
+    const rss = figures.rss_mib.after_c200.moongate;
+    coreNotes.push(`target (issue 2: RSS under 32 MiB after 200 conns): ` +
+        `${rss === null ? NA : `${rss.toFixed(1)} MiB${rss < 32 ? ' (met)' : ' (missed)'}`}`);
+    const pct = (x) => (x === null ? NA : `${x.toFixed(1)}%`);
+    coreNotes.push(`host steal (CPU time the hypervisor gave to other guests): paced phase ` +
+        `${pct(ct.steal_pct.paced)}, all runs ${pct(ct.steal_pct.all)}`);
+}
+
 let text = header.join('\n') + '\n\n' + renderText(COLS, rows);
+text += coreNotes.map((n) => `${n}\n`).join('');
 for (const t of Object.values(extraTables)) {
     text += `\n== ${t.title} (paced and 50-connection phases)\n` + renderText(t.cols, t.rows);
     text += t.notes.map((n) => `${n}\n`).join('');
@@ -407,6 +482,7 @@ process.stdout.write('\n' + text);
 
 let md = '# moongate bench results\n\n' + header.map((h) => `${h}  `).join('\n') + '\n\n';
 md += renderMd(COLS, rows);
+md += '\n' + coreNotes.map((n) => (n.startsWith('  ') ? `    - ${n.trim()}` : `- ${n}`)).join('\n') + '\n';
 for (const t of Object.values(extraTables)) {
     md += `\n## ${t.title}\n\nPaced and 50-connection phases only.\n\n` + renderMd(t.cols, t.rows) + '\n';
     md += t.notes.map((n) => (n.startsWith('  ') ? `    - ${n.trim()}` : `- ${n}`)).join('\n') + '\n';

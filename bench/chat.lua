@@ -35,15 +35,27 @@ if think > 0 then
   function delay() return math.floor(-think * math.log(1 - math.random())) end
 end
 
+-- The paced runs also print the latency histogram ("hist":[[us,count],...], wrk's own
+-- buckets), so that the report can take percentiles over all the rounds of a phase.
+local function histogram(latency)
+  local parts = {}
+  for i = 1, #latency do
+    local v, c = latency(i)
+    parts[#parts + 1] = string.format("[%d,%d]", v, c)
+  end
+  return table.concat(parts, ",")
+end
+
 function done(summary, latency, requests)
   local e = summary.errors
+  local hist = think > 0 and (',"hist":[' .. histogram(latency) .. ']') or ""
   io.write(string.format(
     'WRKJSON {"requests":%d,"duration_us":%d,"bytes":%d,'
     .. '"err_connect":%d,"err_read":%d,"err_write":%d,"err_status":%d,"err_timeout":%d,'
     .. '"lat_mean_us":%.1f,"lat_min_us":%d,"lat_p50_us":%d,"lat_p90_us":%d,"lat_p99_us":%d,'
-    .. '"lat_p999_us":%d,"lat_max_us":%d}\n',
+    .. '"lat_p999_us":%d,"lat_max_us":%d%s}\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
     latency.mean, latency.min, latency:percentile(50), latency:percentile(90),
-    latency:percentile(99), latency:percentile(99.9), latency.max))
+    latency:percentile(99), latency:percentile(99.9), latency.max, hist))
 end

@@ -202,8 +202,9 @@ for (const mode of MODES) {
         const pool = Object.fromEntries(VARIANTS.map((v) => [v, pooledPercentile(mode, v, Number(p.slice(1)))]));
         const pooled_gap = pool.moongate === null || pool.nginx === null ? null
             : (pool.moongate - pool.nginx) / 1000;
-        // the verdict: over all the phase's requests when the rounds carry histograms
-        const gap = pooled_gap !== null ? pooled_gap : median_gap;
+        // the verdict: the median of the rounds. Pooled, the few rounds a host stall hits decide
+        // the p99 (measured: one nginx round at 6.5 ms moved its pooled SSE p99 by 0.6 ms).
+        const gap = median_gap;
         const spread = (rs) => (rs.length ? [Math.min(...rs.map((r) => r[field])) / 1000,
                                              Math.max(...rs.map((r) => r[field])) / 1000] : null);
         t[p] = { gap_ms: gap, pooled_gap_ms: pooled_gap, median_gap_ms: median_gap,
@@ -472,10 +473,10 @@ const coreNotes = [];
             const t = ct[m][p];
             const ms = (x) => (x === null ? NA : `${Math.round(x * 1000)} us`);
             const verdict = t.met === null ? '' : t.met ? ' (met)' : ' (missed)';
-            const basis = t.pooled_gap_ms !== null ? "over all the rounds' requests" : 'median of the rounds';
-            const others = [t.pooled_gap_ms !== null ? `median of the rounds ${ms(t.median_gap_ms)}` : null,
-                            `median per-round gap ${ms(t.paired_gap_ms)}`].filter(Boolean).join(', ');
-            return `${m} ${ms(t.gap_ms)}${verdict} ${basis} (${others})`;
+            const others = [`median per-round gap ${ms(t.paired_gap_ms)}`,
+                            t.pooled_gap_ms !== null ? `over all the rounds' requests ${ms(t.pooled_gap_ms)}` : null]
+                .filter(Boolean).join(', ');
+            return `${m} ${ms(t.gap_ms)}${verdict} median of the rounds (${others})`;
         });
         coreNotes.push(`target (issue 2: paced ${p} added within nginx's + 0.1 ms; moongate's minus ` +
             `nginx's): ${parts.join('; ')}`);

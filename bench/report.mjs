@@ -174,20 +174,16 @@ function stealPct(phase) { // phase null: every run
     const host = rs.reduce((a, r) => a + r.host_ticks, 0);
     return host > 0 ? (100 * rs.reduce((a, r) => a + r.steal_ticks, 0)) / host : null;
 }
-// A percentile over every request of a variant's rounds (their histograms pooled), null when
-// a round has no histogram.
+// A percentile over every request of a variant's paced rounds (their histograms pooled), null
+// when no round has one.
 function pooledPercentile(mode, variant, p) {
-    const rs = runs.filter((r) => r.phase === 'paced' && r.mode === mode && r.variant === variant);
-    if (!rs.length || rs.some((r) => !r.hist)) return null;
-    const counts = new Map();
-    for (const r of rs) for (const [v, c] of r.hist) counts.set(v, (counts.get(v) || 0) + c);
-    const values = [...counts.keys()].sort((a, b) => a - b);
-    const total = values.reduce((a, v) => a + counts.get(v), 0);
-    const rank = Math.max(1, Math.ceil((p / 100) * total)); // nearest rank
-    let seen = 0;
-    for (const v of values) if ((seen += counts.get(v)) >= rank) return v;
-    return null;
+    const samples = pacedRounds(mode, variant, 'hist')
+        .flatMap((r) => r.hist.flatMap(([v, c]) => Array(c).fill(v)));
+    return percentile(samples.sort((a, b) => a - b), p);
 }
+// The lowest and highest of the rounds' figures, ms.
+const spreadMs = (rs, field) => (rs.length ? [Math.min(...rs.map((r) => r[field])) / 1000,
+                                              Math.max(...rs.map((r) => r[field])) / 1000] : null);
 figures.core_targets = { steal_pct: { paced: stealPct('paced'), all: stealPct(null) } };
 for (const mode of MODES) {
     const t = {};
@@ -198,19 +194,18 @@ for (const mode of MODES) {
         const byRep = new Map(ng.map((r) => [r.rep, r[field]]));
         const gaps = mg.filter((r) => byRep.has(r.rep)).map((r) => (r[field] - byRep.get(r.rep)) / 1000);
         const l = figures.latency_added_ms.paced[mode][p];
-        const median_gap = l.moongate === null || l.nginx === null ? null : l.moongate - l.nginx;
-        const pool = Object.fromEntries(VARIANTS.map((v) => [v, pooledPercentile(mode, v, Number(p.slice(1)))]));
-        const pooled_gap = pool.moongate === null || pool.nginx === null ? null
-            : (pool.moongate - pool.nginx) / 1000;
         // the verdict: the median of the rounds. Pooled, the few rounds a host stall hits decide
         // the p99 (measured: one nginx round at 6.5 ms moved its pooled SSE p99 by 0.6 ms).
-        const gap = median_gap;
-        const spread = (rs) => (rs.length ? [Math.min(...rs.map((r) => r[field])) / 1000,
-                                             Math.max(...rs.map((r) => r[field])) / 1000] : null);
-        t[p] = { gap_ms: gap, pooled_gap_ms: pooled_gap, median_gap_ms: median_gap,
-                 pooled_ms: Object.fromEntries(VARIANTS.map((v) => [v, pool[v] === null ? null : pool[v] / 1000])),
+        const gap = l.moongate === null || l.nginx === null ? null : l.moongate - l.nginx;
+        const pooled = Object.fromEntries(VARIANTS.map((v) => {
+            const us = pooledPercentile(mode, v, Number(p.slice(1)));
+            return [v, us === null ? null : us / 1000];
+        }));
+        const pooledGap = pooled.moongate === null || pooled.nginx === null ? null
+            : pooled.moongate - pooled.nginx;
+        t[p] = { gap_ms: gap, pooled_gap_ms: pooledGap, pooled_ms: pooled,
                  paired_gap_ms: median(gaps), met: gap === null ? null : gap <= 0.1,
-                 rounds_ms: { nginx: spread(ng), moongate: spread(mg) } };
+                 rounds_ms: { nginx: spreadMs(ng, field), moongate: spreadMs(mg, field) } };
     }
     figures.core_targets[mode] = t;
 }

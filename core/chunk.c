@@ -53,12 +53,14 @@ static int colon_flags(const char *s, const char *p, const char *end)
 /* Bit k set when p[k] is a colon that may end one of our keys: right after a quote with
  * 'n', 'e' or 'r' before it (finish_reason, usage, error), or after whitespace or another
  * control byte (a key spaced from its colon, judged in full). p[-2] must be readable. */
+static __m128i load16(const char *p)
+{
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+
 static unsigned candidate_mask(const char *p)
 {
-    const __m128i *at = (const __m128i *)(const void *)p;
-    __m128i c0 = _mm_loadu_si128(at);
-    __m128i c1 = _mm_loadu_si128((const __m128i *)(const void *)(p - 1));
-    __m128i c2 = _mm_loadu_si128((const __m128i *)(const void *)(p - 2));
+    __m128i c0 = load16(p), c1 = load16(p - 1), c2 = load16(p - 2);
     __m128i last = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(c2, _mm_set1_epi8('n')),
                                              _mm_cmpeq_epi8(c2, _mm_set1_epi8('e'))),
                                 _mm_cmpeq_epi8(c2, _mm_set1_epi8('r')));

@@ -83,9 +83,11 @@ static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, 
                              .local_first = 1, .random = (double)(*k % 997) / 997.0};
         if (steady) one_sample_moved(c, n, *k);
         int rr = mg_gen_req_new(g, &info);
-        mg_plan_t plan = {entries, 0, 0, PLAN_LIMIT < n ? PLAN_LIMIT : 0};
+        /* (no .keep: the policy's own cost, every time, not a kept plan) */
+        mg_plan_t plan = {.entries = entries, .limit = PLAN_LIMIT < n ? PLAN_LIMIT : 0};
         int want = n < PLAN_LIMIT ? n : PLAN_LIMIT;
-        if (mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err)) != 0 || plan.n != want) {
+        if (mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err)) != 0 ||
+            plan.n != want) {
             fprintf(stderr, "route: %s (plan %d of %d)\n", err, plan.n, want);
             return -1;
         }

@@ -17,6 +17,7 @@
 #include "crypto.h"
 #include "log.h"
 #include "order.h"
+#include "plankeep.h"
 
 #define MG_LUA_API_VERSION 1
 #define JSON_MAX_DEPTH 64
@@ -838,6 +839,7 @@ void mg_gen_unref(mg_gen_t *g)
     if (!g || --g->refs > 0) return;
     if (g->L) lua_close(g->L);
     gen_cache_free(g->cache);
+    mg_plankeep_free(g->plans);
     for (size_t i = 0; i < g->n_adapters; i++) {
         free(g->adapters[i].name);
         free(g->adapters[i].probe_path);
@@ -1679,8 +1681,34 @@ static int read_plan(lua_State *L, int n, const route_span_t *sp, mg_plan_t *pla
     return 0;
 }
 
-int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
-                 mg_plan_t *plan, char *err, size_t errlen)
+/* The request's table, made from info on first use. */
+static int req_table(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref)
+{
+    if (*req_ref < 0) *req_ref = mg_gen_req_new(g, info);
+    return *req_ref;
+}
+
+static int route_call(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
+                      mg_plan_t *plan, char *err, size_t errlen);
+
+int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attempt,
+                 const mg_candidate_t *cands, int n, mg_plan_t *plan, char *err, size_t errlen)
+{
+    int keep = plan->keep && attempt == 1;
+    plan->reuse = 0;
+    if (keep && mg_plankeep_find(g->plans, info, cands, n, plan)) {
+        plan->reuse = 1;
+        return 0;
+    }
+    if (route_call(g, req_table(g, info, req_ref), attempt, cands, n, plan, err, errlen) != 0)
+        return -1;
+    if (keep && plan->reuse && plan->n > 0) mg_plankeep_put(&g->plans, info, cands, n, plan);
+    return 0;
+}
+
+/* routing.route(req, candidates) itself. */
+static int route_call(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
+                      mg_plan_t *plan, char *err, size_t errlen)
 {
     lua_State *L = g->L;
     int top = lua_gettop(L);
@@ -1712,7 +1740,9 @@ int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *ca
         double w = lua_tonumber(L, -1);
         plan->wait_ms = w < 1 ? 1 : w > 3600000 ? 3600000 : (int)w;
     }
-    lua_pop(L, 1);
+    lua_getfield(L, -2, "reuse");
+    plan->reuse = lua_toboolean(L, -1) && plan->wait_ms == 0;
+    lua_pop(L, 2);
     int rc = read_plan(L, n, sp, plan);
     lua_settop(L, top);
     if (rc != 0) snprintf(err, errlen, "out of memory");
@@ -1859,22 +1889,6 @@ static void memo_free(struct mg_encode_memo_s *memo)
     free(memo);
 }
 
-/* What a memo entry is keyed by besides the route: req.endpoint and req.stream. 0, or -1
- * when the endpoint does not fit the key (no memo then). */
-static int memo_req_key(lua_State *L, int req_ref, char *endpoint, size_t cap, int *stream)
-{
-    lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
-    lua_getfield(L, -1, "endpoint");
-    size_t n = 0;
-    const char *e = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
-    int ok = e && n < cap;
-    if (ok) memcpy(endpoint, e, n + 1);
-    lua_getfield(L, -2, "stream");
-    *stream = lua_toboolean(L, -1);
-    lua_pop(L, 3);
-    return ok ? 0 : -1;
-}
-
 static memo_entry_t *memo_find(struct mg_encode_memo_s *memo, const mg_provider_conf_t *p,
                                const char *model, const char *endpoint, int stream)
 {
@@ -1940,18 +1954,22 @@ static void memo_put(mg_adapter_t *a, const mg_provider_conf_t *p, const char *m
 static int encode_call(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
                        const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen);
 
-int mg_gen_encode(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
-                  const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen)
+/* A memo entry is keyed by the route, req.endpoint and req.stream (info's: what the
+ * table's fill() writes). An endpoint too long for the key gets no memo. */
+int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_ref,
+                  const mg_provider_conf_t *p, const char *upstream_model, mg_encoded_t *out,
+                  char *err, size_t errlen)
 {
     mg_adapter_t *a = &g->adapters[adapter];
-    char endpoint[16];
-    int stream;
-    if (!a->encode_per_route ||
-        memo_req_key(g->L, req_ref, endpoint, sizeof(endpoint), &stream) != 0)
-        return encode_call(g, adapter, req_ref, p, upstream_model, out, err, errlen);
+    const char *endpoint = info->endpoint;
+    int stream = info->stream != 0;
+    if (!a->encode_per_route || !endpoint || strlen(endpoint) >= sizeof(a->memo->e[0].endpoint))
+        return encode_call(g, adapter, req_table(g, info, req_ref), p, upstream_model, out, err,
+                           errlen);
     const memo_entry_t *m = memo_find(a->memo, p, upstream_model, endpoint, stream);
     if (m) return memo_answer(m, out, err, errlen);
-    int rc = encode_call(g, adapter, req_ref, p, upstream_model, out, err, errlen);
+    int rc = encode_call(g, adapter, req_table(g, info, req_ref), p, upstream_model, out, err,
+                         errlen);
     if (rc == 0 && !out->body) memo_put(a, p, upstream_model, endpoint, stream, out);
     return rc;
 }

@@ -47,6 +47,8 @@ typedef struct mg_gen_s {
     int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
     struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
                                      requests, scratch for moongate.sort_by (see luavm.c) */
+    struct mg_plankeep_s *plans; /* owned, made on first use: plans route() said hold
+                                    (plankeep.h) */
     int null_ref, array_mt_ref; /* util.null and util.array_mt */
     int req_fill_ref, req_mt_ref, req_dirty_ref; /* request tables' fill(), metatable, mark */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
@@ -151,17 +153,24 @@ typedef struct mg_plan_s {
     int wait_ms;              /* > 0: nothing now, ask again after this long */
     int limit;                /* in: the entries the caller needs before it asks again (0: no
                                  limit); route() sees it as req.plan_limit */
+    int keep;                 /* in: the candidates are the model's config routes, so a plan
+                                 that holds may be kept for later requests (plankeep.h) */
+    int reuse;                /* out: route() said the plan holds (plan.reuse = true) */
 } mg_plan_t;
 
 /* Call routing.route(req, candidates) with req.attempt = attempt and req.plan_limit =
  * plan->limit (nil for 0). Fills plan (entries
  * unique, indexes in range). Returns 0, or -1 with err set.
+ * The request's table is *req_ref, made from info when it is < 0 (a request that no Lua
+ * function was called for has none). With plan->keep at attempt 1, a plan kept from an
+ * earlier request with the same routing fields and candidate states is used instead of
+ * calling Lua, and a plan route() says holds is kept (plankeep.h).
  * A route of the generation's config keeps one candidate table for the generation's life:
  * each call rewrites only the fields whose facts changed, and clears the degraded and
  * emergency markers of the plan entries it reads back (the contract in lua/README.md).
  * Routes not in the config (prefix-served names) get a fresh table per call. */
-int mg_gen_route(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
-                 mg_plan_t *plan, char *err, size_t errlen);
+int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attempt,
+                 const mg_candidate_t *cands, int n, mg_plan_t *plan, char *err, size_t errlen);
 
 /* Ask policies/cooldown.lua what an upstream answer means for the provider:
  * on_response(provider, status, headers, state). *cooldown_s = seconds to cool down,
@@ -178,9 +187,12 @@ typedef struct mg_encoded_s {
     int ndjson;                  /* stream_format == "ndjson" */
 } mg_encoded_t;
 
-/* Call adapter.encode(req, route). 0 or -1 with err set. */
-int mg_gen_encode(mg_gen_t *g, int adapter, int req_ref, const mg_provider_conf_t *p,
-                  const char *upstream_model, mg_encoded_t *out, char *err, size_t errlen);
+/* Call adapter.encode(req, route), or give its kept answer (encode_per_route). The
+ * request's table is *req_ref, made from info when it is < 0 and encode is called. 0 or -1
+ * with err set. */
+int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_ref,
+                  const mg_provider_conf_t *p, const char *upstream_model, mg_encoded_t *out,
+                  char *err, size_t errlen);
 void mg_encoded_free(mg_encoded_t *e);
 
 /* adapter.decode(req, resp) -> canonical response (*out owned by caller). */

@@ -75,7 +75,12 @@ typedef struct call_s {
     const mg_route_conf_t *smaller_route; /* memory admission's smaller model, or NULL */
     const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
     int output_shortened;        /* memory admission lowered max_tokens to fit: degraded */
-    int req_ref, state_ref;      /* Lua registry references in gen */
+    /* the request as Lua sees it; its table (req_ref) is made only when a policy or adapter
+       is called for the request: a kept plan and a kept encode answer need none */
+    mg_lua_req_t lua_info;       /* strings: static, in gen or call, or the two below */
+    char lua_request_id[MG_REQUEST_ID_LEN + 1];
+    char lua_pin[160];
+    int req_ref, state_ref;      /* Lua registry references in gen (-1: none yet) */
     /* routing: four arrays in routing_buf, one entry per route of the model */
     void *routing_buf;           /* owned; kept with a spare call (see call_alloc) */
     size_t routing_cap;          /* routes routing_buf has room for */
@@ -138,6 +143,13 @@ typedef struct call_s {
 } call_t;
 
 static void try_next(call_t *c);
+
+/* The request's Lua table (req), made on first use. */
+static int req_table(call_t *c)
+{
+    if (c->req_ref < 0) c->req_ref = mg_gen_req_new(c->gen, &c->lua_info);
+    return c->req_ref;
+}
 static void plan_and_dispatch(call_t *c);
 static void route_and_dispatch(call_t *c, int limit);
 static int fill_candidates(call_t *c, uint64_t now);
@@ -1052,7 +1064,7 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
     int done = 0;
     char err[512];
     if (c->state_ref < 0) c->state_ref = mg_gen_table_new(c->gen); /* only translators keep state */
-    int rc = mg_gen_decode_event(c->gen, c->adapter, c->req_ref, c->state_ref, data, &chunks,
+    int rc = mg_gen_decode_event(c->gen, c->adapter, req_table(c), c->state_ref, data, &chunks,
                                  &done, err, sizeof(err));
     cJSON_Delete(data);
     if (rc != 0) {
@@ -1246,7 +1258,7 @@ static void finish_non_stream(call_t *c)
     if (!c->passthrough) {
         cJSON *decoded = NULL;
         char err[512];
-        if (mg_gen_decode(c->gen, c->adapter, c->req_ref, resp, &decoded, err, sizeof(err)) != 0) {
+        if (mg_gen_decode(c->gen, c->adapter, req_table(c), resp, &decoded, err, sizeof(err)) != 0) {
             mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode: %s",
                        c->provider->adapter, err);
             cJSON_Delete(resp);
@@ -1485,14 +1497,14 @@ static int start_attempt(call_t *c, const mg_plan_entry_t *e)
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
     if (!c->passthrough) {
         set_item(c->body, "model", cJSON_CreateString(r->model));
-        mg_gen_req_set_body(c->gen, c->req_ref, c->body);
+        mg_gen_req_set_body(c->gen, req_table(c), c->body);
     }
 
     mg_encoded_t enc;
     char err[512];
     uint64_t now = uv_now(c->srv->loop);
-    if (mg_gen_encode(c->gen, c->adapter, c->req_ref, c->provider, r->model, &enc, err,
-                      sizeof(err)) != 0) {
+    if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model, &enc,
+                      err, sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
                    c->provider->adapter, c->provider->id, err);
         mg_limiter_cancel(&ps->limiter, &c->resv); /* (the release says it changed) */
@@ -2078,10 +2090,11 @@ static void plan_and_dispatch(call_t *c)
 static void route_and_dispatch(call_t *c, int limit)
 {
     char err[512];
-    mg_plan_t plan = {c->plan, 0, 0, limit};
+    /* a prefix-served model's routes are the call's own: no plan is kept for them */
+    mg_plan_t plan = {c->plan, 0, 0, limit, .keep = !c->prefixed_model.name};
     c->route_calls++;
-    if (mg_gen_route(c->gen, c->req_ref, c->route_calls, c->cands, c->n_cands, &plan, err,
-                     sizeof(err)) != 0) {
+    if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
+                     &plan, err, sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_ERROR, c->req->request_id, "routing policy: %s", err);
         call_fail(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log", 0);
         return;
@@ -2489,16 +2502,18 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     if (in.allow_smaller_model) c->smaller_route = memory_smaller_route(gen->cfg, c->model, &in);
     /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
     c->est_tokens = (int64_t)(req->body_len / 4) + (max_tokens > 0 ? max_tokens : 256);
-    mg_lua_req_t info = {
-        .request_id = req->request_id,
+    memcpy(c->lua_request_id, req->request_id, sizeof(c->lua_request_id));
+    memcpy(c->lua_pin, in.pin, sizeof(c->lua_pin));
+    c->lua_info = (mg_lua_req_t){
+        .request_id = c->lua_request_id,
         .endpoint = endpoint_name(ep),
         .model = c->model->name,
         .stream = c->stream,
         .max_tokens = max_tokens,
         .created = (long long)time(NULL),
         .priority = in.priority,
-        .pool = in.pool,
-        .pin = in.has_pin ? in.pin : NULL,
+        .pool = in.pool ? (strcmp(in.pool, "main") == 0 ? "main" : "fallback") : NULL,
+        .pin = in.has_pin ? c->lua_pin : NULL,
         .local_only = in.local_only,
         .allow_smaller_model = in.allow_smaller_model,
         /* an application with a data policy reaches the cloud only if the policy allows */
@@ -2506,7 +2521,6 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
         .local_first = gen->cfg->routing.local_first,
         .random = mg_request_id_draw(req->request_id),
     };
-    c->req_ref = mg_gen_req_new(gen, &info);
     if (alloc_routing(c) != 0) {
         call_fail(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;

@@ -41,7 +41,14 @@
 --                     "emergency" (the client then sees X-Sidecar-Degraded: <value>) and
 --                     emergency = true (the core lets it through at 10% of its rpm_limit
 --                     although it is cooling down). unmarked = true on the list tells the
---                     core that no entry carries either, so it need not look.
+--                     core that no entry carries either, so it need not look. reuse = true
+--                     on the list says the plan holds for every request with the same
+--                     routing fields while no candidate's state changes (lua/README.md,
+--                     "Plans that hold"): the core then keeps it and calls route() again
+--                     only when one of those changes. This file says so when the plan was
+--                     decided without a draw or a number that moves (req.random, headroom,
+--                     in_flight, samples, cooldown times): one usable route, or one route
+--                     per group.
 --   { wait_ms = N }   nothing good now, but a main provider is back within N ms: the core waits
 --                     (at most the queue timeout) and calls route() again.
 --   {}                nothing can serve: the client gets 503 MODEL_UNAVAILABLE + Retry-After.
@@ -847,8 +854,8 @@ end
 -- returns a new list (the plan: never `list`, which may be the core's candidates list), at
 -- most req.plan_limit long.
 local function order(req, list, facts)
-    if #list <= 1 then
-        return { list[1], unmarked = nil } -- (room for mark's plan.unmarked: no rehash)
+    if #list <= 1 then -- (unmarked: room for mark's plan.unmarked, no rehash)
+        return { list[1], unmarked = nil, reuse = list[1] ~= nil or nil } -- ({} stays {})
     end
     local r = request_random(req)
     local explore = r < EXPLORE_CUT -- exploring(req)
@@ -865,16 +872,22 @@ local function order(req, list, facts)
     if facts.one_group then
         return cut(order_group(list, rng, explore, facts), limit)
     end
-    local out, n = {}, 0
+    -- groups of one route each (a failover order) give the same plan every time
+    local out, n, reuse = {}, 0, true
     for _, group in ipairs(groups_of(req, list)) do
+        if n == limit then
+            break
+        end
+        reuse = reuse and #group == 1
         for _, c in ipairs(order_group(group, rng, explore)) do
             if n == limit then
-                return out
+                break
             end
             n = n + 1
             out[n] = c
         end
     end
+    out.reuse = reuse or nil
     return out
 end
 
@@ -979,9 +992,11 @@ local function chain(req, candidates, usable, facts)
     if wait_ms then
         return { wait_ms = wait_ms }
     end
-    -- 3. the other pool
+    -- 3. the other pool (the plan depends on how long the start pool still cools)
     if #usable > 0 then
-        return mark(req, order(req, usable, facts), facts)
+        local plan = mark(req, order(req, usable, facts), facts)
+        plan.reuse = nil
+        return plan
     end
     -- 4. emergency, or {} when nothing is even cooling
     return emergency(list)

@@ -779,4 +779,106 @@ describe("policies/routing.lua", function()
             assert.same({ wait_ms = 4000 }, plan)
         end)
     end)
+
+    describe("plans that hold (plan.reuse)", function()
+        it("marks the plan of one usable route", function()
+            local plan = routing.route(req_with(), { cand(1, "a") })
+            assert.same({ "a" }, providers(plan))
+            assert.is_true(plan.reuse)
+            plan = routing.route(req_with(), { cand(1, "a"), cand(2, "b", { available = false }) })
+            assert.is_true(plan.reuse)
+        end)
+
+        it("marks a failover order: one route per priority group", function()
+            local plan = routing.route(req_with(), {
+                cand(1, "a", { priority = 1 }), cand(2, "b", { priority = 0 }) })
+            assert.same({ "b", "a" }, providers(plan))
+            assert.is_true(plan.reuse)
+        end)
+
+        it("does not mark a weighted draw between routes of one group", function()
+            local plan = routing.route(req_with(), { cand(1, "a"), cand(2, "b") })
+            assert.is_nil(plan.reuse)
+            plan = routing.route(req_with(), { cand(1, "a", { priority = 0 }),
+                cand(2, "b", { priority = 1 }), cand(3, "c", { priority = 1 }) })
+            assert.is_nil(plan.reuse)
+        end)
+
+        it("does not mark the fallback pool's least-busy order", function()
+            local plan = routing.route(req_with({ pool = "fallback" }), {
+                cand(1, "f1", { pool = "fallback" }), cand(2, "f2", { pool = "fallback" }) })
+            assert.is_nil(plan.reuse)
+        end)
+
+        it("does not mark a wait, an emergency or the other pool while the start pool cools",
+            function()
+                local wait = routing.route(req_with(), { cand(1, "m", cooling(4000)),
+                    cand(2, "f", { pool = "fallback" }) })
+                assert.same({ wait_ms = 4000 }, wait)
+                local other = routing.route(req_with(), { cand(1, "m", cooling(60000)),
+                    cand(2, "f", { pool = "fallback" }) })
+                assert.same({ "f" }, providers(other))
+                assert.is_nil(other.reuse)
+                local emergency = routing.route(req_with(), { cand(1, "m", cooling(60000)) })
+                assert.same({ "m" }, providers(emergency))
+                assert.is_nil(emergency.reuse)
+            end)
+
+        -- The promise itself: a plan marked reuse is the plan route() gives for any values
+        -- of the fields that move (req.random, headroom, in_flight, samples, cooldown
+        -- times) while the routing fields and every candidate's state stay the same.
+        local scenarios = {
+            one = function(x) return { cand(1, "a", x) } end,
+            pair = function(x) return { cand(1, "a", x), cand(2, "b") } end,
+            busy_fallback = function(x)
+                return { cand(1, "f1", { pool = "fallback", in_flight = x.in_flight }),
+                    cand(2, "f2", { pool = "fallback", in_flight = 3 }) }
+            end,
+            failover = function(x)
+                return { cand(1, "a", x), cand(2, "b", { priority = 1 }),
+                    cand(3, "f", { pool = "fallback" }) }
+            end,
+            local_then_cloud = function(x)
+                return { cand(1, "cloud", x), cand(2, "lan", { ["local"] = true }) }
+            end,
+            start_cooling = function(x)
+                return { cand(1, "m", cooling(x.cooldown_remaining_ms or 60000)),
+                    cand(2, "f", { pool = "fallback", headroom = x.headroom }) }
+            end,
+            fallback_cooling = function(x)
+                return { cand(1, "m", x), cand(2, "f", cooling(x.cooldown_remaining_ms or 5000,
+                    { pool = "fallback" })) }
+            end,
+            smaller = function(x)
+                return { cand(1, "big", x), cand(2, "small", { smaller = true, priority = 1 }) }
+            end,
+        }
+        local moves = {
+            {}, { headroom = 0.25 }, { in_flight = 7 }, { cooldown_remaining_ms = 3000 },
+            { avail_samples = 50, success_rate = 0.5, ttft_samples = 9, ttft_ms = 800 },
+        }
+        local reqs = { {}, { allow_smaller_model = true }, { pin = "a" }, { pool = "fallback" },
+            { local_only = true } }
+        it("gives a plan marked reuse whatever the moving numbers are", function()
+            local kept = 0
+            for name, build in pairs(scenarios) do
+                for _, fields in ipairs(reqs) do
+                    local first = routing.route(req_with(fields), build({}))
+                    if first.reuse then
+                        kept = kept + 1
+                        for _, r in ipairs({ 0.01, 0.3, 0.99 }) do
+                            for _, x in ipairs(moves) do
+                                local req = req_with(fields)
+                                req.random = r
+                                local plan = routing.route(req, build(x))
+                                assert.same({ providers(first), degraded(first) },
+                                    { providers(plan), degraded(plan) }, name)
+                            end
+                        end
+                    end
+                end
+            end
+            assert.is_true(kept >= 10) -- the property was checked on enough plans
+        end)
+    end)
 end)

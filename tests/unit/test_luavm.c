@@ -498,8 +498,8 @@ static int route_order(mg_gen_t *g, int rr, const mg_candidate_t *c, int n, int 
                        char *e, size_t elen)
 {
     mg_plan_entry_t entries[8];
-    mg_plan_t plan = {entries, 0, 0, 0};
-    if (mg_gen_route(g, rr, 1, c, n, &plan, e, elen) != 0) return -1;
+    mg_plan_t plan = {.entries = entries, .limit = 0};
+    if (mg_gen_route(g, &(mg_lua_req_t){0}, &rr, 1, c, n, &plan, e, elen) != 0) return -1;
     for (int i = 0; i < plan.n; i++) order[i] = entries[i].index;
     return plan.n;
 }
@@ -893,14 +893,14 @@ static void test_route_plan_limit(void)
     int all[3] = {1, 1, 1};
     make_cands(G, c, all);
     mg_plan_entry_t full[3], cut[3], again[3];
-    mg_plan_t p_full = {full, 0, 0, 0}, p_cut = {cut, 0, 0, 2}, p_again = {again, 0, 0, 0};
-    CHECK_EQ_INT(mg_gen_route(G, rr, 1, c, 3, &p_full, err, sizeof(err)), 0);
-    CHECK_EQ_INT(mg_gen_route(G, rr, 2, c, 3, &p_cut, err, sizeof(err)), 0);
+    mg_plan_t p_full = {.entries = full, .limit = 0}, p_cut = {.entries = cut, .limit = 2}, p_again = {.entries = again, .limit = 0};
+    CHECK_EQ_INT(mg_gen_route(G, &info, &rr, 1, c, 3, &p_full, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_route(G, &info, &rr, 2, c, 3, &p_cut, err, sizeof(err)), 0);
     lua_rawgeti(G->L, LUA_REGISTRYINDEX, rr);
     lua_getfield(G->L, -1, "plan_limit");
     CHECK_EQ_INT((int)lua_tointeger(G->L, -1), 2);
     lua_pop(G->L, 2);
-    CHECK_EQ_INT(mg_gen_route(G, rr, 3, c, 3, &p_again, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_route(G, &info, &rr, 3, c, 3, &p_again, err, sizeof(err)), 0);
     CHECK_EQ_INT(p_full.n, 3);
     CHECK_EQ_INT(p_cut.n, 2);
     CHECK_EQ_INT(p_again.n, 3);
@@ -1040,9 +1040,9 @@ static int route_cands(mg_gen_t *g, const char *model, const mg_candidate_t *c, 
                          .max_tokens = -1, .created = 1, .allow_cloud = 1, .local_first = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_plan_entry_t entries[4];
-    mg_plan_t plan = {entries, 0, 0, 0};
+    mg_plan_t plan = {.entries = entries, .limit = 0};
     err[0] = '\0';
-    int rc = mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err));
+    int rc = mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err));
     mg_gen_unref_value(g, rr);
     for (int i = 0; rc == 0 && i < plan.n; i++) {
         order[i] = entries[i].index;
@@ -1050,6 +1050,143 @@ static int route_cands(mg_gen_t *g, const char *model, const mg_candidate_t *c, 
         if (emergency) emergency[i] = entries[i].emergency;
     }
     return rc == 0 ? plan.n : -1;
+}
+
+/* ---- plans that hold (plankeep.h) ------------------------------------------------------ */
+
+/* clang-format off */
+static const char *holding_routing =
+    "local M = { name = 'routing', version = 1 }\n"
+    "function M.route(req, c)\n"
+    "  calls = (calls or 0) + 1\n"
+    "  if req.model == 'boom' then error('policy exploded') end\n"
+    "  if req.model == 'wait' then return { wait_ms = 5, reuse = true } end\n"
+    "  local p = {}\n"
+    "  for i = #c, 1, -1 do if c[i].available then p[#p + 1] = c[i] end end\n"
+    "  if req.model == 'marked' then c[#c].degraded = 'fallback' end\n"
+    "  p.reuse = req.model ~= 'fresh'\n"
+    "  return p\n"
+    "end\n"
+    "return M\n";
+/* clang-format on */
+
+static int lua_calls(mg_gen_t *g)
+{
+    lua_getglobal(g->L, "calls");
+    int n = (int)lua_tointeger(g->L, -1);
+    lua_pop(g->L, 1);
+    return n;
+}
+
+/* Route a request that has no table yet; *made: whether one was made. */
+static int hold_route(mg_gen_t *g, const mg_lua_req_t *info, int attempt, int keep,
+                      const mg_candidate_t *c, int n, mg_plan_entry_t *entries, int *made)
+{
+    int rr = -1;
+    mg_plan_t plan = {.entries = entries, .limit = 0, .keep = keep};
+    int rc = mg_gen_route(g, info, &rr, attempt, c, n, &plan, err, sizeof(err));
+    *made = rr >= 0;
+    if (rr >= 0) mg_gen_unref_value(g, rr);
+    return rc == 0 ? plan.n : -1;
+}
+
+static void test_route_kept_plans(void)
+{
+    mg_gen_t *g = load_routing(holding_routing);
+    if (!g) return;
+    const int all3[3] = {0, 1, 2};
+    mg_candidate_t c[3];
+    config_cands(g, c, all3, 3);
+    mg_plan_entry_t e[3];
+    int made = 0;
+    mg_lua_req_t hold = {.request_id = "req-1", .endpoint = "chat", .model = "hold",
+                         .max_tokens = -1, .created = 1, .priority = "P2", .allow_cloud = 1,
+                         .local_first = 1, .random = 0.25};
+    /* the first request asks the policy and the plan is kept; the next ones get it without
+       a call and without a request table, whatever their own numbers */
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+    CHECK(e[0].index == 2 && e[1].index == 1 && e[2].index == 0);
+    CHECK_EQ_INT(lua_calls(g), 1);
+    CHECK(made);
+    mg_lua_req_t other = hold;
+    other.request_id = "req-2";
+    other.random = 0.9;
+    other.max_tokens = 500;
+    c[0].in_flight = 40;
+    c[1].headroom = 0.1;
+    c[2].success_rate = 0.5;
+    memset(e, 0xff, sizeof(e));
+    CHECK_EQ_INT(hold_route(g, &other, 1, 1, c, 3, e, &made), 3);
+    CHECK(e[0].index == 2 && e[1].index == 1 && e[2].index == 0);
+    CHECK(e[0].degraded == NULL && !e[0].emergency);
+    CHECK_EQ_INT(lua_calls(g), 1);
+    CHECK(!made);
+    /* a candidate's state changes: asked again (and that plan kept) */
+    c[1].available = 0;
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 2);
+    CHECK(e[0].index == 2 && e[1].index == 0);
+    CHECK_EQ_INT(lua_calls(g), 2);
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 2);
+    CHECK_EQ_INT(lua_calls(g), 2);
+    c[1].available = 1;
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+    CHECK_EQ_INT(lua_calls(g), 3);
+    const char *other_breaker = "open";
+    c[2].breaker = other_breaker;
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+    CHECK_EQ_INT(lua_calls(g), 4);
+    c[2].cooling = 1;
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+    CHECK_EQ_INT(lua_calls(g), 5);
+    /* each routing field of the request is part of the key */
+    mg_lua_req_t v[8];
+    for (int i = 0; i < 8; i++) v[i] = hold;
+    v[0].pin = "oa";
+    v[1].pool = "fallback";
+    v[2].priority = "P0";
+    v[3].stream = 1;
+    v[4].local_only = 1;
+    v[5].allow_smaller_model = 1;
+    v[6].allow_cloud = 0;
+    v[7].endpoint = "completions";
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+        int before = lua_calls(g);
+        CHECK_EQ_INT(hold_route(g, &v[i], 1, 1, c, 3, e, &made), 3);
+        CHECK_EQ_INT(lua_calls(g), before + 1);
+    }
+    /* a different candidate list (fewer routes) is asked about */
+    int before = lua_calls(g);
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 2, e, &made), 2);
+    CHECK_EQ_INT(lua_calls(g), before + 1);
+    /* kept only at attempt 1 and when the caller allows it */
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 1, c, 3, e, &made), 3);
+    before = lua_calls(g);
+    CHECK_EQ_INT(hold_route(g, &hold, 2, 1, c, 3, e, &made), 3);
+    CHECK_EQ_INT(hold_route(g, &hold, 1, 0, c, 3, e, &made), 3);
+    CHECK_EQ_INT(lua_calls(g), before + 2);
+    /* a plan without reuse, a wait and an error are never kept */
+    mg_lua_req_t fresh = hold, wait = hold, boom = hold;
+    fresh.model = "fresh";
+    wait.model = "wait";
+    boom.model = "boom";
+    before = lua_calls(g);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(hold_route(g, &fresh, 1, 1, c, 3, e, &made), 3);
+        CHECK_EQ_INT(hold_route(g, &wait, 1, 1, c, 3, e, &made), 0);
+        CHECK_EQ_INT(hold_route(g, &boom, 1, 1, c, 3, e, &made), -1);
+    }
+    CHECK_EQ_INT(lua_calls(g), before + 6);
+    /* markers are kept with the plan */
+    mg_lua_req_t marked = hold;
+    marked.model = "marked";
+    for (int i = 0; i < 2; i++) {
+        memset(e, 0, sizeof(e));
+        CHECK_EQ_INT(hold_route(g, &marked, 1, 1, c, 3, e, &made), 3);
+        CHECK(e[0].degraded && strcmp(e[0].degraded, "fallback") == 0);
+        CHECK(e[1].degraded == NULL);
+    }
+    unload_routing(g);
 }
 
 static void test_route_kept_candidates(void)
@@ -1411,8 +1548,8 @@ static void test_route_kept_keys_twin(void)
                              .pool = round % 7 == 0 ? "fallback" : NULL,
                              .random = mg_unit_double(mg_splitmix64(&seed))};
         int rr = mg_gen_req_new(g, &info);
-        mg_plan_t plan = {entries, 0, 0, 0};
-        CHECK(mg_gen_route(g, rr, 1, c, n, &plan, err, sizeof(err)) == 0);
+        mg_plan_t plan = {.entries = entries, .limit = 0};
+        CHECK(mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err)) == 0);
         mg_gen_unref_value(g, rr);
     }
     lua_expect(g, "return tostring(mismatch)", "nil");
@@ -1596,7 +1733,7 @@ static void test_encode_openai(void)
         int rr = mg_gen_req_new(G, &info);
         mg_encoded_t e;
         err[0] = '\0';
-        CHECK_EQ_INT(mg_gen_encode(G, a, rr, oa, "up-a", &e, err, sizeof(err)), 0);
+        CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), 0);
         CHECK_STR(e.method, "POST");
         CHECK_STR(e.path, paths[i]);
         CHECK_EQ_INT(header_count(e.headers), 1);
@@ -1606,7 +1743,7 @@ static void test_encode_openai(void)
         mg_encoded_free(&e);
         CHECK(e.path == NULL && e.headers == NULL);
         /* without a key: no Authorization header at all */
-        CHECK_EQ_INT(mg_gen_encode(G, a, rr, nokey, "up-b", &e, err, sizeof(err)), 0);
+        CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, nokey, "up-b", &e, err, sizeof(err)), 0);
         CHECK_EQ_INT(header_count(e.headers), 0);
         CHECK_STR(e.path, paths[i]);
         mg_encoded_free(&e);
@@ -1616,7 +1753,7 @@ static void test_encode_openai(void)
     mg_lua_req_t info = {.request_id = "req-e", .endpoint = "audio", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
     int rr = mg_gen_req_new(G, &info);
     mg_encoded_t e;
-    CHECK_EQ_INT(mg_gen_encode(G, a, rr, oa, "up-a", &e, err, sizeof(err)), -1);
+    CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), -1);
     CHECK(strstr(err, "unsupported endpoint") != NULL);
     CHECK(e.path == NULL && e.headers == NULL && e.body == NULL);
     mg_gen_unref_value(G, rr);
@@ -1671,7 +1808,7 @@ static void test_encode_memo(void)
         char model[16]; /* a fresh copy each time: the memo compares the text */
         snprintf(model, sizeof(model), "%s", steps[i].model);
         mg_encoded_t e;
-        int rc = mg_gen_encode(g, a, rr, steps[i].p, model, &e, err, sizeof(err));
+        int rc = mg_gen_encode(g, a, &info, &rr, steps[i].p, model, &e, err, sizeof(err));
         CHECK_EQ_INT(rc, steps[i].want ? 0 : -1);
         if (rc == 0) {
             CHECK_STR(e.path, steps[i].want);
@@ -1693,7 +1830,7 @@ static void test_encode_memo(void)
                                  .stream = i % 2, .max_tokens = -1, .created = 1};
             int rr = mg_gen_req_new(g, &info);
             mg_encoded_t e;
-            CHECK_EQ_INT(mg_gen_encode(g, a, rr, oa, model, &e, err, sizeof(err)), 0);
+            CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, model, &e, err, sizeof(err)), 0);
             if (round == 0) snprintf(first, sizeof(first), "%s", e.path);
             else if (strcmp(first, e.path) == 0) kept++;
             else fresh += strncmp(e.path, "/chat/many-", 11) == 0;
@@ -1703,6 +1840,19 @@ static void test_encode_memo(void)
     }
     CHECK_EQ_INT(kept, 64 - 6);
     CHECK_EQ_INT(fresh, 70 - (64 - 6));
+    /* a request without a table yet: a kept answer makes none, a call makes it */
+    mg_lua_req_t info = {.request_id = "req-l", .endpoint = "chat", .model = "m",
+                         .max_tokens = -1, .created = 1};
+    int rr = -1;
+    mg_encoded_t e;
+    CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), 0);
+    CHECK_STR(e.path, "/chat/up-a/1");
+    CHECK_EQ_INT(rr, -1);
+    mg_encoded_free(&e);
+    CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up-new", &e, err, sizeof(err)), 0);
+    CHECK(rr >= 0);
+    mg_encoded_free(&e);
+    mg_gen_unref_value(g, rr);
     unload_routing(g);
 }
 
@@ -1717,7 +1867,7 @@ static void test_encode_ollama(void)
     CHECK_EQ_INT(mg_gen_req_set_body(G, rr, body), 0);
     mg_encoded_t e;
     err[0] = '\0';
-    CHECK_EQ_INT(mg_gen_encode(G, a, rr, ol, "up-c", &e, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, ol, "up-c", &e, err, sizeof(err)), 0);
     if (err[0]) fprintf(stderr, "  err: %s\n", err);
     CHECK_STR(e.method, "POST");
     CHECK_STR(e.path, "/api/chat");
@@ -1744,7 +1894,7 @@ static void test_encode_ollama(void)
     cJSON_Delete(body);
     body = cJSON_Parse("{\"input\":[]}");
     mg_gen_req_set_body(G, rr, body);
-    CHECK_EQ_INT(mg_gen_encode(G, a, rr, ol, "emb", &e, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_encode(G, a, &info2, &rr, ol, "emb", &e, err, sizeof(err)), 0);
     CHECK_STR(e.path, "/api/embed");
     if (e.body) {
         char *s = cJSON_PrintUnformatted(e.body);
@@ -1759,7 +1909,7 @@ static void test_encode_ollama(void)
     rr = mg_gen_req_new(G, &info3);
     body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]}");
     mg_gen_req_set_body(G, rr, body);
-    CHECK_EQ_INT(mg_gen_encode(G, a, rr, ol, "up-c", &e, err, sizeof(err)), -1);
+    CHECK_EQ_INT(mg_gen_encode(G, a, &info3, &rr, ol, "up-c", &e, err, sizeof(err)), -1);
     CHECK(strstr(err, "unsupported content part") != NULL);
     mg_gen_unref_value(G, rr);
     cJSON_Delete(body);
@@ -1798,7 +1948,7 @@ static void test_encode_rejects_bad_results(void)
         int rr = mg_gen_req_new(g, &info);
         mg_encoded_t e;
         err[0] = '\0';
-        int rc = mg_gen_encode(g, a, rr, oa, "up", &e, err, sizeof(err));
+        int rc = mg_gen_encode(g, a, &info, &rr, oa, "up", &e, err, sizeof(err));
         if (rc != -1) fprintf(stderr, "  '%s' accepted\n", bad[i]);
         CHECK_EQ_INT(rc, -1);
         CHECK(err[0] != '\0');
@@ -1809,7 +1959,7 @@ static void test_encode_rejects_bad_results(void)
     mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = "ok", .stream = 0, .max_tokens = -1, .created = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_encoded_t e;
-    CHECK_EQ_INT(mg_gen_encode(g, a, rr, oa, "up", &e, err, sizeof(err)), 0);
+    CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up", &e, err, sizeof(err)), 0);
     CHECK_STR(e.method, "POST"); /* the default */
     CHECK_STR(e.path, "/ok");
     CHECK(has_header(e.headers, "X-N: 5"));
@@ -2129,6 +2279,7 @@ int main(void)
 
     MG_RUN(test_route_custom_policy);
     MG_RUN(test_route_kept_candidates);
+    MG_RUN(test_route_kept_plans);
     MG_RUN(test_route_adaptive_keys_kept);
     MG_RUN(test_route_shares_kept);
     MG_RUN(test_route_kept_keys_twin);

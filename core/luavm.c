@@ -1695,9 +1695,9 @@ int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attemp
                  const mg_candidate_t *cands, int n, mg_plan_t *plan, char *err, size_t errlen)
 {
     int keep = plan->keep && attempt == 1;
-    plan->reuse = 0;
+    plan->reuse = plan->kept = 0;
     if (keep && mg_plankeep_find(g->plans, info, cands, n, plan)) {
-        plan->reuse = 1;
+        plan->reuse = plan->kept = 1;
         return 0;
     }
     if (route_call(g, req_table(g, info, req_ref), attempt, cands, n, plan, err, errlen) != 0)

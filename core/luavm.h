@@ -155,7 +155,8 @@ typedef struct mg_plan_s {
                                  limit); route() sees it as req.plan_limit */
     int keep;                 /* in: the candidates are the model's config routes, so a plan
                                  that holds may be kept for later requests (plankeep.h) */
-    int reuse;                /* out: route() said the plan holds (plan.reuse = true) */
+    int reuse;                /* out: the plan holds (route() said plan.reuse = true) */
+    int kept;                 /* out: it is a kept plan: route() was not called */
 } mg_plan_t;
 
 /* Call routing.route(req, candidates) with req.attempt = attempt and req.plan_limit =

@@ -292,6 +292,13 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
     for (int i = 0; i < 4; i++)
         sb_printf(&b, "moongate_timeouts_total{layer=\"%s\"} %llu\n", layers[i],
                   (unsigned long long)m->timeouts_by[i]);
+    sb_printf(&b,
+              "# HELP moongate_routing_plans_total Routing plans, by source: the policy's route(), "
+              "or a kept plan that held (lua/README.md).\n"
+              "# TYPE moongate_routing_plans_total counter\n"
+              "moongate_routing_plans_total{source=\"policy\"} %llu\n"
+              "moongate_routing_plans_total{source=\"kept\"} %llu\n",
+              (unsigned long long)m->routing_plans[0], (unsigned long long)m->routing_plans[1]);
     sb_printf(&b, "# HELP moongate_queue_time_seconds Time a task waited for its slot.\n"
                   "# TYPE moongate_queue_time_seconds histogram\n");
     histogram(&b, "moongate_queue_time_seconds", "", m->queue_buckets, m->queue_sum, m->queue_count);

@@ -2099,6 +2099,7 @@ static void route_and_dispatch(call_t *c, int limit)
         call_fail(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log", 0);
         return;
     }
+    c->srv->metrics.routing_plans[plan.kept]++;
     c->plan_n = plan.n;
     c->plan_limit = plan.limit;
     c->plan_next = 0;

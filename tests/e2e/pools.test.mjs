@@ -284,6 +284,68 @@ describe('all main providers cooling -> fallback pool', { timeout: 20000 }, () =
 });
 
 // ---------------------------------------------------------------------------
+// (2b) a plan that holds is kept, and asked for again when a route's state changes
+// ---------------------------------------------------------------------------
+
+describe('a failover plan is kept until a route cools down', { timeout: 20000 }, () => {
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [mainProvider(m, 'kp-m'), fallbackProvider(m, 'kp-f')],
+            models: {
+                kp: { routes: [{ provider: 'kp-m', model: 'up-kp-m' }, { provider: 'kp-f', model: 'up-kp-f' }] },
+            },
+        }));
+    });
+    after(() => sc?.close());
+
+    async function plans() {
+        const text = await (await fetch(`http://127.0.0.1:${sc.gw.metricsPort}/metrics`,
+            { signal: AbortSignal.timeout(5000) })).text();
+        const count = (source) => Number(text.match(
+            new RegExp(`^moongate_routing_plans_total\\{source="${source}"\\} (\\d+)$`, 'm'))?.[1]);
+        return { policy: count('policy'), kept: count('kept') };
+    }
+
+    test('one route per pool: the policy decides once, later requests get its plan', async () => {
+        const start = await plans();
+        for (let i = 0; i < 5; i++) {
+            const r = await sc.chat('kp');
+            assertOk(r, `request ${i}`);
+            assert.equal(r.json.actual_model, 'up-kp-m');
+        }
+        const now = await plans();
+        assert.equal(now.policy - start.policy, 1, 'route() was asked once');
+        assert.equal(now.kept - start.kept, 4, 'four requests got the kept plan');
+    });
+
+    test('a 429 cools the main route: the kept plan fails over, then the policy decides every time', async () => {
+        await sc.script('up-kp-m', { status: 429 });
+        const start = await plans();
+        const r = await sc.chat('kp');
+        assertOk(r, 'the request that meets the 429');
+        assert.equal(r.json.actual_model, 'up-kp-f');
+        assert.equal(r.headers.get('x-sidecar-degraded'), 'fallback');
+        let now = await plans();
+        // (the plan needs one entry per attempt: req.plan_limit = 1)
+        assert.equal(now.kept - start.kept, 1, 'the first attempt used the kept plan');
+        assert.equal(now.policy - start.policy, 1, 'the second attempt asked route() again');
+        for (let i = 0; i < 3; i++) {
+            const x = await sc.chat('kp');
+            assertOk(x, `cooling request ${i}`);
+            assert.equal(x.json.actual_model, 'up-kp-f');
+            assert.equal(x.headers.get('x-sidecar-degraded'), 'fallback');
+        }
+        now = await plans();
+        // the main route is cooling: a state the kept plan did not see; and the fallback plan
+        // while main cools depends on how long it still cools, so it is never kept
+        assert.equal(now.policy - start.policy, 4, 'each request while main cools asked route()');
+        assert.equal(now.kept - start.kept, 1);
+        assert.equal(await sc.count('up-kp-m'), 6, 'main saw nothing while cooling');
+    });
+});
+
+// ---------------------------------------------------------------------------
 // (3) fallback cooling too -> emergency at 10% RPM
 // ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 -- policies/routing.lua: which upstream routes a request tries, and in what order.
 --
 -- The core calls route(req, candidates) for every request once the logical model is known
--- (attempt 1), and again (attempt 2, 3, ...) after it waited because this policy asked it to.
+-- (attempt 1; unless a plan this file marked reuse holds for it, see below), and again
+-- (attempt 2, 3, ...) after it waited because this policy asked it to.
 -- It tries the entries of the plan one after the other: a failure before the first byte
 -- reached the client (connect error, 429, 5xx, garbage) moves on to the next entry, up to
 -- upstream.max_retries attempts in all. The core itself skips an entry whose provider is at

@@ -98,6 +98,26 @@ test('SIGHUP with a routing policy missing route(): reload fails, serving goes o
     assert.equal((await status()).reload?.result, 'ok');
 });
 
+test('SIGHUP with a changed routing policy: the next request follows it (kept plans end with their generation)', async () => {
+    // the default policy's plan for the one-route model 'added' holds (plan.reuse): it is kept
+    await chatOk('added');
+    await chatOk('added');
+    fs.writeFileSync(routingPath, 'local M = { name = "routing", version = 1 }\n' +
+        'function M.route(req, candidates) return {} end\nreturn M\n');
+    try {
+        const line = await env.gw.reload();
+        assert.equal(line.result, 'ok', `reload line: ${JSON.stringify(line)}`);
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'added', messages });
+        assert.equal(r.status, 503, `the new policy serves nothing: ${r.text.slice(0, 300)}`);
+        assert.equal(r.json?.error?.code, 'MODEL_UNAVAILABLE');
+    } finally {
+        restoreRouting();
+    }
+    const line = await env.gw.reload();
+    assert.equal(line.result, 'ok', 'the restored policy reloads');
+    await chatOk('added');
+});
+
 test('SIGHUP with a syntax error in an adapter: reload fails with adapter file:line, serving goes on', async () => {
     const adapterPath = path.join(env.lua.adapters, 'openai.lua');
     const original = fs.readFileSync(adapterPath, 'utf8');

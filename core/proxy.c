@@ -143,6 +143,10 @@ typedef struct call_s {
 } call_t;
 
 static void try_next(call_t *c);
+static void plan_and_dispatch(call_t *c);
+static void route_and_dispatch(call_t *c, int limit);
+static int fill_candidates(call_t *c, uint64_t now);
+static cJSON *call_tree(call_t *c);
 
 /* The request's Lua table (req), made on first use. */
 static int req_table(call_t *c)
@@ -150,10 +154,6 @@ static int req_table(call_t *c)
     if (c->req_ref < 0) c->req_ref = mg_gen_req_new(c->gen, &c->lua_info);
     return c->req_ref;
 }
-static void plan_and_dispatch(call_t *c);
-static void route_and_dispatch(call_t *c, int limit);
-static int fill_candidates(call_t *c, uint64_t now);
-static cJSON *call_tree(call_t *c);
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -2091,7 +2091,7 @@ static void route_and_dispatch(call_t *c, int limit)
 {
     char err[512];
     /* a prefix-served model's routes are the call's own: no plan is kept for them */
-    mg_plan_t plan = {c->plan, 0, 0, limit, .keep = !c->prefixed_model.name};
+    mg_plan_t plan = {.entries = c->plan, .limit = limit, .keep = !c->prefixed_model.name};
     c->route_calls++;
     if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
                      &plan, err, sizeof(err)) != 0) {
@@ -2504,7 +2504,7 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
     c->est_tokens = (int64_t)(req->body_len / 4) + (max_tokens > 0 ? max_tokens : 256);
     memcpy(c->lua_request_id, req->request_id, sizeof(c->lua_request_id));
-    memcpy(c->lua_pin, in.pin, sizeof(c->lua_pin));
+    if (in.has_pin) memcpy(c->lua_pin, in.pin, sizeof(c->lua_pin));
     c->lua_info = (mg_lua_req_t){
         .request_id = c->lua_request_id,
         .endpoint = endpoint_name(ep),

@@ -948,6 +948,12 @@ int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+int mg_gen_req_table(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref)
+{
+    if (*req_ref < 0) *req_ref = mg_gen_req_new(g, info);
+    return *req_ref;
+}
+
 /* Whether the request table on top of the stack is still as the core made it. */
 static int req_is_clean(const mg_gen_t *g)
 {
@@ -1681,13 +1687,6 @@ static int read_plan(lua_State *L, int n, const route_span_t *sp, mg_plan_t *pla
     return 0;
 }
 
-/* The request's table, made from info on first use. */
-static int req_table(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref)
-{
-    if (*req_ref < 0) *req_ref = mg_gen_req_new(g, info);
-    return *req_ref;
-}
-
 static int route_call(mg_gen_t *g, int req_ref, int attempt, const mg_candidate_t *cands, int n,
                       mg_plan_t *plan, char *err, size_t errlen);
 
@@ -1700,9 +1699,9 @@ int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attemp
         plan->reuse = plan->kept = 1;
         return 0;
     }
-    if (route_call(g, req_table(g, info, req_ref), attempt, cands, n, plan, err, errlen) != 0)
-        return -1;
-    if (keep && plan->reuse && plan->n > 0) mg_plankeep_put(&g->plans, info, cands, n, plan);
+    int req = mg_gen_req_table(g, info, req_ref);
+    if (route_call(g, req, attempt, cands, n, plan, err, errlen) != 0) return -1;
+    if (keep && plan->reuse) mg_plankeep_put(&g->plans, info, cands, n, plan);
     return 0;
 }
 
@@ -1963,14 +1962,13 @@ int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_r
     mg_adapter_t *a = &g->adapters[adapter];
     const char *endpoint = info->endpoint;
     int stream = info->stream != 0;
-    if (!a->encode_per_route || !endpoint || strlen(endpoint) >= sizeof(a->memo->e[0].endpoint))
-        return encode_call(g, adapter, req_table(g, info, req_ref), p, upstream_model, out, err,
-                           errlen);
-    const memo_entry_t *m = memo_find(a->memo, p, upstream_model, endpoint, stream);
+    int memo = a->encode_per_route && endpoint &&
+               strlen(endpoint) < sizeof(a->memo->e[0].endpoint);
+    const memo_entry_t *m = memo ? memo_find(a->memo, p, upstream_model, endpoint, stream) : NULL;
     if (m) return memo_answer(m, out, err, errlen);
-    int rc = encode_call(g, adapter, req_table(g, info, req_ref), p, upstream_model, out, err,
-                         errlen);
-    if (rc == 0 && !out->body) memo_put(a, p, upstream_model, endpoint, stream, out);
+    int rc = encode_call(g, adapter, mg_gen_req_table(g, info, req_ref), p, upstream_model, out,
+                         err, errlen);
+    if (rc == 0 && memo && !out->body) memo_put(a, p, upstream_model, endpoint, stream, out);
     return rc;
 }
 

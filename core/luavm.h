@@ -107,6 +107,9 @@ typedef struct mg_lua_req_s {
 /* The request table of a new request; returns a registry reference. The table may be one
  * an ended request released: its fields are all rewritten. */
 int mg_gen_req_new(mg_gen_t *g, const mg_lua_req_t *info);
+/* The request's table made on first use: *req_ref, or a new one from info when it is < 0 (a
+ * request no Lua function was called for has none). Returns *req_ref. */
+int mg_gen_req_table(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref);
 /* The request ended: its table goes back for reuse, unless Lua code added fields to it
  * (then, or when the free list is full, the reference is dropped). */
 void mg_gen_req_release(mg_gen_t *g, int req_ref);

@@ -151,8 +151,7 @@ static cJSON *call_tree(call_t *c);
 /* The request's Lua table (req), made on first use. */
 static int req_table(call_t *c)
 {
-    if (c->req_ref < 0) c->req_ref = mg_gen_req_new(c->gen, &c->lua_info);
-    return c->req_ref;
+    return mg_gen_req_table(c->gen, &c->lua_info, &c->req_ref);
 }
 
 /* ------------------------------------------------------------------------ */

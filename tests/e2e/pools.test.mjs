@@ -300,8 +300,7 @@ describe('a failover plan is kept until a route cools down', { timeout: 20000 },
     after(() => sc?.close());
 
     async function plans() {
-        const text = await (await fetch(`http://127.0.0.1:${sc.gw.metricsPort}/metrics`,
-            { signal: AbortSignal.timeout(5000) })).text();
+        const text = await sc.gw.metrics();
         const count = (source) => Number(text.match(
             new RegExp(`^moongate_routing_plans_total\\{source="${source}"\\} (\\d+)$`, 'm'))?.[1]);
         return { policy: count('policy'), kept: count('kept') };
@@ -965,8 +964,7 @@ describe('circuit breaker per provider+model route', { timeout: 20000 }, () => {
         assert.equal(route(p, 'up-rb-b').breaker, 'closed');
         assert.equal(route(p, 'up-rb-b').consecutive_failures, 0);
         assert.equal((await sc.provider('rb-q')).routes[0].breaker, 'closed');
-        const metrics = await (await fetch(`http://127.0.0.1:${sc.gw.metricsPort}/metrics`,
-            { signal: AbortSignal.timeout(5000) })).text();
+        const metrics = await sc.gw.metrics();
         assert.match(metrics, /^moongate_route_breaker_open\{provider_id="rb-p",model="up-rb-a"\} 1$/m);
         assert.match(metrics, /^moongate_route_breaker_open\{provider_id="rb-p",model="up-rb-b"\} 0$/m);
         assert.match(metrics, /^moongate_provider_breaker_open\{provider_id="rb-p"\} 0$/m);

@@ -373,8 +373,7 @@ describe('scheduling metrics', () => {
         try {
             await menv2.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 2000 } });
             await postJson(`${menv2.api}/chat/completions`, chat({ timeouts: { first_token_ms: 200 } }));
-            const r = await fetch(`http://127.0.0.1:${menv2.gw.metricsPort}/metrics`, { signal: AbortSignal.timeout(5000) });
-            const text = await r.text();
+            const text = await menv2.gw.metrics();
             assert.match(text, /^moongate_queue_time_seconds_count [1-9]/m);
             assert.match(text, /^moongate_timeouts_total\{layer="first_token"\} 1$/m);
             assert.match(text, /^moongate_cancellations_total\{reason="client_disconnected"\} 0$/m);

@@ -438,6 +438,11 @@ export class Gateway {
         return { status: r.status, headers: r.headers, text, json };
     }
 
+    /** The text of GET /metrics on the metrics listener. */
+    async metrics() {
+        return (await this.getJson('/metrics', this.metricsPort)).text;
+    }
+
     close() {
         return killChild(this.child, 3000);
     }

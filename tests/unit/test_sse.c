@@ -1,5 +1,5 @@
-/* Unit tests for core/sse.c: SSE and NDJSON framing, split at every byte boundary. */
-#include "sse.h"
+/* Unit tests for core/upstream/sse.c: SSE and NDJSON framing, split at every byte boundary. */
+#include "upstream/sse.h"
 #include "mgtest.h"
 
 #include <stdint.h>
@@ -142,7 +142,8 @@ static int split_mismatches(mg_sse_mode_t mode, size_t max_event, const char *s,
             log_free(&r.log);
         }
     }
-    size_t *bytes = malloc(n * sizeof(size_t));
+    size_t *bytes = calloc(n + 1, sizeof(size_t)); /* n + 1: never a zero-size block */
+    if (!bytes) return bad + 1;
     for (size_t i = 0; i < n; i++)
         bytes[i] = i + 1;
     run_cuts(&r, mode, max_event, s, n, bytes, (int)n - 1);

@@ -1,5 +1,6 @@
-// Validate what the gateway returns against the official OpenAI OpenAPI document
-// (../shared/conformance/openai-openapi.json relative to the repository root).
+// Validate what the gateway returns against the official OpenAI OpenAPI schemas
+// (tests/conformance/openai-schemas.json: the schemas the tests use, extracted with their
+// source commit and licence; see tests/conformance/README.md).
 // The document still carries OpenAPI 3.0 `nullable: true`: it is rewritten to add null to the
 // type (and to the enum). A missing document is an error, never a skip.
 
@@ -11,7 +12,7 @@ import addFormats from 'ajv-formats';
 import { REPO_ROOT } from './harness.mjs';
 
 export const OPENAPI_PATH = process.env.MOONGATE_OPENAPI ||
-    path.resolve(REPO_ROOT, '../shared/conformance/openai-openapi.json');
+    path.join(REPO_ROOT, 'tests/conformance/openai-schemas.json');
 
 export const SCHEMAS = [
     'CreateChatCompletionResponse',
@@ -73,7 +74,7 @@ let cached = null;
 function load() {
     if (cached) return cached;
     if (!fs.existsSync(OPENAPI_PATH)) {
-        throw new Error(`conformance: the OpenAI OpenAPI document is missing at ${OPENAPI_PATH} ` +
+        throw new Error(`conformance: the OpenAI schemas are missing at ${OPENAPI_PATH} ` +
             '(it must be present: conformance tests never skip)');
     }
     const doc = JSON.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'));

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "json.h"
+#include "base/json.h"
 
 #define ROUNDS 5
 #ifndef CALLS

@@ -22,8 +22,8 @@
  * quota and spend state); "beyond index" subtracts the plain index's heap bytes/key;
  * "levels bytes/key" is mg_auth_memory()'s level_bytes per key (levels, their tables and
  * windows, without malloc's overhead) and "windows" how many levels hold a rate window. */
-#include "auth.h"
-#include "keys.h"
+#include "tenancy/auth.h"
+#include "tenancy/keys.h"
 
 #include <malloc.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  *
  * Build and run by hand (not part of the CMake build):
  *
- *   gcc -O2 -Icore bench/limiter_bench.c core/limiter.c core/health.c -o /tmp/limiter_bench
+ *   gcc -O2 -Icore bench/limiter_bench.c core/route/limiter.c core/route/health.c -o /tmp/limiter_bench
  *   /tmp/limiter_bench
  *
  * For 1, 10, 100 and 1000 providers it mimics the router's reservation step: scan
@@ -19,8 +19,8 @@
  * saturated providers stay saturated; the provider with room has an RPM limit
  * above the run's request count (its ring is written on every admission).
  * Figures are ns per request (per provider for "fields"), best of 3 runs. */
-#include "health.h"
-#include "limiter.h"
+#include "route/health.h"
+#include "route/limiter.h"
 
 #include <stdio.h>
 #include <stdlib.h>

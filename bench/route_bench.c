@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "luavm.h"
+#include "luavm/luavm.h"
 
 static double now_ns(void)
 {

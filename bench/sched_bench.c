@@ -1,10 +1,9 @@
 /* sched_bench: cost of the scheduler's queue operations at 100, 10,000 and 100,000 queued
  * tasks, and how soon a P0 runs while 1,000 P3 tasks wait.
  *
- * Build and run (from the repository root; -iquote so core/sched.h cannot shadow the
- * system <sched.h>; -Icore works too as long as nothing includes <sched.h>):
- *   gcc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -iquote core bench/sched_bench.c \
- *       core/sched.c -lm -o /tmp/sched_bench && /tmp/sched_bench
+ * Build and run (from the repository root):
+ *   gcc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Icore bench/sched_bench.c \
+ *       core/sched/sched.c -lm -o /tmp/sched_bench && /tmp/sched_bench
  *
  * Steady state at size n: the queue is filled with n tasks, then each round dispatches
  * the best task, releases its lease and queues it again (so the queue stays at n), and
@@ -17,7 +16,7 @@
  * machine: it stays within a small multiple of log2(n), while the ns also grow with cache
  * misses once the entries (~200 bytes each) outgrow the caches.
  * The benchmark calls clock_gettime; the scheduler itself never does. */
-#include "sched.h"
+#include "sched/sched.h"
 
 #include <math.h>
 #include <stdint.h>

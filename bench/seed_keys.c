@@ -10,7 +10,7 @@
  * to tenant 1 ("bench", created when missing). All rows go in one transaction.
  * --print-first writes the clear text of the first key to stdout (the one wrk presents);
  * the others are thrown away. A summary goes to stderr. Exit status 0 or 1. */
-#include "keys.h"
+#include "tenancy/keys.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

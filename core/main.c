@@ -14,12 +14,12 @@
 #include <string.h>
 #include <uv.h>
 
-#include "config.h"
-#include "luavm.h"
-#include "providers.h"
-#include "secret.h"
+#include "conf/config.h"
+#include "luavm/luavm.h"
+#include "conf/providers.h"
+#include "base/secret.h"
 #include "server.h"
-#include "store.h"
+#include "store/store.h"
 
 #define DEFAULT_CONFIG "config/moongate.yaml"
 

@@ -5,24 +5,24 @@
  * on the loop thread. Requests keep the generation they started with. */
 #include "server.h"
 
-#include "apps.h"
-#include "models.h"
-#include "providers.h"
-#include "settings.h"
+#include "conf/apps.h"
+#include "conf/models.h"
+#include "conf/providers.h"
+#include "conf/settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "api.h"
-#include "crypto.h"
-#include "log.h"
-#include "providers.h"
-#include "proxy.h"
-#include "idem.h"
-#include "tasks.h"
-#include "userrate.h"
+#include "api/api.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "conf/providers.h"
+#include "pipeline/proxy.h"
+#include "pipeline/idem.h"
+#include "pipeline/tasks.h"
+#include "tenancy/userrate.h"
 
 static mg_http_limits_t limits_of(const mg_config_t *cfg)
 {

@@ -7,17 +7,17 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "facts.h"
-#include "http.h"
-#include "loopstat.h"
-#include "luavm.h"
-#include "metrics.h"
-#include "pool.h"
-#include "probe.h"
-#include "sched.h"
-#include "store.h"
-#include "upstream.h"
+#include "tenancy/auth.h"
+#include "route/facts.h"
+#include "net/http.h"
+#include "obs/loopstat.h"
+#include "luavm/luavm.h"
+#include "obs/metrics.h"
+#include "route/pool.h"
+#include "route/probe.h"
+#include "sched/sched.h"
+#include "store/store.h"
+#include "upstream/upstream.h"
 
 typedef struct mg_server_s {
     uv_loop_t *loop;

@@ -12,7 +12,7 @@
  * index, project limits; a provider change rebuilds the generation first) and only then is
  * the client answered: database first, then memory, then the answer, so a request sent
  * after the answer sees the change. */
-#include "admin.h"
+#include "admin/admin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +20,11 @@
 #include <cjson/cJSON.h>
 #include <openssl/crypto.h>
 
-#include "admin_req.h"
-#include "api.h"
-#include "json.h"
-#include "log.h"
-#include "settings.h"
+#include "admin/req.h"
+#include "api/api.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "conf/settings.h"
 
 #define PLATFORM_ACTOR "admin" /* the platform admin token (MOONGATE_ADMIN_TOKEN) */
 

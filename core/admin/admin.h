@@ -44,7 +44,7 @@
 #ifndef MG_ADMIN_H
 #define MG_ADMIN_H
 
-#include "http.h"
+#include "net/http.h"
 #include "server.h"
 
 /* Handle one admin request whose admin token was already checked (api.c admin_allowed).

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin_req.h"
-#include "apps.h"
-#include "models.h"
+#include "admin/req.h"
+#include "conf/apps.h"
+#include "conf/models.h"
 
 /* What differs between the kinds. */
 typedef struct def_kind_s {

@@ -23,9 +23,9 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
-#include "admin_req.h"
-#include "providers.h"
-#include "secret.h"
+#include "admin/req.h"
+#include "conf/providers.h"
+#include "base/secret.h"
 
 
 /* Provider values: the columns an admin may set (adapter and local go to metadata). */

@@ -1,5 +1,5 @@
 /* admin_req: the helpers every admin resource shares; see admin_req.h. */
-#include "admin_req.h"
+#include "admin/req.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "secret.h"
+#include "base/log.h"
+#include "base/secret.h"
 
 #define MAX_MODELS 1024
 #define MAX_LABELS 64

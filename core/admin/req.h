@@ -21,12 +21,12 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
-#include "auth.h"
-#include "keys.h"
-#include "luavm.h"
+#include "tenancy/auth.h"
+#include "tenancy/keys.h"
+#include "luavm/luavm.h"
 #include "server.h"
-#include "settings.h"
-#include "store.h"
+#include "conf/settings.h"
+#include "store/store.h"
 
 #define ADM_MAX_NAME 128
 #define ADM_MAX_ID 9007199254740991.0 /* 2^53 - 1: exact in a JSON number */

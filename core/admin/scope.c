@@ -18,7 +18,7 @@
 #include <string.h>
 #include <openssl/crypto.h>
 
-#include "admin_req.h"
+#include "admin/req.h"
 
 #define TOKEN_PREFIX "mgt-"
 #define TOKEN_JSON_COLUMNS "id, tenant_id, name, display, created_at, revoked_at"

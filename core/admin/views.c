@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "admin_req.h"
-#include "apps.h"
+#include "admin/req.h"
+#include "conf/apps.h"
 
 typedef struct view_s {
     const char *coll;            /* "quotas" */

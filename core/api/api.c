@@ -1,6 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
-#include "api.h"
+#include "api/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,13 +9,13 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
-#include "admin.h"
-#include "json.h"
-#include "crypto.h"
-#include "log.h"
-#include "proxy.h"
-#include "secret.h"
-#include "tasks.h"
+#include "admin/admin.h"
+#include "base/json.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "pipeline/proxy.h"
+#include "base/secret.h"
+#include "pipeline/tasks.h"
 
 const char *mg_api_error_type(int status)
 {

@@ -4,8 +4,8 @@
 #ifndef MG_API_H
 #define MG_API_H
 
-#include "http.h"
-#include "metrics.h"
+#include "net/http.h"
+#include "obs/metrics.h"
 #include "server.h"
 
 /* The listener handler for server.listen. */

@@ -1,5 +1,5 @@
 /* arena: bump allocation in chained blocks; see arena.h. */
-#include "arena.h"
+#include "base/arena.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* crypto: OpenSSL-backed random ids and digests; see crypto.h. */
-#include "crypto.h"
+#include "base/crypto.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -1,5 +1,5 @@
 /* json: buffer + serializer; see json.h. */
-#include "json.h"
+#include "base/json.h"
 
 #include <locale.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* log: JSON lines with a per-loop-iteration buffered writer (see log.h). */
-#include "log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -8,9 +8,9 @@
  * every change to the text either fails to parse or changes the bytes the GCM tag
  * covers. Every buffer that held plaintext or key material is wiped with
  * OPENSSL_cleanse() before it is freed. */
-#include "secret.h"
+#include "base/secret.h"
 
-#include "crypto.h"
+#include "base/crypto.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

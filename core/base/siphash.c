@@ -1,5 +1,5 @@
 /* siphash: SipHash-2-4-128; see siphash.h. */
-#include "siphash.h"
+#include "base/siphash.h"
 
 #include <string.h>
 

@@ -1,13 +1,13 @@
 /* apps: stored applications; see apps.h. */
-#include "apps.h"
+#include "conf/apps.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "models.h"
+#include "base/log.h"
+#include "conf/models.h"
 
 int mg_app_name_ok(const char *name)
 {

@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#include "config.h"
-#include "store.h"
+#include "conf/config.h"
+#include "store/store.h"
 
 /* 1..128 of letters, digits and ". _ - : @". */
 int mg_app_name_ok(const char *name);

@@ -16,7 +16,7 @@
  * Aliases: the document API shares aliased nodes instead of copying them, so a small file
  * can describe a huge tree ("billion laughs"). The walker has a fixed depth, and every
  * byte the result allocates is charged to a budget proportional to the input size. */
-#include "config.h"
+#include "conf/config.h"
 
 #include <ctype.h>
 #include <errno.h>

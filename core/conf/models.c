@@ -1,12 +1,12 @@
 /* models: stored logical models; see models.h. */
-#include "models.h"
+#include "conf/models.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 
 int mg_model_name_ok(const char *name)
 {

@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#include "config.h"
-#include "store.h"
+#include "conf/config.h"
+#include "store/store.h"
 
 #define MG_MODEL_MAX_ROUTES 1000
 

@@ -1,5 +1,5 @@
 /* providers: stored providers for generations, and the test call; see providers.h. */
-#include "providers.h"
+#include "conf/providers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 #include <curl/curl.h>
 #include <openssl/crypto.h>
 
-#include "log.h"
-#include "secret.h"
+#include "base/log.h"
+#include "base/secret.h"
 
 #define TEST_BODY_MAX (256 * 1024)
 

@@ -17,9 +17,9 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "secret.h"
-#include "store.h"
+#include "conf/config.h"
+#include "base/secret.h"
+#include "store/store.h"
 
 typedef struct mg_provider_list_s {
     mg_provider_conf_t *items; /* owned */

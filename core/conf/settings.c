@@ -1,5 +1,5 @@
 /* settings: runtime settings over the config file; see settings.h. */
-#include "settings.h"
+#include "conf/settings.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 
 typedef enum { SET_BOOL, SET_INT, SET_LEVEL } set_type_t;
 

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#include "config.h"
-#include "store.h"
+#include "conf/config.h"
+#include "store/store.h"
 
 /* Whether key is a runtime setting. */
 int mg_settings_known(const char *key);

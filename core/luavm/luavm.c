@@ -3,7 +3,7 @@
  * Every call into Lua goes through lua_pcall with a message handler that keeps
  * the "file:line:" prefix of the error, so a broken policy fails one request (or
  * one reload) with a useful message and never unwinds through C. */
-#include "luavm.h"
+#include "luavm/luavm.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "crypto.h"
-#include "log.h"
-#include "order.h"
-#include "plankeep.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "luavm/order.h"
+#include "luavm/plankeep.h"
 
 #define MG_LUA_API_VERSION 1
 #define JSON_MAX_DEPTH 64

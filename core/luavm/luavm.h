@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 
-#include "config.h"
+#include "conf/config.h"
 
 typedef struct lua_State lua_State;
 

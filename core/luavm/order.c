@@ -1,5 +1,5 @@
 /* order: sorting mechanics for the routing policy; see order.h. */
-#include "order.h"
+#include "luavm/order.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* plankeep: routing plans kept for the requests that would get the same one (plankeep.h). */
-#include "plankeep.h"
+#include "luavm/plankeep.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #ifndef MG_PLANKEEP_H
 #define MG_PLANKEEP_H
 
-#include "luavm.h"
+#include "luavm/luavm.h"
 
 typedef struct mg_plankeep_s mg_plankeep_t;
 

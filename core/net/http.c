@@ -8,7 +8,7 @@
  *
  * Writing: uv_try_write first (the common case costs no allocation); whatever the
  * socket did not take is copied into a write request and queued. */
-#include "http.h"
+#include "net/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +16,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "json.h"
-#include "log.h"
+#include "base/json.h"
+#include "base/log.h"
 
 #define READ_CHUNK (64 * 1024)
 #define WRITE_HIGH_WATER (1024 * 1024)

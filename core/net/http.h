@@ -18,8 +18,8 @@
 #include <llhttp.h>
 #include <uv.h>
 
-#include "arena.h"
-#include "crypto.h"
+#include "base/arena.h"
+#include "base/crypto.h"
 
 typedef struct mg_listener_s mg_listener_t;
 typedef struct mg_conn_s mg_conn_t;

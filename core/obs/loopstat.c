@@ -1,5 +1,5 @@
 /* loopstat: busy time per loop iteration; see loopstat.h. */
-#include "loopstat.h"
+#include "obs/loopstat.h"
 
 static void on_prepare(uv_prepare_t *h)
 {

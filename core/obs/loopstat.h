@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "metrics.h"
+#include "obs/metrics.h"
 
 typedef struct {
     uv_prepare_t prepare; /* runs once per iteration, just before the loop waits again */

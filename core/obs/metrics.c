@@ -1,5 +1,5 @@
 /* metrics: Prometheus text exposition; see metrics.h. */
-#include "metrics.h"
+#include "obs/metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>

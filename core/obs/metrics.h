@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pool.h"
+#include "route/pool.h"
 
 typedef enum {
     MG_EP_CHAT = 0,

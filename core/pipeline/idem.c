@@ -4,16 +4,16 @@
  * the client's idempotency key is kept in clear. Entries live in a list (the number of
  * live keys is bounded by the TTL and by MAX_ENTRIES); waiters are requests whose
  * connection is still open, each with an abort hook that takes it off the list. */
-#include "idem.h"
+#include "pipeline/idem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "crypto.h"
-#include "log.h"
-#include "proxy.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "pipeline/proxy.h"
 #include "server.h"
 
 #define MAX_ENTRIES 100000

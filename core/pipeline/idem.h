@@ -13,8 +13,8 @@
 #ifndef MG_IDEM_H
 #define MG_IDEM_H
 
-#include "http.h"
-#include "metrics.h"
+#include "net/http.h"
+#include "obs/metrics.h"
 
 struct mg_server_s;
 typedef struct mg_idem_s mg_idem_t;

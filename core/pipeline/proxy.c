@@ -7,7 +7,7 @@
  * finish_reason gets usage and timing, the usage-only chunk is folded in), so the
  * common chunk costs a couple of memchr-class scans and a copy. All events that
  * complete within one upstream read are written to the client as one chunk. */
-#include "proxy.h"
+#include "pipeline/proxy.h"
 
 #include <locale.h>
 #include <math.h>
@@ -18,16 +18,16 @@
 #include <strings.h>
 #include <time.h>
 
-#include "api.h"
-#include "facts.h"
-#include "idem.h"
-#include "auth.h"
-#include "chunk.h"
-#include "json.h"
-#include "log.h"
-#include "sse.h"
-#include "task.h"
-#include "userrate.h"
+#include "api/api.h"
+#include "route/facts.h"
+#include "pipeline/idem.h"
+#include "tenancy/auth.h"
+#include "upstream/chunk.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "upstream/sse.h"
+#include "sched/task.h"
+#include "tenancy/userrate.h"
 
 #define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
 #define MAX_ERROR_BODY_BYTES (64u * 1024u)

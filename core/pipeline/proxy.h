@@ -11,8 +11,8 @@
 #ifndef MG_PROXY_H
 #define MG_PROXY_H
 
-#include "http.h"
-#include "metrics.h"
+#include "net/http.h"
+#include "obs/metrics.h"
 #include "server.h"
 
 /* Handle POST /v1/chat/completions, /v1/completions or /v1/embeddings. */

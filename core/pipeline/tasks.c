@@ -3,17 +3,17 @@
  * Records live in a list, newest first, bounded by the retention and by MAX_RECORDS;
  * every change is also queued to the store's writer thread, so the loop thread never
  * waits on the disk. The in-flight view (state, timing, cancel) comes from proxy.c. */
-#include "tasks.h"
+#include "pipeline/tasks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#include "api.h"
-#include "json.h"
-#include "log.h"
-#include "proxy.h"
+#include "api/api.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "pipeline/proxy.h"
 #include "server.h"
 
 #define MAX_RECORDS 10000

@@ -10,7 +10,7 @@
 #ifndef MG_TASKS_H
 #define MG_TASKS_H
 
-#include "http.h"
+#include "net/http.h"
 
 struct mg_server_s;
 typedef struct mg_tasks_s mg_tasks_t;

@@ -1,5 +1,5 @@
 /* facts: routing's view of a route, kept while nothing it depends on changed; see facts.h. */
-#include "facts.h"
+#include "route/facts.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "luavm.h"
-#include "pool.h"
+#include "luavm/luavm.h"
+#include "route/pool.h"
 
 typedef struct mg_facts_entry_s {
     mg_candidate_t facts;

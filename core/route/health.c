@@ -11,7 +11,7 @@
  * to every outcome, over the longer 5-minute view. They are independent on
  * purpose: the router sees each (cooling, breaker, health) and the policy
  * decides. None of them looks at a clock: the caller passes now_ms. */
-#include "health.h"
+#include "route/health.h"
 
 #include <string.h>
 

@@ -25,7 +25,7 @@
  * mg_limiter_t reserves both at once. It checks both before recording either,
  * which is the same as "record, and roll both back if either refuses", minus
  * the rollback. */
-#include "limiter.h"
+#include "route/limiter.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* pool: provider runtime state; see pool.h. */
-#include "pool.h"
+#include "route/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

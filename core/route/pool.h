@@ -19,9 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "health.h"
-#include "limiter.h"
+#include "conf/config.h"
+#include "route/health.h"
+#include "route/limiter.h"
 
 typedef struct mg_engine_load_s {
     int known;        /* the engine reported load at least once */

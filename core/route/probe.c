@@ -7,7 +7,7 @@
  * provider left the configuration is dropped once nothing of it is in flight.
  * A probe owns its body buffer and is freed when its transfer ends or is
  * cancelled; the prober itself is freed in its timer's close callback. */
-#include "probe.h"
+#include "route/probe.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 #include "server.h"
-#include "upstream.h"
+#include "upstream/upstream.h"
 
 #define COUNT_MAX 1e9
 #define LOAD_STALE_INTERVALS 3 /* a failed load probe forgets readings older than this */

@@ -43,7 +43,7 @@
 
 #include <stddef.h>
 
-#include "pool.h"
+#include "route/pool.h"
 
 struct mg_server_s;
 

@@ -21,7 +21,7 @@
  * All allocation happens in enqueue and gate creation: heap capacities are reserved for
  * the worst case (every flow in the same heap) when a flow is created, so dispatch,
  * release, cancel and expire cannot fail. */
-#include "sched.h"
+#include "sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>

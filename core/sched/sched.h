@@ -58,7 +58,7 @@
  * on the way (each blocked flow is moved once, then waits on its full gate); release
  * O(log n) per gate, except that freeing memory re-offers every flow waiting for memory.
  * Only enqueue and gate creation allocate; dispatch, release, cancel and expire cannot
- * fail. Include this header as "sched.h" with -iquote: it must not shadow <sched.h>. */
+ * fail. */
 #ifndef MG_SCHED_H
 #define MG_SCHED_H
 

@@ -3,7 +3,7 @@
  * The legal moves are one table of bit sets, one row per source state, transcribed from
  * the PRD 3.6 diagram; terminal states have empty rows, so nothing leaves them. Every
  * state change goes through mg_task_transition_at(), the only writer of t->state. */
-#include "task.h"
+#include "sched/task.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * health, system config, daily stats). Each migration runs in its own transaction
  * and records itself in schema_migrations, so a crash mid-way never leaves a
  * half-applied version behind. */
-#include "store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
+#include "base/log.h"
 
 typedef struct write_job_s {
     struct write_job_s *next;

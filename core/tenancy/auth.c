@@ -16,7 +16,7 @@
  * Reloading from the store builds the new index and tables beside the old ones, reusing
  * the level objects of ids that still exist, and then swaps them in with plain pointer
  * assignments: a request on the loop thread sees either the old state or the new. */
-#include "auth.h"
+#include "tenancy/auth.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -26,8 +26,8 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
-#include "crypto.h"
-#include "log.h"
+#include "base/crypto.h"
+#include "base/log.h"
 
 struct mg_auth_level_s {
     mg_quota_level_t q;           /* limits, leases, and the window while rpm/tpm is limited */

@@ -41,10 +41,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "http.h"
-#include "keys.h"
-#include "quota.h"
-#include "store.h"
+#include "net/http.h"
+#include "tenancy/keys.h"
+#include "tenancy/quota.h"
+#include "store/store.h"
 
 #define MG_AUTH_LAST_USED_EVERY_S 1 /* last_used_at is accurate to this many seconds */
 #define MG_AUTH_MIN_RETRY_MS 1000   /* the smallest wait a 429 announces */

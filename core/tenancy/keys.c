@@ -10,10 +10,10 @@
  * back do so, which keeps every probe sequence unbroken without tombstones, so lookups
  * of unknown keys stay short however many keys come and go. The table doubles when it
  * would exceed 3/4 full and never shrinks. */
-#include "keys.h"
+#include "tenancy/keys.h"
 
-#include "crypto.h"
-#include "siphash.h"
+#include "base/crypto.h"
+#include "base/siphash.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

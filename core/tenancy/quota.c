@@ -10,7 +10,7 @@
  * the same second (the window did not move in between), so giving back is the exact
  * inverse of taking. The refusal's wait is then computed, without changing anything, as
  * the longest wait over every level that would refuse now. */
-#include "quota.h"
+#include "tenancy/quota.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

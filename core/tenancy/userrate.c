@@ -1,5 +1,5 @@
 /* userrate: per-user request rate; see userrate.h. */
-#include "userrate.h"
+#include "tenancy/userrate.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* chunk: the keys of an OpenAI stream chunk the gateway acts on; see chunk.h. */
-#include "chunk.h"
+#include "upstream/chunk.h"
 
 #include <stddef.h>
 #include <string.h>

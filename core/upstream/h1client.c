@@ -30,7 +30,7 @@
  * frames and the last one out frees it. Connections are never freed under a
  * frame either: uv_close defers that to the next loop turn. The client itself is
  * freed once it is closing, no connection handle is open and no lookup pending. */
-#include "h1client.h"
+#include "upstream/h1client.h"
 
 #include <llhttp.h>
 #include <netinet/in.h>

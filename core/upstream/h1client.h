@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <uv.h>
 
-#include "upstream.h"
+#include "upstream/upstream.h"
 
 typedef struct mg_h1_s mg_h1_t;
 typedef struct mg_h1_xfer_s mg_h1_xfer_t;

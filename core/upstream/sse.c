@@ -33,7 +33,7 @@
  *
  * Not done: stripping a UTF-8 BOM at the start of the stream; the "id" and "retry" fields.
  */
-#include "sse.h"
+#include "upstream/sse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

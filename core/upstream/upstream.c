@@ -9,9 +9,9 @@
  * and cancel transfers (a failed attempt moves to the next provider, a finished
  * response lets the next pipelined request start). While curl is "in action",
  * starts and cancels are queued and applied as soon as curl returns. */
-#include "upstream.h"
+#include "upstream/upstream.h"
 
-#include "h1client.h"
+#include "upstream/h1client.h"
 
 #include <stdlib.h>
 #include <string.h>

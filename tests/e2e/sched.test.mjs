@@ -353,7 +353,7 @@ describe('global max_running_tasks 1', () => {
 });
 
 // Known gateway bug (see the report): at backpressure level 2 the scheduler lowers the
-// task's max_output_tokens to 1024 (sched.h, mg_sched_enqueue), but core/proxy.c enqueue
+// task's max_output_tokens to 1024 (sched.h, mg_sched_enqueue), but core/pipeline/proxy.c enqueue
 // does not forward the lowered value: the upstream still gets the client's max_tokens.
 describe('backpressure level 2 output cap', () => {
     let env;

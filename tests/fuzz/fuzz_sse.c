@@ -1,4 +1,4 @@
-/* libFuzzer target for core/sse.c (see README.md in this directory).
+/* libFuzzer target for core/upstream/sse.c (see README.md in this directory).
  *
  * Input: byte 0 chooses how the rest is fed and limited; bytes 1.. are the stream.
  *   bits 0-5: piece size - 1 (1..64)
@@ -11,7 +11,7 @@
  *           with no error, sum of raw_len + pending == bytes fed.
  *   NDJSON: raw ends with '\n'; data is raw without "\n" / "\r\n"; data is not blank.
  * Any violation aborts (__builtin_trap), which libFuzzer reports as a crash. */
-#include "sse.h"
+#include "upstream/sse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* Unit tests for core/arena.c: alignment, block chaining, big one-off allocations and
+/* Unit tests for core/base/arena.c: alignment, block chaining, big one-off allocations and
  * cleanup handlers (newest first, exactly once). ASan / valgrind catch overlaps and leaks. */
-#include "arena.h"
+#include "base/arena.h"
 #include "mgtest.h"
 
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Unit tests for core/auth.c against a real store in a temp directory: keys are written
+/* Unit tests for core/tenancy/auth.c against a real store in a temp directory: keys are written
  * with SQL (as the admin API does) and loaded with mg_auth_load. The matrix: no key,
  * unknown, expired, disabled, revoked -> 401; scope, model, priority -> 403; key RPM, TPM
  * and project limits -> 429 with a retry; a project refusal rolls back the key level;
@@ -8,9 +8,9 @@
  * Memory: a key or project without rpm/tpm limits holds no rate window; a policy update
  * that sets the first limit starts enforcing it, changing a limit keeps the window's
  * counts, lifting the limits frees the window even while a granted result holds the level. */
-#include "auth.h"
+#include "tenancy/auth.h"
 #include "mgtest.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <ftw.h>
 #include <sqlite3.h>

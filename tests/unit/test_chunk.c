@@ -1,6 +1,6 @@
-/* Unit tests for core/chunk.c: the keys of a stream chunk, wherever they fall relative to
+/* Unit tests for core/upstream/chunk.c: the keys of a stream chunk, wherever they fall relative to
  * the scan's 16-byte steps. */
-#include "chunk.h"
+#include "upstream/chunk.h"
 #include "mgtest.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* Unit tests for core/config.c: loading, defaults, ${ENV} expansion and every kind of
+/* Unit tests for core/conf/config.c: loading, defaults, ${ENV} expansion and every kind of
  * validation error, each with its exact "FILE:LINE: reason" message. */
-#include "config.h"
+#include "conf/config.h"
 #include "mgtest.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* Unit tests for core/crypto.c: request id format, uniqueness and random draw, hex digits,
+/* Unit tests for core/base/crypto.c: request id format, uniqueness and random draw, hex digits,
  * SHA-256 against the FIPS 180-2 vectors, constant-time comparison. */
-#include "crypto.h"
+#include "base/crypto.h"
 #include "mgtest.h"
 
 #include <pthread.h>

@@ -1,11 +1,11 @@
-/* Unit tests for core/facts.c: a route's description for routing is kept within one loop
+/* Unit tests for core/route/facts.c: a route's description for routing is kept within one loop
  * millisecond while neither its provider's nor its route's state changed, and described
  * afresh after any change that says so (mg_pool_changed, the breakers), a new millisecond
  * or a pool sync. */
-#include "config.h"
-#include "facts.h"
+#include "conf/config.h"
+#include "route/facts.h"
 #include "mgtest.h"
-#include "pool.h"
+#include "route/pool.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,7 +13,7 @@
  *
  * With H1_BENCH=N in the environment, main() instead runs N sequential keep-alive
  * transfers (for callgrind: see bench_keepalive). */
-#include "h1client.h"
+#include "upstream/h1client.h"
 #include "mgtest.h"
 
 #include <arpa/inet.h>

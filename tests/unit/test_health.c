@@ -1,9 +1,9 @@
-/* Unit tests for core/health.c: the outcome window, the 429 cooldown (curve
+/* Unit tests for core/route/health.c: the outcome window, the 429 cooldown (curve
  * inputs, observing, echo 429s, persistence), the circuit breaker (both trip
  * rules at their exact thresholds, open/half-open timing, probe counting) and
  * passive health (every transition at exactly its threshold, window expiry,
  * the router's recent counters). */
-#include "health.h"
+#include "route/health.h"
 #include "mgtest.h"
 
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Unit tests for core/http.c: a real mg_listener_t on 127.0.0.1:0 inside a libuv loop on
+/* Unit tests for core/net/http.c: a real mg_listener_t on 127.0.0.1:0 inside a libuv loop on
  * the main thread, and a scripted client with plain blocking sockets on a helper thread
  * (every receive bounded by SO_RCVTIMEO, every scenario by a guard timer).
  *
@@ -10,7 +10,7 @@
  * Threads: the loop thread only records what happened (counters read by the client with
  * atomics); CHECKs run on the client thread during a scenario, or on the main thread
  * after the loop has returned. */
-#include "http.h"
+#include "net/http.h"
 #include "mgtest.h"
 
 #include <arpa/inet.h>

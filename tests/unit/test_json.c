@@ -1,9 +1,9 @@
-/* Tests for core/json.c: the serializer and the tree-less member scanner. */
+/* Tests for core/base/json.c: the serializer and the tree-less member scanner. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "mgtest.h"
 
 static char *print(const cJSON *v)

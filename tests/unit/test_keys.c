@@ -1,9 +1,9 @@
-/* Unit tests for core/keys.c: key format and randomness, digests, display form, records
+/* Unit tests for core/tenancy/keys.c: key format and randomness, digests, display form, records
  * (allowlist, priorities, scopes, references), and the index: insert, lookup, remove,
  * rotation, expiry and disabled results, 100,000 keys, and forced collisions that
  * exercise long clusters and backward-shift deletion against a reference model. */
-#include "keys.h"
-#include "crypto.h"
+#include "tenancy/keys.h"
+#include "base/crypto.h"
 #include "mgtest.h"
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
-/* Unit tests for core/limiter.c: the exact RPM sliding log (boundaries, next_ms,
+/* Unit tests for core/route/limiter.c: the exact RPM sliding log (boundaries, next_ms,
  * emergency cap, limit changes, undo), the bucketed TPM window (reserve, settle,
  * release, 1 s precision bound, next_ms), the all-or-nothing provider limiter,
  * and brute-force checks over random arrival sequences. */
-#include "limiter.h"
+#include "route/limiter.h"
 #include "mgtest.h"
 
 #include <stdint.h>

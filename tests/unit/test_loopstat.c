@@ -1,7 +1,7 @@
-/* Unit tests for core/loopstat.c: on a real libuv loop, an iteration that keeps the loop busy
+/* Unit tests for core/obs/loopstat.c: on a real libuv loop, an iteration that keeps the loop busy
  * is recorded with its length, and the time the loop spends waiting is not counted as busy. */
-#include "loopstat.h"
-#include "metrics.h"
+#include "obs/loopstat.h"
+#include "obs/metrics.h"
 #include "mgtest.h"
 
 #include <string.h>

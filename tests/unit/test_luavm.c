@@ -1,4 +1,4 @@
-/* Unit tests for core/luavm.c: loading generations (and every way a load is rejected, with
+/* Unit tests for core/luavm/luavm.c: loading generations (and every way a load is rejected, with
  * its message), generation reference counting, the JSON <-> Lua mapping, the routing call
  * and the adapter calls (encode / decode / decode_event) with the repository's own
  * adapters on the Ollama fixtures.
@@ -6,10 +6,10 @@
  * Each load test works on a fresh copy of adapters/, policies/ and lua/ in a temp
  * directory (the config's lua.* keys point there), so a test may break one file without
  * touching the repository. */
-#include "config.h"
-#include "luavm.h"
+#include "conf/config.h"
+#include "luavm/luavm.h"
 #include "mgtest.h"
-#include "order.h"
+#include "luavm/order.h"
 
 #include <dirent.h>
 #include <ftw.h>

@@ -1,11 +1,11 @@
-/* Unit tests for core/metrics.c: the rendered text is checked line by line against the
+/* Unit tests for core/obs/metrics.c: the rendered text is checked line by line against the
  * Prometheus text exposition grammar (0.0.4) and its rules: HELP/TYPE before a family's
  * samples, a family's samples contiguous, no duplicate series, histogram buckets
  * cumulative with le ascending and le="+Inf" equal to _count. Then the numbers. */
-#include "config.h"
-#include "metrics.h"
+#include "conf/config.h"
+#include "obs/metrics.h"
 #include "mgtest.h"
-#include "pool.h"
+#include "route/pool.h"
 
 #include <ctype.h>
 #include <math.h>

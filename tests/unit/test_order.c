@@ -1,7 +1,7 @@
-/* Unit tests for core/order.c: the sort behind moongate.sort_by and the weighted random
+/* Unit tests for core/luavm/order.c: the sort behind moongate.sort_by and the weighted random
  * order behind moongate.weighted_order (policies/routing.lua carries a Lua twin of both;
  * test_luavm checks that the two agree). */
-#include "order.h"
+#include "luavm/order.h"
 #include "mgtest.h"
 
 #include <math.h>

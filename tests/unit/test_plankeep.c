@@ -1,6 +1,6 @@
-/* Unit tests for core/plankeep.c: which requests and candidates a kept plan applies to.
+/* Unit tests for core/luavm/plankeep.c: which requests and candidates a kept plan applies to.
  * (test_luavm checks the same through mg_gen_route, with a policy.) */
-#include "plankeep.h"
+#include "luavm/plankeep.h"
 #include "mgtest.h"
 
 #include <string.h>

@@ -1,8 +1,8 @@
-/* Unit tests for core/pool.c: provider runtime state kept by id across config syncs,
+/* Unit tests for core/route/pool.c: provider runtime state kept by id across config syncs,
  * providers added and removed, availability and failure accounting. */
-#include "config.h"
+#include "conf/config.h"
 #include "mgtest.h"
-#include "pool.h"
+#include "route/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>

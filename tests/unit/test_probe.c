@@ -1,10 +1,10 @@
-/* Unit tests for core/probe.c's pure parts: the health probe's JSON test, the
+/* Unit tests for core/route/probe.c's pure parts: the health probe's JSON test, the
  * origin of a base_url, the Prometheus text scanner and the engine-load parsers
  * (vLLM /metrics, llama.cpp /metrics and /slots, Ollama /api/ps) on realistic
  * answers, and all of them on garbage, cut-off and mutated input (they must
  * never crash or read past the given length; run under ASan to check that). */
 #include "mgtest.h"
-#include "probe.h"
+#include "route/probe.h"
 
 #include <stdint.h>
 #include <stdlib.h>

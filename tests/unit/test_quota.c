@@ -1,9 +1,9 @@
-/* Unit tests for core/quota.c: each limit (rpm, tpm, concurrency) refusing at each
+/* Unit tests for core/tenancy/quota.c: each limit (rpm, tpm, concurrency) refusing at each
  * level, rollback of a partial reservation, the sliding window's edges, retry_after,
  * settle corrections (in the window and after it), release exactly once, bad input; the
  * window allocated only for rpm/tpm limits, kept with its counts across limit changes,
  * freed when they are lifted, and reservations made across such changes. */
-#include "quota.h"
+#include "tenancy/quota.h"
 #include "mgtest.h"
 
 #include <string.h>

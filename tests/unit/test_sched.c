@@ -1,9 +1,9 @@
-/* Unit tests for core/sched.c: priority order, weighted shares, aging, P4 idle-only,
+/* Unit tests for core/sched/sched.c: priority order, weighted shares, aging, P4 idle-only,
  * reserved realtime slots, global/model/app/user caps and the head-of-line rule, leases
  * released exactly once on every path, queue deadlines, backpressure levels, memory
  * admission and its degrade steps (shorter output, smaller model), and a randomized run checked step by step against a brute-force scheduler. */
 #include "mgtest.h"
-#include "sched.h"
+#include "sched/sched.h"
 
 #include <stdint.h>
 #include <stdio.h>

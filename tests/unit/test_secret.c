@@ -1,7 +1,7 @@
-/* Unit tests for core/secret.c: key parsing and its messages, key generation, the
+/* Unit tests for core/base/secret.c: key parsing and its messages, key generation, the
  * AES-256-GCM token round trip, tamper detection (every single-bit change of a token
  * fails), wrong keys, fresh nonces, re-encryption for key rotation, masking. */
-#include "secret.h"
+#include "base/secret.h"
 #include "mgtest.h"
 
 #include <stdint.h>

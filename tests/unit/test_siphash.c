@@ -1,8 +1,8 @@
-/* Unit tests for core/siphash.c: SipHash-2-4-128 against the reference test vectors (key
+/* Unit tests for core/base/siphash.c: SipHash-2-4-128 against the reference test vectors (key
  * 00 01 .. 0f, message 00 01 .. (len - 1)), at lengths that cover an empty message, a partial
  * last word, exactly one word and a word plus a byte. */
 #include "mgtest.h"
-#include "siphash.h"
+#include "base/siphash.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
-/* Unit tests for core/store.c: open creates the file (and its directories), applies the
+/* Unit tests for core/store/store.c: open creates the file (and its directories), applies the
  * migrations once and records them, reopening is idempotent, the journal is WAL, a
  * database from a newer binary is refused. Everything lives in a fresh temp directory. */
 #include "mgtest.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <ftw.h>
 #include <sqlite3.h>

@@ -1,8 +1,8 @@
-/* Unit tests for core/task.c: the PRD 3.6 state machine. Every one of the 11 x 11
+/* Unit tests for core/sched/task.c: the PRD 3.6 state machine. Every one of the 11 x 11
  * (from, to) pairs is tried on a real task driven into `from` by legal moves; the legal
  * ones must be accepted and recorded, the others refused with nothing changed. */
 #include "mgtest.h"
-#include "task.h"
+#include "sched/task.h"
 
 #include <stdint.h>
 #include <stdio.h>

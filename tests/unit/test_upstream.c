@@ -1,4 +1,4 @@
-/* Unit tests for core/upstream.c: mg_xfer against a small scripted HTTP/1.1 server that
+/* Unit tests for core/upstream/upstream.c: mg_xfer against a small scripted HTTP/1.1 server that
  * runs on raw uv_tcp in the same loop. The server counts accepted connections and
  * requests and notices when the client closes its side, so the tests can check
  * connection reuse and that a cancelled or timed-out transfer really leaves.
@@ -9,7 +9,7 @@
  * The loop is driven with UV_RUN_ONCE from the test code and a 5 ms ticker, so every
  * wait is bounded. */
 #include "mgtest.h"
-#include "upstream.h"
+#include "upstream/upstream.h"
 
 #include <arpa/inet.h>
 #include <stdint.h>

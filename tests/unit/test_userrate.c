@@ -1,6 +1,6 @@
 /* test_userrate: per-user requests per minute (userrate.h): the limit, the sliding window,
  * Retry-After, users kept apart, and bounded state under a flood of distinct users. */
-#include "userrate.h"
+#include "tenancy/userrate.h"
 #include "mgtest.h"
 
 #include <stdio.h>

@@ -21,7 +21,9 @@
 #include <openssl/crypto.h>
 
 #include "admin/req.h"
-#include "api/api.h"
+#include "base/clock.h"
+#include "net/error.h"
+#include "obs/answer.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "conf/settings.h"
@@ -815,7 +817,7 @@ static cJSON *overridden_keys(admin_t *a)
 {
     char err[256];
     cJSON *keys = cJSON_CreateArray();
-    if (keys && mg_store_query(a->s->store, "SELECT key FROM system_config ORDER BY key", 0, NULL,
+    if (keys && mg_store_query(a->store, "SELECT key FROM system_config ORDER BY key", 0, NULL,
                                key_name, keys, err, sizeof(err)) == 0)
         return keys;
     cJSON_Delete(keys);
@@ -1106,7 +1108,7 @@ static void audit_sync(admin_t *a)
     audit_row_t r;
     if (a->unauthenticated) return;
     audit_row(&r, a->actor, a->action, a->target, a->status, a->request_id, a->peer);
-    int rc = mg_store_tx_begin(a->s->store, &tx, err, sizeof(err));
+    int rc = mg_store_tx_begin(a->store, &tx, err, sizeof(err));
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
     if (rc >= 0)
         rc = mg_store_tx_commit(tx, err, sizeof(err));
@@ -1116,14 +1118,14 @@ static void audit_sync(admin_t *a)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
 
-void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
+void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *action,
                     const char *target, int status)
 {
     char addr[80];
     audit_row_t r;
     mg_http_peer(req, addr, sizeof(addr));
     audit_row(&r, PLATFORM_ACTOR, action, target, status, req->request_id, addr);
-    if (mg_store_write(s->store, AUDIT_INSERT, 7, r.p) != 0)
+    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
         audit_failed(req->request_id, PLATFORM_ACTOR, action, target, status, addr,
                      "the store is not writable");
 }
@@ -1131,7 +1133,7 @@ void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action
 /* ---- dispatch ----------------------------------------------------------------------------------
  */
 
-static void admin_start(mg_server_t *s);
+static void admin_start(mg_admin_t *adm);
 
 /* Worker thread: route, handle, audit. */
 static void admin_work(uv_work_t *w)
@@ -1162,14 +1164,14 @@ static void auth_resync(admin_t *a, int rc)
     mg_log_msg(MG_LOG_ERROR, a->request_id,
                "admin %s: in-memory key index update failed (%d); reloading it from the store",
                a->action, rc);
-    if (mg_auth_load(a->s->auth, a->s->store, err, sizeof(err)) != 0)
+    if (mg_auth_load(a->adm->d.auth, a->store, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_ERROR, a->request_id, "auth reload failed: %s", err);
 }
 
 /* Loop thread: the committed change reaches the auth state. */
 static void apply_effects(admin_t *a)
 {
-    mg_auth_t *auth = a->s->auth;
+    mg_auth_t *auth = a->adm->d.auth;
     for (int i = 0; i < a->n_fx; i++) {
         admin_fx_t *fx = &a->fx[i];
         int rc = 0;
@@ -1196,11 +1198,12 @@ static void respond(admin_t *a)
     mg_buf_t text = {0};
     if (mg_json_print(a->answer, &text) != 0) {
         mg_buf_free(&text);
-        mg_api_error(a->s, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
+        mg_answer_error(a->adm->d.metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR",
+                        "out of memory", 0);
         return;
     }
-    double secs = (double)(uv_now(a->s->loop) - req->start_ms) / 1000.0;
-    mg_metrics_request(&a->s->metrics, MG_EP_OTHER, a->status, secs);
+    double secs = (double)(uv_now(a->adm->d.loop) - req->start_ms) / 1000.0;
+    mg_metrics_request(a->adm->d.metrics, MG_EP_OTHER, a->status, secs);
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "request");
     mg_log_str(&l, "request_id", req->request_id);
@@ -1235,7 +1238,8 @@ static void admin_finish(admin_t *a)
     if (a->req) {
         a->req->on_abort = NULL;
         if (a->code)
-            mg_api_error(a->s, a->req, MG_EP_OTHER, a->status, a->code, a->message, 0);
+            mg_answer_error(a->adm->d.metrics, a->req, MG_EP_OTHER, a->status, a->code,
+                            a->message, 0);
         else
             respond(a);
     }
@@ -1254,7 +1258,8 @@ static void admin_rebuilt(void *ud, int ok, const char *err)
         cJSON_AddStringToObject(a->answer, "apply_error", err);
     } else if (ok && a->answer_from && a->answer) {
         /* the resource as the new generation has it */
-        adm_set_answer(a, a->status, a->answer_from(a->s->gen->cfg, a->answer));
+        adm_set_answer(a, a->status,
+                       a->answer_from(mg_gens_current(a->adm->d.gens)->cfg, a->answer));
     }
     admin_finish(a);
 }
@@ -1262,30 +1267,30 @@ static void admin_rebuilt(void *ud, int ok, const char *err)
 static void admin_done(uv_work_t *w, int status)
 {
     admin_t *a = w->data;
-    mg_server_t *s = a->s;
+    mg_admin_t *adm = a->adm;
     (void)status;
-    s->admin_running = NULL;
+    adm->running = NULL;
     apply_effects(a);
     if (a->rebuild)
-        mg_server_rebuild(s, admin_rebuilt, a);
+        adm->d.rebuild(adm->d.rebuild_ud, admin_rebuilt, a);
     else
         admin_finish(a);
-    admin_start(s);
+    admin_start(adm);
 }
 
 /* Run the next queued request, if the worker is free. */
-static void admin_start(mg_server_t *s)
+static void admin_start(mg_admin_t *adm)
 {
-    admin_t *a = s->admin_queue;
-    if (s->admin_running || !a) return;
-    s->admin_queue = a->next;
-    s->admin_running = a;
+    admin_t *a = adm->queue;
+    if (adm->running || !a) return;
+    adm->queue = a->next;
+    adm->running = a;
     a->work.data = a;
-    if (uv_queue_work(s->loop, &a->work, admin_work, admin_done) != 0) {
-        s->admin_running = NULL;
+    if (uv_queue_work(adm->d.loop, &a->work, admin_work, admin_done) != 0) {
+        adm->running = NULL;
         adm_set_error(a, 500, "INTERNAL_ERROR", "cannot start the admin request");
         admin_finish(a);
-        admin_start(s);
+        admin_start(adm);
     }
 }
 
@@ -1297,16 +1302,18 @@ static void admin_abort(void *data)
     a->req = NULL;
 }
 
-void mg_admin_handle(mg_server_t *s, mg_http_req_t *req, const char *tenant_token)
+void adm_enqueue(mg_admin_t *adm, mg_http_req_t *req, const char *tenant_token)
 {
     admin_t *a = calloc(1, sizeof(*a));
     if (!a) {
-        mg_api_error(s, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
+        mg_answer_error(adm->d.metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory",
+                        0);
         return;
     }
-    a->s = s;
+    a->adm = adm;
+    a->store = adm->d.store;
     a->req = req;
-    a->gen = mg_server_gen_acquire(s);
+    a->gen = mg_gens_acquire(adm->d.gens);
     a->method = req->method;
     snprintf(a->actor, sizeof(a->actor), "%s", PLATFORM_ACTOR);
     if (tenant_token && !(a->tenant_token = strdup(tenant_token)))
@@ -1322,8 +1329,8 @@ void mg_admin_handle(mg_server_t *s, mg_http_req_t *req, const char *tenant_toke
         a->action = "admin.invalid";
     req->on_abort = admin_abort;
     req->hook_data = a;
-    admin_t **tail = &s->admin_queue;
+    admin_t **tail = &adm->queue;
     while (*tail) tail = &(*tail)->next;
     *tail = a;
-    admin_start(s);
+    admin_start(adm);
 }

@@ -1,5 +1,5 @@
-/* admin: the admin API under /api/v2 (everything but the live reads api.c answers) and the
- * audit trail of every admin request.
+/* admin: the admin API under /api/v2 (the token check and the live reads in front.c, the
+ * rest on a worker thread in admin.c) and the audit trail of every admin request.
  *
  *   GET  /api/v2/tenants                 GET /api/v2/tenants/{id}
  *   POST /api/v2/tenants {name}          -> 201
@@ -44,21 +44,56 @@
 #ifndef MG_ADMIN_H
 #define MG_ADMIN_H
 
-#include "net/http.h"
-#include "server.h"
+#include <uv.h>
 
-/* Handle one admin request whose admin token was already checked (api.c admin_allowed).
- * Answers it (the request is gone afterwards) and writes its audit record. */
-/* tenant_token: NULL when the platform admin token was presented, else the tenant admin
- * token to resolve (copied; see admin_scope.c). */
-void mg_admin_handle(mg_server_t *s, mg_http_req_t *req, const char *tenant_token);
+#include "luavm/gens.h"
+#include "net/http.h"
+#include "obs/metrics.h"
+#include "route/pool.h"
+#include "store/store.h"
+#include "tenancy/auth.h"
+
+typedef struct mg_admin_s mg_admin_t;
+
+/* Rebuild: a new generation from the config file and the store (read after the call), in
+ * place when done (done(done_ud, ok, error) on the loop thread). */
+typedef void (*mg_rebuild_done_fn)(void *ud, int ok, const char *err);
+typedef void (*mg_rebuild_fn)(void *ud, mg_rebuild_done_fn done, void *done_ud);
+
+/* What the admin API works with, borrowed for its life. */
+typedef struct mg_admin_deps_s {
+    uv_loop_t *loop;
+    mg_store_t *store;
+    mg_auth_t *auth;           /* committed key and project changes are mirrored here */
+    mg_metrics_t *metrics;
+    mg_gens_t *gens;           /* the config requests are checked against */
+    mg_pool_t *pool;           /* the live reads: providers, pools, cooldowns */
+    mg_rebuild_fn rebuild;     /* after a change to providers, models, applications, settings */
+    void *rebuild_ud;
+    const char *token;         /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
+                                  the admin API is off. Read once: only its digest is kept */
+} mg_admin_deps_t;
+
+/* NULL when out of memory. */
+mg_admin_t *mg_admin_new(const mg_admin_deps_t *d);
+/* Free the state; call once no admin request runs (after the loop ended). */
+void mg_admin_free(mg_admin_t *a);
+
+/* Handle one request under /api/v2/: the admin token checked (401 otherwise), then the live
+ * reads answered on the loop, everything else on the worker. Answers it (the request is gone
+ * afterwards) and writes its audit record. */
+void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req);
+
+/* Whether req presents the platform admin token: 1, else 0 after answering 401 (403 for a
+ * tenant admin token). For endpoints outside /api/v2 that only the operator may use. */
+int mg_admin_platform(mg_admin_t *a, mg_http_req_t *req);
 
 /* Write one audit_logs row for a platform admin request answered on the loop (the live
- * read endpoints in api.c): actor "admin", action (e.g. "pools.read"), target (may be NULL),
- * the answer's status, the request id and the client's address. Queued for the store's
- * writer thread; a failure is logged at error level ("audit write failed"). Call it before
- * answering (the request is gone afterwards). */
-void mg_admin_audit(mg_server_t *s, const mg_http_req_t *req, const char *action,
+ * reads): actor "admin", action (e.g. "pools.read"), target (may be NULL), the answer's
+ * status, the request id and the client's address. Queued for the store's writer thread; a
+ * failure is logged at error level ("audit write failed"). Call it before answering (the
+ * request is gone afterwards). */
+void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action,
                     const char *target, int status);
 
 #endif

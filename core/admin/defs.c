@@ -105,7 +105,7 @@ static int stored_def(admin_t *a, const def_kind_t *k, const char *name, cJSON *
     const char *p[1] = {name};
     *def = NULL;
     snprintf(sql, sizeof(sql), "SELECT definition FROM %s WHERE name = ?1", k->table);
-    if (mg_store_query(a->s->store, sql, 1, p, def_row, def, err, sizeof(err)) == 0) return 0;
+    if (mg_store_query(a->store, sql, 1, p, def_row, def, err, sizeof(err)) == 0) return 0;
     adm_storage_error(a, err);
     return -1;
 }

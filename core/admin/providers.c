@@ -76,7 +76,7 @@ static int row_read(admin_t *a, const char *id, row_t *r)
     char err[256];
     const char *p[1] = {id};
     memset(r, 0, sizeof(*r));
-    if (mg_store_query(a->s->store, "SELECT " ROW_COLUMNS " FROM providers WHERE id = ?1", 1, p,
+    if (mg_store_query(a->store, "SELECT " ROW_COLUMNS " FROM providers WHERE id = ?1", 1, p,
                        row_capture, r, err, sizeof(err)) != 0) {
         adm_storage_error(a, err);
         return -1;
@@ -405,7 +405,7 @@ static int provider_in_use(admin_t *a, const char *id)
     first_t f;
     memset(&f, 0, sizeof(f));
     const char *p[1] = {id};
-    if (mg_store_query(a->s->store,
+    if (mg_store_query(a->store,
                        "SELECT m.name FROM models m, json_each(m.definition, '$.routes') r"
                        " WHERE json_extract(r.value, '$.provider') = ?1 LIMIT 1",
                        1, p, adm_first_row, &f, err, sizeof(err)) != 0) {

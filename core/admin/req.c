@@ -379,7 +379,7 @@ int adm_tx_write(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const ch
 int adm_tx_begin(admin_t *a, mg_store_tx_t **tx)
 {
     char err[256];
-    if (mg_store_tx_begin(a->s->store, tx, err, sizeof(err)) == 0) return 0;
+    if (mg_store_tx_begin(a->store, tx, err, sizeof(err)) == 0) return 0;
     adm_storage_error(a, err);
     return -1;
 }
@@ -415,7 +415,7 @@ cJSON *adm_query_list(admin_t *a, const char *sql, int n, const char *const *p, 
         adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
         return NULL;
     }
-    if (mg_store_query(a->s->store, sql, n, p, rows_add, &r, err, sizeof(err)) != 0) {
+    if (mg_store_query(a->store, sql, n, p, rows_add, &r, err, sizeof(err)) != 0) {
         cJSON_Delete(r.list);
         adm_storage_error(a, err);
         return NULL;

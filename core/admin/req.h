@@ -24,7 +24,7 @@
 #include "tenancy/auth.h"
 #include "tenancy/keys.h"
 #include "luavm/luavm.h"
-#include "server.h"
+#include "admin/admin.h"
 #include "conf/settings.h"
 #include "store/store.h"
 
@@ -40,6 +40,14 @@ typedef enum {
     ADM_FX_PUT_PROJECT, /* project limits */
 } adm_fx_kind_t;
 
+/* The admin API's state (admin.h): what it was given, its queue, the token's digest. */
+struct mg_admin_s {
+    mg_admin_deps_t d;
+    struct admin_s *queue;          /* requests waiting for the worker, in order */
+    struct admin_s *running;        /* the one on the worker */
+    char token_digest[65];          /* SHA-256 of the platform admin token; "" = none */
+};
+
 typedef struct admin_fx_s {
     adm_fx_kind_t kind;
     mg_key_record_t *rec; /* one reference, or NULL */
@@ -48,7 +56,8 @@ typedef struct admin_fx_s {
 } admin_fx_t;
 
 typedef struct admin_s {
-    mg_server_t *s;                 /* only s->store is used off the loop */
+    struct mg_admin_s *adm;         /* the admin API's state: loop thread only */
+    mg_store_t *store;              /* the one thing the worker uses of it */
     mg_http_req_t *req;             /* loop thread only; NULL once the client left */
     mg_gen_t *gen;                  /* one reference: the config the request is checked against */
     struct admin_s *next;           /* admin.c's queue: one request in the worker at a time */
@@ -77,6 +86,9 @@ typedef struct admin_s {
      * worker's answer, to take parts from); NULL = the worker's answer stands */
     cJSON *(*answer_from)(const mg_config_t *cfg, cJSON *prev);
 } admin_t;
+
+/* Queue an admin request whose token was checked (front.c) for the worker (admin.c). */
+void adm_enqueue(struct mg_admin_s *adm, mg_http_req_t *req, const char *tenant_token);
 
 void adm_set_answer(admin_t *a, int status, cJSON *body);
 void adm_set_error(admin_t *a, int status, const char *code, const char *fmt, ...)

@@ -43,7 +43,7 @@ int adm_scope_resolve(admin_t *a)
     int ok = token_digest_hex(a->tenant_token, hex) == 0;
     OPENSSL_cleanse(a->tenant_token, strlen(a->tenant_token));
     const char *p[1] = {hex};
-    if (ok && mg_store_query(a->s->store,
+    if (ok && mg_store_query(a->store,
                              "SELECT id, tenant_id FROM admin_tokens WHERE digest = ?1"
                              " AND revoked_at IS NULL",
                              1, p, adm_first_row, &f, err, sizeof(err)) != 0) {
@@ -72,7 +72,7 @@ static int owned(admin_t *a, const char *table, const char *what, const char *id
     snprintf(sql, sizeof(sql), "SELECT 1 FROM %s WHERE id = ?1 AND tenant_id = ?2", table);
     adm_fmt_i64(scope, sizeof(scope), a->scope_tenant);
     const char *p[2] = {id, scope};
-    if (mg_store_query(a->s->store, sql, 2, p, adm_first_row, &f, err, sizeof(err)) != 0) {
+    if (mg_store_query(a->store, sql, 2, p, adm_first_row, &f, err, sizeof(err)) != 0) {
         adm_storage_error(a, err);
         return -1;
     }

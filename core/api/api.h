@@ -1,26 +1,53 @@
-/* api: the client-facing HTTP surface: routing of paths to handlers, the JSON
- * error shape, and the small endpoints the gateway answers itself (health,
- * readiness, status, models, metrics). Proxied endpoints go to proxy.c. */
+/* api: the client-facing HTTP surface: paths routed to their handlers (inference to the
+ * pipeline, /v1/tasks to tasks, /api/v2 to the admin API), and the small endpoints the
+ * gateway answers itself (health, readiness, status, models, metrics).
+ *
+ * The api holds borrowed pointers to what those endpoints read; the composition root
+ * (server.c) fills them before the listeners start. Loop thread only. */
 #ifndef MG_API_H
 #define MG_API_H
 
+#include <stdint.h>
+#include <uv.h>
+
+#include "admin/admin.h"
+#include "luavm/gens.h"
 #include "net/http.h"
 #include "obs/metrics.h"
-#include "server.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/tasks.h"
+#include "route/pool.h"
+#include "sched/sched.h"
+#include "store/store.h"
+#include "upstream/upstream.h"
 
-/* The listener handler for server.listen. */
-void mg_api_handle(void *server, mg_http_req_t *req);
+/* The process as /status and /ready tell it (the composition root keeps it current). */
+typedef struct mg_proc_status_s {
+    int64_t started_at;       /* unix seconds */
+    int stopping;             /* draining: not ready */
+    char reload_result[16];   /* "ok" | "failed" */
+    char reload_error[1024];  /* the last failed reload's "FILE:LINE: reason", or "" */
+    int64_t reload_at;        /* unix seconds of the last reload's end */
+} mg_proc_status_t;
+
+typedef struct mg_api_s {
+    uv_loop_t *loop;
+    mg_gens_t *gens;
+    mg_metrics_t *metrics;
+    mg_pool_t *pool;
+    mg_sched_t *sched;
+    mg_upstream_t *upstream;
+    mg_store_t *store;          /* NULL: not ready */
+    mg_pipeline_t *pipeline;
+    mg_tasks_t *tasks;
+    mg_admin_t *admin;
+    const mg_listener_t *listener; /* server.listen: its connections */
+    const mg_proc_status_t *proc;
+} mg_api_t;
+
+/* The listener handler for server.listen (ud = the mg_api_t). */
+void mg_api_handle(void *api, mg_http_req_t *req);
 /* The listener handler for server.metrics_listen. */
-void mg_api_handle_metrics(void *server, mg_http_req_t *req);
-
-/* Answer with the error shape
- * {"error":{"message","type","param":null,"code","request_id"[,"retry_after_ms"]}}
- * plus Retry-After when retry_after_ms > 0, and log the request. `message` is
- * JSON-escaped here. */
-void mg_api_error(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep, int status,
-                  const char *code, const char *message, int retry_after_ms);
-
-/* OpenAI error type for a status. */
-const char *mg_api_error_type(int status);
+void mg_api_handle_metrics(void *api, mg_http_req_t *req);
 
 #endif

@@ -6,22 +6,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
+#include "net/endpoint.h"
 #include "route/pool.h"
-
-typedef enum {
-    MG_EP_CHAT = 0,
-    MG_EP_COMPLETIONS,
-    MG_EP_EMBEDDINGS,
-    MG_EP_MODELS,
-    MG_EP_OTHER,
-    MG_EP_COUNT
-} mg_endpoint_t;
 
 #define MG_METRICS_BUCKETS 14
 #define MG_LOOP_BUCKETS 10 /* event-loop busy stretches: 50 us .. 100 ms */
 
 typedef struct mg_metrics_s {
+    uv_loop_t *loop; /* borrowed: whose clock request durations are measured by */
     uint64_t requests[MG_EP_COUNT][6];      /* by status class 1xx..5xx (index 1..5), 0 = other */
     uint64_t duration_buckets[MG_EP_COUNT][MG_METRICS_BUCKETS];
     double duration_sum[MG_EP_COUNT];

@@ -13,8 +13,6 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
-#include "pipeline/proxy.h"
-#include "server.h"
 
 #define MAX_ENTRIES 100000
 
@@ -36,7 +34,10 @@ typedef struct idem_entry_s {
 } idem_entry_t;
 
 struct mg_idem_s {
-    struct mg_server_s *srv;
+    mg_store_t *store;    /* borrowed; NULL = answers are kept in memory only */
+    uv_loop_t *loop;
+    mg_handle_fn run;     /* the pipeline's entry point, for the detached run */
+    void *run_ud;
     idem_entry_t *head;
     int count;
     int ttl_s;
@@ -103,22 +104,26 @@ static void load_row(void *ud, int ncols, const char *const *cols)
     m->count++;
 }
 
-mg_idem_t *mg_idem_open(struct mg_server_s *s, int ttl_s)
+mg_idem_t *mg_idem_open(mg_store_t *st, uv_loop_t *loop, int ttl_s, mg_handle_fn run,
+                        void *run_ud)
 {
     mg_idem_t *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
-    m->srv = s;
+    m->store = st;
+    m->loop = loop;
+    m->run = run;
+    m->run_ud = run_ud;
     m->ttl_s = ttl_s;
-    if (!s->store) return m;
+    if (!st) return m;
     char now[24], err[256];
     snprintf(now, sizeof(now), "%lld", (long long)wall_ms());
     const char *p[1] = {now};
-    if (mg_store_query(s->store,
+    if (mg_store_query(st,
                        "SELECT id, http_status, stream, body, expires_ms FROM idempotency"
                        " WHERE expires_ms > ?1",
                        1, p, load_row, m, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot read idempotency keys: %s", err);
-    mg_store_write(s->store, "DELETE FROM idempotency WHERE expires_ms <= ?1", 1, p);
+    mg_store_write(st, "DELETE FROM idempotency WHERE expires_ms <= ?1", 1, p);
     return m;
 }
 
@@ -200,13 +205,13 @@ static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, con
         e->body[len] = '\0';
     }
     e->expires_ms = wall_ms() + (int64_t)m->ttl_s * 1000;
-    if (m->srv->store && e->body) {
+    if (m->store && e->body) {
         char st[16], sm[4], exp[24];
         snprintf(st, sizeof(st), "%d", status);
         snprintf(sm, sizeof(sm), "%d", e->stream);
         snprintf(exp, sizeof(exp), "%lld", (long long)e->expires_ms);
         const char *p[5] = {e->id, st, sm, e->body, exp};
-        mg_store_write(m->srv->store,
+        mg_store_write(m->store,
                        "INSERT OR REPLACE INTO idempotency(id, http_status, stream, body, expires_ms)"
                        " VALUES (?1, ?2, ?3, ?4, ?5)",
                        5, p);
@@ -220,10 +225,9 @@ static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, con
     }
 }
 
-void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep, const char *scope,
+void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const char *scope,
                     const char *key, int stream)
 {
-    mg_idem_t *m = s->idem;
     int64_t now = wall_ms();
     prune(m, now);
     size_t sl = strlen(scope), kl = strlen(key);
@@ -251,7 +255,7 @@ void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep,
     e = calloc(1, sizeof(*e));
     run_ctx_t *rc = e ? calloc(1, sizeof(*rc)) : NULL;
     mg_http_req_t *dreq = rc ? mg_http_req_detached(HTTP_POST, req->path, req->body, req->body_len,
-                                                    req, uv_now(s->loop), on_run_finished, rc)
+                                                    req, uv_now(m->loop), on_run_finished, rc)
                              : NULL;
     if (!dreq || add_waiter(e, req) != 0) {
         free(rc);
@@ -266,5 +270,5 @@ void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep,
     m->count++;
     rc->m = m;
     rc->e = e;
-    mg_proxy_handle(s, dreq, ep); /* may answer at once: on_run_finished answers req */
+    m->run(m->run_ud, dreq, ep); /* may answer at once: on_run_finished answers req */
 }

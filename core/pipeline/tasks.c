@@ -2,7 +2,7 @@
  *
  * Records live in a list, newest first, bounded by the retention and by MAX_RECORDS;
  * every change is also queued to the store's writer thread, so the loop thread never
- * waits on the disk. The in-flight view (state, timing, cancel) comes from proxy.c. */
+ * waits on the disk. The in-flight view (state, timing, cancel) comes from the pipeline. */
 #include "pipeline/tasks.h"
 
 #include <stdio.h>
@@ -10,11 +10,10 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 
-#include "api/api.h"
+#include "base/clock.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "pipeline/proxy.h"
-#include "server.h"
+#include "obs/answer.h"
 
 #define MAX_RECORDS 10000
 
@@ -30,7 +29,12 @@ typedef struct task_rec_s {
 } task_rec_t;
 
 struct mg_tasks_s {
-    mg_server_t *srv;
+    mg_store_t *store;          /* borrowed; NULL = records in memory only */
+    uv_loop_t *loop;
+    mg_metrics_t *metrics;
+    mg_handle_fn run;           /* the pipeline's entry point */
+    mg_task_view_fn in_flight;  /* the pipeline's view of a request in flight */
+    void *pipeline;
     task_rec_t *head;
     int count;
     int retention_s;
@@ -38,9 +42,7 @@ struct mg_tasks_s {
 
 static int64_t wall_ms(void)
 {
-    uv_timeval64_t tv;
-    uv_gettimeofday(&tv);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    return (int64_t)mg_unix_ms();
 }
 
 static void rec_free(task_rec_t *r)
@@ -80,14 +82,14 @@ static void prune(mg_tasks_t *t, int64_t now)
 
 static void persist(mg_tasks_t *t, const task_rec_t *r)
 {
-    if (!t->srv->store) return;
+    if (!t->store) return;
     char status[16], created[24], finished[24];
     snprintf(status, sizeof(status), "%d", r->http_status);
     snprintf(created, sizeof(created), "%lld", (long long)r->created_ms);
     snprintf(finished, sizeof(finished), "%lld", (long long)r->finished_ms);
     const char *p[8] = {r->id,   r->model,  r->state, r->reason, r->finished_ms ? status : NULL,
                         r->result, created, r->finished_ms ? finished : NULL};
-    mg_store_write(t->srv->store,
+    mg_store_write(t->store,
                    "INSERT INTO tasks(id, model, state, reason, http_status, result, created_ms,"
                    " finished_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
                    " ON CONFLICT(id) DO UPDATE SET state = excluded.state,"
@@ -126,19 +128,24 @@ static void load_row(void *ud, int ncols, const char *const *cols)
     lc->t->count++;
 }
 
-mg_tasks_t *mg_tasks_open(mg_server_t *s, int retention_s)
+mg_tasks_t *mg_tasks_open(const mg_tasks_deps_t *d, int retention_s)
 {
     mg_tasks_t *t = calloc(1, sizeof(*t));
     if (!t) return NULL;
-    t->srv = s;
+    t->store = d->store;
+    t->loop = d->loop;
+    t->metrics = d->metrics;
+    t->run = d->run;
+    t->in_flight = d->in_flight;
+    t->pipeline = d->pipeline;
     t->retention_s = retention_s;
-    if (!s->store) return t;
+    if (!t->store) return t;
     char err[256], since[24];
     int64_t now = wall_ms();
     snprintf(since, sizeof(since), "%lld", (long long)(now - (int64_t)retention_s * 1000));
     const char *p[1] = {since};
     load_ctx_t lc = {t, NULL};
-    if (mg_store_query(s->store,
+    if (mg_store_query(t->store,
                        "SELECT id, model, state, reason, http_status, result, created_ms,"
                        " finished_ms FROM tasks WHERE created_ms >= ?1 ORDER BY created_ms DESC"
                        " LIMIT 10000",
@@ -154,7 +161,7 @@ mg_tasks_t *mg_tasks_open(mg_server_t *s, int retention_s)
         persist(t, r);
     }
     const char *old[1] = {since};
-    mg_store_write(s->store, "DELETE FROM tasks WHERE created_ms < ?1", 1, old);
+    mg_store_write(t->store, "DELETE FROM tasks WHERE created_ms < ?1", 1, old);
     return t;
 }
 
@@ -196,7 +203,7 @@ static void on_task_done(void *ud, const mg_http_req_t *req, int status, const c
     persist(t, r);
 }
 
-static void respond_task(mg_server_t *s, mg_http_req_t *req, const task_rec_t *r, int status)
+static void respond_task(mg_tasks_t *t, mg_http_req_t *req, const task_rec_t *r, int status)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task_id", r->id);
@@ -209,22 +216,17 @@ static void respond_task(mg_server_t *s, mg_http_req_t *req, const task_rec_t *r
     if (r->http_status) cJSON_AddNumberToObject(o, "http_status", r->http_status);
     cJSON *result = r->result ? cJSON_Parse(r->result) : NULL;
     if (result) cJSON_AddItemToObject(o, "result", result);
-    mg_buf_t text = {0};
-    mg_json_print(o, &text);
-    cJSON_Delete(o);
-    mg_http_respond(req, status, "application/json", NULL, text.data, text.len);
-    mg_buf_free(&text);
+    mg_answer_tree(t->metrics, req, MG_EP_OTHER, status, o);
 }
 
-void mg_tasks_submit(mg_server_t *s, mg_http_req_t *req)
+void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req)
 {
-    mg_tasks_t *t = s->tasks;
     cJSON *body = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : NULL;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
     if (!cJSON_IsObject(body) || !cJSON_IsString(model)) {
         cJSON_Delete(body);
-        mg_api_error(s, req, MG_EP_OTHER, 400, "INVALID_REQUEST",
-                     "the body must be a chat completion request with a 'model'", 0);
+        mg_answer_error(t->metrics, req, MG_EP_OTHER, 400, "INVALID_REQUEST",
+                        "the body must be a chat completion request with a 'model'", 0);
         return;
     }
     /* the answer is collected whole: a task does not stream */
@@ -235,14 +237,14 @@ void mg_tasks_submit(mg_server_t *s, mg_http_req_t *req)
     task_rec_t *r = calloc(1, sizeof(*r));
     /* the task carries the submitter's headers: its key, X-Priority, X-Sidecar-* */
     mg_http_req_t *dreq = r ? mg_http_req_detached(HTTP_POST, "/v1/tasks", text.data ? text.data : "",
-                                                   text.len, req, uv_now(s->loop), on_task_done, t)
+                                                   text.len, req, uv_now(t->loop), on_task_done, t)
                             : NULL;
     if (r) r->model = strdup(model->valuestring);
     cJSON_Delete(body);
     mg_buf_free(&text);
     if (!dreq || !r->model) {
         if (r) rec_free(r);
-        mg_api_error(s, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
+        mg_answer_error(t->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
     snprintf(r->id, sizeof(r->id), "%s", dreq->request_id);
@@ -253,21 +255,22 @@ void mg_tasks_submit(mg_server_t *s, mg_http_req_t *req)
     t->count++;
     prune(t, r->created_ms);
     persist(t, r);
-    mg_proxy_handle(s, dreq, MG_EP_CHAT); /* may finish at once (e.g. an unknown model) */
-    respond_task(s, req, r, 202);
+    t->run(t->pipeline, dreq, MG_EP_CHAT); /* may finish at once (e.g. an unknown model) */
+    respond_task(t, req, r, 202);
 }
 
-void mg_tasks_handle(mg_server_t *s, mg_http_req_t *req, const char *id)
+void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id)
 {
-    if (mg_proxy_task(s, req, id) == 0) return; /* in flight: answered there */
-    task_rec_t *r = rec_find(s->tasks, id);
+    if (t->in_flight(t->pipeline, req, id) == 0) return; /* in flight: answered there */
+    task_rec_t *r = rec_find(t, id);
     if (!r) {
-        mg_api_error(s, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such task", 0);
+        mg_answer_error(t->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such task", 0);
         return;
     }
     if (req->method == HTTP_DELETE) {
-        mg_api_error(s, req, MG_EP_OTHER, 409, "CONFLICT", "the task has already finished", 0);
+        mg_answer_error(t->metrics, req, MG_EP_OTHER, 409, "CONFLICT",
+                        "the task has already finished", 0);
         return;
     }
-    respond_task(s, req, r, 200);
+    respond_task(t, req, r, 200);
 }

@@ -10,19 +10,36 @@
 #ifndef MG_TASKS_H
 #define MG_TASKS_H
 
-#include "net/http.h"
+#include <uv.h>
 
-struct mg_server_s;
+#include "net/endpoint.h"
+#include "net/http.h"
+#include "obs/metrics.h"
+#include "store/store.h"
+
 typedef struct mg_tasks_s mg_tasks_t;
+
+/* A request in flight answered by its id (GET: state and timing; DELETE: cancel): 0 when
+ * answered, -1 (nothing answered) when none has that id. */
+typedef int (*mg_task_view_fn)(void *pipeline, mg_http_req_t *req, const char *id);
+
+typedef struct mg_tasks_deps_s {
+    mg_store_t *store;         /* NULL: records in memory only */
+    uv_loop_t *loop;
+    mg_metrics_t *metrics;
+    mg_handle_fn run;          /* the pipeline's entry point, ud = pipeline */
+    mg_task_view_fn in_flight; /* the pipeline's view of requests in flight */
+    void *pipeline;
+} mg_tasks_deps_t;
 
 /* Read the kept task records (before the loop runs), closing the interrupted ones.
  * retention_s: how long finished records are kept. NULL when out of memory. */
-mg_tasks_t *mg_tasks_open(struct mg_server_s *s, int retention_s);
+mg_tasks_t *mg_tasks_open(const mg_tasks_deps_t *d, int retention_s);
 void mg_tasks_free(mg_tasks_t *t);
 
 /* POST /v1/tasks. */
-void mg_tasks_submit(struct mg_server_s *s, mg_http_req_t *req);
+void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req);
 /* GET or DELETE /v1/tasks/{id}. */
-void mg_tasks_handle(struct mg_server_s *s, mg_http_req_t *req, const char *id);
+void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id);
 
 #endif

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "server.h"
 #include "upstream/upstream.h"
 
 #define COUNT_MAX 1e9
@@ -323,7 +322,7 @@ struct probe_slot_s {
 };
 
 struct mg_prober_s {
-    mg_server_t *s;
+    mg_probe_deps_t d;
     uv_timer_t timer;
     probe_slot_t *slots;    /* owned list */
     probe_slot_t **by_index; /* owned: the slot of each provider of generation index_gen, by
@@ -357,7 +356,7 @@ static const char *load_path(load_kind_t k)
 /* The provider state's probe_in_flight shows how many probes it has out. */
 static void sync_in_flight(mg_prober_t *pr, const probe_slot_t *sl)
 {
-    mg_provider_state_t *ps = mg_pool_get(&pr->s->pool, sl->id);
+    mg_provider_state_t *ps = mg_pool_get(pr->d.pool, sl->id);
     if (ps)
         ps->probe_in_flight = (sl->probe[PROBE_HEALTH] != NULL) + (sl->probe[PROBE_LOAD] != NULL);
 }
@@ -419,14 +418,14 @@ static int health_ok(const probe_t *p, mg_xfer_result_t r, const char **why)
 
 static void health_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
 {
-    mg_server_t *s = p->pr->s;
+    const mg_probe_deps_t *d = &p->pr->d;
     const char *why = NULL;
     int ok = health_ok(p, r, &why);
     if (!ok) log_failure(p, p->status, r, why);
-    uint64_t now = uv_now(s->loop);
+    uint64_t now = uv_now(d->loop);
     mg_pool_changed(ps);
     mg_breaker_probe_result(&ps->breaker, now, ok);
-    if (mg_health_probe_result(&ps->health, now, ok)) mg_server_health_changed(s, ps);
+    if (mg_health_probe_result(&ps->health, now, ok)) d->health_changed(d->sink_ud, ps);
 }
 
 static int parse_load(load_kind_t k, const char *buf, size_t len, mg_engine_load_t *out)
@@ -447,8 +446,8 @@ static int parse_load(load_kind_t k, const char *buf, size_t len, mg_engine_load
 
 static void load_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
 {
-    mg_server_t *s = p->pr->s;
-    uint64_t now = uv_now(s->loop);
+    const mg_probe_deps_t *d = &p->pr->d;
+    uint64_t now = uv_now(d->loop);
     int answered = r == MG_XFER_OK && p->status >= 200 && p->status <= 299 && !p->cut;
     mg_engine_load_t got = ps->load;
     mg_pool_changed(ps); /* the load, or its going stale */
@@ -465,7 +464,7 @@ static void load_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
         p->slot->llama_slots = p->load == LOAD_LLAMA_METRICS;
         if (p->load == LOAD_LLAMA_METRICS) p->slot->load_due_ms = 0;
     }
-    uint64_t interval = (uint64_t)s->gen->cfg->health.load_interval_ms;
+    uint64_t interval = (uint64_t)mg_gens_current(d->gens)->cfg->health.load_interval_ms;
     if (ps->load.known && now - ps->load.at_ms > LOAD_STALE_INTERVALS * interval)
         ps->load.known = 0;
 }
@@ -477,7 +476,7 @@ static void probe_finish(probe_t *p, mg_xfer_result_t r)
     p->slot->probe[p->kind] = NULL;
     p->x = NULL;
     sync_in_flight(pr, p->slot);
-    mg_provider_state_t *ps = mg_pool_get(&pr->s->pool, p->slot->id);
+    mg_provider_state_t *ps = mg_pool_get(pr->d.pool, p->slot->id);
     if (ps) {
         if (p->kind == PROBE_HEALTH)
             health_done(p, ps, r);
@@ -570,7 +569,7 @@ static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, loa
     };
     mg_xfer_cbs_t cbs = {on_probe_headers, on_probe_data, on_probe_done, NULL};
     /* the headers belong to the transfer now, whether or not it starts */
-    if (mg_xfer_start(pr->s->upstream, &o, &cbs, p, &p->x) != 0) {
+    if (mg_xfer_start(pr->d.upstream, &o, &cbs, p, &p->x) != 0) {
         probe_free(p);
         return -1;
     }
@@ -689,11 +688,10 @@ static void index_slots(mg_prober_t *pr, const mg_gen_t *g)
 static void on_tick(uv_timer_t *t)
 {
     mg_prober_t *pr = t->data;
-    mg_server_t *s = pr->s;
-    if (s->stopping || !s->upstream || !s->gen) return;
-    const mg_gen_t *g = s->gen;
+    const mg_gen_t *g = mg_gens_current(pr->d.gens);
+    if (!g) return;
     const mg_config_t *cfg = g->cfg;
-    uint64_t now = uv_now(s->loop);
+    uint64_t now = uv_now(pr->d.loop);
     index_slots(pr, g);
     for (probe_slot_t *sl = pr->slots; sl; sl = sl->next)
         sl->seen = 0;
@@ -702,7 +700,7 @@ static void on_tick(uv_timer_t *t)
         probe_slot_t *sl = pr->by_index[i];
         if (!sl) continue;
         sl->seen = 1; /* kept by slots_prune: by_index holds it */
-        mg_provider_state_t *ps = mg_pool_get_at(&s->pool, i, pc);
+        mg_provider_state_t *ps = mg_pool_get_at(pr->d.pool, i, pc);
         if (!ps || ps->disabled) continue;
         if (cfg->health.probes) maybe_health(pr, sl, g, i, ps, now);
         maybe_load(pr, sl, cfg, pc, now);
@@ -710,12 +708,12 @@ static void on_tick(uv_timer_t *t)
     slots_prune(pr);
 }
 
-mg_prober_t *mg_probe_start(mg_server_t *s)
+mg_prober_t *mg_probe_start(const mg_probe_deps_t *d)
 {
     mg_prober_t *pr = calloc(1, sizeof(*pr));
     if (!pr) return NULL;
-    pr->s = s;
-    if (uv_timer_init(s->loop, &pr->timer) != 0) {
+    pr->d = *d;
+    if (uv_timer_init(d->loop, &pr->timer) != 0) {
         free(pr);
         return NULL;
     }

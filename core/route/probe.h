@@ -36,27 +36,40 @@
  * probe started. Probes never count as requests (no in_flight, no limiter).
  * Bodies are read up to MG_PROBE_MAX_BODY: a longer /models answer counts as
  * healthy when it starts like JSON, a longer load answer is a failure. Failed
- * probes are logged at debug level ("probe failed"); health changes are logged
- * and persisted by mg_server_health_changed(). Everything runs on the loop thread. */
+ * probes are logged at debug level ("probe failed"); health changes go to the health
+ * sink the prober was given (logged and persisted: persist.h). Everything runs on the loop
+ * thread. */
 #ifndef MG_PROBE_H
 #define MG_PROBE_H
 
 #include <stddef.h>
 
-#include "route/pool.h"
+#include <uv.h>
 
-struct mg_server_s;
+#include "luavm/gens.h"
+#include "route/pool.h"
+#include "upstream/upstream.h"
 
 #define MG_PROBE_MAX_BODY (1024u * 1024u)
 #define MG_PROBE_TICK_MS 100
 
 typedef struct mg_prober_s mg_prober_t;
 
-/* Start probing for server s: a timer on s->loop that looks every MG_PROBE_TICK_MS
- * at the current generation's providers and starts the probes that are due,
- * through s->upstream. Returns the prober, or NULL when out of memory (then
- * nothing was started). Call after s->upstream exists. */
-mg_prober_t *mg_probe_start(struct mg_server_s *s);
+/* What the prober works with, borrowed for its life. */
+typedef struct mg_probe_deps_s {
+    uv_loop_t *loop;
+    mg_pool_t *pool;            /* provider state: health, breaker, load */
+    mg_gens_t *gens;            /* the current generation's providers are probed */
+    mg_upstream_t *upstream;
+    /* a provider's health state changed */
+    void (*health_changed)(void *ud, const mg_provider_state_t *ps);
+    void *sink_ud;
+} mg_probe_deps_t;
+
+/* Start probing: a timer on d->loop that looks every MG_PROBE_TICK_MS at the current
+ * generation's providers and starts the probes that are due, through d->upstream. Returns
+ * the prober, or NULL when out of memory (then nothing was started). */
+mg_prober_t *mg_probe_start(const mg_probe_deps_t *d);
 
 /* Cancel every probe in flight (no callback of theirs fires afterwards), stop the
  * timer and free the prober once its handle has closed (keep running the loop).

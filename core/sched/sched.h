@@ -209,6 +209,10 @@ typedef struct mg_sched_entry_s {
                                    even the shortest output does not fit, the task may run
                                    there; NULL = none. Memory only: its slots are not counted */
     void *data;                 /* the caller's; never touched */
+    /* called by the dispatch pump (pump.h), never by the scheduler itself: the entry got its
+       slot, or its queue deadline passed (it left the queue). Either may free the entry. */
+    void (*on_dispatch)(struct mg_sched_entry_s *e);
+    void (*on_expire)(struct mg_sched_entry_s *e);
 
     /* read-only for the caller */
     uint64_t enqueued_ms;   /* the scheduler's time at enqueue */

@@ -704,9 +704,8 @@ static void hint_no_keys(mg_auth_t *a, uint64_t now_ms)
                "$MOONGATE_ADMIN_TOKEN)");
 }
 
-int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
-                      const char *priority, uint64_t now_ms, int64_t est_tokens,
-                      mg_auth_result_t *out)
+int mg_auth_authenticate_key(mg_auth_t *a, const char *key, size_t n, uint64_t now_ms,
+                             mg_auth_result_t *out)
 {
     memset(out, 0, sizeof(*out));
     out->res.refused_level = -1;
@@ -723,6 +722,20 @@ int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model
         return refuse(out, 401, "AUTH_FAILED", mg_key_result_name(kr),
                       "invalid API key (unknown, expired or disabled)");
     }
+    out->rec = rec;
+    out->key_id = rec->id;
+    out->tenant_id = rec->tenant_id;
+    out->max_queued = rec->max_queued;
+    mg_key_display_matched(key, n, out->key_display);
+    return 0;
+}
+
+int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const char *priority,
+                  uint64_t now_ms, int64_t est_tokens)
+{
+    const mg_key_record_t *rec = out->rec;
+    out->rec = NULL; /* borrowed for this call only */
+    if (!rec) return refuse(out, 401, "AUTH_FAILED", "missing", "not authenticated");
     if (!mg_key_has_scopes(rec, MG_SCOPE_INFERENCE))
         return refuse(out, 403, "PERMISSION_DENIED", "scope",
                       "this API key does not have the 'inference' scope");
@@ -734,14 +747,18 @@ int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model
         return refuse(out, 403, "PERMISSION_DENIED", "priority",
                       "this API key is not allowed to use this priority");
     if (reserve(a, rec, now_ms, est_tokens, out) != 0) return -1;
-    out->key_id = rec->id;
-    out->tenant_id = rec->tenant_id;
     out->project_id = out->n_levels > 1 ? rec->project_id : 0;
-    out->max_queued = rec->max_queued;
     out->reason = "ok";
-    mg_key_display_matched(key, n, out->key_display);
     note_used(a, out->levels[0], now_ms);
     return 0;
+}
+
+int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
+                      const char *priority, uint64_t now_ms, int64_t est_tokens,
+                      mg_auth_result_t *out)
+{
+    if (mg_auth_authenticate_key(a, key, n, now_ms, out) != 0) return -1;
+    return mg_auth_admit(a, out, model, priority, now_ms, est_tokens);
 }
 
 /* The presented key: "Authorization: Bearer <key>", else "x-api-key: <key>". */
@@ -780,6 +797,14 @@ int mg_auth_check(mg_auth_t *a, const mg_http_req_t *req, const char *model, con
     size_t n = 0;
     const char *key = presented_key(req, &n);
     return mg_auth_check_key(a, key, n, model, priority, now_ms, est_tokens, out);
+}
+
+int mg_auth_authenticate(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms,
+                         mg_auth_result_t *out)
+{
+    size_t n = 0;
+    const char *key = presented_key(req, &n);
+    return mg_auth_authenticate_key(a, key, n, now_ms, out);
 }
 
 void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens)

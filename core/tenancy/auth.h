@@ -14,9 +14,13 @@
  * starts an empty window (requests before it were not counted), lifting both frees it.
  * Leases and spend figures are kept with or without limits. mg_auth_memory() reports it.
  *
- * mg_auth_check() is the whole decision for one inference request, in this order:
+ * mg_auth_check() is the whole decision for one inference request, in this order, in two
+ * parts the request path runs as two steps (authenticate first of all, admit once the model
+ * is known):
+ *   mg_auth_authenticate():
  *   key presented (Authorization: Bearer, or x-api-key)  else 401 AUTH_FAILED
  *   key known, enabled, not expired at now                else 401 AUTH_FAILED
+ *   mg_auth_admit():
  *   scope "inference", the model, the priority allowed    else 403 PERMISSION_DENIED
  *   spend within the daily / monthly limits               else 429 QUOTA_EXCEEDED
  *   rpm, tpm and concurrency at key and project levels,
@@ -80,6 +84,8 @@ typedef struct mg_auth_result_s {
     int64_t tenant_id;
     int64_t project_id;  /* 0 = the key has no project */
     uint32_t max_queued; /* the key's cap on tasks waiting in the scheduler; 0 = none */
+    const mg_key_record_t *rec; /* authenticated, not yet admitted: the key's record, borrowed
+                                   from the index until mg_auth_admit (in the same loop turn) */
     char key_display[MG_KEY_DISPLAY_MAX]; /* "mg-…a1b2c3": safe to log */
     /* the reservation, when allowed */
     mg_quota_res_t res;
@@ -140,6 +146,20 @@ int mg_auth_check(mg_auth_t *a, const mg_http_req_t *req, const char *model, con
 int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model,
                       const char *priority, uint64_t now_ms, int64_t est_tokens,
                       mg_auth_result_t *out);
+
+/* The first half of mg_auth_check(): is the presented key known, enabled and unexpired? 0
+ * with the identity in *out (key_id, tenant_id, max_queued, key_display, rec) and nothing
+ * reserved (nothing to release), or -1 with the 401 in *out. */
+int mg_auth_authenticate(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms,
+                         mg_auth_result_t *out);
+int mg_auth_authenticate_key(mg_auth_t *a, const char *key, size_t n, uint64_t now_ms,
+                             mg_auth_result_t *out);
+
+/* The second half, on a result mg_auth_authenticate() filled in the same loop turn: scope,
+ * model, priority, spend and the quota reservation. 0 when allowed (then the caller must
+ * mg_auth_release(out) exactly once), or -1 with the refusal in *out (nothing to release). */
+int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const char *priority,
+                  uint64_t now_ms, int64_t est_tokens);
 
 /* Replace the token estimate of a granted result with the actual count (at most once;
  * later calls and calls on refused results do nothing). */

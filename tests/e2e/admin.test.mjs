@@ -553,6 +553,48 @@ describe('rotation', () => {
     });
 });
 
+describe('identify comes first: nothing is looked at for a caller who is not known', () => {
+    test('an unknown model with no key or a wrong key is 401, not 404', async () => {
+        for (const headers of [{}, { authorization: 'Bearer mg-0000000000000000000000000000000000000000' }]) {
+            const r = await postJson(`${env.api}/chat/completions`,
+                { model: 'no-such-model-anywhere', messages }, { headers });
+            assert.equal(r.status, 401, r.text);
+            assert.equal(r.json.error.code, 'AUTH_FAILED');
+            assert.doesNotMatch(r.text, /no-such-model-anywhere/, 'the answer says nothing of the model');
+        }
+    });
+
+    test("an unauthenticated request naming a user spends none of that user's minute", async () => {
+        const k = await createKey({ tenant_id: tenantA, name: 'identify-first-user' });
+        let r = await admin('PUT', 'quotas', { users: { default_requests_per_minute: 2 } });
+        assert.equal(r.status, 200, r.text);
+        try {
+            const asUser = (headers) => postJson(`${env.api}/chat/completions`,
+                { model: 'chat', messages, metadata: { user_id: 'u-identify-first' } }, { headers });
+            for (let i = 0; i < 3; i++) assert.equal((await asUser({})).status, 401);
+            const key = { authorization: `Bearer ${k.key}` };
+            assert.equal((await asUser(key)).status, 200, 'the first of the minute');
+            assert.equal((await asUser(key)).status, 200, 'the second of the minute');
+            const third = await asUser(key);
+            assert.equal(third.status, 429, 'the limit still counts the known caller');
+            assert.equal(third.json.error.code, 'RATE_LIMITED');
+        } finally {
+            r = await admin('PUT', 'quotas', { users: { default_requests_per_minute: null } });
+            assert.equal(r.status, 200, r.text);
+        }
+    });
+
+    test('an unauthenticated request with an idempotency key stores nothing', async () => {
+        const body = { model: 'chat', messages, idempotency_key: 'identify-first-idem-1' };
+        const first = await postJson(`${env.api}/chat/completions`, body);
+        assert.equal(first.status, 401, first.text);
+        const again = await postJson(`${env.api}/chat/completions`, body);
+        assert.equal(again.status, 401, again.text);
+        assert.equal(again.headers.get('idempotent-replayed'), null, 'no stored 401 is replayed');
+        assert.notEqual(again.json.error.request_id, first.json.error.request_id);
+    });
+});
+
 describe('no customer key in clear after its creation', () => {
     test('gateway log, SQLite files and every other admin response are clean', async () => {
         assert.ok(secrets.size >= 5, `${secrets.size} keys created`);

@@ -1,0 +1,59 @@
+/* error: the gateway's error shape; see error.h. */
+#include "net/error.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    int status;
+    const char *type;
+} types[] = {
+    {401, "authentication_error"},
+    {403, "permission_error"},
+    {429, "rate_limit_error"},
+};
+
+const char *mg_error_type(int status)
+{
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (types[i].status == status) return types[i].type;
+    return status >= 500 ? "api_error" : "invalid_request_error";
+}
+
+int mg_error_body(mg_buf_t *out, int status, const char *code, const char *message,
+                  const char *request_id, int retry_after_ms)
+{
+    mg_buf_append_str(out, "{\"error\":{\"message\":");
+    mg_json_print_string(message, strlen(message), out);
+    mg_buf_append_str(out, ",\"type\":\"");
+    mg_buf_append_str(out, mg_error_type(status));
+    mg_buf_append_str(out, "\",\"param\":null,\"code\":");
+    mg_json_print_string(code, strlen(code), out);
+    mg_buf_append_str(out, ",\"request_id\":");
+    mg_json_print_string(request_id, strlen(request_id), out);
+    if (retry_after_ms > 0) {
+        mg_buf_append_str(out, ",\"retry_after_ms\":");
+        mg_buf_append_int(out, retry_after_ms);
+    }
+    return mg_buf_append(out, "}}", 2);
+}
+
+void mg_error_respond(mg_http_req_t *req, int status, const char *code, const char *message,
+                      int retry_after_ms, const char *extra_headers)
+{
+    char head[512] = "";
+    int n = 0;
+    if (retry_after_ms > 0)
+        n = snprintf(head, sizeof(head), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    if (extra_headers) snprintf(head + n, sizeof(head) - (size_t)n, "%s", extra_headers);
+    mg_buf_t body = {0};
+    if (mg_error_body(&body, status, code, message, req->request_id, retry_after_ms) != 0) {
+        mg_buf_free(&body);
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"api_error\","
+                                  "\"param\":null,\"code\":\"INTERNAL_ERROR\"}}";
+        mg_http_respond(req, 500, "application/json", NULL, oom, sizeof(oom) - 1);
+        return;
+    }
+    mg_http_respond(req, status, "application/json", head[0] ? head : NULL, body.data, body.len);
+    mg_buf_free(&body);
+}

@@ -1,0 +1,744 @@
+/* answer: the upstream's answer on its way to the client: the transfer's callbacks, the
+ * stream events (forwarded as bytes for passthrough adapters, decoded by Lua for translating
+ * ones), and the stream step that checks and completes a whole answer.
+ *
+ * Streaming: upstream bytes go through the SSE (or NDJSON) framer. For passthrough
+ * adapters an event is forwarded byte for byte unless it is one of the few the gateway
+ * annotates (the first chunk gets request metadata, the chunk with finish_reason gets usage
+ * and timing, the usage-only chunk is folded in), so the common chunk costs a couple of
+ * memchr-class scans and a copy. All events that complete within one upstream read are
+ * written to the client as one chunk. */
+#include "pipeline/call.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "upstream/chunk.h"
+
+#define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
+#define MAX_ERROR_BODY_BYTES (64u * 1024u)
+
+cJSON *timing_json(call_t *c, uint64_t now)
+{
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddNumberToObject(t, "queue_ms", (double)(long long)ms_since(c->t_start, c->t_dispatch));
+    cJSON_AddNumberToObject(t, "first_token_ms", (double)(long long)ms_since(c->t_start, c->t_first));
+    cJSON_AddNumberToObject(t, "total_ms", (double)(long long)ms_since(c->t_start, now));
+    return t;
+}
+
+/* How the answer is degraded, as the client sees it (header, body, log): the route's kind,
+ * "shorter_output" when memory admission lowered max_tokens, or both; NULL when neither. */
+const char *degraded_reason(const call_t *c, char *buf, size_t cap)
+{
+    if (!c->output_shortened) return c->degraded;
+    if (!c->degraded) return "shorter_output";
+    snprintf(buf, cap, "%s, shorter_output", c->degraded);
+    return buf;
+}
+
+static void add_metadata(call_t *c, cJSON *obj)
+{
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    set_item(obj, "request_id", cJSON_CreateString(c->req ? c->req->request_id : ""));
+    set_item(obj, "logical_model", cJSON_CreateString(c->model->name));
+    set_item(obj, "actual_model", cJSON_CreateString(c->upstream_model ? c->upstream_model : ""));
+    set_item(obj, "degraded", cJSON_CreateBool(reason != NULL));
+    if (reason) set_item(obj, "degraded_reason", cJSON_CreateString(reason));
+    if (c->output_shortened)
+        set_item(obj, "max_output_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
+}
+
+/* The same members as add_metadata's degraded ones, as bytes: ,"degraded":... */
+static void append_degraded_raw(const call_t *c, mg_buf_t *o)
+{
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    mg_buf_append_str(o, reason ? ",\"degraded\":true" : ",\"degraded\":false");
+    if (reason) {
+        mg_buf_append_str(o, ",\"degraded_reason\":");
+        mg_json_print_string(reason, strlen(reason), o);
+    }
+    if (c->output_shortened) {
+        mg_buf_append_str(o, ",\"max_output_tokens\":");
+        mg_json_print_number((double)c->mapped_max_tokens, o);
+    }
+}
+
+/* Response headers every answer of this call carries beyond the standard ones. */
+const char *degraded_header(const call_t *c, char *buf, size_t cap)
+{
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    if (!reason) return NULL;
+    snprintf(buf, cap, "X-Sidecar-Degraded: %s\r\n", reason);
+    return buf;
+}
+
+static void take_usage(call_t *c, const cJSON *usage)
+{
+    if (!cJSON_IsObject(usage)) return;
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+    if (cJSON_IsNumber(pt)) c->prompt_tokens = (long long)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) c->completion_tokens = (long long)ct->valuedouble;
+    c->have_usage = cJSON_IsNumber(pt) || cJSON_IsNumber(ct);
+}
+
+/* The token counts of a usage object's bytes, without building a tree (it is read on
+ * every passthrough answer). */
+typedef struct {
+    long long prompt, completion;
+    int found;
+} usage_scan_t;
+
+static int usage_member(void *ud, const mg_json_member_t *m)
+{
+    usage_scan_t *u = ud;
+    char num[24];
+    if (m->value_len == 0 || m->value_len >= sizeof(num) || m->value[0] < '0' || m->value[0] > '9')
+        return 0;
+    memcpy(num, m->value, m->value_len);
+    num[m->value_len] = '\0';
+    if (member_is(m, "prompt_tokens")) {
+        u->prompt = strtoll(num, NULL, 10);
+        u->found = 1;
+    } else if (member_is(m, "completion_tokens")) {
+        u->completion = strtoll(num, NULL, 10);
+        u->found = 1;
+    }
+    return 0;
+}
+
+static void take_usage_bytes(call_t *c, const char *json, size_t n)
+{
+    usage_scan_t u = {0, 0, 0};
+    if (mg_json_members(json, n, usage_member, &u) != 0 || !u.found) return;
+    c->prompt_tokens = u.prompt;
+    c->completion_tokens = u.completion;
+    c->have_usage = 1;
+}
+
+static cJSON *usage_json(call_t *c)
+{
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)c->prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)c->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(c->prompt_tokens + c->completion_tokens));
+    return u;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Streaming to the client                                                   */
+/* ------------------------------------------------------------------------ */
+
+void out_event(call_t *c, const char *json, size_t n)
+{
+    mg_buf_append(&c->out, "data: ", 6);
+    mg_buf_append(&c->out, json, n);
+    mg_buf_append(&c->out, "\n\n", 2);
+}
+
+static void out_json(call_t *c, const cJSON *chunk)
+{
+    mg_buf_append(&c->out, "data: ", 6);
+    mg_json_print(chunk, &c->out);
+    mg_buf_append(&c->out, "\n\n", 2);
+}
+
+/* The stream reaches the client now (its head goes with the next send_out); 1 the first
+ * time. */
+int stream_start(call_t *c)
+{
+    if (c->client_started) return 0;
+    c->client_started = 1;
+    task_to(c, MG_TASK_STREAMING, "first_chunk");
+    return 1;
+}
+
+/* c->out to the client in one write: after the stream's head when `head`, before the body's
+ * end when `end` (the request is finished then). */
+void send_out(call_t *c, int head, int end)
+{
+    if (head) {
+        char extra[160], deg[64];
+        const char *d = degraded_header(c, deg, sizeof(deg));
+        snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
+                 d ? d : "");
+        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
+    } else {
+        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
+    }
+    c->out.len = 0;
+}
+
+static void flush_out(call_t *c)
+{
+    if (!c->out.len || !c->req) return;
+    send_out(c, stream_start(c), 0);
+}
+
+/* The upstream's read is all handled: what it made goes out in one write (the events of one
+ * read). */
+static void on_up_read_end(void *ud)
+{
+    flush_out(ud);
+}
+
+/* ---- passthrough chunks as bytes: members copied, the gateway's appended ---- */
+
+/* The members of a chunk copied into out as runs of the original text: a run grows while
+ * members are kept, and a dropped member (the upstream's usage, when ours replaces it) ends
+ * it. Most chunks drop nothing and cost one copy. */
+typedef struct {
+    mg_buf_t *out;
+    int skip_usage;  /* drop the upstream's usage member (ours replaces it) */
+    int runs;
+    int clash;       /* a member the gateway adds is there already */
+    const char *from, *upto; /* the run not yet copied: [first member's quote, last's end) */
+} raw_copy_t;
+
+static void raw_copy_flush(raw_copy_t *rc)
+{
+    if (!rc->from) return;
+    if (rc->runs++) mg_buf_append(rc->out, ",", 1);
+    mg_buf_append(rc->out, rc->from, (size_t)(rc->upto - rc->from));
+    rc->from = NULL;
+}
+
+static int raw_copy_member(void *ud, const mg_json_member_t *m)
+{
+    raw_copy_t *rc = ud;
+    if (is_gateway_member(m)) {
+        rc->clash = 1;
+        return 1;
+    }
+    if (rc->skip_usage && member_is(m, "usage")) {
+        raw_copy_flush(rc);
+        return 0;
+    }
+    if (!rc->from) rc->from = m->key - 1; /* its opening quote */
+    rc->upto = m->value + m->value_len;
+    return 0;
+}
+
+static void append_metadata_raw(call_t *c, mg_buf_t *o)
+{
+    mg_buf_append_str(o, ",\"request_id\":\"");
+    mg_buf_append_str(o, c->req ? c->req->request_id : "");
+    mg_buf_append_str(o, "\",\"logical_model\":");
+    mg_json_print_string(c->model->name, strlen(c->model->name), o);
+    mg_buf_append_str(o, ",\"actual_model\":");
+    mg_json_print_string(c->upstream_model, strlen(c->upstream_model), o);
+    append_degraded_raw(c, o);
+}
+
+/* ,"timing":{...} in whole milliseconds (written without printf: it was a tenth of a
+ * passthrough answer's instructions). */
+static int append_timing_raw(const call_t *c, uint64_t now, mg_buf_t *o)
+{
+    mg_buf_append_str(o, ",\"timing\":{\"queue_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, c->t_dispatch));
+    mg_buf_append_str(o, ",\"first_token_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, c->t_first));
+    mg_buf_append_str(o, ",\"total_ms\":");
+    mg_buf_append_int(o, (long long)ms_since(c->t_start, now));
+    return mg_buf_append(o, "}", 1);
+}
+
+static void append_totals_raw(call_t *c, mg_buf_t *o)
+{
+    if (c->have_usage) {
+        mg_buf_append_str(o, ",\"usage\":{\"prompt_tokens\":");
+        mg_buf_append_int(o, c->prompt_tokens);
+        mg_buf_append_str(o, ",\"completion_tokens\":");
+        mg_buf_append_int(o, c->completion_tokens);
+        mg_buf_append_str(o, ",\"total_tokens\":");
+        mg_buf_append_int(o, c->prompt_tokens + c->completion_tokens);
+        mg_buf_append(o, "}", 1);
+    }
+    append_timing_raw(c, uv_hrtime(), o);
+}
+
+/* One SSE event into c->out: the chunk's members, then metadata and/or totals.
+ * Returns 0, or -1 when the bytes are not one JSON object (or clash with our names). */
+static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
+{
+    size_t mark = c->out.len;
+    raw_copy_t rc = {&c->out, totals && c->have_usage, 0, 0, NULL, NULL};
+    mg_buf_append(&c->out, "data: {", 7);
+    if (mg_json_members(json, n, raw_copy_member, &rc) != 0 || rc.clash) {
+        c->out.len = mark;
+        return -1;
+    }
+    raw_copy_flush(&rc);
+    if (!rc.runs) { /* "{}": the members added below would open with a comma */
+        c->out.len = mark;
+        return -1;
+    }
+    if (metadata) append_metadata_raw(c, &c->out);
+    if (totals) append_totals_raw(c, &c->out);
+    mg_buf_append(&c->out, "}\n\n", 3);
+    return 0;
+}
+
+void emit_held_finish(call_t *c, int with_totals)
+{
+    if (c->held_raw.len) {
+        int first = c->held_raw_first;
+        c->held_raw_first = 0;
+        if (out_raw_chunk(c, c->held_raw.data, c->held_raw.len, first, with_totals) != 0)
+            out_event(c, c->held_raw.data, c->held_raw.len); /* not ours to change: as is */
+        c->held_raw.len = 0;
+        return;
+    }
+    if (!c->held_finish) return;
+    if (with_totals) {
+        if (c->have_usage && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))
+            set_item(c->held_finish, "usage", usage_json(c));
+        set_item(c->held_finish, "timing", timing_json(c, uv_hrtime()));
+    }
+    out_json(c, c->held_finish);
+    cJSON_Delete(c->held_finish);
+    c->held_finish = NULL;
+}
+
+/* One canonical chunk (owned). Annotates the first and the finishing chunk,
+ * folds the usage-only chunk in. */
+static void handle_chunk(call_t *c, cJSON *chunk)
+{
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(chunk, "usage");
+    if (cJSON_IsObject(usage)) take_usage(c, usage);
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(chunk, "choices");
+    int n_choices = cJSON_IsArray(choices) ? cJSON_GetArraySize(choices) : 0;
+    if (n_choices == 0 && cJSON_IsObject(usage)) {
+        /* the usage-only chunk: its numbers go on the finish chunk */
+        emit_held_finish(c, 1);
+        if (c->client_include_usage) out_json(c, chunk);
+        cJSON_Delete(chunk);
+        return;
+    }
+    int finishing = 0;
+    for (const cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next)
+        finishing |= cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
+    if (!c->first_chunk_done) {
+        add_metadata(c, chunk);
+        c->first_chunk_done = 1;
+    }
+    c->chunks++;
+    if (finishing) {
+        emit_held_finish(c, 0);
+        c->held_finish = chunk;
+        return;
+    }
+    out_json(c, chunk);
+    cJSON_Delete(chunk);
+}
+
+/* A stream event the upstream sent as an error object. */
+static int upstream_error_event(call_t *c, const cJSON *err)
+{
+    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
+    char text[512];
+    snprintf(text, sizeof(text), "upstream error: %s",
+             cJSON_IsString(msg) ? msg->valuestring : "unspecified");
+    c->stop_stream = 1;
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    c->xfer = NULL;
+    attempt_end(c, 0);
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
+        attempt_failed(c, FAIL_SERVER);
+    else
+        stream_fail(c, "UPSTREAM_ERROR", text);
+    return 1;
+}
+
+static int garbage_event(call_t *c)
+{
+    c->stop_stream = 1;
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    c->xfer = NULL;
+    attempt_end(c, 0);
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
+        attempt_failed(c, FAIL_GARBAGE);
+    else
+        stream_fail(c, "UPSTREAM_ERROR", "the provider sent an invalid stream event");
+    return 1;
+}
+
+/* Read the usage member of a chunk's bytes into the call's counts. */
+static int take_usage_member(void *ud, const mg_json_member_t *m)
+{
+    call_t *c = ud;
+    if (!member_is(m, "usage") || !m->value_len || m->value[0] != '{') return 0;
+    take_usage_bytes(c, m->value, m->value_len);
+    return 1;
+}
+
+/* An event the gateway annotates, handled as bytes (the common annotated ones: the
+ * first chunk, the finish chunk, the usage-only chunk). 0 = done, 1 = needs the tree. */
+static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
+{
+    if (flags & MG_CHUNK_ERROR) return 1;
+    if (flags & MG_CHUNK_USAGE) mg_json_members(ev->data, ev->data_len, take_usage_member, c);
+    int usage_only = (flags & MG_CHUNK_USAGE) && !(flags & MG_CHUNK_FINISH) &&
+                     (memmem(ev->data, ev->data_len, "\"choices\":[]", 12) ||
+                      memmem(ev->data, ev->data_len, "\"choices\": []", 13));
+    if (usage_only) {
+        emit_held_finish(c, 1);
+        if (c->client_include_usage) mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        return 0;
+    }
+    int first = !c->first_chunk_done;
+    c->first_chunk_done = 1;
+    c->chunks++;
+    if (flags & MG_CHUNK_FINISH) {
+        emit_held_finish(c, 0);
+        mg_buf_append(&c->held_raw, ev->data, ev->data_len);
+        c->held_raw_first = first;
+        return 0;
+    }
+    if (out_raw_chunk(c, ev->data, ev->data_len, first, 0) != 0) {
+        c->first_chunk_done = !first;
+        c->chunks--;
+        return 1;
+    }
+    return 0;
+}
+
+/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
+static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
+{
+    if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
+        c->upstream_done = 1;
+        return 0;
+    }
+    int flags = mg_chunk_keys(ev->data, ev->data_len);
+    if (c->first_chunk_done && !flags) {
+        c->chunks++;
+        mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        return 0;
+    }
+    if (passthrough_raw(c, ev, flags) == 0) return 0;
+    cJSON *chunk = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (!cJSON_IsObject(chunk)) {
+        cJSON_Delete(chunk);
+        return garbage_event(c);
+    }
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(chunk, "error");
+    if (err && !cJSON_IsNull(err)) {
+        int rc = upstream_error_event(c, err);
+        cJSON_Delete(chunk);
+        return rc;
+    }
+    handle_chunk(c, chunk);
+    return 0;
+}
+
+/* Translating adapter: each event decoded by Lua into canonical chunks. */
+static int translated_event(call_t *c, const mg_sse_event_t *ev)
+{
+    cJSON *data = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (!data) return garbage_event(c);
+    cJSON *chunks = NULL;
+    int done = 0;
+    char err[512];
+    if (c->state_ref < 0) c->state_ref = mg_gen_table_new(c->gen); /* only translators keep state */
+    int rc = mg_gen_decode_event(c->gen, c->adapter, req_table(c), c->state_ref, data, &chunks,
+                                 &done, err, sizeof(err));
+    cJSON_Delete(data);
+    if (rc != 0) {
+        mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode_event: %s",
+                   c->provider->adapter, err);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "message", err);
+        rc = upstream_error_event(c, e);
+        cJSON_Delete(e);
+        return rc;
+    }
+    cJSON *ch = chunks->child;
+    while (ch) {
+        cJSON *next = ch->next;
+        cJSON_DetachItemViaPointer(chunks, ch);
+        handle_chunk(c, ch);
+        ch = next;
+    }
+    cJSON_Delete(chunks);
+    if (done) c->upstream_done = 1;
+    return 0;
+}
+
+static int on_stream_event(void *ud, const mg_sse_event_t *ev)
+{
+    call_t *c = ud;
+    if (c->stop_stream) return 1;
+    return c->passthrough ? passthrough_event(c, ev) : translated_event(c, ev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Upstream callbacks                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void on_up_headers(void *ud, int status)
+{
+    call_t *c = ud;
+    c->up_status = status;
+    const char *ra = mg_xfer_header(c->xfer, "retry-after");
+    size_t ral = ra ? strnlen(ra, sizeof(c->retry_after) - 1) : 0;
+    if (ral) memcpy(c->retry_after, ra, ral);
+    c->retry_after[ral] = '\0';
+    c->resp.len = 0;
+    if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
+        mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
+        c->sse_ready = 1;
+        mg_buf_reserve(&c->out, 16384); /* a typical read's worth of events, allocated once */
+    }
+}
+
+static int on_up_data(void *ud, const char *data, size_t len)
+{
+    call_t *c = ud;
+    int ok_status = c->up_status >= 200 && c->up_status < 300;
+    if (ok_status && !c->t_first) c->t_first = uv_hrtime();
+    if (ok_status && c->stream) {
+        int rc = mg_sse_feed(&c->sse, data, len, on_stream_event, c);
+        if (rc > 0) return 0; /* an event handler finished the call or moved it on: c may be gone */
+        if (rc < 0) {
+            if (!c->stop_stream) {
+                c->stop_stream = 1;
+                mg_xfer_cancel(c->xfer);
+                c->xfer = NULL;
+                attempt_end(c, 0);
+                stream_fail(c, "UPSTREAM_ERROR", "stream event too large");
+            }
+            return 0; /* the call is finished (or moved on); the transfer is cancelled */
+        }
+        /* the events go out in on_up_read_end: one write per upstream read */
+        return c->req && mg_http_write_pending(c->req) ? 1 : 0;
+    }
+    size_t limit = ok_status ? MAX_RESPONSE_BYTES : MAX_ERROR_BODY_BYTES;
+    size_t have = c->resp.len;
+    if (have + len > limit) len = have < limit ? limit - have : 0;
+    if (len) mg_buf_append(&c->resp, data, len);
+    return 0;
+}
+
+static int parse_retry_after_ms(const char *v)
+{
+    if (!v || !*v) return 0;
+    char *end;
+    double secs = strtod(v, &end);
+    if (end == v || secs < 0) return 0;
+    if (secs > 3600) secs = 3600;
+    return (int)(secs * 1000);
+}
+
+/* The upstream's own error message, for a 4xx the client should see. */
+static void upstream_message(call_t *c, char *out, size_t cap)
+{
+    cJSON *j = c->resp.len ? cJSON_ParseWithLength(c->resp.data, c->resp.len) : NULL;
+    const cJSON *err = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
+    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
+    if (cJSON_IsString(msg)) snprintf(out, cap, "upstream rejected the request: %s", msg->valuestring);
+    else snprintf(out, cap, "upstream rejected the request (HTTP %d)", c->up_status);
+    cJSON_Delete(j);
+}
+
+/* Make a gateway-built or decoded answer match the OpenAI schema where upstreams
+ * are lax: choices carry logprobs, chat messages carry refusal. */
+static void conform_response(call_t *c, cJSON *resp)
+{
+    cJSON *choices = cJSON_GetObjectItemCaseSensitive(resp, "choices");
+    for (cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next) {
+        if (!cJSON_HasObjectItem(ch, "logprobs")) cJSON_AddNullToObject(ch, "logprobs");
+        cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+        if (cJSON_IsObject(msg) && !cJSON_HasObjectItem(msg, "refusal"))
+            cJSON_AddNullToObject(msg, "refusal");
+    }
+}
+
+typedef struct {
+    call_t *c;
+    int members;
+    int clash; /* the upstream already uses one of our metadata names */
+} resp_scan_t;
+
+static int scan_response_member(void *ud, const mg_json_member_t *m)
+{
+    resp_scan_t *st = ud;
+    st->members++;
+    if (member_is(m, "usage") && m->value_len && m->value[0] == '{') {
+        take_usage_bytes(st->c, m->value, m->value_len);
+    } else if (is_gateway_member(m)) {
+        st->clash = 1;
+    }
+    return 0;
+}
+
+/* Passthrough answers are forwarded as the upstream wrote them, with the gateway's
+ * metadata appended as extra members: no tree is built. Returns 0 when c->answer holds the
+ * answer, 1 when the tree path must handle it, -1 when the body is not a JSON object. */
+static int passthrough_answer(call_t *c)
+{
+    resp_scan_t st = {c, 0, 0};
+    if (mg_json_members(c->resp.data, c->resp.len, scan_response_member, &st) != 0) return -1;
+    if (st.clash || st.members == 0) return 1;
+    const char *end = c->resp.data + c->resp.len;
+    while (end > c->resp.data && end[-1] != '}') end--;
+    mg_buf_t *out = &c->answer;
+    out->len = 0;
+    /* the metadata below in one allocation: the names' escaping reserve included, every
+       growth was a realloc and a copy */
+    size_t names = strlen(c->model->name) + strlen(c->upstream_model);
+    mg_buf_reserve(out, c->resp.len + 6 * names + 330);
+    mg_buf_append(out, c->resp.data, (size_t)(end - 1 - c->resp.data));
+    mg_buf_append_str(out, ",\"request_id\":\"");
+    mg_buf_append_str(out, c->req->request_id);
+    mg_buf_append_str(out, "\",\"logical_model\":");
+    mg_json_print_string(c->model->name, strlen(c->model->name), out);
+    mg_buf_append_str(out, ",\"actual_model\":");
+    mg_json_print_string(c->upstream_model, strlen(c->upstream_model), out);
+    append_degraded_raw(c, out);
+    if (append_timing_raw(c, uv_hrtime(), out) != 0 || mg_buf_append(out, "}", 1) != 0) {
+        out->len = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* The answer is not one the gateway can pass on: the next entry. */
+static mg_step_rc_t answer_garbage(call_t *c)
+{
+    attempt_end(c, 0);
+    c->last_fail = FAIL_GARBAGE;
+    c->step = STEP_RESERVE;
+    return MG_STEP_NEXT;
+}
+
+/* A whole answer, upstream's tree decoded (translating adapters) and made to conform. */
+static mg_step_rc_t tree_answer(call_t *c)
+{
+    cJSON *resp = cJSON_ParseWithLength(c->resp.data ? c->resp.data : "", c->resp.len);
+    if (!cJSON_IsObject(resp)) {
+        cJSON_Delete(resp);
+        return answer_garbage(c);
+    }
+    if (!c->passthrough) {
+        cJSON *decoded = NULL;
+        char err[512];
+        int rc = mg_gen_decode(c->gen, c->adapter, req_table(c), resp, &decoded, err, sizeof(err));
+        cJSON_Delete(resp);
+        if (rc != 0) {
+            mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode: %s",
+                       c->provider->adapter, err);
+            return answer_garbage(c);
+        }
+        resp = decoded;
+    }
+    take_usage(c, cJSON_GetObjectItemCaseSensitive(resp, "usage"));
+    if (c->ep != MG_EP_EMBEDDINGS) conform_response(c, resp);
+    add_metadata(c, resp);
+    set_item(resp, "timing", timing_json(c, uv_hrtime()));
+    c->answer.len = 0;
+    int rc = mg_json_print(resp, &c->answer);
+    cJSON_Delete(resp);
+    attempt_end(c, 1);
+    if (rc != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    return MG_STEP_NEXT;
+}
+
+/* The end of a stream the upstream finished. */
+static mg_step_rc_t stream_end(call_t *c)
+{
+    if (c->sse_ready && mg_sse_pending(&c->sse) > 0 && c->ndjson) {
+        /* NDJSON's last line may come without its newline */
+        if (mg_sse_feed(&c->sse, "\n", 1, on_stream_event, c) > 0) return MG_STEP_DONE;
+    }
+    if (c->upstream_done) {
+        attempt_end(c, 1);
+        c->answer_kind = ANSWER_STREAM;
+        c->status = 200;
+        c->outcome = "ok";
+        return MG_STEP_NEXT;
+    }
+    attempt_end(c, 0);
+    if (!c->client_started && c->out.len == 0 && !c->first_chunk_done) {
+        c->last_fail = FAIL_GARBAGE;
+        c->step = STEP_RESERVE;
+        return MG_STEP_NEXT;
+    }
+    return stream_error(c, "UPSTREAM_ERROR", "the upstream stream ended before completion");
+}
+
+/* The stream step: the upstream's answer is complete (on_up_done resumes the call here). */
+mg_step_rc_t step_stream(call_t *c)
+{
+    if (c->stream) return stream_end(c);
+    c->answer_kind = ANSWER_JSON;
+    c->status = 200;
+    c->outcome = "ok";
+    if (c->passthrough) {
+        int rc = passthrough_answer(c);
+        if (rc < 0) return answer_garbage(c);
+        if (rc == 0) {
+            attempt_end(c, 1);
+            return MG_STEP_NEXT;
+        }
+    }
+    return tree_answer(c);
+}
+
+static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
+{
+    call_t *c = ud;
+    c->xfer = NULL;
+    c->unreachable = result == MG_XFER_CONNECT_ERROR;
+    int status = c->up_status;
+    mg_metrics_t *m = c->pl->metrics;
+    if (result == MG_XFER_FIRST_BYTE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_FIRST_TOKEN]++;
+    else if (result == MG_XFER_TOTAL_TIMEOUT) m->timeouts_by[MG_TIMEOUT_INFERENCE]++;
+    else if (result == MG_XFER_IDLE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_IDLE]++;
+    if (result != MG_XFER_OK) {
+        attempt_end(c, 0);
+        if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
+            int timeout = result == MG_XFER_IDLE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT;
+            stream_fail(c, timeout ? "UPSTREAM_TIMEOUT" : "UPSTREAM_ERROR",
+                        timeout ? "the upstream stalled mid-stream"
+                                : "the upstream connection failed mid-stream");
+            return;
+        }
+        fail_kind_t why = result == MG_XFER_CONNECT_ERROR        ? FAIL_CONNECT
+                          : result == MG_XFER_FIRST_BYTE_TIMEOUT ? FAIL_TIMEOUT
+                          : result == MG_XFER_TOTAL_TIMEOUT      ? FAIL_TIMEOUT_TOTAL
+                                                                 : FAIL_SERVER;
+        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s attempt failed: %s",
+                   c->provider->id, detail ? detail : "error");
+        attempt_failed(c, why);
+        return;
+    }
+    if (status == 429 || status >= 500 || status == 401 || status == 403) {
+        attempt_end(c, 0);
+        if (status == 429) {
+            int ra = parse_retry_after_ms(c->retry_after);
+            if (ra > c->retry_after_ms) c->retry_after_ms = ra;
+        }
+        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s answered %d", c->provider->id,
+                   status);
+        attempt_failed(c, status == 429 ? FAIL_RATE_LIMITED : status >= 500 ? FAIL_SERVER : FAIL_AUTH);
+        return;
+    }
+    if (status < 200 || status >= 300) {
+        attempt_end(c, 1); /* the provider works; the request was wrong */
+        char msg[700];
+        upstream_message(c, msg, sizeof(msg));
+        call_fail(c, 400, "INVALID_REQUEST", msg, 0);
+        return;
+    }
+    call_resume(c, STEP_STREAM);
+}
+
+const mg_xfer_cbs_t mg_call_xfer_cbs = {on_up_headers, on_up_data, on_up_done, on_up_read_end};

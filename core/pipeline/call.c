@@ -1,0 +1,399 @@
+/* call: the runner, a call's life from allocation to its one finish; see call.h. */
+#include "pipeline/call.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "net/error.h"
+
+/* ------------------------------------------------------------------------ */
+/* The runner                                                                */
+/* ------------------------------------------------------------------------ */
+
+static mg_step_rc_t (*const steps[STEP_COUNT])(call_t *c) = {
+    [STEP_PARSE] = step_parse,     [STEP_IDENTIFY] = step_identify,
+    [STEP_IDEMPOTENCY] = step_idempotency, [STEP_ADMIT] = step_admit,
+    [STEP_ENQUEUE] = step_enqueue, [STEP_ROUTE] = step_route,
+    [STEP_RESERVE] = step_reserve, [STEP_ENCODE] = step_encode,
+    [STEP_SEND] = step_send,       [STEP_STREAM] = step_stream,
+    [STEP_FINISH] = step_finish,
+};
+
+void mg_call_run(call_t *c)
+{
+    for (;;) {
+        mg_step_t s = c->step;
+        c->step = s + 1; /* the step may send the call elsewhere */
+        if (steps[s](c) != MG_STEP_NEXT) return;
+    }
+}
+
+void call_resume(call_t *c, mg_step_t step)
+{
+    c->step = step;
+    mg_call_run(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small shared helpers                                                      */
+/* ------------------------------------------------------------------------ */
+
+double ms_since(uint64_t from, uint64_t to)
+{
+    return from && to >= from ? (double)(to - from) / 1e6 : 0;
+}
+
+int req_table(call_t *c)
+{
+    return mg_gen_req_table(c->gen, &c->lua_info, &c->req_ref);
+}
+
+void estimate_tokens(call_t *c)
+{
+    if (c->have_usage) return;
+    c->prompt_tokens = c->req ? (long long)(c->req->body_len / 4) : 0;
+    c->completion_tokens = c->chunks;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Task states                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Log each accepted transition with the PRD's fields. */
+static void on_task_transition(const mg_task_t *t, const mg_task_transition_t *tr, void *ud)
+{
+    call_t *c = ud;
+    if (!c->gen->cfg->task_events || !mg_log_enabled(MG_LOG_INFO)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "task_state_change");
+    mg_log_str(&l, "task_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "from_state", mg_task_state_name(tr->from));
+    mg_log_str(&l, "to_state", mg_task_state_name(tr->to));
+    mg_log_str(&l, "reason", tr->reason);
+    mg_log_str(&l, "logical_model", c->model ? c->model->name : NULL);
+    mg_log_str(&l, "priority", c->priority);
+    if (c->provider) mg_log_str(&l, "provider", c->provider->id);
+    mg_log_end(&l);
+}
+
+void task_to(call_t *c, mg_task_state_t to, const char *reason)
+{
+    if (c->task.state != to) mg_task_transition_at(&c->task, to, reason, uv_now(c->pl->loop));
+}
+
+/* The terminal state that matches how the call ended. */
+static void task_finish(call_t *c)
+{
+    if (mg_task_is_terminal(c->task.state)) return;
+    const char *oc = c->outcome ? c->outcome : "error";
+    if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0)
+        task_to(c, MG_TASK_CANCELLED, "cancelled_by_request");
+    else if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
+    else if (strcmp(oc, "cancelled") == 0) task_to(c, MG_TASK_CANCELLED, "client_disconnected");
+    else if (c->error_code && strstr(c->error_code, "TIMEOUT"))
+        task_to(c, MG_TASK_TIMED_OUT, c->error_code);
+    else if (c->task.state == MG_TASK_VALIDATING) task_to(c, MG_TASK_REJECTED, c->error_code);
+    else task_to(c, MG_TASK_FAILED, c->error_code ? c->error_code : "error");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Allocation                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Finished calls kept for the next requests (per thread, though only the loop thread makes
+ * calls), each with its routing arrays up to SPARE_ROUTES routes: both are past glibc's
+ * per-thread cache (see bench/README.md). */
+#define CALL_SPARES 32
+#define SPARE_ROUTES 64
+static _Thread_local call_t *call_spares[CALL_SPARES];
+static _Thread_local int n_call_spares;
+
+static call_t *call_alloc(void)
+{
+    if (!MG_RECYCLE || n_call_spares == 0) return calloc(1, sizeof(call_t));
+    call_t *c = call_spares[--n_call_spares];
+    void *buf = c->routing_buf;
+    size_t cap = c->routing_cap;
+    memset(c, 0, sizeof(*c));
+    c->routing_buf = buf;
+    c->routing_cap = cap;
+    return c;
+}
+
+static void call_release(call_t *c)
+{
+    if (c->routing_cap > SPARE_ROUTES || !MG_RECYCLE || n_call_spares == CALL_SPARES) {
+        free(c->routing_buf);
+        c->routing_buf = NULL;
+        c->routing_cap = 0;
+    }
+    if (MG_RECYCLE && n_call_spares < CALL_SPARES) call_spares[n_call_spares++] = c;
+    else free(c);
+}
+
+call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep)
+{
+    call_t *c = call_alloc();
+    if (!c) return NULL;
+    c->pl = pl;
+    c->req = req;
+    c->ep = ep;
+    c->step = STEP_PARSE;
+    c->req_ref = c->state_ref = -1;
+    c->max_tokens = c->mapped_max_tokens = c->asked_max_tokens = -1;
+    c->gen = mg_gens_acquire(pl->gens);
+    c->next = pl->calls;
+    if (c->next) c->next->prev = c;
+    pl->calls = c;
+    pl->in_flight++;
+    mg_task_init(&c->task, req->start_ms, on_task_transition, c);
+    c->t_start = uv_hrtime() - (uv_now(pl->loop) - req->start_ms) * 1000000ull;
+    return c;
+}
+
+static void call_unlink(call_t *c)
+{
+    if (c->prev) c->prev->next = c->next;
+    else if (c->pl->calls == c) c->pl->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
+ * rounded up (a priced request never costs nothing), charged to the caller's key and
+ * project for their spend limits. */
+static void charge_spend(call_t *c)
+{
+    double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
+    long long tokens = c->prompt_tokens + c->completion_tokens;
+    if (!c->auth.held || price <= 0 || tokens <= 0) return;
+    int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
+    mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms());
+}
+
+static void call_free(call_t *c)
+{
+    mg_pipeline_t *pl = c->pl;
+    call_unlink(c);
+    if (c->xfer) mg_xfer_cancel(c->xfer);
+    if (c->req) {
+        c->req->on_abort = NULL;
+        c->req->on_drain = NULL;
+    }
+    pl->in_flight--;
+    if (c->have_usage) {
+        mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
+        charge_spend(c);
+    }
+    mg_auth_release(&c->auth);
+    if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
+    if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);
+    mg_gen_req_release(c->gen, c->req_ref);
+    mg_gen_unref_value(c->gen, c->state_ref);
+    mg_gen_unref(c->gen);
+    cJSON_Delete(c->body);
+    cJSON_Delete(c->held_finish);
+    mg_buf_free(&c->held_raw);
+    if (c->sse_ready) mg_sse_free(&c->sse);
+    free(c->prefixed_model.name);
+    free(c->prefixed_model.routes);
+    free(c->prefixed_upstream);
+    if (c->wait_timer) {
+        uv_timer_stop(c->wait_timer);
+        uv_close((uv_handle_t *)c->wait_timer, (uv_close_cb)free);
+    }
+    mg_buf_free(&c->resp);
+    mg_buf_free(&c->out);
+    mg_buf_free(&c->answer);
+    call_release(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* How a call ends                                                           */
+/* ------------------------------------------------------------------------ */
+
+mg_step_rc_t call_error(call_t *c, int status, const char *code, const char *msg,
+                        int retry_after_ms)
+{
+    c->answer_kind = ANSWER_ERROR;
+    c->status = status;
+    c->outcome = "error";
+    c->error_code = code;
+    c->error_retry_ms = retry_after_ms;
+    snprintf(c->error_message, sizeof(c->error_message), "%s", msg);
+    c->step = STEP_FINISH;
+    return MG_STEP_NEXT;
+}
+
+mg_step_rc_t stream_error(call_t *c, const char *code, const char *msg)
+{
+    c->answer_kind = ANSWER_STREAM;
+    c->status = 200;
+    c->outcome = "error";
+    c->error_code = code;
+    snprintf(c->error_message, sizeof(c->error_message), "%s", msg);
+    c->step = STEP_FINISH;
+    return MG_STEP_NEXT;
+}
+
+void call_fail(call_t *c, int status, const char *code, const char *msg, int retry_after_ms)
+{
+    call_error(c, status, code, msg, retry_after_ms);
+    mg_call_run(c);
+}
+
+void stream_fail(call_t *c, const char *code, const char *msg)
+{
+    stream_error(c, code, msg);
+    mg_call_run(c);
+}
+
+void release_on_cancel(call_t *c, const char *reason)
+{
+    mg_pipeline_t *pl = c->pl;
+    c->cancel_reason = reason;
+    c->cancel_ns = uv_hrtime();
+    if (c->queued) {
+        mg_sched_cancel(pl->sched, &c->entry);
+        c->queued = 0;
+    }
+    if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);
+    c->released_ns = uv_hrtime();
+}
+
+static void call_log(call_t *c)
+{
+    if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
+    task_finish(c);
+    mg_http_req_t *req = c->req;
+    uint64_t now = uv_hrtime();
+    mg_metrics_t *m = c->pl->metrics;
+    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
+    if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
+    m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
+    m->tokens_completion_total += (uint64_t)c->completion_tokens;
+    if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
+    if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
+    mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
+    if (!mg_log_enabled(level)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, level, "request");
+    mg_log_str(&l, "request_id", req->request_id);
+    mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
+    mg_log_str(&l, "path", req->path);
+    mg_log_int(&l, "status", c->status);
+    mg_log_str(&l, "model", c->model ? c->model->name : NULL);
+    mg_log_str(&l, "provider", c->provider ? c->provider->id : NULL);
+    mg_log_str(&l, "actual_model", c->upstream_model);
+    mg_log_bool(&l, "stream", c->stream);
+    mg_log_str(&l, "outcome", c->outcome);
+    if (c->cancel_reason) {
+        /* the PRD asks for the reason and when the resources came back */
+        mg_log_str(&l, "cancel_reason", c->cancel_reason);
+        mg_log_double(&l, "released_after_ms", ms_since(c->cancel_ns, c->released_ns));
+    }
+    mg_log_str(&l, "priority", c->priority);
+    mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
+    char rb[32]; /* "emergency, shorter_output" at most */
+    const char *reason = degraded_reason(c, rb, sizeof(rb));
+    if (reason) mg_log_str(&l, "degraded", reason);
+    if (c->output_shortened) mg_log_int(&l, "max_output_tokens", c->mapped_max_tokens);
+    if (c->error_code) mg_log_str(&l, "error", c->error_code);
+    if (c->auth.held) {
+        mg_log_int(&l, "key_id", c->auth.key_id);
+        mg_log_int(&l, "tenant_id", c->auth.tenant_id);
+        if (c->auth.project_id) mg_log_int(&l, "project_id", c->auth.project_id);
+    } else if (c->auth.code) {
+        mg_log_str(&l, "auth_refused", c->auth.reason); /* the client sees one 401 for all */
+    }
+    mg_log_int(&l, "attempts", c->attempts);
+    mg_log_double(&l, "duration_ms", ms_since(c->t_start, now));
+    if (c->t_first) mg_log_double(&l, "first_token_ms", ms_since(c->t_start, c->t_first));
+    mg_log_int(&l, "prompt_tokens", c->prompt_tokens);
+    mg_log_int(&l, "completion_tokens", c->completion_tokens);
+    mg_log_bool(&l, "tokens_estimated", !c->have_usage);
+    mg_log_end(&l);
+}
+
+/* The error answer: the shape of net/error.h, with Retry-After and X-Sidecar-Degraded. */
+static void respond_error(call_t *c)
+{
+    char extra[96] = "";
+    if (c->fail_degraded)
+        snprintf(extra, sizeof(extra), "X-Sidecar-Degraded: %s\r\n", c->fail_degraded);
+    mg_error_respond(c->req, c->status, c->error_code, c->error_message, c->error_retry_ms,
+                     extra[0] ? extra : NULL);
+}
+
+/* The stream's end: the held finish chunk with the totals and [DONE], or, when the call
+ * failed, the error event (the held chunk dropped) and [DONE]; then everything pending. */
+static void end_stream(call_t *c)
+{
+    if (c->error_code) {
+        cJSON_Delete(c->held_finish);
+        c->held_finish = NULL;
+        c->held_raw.len = 0;
+        mg_buf_t ev = {0};
+        mg_error_body(&ev, 500, c->error_code, c->error_message, c->req->request_id, 0);
+        out_event(c, ev.data ? ev.data : "{}", ev.len ? ev.len : 2);
+        mg_buf_free(&ev);
+        c->pl->metrics->stream_errors_total++;
+    } else {
+        emit_held_finish(c, 1);
+    }
+    out_event(c, "[DONE]", 6);
+}
+
+mg_step_rc_t step_finish(call_t *c)
+{
+    int head = 0;
+    if (c->req && c->answer_kind == ANSWER_STREAM) {
+        end_stream(c);
+        head = stream_start(c);
+    }
+    if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
+    call_log(c);
+    if (c->req) {
+        char deg[64];
+        switch (c->answer_kind) {
+        case ANSWER_NONE:
+            break;
+        case ANSWER_ERROR:
+            respond_error(c);
+            break;
+        case ANSWER_JSON:
+            mg_http_respond(c->req, c->status, "application/json",
+                            degraded_header(c, deg, sizeof(deg)), c->answer.data, c->answer.len);
+            break;
+        case ANSWER_STREAM:
+            send_out(c, head, 1); /* the rest of the stream and its end in one write */
+            break;
+        }
+        c->req = NULL;
+    }
+    call_free(c);
+    return MG_STEP_DONE;
+}
+
+void call_handed_over(call_t *c)
+{
+    call_free(c); /* clears the request's hooks: the request is the new owner's */
+}
+
+void call_cancelled(call_t *c, const char *reason)
+{
+    mg_metrics_t *m = c->pl->metrics;
+    m->cancelled_total++;
+    if (c->xfer) {
+        mg_xfer_cancel(c->xfer);
+        c->xfer = NULL;
+        attempt_end(c, 1);
+    }
+    c->outcome = "cancelled";
+    release_on_cancel(c, reason);
+}

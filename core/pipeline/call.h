@@ -1,0 +1,329 @@
+/* call: one inference request on its way through the pipeline, and the steps it takes.
+ * Private to core/pipeline/.
+ *
+ * The steps, in order (each a function in the file of its concept):
+ *
+ *   parse        body.c     the body read (as bytes when it can be, else a cJSON tree),
+ *                           checked, the gateway's extensions taken out
+ *   identify     admit.c    the caller authenticated (auth on): nothing below is touched
+ *                           for a caller who is not
+ *   idempotency  admit.c    a request with an idempotency key is handed to idem.c
+ *   admit        admit.c    the logical model, the application's and the user's
+ *                           permissions and rates, the key's quota reserved
+ *   enqueue      admit.c    the scheduler's queue; resumed when a slot is free
+ *   route        attempt.c  policies/routing.lua's plan over the model's routes
+ *   reserve      attempt.c  the plan's next entry whose provider's limits let it through
+ *   encode       attempt.c  the adapter's upstream request
+ *   send         attempt.c  the upstream transfer started; its callbacks (answer.c) stream
+ *                           the answer, or go back to reserve when it failed before the
+ *                           first byte reached the client
+ *   stream       answer.c   the upstream's answer is complete: checked, annotated and
+ *                           decoded, or the stream's end
+ *   finish       call.c     the one end of every call: task state, metrics, log line, the
+ *                           answer (or error) written, everything freed
+ *
+ * The runner (mg_call_run) calls the step c->step after setting c->step to the one after
+ * it, so a step that returns MG_STEP_NEXT goes on in order, and a step may set c->step
+ * first to go elsewhere (call_error goes to finish; a failed attempt goes back to reserve).
+ * A step that waits (queue, timer, upstream) returns MG_STEP_AGAIN with c->step set to where
+ * the call resumes; the callback that resumes it calls mg_call_run. MG_STEP_DONE: the call
+ * is over and freed (finish, or handed to idem.c). A step or callback that may have run the
+ * call synchronously to its end (the scheduler's pump dispatches at once) returns at once
+ * without touching c. */
+#ifndef MG_CALL_H
+#define MG_CALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/json.h"
+#include "pipeline/pipeline.h"
+#include "sched/task.h"
+#include "upstream/sse.h"
+
+typedef enum {
+    STEP_PARSE,
+    STEP_IDENTIFY,
+    STEP_IDEMPOTENCY,
+    STEP_ADMIT,
+    STEP_ENQUEUE,
+    STEP_ROUTE,
+    STEP_RESERVE,
+    STEP_ENCODE,
+    STEP_SEND,
+    STEP_STREAM,
+    STEP_FINISH,
+    STEP_COUNT
+} mg_step_t;
+
+typedef enum {
+    MG_STEP_NEXT,  /* go on with c->step */
+    MG_STEP_AGAIN, /* wait: a callback resumes the call at c->step */
+    MG_STEP_DONE,  /* the call is not this frame's any more (it is over and freed, or a
+                      callback under this step ran it on): do not touch it */
+} mg_step_rc_t;
+
+/* Why the last failed attempt failed: decides the final status if all fail. */
+typedef enum {
+    FAIL_NONE = 0,
+    FAIL_CONNECT,
+    FAIL_RATE_LIMITED,
+    FAIL_SERVER,
+    FAIL_AUTH,
+    FAIL_GARBAGE,
+    FAIL_TIMEOUT,       /* no first byte in time */
+    FAIL_TIMEOUT_TOTAL, /* the inference / total deadline passed */
+    FAIL_ADAPTER,
+} fail_kind_t;
+
+/* What finish writes to the client. */
+typedef enum {
+    ANSWER_NONE = 0,  /* nothing: the client left */
+    ANSWER_ERROR,     /* the error in c->error_*: a JSON error answer */
+    ANSWER_JSON,      /* c->answer: a complete JSON body */
+    ANSWER_STREAM,    /* the rest of c->out and the stream's end ([DONE], or the error event) */
+} answer_kind_t;
+
+/* What the client asked of routing: priority, pool, pinning, local/smaller/cloud flags. */
+typedef struct {
+    const char *priority;
+    const char *pool;
+    char pin[160];
+    int has_pin;
+    int local_only;
+    int allow_smaller_model; /* -1: the request does not say (routing.allow_smaller_model) */
+    int queue_ms, first_token_ms, inference_ms, total_ms; /* from the body's timeouts, 0 = default */
+} routing_input_t;
+
+/* The body as the fast path read it from the bytes (body.c). */
+typedef struct {
+    const char *model;    /* in the request's arena */
+    int stream;           /* "stream": true */
+    int include_usage;    /* stream_options.include_usage: true */
+    long long max_tokens; /* max_tokens, else max_completion_tokens; -1 if neither is a number */
+    const char *user;     /* the "user" string's bytes (no escapes in them), or NULL */
+    size_t user_len;
+    const mg_json_member_t *members; /* every member, in order (the request's arena), so
+                                        that the upstream body is spliced without a second
+                                        scan; NULL when there were too many to keep */
+    size_t n_members;
+} fast_body_t;
+
+typedef struct call_s {
+    struct call_s *prev, *next;  /* the pipeline's list of calls in flight */
+    mg_pipeline_t *pl;
+    mg_step_t step;              /* the step the runner calls next (see above) */
+    mg_http_req_t *req;          /* borrowed; NULL once the client left */
+    mg_endpoint_t ep;
+    mg_task_t task;              /* the PRD's state machine; every change is logged */
+    mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
+    int queued;                  /* entry is in the queue */
+    mg_gen_t *gen;               /* one reference held */
+    /* parse */
+    routing_input_t in;
+    fast_body_t fb;
+    int fast;                    /* the body was read as bytes (fb), not as a tree */
+    const char *priority;        /* "P0".."P4" (static) */
+    const mg_app_conf_t *app;    /* metadata.application, when configured */
+    char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
+    /* a model served through a provider's model_prefix rather than a logical model */
+    mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
+    char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */
+    const char *prefix;              /* in gen->cfg: the prefix that matched */
+    const mg_model_conf_t *model;/* in gen->cfg, or prefixed_model */
+    cJSON *body;                 /* owned: the sanitized client request; NULL until call_tree()
+                                    after the fast path (see body.c) */
+    const mg_json_member_t *body_members; /* the fast path's members of req->body (in its
+                                             arena), or NULL: passthrough_body scans */
+    size_t n_body_members;
+    int stream;
+    int client_include_usage;
+    long long max_tokens;        /* the client's output ceiling as asked, or -1 */
+    long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
+    int tokens_capped;           /* the scheduler lowered max_tokens to mapped_max_tokens */
+    long long asked_max_tokens;  /* the client's output ceiling, or -1 (from enqueue on) */
+    const mg_route_conf_t *smaller_route; /* memory admission's smaller model, or NULL */
+    const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
+    int output_shortened;        /* memory admission lowered max_tokens to fit: degraded */
+    /* the request as Lua sees it; its table (req_ref) is made only when a policy or adapter
+       is called for the request: a kept plan and a kept encode answer need none */
+    mg_lua_req_t lua_info;       /* strings: static, in gen or call, or the two below */
+    char lua_request_id[MG_REQUEST_ID_LEN + 1];
+    char lua_pin[160];
+    int req_ref, state_ref;      /* Lua registry references in gen (-1: none yet) */
+    /* routing: four arrays in routing_buf, one entry per route of the model */
+    void *routing_buf;           /* owned; kept with a spare call (see call.c) */
+    size_t routing_cap;          /* routes routing_buf has room for */
+    mg_candidate_t *cands;       /* in routing_buf */
+    int *cand_route;             /* in routing_buf: candidate -> route index */
+    int n_cands;
+    int described;               /* the candidates were described for the next route step
+                                    already; their fill_candidates answer is route_limit */
+    int route_limit;
+    mg_plan_entry_t *plan;       /* in routing_buf: the current plan */
+    unsigned char *tried;        /* in routing_buf: per candidate, attempted in this request */
+    int plan_n, plan_next;
+    int plan_limit;              /* the plan's req.plan_limit (0: none) */
+    const mg_plan_entry_t *entry_now; /* the plan entry reserved for the attempt to come */
+    mg_encoded_t enc;            /* encode -> send: the adapter's request (owned until sent) */
+    mg_buf_t up_body;            /* encode -> send: its body (moved into the transfer) */
+    int route_calls;             /* times routing.route() was asked */
+    int attempts;                /* upstream attempts started */
+    int limited;                 /* plan entries refused by a rate limit in this pass */
+    uint64_t limited_until_ms;   /* loop time the earliest of them frees up */
+    uint64_t deadline_ms;        /* loop time after which the request stops waiting */
+    int queue_ms;                /* effective timeouts: the request's, capped by the config */
+    int first_token_ms;
+    int inference_ms;
+    uint64_t total_deadline_ms;  /* loop time the whole request must end by */
+    uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
+    int64_t est_tokens;          /* reserved against TPM limits */
+    mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
+    mg_limiter_resv_t resv;      /* the current attempt's reservation */
+    const char *degraded;        /* static: how the current attempt is degraded, or NULL */
+    const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
+    uint64_t attempt_start_ms;
+    const char *cancel_reason;   /* static: why the task was cancelled, or NULL */
+    uint64_t cancel_ns, released_ns; /* when it was cancelled and when its slot came back */
+    /* the current attempt */
+    mg_xfer_t *xfer;
+    const mg_provider_conf_t *provider;
+    const mg_route_conf_t *route;   /* the attempt's route, in gen->cfg or prefixed_model */
+    const char *upstream_model;
+    int adapter, passthrough, ndjson;
+    int up_status;
+    int unreachable;             /* the connection failed: a fault of the provider, not the route */
+    char retry_after[32];
+    mg_buf_t resp;               /* owned: response body (non-stream) or error body */
+    mg_sse_parser_t sse;
+    int sse_ready;
+    /* stream state */
+    int client_started;
+    int first_chunk_done;
+    cJSON *held_finish;          /* owned: the finish_reason chunk, waiting for usage */
+    mg_buf_t held_raw;           /* owned: the same for passthrough streams, as upstream bytes */
+    int held_raw_first;          /* the held raw chunk is also the first one (needs metadata) */
+    int upstream_done;
+    int stop_stream;             /* the stream was ended early by the gateway */
+    mg_buf_t out;                /* owned: SSE bytes batched for the client */
+    /* the end (finish) */
+    answer_kind_t answer_kind;
+    mg_buf_t answer;             /* owned: ANSWER_JSON's body */
+    char error_message[1024];    /* ANSWER_ERROR's message, or the stream's error event's */
+    int error_retry_ms;
+    /* accounting */
+    int have_usage;
+    long long prompt_tokens, completion_tokens;
+    long long chunks;
+    fail_kind_t last_fail;
+    int retry_after_ms;
+    uint64_t t_start, t_dispatch, t_first; /* uv_hrtime() ns */
+    int status;
+    const char *outcome;
+    const char *error_code;
+} call_t;
+
+/* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */
+
+/* Run the call's steps from c->step until one waits or the call is over. */
+void mg_call_run(call_t *c);
+/* Resume a waiting call at `step` (from a callback). */
+void call_resume(call_t *c, mg_step_t step);
+
+/* A new call for req (the pipeline's list, in_flight counted), or NULL when out of memory. */
+call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep);
+
+/* The call ends with this error (a JSON error answer, or, once the stream reached the
+ * client, the stream's error event): recorded, and c->step set to finish. Returns
+ * MG_STEP_NEXT, so a step can `return call_error(...)`. */
+mg_step_rc_t call_error(call_t *c, int status, const char *code, const char *msg,
+                        int retry_after_ms);
+/* The stream ends with an error event and [DONE] (after bytes reached the client the route
+ * is locked: a truncated answer never looks complete). Returns MG_STEP_NEXT. */
+mg_step_rc_t stream_error(call_t *c, const char *code, const char *msg);
+/* From a callback: end the call now with that error / error event. */
+void call_fail(call_t *c, int status, const char *code, const char *msg, int retry_after_ms);
+void stream_fail(call_t *c, const char *code, const char *msg);
+
+/* The finish step: see above. Always MG_STEP_DONE. */
+mg_step_rc_t step_finish(call_t *c);
+
+/* Move the task to state `to` (logged once per change). */
+void task_to(call_t *c, mg_task_state_t to, const char *reason);
+/* Give the slot (and the queue place) back now, at cancellation, and note when. */
+void release_on_cancel(call_t *c, const char *reason);
+/* The client left (abort hook) or the task was cancelled: the call ends without an answer
+ * (or with the cancellation's answer, see pipeline.c). */
+void call_cancelled(call_t *c, const char *reason);
+/* The request went to another owner (idem.c): the call ends without a log line or an
+ * answer. */
+void call_handed_over(call_t *c);
+/* Without upstream counts: a byte-based guess for the prompt, one token per streamed chunk
+ * for the answer (what OpenAI-style servers send). */
+void estimate_tokens(call_t *c);
+/* The request's Lua table (req), made on first use. */
+int req_table(call_t *c);
+/* Milliseconds between two uv_hrtime() readings (0 when either is unset). */
+double ms_since(uint64_t from, uint64_t to);
+
+/* ---- body.c: parse ------------------------------------------------------------------- */
+
+mg_step_rc_t step_parse(call_t *c);
+/* Who is asking and what is sent on: the extensions taken out (after the idempotency step
+ * read its key), metadata's application and user, max_output_tokens mapped, streams asked
+ * for usage; c->max_tokens set. */
+void body_sanitize(call_t *c);
+/* The sanitized tree of the client's body, made on first use after the fast path. NULL
+ * when out of memory. */
+cJSON *call_tree(call_t *c);
+/* The tree's side of a lowered output ceiling (see admit.c, take_admission). */
+void cap_tree_tokens(call_t *c);
+/* The upstream body for a passthrough adapter, spliced from the client's bytes. 0 or -1. */
+int passthrough_body(call_t *c, const char *model, mg_buf_t *out);
+/* Whether a member is one the gateway adds to answers (a clash when the upstream has it). */
+int is_gateway_member(const mg_json_member_t *m);
+int member_is(const mg_json_member_t *m, const char *key);
+void set_item(cJSON *obj, const char *key, cJSON *value);
+
+/* ---- admit.c: identify, idempotency, admit, enqueue ----------------------------------- */
+
+mg_step_rc_t step_identify(call_t *c);
+mg_step_rc_t step_idempotency(call_t *c);
+mg_step_rc_t step_admit(call_t *c);
+mg_step_rc_t step_enqueue(call_t *c);
+
+/* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
+
+mg_step_rc_t step_route(call_t *c);
+mg_step_rc_t step_reserve(call_t *c);
+mg_step_rc_t step_encode(call_t *c);
+mg_step_rc_t step_send(call_t *c);
+/* End of an attempt: the provider's counters, breaker, health and cooldown. */
+void attempt_end(call_t *c, int success);
+/* The routing arrays for the model's routes. 0 or -1 (out of memory). */
+int alloc_routing(call_t *c);
+/* A failed attempt before the first byte reached the client: the next entry. */
+void attempt_failed(call_t *c, fail_kind_t why);
+
+/* ---- answer.c: the upstream's answer -------------------------------------------------- */
+
+extern const mg_xfer_cbs_t mg_call_xfer_cbs;
+mg_step_rc_t step_stream(call_t *c);
+/* The answer's members the gateway adds: request_id, logical_model, actual_model,
+ * degraded (and timing, by the callers that add it). */
+cJSON *timing_json(call_t *c, uint64_t now);
+/* "X-Sidecar-Degraded: ...\r\n" for the call's answer into buf, or NULL. */
+const char *degraded_header(const call_t *c, char *buf, size_t cap);
+const char *degraded_reason(const call_t *c, char *buf, size_t cap);
+/* The stream's pending bytes to the client: the head first when nothing was sent yet;
+ * with `end`, the stream's end too. */
+void send_out(call_t *c, int head, int end);
+/* The stream reaches the client now (its head goes with the next send_out); 1 the first
+ * time. */
+int stream_start(call_t *c);
+/* The held finish chunk (with usage and timing when with_totals) into c->out. */
+void emit_held_finish(call_t *c, int with_totals);
+/* One SSE event into c->out. */
+void out_event(call_t *c, const char *json, size_t n);
+
+#endif

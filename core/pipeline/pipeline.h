@@ -1,0 +1,57 @@
+/* pipeline: an inference request (POST /v1/chat/completions, /v1/completions,
+ * /v1/embeddings) from its parsed HTTP request to the end of its answer, through the named
+ * steps of call.h: parse → identify → idempotency → admit → enqueue → route → reserve →
+ * encode → send → stream → finish. A client that leaves at any point aborts the upstream
+ * transfer at once.
+ *
+ * The pipeline holds what the steps use, borrowed from the composition root (server.c),
+ * which fills every field before the first request and keeps them alive until the last
+ * call ended; and the calls in flight, which are its own. Loop thread only. */
+#ifndef MG_PIPELINE_H
+#define MG_PIPELINE_H
+
+#include <uv.h>
+
+#include "luavm/gens.h"
+#include "net/endpoint.h"
+#include "net/http.h"
+#include "obs/metrics.h"
+#include "route/facts.h"
+#include "route/pool.h"
+#include "sched/pump.h"
+#include "sched/sched.h"
+#include "store/store.h"
+#include "tenancy/auth.h"
+#include "tenancy/userrate.h"
+#include "upstream/upstream.h"
+
+struct mg_idem_s;
+
+typedef struct mg_pipeline_s {
+    /* borrowed */
+    uv_loop_t *loop;
+    mg_gens_t *gens;           /* the generation a new call takes */
+    mg_pool_t *pool;           /* provider runtime state */
+    mg_facts_t *facts;         /* routing's view of the routes, kept */
+    mg_sched_t *sched;
+    mg_pump_t *pump;
+    mg_upstream_t *upstream;
+    mg_auth_t *auth;
+    mg_userrate_t *userrate;
+    mg_metrics_t *metrics;
+    mg_store_t *store;         /* cooldowns and health are persisted here; NULL = not */
+    struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
+    /* the pipeline's own */
+    struct call_s *calls;      /* in flight */
+    int in_flight;
+} mg_pipeline_t;
+
+/* Answer an inference request for endpoint ep (an mg_handle_fn with ud = the pipeline). */
+void mg_pipeline_handle(void *pipeline, mg_http_req_t *req, mg_endpoint_t ep);
+
+/* GET /v1/tasks/{id} for a request in flight: its state and timing; DELETE: cancel it (its
+ * client gets 409 REQUEST_CANCELLED, or an error event when streaming). Returns 0 when
+ * answered, -1 (nothing answered) when no such request is in flight. */
+int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id);
+
+#endif

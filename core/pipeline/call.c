@@ -14,21 +14,32 @@
 /* The runner                                                                */
 /* ------------------------------------------------------------------------ */
 
-static mg_step_rc_t (*const steps[STEP_COUNT])(call_t *c) = {
-    [STEP_PARSE] = step_parse,     [STEP_IDENTIFY] = step_identify,
-    [STEP_IDEMPOTENCY] = step_idempotency, [STEP_ADMIT] = step_admit,
-    [STEP_ENQUEUE] = step_enqueue, [STEP_ROUTE] = step_route,
-    [STEP_RESERVE] = step_reserve, [STEP_ENCODE] = step_encode,
-    [STEP_SEND] = step_send,       [STEP_STREAM] = step_stream,
-    [STEP_FINISH] = step_finish,
-};
+/* One step (a switch rather than a table of pointers: the steps can be inlined here). */
+static mg_step_rc_t run_step(call_t *c, mg_step_t s)
+{
+    switch (s) {
+    case STEP_PARSE: return step_parse(c);
+    case STEP_IDENTIFY: return step_identify(c);
+    case STEP_IDEMPOTENCY: return step_idempotency(c);
+    case STEP_ADMIT: return step_admit(c);
+    case STEP_ENQUEUE: return step_enqueue(c);
+    case STEP_ROUTE: return step_route(c);
+    case STEP_RESERVE: return step_reserve(c);
+    case STEP_ENCODE: return step_encode(c);
+    case STEP_SEND: return step_send(c);
+    case STEP_STREAM: return step_stream(c);
+    case STEP_FINISH: return step_finish(c);
+    case STEP_COUNT: break;
+    }
+    return step_finish(c); /* not reached: c->step is always a step */
+}
 
 void mg_call_run(call_t *c)
 {
     for (;;) {
         mg_step_t s = c->step;
         c->step = s + 1; /* the step may send the call elsewhere */
-        if (steps[s](c) != MG_STEP_NEXT) return;
+        if (run_step(c, s) != MG_STEP_NEXT) return;
     }
 }
 
@@ -210,12 +221,26 @@ static void call_free(call_t *c)
     mg_buf_free(&c->resp);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
+    free(c->error_message);
     call_release(c);
 }
 
 /* ------------------------------------------------------------------------ */
 /* How a call ends                                                           */
 /* ------------------------------------------------------------------------ */
+
+/* The message of the call's error (a later error replaces an earlier one). */
+static void set_error_message(call_t *c, const char *msg)
+{
+    free(c->error_message);
+    c->error_message = strdup(msg);
+}
+
+/* What the error answer says when even its message could not be kept. */
+static const char *error_message(const call_t *c)
+{
+    return c->error_message ? c->error_message : "out of memory";
+}
 
 mg_step_rc_t call_error(call_t *c, int status, const char *code, const char *msg,
                         int retry_after_ms)
@@ -225,7 +250,7 @@ mg_step_rc_t call_error(call_t *c, int status, const char *code, const char *msg
     c->outcome = "error";
     c->error_code = code;
     c->error_retry_ms = retry_after_ms;
-    snprintf(c->error_message, sizeof(c->error_message), "%s", msg);
+    set_error_message(c, msg);
     c->step = STEP_FINISH;
     return MG_STEP_NEXT;
 }
@@ -236,7 +261,7 @@ mg_step_rc_t stream_error(call_t *c, const char *code, const char *msg)
     c->status = 200;
     c->outcome = "error";
     c->error_code = code;
-    snprintf(c->error_message, sizeof(c->error_message), "%s", msg);
+    set_error_message(c, msg);
     c->step = STEP_FINISH;
     return MG_STEP_NEXT;
 }
@@ -326,7 +351,7 @@ static void respond_error(call_t *c)
     char extra[96] = "";
     if (c->fail_degraded)
         snprintf(extra, sizeof(extra), "X-Sidecar-Degraded: %s\r\n", c->fail_degraded);
-    mg_error_respond(c->req, c->status, c->error_code, c->error_message, c->error_retry_ms,
+    mg_error_respond(c->req, c->status, c->error_code, error_message(c), c->error_retry_ms,
                      extra[0] ? extra : NULL);
 }
 
@@ -339,7 +364,7 @@ static void end_stream(call_t *c)
         c->held_finish = NULL;
         c->held_raw.len = 0;
         mg_buf_t ev = {0};
-        mg_error_body(&ev, 500, c->error_code, c->error_message, c->req->request_id, 0);
+        mg_error_body(&ev, 500, c->error_code, error_message(c), c->req->request_id, 0);
         out_event(c, ev.data ? ev.data : "{}", ev.len ? ev.len : 2);
         mg_buf_free(&ev);
         c->pl->metrics->stream_errors_total++;

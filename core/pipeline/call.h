@@ -209,7 +209,8 @@ typedef struct call_s {
     /* the end (finish) */
     answer_kind_t answer_kind;
     mg_buf_t answer;             /* owned: ANSWER_JSON's body */
-    char error_message[1024];    /* ANSWER_ERROR's message, or the stream's error event's */
+    char *error_message;         /* owned: ANSWER_ERROR's message, or the stream's error
+                                    event's (made only when the call fails) */
     int error_retry_ms;
     /* accounting */
     int have_usage;

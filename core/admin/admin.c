@@ -1,6 +1,6 @@
 /* admin: the admin API's dispatch (queue, worker thread, effects, audit, answer) and its
- * tenants, projects and customer keys; see admin.h. Providers are in admin_providers.c,
- * the helpers every resource shares in admin_req.c.
+ * tenants, projects and customer keys; see admin.h. Providers are in providers.c,
+ * the helpers every resource shares in req.c.
  *
  * One request is one admin_t. mg_admin_handle() copies what the handler needs from the
  * HTTP request and queues it; requests run one at a time on a libuv worker thread (the
@@ -1023,7 +1023,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
         return;
     }
     if (!strcmp(coll, "pools") || !strcmp(coll, "cooldowns")) {
-        a->action = "admin.read_only"; /* api.c answers their reads */
+        a->action = "admin.read_only"; /* front.c answers their reads */
         adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "this admin endpoint is read-only");
         return;
     }

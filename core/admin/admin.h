@@ -17,13 +17,13 @@
  *   POST /api/v2/keys/{id}/disable | /enable
  *   POST /api/v2/keys/{id}/rotate                    -> {id, key, replaces, ...} of the new key
  *   DELETE /api/v2/keys/{id}                         (revokes: the row stays for the record)
- *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (admin_providers.c)
- *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (admin_scope.c)
+ *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (providers.c)
+ *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (scope.c)
  *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
- *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (admin_defs.c)
- *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (admin_defs.c)
+ *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (defs.c)
+ *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (defs.c)
  *   GET|PUT /api/v2/quotas, /api/v2/policies         views over settings and applications
- *                                                   (admin_views.c)
+ *                                                   (views.c)
  *   GET|PUT /api/v2/config                           runtime settings (settings.h)
  *   GET  /api/v2/audit[?limit=N]                     the newest audit records first
  *

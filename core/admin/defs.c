@@ -1,7 +1,7 @@
-/* admin_defs: the admin resources stored as JSON definitions in the config file's shape —
+/* defs: the admin resources stored as JSON definitions in the config file's shape —
  * logical models (/api/v2/models, the PRD's /admin/models; models.h) and applications
  * (/api/v2/applications, the PRD's /admin/applications; apps.h) — on the admin worker thread
- * (see admin.c, admin_req.h).
+ * (see admin.c, req.h).
  *
  *   GET    /api/v2/{kind}              every one the gateway uses (file and stored)
  *   GET    /api/v2/{kind}/{name}

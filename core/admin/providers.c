@@ -1,12 +1,12 @@
-/* admin_providers: /api/v2/providers writes (create, update, delete, enable, disable) and the
- * test call, on the admin worker thread (see admin.c, admin_req.h).
+/* providers: /api/v2/providers writes (create, update, delete, enable, disable) and the
+ * test call, on the admin worker thread (see admin.c, req.h).
  *
  *   POST   /api/v2/providers {name, api_key, endpoint_url, pool?, rpm_limit?, tpm_limit?,
  *                             weight?, cost_per_1k_tokens?, model_prefix?, adapter?, local?}
  *   PUT    /api/v2/providers/{id} {any of the above}
  *   DELETE /api/v2/providers/{id}
  *   POST   /api/v2/providers/{id}/enable | /disable | /test
- * (GET /api/v2/providers[/{id}] is answered by api.c from the live state.)
+ * (GET /api/v2/providers[/{id}] is answered by front.c from the live state.)
  *
  * Create and any change of api_key or endpoint_url first make the Sidecar ADR's test call
  * (providers.h) with the key, outside any transaction: 200 with JSON stores it; 401/403 is

@@ -1,4 +1,4 @@
-/* admin_req: the helpers every admin resource shares; see admin_req.h. */
+/* req: the helpers every admin resource shares; see req.h. */
 #include "admin/req.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* admin_req: one admin API request and the helpers every admin resource shares (admin.c for
- * tenants, projects and keys; admin_providers.c for providers). Internal to the admin API.
+/* req: one admin API request and the helpers every admin resource shares (admin.c for
+ * tenants, projects and keys; providers.c for providers). Internal to the admin API.
  *
  * An admin_t is built on the loop thread from the HTTP request (path, query, method, body,
  * request id and client address are copied, so the handler never touches the connection)
@@ -194,7 +194,7 @@ void adm_add_str(cJSON *o, const char *k, const char *v);
 /* A JSON text column as a value; fallback (array or object) when absent or malformed. */
 void adm_add_json(cJSON *o, const char *k, const char *v, int object);
 
-/* ---- scope (admin_scope.c) ---- */
+/* ---- scope (scope.c) ---- */
 
 /* Worker: resolve a tenant admin token (a->tenant_token, wiped) to its tenant. 0, or -1
  * with 401 / 500 set. */
@@ -206,7 +206,7 @@ int adm_scope_check(admin_t *a, const char *coll, const char *id, const char *ve
 /* /api/v2/admin-tokens[/{id}]: create, list, revoke (platform admin only). */
 void adm_admin_tokens_route(admin_t *a, const char *id);
 
-/* ---- models and applications (admin_defs.c) ---- */
+/* ---- models and applications (defs.c) ---- */
 
 /* /api/v2/models[/{name}] and /api/v2/applications[/{name}]: list, get, create, update,
  * delete. 1 when coll is one of them (answered), 0 otherwise. */
@@ -223,12 +223,12 @@ int adm_app_write_tx(admin_t *a, mg_store_tx_t *tx, const char *name, const cJSO
 /* Write one setting (null = remove the override) inside tx. 0 or -1 (error set). */
 int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const cJSON *v);
 
-/* ---- quotas and policies (admin_views.c) ---- */
+/* ---- quotas and policies (views.c) ---- */
 
 /* /api/v2/quotas and /api/v2/policies (GET, PUT). 1 when coll is one of them. */
 int adm_views_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
-/* ---- providers (admin_providers.c) ---- */
+/* ---- providers (providers.c) ---- */
 
 /* /api/v2/providers[/{id}[/{verb}]] writes and tests, on the worker thread. */
 void adm_providers_route(admin_t *a, const char *id, const char *verb);

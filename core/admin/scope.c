@@ -1,4 +1,4 @@
-/* admin_scope: who may do what in the admin API (multi-tenant design: platform roles have no
+/* scope: who may do what in the admin API (multi-tenant design: platform roles have no
  * tenant, tenant roles are bound to one; permission is checked before the handler runs and
  * tenant filtering happens in the queries or by an ownership check).
  *

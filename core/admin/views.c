@@ -1,4 +1,4 @@
-/* admin_views: the PRD's /admin/quotas and /admin/policies (3.2.3) as views over the same
+/* views: the PRD's /admin/quotas and /admin/policies (3.2.3) as views over the same
  * state the rest of the admin API changes, on the admin worker thread.
  *
  *   GET /api/v2/quotas    {users: {default_max_running_tasks, default_max_queued_tasks,

@@ -261,7 +261,7 @@ static int shape_ok(mg_endpoint_t ep, const fast_scan_t *f)
            n > 0;
 }
 
-/* The output ceiling the client asked for, as mg_proxy_handle reads it from the tree. */
+/* The output ceiling the client asked for, as the admit step reads it from the tree. */
 static int fast_max_tokens(const fast_scan_t *f, long long *out)
 {
     *out = -1;

@@ -224,7 +224,7 @@ describe('admin API: authentication, validation, masking, audit', () => {
         assert.match(rec.client_addr, /^127\.0\.0\.1:\d+$/);
         const badRec = audit.json.data.find((a) => a.request_id === bad.headers.get('x-request-id'));
         assert.ok(badRec && badRec.status === 400 && badRec.action === 'tenant.create');
-        // the read endpoints answered in api.c are audited too
+        // the read endpoints answered on the loop (admin/front.c) are audited too
         const pools = await admin('GET', 'pools');
         assert.equal(pools.status, 200);
         // (a read's record is written after its answer went out: it may take a moment)

@@ -352,9 +352,9 @@ describe('global max_running_tasks 1', () => {
         });
 });
 
-// Known gateway bug (see the report): at backpressure level 2 the scheduler lowers the
-// task's max_output_tokens to 1024 (sched.h, mg_sched_enqueue), but core/pipeline/proxy.c enqueue
-// does not forward the lowered value: the upstream still gets the client's max_tokens.
+// At backpressure level 2 the scheduler lowers the task's max_output_tokens to 1024 (sched.h,
+// mg_sched_enqueue), and the upstream must get the lowered value (take_admission in
+// core/pipeline/admit.c), not the client's max_tokens.
 describe('backpressure level 2 output cap', () => {
     let env;
     before(async () => {

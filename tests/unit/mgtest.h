@@ -1,7 +1,8 @@
 /* mgtest: the smallest test harness that does the job. Each test file defines
  * test functions, lists them in main() with MG_RUN, and returns mg_test_summary().
  * A failed CHECK prints file:line and the expression and marks the test failed;
- * the test goes on so one run shows every failure. */
+ * the test goes on so one run shows every failure. A test that ran no CHECK at all fails
+ * too: it proved nothing. */
 #ifndef MG_TEST_H
 #define MG_TEST_H
 
@@ -51,7 +52,12 @@ static int mg_test_failed_ = 0;
 #define MG_RUN(fn)                                                                             \
     do {                                                                                       \
         mg_test_current_failed_ = 0;                                                           \
+        int checks_before_ = mg_test_checks_;                                                  \
         fn();                                                                                  \
+        if (mg_test_checks_ == checks_before_) {                                               \
+            fprintf(stderr, "%s: ran no check\n", #fn);                                        \
+            mg_test_current_failed_ = 1;                                                       \
+        }                                                                                      \
         if (mg_test_current_failed_) {                                                         \
             mg_test_failed_++;                                                                 \
             fprintf(stderr, "FAIL %s\n", #fn);                                                 \

@@ -132,7 +132,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (strcmp(a, "--version") == 0) {
-            printf("moongate 0.1.0\n");
+            printf("moongate %s\n", MOONGATE_VERSION);
             return 0;
         } else {
             fprintf(stderr, "moongate: unknown argument '%s'\n\n", a);

@@ -22,7 +22,7 @@
 #define MG_LUA_API_VERSION 1
 #define JSON_MAX_DEPTH 64
 
-static const char *const MG_VERSION = "0.1.0";
+static const char *const MG_VERSION = MOONGATE_VERSION;
 
 /* ------------------------------------------------------------------------ */
 /* JSON <-> Lua                                                              */

@@ -111,9 +111,9 @@ static mg_step_rc_t fail_exhausted(call_t *c)
 static const char *base_head(const call_t *c, char *buf)
 {
     static const char json[] = "Content-Type: application/json\r\nAccept: application/json\r\n"
-                               "User-Agent: moongate/0.1\r\nX-Request-Id: ";
+                               "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
     static const char sse[] = "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                              "User-Agent: moongate/0.1\r\nX-Request-Id: ";
+                              "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
     _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 <= BASE_HEAD_MAX, "BASE_HEAD_MAX");
     const char *head = c->stream ? sse : json;
     size_t n = c->stream ? sizeof(sse) - 1 : sizeof(json) - 1;

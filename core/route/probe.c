@@ -543,7 +543,7 @@ static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, loa
     p->load = lk;
     struct curl_slist *h = NULL, *nh;
     const char *fixed[] = {kind == PROBE_HEALTH ? "Accept: application/json" : "Accept: */*",
-                           "User-Agent: moongate/0.1 (probe)"};
+                           "User-Agent: moongate/" MOONGATE_VERSION " (probe)"};
     for (size_t i = 0; i < 2; i++) {
         if (!(nh = curl_slist_append(h, fixed[i]))) goto fail;
         h = nh;

@@ -317,9 +317,8 @@ static void head_num(head_buf_t *h, long long v)
     head_put(h, p, n);
 }
 
-/* The same head as format_head_printf(), piece by piece: snprintf cost a proxied request
- * more than the rest of writing its answer. 0 when it does not fit (the caller then lets
- * snprintf cut it as before). */
+/* The same head as format_head_printf(), piece by piece, without printf (on every answer's
+ * path; bench/README.md). 0 when it does not fit (the caller then lets snprintf cut it). */
 static size_t format_head_fast(mg_http_req_t *req, char *buf, size_t cap, int status,
                                const char *content_type, const char *extra,
                                long long content_length, int keep)
@@ -515,10 +514,9 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
 /* Requests and parsing                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* A connection keeps its last finished request and reuses it, arena block included: that
- * block is a 2 KiB malloc, past glibc's per-thread cache, and each one made malloc sweep its
- * fast bins. Sanitizer builds free every request (MG_RECYCLE), so a use after the answer
- * still shows. */
+/* A connection keeps its last finished request and reuses it, arena block included: no
+ * allocation per request for them (bench/README.md). Sanitizer builds free every request
+ * (MG_RECYCLE), so a use after the answer still shows. */
 static mg_http_req_t *req_new(mg_conn_t *c)
 {
     mg_http_req_t *req = c->spare;

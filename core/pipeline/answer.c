@@ -237,8 +237,7 @@ static void append_metadata_raw(call_t *c, mg_buf_t *o)
     append_degraded_raw(c, o);
 }
 
-/* ,"timing":{...} in whole milliseconds (written without printf: it was a tenth of a
- * passthrough answer's instructions). */
+/* ,"timing":{...} in whole milliseconds, written without printf (every answer pays it). */
 static int append_timing_raw(const call_t *c, uint64_t now, mg_buf_t *o)
 {
     mg_buf_append_str(o, ",\"timing\":{\"queue_ms\":");
@@ -591,8 +590,8 @@ static int passthrough_answer(call_t *c)
     while (end > c->resp.data && end[-1] != '}') end--;
     mg_buf_t *out = &c->answer;
     out->len = 0;
-    /* the metadata below in one allocation: the names' escaping reserve included, every
-       growth was a realloc and a copy */
+    /* the metadata below in one allocation: the names' escaping reserve included, so the
+       buffer never grows (a realloc and a copy each) */
     size_t names = strlen(c->model->name) + strlen(c->upstream_model);
     mg_buf_reserve(out, c->resp.len + 6 * names + 330);
     mg_buf_append(out, c->resp.data, (size_t)(end - 1 - c->resp.data));

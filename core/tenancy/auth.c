@@ -39,7 +39,8 @@ struct mg_auth_level_s {
     uint32_t last_used_written_s; /* keys: last last_used_at queued (unix s; fits to 2106) */
 };
 
-/* One per loaded key: 56 bytes is what glibc serves from a 64-byte chunk. */
+/* One per loaded key: at most 56 bytes, malloc's 64-byte chunk (memory per key:
+ * bench/README.md). */
 _Static_assert(sizeof(struct mg_auth_level_s) <= 56, "a key's level outgrew its malloc chunk");
 
 /* A project's level: the common part first, then the project's spend limit. */

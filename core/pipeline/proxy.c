@@ -1107,9 +1107,14 @@ static void on_up_headers(void *ud, int status)
     if (ral) memcpy(c->retry_after, ra, ral);
     c->retry_after[ral] = '\0';
     c->resp.len = 0;
-    if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
+    if (status >= 200 && status < 300 && c->stream) {
+        /* each attempt's stream is framed afresh, in its adapter's mode: an attempt that
+           failed before the first byte may have left an event half read or the stop flag
+           set, and the next provider may speak the other wire */
+        if (c->sse_ready) mg_sse_free(&c->sse);
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
         c->sse_ready = 1;
+        c->stop_stream = 0;
         mg_buf_reserve(&c->out, 16384); /* a typical read's worth of events, allocated once */
     }
 }

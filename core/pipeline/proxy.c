@@ -121,6 +121,7 @@ typedef struct call_s {
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;
+    mg_chunk_memo_t chunk_memo;  /* owned: passthrough streams' last chunk scanned in full */
     /* stream state */
     int client_started;
     int first_chunk_done;
@@ -548,6 +549,7 @@ static void call_free(call_t *c)
     cJSON_Delete(c->held_finish);
     mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
+    mg_chunk_memo_free(&c->chunk_memo);
     free(c->prefixed_model.name);
     free(c->prefixed_model.routes);
     free(c->prefixed_upstream);
@@ -1025,14 +1027,23 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
     return 0;
 }
 
-/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
+/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. Every event but the
+ * [DONE] terminator must be a JSON object the client's SDK can parse: the scan that finds the
+ * keys we act on checks that too, and a broken event is the provider's garbage (a failover
+ * before the first byte, the stream's error end after it), never forwarded. */
 static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
 {
     if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
         c->upstream_done = 1;
         return 0;
     }
-    int flags = mg_chunk_keys(ev->data, ev->data_len);
+    int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
+    if (flags < 0) {
+        mg_log_msg(MG_LOG_WARN, c->req->request_id,
+                   "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
+                   ev->data_len);
+        return garbage_event(c);
+    }
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         mg_buf_append(&c->out, ev->raw, ev->raw_len);

@@ -165,3 +165,99 @@ describe('each attempt frames its own stream', () => {
         assert.ok(!s.text.includes('"id":"half"'), 'no byte of the first attempt reached the client');
     });
 });
+
+// The issue's event, between valid chunks of an OpenAI-wire stream.
+const BAD = 'data: {"id":"x","choices":[...]],,NOT JSON}\n\n';
+
+describe('malformed events in pass-through streams (issue 16.8)', () => {
+    test('the openai SDK gets the chunks before it and then a clean APIError; counted as the upstream\'s failure', async () => {
+        const failures = await metric('moongate_provider_failures_total{provider_id="p-bad-mid-1"}');
+        const streamErrors = await metric('moongate_stream_errors_total');
+        // lead (role) chunk + 2 content chunks, then the broken event, then the rest of the stream
+        await script('up-bad-mid-1', { inject_frame: BAD, inject_after_frames: 3, chunk_delay_ms: 30 });
+        const stream = await client.chat.completions.create(chat('bad-mid', { stream: true }));
+        const got = [];
+        let err = null;
+        try {
+            for await (const c of stream) got.push(c);
+        } catch (e) {
+            err = e;
+        }
+        assert.ok(err, `the iteration must not end as a success (got ${got.length} chunks)`);
+        assert.ok(err instanceof OpenAI.APIError, `an APIError, not a parse crash: ${err?.constructor?.name}: ${err?.message}`);
+        assert.match(err.message, /invalid stream event/);
+        assert.equal(text(got), contentPieces('up-bad-mid-1').slice(0, 2).join(''), 'the two chunks before it');
+        assert.ok(!got.some((c) => c.choices?.[0]?.finish_reason), 'no finish_reason: not a truncated success');
+        const rid = got[0].request_id;
+        const log = await env.gw.requestLog(rid);
+        assert.equal(log.outcome, 'error');
+        assert.equal(log.error, 'UPSTREAM_ERROR');
+        assert.equal(log.provider, 'p-bad-mid-1');
+        const warn = await env.gw.waitLog((l) => l.request_id === rid && /not JSON/.test(l.msg ?? ''),
+            { what: 'the warning that names the provider' });
+        assert.match(warn.msg, /p-bad-mid-1/);
+        assert.equal(await metric('moongate_provider_failures_total{provider_id="p-bad-mid-1"}'), failures + 1);
+        assert.equal(await metric('moongate_stream_errors_total'), streamErrors + 1);
+    });
+
+    test('on the wire: the broken bytes never reach the client; error event, then [DONE]', async () => {
+        await script('up-bad-mid-raw-1', { inject_frame: BAD, inject_after_frames: 2, chunk_delay_ms: 30 });
+        const s = await postStream(`${env.api}/chat/completions`, chat('bad-mid-raw', { stream: true }));
+        assert.ok(!s.text.includes('NOT JSON'), s.text.slice(0, 800));
+        const e = assertErrorEnd(s);
+        assert.equal(e.request_id, s.headers.get('x-request-id'));
+        const chunks = s.events.filter((c) => c?.choices);
+        assert.equal(text(chunks), contentPieces('up-bad-mid-raw-1')[0]);
+        for (const c of chunks) assertConforms('CreateChatCompletionStreamResponse', c);
+    });
+
+    test('a broken chunk with the keys the gateway acts on (finish_reason, usage) is caught too', async () => {
+        const broken = 'data: {"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],'
+            + '"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3},}\n\n';
+        await script('up-bad-finish-1', { inject_frame: broken, inject_after_frames: 3, chunk_delay_ms: 30 });
+        const s = await postStream(`${env.api}/chat/completions`,
+            chat('bad-finish', { stream: true, stream_options: { include_usage: true } }));
+        assert.ok(!s.text.includes('"total_tokens":3}'), s.text.slice(0, 800));
+        assertErrorEnd(s);
+    });
+
+    test('a broken first event, before any byte reached the client, is garbage: failover', async () => {
+        await script('up-bad-first-1', { inject_frame: BAD, inject_after_frames: 0 });
+        const s = await postStream(`${env.api}/chat/completions`, chat('bad-first', { stream: true }));
+        assert.equal(s.status, 200, s.text);
+        assert.equal(s.data.at(-1), '[DONE]');
+        assert.equal(s.events[0].actual_model, 'up-bad-first-2');
+        assert.equal(text(s.events.slice(0, -1)), contentFor('up-bad-first-2'));
+        const log = await env.gw.requestLog(s.headers.get('x-request-id'));
+        assert.equal(log.outcome, 'ok');
+        assert.equal(log.provider, 'p-bad-first-2');
+    });
+
+    test('valid events in unusual spellings pass unchanged (escapes, non-ASCII, exponents, spacing)', async () => {
+        const base = { id: 'c-odd', object: 'chat.completion.chunk', created: 1, model: 'up-odd-valid-1' };
+        const content = 'caf\u00e9 \u{1F600} "q" \\ \t \u2028 end';
+        const ev = (o, spaced) => {
+            let j = JSON.stringify(o);
+            if (spaced) j = j.replace(/":/g, '" : ').replace(/,"/g, ' ,\t"');
+            return `data: ${j}\n\n`;
+        };
+        const mid = ev({ ...base, choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }] }, true);
+        const escaped = 'data: {"id":"c-odd","object":"chat.completion.chunk","created":1e0,"model":"up-odd-valid-1",'
+            + '"choices":[{"index":0,"delta":{"content":"\\u00e9\\ud83d\\ude00\\/\\n"},"logprobs":null,"finish_reason":null}]}\n\n';
+        const body = [
+            ev({ ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] }),
+            mid,
+            escaped,
+            ev({ ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }),
+            'data: [DONE]\n\n',
+        ].join('');
+        await script('up-odd-valid-1', { body, headers: { 'Content-Type': 'text/event-stream' } });
+        const s = await postStream(`${env.api}/chat/completions`, chat('odd-valid', { stream: true }));
+        assert.equal(s.status, 200);
+        assert.equal(s.data.at(-1), '[DONE]', s.text.slice(0, 800));
+        assert.ok(!s.events.some((e) => e?.error), s.text.slice(0, 800));
+        assert.ok(s.text.includes(mid), 'the spaced chunk is forwarded byte for byte');
+        assert.ok(s.text.includes(escaped), 'the escaped chunk is forwarded byte for byte');
+        assert.equal(text(s.events.slice(0, -1)), `${content}\u00e9\u{1F600}/\n`);
+    });
+});

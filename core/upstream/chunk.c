@@ -87,14 +87,15 @@ static pos_t scan_utf8(pos_t p, pos_t end)
 }
 
 #ifdef __SSE2__
-/* Bit k set when p[k] is a byte a string scan stops at (STR_STOP). */
+/* Bit k set when p[k] is a byte a string scan stops at (STR_STOP). A signed compare with 0x20
+ * finds the control bytes and the non-ASCII ones (negative as signed bytes) at once. */
 static inline unsigned stop_mask(pos_t p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
     __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
                                _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
-    hit = _mm_or_si128(hit, _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v));
-    return (unsigned)(_mm_movemask_epi8(hit) | _mm_movemask_epi8(v)); /* sign bit: >= 0x80 */
+    hit = _mm_or_si128(hit, _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (unsigned)_mm_movemask_epi8(hit);
 }
 #endif
 
@@ -130,16 +131,17 @@ static pos_t scan_string_rest(pos_t p, pos_t end)
     }
 }
 
-/* The same, with the common case inline: a string whose closing quote is in its first 16
- * bytes with nothing to look at before it (most keys and values of a chunk). */
+/* The same, with the common case inline: a string with nothing to look at before its
+ * closing quote (most keys and values of a chunk), 16 bytes a step. */
 static inline pos_t scan_string(pos_t p, pos_t end)
 {
 #ifdef __SSE2__
-    if (end - p >= 16) {
+    for (; end - p >= 16; p += 16) {
         unsigned m = stop_mask(p);
-        if (!m) return scan_string_rest(p + 16, end);
-        p += __builtin_ctz(m);
-        return *p == '"' ? p + 1 : scan_string_rest(p, end);
+        if (m) {
+            p += __builtin_ctz(m);
+            return *p == '"' ? p + 1 : scan_string_rest(p, end);
+        }
     }
 #endif
     return scan_string_rest(p, end);
@@ -231,10 +233,10 @@ value: /* p at a value, p <= last */
         if (depth == MG_CHUNK_MAX_DEPTH) return -1;
         obj = *p == '{';
         close_ch = obj ? '}' : ']';
-        if (obj)
-            is_obj[depth >> 6] |= (uint64_t)1 << (depth & 63);
-        else
-            is_obj[depth >> 6] &= ~((uint64_t)1 << (depth & 63));
+        {
+            uint64_t bit = (uint64_t)1 << (depth & 63), *w = &is_obj[depth >> 6];
+            *w = (*w & ~bit) | (bit & (uint64_t)-(int64_t)obj);
+        }
         depth++;
         p++;
         SKIP_WS(p);

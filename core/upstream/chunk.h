@@ -49,8 +49,4 @@ typedef struct mg_chunk_memo_s {
 int mg_chunk_scan_memo(mg_chunk_memo_t *m, const char *s, size_t n);
 void mg_chunk_memo_free(mg_chunk_memo_t *m);
 
-/* The MG_CHUNK_* flags of the n bytes without validating them: may report a key that is not
- * there (a string value that looks like one), never misses one that is. */
-int mg_chunk_keys(const char *s, size_t n);
-
 #endif

@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CONFIG ?= config/moongate.yaml
 JOBS ?= 2
 
-.PHONY: all setup build run test asan bench clean
+.PHONY: all setup build run test asan fuzz bench clean
 
 all: build
 
@@ -26,6 +26,13 @@ test: build
 # The same suite against an ASan/UBSan build.
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=Asan
+
+# The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
+# mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
+FUZZ_TIME ?= 60
+fuzz:
+	@scripts/setup --fuzz
+	@FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run
 
 # Side by side with nginx and the upstream direct, then the micro-benchmarks.
 bench: build

@@ -5,7 +5,11 @@
  *   response scan    mg_json_members over the 414-byte chat completion (the answer is
  *                    forwarded as written; its members are scanned for usage);
  *   long content     both again with a 4 KiB message content, so that a change that
- *                    helps short strings cannot quietly cost long answers.
+ *                    helps short strings cannot quietly cost long answers;
+ *   stream chunk     one content chunk of bench/run's stream (every passthrough event):
+ *                    mg_chunk_scan (validated as JSON, the keys the gateway acts on found)
+ *                    and mg_chunk_scan_memo (the same answer, found against the stream's
+ *                    previous content chunk, as a stream's content chunks are checked).
  * CPU ns per call, best of 5 rounds. Built by CMake (target json_bench); run it from
  * anywhere: build/json_bench. */
 #include <stdio.h>
@@ -14,6 +18,7 @@
 #include <time.h>
 
 #include "base/json.h"
+#include "upstream/chunk.h"
 
 #define ROUNDS 5
 #ifndef CALLS
@@ -33,6 +38,18 @@ static const char response_body[] =
     "warm TCP connections, cutting handshake latency and CPU cost per request.\"},\"logprobs\":"
     "null,\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":18,"
     "\"total_tokens\":60}}";
+
+static const char stream_chunk[] =
+    "{\"id\":\"chatcmpl-mock0002\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+    "\"model\":\"gpt-4o-mini-2024-07-18\",\"system_fingerprint\":\"fp_mock\",\"choices\":[{"
+    "\"index\":0,\"delta\":{\"content\":\" connections\"},\"logprobs\":null,"
+    "\"finish_reason\":null}]}";
+
+static const char stream_chunk_b[] =
+    "{\"id\":\"chatcmpl-mock0002\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+    "\"model\":\"gpt-4o-mini-2024-07-18\",\"system_fingerprint\":\"fp_mock\",\"choices\":[{"
+    "\"index\":0,\"delta\":{\"content\":\" pooling\"},\"logprobs\":null,"
+    "\"finish_reason\":null}]}";
 
 static double cpu_ns(void)
 {
@@ -67,6 +84,43 @@ static double ns_per_call(scan_fn scan, const char *body, size_t n)
     return best;
 }
 
+typedef int (*chunk_fn)(const char *s, size_t n);
+
+static double chunk_ns_per_call(chunk_fn scan, const char *body, size_t n)
+{
+    double best = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        volatile int sink = 0;
+        double t0 = cpu_ns();
+        for (int i = 0; i < CALLS; i++)
+            sink += scan(body, n);
+        double ns = (cpu_ns() - t0) / CALLS;
+        if (sink != 0) exit(1); /* the chunk has none of the keys and is valid */
+        if (r == 0 || ns < best) best = ns;
+    }
+    return best;
+}
+
+/* Content chunks one after the other, as a stream's: checked against the one before. */
+static double memo_ns_per_call(void)
+{
+    double best = 0;
+    mg_chunk_memo_t m = {0};
+    const char *c[2] = {stream_chunk, stream_chunk_b};
+    size_t n[2] = {strlen(stream_chunk), strlen(stream_chunk_b)};
+    for (int r = 0; r < ROUNDS; r++) {
+        volatile int sink = 0;
+        double t0 = cpu_ns();
+        for (int i = 0; i < CALLS; i++)
+            sink += mg_chunk_scan_memo(&m, c[i & 1], n[i & 1]);
+        double ns = (cpu_ns() - t0) / CALLS;
+        if (sink != 0) exit(1);
+        if (r == 0 || ns < best) best = ns;
+    }
+    mg_chunk_memo_free(&m);
+    return best;
+}
+
 /* body with the first "content":"..." value's text replaced by `len` bytes of prose. */
 static char *with_long_content(const char *body, size_t len)
 {
@@ -95,6 +149,9 @@ int main(void)
            ns_per_call(mg_json_check_members, long_req, strlen(long_req)));
     printf("%-28s %8zu %10.0f\n", "response scan, long content", strlen(long_resp),
            ns_per_call(mg_json_members, long_resp, strlen(long_resp)));
+    printf("%-28s %8zu %10.0f\n", "stream chunk, validating", strlen(stream_chunk),
+           chunk_ns_per_call(mg_chunk_scan, stream_chunk, strlen(stream_chunk)));
+    printf("%-28s %8zu %10.0f\n", "stream chunk, memo", strlen(stream_chunk), memo_ns_per_call());
     free(long_req);
     free(long_resp);
     return 0;

@@ -9,7 +9,12 @@
  * Ownership: the connection owns its requests. If the client goes away while a
  * request is still being answered, the request's abort hook runs (the owner must
  * stop all work on it and never touch it again) and the request is freed. After
- * mg_http_respond() or mg_http_stream_end() the request is gone as well. */
+ * mg_http_respond() or mg_http_stream_end() the request is gone as well.
+ *
+ * Callbacks (the handler, on_abort, on_drain) may answer their request, free their own
+ * objects and answer or start others, because the connection never frees itself under a
+ * caller (a write error closes it from a fresh loop turn, the struct goes in the close
+ * callback) and touches a request no more once it has been answered or on_abort returned. */
 #ifndef MG_HTTP_H
 #define MG_HTTP_H
 

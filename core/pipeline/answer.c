@@ -409,14 +409,23 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
     return 0;
 }
 
-/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. */
+/* OpenAI-wire event: forwarded verbatim unless it is one we annotate. Every event but the
+ * [DONE] terminator must be a JSON object the client's SDK can parse: the scan that finds the
+ * keys we act on checks that too, and a broken event is the provider's garbage (a failover
+ * before the first byte, the stream's error end after it), never forwarded. */
 static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
 {
     if (ev->data_len == 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
         c->upstream_done = 1;
         return 0;
     }
-    int flags = mg_chunk_keys(ev->data, ev->data_len);
+    int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
+    if (flags < 0) {
+        mg_log_msg(MG_LOG_WARN, c->req->request_id,
+                   "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
+                   ev->data_len);
+        return garbage_event(c);
+    }
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         mg_buf_append(&c->out, ev->raw, ev->raw_len);
@@ -491,9 +500,14 @@ static void on_up_headers(void *ud, int status)
     if (ral) memcpy(c->retry_after, ra, ral);
     c->retry_after[ral] = '\0';
     c->resp.len = 0;
-    if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
+    if (status >= 200 && status < 300 && c->stream) {
+        /* each attempt's stream is framed afresh, in its adapter's mode: an attempt that
+           failed before the first byte may have left an event half read or the stop flag
+           set, and the next provider may speak the other wire */
+        if (c->sse_ready) mg_sse_free(&c->sse);
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
         c->sse_ready = 1;
+        c->stop_stream = 0;
         mg_buf_reserve(&c->out, 16384); /* a typical read's worth of events, allocated once */
     }
 }

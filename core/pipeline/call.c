@@ -211,6 +211,7 @@ static void call_free(call_t *c)
     cJSON_Delete(c->held_finish);
     mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
+    mg_chunk_memo_free(&c->chunk_memo);
     free(c->prefixed_model.name);
     free(c->prefixed_model.routes);
     free(c->prefixed_upstream);

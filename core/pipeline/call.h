@@ -39,6 +39,7 @@
 #include "base/json.h"
 #include "pipeline/pipeline.h"
 #include "sched/task.h"
+#include "upstream/chunk.h"
 #include "upstream/sse.h"
 
 typedef enum {
@@ -197,6 +198,7 @@ typedef struct call_s {
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;
+    mg_chunk_memo_t chunk_memo;  /* owned: passthrough streams' last chunk scanned in full */
     /* stream state */
     int client_started;
     int first_chunk_done;

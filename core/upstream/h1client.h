@@ -14,6 +14,10 @@
  *     returns. `detail` is a static string (NULL on success).
  *   - mg_h1_cancel() is safe anywhere, including inside the transfer's own
  *     callbacks; no callback fires after it.
+ *   - In one sentence: a callback may cancel or end its transfer, start others (which may
+ *     take the connection just pooled), close the client and free what `ud` points to,
+ *     because the client marks a transfer that ends under one of its own frames dead and
+ *     frees it when the last frame leaves, and touches no connection or `ud` after that.
  * A transfer that is cancelled, times out or fails closes its connection (never
  * pooled), which is how the upstream engine learns that the client has left. */
 #ifndef MG_H1CLIENT_H

@@ -70,15 +70,24 @@ static int buf_append(mg_sse_parser_t *p, const char *s, size_t n)
     return 0;
 }
 
-/* Drops the held bytes; a buffer grown big for one event goes back to the allocator. */
-static void buf_clear(mg_sse_parser_t *p)
+/* A buffer grown past MG_SSE_KEEP_CAP for one big event goes back to the allocator. Only
+ * while nothing is held (p->len == 0). */
+static void buf_trim(mg_sse_parser_t *p)
 {
-    p->len = 0;
     if (p->cap > MG_SSE_KEEP_CAP) {
         free(p->buf);
         p->buf = NULL;
         p->cap = 0;
     }
+}
+
+/* Our own error (an event over max_event, out of memory): the held bytes are dropped, the
+ * stream cannot be framed exactly any more. Returns -1. Never called after a callback stop:
+ * the parser may be gone then. */
+static int fail(mg_sse_parser_t *p)
+{
+    p->len = 0;
+    return -1;
 }
 
 /* ---- line terminators ------------------------------------------------------------------ */
@@ -192,15 +201,16 @@ static int block_emit(mg_sse_parser_t *p, const block_t *b, const char *raw, siz
  * carried bytes. Reports each event whose blank line ends inside, its raw starting at *raw;
  * on return *raw is where the unreported bytes start. A '\r' as the last byte ends its line
  * only when `final` (the caller knows no '\n' follows); otherwise the scan stops before that
- * line, as before an unterminated one. Joined data goes to p->buf past p->len.
- * Returns 0, the callback's non-zero value, or -1 (event over max_event, out of memory). */
+ * line, as before an unterminated one. Joined data goes to p->buf from offset `scratch` on.
+ * Returns 0, the callback's non-zero value (then it returns at once: p may be gone), or -1
+ * (event over max_event, out of memory; p->len is 0 during every scan, see the callers). */
 static int sse_scan(mg_sse_parser_t *p, const char *s, size_t n, size_t from, int final,
-                    size_t *raw, mg_sse_event_cb cb, void *ud)
+                    size_t scratch, size_t *raw, mg_sse_event_cb cb, void *ud)
 {
     term_finder_t f;
     block_t b;
     block_reset(&b);
-    b.scratch = p->len;
+    b.scratch = scratch;
     tf_init(&f, s, n, from);
     size_t pos = from;
     while (pos < n) {
@@ -293,17 +303,23 @@ static size_t sse_held_block_start(const mg_sse_parser_t *p)
 }
 
 /* The held bytes end with a complete blank line: reports their last block as one event (raw =
- * all held bytes) and drops them, or keeps them as carried bytes if the block has no data. */
+ * all held bytes) and drops them, or keeps them as carried bytes if the block has no data.
+ * They are let go before the callback runs (p->len = 0; the bytes stay where they are, and
+ * the event points at them), so that a callback that stops leaves nothing held and the
+ * parser untouched afterwards. */
 static int sse_held_emit(mg_sse_parser_t *p, mg_sse_event_cb cb, void *ud)
 {
+    size_t held = p->len;
     size_t start = sse_held_block_start(p);
     /* Joined data is never longer than its block: reserving it now keeps p->buf in place
      * while the scan holds pointers into it. */
-    if (buf_reserve(p, p->len + (p->len - start))) return -1;
+    if (buf_reserve(p, held + (held - start))) return fail(p);
     size_t raw = 0;
-    int r = sse_scan(p, p->buf, p->len, start, 1, &raw, cb, ud);
+    p->len = 0;
+    int r = sse_scan(p, p->buf, held, start, 1, held, &raw, cb, ud);
     if (r) return r;
-    if (raw == p->len) buf_clear(p);
+    if (raw < held) p->len = held; /* a block without data: carried into the next event */
+    else buf_trim(p);
     return 0;
 }
 
@@ -313,11 +329,11 @@ static int sse_feed_direct(mg_sse_parser_t *p, const char *in, size_t n, mg_sse_
                            void *ud)
 {
     size_t raw = 0;
-    int r = sse_scan(p, in, n, 0, 0, &raw, cb, ud);
+    int r = sse_scan(p, in, n, 0, 0, 0, &raw, cb, ud);
     if (r) return r;
-    buf_clear(p); /* nothing is held; only gives back a scratch grown big */
-    if (n - raw > p->max_event) return -1;
-    return buf_append(p, in + raw, n - raw);
+    buf_trim(p); /* nothing is held; only gives back a scratch grown big */
+    if (n - raw > p->max_event) return fail(p);
+    return buf_append(p, in + raw, n - raw) ? fail(p) : 0;
 }
 
 static int sse_feed(mg_sse_parser_t *p, const char *in, size_t n, mg_sse_event_cb cb, void *ud)
@@ -329,8 +345,8 @@ static int sse_feed(mg_sse_parser_t *p, const char *in, size_t n, mg_sse_event_c
         size_t end;
         int found = sse_find_block_end(p, in, n, pos, junction, &end);
         size_t take = (found ? end : n) - pos;
-        if (p->len + take > p->max_event) return -1;
-        if (buf_append(p, in + pos, take)) return -1;
+        if (p->len + take > p->max_event) return fail(p);
+        if (buf_append(p, in + pos, take)) return fail(p);
         pos += take;
         if (!found) return 0;
         int r = sse_held_emit(p, cb, ud);
@@ -356,30 +372,34 @@ static int nd_emit(const char *line, size_t raw_len, mg_sse_event_cb cb, void *u
     return cb(ud, &ev);
 }
 
+/* The held line is completed by the input: it is let go before the callback runs (as in
+ * sse_held_emit), so a stop leaves nothing held and nothing touches p after the callback. */
 static int nd_feed(mg_sse_parser_t *p, const char *in, size_t n, mg_sse_event_cb cb, void *ud)
 {
     size_t pos = 0;
     if (p->len > 0) {
         size_t nl = find_byte(in, n, 0, '\n');
         size_t take = nl < n ? nl + 1 : n;
-        if (p->len + take > p->max_event) return -1;
-        if (buf_append(p, in, take)) return -1;
+        if (p->len + take > p->max_event) return fail(p);
+        if (buf_append(p, in, take)) return fail(p);
         if (nl == n) return 0;
-        int r = nd_emit(p->buf, p->len, cb, ud);
-        buf_clear(p);
+        size_t line = p->len;
+        p->len = 0;
+        int r = nd_emit(p->buf, line, cb, ud);
         if (r) return r;
+        buf_trim(p);
         pos = take;
     }
     while (pos < n) {
         size_t nl = find_byte(in, n, pos, '\n');
         if (nl == n) break;
-        if (nl + 1 - pos > p->max_event) return -1;
+        if (nl + 1 - pos > p->max_event) return fail(p);
         int r = nd_emit(in + pos, nl + 1 - pos, cb, ud);
         if (r) return r;
         pos = nl + 1;
     }
-    if (n - pos > p->max_event) return -1;
-    return buf_append(p, in + pos, n - pos);
+    if (n - pos > p->max_event) return fail(p);
+    return buf_append(p, in + pos, n - pos) ? fail(p) : 0;
 }
 
 /* ---- public ---------------------------------------------------------------------------- */
@@ -396,15 +416,17 @@ void mg_sse_init(mg_sse_parser_t *p, mg_sse_mode_t mode)
 /* Besides the header's contract: the event's pointers are not NUL-terminated; `event` is NULL
  * without an event line and points at "" for an empty one. Any non-zero return (callback stop,
  * oversize event, out of memory) abandons the rest of this input: the stream cannot be framed
- * exactly any more and the caller is expected to end it. After a callback stop the parser is
- * not touched again, so the callback may free the parser (or what embeds it). */
+ * exactly any more and the caller is expected to end it.
+ *
+ * The lifetime rule, kept by every path above: a callback's non-zero return is passed straight
+ * up, and no code between the callback and this function's return reads or writes p. Whatever
+ * the parser still had to do for that event (letting go of held bytes) is done before the
+ * callback runs; our own errors reset p where they happen (fail()), never here. */
 int mg_sse_feed(mg_sse_parser_t *p, const char *data, size_t len, mg_sse_event_cb cb, void *ud)
 {
     if (len == 0) return 0;
-    int r = p->mode == MG_SSE_MODE_NDJSON ? nd_feed(p, data, len, cb, ud)
-                                          : sse_feed(p, data, len, cb, ud);
-    if (r < 0) p->len = 0; /* our own error: drop what is held; a callback stop leaves p alone */
-    return r;
+    return p->mode == MG_SSE_MODE_NDJSON ? nd_feed(p, data, len, cb, ud)
+                                         : sse_feed(p, data, len, cb, ud);
 }
 
 size_t mg_sse_pending(const mg_sse_parser_t *p)

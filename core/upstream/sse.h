@@ -27,8 +27,11 @@ typedef struct mg_sse_event_s {
     size_t raw_len;
 } mg_sse_event_t;
 
-/* Return 0 to continue, a positive value to stop parsing (mg_sse_feed then returns that
- * value and does not touch the parser again: the callback may free it). */
+/* Called for each event; returns 0 to go on, non-zero (best positive: -1 is the parser's own
+ * error) to stop. The contract: a callback that returns 0 must neither feed nor free the
+ * parser, and one that stops may do anything, freeing the parser or what embeds it included,
+ * because mg_sse_feed then returns its value at once and never touches the parser again (a
+ * parser that lives on holds nothing then: mg_sse_pending() is 0). */
 typedef int (*mg_sse_event_cb)(void *ud, const mg_sse_event_t *ev);
 
 typedef struct mg_sse_parser_s {
@@ -40,7 +43,9 @@ typedef struct mg_sse_parser_s {
 
 void mg_sse_init(mg_sse_parser_t *p, mg_sse_mode_t mode);
 /* Feed bytes; calls cb for every complete event. Returns 0, the callback's non-zero
- * value, or -1 when an event exceeds max_event. Handles \n, \r\n and \r line ends. */
+ * value (see mg_sse_event_cb), or -1 when an event exceeds max_event or memory runs out
+ * (what was held is dropped). Handles \n, \r\n and \r line ends. Not re-entrant: never
+ * from inside one of its own callbacks. */
 int mg_sse_feed(mg_sse_parser_t *p, const char *data, size_t len, mg_sse_event_cb cb, void *ud);
 /* Bytes held back as an incomplete event (non-zero at end of stream = truncated). */
 size_t mg_sse_pending(const mg_sse_parser_t *p);

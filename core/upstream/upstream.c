@@ -398,11 +398,11 @@ static struct curl_slist *all_headers(struct curl_slist *headers, const char *ex
     return headers;
 }
 
-int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
-                  void *ud, mg_xfer_t **out)
+/* A transfer through curl, whatever the URL's scheme (mg_xfer_start sends only https://
+ * here; tests/unit/test_upstream.c reaches curl over http:// through it). */
+static int curl_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
+                      void *ud, mg_xfer_t **out)
 {
-    if (strncmp(o->url, "http://", 7) == 0)
-        return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);
     struct curl_slist *headers = all_headers(o->headers, o->extra_head);
     if (!headers) {
         free(o->body);
@@ -471,6 +471,14 @@ int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_
     arm_deadline(x);
     *out = x;
     return 0;
+}
+
+int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
+                  void *ud, mg_xfer_t **out)
+{
+    if (strncmp(o->url, "http://", 7) == 0)
+        return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);
+    return curl_start(up, o, cbs, ud, out);
 }
 
 void mg_xfer_cancel(mg_xfer_t *x)

@@ -49,6 +49,10 @@ typedef struct mg_xfer_opts_s {
     int total_timeout_ms;
 } mg_xfer_opts_t;
 
+/* The lifetime contract, in one sentence: a callback may cancel its own transfer, start or
+ * cancel others and free whatever `ud` points to, because after a callback that ended or
+ * cancelled the transfer the client neither touches `ud` nor calls back again, and it frees
+ * the transfer itself only once its own frames have unwound (both clients: curl's and h1). */
 typedef struct mg_xfer_cbs_s {
     /* Status line and headers complete. */
     void (*on_headers)(void *ud, int status);

@@ -179,6 +179,21 @@ describe('scripts and records', () => {
         assert.equal(recs[0].closed_early, false);
     });
 
+    test('a body in parts arrives in separate writes; an injected frame and the stream goes on', async () => {
+        await mock.reset();
+        await mock.script({ model: 'parts', action: { body: ['{"a":', '1}\n'], chunk_delay_ms: 30 } });
+        await mock.script({ model: 'inj', action: { inject_frame: 'data: not json\n\n', inject_after_frames: 2 } });
+        const r = await fetch(`${mock.base}/api/chat`, { method: 'POST', body: JSON.stringify(chatBody('parts')) });
+        const pieces = [];
+        for await (const c of r.body) pieces.push(Buffer.from(c).toString());
+        assert.equal(pieces.join(''), '{"a":1}\n');
+        assert.ok(pieces.length >= 2, `two reads: ${JSON.stringify(pieces)}`);
+        const s = await postStream(`${mock.base}/v1/chat/completions`, chatBody('inj', { stream: true }));
+        assert.equal(s.data[2], 'not json');
+        assert.equal(s.events.length, 1 + 5 + 1 + 1 + 1, 'the whole stream around it');
+        assert.equal(s.data.at(-1), '[DONE]');
+    });
+
     test('reset before any byte', async () => {
         await mock.reset();
         await mock.script({ model: 'r0', action: { reset: true } });

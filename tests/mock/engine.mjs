@@ -17,7 +17,9 @@
 //
 // Rules are matched first-in-first-used: the first rule whose model/path/method match and
 // that has uses left decides the answer. Actions (all optional, combinable):
-//   status, headers, body      fixed answer (body: object -> JSON, string -> raw); with a
+//   status, headers, body      fixed answer (body: object -> JSON, string -> raw, array of
+//                              strings -> raw parts written chunk_delay_ms apart, default 20,
+//                              so that they reach the client in separate reads); with a
 //                              status >= 400 and no body, a wire-appropriate error body
 //   headers (alone)            extra headers on the normal answer
 //   delay_first_byte_ms        wait before the status line
@@ -29,6 +31,9 @@
 //   truncate_after_chunks      end the response cleanly after N content frames, without the
 //                              final chunk, [DONE] or done:true
 //   garbage / garbage_after_chunks   a non-JSON body (non-stream) or stream line
+//   inject_frame, inject_after_frames   a stream: the raw string inject_frame is written after
+//                              that many frames (lead and content frames counted; default 0,
+//                              before the first), and the stream goes on as scripted
 //   hang                       never answer
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
@@ -650,6 +655,10 @@ async function respond(task, action, path, parsed, text, method) {
     if (task.dead) return;
 
     const extra = action.headers ?? {};
+    if (Array.isArray(action.body)) {
+        await sendParts(task, action, extra);
+        return;
+    }
     if (action.status !== undefined || action.body !== undefined) {
         const status = action.status ?? 200;
         let body = action.body;
@@ -695,6 +704,20 @@ async function respond(task, action, path, parsed, text, method) {
     await sendStream(task, plan, action, extra);
 }
 
+/** A fixed raw answer in parts (chunked), each part its own write, chunk_delay_ms apart. */
+async function sendParts(task, action, extra) {
+    const { res } = task;
+    res.writeHead(action.status ?? 200, { 'Content-Type': 'text/plain', ...extra });
+    res.flushHeaders();
+    const gap = action.chunk_delay_ms ?? 20;
+    for (let i = 0; i < action.body.length; i++) {
+        if (i > 0) await task.sleep(gap);
+        if (task.dead) return;
+        res.write(String(action.body[i]));
+    }
+    res.end();
+}
+
 /** A non-stream answer, possibly cut: reset/truncate send the first half of the JSON. */
 async function sendWhole(task, plan, action, extra) {
     const { res } = task;
@@ -725,9 +748,12 @@ async function sendStream(task, plan, action, extra) {
     const garbageAt = action.garbage ? 0 : action.garbage_after_chunks;
     const gap = action.chunk_delay_ms ?? 0;
     let sentAny = false;
+    let frames = 0;
+    const injectAt = typeof action.inject_frame === 'string' ? (action.inject_after_frames ?? 0) : -1;
     const write = async (frame, delay) => {
         if (sentAny || action.delay_first_chunk_ms) await task.sleep(sentAny ? delay : action.delay_first_chunk_ms);
         if (task.dead) return false;
+        if (frames++ === injectAt) res.write(action.inject_frame);
         res.write(frame);
         sentAny = true;
         return true;

@@ -626,6 +626,156 @@ static void test_ndjson_splits_stop_oversize(void)
     log_free(&r.log);
 }
 
+/* ---- a callback that stops and frees the parser -------------------------------------- */
+
+/* The owner of a heap parser, as proxy.c's call is: the callback at event `stop_at` returns
+ * a stop value and either frees the parser (`free_it`: ASan reports any later touch) or
+ * poisons it (every byte 0xA5, memory kept: a later write shows in any build). */
+typedef struct {
+    mg_sse_parser_t *p;
+    int n, stop_at, stop_val, free_it;
+    int poisoned;
+} owner_t;
+
+static int stop_and_free(void *ud, const mg_sse_event_t *ev)
+{
+    owner_t *o = ud;
+    CHECK(o->p != NULL); /* never called again after the stop */
+    if (++o->n != o->stop_at) return 0;
+    mg_sse_free(o->p);
+    if (o->free_it) {
+        free(o->p);
+        o->p = NULL;
+    } else {
+        memset(o->p, 0xA5, sizeof(*o->p));
+        o->poisoned = 1;
+    }
+    return o->stop_val;
+}
+
+static int still_poisoned(const mg_sse_parser_t *p)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < sizeof(*p); i++)
+        if (b[i] != 0xA5) return 0;
+    return 1;
+}
+
+/* Feeds s in pieces ending at cuts[] to a heap parser whose callback stops at event k; returns
+ * the feed's result at the stop (0 if the stream had fewer events). The parser is not touched
+ * by this driver after the stop either. */
+static int feed_until_freed(mg_sse_mode_t mode, const char *s, const size_t *cuts, int ncuts,
+                            int k, int stop_val, int free_it, int *events)
+{
+    owner_t o = {malloc(sizeof(mg_sse_parser_t)), 0, k, stop_val, free_it, 0};
+    mg_sse_init(o.p, mode);
+    mg_sse_parser_t *keep = o.p;
+    size_t n = strlen(s), at = 0;
+    int rc = 0;
+    for (int i = 0; i <= ncuts && rc == 0; i++) {
+        size_t to = i < ncuts ? cuts[i] : n;
+        char *piece = malloc(to - at + 1);
+        memcpy(piece, s + at, to - at);
+        rc = mg_sse_feed(keep, piece, to - at, stop_and_free, &o);
+        free(piece);
+        at = to;
+    }
+    *events = o.n;
+    if (o.poisoned) {
+        CHECK(still_poisoned(keep)); /* nothing wrote to the parser after the callback */
+        free(keep);
+    } else if (o.p) {
+        mg_sse_free(o.p);
+        free(o.p);
+    }
+    return rc;
+}
+
+/* The issue's case: an NDJSON line held across reads, completed by the next read, whose
+ * callback frees the parser (the gateway's ollama stream whose one line was an error). */
+static void test_ndjson_stop_and_free_held_line(void)
+{
+    const char *s = "{\"a\":1}\n{\"b\":2}\n";
+    size_t cuts[1] = {6}; /* "{\"a\":1" then "}\n{\"b\":2}\n", as fuzz input \x05\x00... */
+    int events;
+    CHECK_EQ_INT(feed_until_freed(MG_SSE_MODE_NDJSON, s, cuts, 1, 1, 1, 1, &events), 1);
+    CHECK_EQ_INT(events, 1);
+    CHECK_EQ_INT(feed_until_freed(MG_SSE_MODE_NDJSON, s, cuts, 1, 1, 1, 0, &events), 1);
+    CHECK_EQ_INT(events, 1);
+    /* the last line arriving without its newline, completed by the "\n" the gateway adds */
+    const char *err = "{\"error\":\"model runner crashed\"}\n";
+    size_t at_end[1] = {strlen(err) - 1};
+    CHECK_EQ_INT(feed_until_freed(MG_SSE_MODE_NDJSON, err, at_end, 1, 1, 1, 0, &events), 1);
+    CHECK_EQ_INT(events, 1);
+}
+
+/* Every split (two pieces, and byte by byte), every event as the one that frees, both modes,
+ * a positive and a negative stop value: the feed returns the stop value and the parser is
+ * not written after the callback. Run under ASan (make asan), a read shows too. */
+static void test_stop_and_free_everywhere(void)
+{
+    static const char *streams[2] = {
+        "data: 1\n\n: keep\n\ndata: a\ndata: b\r\n\r\nevent: e\rdata: 3\r\rdata: [DONE]\n\n",
+        "{\"a\":1}\n\n  \n{\"b\":2}\r\n{\"c\":3}\n{\"d\":4}\n",
+    };
+    static const int n_events[2] = {4, 4};
+    for (int m = 0; m < 2; m++) {
+        mg_sse_mode_t mode = m ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE;
+        const char *s = streams[m];
+        size_t n = strlen(s);
+        size_t *bytes = malloc(n * sizeof(size_t));
+        for (size_t i = 0; i < n; i++)
+            bytes[i] = i + 1;
+        int bad = 0;
+        for (int k = 1; k <= n_events[m]; k++) {
+            for (int v = 0; v < 2; v++) {
+                int stop_val = v ? -7 : 3, events;
+                for (size_t i = 0; i < n; i++) {
+                    size_t cuts[1] = {i};
+                    for (int f = 0; f < 2; f++) {
+                        int rc = feed_until_freed(mode, s, cuts, i ? 1 : 0, k, stop_val, f, &events);
+                        if ((rc != stop_val || events != k) && bad++ == 0)
+                            fprintf(stderr, "  mode %d stop at %d, split %zu: rc %d, %d events\n", m,
+                                    k, i, rc, events);
+                    }
+                }
+                int rc = feed_until_freed(mode, s, bytes, (int)n - 1, k, stop_val, 0, &events);
+                if ((rc != stop_val || events != k) && bad++ == 0)
+                    fprintf(stderr, "  mode %d stop at %d, byte by byte: rc %d\n", m, k, rc);
+            }
+        }
+        CHECK_EQ_INT(bad, 0);
+        free(bytes);
+    }
+}
+
+/* A stop that keeps the parser leaves nothing held, so a parser reused for another stream
+ * (a failover to the next provider) starts clean. */
+static void test_stop_leaves_nothing_held(void)
+{
+    for (int m = 0; m < 2; m++) {
+        mg_sse_mode_t mode = m ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE;
+        const char *a = m ? "{\"x\"" : "data: x";
+        const char *b = m ? ":1}\n{\"tail\"" : "\n\ndata: tail";
+        mg_sse_parser_t p;
+        mg_sse_init(&p, mode);
+        log_t l = {0};
+        l.stop_at = 1;
+        l.stop_val = 9;
+        CHECK_EQ_INT(mg_sse_feed(&p, a, strlen(a), record, &l), 0);
+        CHECK(mg_sse_pending(&p) > 0);
+        CHECK_EQ_INT(mg_sse_feed(&p, b, strlen(b), record, &l), 9); /* the held event stops */
+        CHECK_EQ_INT(mg_sse_pending(&p), 0);
+        l.stop_at = 0;
+        const char *c = m ? "{\"next\":1}\n" : "data: next\n\n";
+        CHECK_EQ_INT(mg_sse_feed(&p, c, strlen(c), record, &l), 0);
+        CHECK_EQ_INT(l.n, 2);
+        CHECK_STR(l.ev[1].data, m ? "{\"next\":1}" : "next");
+        mg_sse_free(&p);
+        log_free(&l);
+    }
+}
+
 /* ---- lifecycle ----------------------------------------------------------------------- */
 
 static void test_free(void)
@@ -665,6 +815,9 @@ int main(void)
     MG_RUN(test_ndjson_no_trailing_newline);
     MG_RUN(test_ndjson_blank_lines);
     MG_RUN(test_ndjson_splits_stop_oversize);
+    MG_RUN(test_ndjson_stop_and_free_held_line);
+    MG_RUN(test_stop_and_free_everywhere);
+    MG_RUN(test_stop_leaves_nothing_held);
     MG_RUN(test_free);
     return mg_test_summary();
 }

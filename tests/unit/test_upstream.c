@@ -7,9 +7,10 @@
  * response, close, reset, hold forever); /echo answers with what it received.
  *
  * The loop is driven with UV_RUN_ONCE from the test code and a 5 ms ticker, so every
- * wait is bounded. */
+ * wait is bounded. The file includes upstream.c itself, to reach curl_start: http:// URLs go
+ * to h1client through mg_xfer_start, and curl's callbacks are tested over http:// too. */
 #include "mgtest.h"
-#include "upstream/upstream.h"
+#include "upstream/upstream.c"
 
 #include <arpa/inet.h>
 #include <stdint.h>
@@ -948,6 +949,97 @@ static void test_close_with_cached_connection(void)
     teardown();
 }
 
+/* ---- callbacks that free what their transfer reports to ----------------------------------- */
+
+/* A transfer's owner on the heap, as proxy.c's call is: the callback named by free_on cancels
+ * the transfer (unless it ended) and frees the owner. A callback after that reads freed memory,
+ * which the sanitizer build reports; the counters outlive the owners for the other builds. */
+typedef struct {
+    mg_xfer_t *x;
+    int use_curl;
+    int free_on; /* 1: on_headers, 2: the first on_data, 3: on_done */
+    int chain;   /* on_done starts this many more, one after the other */
+    int *events, *freed;
+} owner_t;
+
+static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events, int *freed);
+
+static void owner_free(owner_t *o, int cancel)
+{
+    if (cancel) mg_xfer_cancel(o->x);
+    (*o->freed)++;
+    free(o);
+}
+
+static void ow_headers(void *ud, int status)
+{
+    owner_t *o = ud;
+    (*o->events)++;
+    if (o->free_on == 1) owner_free(o, 1);
+}
+
+static int ow_data(void *ud, const char *data, size_t len)
+{
+    owner_t *o = ud;
+    (*o->events)++;
+    if (o->free_on == 2) owner_free(o, 1);
+    return 0;
+}
+
+static void ow_read_end(void *ud)
+{
+    owner_t *o = ud;
+    (*o->events)++;
+}
+
+static void ow_done(void *ud, mg_xfer_result_t result, const char *detail)
+{
+    owner_t *o = ud;
+    (*o->events)++;
+    int chain = o->chain, use_curl = o->use_curl, *events = o->events, *freed = o->freed;
+    owner_free(o, 0);
+    /* the next transfer from inside on_done: h1 hands it the connection just pooled */
+    if (chain > 0) owner_start("/get", use_curl, 3, chain - 1, events, freed);
+}
+
+static const mg_xfer_cbs_t OWNER_CBS = {ow_headers, ow_data, ow_done, ow_read_end};
+
+static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events, int *freed)
+{
+    owner_t *o = calloc(1, sizeof(*o));
+    *o = (owner_t){NULL, use_curl, free_on, chain, events, freed};
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", SV.port, path);
+    mg_xfer_opts_t opts = {.method = "GET", .url = url, .connect_timeout_ms = 2000, .total_timeout_ms = 5000};
+    int rc = use_curl ? curl_start(UP, &opts, &OWNER_CBS, o, &o->x)
+                      : mg_xfer_start(UP, &opts, &OWNER_CBS, o, &o->x);
+    CHECK_EQ_INT(rc, 0);
+}
+
+static int freed_six(void *arg)
+{
+    return *(int *)arg >= 6;
+}
+
+static void test_callbacks_free_their_owner(void)
+{
+    for (int use_curl = 0; use_curl < 2; use_curl++) {
+        setup();
+        int events = 0, freed = 0;
+        owner_start("/pieces", use_curl, 2, 0, &events, &freed); /* freed in its first on_data */
+        owner_start("/pieces", use_curl, 1, 0, &events, &freed); /* in on_headers */
+        owner_start("/get", use_curl, 3, 3, &events, &freed);    /* in on_done, three times over */
+        CHECK(run_until(freed_six, &freed, 3000));
+        int seen = events;
+        run_for(200); /* the rest of /pieces arrives: nobody is told */
+        CHECK_EQ_INT(freed, 6);
+        CHECK_EQ_INT(events, seen);
+        CHECK_EQ_INT(mg_upstream_active(UP), 0);
+        if (!use_curl) CHECK_EQ_INT(SV.accepts, 3); /* the chain went over the pooled connection */
+        teardown();
+    }
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -966,6 +1058,7 @@ int main(void)
     MG_RUN(test_broken_responses);
     MG_RUN(test_concurrent_and_close);
     MG_RUN(test_close_with_cached_connection);
+    MG_RUN(test_callbacks_free_their_owner);
     curl_global_cleanup();
     return mg_test_summary();
 }

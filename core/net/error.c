@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Every status not listed: invalid_request_error below 500 (the request was wrong),
+ * api_error from 500 (the gateway or its providers failed). */
 static const struct {
     int status;
     const char *type;
 } types[] = {
     {401, "authentication_error"},
     {403, "permission_error"},
+    {408, "timeout_error"}, /* a deadline passed: the queue's, the provider's, the client's */
     {429, "rate_limit_error"},
 };
 

@@ -350,7 +350,7 @@ static int upstream_error_event(call_t *c, const cJSON *err)
     c->xfer = NULL;
     attempt_end(c, 0);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
-        attempt_failed(c, FAIL_SERVER);
+        attempt_failed(c, FAIL_ERROR_EVENT);
     else
         stream_fail(c, "UPSTREAM_ERROR", text);
     return 1;
@@ -719,6 +719,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         attempt_end(c, 0);
         if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
             int timeout = result == MG_XFER_IDLE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT;
+            c->last_fail = timeout ? FAIL_STALLED : FAIL_BROKEN;
             stream_fail(c, timeout ? "UPSTREAM_TIMEOUT" : "UPSTREAM_ERROR",
                         timeout ? "the upstream stalled mid-stream"
                                 : "the upstream connection failed mid-stream");
@@ -727,7 +728,8 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         fail_kind_t why = result == MG_XFER_CONNECT_ERROR        ? FAIL_CONNECT
                           : result == MG_XFER_FIRST_BYTE_TIMEOUT ? FAIL_TIMEOUT
                           : result == MG_XFER_TOTAL_TIMEOUT      ? FAIL_TIMEOUT_TOTAL
-                                                                 : FAIL_SERVER;
+                          : result == MG_XFER_IDLE_TIMEOUT       ? FAIL_STALLED
+                                                                 : FAIL_BROKEN;
         mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s attempt failed: %s",
                    c->provider->id, detail ? detail : "error");
         attempt_failed(c, why);

@@ -73,12 +73,27 @@ void attempt_end(call_t *c, int success)
     if (c->have_usage) mg_limiter_settle(&ps->limiter, &c->resv, c->prompt_tokens + c->completion_tokens);
 }
 
-/* Every candidate failed (or none was left): answer with what the last failure says. */
+const char *fail_reason_name(fail_kind_t k)
+{
+    static const char *const names[] = {
+        [FAIL_NONE] = "none",           [FAIL_CONNECT] = "connect",
+        [FAIL_RATE_LIMITED] = "rate_limited", [FAIL_SERVER] = "http_5xx",
+        [FAIL_AUTH] = "provider_auth",  [FAIL_GARBAGE] = "invalid_answer",
+        [FAIL_TIMEOUT] = "first_byte_timeout", [FAIL_TIMEOUT_TOTAL] = "total_timeout",
+        [FAIL_ADAPTER] = "adapter",     [FAIL_BROKEN] = "connection_broken",
+        [FAIL_STALLED] = "stalled",     [FAIL_ERROR_EVENT] = "error_event",
+    };
+    return (size_t)k < sizeof(names) / sizeof(names[0]) ? names[k] : "error";
+}
+
+/* Every candidate failed (or none was left): answer with what the last failure says (the
+ * provider was reached unless the failure says otherwise). */
 static mg_step_rc_t fail_exhausted(call_t *c)
 {
     /* the degradation chain ended: the caller's own fallback is next (Sidecar ADR 3.7) */
     if (c->last_fail != FAIL_TIMEOUT && c->last_fail != FAIL_TIMEOUT_TOTAL)
         c->fail_degraded = "openclaw_fallback";
+    char msg[160];
     switch (c->last_fail) {
     case FAIL_RATE_LIMITED:
         return call_error(c, 503, "MODEL_UNAVAILABLE", "every provider for this model is rate limited",
@@ -95,6 +110,18 @@ static mg_step_rc_t fail_exhausted(call_t *c)
         return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider sent an invalid response", 0);
     case FAIL_ADAPTER:
         return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider adapter could encode the request", 0);
+    case FAIL_SERVER:
+        snprintf(msg, sizeof(msg), "the provider failed: it answered HTTP %d", c->up_status);
+        return call_error(c, 502, "MODEL_UNAVAILABLE", msg, 0);
+    case FAIL_BROKEN:
+        return call_error(c, 502, "MODEL_UNAVAILABLE",
+                          "the connection to the provider broke before its answer was complete", 0);
+    case FAIL_STALLED:
+        return call_error(c, 502, "MODEL_UNAVAILABLE",
+                          "the provider stopped sending before its answer was complete", 0);
+    case FAIL_ERROR_EVENT:
+        return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's stream began with an error", 0);
+    case FAIL_CONNECT:
     default:
         return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider could be reached", 0);
     }

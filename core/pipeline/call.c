@@ -338,6 +338,10 @@ static void call_log(call_t *c)
         mg_log_str(&l, "auth_refused", c->auth.reason); /* the client sees one 401 for all */
     }
     mg_log_int(&l, "attempts", c->attempts);
+    /* the last failed attempt: why, and what the provider answered (if it did) */
+    if (c->last_fail != FAIL_NONE) mg_log_str(&l, "fail_reason", fail_reason_name(c->last_fail));
+    if (c->up_status && (c->last_fail != FAIL_NONE || c->status >= 400))
+        mg_log_int(&l, "upstream_status", c->up_status);
     mg_log_double(&l, "duration_ms", ms_since(c->t_start, now));
     if (c->t_first) mg_log_double(&l, "first_token_ms", ms_since(c->t_start, c->t_first));
     mg_log_int(&l, "prompt_tokens", c->prompt_tokens);

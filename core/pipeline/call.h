@@ -64,18 +64,25 @@ typedef enum {
                       callback under this step ran it on): do not touch it */
 } mg_step_rc_t;
 
-/* Why the last failed attempt failed: decides the final status if all fail. */
+/* Why the last failed attempt failed: decides the final status and message if all fail,
+ * and is the request log's fail_reason (fail_reason_name). */
 typedef enum {
     FAIL_NONE = 0,
-    FAIL_CONNECT,
-    FAIL_RATE_LIMITED,
-    FAIL_SERVER,
-    FAIL_AUTH,
-    FAIL_GARBAGE,
-    FAIL_TIMEOUT,       /* no first byte in time */
-    FAIL_TIMEOUT_TOTAL, /* the inference / total deadline passed */
-    FAIL_ADAPTER,
+    FAIL_CONNECT,        /* the provider could not be reached */
+    FAIL_RATE_LIMITED,   /* 429 */
+    FAIL_SERVER,         /* 5xx (the status is c->up_status) */
+    FAIL_AUTH,           /* 401 / 403: the gateway's credentials */
+    FAIL_GARBAGE,        /* an answer that is not the wire format */
+    FAIL_TIMEOUT,        /* no first byte in time */
+    FAIL_TIMEOUT_TOTAL,  /* the inference / total deadline passed */
+    FAIL_ADAPTER,        /* the adapter could not encode the request */
+    FAIL_BROKEN,         /* the connection broke (reset, truncated) before the answer ended */
+    FAIL_STALLED,        /* the answer stopped arriving (idle timeout) before it ended */
+    FAIL_ERROR_EVENT,    /* the stream began with an error event */
 } fail_kind_t;
+
+/* The log's name of a failure kind ("connect", "http_5xx", ...). */
+const char *fail_reason_name(fail_kind_t k);
 
 /* What finish writes to the client. */
 typedef enum {

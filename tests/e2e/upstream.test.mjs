@@ -18,6 +18,7 @@ const SCENARIOS = {
     rl: 2, 'rl-all': 2, e500: 2, 'e500-stream': 2, garbage: 1, 'garbage-stream': 1,
     slow: 1, 'slow-stream': 1, reset: 1, 'reset-rst': 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
     abort: 1, 'abort-raw': 1, hang: 1, spaced: 1,
+    'diag-html': 1, 'diag-reset': 1, 'diag-stall': 1, 'diag-hang': 1,
 };
 
 let env;
@@ -320,5 +321,48 @@ describe('client disconnects cancel the upstream work', () => {
         const s = await env.gw.getJson('/status');
         assert.equal(s.status, 200);
         assert.equal(s.json.in_flight, 0);
+    });
+});
+
+// What the client and the log are told when every route failed: what the provider did, not a
+// guess (issue 16, item 10).
+describe('diagnostics when every route failed', () => {
+    async function failed(model, action) {
+        await script(`up-${model}-1`, action);
+        const r = await postJson(`${env.api}/chat/completions`, chat(model), { timeoutMs: 15000 });
+        const line = await env.gw.requestLog(r.headers.get('x-request-id'));
+        return { r, line };
+    }
+
+    test('a 500 HTML answer says the provider answered HTTP 500', async () => {
+        const { r, line } = await failed('diag-html', { status: 500, body: '<html><body>oops</body></html>' });
+        assertError(r, 502, 'MODEL_UNAVAILABLE');
+        assert.match(r.json.error.message, /HTTP 500/);
+        assert.doesNotMatch(r.json.error.message, /could not be reached|no provider could/);
+        assert.equal(line.fail_reason, 'http_5xx');
+        assert.equal(line.upstream_status, 500);
+    });
+
+    test('a reset says the connection broke', async () => {
+        const { r, line } = await failed('diag-reset', { reset: true, rst: true });
+        assertError(r, 502, 'MODEL_UNAVAILABLE');
+        assert.match(r.json.error.message, /broke/);
+        assert.equal(line.fail_reason, 'connection_broken');
+    });
+
+    test('a mid-body stall says the provider stopped sending', async () => {
+        const { r, line } = await failed('diag-stall',
+            { status: 200, body: ['{"id":"x","object":', '"chat.completion"}'], chunk_delay_ms: IDLE_MS * 4 });
+        assertError(r, 502, 'MODEL_UNAVAILABLE');
+        assert.match(r.json.error.message, /stopped sending/);
+        assert.equal(line.fail_reason, 'stalled');
+        assert.equal(line.upstream_status, 200);
+    });
+
+    test('an upstream that never answers is a timeout, not an invalid request', async () => {
+        const { r, line } = await failed('diag-hang', { hang: true });
+        assertError(r, 408, 'FIRST_TOKEN_TIMEOUT');
+        assert.equal(r.json.error.type, 'timeout_error');
+        assert.equal(line.fail_reason, 'first_byte_timeout');
     });
 });

@@ -342,6 +342,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
+    mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -466,8 +467,11 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     }
     s->next_gen_id++;
     apply_log_level(s->gen->cfg);
-    if (mg_store_open(s->gen->cfg->storage_path, &s->store, err, sizeof(err)) != 0) {
-        fprintf(stderr, "moongate: storage: %s\n", err);
+    mg_store_opts_t so = {.queue_max = s->gen->cfg->storage_queue_max,
+                          .synchronous_full = s->gen->cfg->storage_synchronous_full};
+    if (mg_store_open_with(s->gen->cfg->storage_path, &so, &s->store, err, sizeof(err)) != 0 ||
+        mg_store_attach(s->store, loop) != 0) {
+        fprintf(stderr, "moongate: storage: %s\n", s->store ? "cannot attach to the loop" : err);
         return -1;
     }
     if (with_stored_providers(s) != 0) return -1;
@@ -555,7 +559,9 @@ int mg_server_run(mg_server_t *s)
     mg_log_flush();
     uv_run(s->loop, UV_RUN_DEFAULT);
     mg_log_detach();
-    /* free what the loop no longer needs */
+    /* free what the loop no longer needs; the store first: the callbacks of its last
+       writes still reach idem's entries */
+    mg_store_close(s->store);
     mg_gen_unref(s->gen);
     s->gen = NULL;
     mg_pool_free(&s->pool);
@@ -565,7 +571,6 @@ int mg_server_run(mg_server_t *s)
     mg_userrate_free(s->userrate);
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
-    mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;
 }

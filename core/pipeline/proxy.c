@@ -489,7 +489,7 @@ static void charge_spend(call_t *c)
     long long tokens = c->prompt_tokens + c->completion_tokens;
     if (!c->auth.held || price <= 0 || tokens <= 0) return;
     int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
-    mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms());
+    mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms(), NULL, NULL);
 }
 
 /* Finished calls kept for the next requests: a call (1.6 KB) is past glibc's per-thread

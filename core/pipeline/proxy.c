@@ -25,6 +25,7 @@
 #include "upstream/chunk.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "net/hold.h"
 #include "upstream/sse.h"
 #include "sched/task.h"
 #include "tenancy/userrate.h"
@@ -132,6 +133,7 @@ typedef struct call_s {
     mg_buf_t out;                /* owned: SSE bytes batched for the client */
     /* accounting */
     int have_usage;
+    int charged;                 /* charge_spend ran (it charges once) */
     long long prompt_tokens, completion_tokens;
     long long chunks;
     fail_kind_t last_fail;
@@ -481,15 +483,34 @@ static int user_rate_refused(call_t *c)
 }
 
 /* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
- * rounded up (a priced request never costs nothing), charged to the caller's key and
- * project for their spend limits. */
-static void charge_spend(call_t *c)
+ * rounded up (a priced request never costs nothing), charged once to the caller's key and
+ * project for their spend limits, when the upstream reported usage. Called before the
+ * answer's end is sent: the hold it returns (NULL: nothing to wait for) releases that end
+ * once the charge is durable (net/hold.h), so a client that saw its whole answer never
+ * loses its spend record. Without a client (cancelled) the charge is fire and forget. */
+static mg_hold_t *charge_spend(call_t *c)
 {
     double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
     long long tokens = c->prompt_tokens + c->completion_tokens;
-    if (!c->auth.held || price <= 0 || tokens <= 0) return;
+    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0) return NULL;
+    c->charged = 1;
     int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
-    mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms(), NULL, NULL);
+    mg_hold_t *h = c->req ? mg_hold_new() : NULL;
+    if (h) mg_hold_expect(h);
+    if (mg_auth_charge(c->srv->auth, &c->auth, micros, unix_now_ms(), h ? mg_hold_committed : NULL,
+                       h) != 1 &&
+        h)
+        mg_hold_unexpect(h); /* nothing to wait for: the hold sends the end at once */
+    return h;
+}
+
+/* A whole answer, held until the call's spend is durable (charge_spend). */
+static void respond_end(call_t *c, int status, const char *content_type, const char *extra,
+                        const char *body, size_t len)
+{
+    mg_hold_t *h = charge_spend(c);
+    if (h) mg_hold_respond(h, c->req, status, content_type, extra, body, len);
+    else mg_http_respond(c->req, status, content_type, extra, body, len);
 }
 
 /* Finished calls kept for the next requests: a call (1.6 KB) is past glibc's per-thread
@@ -535,7 +556,7 @@ static void call_free(call_t *c)
     c->srv->in_flight--;
     if (c->have_usage) {
         mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
-        charge_spend(c);
+        charge_spend(c); /* when no end was sent (the client left): nothing is held */
     }
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(c->srv->sched, &c->entry);
@@ -641,7 +662,7 @@ static void call_fail(call_t *c, int status, const char *code, const char *msg, 
     c->error_code = code;
     estimate_tokens(c);
     call_log(c);
-    mg_http_respond(c->req, status, "application/json", extra, body, (size_t)n);
+    respond_end(c, status, "application/json", extra, body, (size_t)n);
     c->req = NULL;
     call_free(c);
 }
@@ -658,8 +679,8 @@ static void call_respond_json(call_t *c, cJSON *resp)
     c->outcome = "ok";
     call_log(c);
     char deg[64];
-    mg_http_respond(c->req, 200, "application/json", degraded_header(c, deg, sizeof(deg)), text.data,
-                    text.len);
+    respond_end(c, 200, "application/json", degraded_header(c, deg, sizeof(deg)), text.data,
+                text.len);
     c->req = NULL;
     mg_buf_free(&text);
     call_free(c);
@@ -729,18 +750,25 @@ static int stream_start(call_t *c)
 }
 
 /* c->out to the client in one write: after the stream's head when `head`, before the body's
- * end when `end` (the request is finished then). */
+ * end when `end` (the request is finished then). The end (the final chunk, [DONE] and the
+ * terminating chunk) is held until the call's spend is durable (charge_spend). */
 static void send_out(call_t *c, int head, int end)
 {
+    char extra[160] = "";
     if (head) {
-        char extra[160], deg[64];
+        char deg[64];
         const char *d = degraded_header(c, deg, sizeof(deg));
         snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
                  d ? d : "");
-        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
-    } else {
-        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     }
+    mg_hold_t *h = end ? charge_spend(c) : NULL;
+    if (h)
+        mg_hold_stream_end(h, c->req, head, 200, "text/event-stream", extra, c->out.data,
+                           c->out.len);
+    else if (head)
+        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
+    else
+        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     c->out.len = 0;
 }
 
@@ -1226,8 +1254,8 @@ static int finish_passthrough_json(call_t *c)
     c->outcome = "ok";
     call_log(c);
     char deg[64];
-    mg_http_respond(c->req, 200, "application/json", degraded_header(c, deg, sizeof(deg)), out.data,
-                    out.len);
+    respond_end(c, 200, "application/json", degraded_header(c, deg, sizeof(deg)), out.data,
+                out.len);
     c->req = NULL;
     mg_buf_free(&out);
     call_free(c);

@@ -479,7 +479,7 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     if (mg_pool_sync(&s->pool, cfg) != 0) return -1;
     restore_provider_state(s);
     s->tasks = mg_tasks_open(s, cfg->tasks_retention_seconds);
-    s->idem = mg_idem_open(s, cfg->idempotency_ttl_seconds);
+    s->idem = mg_idem_open(s, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     if (!s->tasks || !s->idem) return -1;
     s->userrate = mg_userrate_new();
     if (!s->userrate) return -1;

@@ -8,7 +8,11 @@
  * once, detached from its connection; every request with the same key while it runs
  * waits for that one answer; afterwards the stored answer is replayed (header
  * Idempotent-Replayed: true) until the TTL passes, then the key runs anew. Answers are
- * kept in SQLite (writer thread) and read back at start, so a restart keeps them.
+ * kept in SQLite (writer thread) and nobody is answered before the answer's record
+ * committed (store.h says what that survives), so a restart keeps every answer a client saw.
+ * Memory keeps at most idempotency.max_entries answers per group (the caller's tenant with
+ * auth on, everyone otherwise), the oldest leave first; a key no longer in memory is read
+ * back from the store (off the loop), so eviction never makes a key run twice.
  * Idempotent requests are answered when complete: a stream is replayed whole. */
 #ifndef MG_IDEM_H
 #define MG_IDEM_H
@@ -19,17 +23,18 @@
 struct mg_server_s;
 typedef struct mg_idem_s mg_idem_t;
 
-/* Read the stored answers that have not expired (before the loop runs). ttl_s: how long an
- * answer is kept. NULL when out of memory. */
-mg_idem_t *mg_idem_open(struct mg_server_s *s, int ttl_s);
+/* Read the newest stored answers that have not expired, max_entries per group (before the
+ * loop runs). ttl_s: how long an answer is kept. NULL when out of memory. */
+mg_idem_t *mg_idem_open(struct mg_server_s *s, int ttl_s, int max_entries);
 void mg_idem_free(mg_idem_t *m);
 
 /* The request's idempotency key (body field or header), or NULL. */
 const char *mg_idem_key(const mg_http_req_t *req, const char *body_key);
 
 /* Answer req through its idempotency key: replay, wait for the running twin, or run it
- * once (with mg_proxy_handle on a detached copy). */
+ * once (with mg_proxy_handle on a detached copy). group: whose memory cap the key counts
+ * against ("tenant:<id>" with auth on, "" otherwise; at most 63 bytes). */
 void mg_idem_handle(struct mg_server_s *s, mg_http_req_t *req, mg_endpoint_t ep,
-                    const char *scope, const char *key, int stream);
+                    const char *scope, const char *group, const char *key, int stream);
 
 #endif

@@ -2400,12 +2400,14 @@ static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
  * presented key's tenant and project; otherwise metadata.application and a digest of the
  * credential presented, if any, so open-mode callers that identify themselves stay apart. */
 static void idem_scope(mg_server_t *s, const mg_http_req_t *req, const cJSON *body, char *out,
-                       size_t cap)
+                       size_t cap, char *group, size_t group_cap)
 {
     int64_t tenant, project;
+    group[0] = '\0'; /* open mode: one memory cap for all (idem.h) */
     if (s->gen->cfg->auth_enabled &&
         mg_auth_identify(s->auth, req, unix_now_ms(), &tenant, &project) == 0) {
         snprintf(out, cap, "tenant:%lld/project:%lld", (long long)tenant, (long long)project);
+        snprintf(group, group_cap, "tenant:%lld", (long long)tenant);
         return;
     }
     const cJSON *app = cJSON_GetObjectItemCaseSensitive(
@@ -2453,11 +2455,11 @@ void mg_proxy_handle(mg_server_t *s, mg_http_req_t *req, mg_endpoint_t ep)
     if (ikey) {
         int stream =
             body ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "stream")) : fb.stream;
-        char key[256], scope[400];
+        char key[256], scope[400], group[64];
         snprintf(key, sizeof(key), "%s", ikey);
-        idem_scope(s, req, body, scope, sizeof(scope)); /* body NULL: no metadata */
+        idem_scope(s, req, body, scope, sizeof(scope), group, sizeof(group)); /* body NULL: no metadata */
         cJSON_Delete(body);
-        mg_idem_handle(s, req, ep, scope, key, stream);
+        mg_idem_handle(s, req, ep, scope, group, key, stream);
         return;
     }
     mg_gen_t *gen = mg_server_gen_acquire(s);

@@ -184,6 +184,9 @@ static const char *const migrations[] = {
     " name TEXT PRIMARY KEY, definition TEXT NOT NULL,"
     " created_at TEXT NOT NULL DEFAULT (datetime('now')),"
     " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
+    /* 10: idempotency records carry the group their memory cap counts against (idem.h) */
+    "ALTER TABLE idempotency ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX idx_idempotency_grp ON idempotency(grp, expires_ms);",
 };
 
 static void *writer_main(void *arg);

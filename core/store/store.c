@@ -10,7 +10,13 @@
  * retrying while the database is locked; jobs with a callback then move to the done list
  * and the uv_async handle wakes the loop, which runs the callbacks and hands over the
  * writes it parked while the FIFO was full. The parked list belongs to the loop thread
- * alone (it is touched only there, under mu for simplicity). */
+ * alone (it is touched only there, under mu for simplicity). The writer keeps its recent
+ * statements prepared (a write is usually one of a few fixed texts), and it checkpoints the
+ * WAL between batches, once the batch's callbacks are on their way: inside the COMMIT, as
+ * SQLite does by default, the checkpoint's copying and fsync would delay every answer
+ * waiting for that commit. Being the only writer, its checkpoint completes, so the WAL
+ * restarts and stays bounded (a checkpoint on another thread, racing the writer's appends,
+ * never catches up and lets the WAL grow without end). */
 #include "store/store.h"
 
 #include <errno.h>
@@ -41,8 +47,19 @@ typedef struct {
     uint64_t n;
 } job_list_t;
 
+#define STMT_CACHE 8
+/* WAL pages (4 KB) after which the writer checkpoints: 4x SQLite's default, since a
+ * checkpoint's cost is mostly its two fsyncs, not the pages it copies (bench/README.md) */
+#define CHECKPOINT_PAGES 4000
+
 struct mg_store_s {
     sqlite3 *db;         /* migrations, then the writer thread's connection */
+    struct {
+        char *sql;       /* owned */
+        sqlite3_stmt *st;
+    } stmts[STMT_CACHE]; /* the writer's prepared statements */
+    int next_stmt;       /* the slot replaced next */
+    int wal_pages;       /* the WAL's size after the writer's last commit (writer thread) */
     char *path;          /* owned */
     int version;
     int queue_max;
@@ -190,6 +207,7 @@ static const char *const migrations[] = {
 };
 
 static void *writer_main(void *arg);
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages);
 
 static int mkdir_parents(const char *path)
 {
@@ -295,6 +313,7 @@ int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t
         return -1;
     }
     sqlite3_busy_timeout(s->db, s->busy_wait_ms);
+    sqlite3_wal_hook(s->db, on_wal_commit, s);
     s->path = strdup(path);
     if (!s->path || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
         snprintf(err, errlen, "%s: cannot start the writer thread", path);
@@ -418,13 +437,39 @@ static int exec_until_unlocked(mg_store_t *s, const char *sql)
 }
 
 /* One write inside the open transaction: 0, MG_STORE_ECONSTRAINT or MG_STORE_ERROR. */
-static int run_job(sqlite3 *db, const write_job_t *j)
+/* The writer's prepared statement for sql (kept in the cache), or NULL. */
+static sqlite3_stmt *prepared(mg_store_t *s, const char *sql)
 {
+    for (int i = 0; i < STMT_CACHE; i++)
+        if (s->stmts[i].sql && strcmp(s->stmts[i].sql, sql) == 0) return s->stmts[i].st;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, j->sql, -1, &st, NULL) != SQLITE_OK) {
-        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot prepare a write: %s", sqlite3_errmsg(db));
-        return MG_STORE_ERROR;
+    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot prepare a write: %s", sqlite3_errmsg(s->db));
+        return NULL;
     }
+    char *copy = strdup(sql);
+    if (!copy) return st; /* used once, then finalized by run_job */
+    int slot = s->next_stmt;
+    s->next_stmt = (slot + 1) % STMT_CACHE;
+    sqlite3_finalize(s->stmts[slot].st);
+    free(s->stmts[slot].sql);
+    s->stmts[slot].sql = copy;
+    s->stmts[slot].st = st;
+    return st;
+}
+
+static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
+{
+    for (int i = 0; i < STMT_CACHE; i++)
+        if (s->stmts[i].st == st) return 1;
+    return 0;
+}
+
+static int run_job(mg_store_t *s, const write_job_t *j)
+{
+    sqlite3 *db = s->db;
+    sqlite3_stmt *st = prepared(s, j->sql);
+    if (!st) return MG_STORE_ERROR;
     for (int i = 0; i < j->nparams; i++) {
         if (j->params[i]) sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
         else sqlite3_bind_null(st, i + 1);
@@ -434,7 +479,12 @@ static int run_job(sqlite3 *db, const write_job_t *j)
         mg_log_msg(MG_LOG_ERROR, NULL, "store: write failed: %s", sqlite3_errmsg(db));
         rc = (step & 0xff) == SQLITE_CONSTRAINT ? MG_STORE_ECONSTRAINT : MG_STORE_ERROR;
     }
-    sqlite3_finalize(st);
+    if (is_cached(s, st)) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st); /* the parameters die with the job */
+    } else {
+        sqlite3_finalize(st);
+    }
     return rc;
 }
 
@@ -448,7 +498,7 @@ static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen
         return -1;
     }
     for (write_job_t *j = batch; j; j = j->next) {
-        j->rc = run_job(s->db, j);
+        j->rc = run_job(s, j);
         /* an I/O error, a full disk or memory may roll the whole transaction back */
         if (j->rc != 0 && sqlite3_get_autocommit(s->db)) {
             snprintf(why, whylen, "the transaction was rolled back: %s", sqlite3_errmsg(s->db));
@@ -499,6 +549,29 @@ static void batch_finished(mg_store_t *s, job_list_t *batch)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- checkpoints, between the writer's batches ---- */
+
+/* After each commit of the writer (SQLite's WAL hook, on the writer thread): note the WAL's
+ * size. Replaces SQLite's automatic checkpoint, which would run inside the COMMIT. */
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
+{
+    mg_store_t *s = ud;
+    (void)db;
+    (void)name;
+    s->wal_pages = pages;
+    return SQLITE_OK;
+}
+
+/* Between batches, past CHECKPOINT_PAGES: copy the WAL into the database (PASSIVE: a reader
+ * may keep the last frames; the next checkpoint gets them). */
+static void checkpoint_if_due(mg_store_t *s)
+{
+    if (s->wal_pages < CHECKPOINT_PAGES) return;
+    s->wal_pages = 0;
+    if (sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) != SQLITE_OK)
+        mg_log_msg(MG_LOG_WARN, NULL, "store: checkpoint: %s", sqlite3_errmsg(s->db));
+}
+
 /* The writer: take everything queued, commit it as one transaction, repeat; when stopping,
  * only once the queue is empty. */
 static void *writer_main(void *arg)
@@ -512,7 +585,8 @@ static void *writer_main(void *arg)
         pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
         commit_batch(s, batch.head);
-        batch_finished(s, &batch);
+        batch_finished(s, &batch); /* its callbacks are on their way */
+        checkpoint_if_due(s);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -809,6 +883,10 @@ void mg_store_close(mg_store_t *s)
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->writer, NULL);
         s->writer_running = 0;
+    }
+    for (int i = 0; i < STMT_CACHE; i++) {
+        sqlite3_finalize(s->stmts[i].st);
+        free(s->stmts[i].sql);
     }
     deliver(&s->done); /* the writer is gone: no lock needed */
     pthread_mutex_destroy(&s->mu);

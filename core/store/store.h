@@ -27,7 +27,18 @@
  *   the transaction also survives power loss; group commit shares one fsync per batch.
  * - Callbacks run on the loop thread (from a uv_async handle), never inside the call
  *   that queued the write, in the order the writes were queued; for writes still pending
- *   when the store closes, inside mg_store_close. */
+ *   when the store closes, inside mg_store_close.
+ *
+ * Who waits for the commit: records an answer acknowledges. The spend of a metered answer
+ * (proxy.c holds the answer's end, net/hold.h) and an idempotent request's stored answer
+ * (idem.c answers nobody before it committed); a new record of that kind (usage events)
+ * does the same: mg_store_write_cb plus a hold. Fire and forget: state the process rebuilds
+ * or that no client relies on: cooldowns and provider state, health (traffic restores them;
+ * a kill -9 loses at most the last change), task records (the task's spend is held like any
+ * other; a lost last update shows the task as failed by the restart), the audit rows of
+ * admin reads (api.c; admin changes audit in their own synchronous transaction),
+ * last_used_at, pruning. They share the queue and its order, and park like the others when
+ * it is full. Admin changes do not use the queue: they commit synchronously (below). */
 #ifndef MG_STORE_H
 #define MG_STORE_H
 

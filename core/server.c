@@ -256,6 +256,7 @@ static void close_everything(mg_server_t *s)
     uv_timer_stop(&s->drain_timer);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     mg_pump_close(&s->pump);
+    mg_idem_stop(s->idem);
     mg_listener_close(&s->listener);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     mg_probe_stop(s->prober);
@@ -271,6 +272,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
+    mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -365,8 +367,11 @@ static int start_state(mg_server_t *s, const char *config_path)
     s->gens.next_id++;
     mg_gens_swap(&s->gens, g);
     apply_log_level(g->cfg);
-    if (mg_store_open(g->cfg->storage_path, &s->store, err, sizeof(err)) != 0) {
-        fprintf(stderr, "moongate: storage: %s\n", err);
+    mg_store_opts_t so = {.queue_max = g->cfg->storage_queue_max,
+                          .synchronous_full = g->cfg->storage_synchronous_full};
+    if (mg_store_open_with(g->cfg->storage_path, &so, &s->store, err, sizeof(err)) != 0 ||
+        mg_store_attach(s->store, s->loop) != 0) {
+        fprintf(stderr, "moongate: storage: %s\n", s->store ? "cannot attach to the loop" : err);
         return -1;
     }
     if (with_stored_providers(s) != 0) return -1;
@@ -413,8 +418,8 @@ static int start_services(mg_server_t *s)
         .sched = s->sched, .pump = &s->pump, .upstream = s->upstream, .auth = s->auth,
         .userrate = s->userrate, .metrics = &s->metrics, .store = s->store,
     };
-    s->idem = mg_idem_open(s->store, s->loop, cfg->idempotency_ttl_seconds, mg_pipeline_handle,
-                           &s->pipeline);
+    mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
+    s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     s->pipeline.idem = s->idem;
     mg_tasks_deps_t td = {s->store, s->loop, &s->metrics, mg_pipeline_handle, mg_pipeline_task,
                           &s->pipeline};
@@ -513,7 +518,9 @@ int mg_server_run(mg_server_t *s)
     mg_log_flush();
     uv_run(s->loop, UV_RUN_DEFAULT);
     mg_log_detach();
-    /* free what the loop no longer needs */
+    /* free what the loop no longer needs; the store first: the callbacks of its last
+       writes still reach idem's entries */
+    mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
     mg_facts_free(&s->facts);
@@ -523,7 +530,6 @@ int mg_server_run(mg_server_t *s)
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
     mg_admin_free(s->admin);
-    mg_store_close(s->store);
     free(s->config_path);
     return s->exit_code;
 }

@@ -187,6 +187,32 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     mg_answer_error(s->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such endpoint", 0);
 }
 
+/* The store's write path (store.h): queue, parked writes, commits, lock waits, failures. */
+static void store_metrics(mg_api_t *s, mg_buf_t *b)
+{
+    if (!s->store) return;
+    mg_store_stats_t st;
+    mg_store_stats(s->store, &st);
+    char text[1400];
+    snprintf(text, sizeof(text),
+             "# HELP moongate_store_queued Writes waiting for the store's writer thread.\n"
+             "# TYPE moongate_store_queued gauge\nmoongate_store_queued %llu\n"
+             "# HELP moongate_store_parked Writes parked on the loop while the write queue is full.\n"
+             "# TYPE moongate_store_parked gauge\nmoongate_store_parked %llu\n"
+             "# HELP moongate_store_writes_total Writes committed.\n"
+             "# TYPE moongate_store_writes_total counter\nmoongate_store_writes_total %llu\n"
+             "# HELP moongate_store_failed_writes_total Writes that could not be stored.\n"
+             "# TYPE moongate_store_failed_writes_total counter\nmoongate_store_failed_writes_total %llu\n"
+             "# HELP moongate_store_commits_total Transactions committed (group commits).\n"
+             "# TYPE moongate_store_commits_total counter\nmoongate_store_commits_total %llu\n"
+             "# HELP moongate_store_busy_retries_total Writer attempts that found the database locked.\n"
+             "# TYPE moongate_store_busy_retries_total counter\nmoongate_store_busy_retries_total %llu\n",
+             (unsigned long long)st.queued, (unsigned long long)st.parked,
+             (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
+             (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
+    mg_buf_append_str(b, text);
+}
+
 void mg_api_handle_metrics(void *api, mg_http_req_t *req)
 {
     mg_api_t *s = api;
@@ -226,6 +252,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
              "# TYPE moongate_backpressure_level gauge\nmoongate_backpressure_level %d\n",
              ss.level);
     mg_buf_append_str(&b, line);
+    store_metrics(s, &b);
     snprintf(line, sizeof(line),
              "# HELP moongate_lua_bytes Memory of the current generation's Lua state.\n"
              "# TYPE moongate_lua_bytes gauge\nmoongate_lua_bytes %zu\n",

@@ -17,6 +17,7 @@
  * can describe a huge tree ("billion laughs"). The walker has a fixed depth, and every
  * byte the result allocates is charged to a budget proportional to the input size. */
 #include "conf/config.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -559,10 +560,28 @@ static int load_server(loader_t *l, yaml_node_t *v, int line)
 
 static int load_storage(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"path", NULL};
+    static const char *const keys[] = {"path", "queue_max", "synchronous", NULL};
     int r = want_map(l, v, line, "storage", keys);
     if (r <= 0) return r;
-    return opt_string(l, v, "storage", "path", &l->cfg->storage_path);
+    char *sync = NULL;
+    if (opt_string(l, v, "storage", "path", &l->cfg->storage_path) < 0 ||
+        opt_int_field(l, v, "storage", "queue_max", 1, 1000000, &l->cfg->storage_queue_max) < 0 ||
+        opt_string(l, v, "storage", "synchronous", &sync) < 0)
+        return -1;
+    if (!sync) return 0;
+    int full = !strcasecmp(sync, "full"), normal = !strcasecmp(sync, "normal");
+    if (!full && !normal) {
+        field_t f;
+        char buf[72];
+        field_get(l, v, "storage", "synchronous", &f);
+        r = fail(l, f.line, "storage.synchronous must be normal or full (got '%s')",
+                 shown(sync, buf, sizeof buf));
+        free(sync);
+        return r;
+    }
+    free(sync);
+    l->cfg->storage_synchronous_full = full;
+    return 0;
 }
 
 static int load_auth(loader_t *l, yaml_node_t *v, int line)
@@ -712,11 +731,15 @@ static int load_tasks(loader_t *l, yaml_node_t *v, int line)
 
 static int load_idempotency(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"ttl_seconds", NULL};
+    static const char *const keys[] = {"ttl_seconds", "max_entries", NULL};
     int r = want_map(l, v, line, "idempotency", keys);
     if (r <= 0) return r;
     return opt_int_field(l, v, "idempotency", "ttl_seconds", 1, 30 * 86400,
-                         &l->cfg->idempotency_ttl_seconds);
+                         &l->cfg->idempotency_ttl_seconds) < 0 ||
+                   opt_int_field(l, v, "idempotency", "max_entries", 1, 10000000,
+                                 &l->cfg->idempotency_max_entries) < 0
+               ? -1
+               : 0;
 }
 
 static int load_breaker(loader_t *l, yaml_node_t *v, int line)
@@ -1187,6 +1210,8 @@ static int set_defaults(loader_t *l, const char *name)
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
     c->idempotency_ttl_seconds = 600;
+    c->idempotency_max_entries = 10000;
+    c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
     c->routing = (mg_routing_conf_t){
         .local_first = true,
         .queue_timeout_ms = 30000,

@@ -137,6 +137,10 @@ typedef struct mg_config_s {
     size_t max_body_bytes;   /* request body limit, default 16 MiB */
     size_t max_header_bytes; /* request line + headers limit, default 16 KiB */
     char *storage_path;      /* owned; SQLite file, default data/moongate.db */
+    int storage_queue_max;   /* writes waiting for the store's writer at most
+                                (storage.queue_max), default 4096 */
+    bool storage_synchronous_full; /* storage.synchronous: full (fsync every commit: survives
+                                      power loss) or normal (the default: survives a crash) */
     bool auth_enabled;       /* default false */
     char *policies_dir;      /* owned; default "policies" (relative to the working directory) */
     char *adapters_dir;      /* owned; default "adapters" */
@@ -147,6 +151,9 @@ typedef struct mg_config_s {
                                     default 86400 */
     int idempotency_ttl_seconds; /* a stored answer replays this long (idempotency.ttl_seconds),
                                     default 600 */
+    int idempotency_max_entries; /* stored answers kept in memory per tenant (auth on) or in
+                                    all (auth off), oldest out first; the store keeps the rest
+                                    (idempotency.max_entries), default 10000 */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_routing_conf_t routing;

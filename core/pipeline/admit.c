@@ -201,12 +201,15 @@ static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
 
 /* Whose idempotency keys these are: with auth on, the caller's tenant and project (the
  * identify step found them); otherwise metadata.application and a digest of the credential
- * presented, if any, so open-mode callers that identify themselves stay apart. */
-static void idem_scope(const call_t *c, char *out, size_t cap)
+ * presented, if any, so open-mode callers that identify themselves stay apart. group: whose
+ * memory cap the key counts against (the tenant; "" in open mode). */
+static void idem_scope(const call_t *c, char *out, size_t cap, char *group, size_t group_cap)
 {
+    group[0] = '\0'; /* open mode: one memory cap for all (idem.h) */
     if (c->gen->cfg->auth_enabled) {
         long long project = c->auth.rec ? (long long)c->auth.rec->project_id : 0;
         snprintf(out, cap, "tenant:%lld/project:%lld", (long long)c->auth.tenant_id, project);
+        snprintf(group, group_cap, "tenant:%lld", (long long)c->auth.tenant_id);
         return;
     }
     const cJSON *app = cJSON_GetObjectItemCaseSensitive(
@@ -286,13 +289,13 @@ mg_step_rc_t step_idempotency(call_t *c)
     if (!ikey) return MG_STEP_NEXT;
     int stream = c->body ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c->body, "stream"))
                          : c->fb.stream;
-    char key[256], scope[400];
+    char key[256], scope[400], group[64];
     snprintf(key, sizeof(key), "%s", ikey);
-    idem_scope(c, scope, sizeof(scope));
+    idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
     mg_endpoint_t ep = c->ep;
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
-    mg_idem_handle(idem, req, ep, scope, key, stream);
+    mg_idem_handle(idem, req, ep, scope, group, key, stream);
     return MG_STEP_DONE;
 }
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "net/hold.h"
 #include "upstream/chunk.h"
 
 #define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
@@ -161,18 +162,25 @@ int stream_start(call_t *c)
 }
 
 /* c->out to the client in one write: after the stream's head when `head`, before the body's
- * end when `end` (the request is finished then). */
+ * end when `end` (the request is finished then). The end (the final chunk, [DONE] and the
+ * terminating chunk) is held until the call's spend is durable (charge_spend). */
 void send_out(call_t *c, int head, int end)
 {
+    char extra[160] = "";
     if (head) {
-        char extra[160], deg[64];
+        char deg[64];
         const char *d = degraded_header(c, deg, sizeof(deg));
         snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
                  d ? d : "");
-        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
-    } else {
-        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     }
+    mg_hold_t *h = end ? charge_spend(c) : NULL;
+    if (h)
+        mg_hold_stream_end(h, c->req, head, 200, "text/event-stream", extra, c->out.data,
+                           c->out.len);
+    else if (head)
+        mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
+    else
+        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     c->out.len = 0;
 }
 

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "net/error.h"
+#include "net/hold.h"
 
 /* ------------------------------------------------------------------------ */
 /* The runner                                                                */
@@ -176,15 +177,33 @@ static void call_unlink(call_t *c)
 }
 
 /* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
- * rounded up (a priced request never costs nothing), charged to the caller's key and
- * project for their spend limits. */
-static void charge_spend(call_t *c)
+ * rounded up (a priced request never costs nothing), charged once to the caller's key and
+ * project for their spend limits, when the upstream reported usage. Called before the
+ * answer's end is sent: the hold it returns (NULL: nothing to wait for) releases that end
+ * once the charge is durable (net/hold.h), so a client that saw its whole answer never
+ * loses its spend record. Without a client (cancelled) the charge is fire and forget. */
+mg_hold_t *charge_spend(call_t *c)
 {
     double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
     long long tokens = c->prompt_tokens + c->completion_tokens;
-    if (!c->auth.held || price <= 0 || tokens <= 0) return;
+    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0) return NULL;
+    c->charged = 1;
     int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
-    mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms());
+    mg_hold_t *h = c->req ? mg_hold_new() : NULL;
+    if (h) mg_hold_expect(h);
+    if (mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms(), h ? mg_hold_committed : NULL,
+                       h) != 1 &&
+        h)
+        mg_hold_unexpect(h); /* nothing to wait for: the hold sends the end at once */
+    return h;
+}
+
+/* A whole answer, held until the call's spend is durable (charge_spend). */
+static void respond_end(call_t *c, int status, const char *extra, const char *body, size_t len)
+{
+    mg_hold_t *h = charge_spend(c);
+    if (h) mg_hold_respond(h, c->req, status, "application/json", extra, body, len);
+    else mg_http_respond(c->req, status, "application/json", extra, body, len);
 }
 
 static void call_free(call_t *c)
@@ -199,7 +218,7 @@ static void call_free(call_t *c)
     pl->in_flight--;
     if (c->have_usage) {
         mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
-        charge_spend(c);
+        charge_spend(c); /* when no end was sent (the client left): nothing is held */
     }
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
@@ -353,11 +372,22 @@ static void call_log(call_t *c)
 /* The error answer: the shape of net/error.h, with Retry-After and X-Sidecar-Degraded. */
 static void respond_error(call_t *c)
 {
-    char extra[96] = "";
+    char extra[160] = "";
+    int n = 0;
+    if (c->error_retry_ms > 0)
+        n = snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (c->error_retry_ms + 999) / 1000);
     if (c->fail_degraded)
-        snprintf(extra, sizeof(extra), "X-Sidecar-Degraded: %s\r\n", c->fail_degraded);
-    mg_error_respond(c->req, c->status, c->error_code, error_message(c), c->error_retry_ms,
-                     extra[0] ? extra : NULL);
+        snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
+                 c->fail_degraded);
+    mg_buf_t body = {0};
+    if (mg_error_body(&body, c->status, c->error_code, error_message(c), c->req->request_id,
+                      c->error_retry_ms) != 0) {
+        mg_buf_free(&body);
+        mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
+        return;
+    }
+    respond_end(c, c->status, extra[0] ? extra : NULL, body.data, body.len);
+    mg_buf_free(&body);
 }
 
 /* The stream's end: the held finish chunk with the totals and [DONE], or, when the call
@@ -397,8 +427,8 @@ mg_step_rc_t step_finish(call_t *c)
             respond_error(c);
             break;
         case ANSWER_JSON:
-            mg_http_respond(c->req, c->status, "application/json",
-                            degraded_header(c, deg, sizeof(deg)), c->answer.data, c->answer.len);
+            respond_end(c, c->status, degraded_header(c, deg, sizeof(deg)), c->answer.data,
+                        c->answer.len);
             break;
         case ANSWER_STREAM:
             send_out(c, head, 1); /* the rest of the stream and its end in one write */

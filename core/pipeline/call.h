@@ -223,6 +223,7 @@ typedef struct call_s {
     int error_retry_ms;
     /* accounting */
     int have_usage;
+    int charged;                 /* charge_spend ran (it charges once) */
     long long prompt_tokens, completion_tokens;
     long long chunks;
     fail_kind_t last_fail;
@@ -257,6 +258,10 @@ void stream_fail(call_t *c, const char *code, const char *msg);
 
 /* The finish step: see above. Always MG_STEP_DONE. */
 mg_step_rc_t step_finish(call_t *c);
+
+/* The spend of the call charged once (call.c): NULL, or the hold that releases the
+ * answer's end once the charge is durable (net/hold.h). */
+struct mg_hold_s *charge_spend(call_t *c);
 
 /* Move the task to state `to` (logged once per change). */
 void task_to(call_t *c, mg_task_state_t to, const char *reason);

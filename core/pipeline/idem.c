@@ -1,9 +1,17 @@
 /* idem: idempotency keys; see idem.h.
  *
  * An entry is identified by SHA-256(scope "\n" key), so neither the caller's API key nor
- * the client's idempotency key is kept in clear. Entries live in a list (the number of
- * live keys is bounded by the TTL and by MAX_ENTRIES); waiters are requests whose
- * connection is still open, each with an abort hook that takes it off the list. */
+ * the client's idempotency key is kept in clear. Entries live in idem_cache, which keeps
+ * at most idempotency.max_entries stored answers per group (the tenant with auth on) and
+ * evicts the oldest; the store keeps every answer until its TTL, so an evicted key is read
+ * back from there. A pending entry has a run: the requests waiting for it (each with an
+ * abort hook that takes it off the list) and what it waits for itself, one of
+ *   LOOKUP  the store is read off the loop (only while the group's evicted records may be
+ *           live): found, every waiter gets the replay; not found, the key runs;
+ *   RUN     the detached request runs through the pipeline (its entry point);
+ *   COMMIT  its answer is being written: nobody is answered before that write committed,
+ *           so an answer a client saw can always be replayed, also after kill -9.
+ * Then every waiter is answered and the entry becomes a stored answer. */
 #include "pipeline/idem.h"
 
 #include <stdio.h>
@@ -13,33 +21,42 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
+#include "pipeline/idem_cache.h"
 
-#define MAX_ENTRIES 100000
+typedef enum { RUN_LOOKUP = 1, RUN_RUNNING, RUN_COMMIT } run_state_t;
 
 typedef struct waiter_s {
     struct waiter_s *next;
-    struct idem_entry_s *entry;
+    struct run_s *run;
     mg_http_req_t *req; /* borrowed until answered or aborted */
 } waiter_t;
 
-typedef struct idem_entry_s {
-    struct idem_entry_s *next;
-    char id[65];          /* sha256 hex of scope and key */
-    int done;             /* the answer is stored */
-    int status, stream;
-    char *body;           /* owned */
-    size_t len;
-    int64_t expires_ms;   /* wall clock; only once done */
+typedef struct run_s {
+    struct mg_idem_s *m;
+    mg_idem_entry_t *e;   /* pending, owned by the cache; e->owner is this run */
+    run_state_t state;
     waiter_t *waiters;    /* owned list */
-} idem_entry_t;
+    mg_endpoint_t ep;
+    int stream;
+    char id[65];
+    char group[64];
+    /* the answer (RUN_COMMIT and after a found LOOKUP) */
+    int status, answer_stream;
+    char *body;           /* owned until handed to the cache */
+    size_t len;
+    int64_t expires_ms;
+    uv_work_t work;       /* RUN_LOOKUP */
+    int64_t lookup_now_ms;
+    int found;
+} run_t;
 
 struct mg_idem_s {
     mg_store_t *store;    /* borrowed; NULL = answers are kept in memory only */
     uv_loop_t *loop;
     mg_handle_fn run;     /* the pipeline's entry point, for the detached run */
     void *run_ud;
-    idem_entry_t *head;
-    int count;
+    int stopped;          /* the process is closing: no new run */
+    mg_idem_cache_t cache;
     int ttl_s;
 };
 
@@ -50,91 +67,96 @@ static int64_t wall_ms(void)
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
-static void entry_free(idem_entry_t *e)
-{
-    while (e->waiters) {
-        waiter_t *w = e->waiters;
-        e->waiters = w->next;
-        free(w);
-    }
-    free(e->body);
-    free(e);
-}
-
-/* Unlink and free expired done entries (and the oldest done ones past MAX_ENTRIES). */
-static void prune(mg_idem_t *m, int64_t now)
-{
-    idem_entry_t **pp = &m->head;
-    int n = 0;
-    while (*pp) {
-        idem_entry_t *e = *pp;
-        if (e->done && (e->expires_ms <= now || n >= MAX_ENTRIES)) {
-            *pp = e->next;
-            entry_free(e);
-            m->count--;
-            continue;
-        }
-        n++;
-        pp = &e->next;
-    }
-}
-
-static idem_entry_t *find(mg_idem_t *m, const char *id)
-{
-    for (idem_entry_t *e = m->head; e; e = e->next)
-        if (strcmp(e->id, id) == 0) return e;
-    return NULL;
-}
+/* ------------------------------------------------------------------------ */
+/* Start-up                                                                  */
+/* ------------------------------------------------------------------------ */
 
 static void load_row(void *ud, int ncols, const char *const *cols)
 {
     mg_idem_t *m = ud;
-    if (ncols < 5 || !cols[0] || strlen(cols[0]) != 64 || !cols[3]) return;
-    idem_entry_t *e = calloc(1, sizeof(*e));
-    if (!e) return;
-    memcpy(e->id, cols[0], 65);
-    e->done = 1;
-    e->status = cols[1] ? atoi(cols[1]) : 200;
-    e->stream = cols[2] ? atoi(cols[2]) : 0;
-    e->body = strdup(cols[3]);
-    e->len = e->body ? strlen(e->body) : 0;
-    e->expires_ms = cols[4] ? atoll(cols[4]) : 0;
-    e->next = m->head;
-    m->head = e;
-    m->count++;
+    if (ncols < 6 || !cols[0] || strlen(cols[0]) != 64 || !cols[3]) return;
+    mg_idem_entry_t *e = mg_idem_cache_add(&m->cache, cols[0], cols[5] ? cols[5] : "");
+    char *body = e ? strdup(cols[3]) : NULL;
+    if (!body) {
+        if (e) mg_idem_cache_remove(&m->cache, e);
+        return;
+    }
+    mg_idem_cache_complete(&m->cache, e, cols[1] ? atoi(cols[1]) : 200, cols[2] ? atoi(cols[2]) : 0,
+                           body, strlen(body), cols[4] ? atoll(cols[4]) : 0);
 }
 
-mg_idem_t *mg_idem_open(mg_store_t *st, uv_loop_t *loop, int ttl_s, mg_handle_fn run,
-                        void *run_ud)
+/* A group with more live records than its cap: the older ones are read on demand. */
+static void over_cap_row(void *ud, int ncols, const char *const *cols)
 {
-    mg_idem_t *m = calloc(1, sizeof(*m));
-    if (!m) return NULL;
-    m->store = st;
-    m->loop = loop;
-    m->run = run;
-    m->run_ud = run_ud;
-    m->ttl_s = ttl_s;
-    if (!st) return m;
-    char now[24], err[256];
+    mg_idem_t *m = ud;
+    if (ncols < 2 || !cols[1]) return;
+    if (mg_idem_cache_note_stored(&m->cache, cols[0] ? cols[0] : "", atoll(cols[1])) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "idempotency: out of memory reading the stored keys");
+}
+
+/* The newest max_entries live answers of each group into memory, oldest first. */
+static void load_stored(mg_idem_t *m, int max_entries)
+{
+    char now[24], cap[16], err[256];
     snprintf(now, sizeof(now), "%lld", (long long)wall_ms());
-    const char *p[1] = {now};
+    snprintf(cap, sizeof(cap), "%d", max_entries);
+    const char *p[2] = {now, cap};
+    mg_store_t *st = m->store;
     if (mg_store_query(st,
-                       "SELECT id, http_status, stream, body, expires_ms FROM idempotency"
-                       " WHERE expires_ms > ?1",
-                       1, p, load_row, m, err, sizeof(err)) != 0)
+                       "SELECT id, http_status, stream, body, expires_ms, grp FROM"
+                       " (SELECT *, ROW_NUMBER() OVER (PARTITION BY grp ORDER BY expires_ms DESC)"
+                       " AS rn FROM idempotency WHERE expires_ms > ?1)"
+                       " WHERE rn <= CAST(?2 AS INTEGER) ORDER BY expires_ms",
+                       2, p, load_row, m, err, sizeof(err)) != 0 ||
+        mg_store_query(st,
+                       "SELECT grp, MAX(expires_ms) FROM idempotency WHERE expires_ms > ?1"
+                       " GROUP BY grp HAVING COUNT(*) > CAST(?2 AS INTEGER)",
+                       2, p, over_cap_row, m, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot read idempotency keys: %s", err);
     mg_store_write(st, "DELETE FROM idempotency WHERE expires_ms <= ?1", 1, p);
+}
+
+mg_idem_t *mg_idem_open(const mg_idem_deps_t *d, int ttl_s, int max_entries)
+{
+    mg_idem_t *m = calloc(1, sizeof(*m));
+    if (!m || mg_idem_cache_init(&m->cache, max_entries) != 0) {
+        free(m);
+        return NULL;
+    }
+    m->store = d->store;
+    m->loop = d->loop;
+    m->run = d->run;
+    m->run_ud = d->run_ud;
+    m->ttl_s = ttl_s;
+    if (m->store) load_stored(m, max_entries);
     return m;
+}
+
+static void run_free(run_t *r)
+{
+    while (r->waiters) {
+        waiter_t *w = r->waiters;
+        r->waiters = w->next;
+        w->req->on_abort = NULL;
+        free(w);
+    }
+    free(r->body);
+    free(r);
+}
+
+void mg_idem_stop(mg_idem_t *m)
+{
+    if (m) m->stopped = 1;
 }
 
 void mg_idem_free(mg_idem_t *m)
 {
     if (!m) return;
-    while (m->head) {
-        idem_entry_t *n = m->head->next;
-        entry_free(m->head);
-        m->head = n;
-    }
+    /* pending entries' runs (none once the loop and the store stopped; kept safe anyway) */
+    for (size_t i = 0; i < m->cache.n_buckets; i++)
+        for (mg_idem_entry_t *e = m->cache.buckets[i]; e; e = e->hnext)
+            if (!e->done && e->owner) run_free(e->owner);
+    mg_idem_cache_free(&m->cache);
     free(m);
 }
 
@@ -149,87 +171,215 @@ const char *mg_idem_key(const mg_http_req_t *req, const char *body_key)
 /* Answering                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Answer req with the entry's answer; `stored` marks a replay of an earlier answer (the
- * clients of the run itself get it as their own). */
-static void answer(const idem_entry_t *e, mg_http_req_t *req, int stored)
+/* Answer req; `stored` marks a replay of an earlier answer (the clients of the run itself
+ * get it as their own). */
+static void answer(mg_http_req_t *req, int status, int stream, const char *body, size_t len,
+                   int stored)
 {
     req->on_abort = NULL;
-    mg_http_respond(req, e->status, e->stream ? "text/event-stream" : "application/json",
-                    stored ? "Idempotent-Replayed: true\r\n" : NULL, e->body ? e->body : "",
-                    e->len);
+    mg_http_respond(req, status, stream ? "text/event-stream" : "application/json",
+                    stored ? "Idempotent-Replayed: true\r\n" : NULL, body ? body : "", len);
 }
 
 static void on_waiter_abort(void *data)
 {
     waiter_t *w = data;
-    waiter_t **pp = &w->entry->waiters;
+    waiter_t **pp = &w->run->waiters;
     while (*pp && *pp != w) pp = &(*pp)->next;
     if (*pp) *pp = w->next;
     free(w);
 }
 
-static int add_waiter(idem_entry_t *e, mg_http_req_t *req)
+static int add_waiter(run_t *r, mg_http_req_t *req)
 {
     waiter_t *w = calloc(1, sizeof(*w));
     if (!w) return -1;
-    w->entry = e;
+    w->run = r;
     w->req = req;
-    w->next = e->waiters;
-    e->waiters = w;
+    w->next = r->waiters;
+    r->waiters = w;
     req->on_abort = on_waiter_abort;
     req->on_drain = NULL;
     req->hook_data = w;
     return 0;
 }
 
-/* What a run needs when it ends: the entry and the module that stores it. */
-typedef struct {
-    mg_idem_t *m;
-    idem_entry_t *e;
-} run_ctx_t;
-
-/* The run is over: store the answer, persist it, answer everyone waiting. */
-static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, const char *body,
-                            size_t len)
+/* Answer every waiter with the run's answer, newcomers too: answering a request may start
+ * the next one pipelined on its connection, which may ask for this key again. */
+static void answer_waiters(run_t *r, int stored)
 {
-    run_ctx_t *rc = ud;
-    mg_idem_t *m = rc->m;
-    idem_entry_t *e = rc->e;
-    free(rc);
-    e->done = 1;
-    e->status = status;
-    e->body = malloc(len + 1);
-    e->len = e->body ? len : 0;
-    if (e->body) {
-        memcpy(e->body, body, len);
-        e->body[len] = '\0';
-    }
-    e->expires_ms = wall_ms() + (int64_t)m->ttl_s * 1000;
-    if (m->store && e->body) {
-        char st[16], sm[4], exp[24];
-        snprintf(st, sizeof(st), "%d", status);
-        snprintf(sm, sizeof(sm), "%d", e->stream);
-        snprintf(exp, sizeof(exp), "%lld", (long long)e->expires_ms);
-        const char *p[5] = {e->id, st, sm, e->body, exp};
-        mg_store_write(m->store,
-                       "INSERT OR REPLACE INTO idempotency(id, http_status, stream, body, expires_ms)"
-                       " VALUES (?1, ?2, ?3, ?4, ?5)",
-                       5, p);
-    }
-    while (e->waiters) {
-        waiter_t *w = e->waiters;
-        e->waiters = w->next;
+    waiter_t *w;
+    while ((w = r->waiters)) {
+        r->waiters = w->next;
         mg_http_req_t *req = w->req;
         free(w);
-        answer(e, req, 0);
+        answer(req, r->status, r->answer_stream, r->body, r->len, stored);
     }
 }
 
+/* The run is over: answer its waiters, then the entry keeps the answer (or goes, when there
+ * is none). `stored`: the answer is a replay read from the store. */
+static void run_end(run_t *r, int stored)
+{
+    mg_idem_t *m = r->m;
+    answer_waiters(r, stored);
+    if (r->body) {
+        mg_idem_cache_complete(&m->cache, r->e, r->status, r->answer_stream, r->body, r->len,
+                               r->expires_ms);
+        r->body = NULL;
+    } else {
+        mg_idem_cache_remove(&m->cache, r->e);
+    }
+    r->e = NULL;
+    run_free(r);
+}
+
+/* Every waiter gets 500 and the key is forgotten (out of memory). */
+static void run_abandon(run_t *r)
+{
+    free(r->body);
+    r->body = NULL;
+    r->status = 500;
+    r->answer_stream = 0;
+    static const char empty[] = "{}";
+    waiter_t *w;
+    while ((w = r->waiters)) {
+        r->waiters = w->next;
+        mg_http_req_t *req = w->req;
+        free(w);
+        answer(req, 500, 0, empty, 2, 0);
+    }
+    run_end(r, 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The run: detached request, then its durable record                        */
+/* ------------------------------------------------------------------------ */
+
+static void on_committed(void *ud, int rc)
+{
+    run_t *r = ud;
+    if (rc != 0)
+        mg_log_msg(MG_LOG_ERROR, NULL,
+                   "idempotency: a record was not stored; its key's replay after a restart"
+                   " cannot be promised");
+    run_end(r, 0);
+}
+
+/* The detached request is answered: store the answer durably, then answer everyone. */
+static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, const char *body,
+                            size_t len)
+{
+    run_t *r = ud;
+    mg_idem_t *m = r->m;
+    (void)dreq;
+    r->status = status;
+    r->answer_stream = r->stream;
+    r->body = malloc(len + 1);
+    r->len = r->body ? len : 0;
+    if (r->body) {
+        memcpy(r->body, body, len);
+        r->body[len] = '\0';
+    }
+    r->expires_ms = wall_ms() + (int64_t)m->ttl_s * 1000;
+    if (m->store && r->body) {
+        char st[16], sm[4], exp[24];
+        snprintf(st, sizeof(st), "%d", status);
+        snprintf(sm, sizeof(sm), "%d", r->stream);
+        snprintf(exp, sizeof(exp), "%lld", (long long)r->expires_ms);
+        const char *p[6] = {r->id, st, sm, r->body, exp, r->group};
+        r->state = RUN_COMMIT;
+        if (mg_store_write_cb(m->store,
+                              "INSERT OR REPLACE INTO idempotency(id, http_status, stream, body,"
+                              " expires_ms, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                              6, p, on_committed, r) == 0)
+            return;
+        mg_log_msg(MG_LOG_ERROR, NULL, "idempotency: the store is not writable; replay after a"
+                                       " restart cannot be promised");
+    }
+    if (!r->body) {
+        run_abandon(r);
+        return;
+    }
+    run_end(r, 0);
+}
+
+/* Run the key once, detached, with the request of one of its waiters. */
+static void start_run(run_t *r)
+{
+    mg_idem_t *m = r->m;
+    mg_http_req_t *req = r->waiters->req;
+    mg_http_req_t *dreq = mg_http_req_detached(HTTP_POST, req->path, req->body, req->body_len, req,
+                                               uv_now(m->loop), on_run_finished, r);
+    if (!dreq) {
+        run_abandon(r);
+        return;
+    }
+    r->state = RUN_RUNNING;
+    m->run(m->run_ud, dreq, r->ep); /* may answer at once: on_run_finished answers */
+}
+
+/* ---- reading an evicted record back (off the loop) ---- */
+
+static void lookup_row(void *ud, int ncols, const char *const *cols)
+{
+    run_t *r = ud;
+    if (ncols < 4 || !cols[2] || r->found) return;
+    r->body = strdup(cols[2]);
+    if (!r->body) return;
+    r->len = strlen(r->body);
+    r->status = cols[0] ? atoi(cols[0]) : 200;
+    r->answer_stream = cols[1] ? atoi(cols[1]) : 0;
+    r->expires_ms = cols[3] ? atoll(cols[3]) : 0;
+    r->found = 1;
+}
+
+/* Thread pool: the record of r->id, if it is still live. */
+static void lookup_work(uv_work_t *w)
+{
+    run_t *r = w->data;
+    char now[24], err[256];
+    snprintf(now, sizeof(now), "%lld", (long long)r->lookup_now_ms);
+    const char *p[2] = {r->id, now};
+    if (mg_store_query(r->m->store,
+                       "SELECT http_status, stream, body, expires_ms FROM idempotency"
+                       " WHERE id = ?1 AND expires_ms > CAST(?2 AS INTEGER)",
+                       2, p, lookup_row, r, err, sizeof(err)) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "idempotency: cannot read a stored key: %s", err);
+}
+
+static void lookup_done(uv_work_t *w, int status)
+{
+    run_t *r = w->data;
+    (void)status;
+    if (r->found) {
+        run_end(r, 1); /* a replay: the record was acknowledged before */
+        return;
+    }
+    if (!r->waiters || r->m->stopped) {
+        run_end(r, 0); /* nobody to run it for: forget the key */
+        return;
+    }
+    start_run(r);
+}
+
+static void start_lookup(run_t *r)
+{
+    r->state = RUN_LOOKUP;
+    r->work.data = r;
+    r->lookup_now_ms = wall_ms();
+    if (uv_queue_work(r->m->loop, &r->work, lookup_work, lookup_done) != 0) start_run(r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry point                                                               */
+/* ------------------------------------------------------------------------ */
+
 void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const char *scope,
-                    const char *key, int stream)
+                    const char *group, const char *key, int stream)
 {
     int64_t now = wall_ms();
-    prune(m, now);
+    mg_idem_cache_prune(&m->cache, now);
     size_t sl = strlen(scope), kl = strlen(key);
     char *buf = malloc(sl + kl + 2);
     if (!buf) {
@@ -243,32 +393,30 @@ void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const ch
     mg_sha256_hex(buf, sl + kl + 1, id);
     free(buf);
 
-    idem_entry_t *e = find(m, id);
+    mg_idem_entry_t *e = mg_idem_cache_find(&m->cache, id, now);
     if (e && e->done) {
-        answer(e, req, 1);
+        answer(req, e->status, e->stream, e->body, e->len, 1);
         return;
     }
-    if (e) { /* its twin is running: wait for that answer */
-        if (add_waiter(e, req) != 0) mg_http_respond(req, 500, "application/json", NULL, "{}", 2);
+    if (e) { /* its twin is running (or committing): wait for that answer */
+        if (add_waiter(e->owner, req) != 0) mg_http_respond(req, 500, "application/json", NULL, "{}", 2);
         return;
     }
-    e = calloc(1, sizeof(*e));
-    run_ctx_t *rc = e ? calloc(1, sizeof(*rc)) : NULL;
-    mg_http_req_t *dreq = rc ? mg_http_req_detached(HTTP_POST, req->path, req->body, req->body_len,
-                                                    req, uv_now(m->loop), on_run_finished, rc)
-                             : NULL;
-    if (!dreq || add_waiter(e, req) != 0) {
-        free(rc);
-        if (e) entry_free(e);
+    e = mg_idem_cache_add(&m->cache, id, group);
+    run_t *r = e ? calloc(1, sizeof(*r)) : NULL;
+    if (!r || add_waiter(r, req) != 0) {
+        free(r);
+        if (e) mg_idem_cache_remove(&m->cache, e);
         mg_http_respond(req, 500, "application/json", NULL, "{}", 2);
         return;
     }
-    memcpy(e->id, id, 65);
-    e->stream = stream;
-    e->next = m->head;
-    m->head = e;
-    m->count++;
-    rc->m = m;
-    rc->e = e;
-    m->run(m->run_ud, dreq, ep); /* may answer at once: on_run_finished answers req */
+    r->m = m;
+    r->e = e;
+    r->ep = ep;
+    r->stream = stream;
+    memcpy(r->id, id, sizeof(r->id));
+    snprintf(r->group, sizeof(r->group), "%s", group);
+    e->owner = r;
+    if (m->store && mg_idem_cache_may_be_stored(&m->cache, group, now)) start_lookup(r);
+    else start_run(r);
 }

@@ -8,7 +8,11 @@
  * once, detached from its connection; every request with the same key while it runs
  * waits for that one answer; afterwards the stored answer is replayed (header
  * Idempotent-Replayed: true) until the TTL passes, then the key runs anew. Answers are
- * kept in SQLite (writer thread) and read back at start, so a restart keeps them.
+ * kept in SQLite (writer thread) and nobody is answered before the answer's record
+ * committed (store.h says what that survives), so a restart keeps every answer a client saw.
+ * Memory keeps at most idempotency.max_entries answers per group (the caller's tenant with
+ * auth on, everyone otherwise), the oldest leave first; a key no longer in memory is read
+ * back from the store (off the loop), so eviction never makes a key run twice.
  * Idempotent requests are answered when complete: a stream is replayed whole. */
 #ifndef MG_IDEM_H
 #define MG_IDEM_H
@@ -21,19 +25,28 @@
 
 typedef struct mg_idem_s mg_idem_t;
 
-/* Read the stored answers that have not expired (before the loop runs; st may be NULL: no
- * store). ttl_s: how long an answer is kept. run(run_ud, req, ep) is the pipeline's entry
- * point, which runs a key's request once, detached. NULL when out of memory. */
-mg_idem_t *mg_idem_open(mg_store_t *st, uv_loop_t *loop, int ttl_s, mg_handle_fn run,
-                        void *run_ud);
+/* What idempotency works with, borrowed for its life. */
+typedef struct mg_idem_deps_s {
+    mg_store_t *store;  /* NULL: answers are kept in memory only */
+    uv_loop_t *loop;
+    mg_handle_fn run;   /* the pipeline's entry point: runs a key's request once, detached */
+    void *run_ud;
+} mg_idem_deps_t;
+
+/* Read the newest stored answers that have not expired, max_entries per group (before the
+ * loop runs). ttl_s: how long an answer is kept. NULL when out of memory. */
+mg_idem_t *mg_idem_open(const mg_idem_deps_t *d, int ttl_s, int max_entries);
+/* The process is closing: no key starts a run from now on. */
+void mg_idem_stop(mg_idem_t *m);
 void mg_idem_free(mg_idem_t *m);
 
 /* The request's idempotency key (body field or header), or NULL. */
 const char *mg_idem_key(const mg_http_req_t *req, const char *body_key);
 
 /* Answer req through its idempotency key: replay, wait for the running twin, or run it
- * once (the entry point on a detached copy). */
+ * once (the entry point on a detached copy). group: whose memory cap the key counts against
+ * ("tenant:<id>" with auth on, "" otherwise; at most 63 bytes). */
 void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const char *scope,
-                    const char *key, int stream);
+                    const char *group, const char *key, int stream);
 
 #endif

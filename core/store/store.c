@@ -3,7 +3,20 @@
  * The schema follows the Sidecar ADR's DDL (providers, usage buckets, cooldowns,
  * health, system config, daily stats). Each migration runs in its own transaction
  * and records itself in schema_migrations, so a crash mid-way never leaves a
- * half-applied version behind. */
+ * half-applied version behind.
+ *
+ * The write path (store.h says what it promises): jobs wait in a bounded FIFO guarded by
+ * mu; the writer thread takes them all as one batch and commits it in one transaction,
+ * retrying while the database is locked; jobs with a callback then move to the done list
+ * and the uv_async handle wakes the loop, which runs the callbacks and hands over the
+ * writes it parked while the FIFO was full. The parked list belongs to the loop thread
+ * alone (it is touched only there, under mu for simplicity). The writer keeps its recent
+ * statements prepared (a write is usually one of a few fixed texts), and it checkpoints the
+ * WAL between batches, once the batch's callbacks are on their way: inside the COMMIT, as
+ * SQLite does by default, the checkpoint's copying and fsync would delay every answer
+ * waiting for that commit. Being the only writer, its checkpoint completes, so the WAL
+ * restarts and stays bounded (a checkpoint on another thread, racing the writer's appends,
+ * never catches up and lets the WAL grow without end). */
 #include "store/store.h"
 
 #include <errno.h>
@@ -13,28 +26,63 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "base/log.h"
 
+/* One queued write, in one allocation: the struct, the parameter array, then the SQL and
+ * the parameters' text. */
 typedef struct write_job_s {
     struct write_job_s *next;
-    char *sql;       /* owned */
+    const char *sql;       /* in the job's allocation */
     int nparams;
-    char **params;   /* owned, entries may be NULL */
+    const char **params;   /* in the job's allocation; entries may be NULL */
+    mg_store_done_fn done; /* may be NULL */
+    void *ud;
+    int rc;                /* the outcome, set by the writer */
 } write_job_t;
+
+typedef struct {
+    write_job_t *head, *tail;
+    uint64_t n;
+} job_list_t;
+
+#define STMT_CACHE 8
+/* WAL pages (4 KB) after which the writer checkpoints: 4x SQLite's default, since a
+ * checkpoint's cost is mostly its two fsyncs, not the pages it copies (bench/README.md) */
+#define CHECKPOINT_PAGES 4000
 
 struct mg_store_s {
     sqlite3 *db;         /* migrations, then the writer thread's connection */
+    struct {
+        char *sql;       /* owned */
+        sqlite3_stmt *st;
+    } stmts[STMT_CACHE]; /* the writer's prepared statements */
+    int next_stmt;       /* the slot replaced next */
+    int wal_pages;       /* the WAL's size after the writer's last commit (writer thread) */
     char *path;          /* owned */
     int version;
+    int queue_max;
+    int busy_wait_ms;
     pthread_t writer;
     int writer_running;
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* work queued or stopping */
     pthread_cond_t done_cv;  /* a batch committed */
-    write_job_t *head, *tail;/* queue, guarded by mu */
-    unsigned long queued, committed;
+    pthread_cond_t room_cv;  /* the queue has room (writers on other threads wait for it) */
+    job_list_t queue;        /* guarded by mu; at most queue_max jobs, but see detach */
+    job_list_t done;         /* guarded by mu: finished jobs whose callbacks are due */
+    job_list_t parked;       /* the loop thread's: writes waiting for room, in order */
+    unsigned long handed, committed; /* jobs handed to the writer / finished by it */
     int stopping;
+    /* the loop the callbacks run on */
+    uv_loop_t *loop;
+    uv_async_t *async;       /* the writer wakes the loop with it; owned, freed in its close
+                                callback (it may outlive the store by a loop iteration) */
+    int attached;            /* async is live (guarded by mu) */
+    int loop_known;          /* loop_thread is set (attached once) */
+    pthread_t loop_thread;
+    mg_store_stats_t stats;  /* guarded by mu; queued/parked filled in by mg_store_stats */
     sqlite3 *admin_db;   /* synchronous admin transactions; opened on first use */
     mg_store_tx_t *tx;   /* the open admin transaction, or NULL */
 };
@@ -153,9 +201,13 @@ static const char *const migrations[] = {
     " name TEXT PRIMARY KEY, definition TEXT NOT NULL,"
     " created_at TEXT NOT NULL DEFAULT (datetime('now')),"
     " updated_at TEXT NOT NULL DEFAULT (datetime('now')));",
+    /* 10: idempotency records carry the group their memory cap counts against (idem.h) */
+    "ALTER TABLE idempotency ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX idx_idempotency_grp ON idempotency(grp, expires_ms);",
 };
 
 static void *writer_main(void *arg);
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages);
 
 static int mkdir_parents(const char *path)
 {
@@ -225,7 +277,8 @@ static int migrate(mg_store_t *s, char *err, size_t errlen)
     return 0;
 }
 
-int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen)
+int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t **out, char *err,
+                       size_t errlen)
 {
     *out = NULL;
     if (mkdir_parents(path) != 0) {
@@ -234,26 +287,34 @@ int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen)
     }
     mg_store_t *s = calloc(1, sizeof(*s));
     if (!s) return -1;
+    s->queue_max = opts && opts->queue_max > 0 ? opts->queue_max : MG_STORE_QUEUE_MAX_DEFAULT;
+    s->busy_wait_ms = opts && opts->busy_wait_ms > 0 ? opts->busy_wait_ms : 250;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    pthread_cond_init(&s->room_cv, NULL);
     if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
         snprintf(err, errlen, "%s: %s", path, s->db ? sqlite3_errmsg(s->db) : "cannot open");
         mg_store_close(s);
         return -1;
     }
+    /* migrations wait for a lock as long as admin transactions do; the writer thread's
+       attempts wait busy_wait_ms each and are retried (writer_begin) */
     sqlite3_busy_timeout(s->db, 5000);
-    if (exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-             err, errlen) != 0 ||
-        migrate(s, err, errlen) != 0) {
+    const char *pragmas = opts && opts->synchronous_full
+                              ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+                              : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;";
+    if (exec(s->db, pragmas, err, errlen) != 0 || migrate(s, err, errlen) != 0) {
         char tmp[512];
         snprintf(tmp, sizeof(tmp), "%s", err);
         snprintf(err, errlen, "%s: %s", path, tmp);
         mg_store_close(s);
         return -1;
     }
+    sqlite3_busy_timeout(s->db, s->busy_wait_ms);
+    sqlite3_wal_hook(s->db, on_wal_commit, s);
     s->path = strdup(path);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    pthread_cond_init(&s->done_cv, NULL);
     if (!s->path || pthread_create(&s->writer, NULL, writer_main, s) != 0) {
         snprintf(err, errlen, "%s: cannot start the writer thread", path);
         mg_store_close(s);
@@ -264,94 +325,401 @@ int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen)
     return 0;
 }
 
-static void job_free(write_job_t *j)
+int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen)
 {
-    for (int i = 0; i < j->nparams; i++) free(j->params[i]);
-    free(j->params);
-    free(j->sql);
-    free(j);
+    return mg_store_open_with(path, NULL, out, err, errlen);
 }
 
-static void run_job(sqlite3 *db, write_job_t *j)
+/* ---- jobs and lists ----------------------------------------------------------------- */
+
+static write_job_t *job_new(const char *sql, int nparams, const char *const *params,
+                            mg_store_done_fn done, void *ud)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, j->sql, -1, &st, NULL) != SQLITE_OK) {
-        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot prepare a write: %s", sqlite3_errmsg(db));
-        return;
+    size_t sl = strlen(sql) + 1, size = sizeof(write_job_t) + (size_t)nparams * sizeof(char *) + sl;
+    for (int i = 0; i < nparams; i++)
+        if (params[i]) size += strlen(params[i]) + 1;
+    write_job_t *j = malloc(size);
+    if (!j) return NULL;
+    memset(j, 0, sizeof(*j));
+    j->params = (const char **)(j + 1);
+    char *text = (char *)(j->params + nparams);
+    memcpy(text, sql, sl);
+    j->sql = text;
+    text += sl;
+    for (int i = 0; i < nparams; i++) {
+        if (!params[i]) {
+            j->params[i] = NULL;
+            continue;
+        }
+        size_t n = strlen(params[i]) + 1;
+        memcpy(text, params[i], n);
+        j->params[i] = text;
+        text += n;
     }
+    j->nparams = nparams;
+    j->done = done;
+    j->ud = ud;
+    return j;
+}
+
+static void list_push(job_list_t *l, write_job_t *j)
+{
+    j->next = NULL;
+    if (l->tail) l->tail->next = j;
+    else l->head = j;
+    l->tail = j;
+    l->n++;
+}
+
+static write_job_t *list_pop(job_list_t *l)
+{
+    write_job_t *j = l->head;
+    if (!j) return NULL;
+    l->head = j->next;
+    if (!l->head) l->tail = NULL;
+    l->n--;
+    j->next = NULL;
+    return j;
+}
+
+/* Everything of l, leaving it empty. */
+static job_list_t list_take(job_list_t *l)
+{
+    job_list_t all = *l;
+    memset(l, 0, sizeof(*l));
+    return all;
+}
+
+/* Run the callbacks of a finished list in order and free its jobs. */
+static void deliver(job_list_t *l)
+{
+    write_job_t *j;
+    while ((j = list_pop(l))) {
+        if (j->done) j->done(j->ud, j->rc);
+        free(j);
+    }
+}
+
+/* ---- the writer thread -------------------------------------------------------------- */
+
+static int is_busy(int rc)
+{
+    rc &= 0xff;
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+}
+
+/* The database stayed locked for one more attempt: count it, and say so every 5 s. */
+static void note_busy(mg_store_t *s, const char *what, uint64_t since_ns, uint64_t *logged_ns)
+{
+    uint64_t now = uv_hrtime();
+    pthread_mutex_lock(&s->mu);
+    s->stats.busy_retries_total++;
+    pthread_mutex_unlock(&s->mu);
+    if (now - *logged_ns >= 5000000000ull) {
+        *logged_ns = now;
+        mg_log_msg(MG_LOG_WARN, NULL,
+                   "store: the database is locked by another connection (%s waited %llu ms);"
+                   " the writes wait, none is dropped",
+                   what, (unsigned long long)((now - since_ns) / 1000000));
+    }
+}
+
+/* Run sql (BEGIN IMMEDIATE or COMMIT) until it is not refused for a lock: each attempt waits
+ * busy_wait_ms in SQLite's busy handler. Returns the final SQLite code. */
+static int exec_until_unlocked(mg_store_t *s, const char *sql)
+{
+    uint64_t since = uv_hrtime(), logged = 0;
+    for (;;) {
+        int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+        if (!is_busy(rc)) return rc;
+        note_busy(s, sql, since, &logged);
+    }
+}
+
+/* One write inside the open transaction: 0, MG_STORE_ECONSTRAINT or MG_STORE_ERROR. */
+/* The writer's prepared statement for sql (kept in the cache), or NULL. */
+static sqlite3_stmt *prepared(mg_store_t *s, const char *sql)
+{
+    for (int i = 0; i < STMT_CACHE; i++)
+        if (s->stmts[i].sql && strcmp(s->stmts[i].sql, sql) == 0) return s->stmts[i].st;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot prepare a write: %s", sqlite3_errmsg(s->db));
+        return NULL;
+    }
+    char *copy = strdup(sql);
+    if (!copy) return st; /* used once, then finalized by run_job */
+    int slot = s->next_stmt;
+    s->next_stmt = (slot + 1) % STMT_CACHE;
+    sqlite3_finalize(s->stmts[slot].st);
+    free(s->stmts[slot].sql);
+    s->stmts[slot].sql = copy;
+    s->stmts[slot].st = st;
+    return st;
+}
+
+static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
+{
+    for (int i = 0; i < STMT_CACHE; i++)
+        if (s->stmts[i].st == st) return 1;
+    return 0;
+}
+
+static int run_job(mg_store_t *s, const write_job_t *j)
+{
+    sqlite3 *db = s->db;
+    sqlite3_stmt *st = prepared(s, j->sql);
+    if (!st) return MG_STORE_ERROR;
     for (int i = 0; i < j->nparams; i++) {
         if (j->params[i]) sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
         else sqlite3_bind_null(st, i + 1);
     }
-    if (sqlite3_step(st) != SQLITE_DONE)
+    int step = sqlite3_step(st), rc = 0;
+    if (step != SQLITE_DONE && step != SQLITE_ROW) {
         mg_log_msg(MG_LOG_ERROR, NULL, "store: write failed: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+        rc = (step & 0xff) == SQLITE_CONSTRAINT ? MG_STORE_ECONSTRAINT : MG_STORE_ERROR;
+    }
+    if (is_cached(s, st)) {
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st); /* the parameters die with the job */
+    } else {
+        sqlite3_finalize(st);
+    }
+    return rc;
 }
 
-/* The writer: take everything queued, commit it as one transaction, repeat. */
+/* One attempt at the batch as one transaction. Returns 0 when committed (each job's rc
+ * says whether its statement ran), -1 when nothing of it is in the database. */
+static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen)
+{
+    int rc = exec_until_unlocked(s, "BEGIN IMMEDIATE");
+    if (rc != SQLITE_OK) {
+        snprintf(why, whylen, "BEGIN: %s", sqlite3_errmsg(s->db));
+        return -1;
+    }
+    for (write_job_t *j = batch; j; j = j->next) {
+        j->rc = run_job(s, j);
+        /* an I/O error, a full disk or memory may roll the whole transaction back */
+        if (j->rc != 0 && sqlite3_get_autocommit(s->db)) {
+            snprintf(why, whylen, "the transaction was rolled back: %s", sqlite3_errmsg(s->db));
+            return -1;
+        }
+    }
+    if (exec_until_unlocked(s, "COMMIT") == SQLITE_OK) return 0;
+    snprintf(why, whylen, "COMMIT: %s", sqlite3_errmsg(s->db));
+    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+/* Commit the batch, retrying while locked (exec_until_unlocked) and three times after any
+ * other failure; then its writes fail. */
+static void commit_batch(mg_store_t *s, write_job_t *batch)
+{
+    char why[256] = "";
+    for (int attempt = 0; attempt < 4; attempt++) {
+        if (attempt) {
+            struct timespec pause = {0, 100 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
+        if (try_batch(s, batch, why, sizeof(why)) == 0) return;
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: a batch of writes did not commit (%s)%s", why,
+                   attempt < 3 ? "; retrying" : "; its writes are lost");
+    }
+    for (write_job_t *j = batch; j; j = j->next) j->rc = MG_STORE_ERROR;
+}
+
+/* A batch is over: count it, pass the jobs with callbacks to the loop, free the rest. */
+static void batch_finished(mg_store_t *s, job_list_t *batch)
+{
+    uint64_t n = batch->n, failed = 0;
+    write_job_t *j;
+    pthread_mutex_lock(&s->mu);
+    while ((j = list_pop(batch))) {
+        if (j->rc) failed++;
+        if (j->done) list_push(&s->done, j);
+        else free(j);
+    }
+    s->committed += n;
+    s->stats.writes_total += n - failed;
+    s->stats.failed_total += failed;
+    if (failed < n) s->stats.batches_total++;
+    if (n > s->stats.largest_batch) s->stats.largest_batch = n;
+    pthread_cond_broadcast(&s->done_cv);
+    if (s->attached) uv_async_send(s->async); /* the callbacks, and room for parked writes */
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- checkpoints, between the writer's batches ---- */
+
+/* After each commit of the writer (SQLite's WAL hook, on the writer thread): note the WAL's
+ * size. Replaces SQLite's automatic checkpoint, which would run inside the COMMIT. */
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages)
+{
+    mg_store_t *s = ud;
+    (void)db;
+    (void)name;
+    s->wal_pages = pages;
+    return SQLITE_OK;
+}
+
+/* Between batches, past CHECKPOINT_PAGES: copy the WAL into the database (PASSIVE: a reader
+ * may keep the last frames; the next checkpoint gets them). */
+static void checkpoint_if_due(mg_store_t *s)
+{
+    if (s->wal_pages < CHECKPOINT_PAGES) return;
+    s->wal_pages = 0;
+    if (sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) != SQLITE_OK)
+        mg_log_msg(MG_LOG_WARN, NULL, "store: checkpoint: %s", sqlite3_errmsg(s->db));
+}
+
+/* The writer: take everything queued, commit it as one transaction, repeat; when stopping,
+ * only once the queue is empty. */
 static void *writer_main(void *arg)
 {
     mg_store_t *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->head && s->stopping) break;
-        write_job_t *batch = s->head;
-        unsigned long n = 0;
-        s->head = s->tail = NULL;
+        while (!s->queue.head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->queue.head && s->stopping) break;
+        job_list_t batch = list_take(&s->queue);
+        pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
-        char err[256];
-        exec(s->db, "BEGIN IMMEDIATE", err, sizeof(err));
-        for (write_job_t *j = batch; j; j = j->next, n++) run_job(s->db, j);
-        if (exec(s->db, "COMMIT", err, sizeof(err)) != 0)
-            mg_log_msg(MG_LOG_ERROR, NULL, "store: commit failed: %s", err);
-        while (batch) {
-            write_job_t *next = batch->next;
-            job_free(batch);
-            batch = next;
-        }
+        commit_batch(s, batch.head);
+        batch_finished(s, &batch); /* its callbacks are on their way */
+        checkpoint_if_due(s);
         pthread_mutex_lock(&s->mu);
-        s->committed += n;
-        pthread_cond_broadcast(&s->done_cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
-int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params)
+/* ---- queueing ----------------------------------------------------------------------- */
+
+/* Under mu: the job goes to the writer. */
+static void hand_over(mg_store_t *s, write_job_t *j)
 {
-    write_job_t *j = calloc(1, sizeof(*j));
-    if (!j) return -1;
-    j->sql = strdup(sql);
-    j->nparams = nparams;
-    j->params = calloc((size_t)(nparams > 0 ? nparams : 1), sizeof(char *));
-    int oom = !j->sql || !j->params;
-    for (int i = 0; !oom && i < nparams; i++)
-        if (params[i] && !(j->params[i] = strdup(params[i]))) oom = 1;
-    if (oom) {
-        job_free(j);
-        return -1;
-    }
+    list_push(&s->queue, j);
+    s->handed++;
+    pthread_cond_signal(&s->cv);
+}
+
+/* Under mu, on the loop thread: parked writes move to the queue while it has room (all of
+ * them when `all`). */
+static void unpark(mg_store_t *s, int all)
+{
+    while (s->parked.head && (all || s->queue.n < (uint64_t)s->queue_max))
+        hand_over(s, list_pop(&s->parked));
+}
+
+static int on_loop_thread(const mg_store_t *s)
+{
+    return s->loop_known && pthread_equal(pthread_self(), s->loop_thread);
+}
+
+static int submit(mg_store_t *s, write_job_t *j)
+{
     pthread_mutex_lock(&s->mu);
     if (s->stopping || !s->writer_running) {
         pthread_mutex_unlock(&s->mu);
-        job_free(j);
+        free(j);
         return -1;
     }
-    if (s->tail) s->tail->next = j;
-    else s->head = j;
-    s->tail = j;
-    s->queued++;
-    pthread_cond_signal(&s->cv);
+    if (on_loop_thread(s)) {
+        if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max))
+            list_push(&s->parked, j); /* after the others: the order is kept */
+        else
+            hand_over(s, j); /* detached (shutdown): no more parking, the bound is waived */
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    /* any other thread may wait for room */
+    while (s->queue.n >= (uint64_t)s->queue_max && !s->stopping) pthread_cond_wait(&s->room_cv, &s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        free(j);
+        return -1;
+    }
+    hand_over(s, j);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                      mg_store_done_fn done, void *ud)
+{
+    write_job_t *j = job_new(sql, nparams, params, done, ud);
+    return j ? submit(s, j) : -1;
+}
+
+int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params)
+{
+    return mg_store_write_cb(s, sql, nparams, params, NULL, NULL);
+}
+
+/* ---- the loop side ------------------------------------------------------------------ */
+
+static void on_async(uv_async_t *h)
+{
+    mg_store_t *s = h->data;
+    pthread_mutex_lock(&s->mu);
+    unpark(s, 0);
+    job_list_t due = list_take(&s->done);
+    pthread_mutex_unlock(&s->mu);
+    deliver(&due); /* callbacks may queue writes: mu is not held */
+}
+
+int mg_store_attach(mg_store_t *s, uv_loop_t *loop)
+{
+    if (s->loop_known) return UV_EALREADY; /* once per store */
+    uv_async_t *a = malloc(sizeof(*a));
+    if (!a) return UV_ENOMEM;
+    int rc = uv_async_init(loop, a, on_async);
+    if (rc != 0) {
+        free(a);
+        return rc;
+    }
+    a->data = s;
+    uv_unref((uv_handle_t *)a);
+    s->async = a;
+    pthread_mutex_lock(&s->mu);
+    s->loop = loop;
+    s->loop_thread = pthread_self();
+    s->loop_known = 1;
+    s->attached = 1;
+    if (s->done.head) uv_async_send(a); /* writes finished before the loop was there */
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void mg_store_detach(mg_store_t *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    if (!s->attached) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->attached = 0;
+    unpark(s, 1);
+    pthread_mutex_unlock(&s->mu);
+    uv_close((uv_handle_t *)s->async, (uv_close_cb)free);
+    s->async = NULL;
 }
 
 void mg_store_flush(mg_store_t *s)
 {
     pthread_mutex_lock(&s->mu);
-    unsigned long target = s->queued;
+    unsigned long target = s->handed;
     while (s->writer_running && s->committed < target) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void mg_store_stats(mg_store_t *s, mg_store_stats_t *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->queued = s->queue.n;
+    out->parked = s->parked.n;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -506,19 +874,25 @@ int mg_store_schema_version(const mg_store_t *s)
 void mg_store_close(mg_store_t *s)
 {
     if (!s) return;
+    mg_store_detach(s);
     if (s->writer_running) {
         pthread_mutex_lock(&s->mu);
         s->stopping = 1;
         pthread_cond_signal(&s->cv);
+        pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->writer, NULL);
         s->writer_running = 0;
     }
-    if (s->path) {
-        pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->cv);
-        pthread_cond_destroy(&s->done_cv);
+    for (int i = 0; i < STMT_CACHE; i++) {
+        sqlite3_finalize(s->stmts[i].st);
+        free(s->stmts[i].sql);
     }
+    deliver(&s->done); /* the writer is gone: no lock needed */
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->room_cv);
     if (s->tx) mg_store_tx_rollback(s->tx);
     if (s->admin_db) sqlite3_close(s->admin_db);
     if (s->db) sqlite3_close(s->db);

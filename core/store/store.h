@@ -3,30 +3,108 @@
  * Opened once at start-up, before the loop runs. Writes go through the store's
  * own writer thread (its own connection, batched transactions) so the loop thread
  * never waits on the disk; reads use separate connections (WAL lets them run
- * beside the writer). */
+ * beside the writer).
+ *
+ * The write queue and what a callback promises:
+ * - Group commit: the writer takes everything queued (at most queue_max writes) and runs
+ *   it as one transaction, in the order queued; then the next batch.
+ * - Bounded: at most queue_max writes wait for the writer. A write from the loop thread
+ *   that finds the queue full is parked on the loop side, in order, and handed over as the
+ *   writer makes room: nothing is dropped and the loop never waits (its callback, if any,
+ *   simply comes later; whoever waits for it waits asynchronously). A write from another
+ *   thread waits for room on a condition variable (that thread may block).
+ * - A held write lock (a backup, a long admin transaction on another connection) delays
+ *   the writer and never loses a batch: BEGIN and COMMIT are retried for as long as the
+ *   database is busy (each wait counted in busy_retries, logged every few seconds). Other
+ *   errors: a statement that fails on its own (a constraint, bad SQL) fails alone, the
+ *   rest of its batch commits; a transaction that cannot commit for another reason (I/O,
+ *   disk full) is retried three times, then its writes fail (logged, counted).
+ * - Durability: a write's callback runs once its transaction COMMIT returned. With
+ *   synchronous=normal (the default; WAL mode) the transaction is then in the WAL file in
+ *   the OS's page cache: it survives the process being killed (kill -9, a crash, the OOM
+ *   killer) but may be rolled back by a power loss or an OS crash (the database is never
+ *   corrupted either way). With synchronous=full the WAL is fsynced at every commit and
+ *   the transaction also survives power loss; group commit shares one fsync per batch.
+ * - Callbacks run on the loop thread (from a uv_async handle), never inside the call
+ *   that queued the write, in the order the writes were queued; for writes still pending
+ *   when the store closes, inside mg_store_close.
+ *
+ * Who waits for the commit: records an answer acknowledges. The spend of a metered answer
+ * (proxy.c holds the answer's end, net/hold.h) and an idempotent request's stored answer
+ * (idem.c answers nobody before it committed); a new record of that kind (usage events)
+ * does the same: mg_store_write_cb plus a hold. Fire and forget: state the process rebuilds
+ * or that no client relies on: cooldowns and provider state, health (traffic restores them;
+ * a kill -9 loses at most the last change), task records (the task's spend is held like any
+ * other; a lost last update shows the task as failed by the restart), the audit rows of
+ * admin reads (api.c; admin changes audit in their own synchronous transaction),
+ * last_used_at, pruning. They share the queue and its order, and park like the others when
+ * it is full. Admin changes do not use the queue: they commit synchronously (below). */
 #ifndef MG_STORE_H
 #define MG_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 typedef struct mg_store_s mg_store_t;
 
+typedef struct mg_store_opts_s {
+    int queue_max;        /* writes waiting for the writer at most (>= 1); 0: the default */
+    int synchronous_full; /* PRAGMA synchronous=FULL rather than NORMAL (see above) */
+    int busy_wait_ms;     /* how long one attempt waits for a lock before it is retried
+                             (0: the default, 250 ms) */
+} mg_store_opts_t;
+
+#define MG_STORE_QUEUE_MAX_DEFAULT 4096
+
 /* Open (creating the file and its directory when missing) and migrate to the
- * latest schema. Returns 0 and *out, or -1 with the reason in err. */
+ * latest schema. opts may be NULL (defaults). Returns 0 and *out, or -1 with the
+ * reason in err. */
+int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t **out, char *err,
+                       size_t errlen);
+/* mg_store_open_with and the default options. */
 int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen);
 /* Schema version after migrations. */
 int mg_store_schema_version(const mg_store_t *s);
 
+/* Deliver callbacks and park writes on `loop`, whose thread is the caller's: from now on
+ * writes from this thread never wait for room. Returns 0 or a negative libuv error. The
+ * store's async handle does not keep the loop alive (uv_unref). */
+int mg_store_attach(mg_store_t *s, uv_loop_t *loop);
+/* Before the loop's last iteration (shutdown): close the async handle, hand the parked
+ * writes to the writer. Writes queued afterwards still commit; their callbacks run in
+ * mg_store_close. */
+void mg_store_detach(mg_store_t *s);
+
+/* The outcome of a write: rc 0 when its transaction committed (durable as said above),
+ * MG_STORE_ECONSTRAINT or MG_STORE_ERROR when the statement or its transaction failed
+ * (the write is not in the database; the reason was logged). */
+typedef void (*mg_store_done_fn)(void *ud, int rc);
+
 /* Queue a write for the writer thread: `sql` with ?1..?n parameters bound as text
- * (NULL = SQL NULL). Writes queued together run in one transaction (group commit),
- * in the order queued. Never blocks on the disk; copies everything it is given.
- * Returns 0, or -1 when out of memory or the store is closing (the write is lost
- * and the caller should log it). */
+ * (NULL = SQL NULL); copies everything it is given. done (may be NULL) is called once
+ * with the outcome, as said above. Returns 0, or -1 when out of memory or the store is
+ * closing: then the write is lost, done is never called, and the caller should log it. */
+int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                      mg_store_done_fn done, void *ud);
+/* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
 
-/* Wait until every write queued so far is committed (tests, shutdown). */
+/* Wait until every write handed to the writer so far is committed (tests, tools; it
+ * blocks). Writes parked on the loop side move on only while the loop runs. */
 void mg_store_flush(mg_store_t *s);
+
+/* Counters of the write path (a consistent snapshot). */
+typedef struct mg_store_stats_s {
+    uint64_t queued;          /* writes waiting for the writer now */
+    uint64_t parked;          /* writes parked on the loop side now (the queue was full) */
+    uint64_t writes_total;    /* writes committed */
+    uint64_t failed_total;    /* writes that failed (not in the database) */
+    uint64_t batches_total;   /* transactions committed */
+    uint64_t busy_retries_total; /* BEGIN or COMMIT attempts that found the database locked */
+    uint64_t largest_batch;   /* most writes in one transaction */
+} mg_store_stats_t;
+void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 
 /* Run a read query synchronously on the caller's thread with its own connection
  * (start-up restore, admin reads off the loop). For each row, cb gets the column
@@ -73,7 +151,9 @@ int mg_store_tx_commit(mg_store_tx_t *tx, char *err, size_t errlen);
 /* Roll back and free tx (NULL is fine). */
 void mg_store_tx_rollback(mg_store_tx_t *tx);
 
-/* Stop the writer after it committed everything queued, and close. */
+/* Stop the writer after it committed everything queued, deliver the callbacks still due
+ * (on the caller's thread: the loop's, after it stopped), and close. Detaches first when
+ * still attached. */
 void mg_store_close(mg_store_t *s);
 
 #endif

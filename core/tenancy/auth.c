@@ -839,29 +839,42 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
     }
 }
 
-/* Add micros to the level's store rows (scope "key" or "project") of both periods (the
- * writer thread batches it). */
-static void persist_spend(mg_auth_t *a, const mg_auth_level_t *lv, const char *scope,
-                          int64_t micros, const char *dname, const char *mname)
+/* The charge's store rows (scope "key" or "project", both periods per level) as one
+ * upsert, so that one commit callback covers all of them. */
+#define SPEND_UPSERT_HEAD "INSERT INTO spend(scope, id, period, micros) VALUES "
+#define SPEND_UPSERT_TAIL \
+    " ON CONFLICT(scope, id, period) DO UPDATE SET micros = micros + excluded.micros"
+
+static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros,
+                         const char *dname, const char *mname, mg_store_done_fn done, void *ud)
 {
-    char id[24], m[24];
-    snprintf(id, sizeof(id), "%lld", (long long)lv->id);
+    /* ?1 micros, ?2 day, ?3 month, then per level ?(4+2i) scope and ?(5+2i) id */
+    char sql[sizeof(SPEND_UPSERT_HEAD) + sizeof(SPEND_UPSERT_TAIL) + 2 * 64 * 2];
+    char m[24], ids[2][24];
+    const char *p[7] = {m, dname, mname};
+    size_t n = 0, len = (size_t)snprintf(sql, sizeof(sql), "%s", SPEND_UPSERT_HEAD);
     snprintf(m, sizeof(m), "%lld", (long long)micros);
-    const char *periods[2] = {dname, mname};
-    for (int i = 0; i < 2; i++) {
-        const char *p[4] = {scope, id, periods[i], m};
-        if (mg_store_write(a->store,
-                           "INSERT INTO spend(scope, id, period, micros) VALUES (?1, ?2, ?3, ?4)"
-                           " ON CONFLICT(scope, id, period) DO UPDATE"
-                           " SET micros = micros + excluded.micros",
-                           4, p) != 0)
-            mg_log_msg(MG_LOG_ERROR, NULL, "spend of %s %s not stored", scope, id);
+    for (size_t i = 0; i < r->n_levels && i < 2; i++, n++) {
+        snprintf(ids[i], sizeof(ids[i]), "%lld", (long long)r->levels[i]->id);
+        p[3 + 2 * i] = level_name(i);
+        p[4 + 2 * i] = ids[i];
+        int s_ = (int)(4 + 2 * i), id_ = s_ + 1;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len, "%s(?%d, ?%d, ?2, ?1), (?%d, ?%d, ?3, ?1)",
+                                i ? ", " : "", s_, id_, s_, id_);
     }
+    snprintf(sql + len, sizeof(sql) - len, "%s", SPEND_UPSERT_TAIL);
+    if (mg_store_write_cb(a->store, sql, (int)(3 + 2 * n), p, done, ud) != 0) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "spend of key %s not stored: the store is not writable",
+                   ids[0]);
+        return -1;
+    }
+    return 1;
 }
 
-void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms)
+int mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
+                   mg_store_done_fn done, void *ud)
 {
-    if (!r || !r->held || micros <= 0) return;
+    if (!r || !r->held || micros <= 0 || r->n_levels == 0) return 0;
     char dname[40], mname[40];
     int32_t day, month;
     spend_period(now_ms, &day, &month, dname, mname);
@@ -870,8 +883,8 @@ void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uin
         level_roll(lv, now_ms);
         lv->spent_day_micros += micros;
         lv->spent_month_micros += micros;
-        if (a->store) persist_spend(a, lv, level_name(i), micros, dname, mname);
     }
+    return a->store ? persist_spend(a, r, micros, dname, mname, done, ud) : 0;
 }
 
 /* The spend of the current periods, from the store (start-up and reloads). */

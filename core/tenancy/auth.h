@@ -32,7 +32,9 @@
  * project's figures once it ends (mg_auth_charge: usage x the provider's
  * cost_per_1k_tokens); a request that starts within the limit may end above it, the next one
  * is refused until the period ends. The figures are kept in the store's `spend` table
- * (per scope, id and period) and read back at start-up, so a restart forgets nothing.
+ * (per scope, id and period) and read back at start-up, so a restart forgets nothing once
+ * the charge's write committed (the caller holds the answer's end until then, see
+ * mg_auth_charge and net/hold.h).
  *
  * Ownership and threads: everything runs on the loop thread, without locks. A granted
  * result holds references to its quota levels, which therefore outlive the removal of
@@ -181,8 +183,13 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
                        int64_t month_micros, uint64_t now_ms);
 
 /* Charge a granted request's cost (micros > 0) to its key and project for the periods of
- * now_ms (unix ms), in memory at once and in the store through its writer thread. */
-void mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms);
+ * now_ms (unix ms), in memory at once and in the store through its writer thread, as one
+ * write. done (may be NULL) gets that write's outcome once it committed (store.h: on the
+ * loop thread, later). Returns 1 when the write was queued (done will be called), 0 when
+ * nothing was to be written (no store, nothing charged), -1 when the write could not be
+ * queued (logged; done is never called). */
+int mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
+                   mg_store_done_fn done, void *ud);
 
 /* ---- changes after an admin transaction committed (loop thread) ----
  * Each applies one committed change to the in-memory state at once. On error the state

@@ -378,7 +378,7 @@ static void spend(mg_auth_t *a, const char *k, uint64_t at, int64_t micros)
 {
     mg_auth_result_t r;
     CHECK_EQ_INT(mg_auth_check_key(a, k, strlen(k), "chat", "P2", at, 10, &r), 0);
-    mg_auth_charge(a, &r, micros, at);
+    mg_auth_charge(a, &r, micros, at, NULL, NULL);
     mg_auth_release(&r);
 }
 

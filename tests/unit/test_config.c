@@ -785,6 +785,37 @@ static void test_operational_sections(void)
                  "engine") != NULL);
 }
 
+/* The store's write queue and durability, and the idempotency memory cap. */
+static void test_storage_and_idempotency_caps(void)
+{
+    mg_config_t *c = parse_ok("");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->storage_queue_max, 4096);
+        CHECK(!c->storage_synchronous_full);
+        CHECK_EQ_INT(c->idempotency_max_entries, 10000);
+        mg_config_free(c);
+    }
+    c = parse_ok("storage: { path: /tmp/x.db, queue_max: 8, synchronous: FULL }\n"
+                 "idempotency: { max_entries: 3 }\n");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->storage_queue_max, 8);
+        CHECK(c->storage_synchronous_full);
+        CHECK_EQ_INT(c->idempotency_max_entries, 3);
+        mg_config_free(c);
+    }
+    c = parse_ok("storage: { synchronous: normal }\n");
+    CHECK(c && !c->storage_synchronous_full);
+    mg_config_free(c);
+    CHECK_STR(parse_err("storage:\n  synchronous: off\n"),
+              "t.yaml:2: storage.synchronous must be normal or full (got 'off')");
+    CHECK_STR(parse_err("storage:\n  queue_max: 0\n"),
+              "t.yaml:2: storage.queue_max must be between 1 and 1000000");
+    CHECK_STR(parse_err("idempotency:\n  max_entries: 0\n"),
+              "t.yaml:2: idempotency.max_entries must be between 1 and 10000000");
+}
+
 /* Memory admission's degrade knobs: scheduler.min_output_tokens, routing.allow_smaller_model,
  * and a smaller route's own memory figures (only a smaller route may have them). */
 static void test_memory_degrade_knobs(void)
@@ -826,6 +857,7 @@ static void test_memory_degrade_knobs(void)
 
 int main(void)
 {
+    MG_RUN(test_storage_and_idempotency_caps);
     MG_RUN(test_full_config);
     MG_RUN(test_defaults);
     MG_RUN(test_env_expansion);

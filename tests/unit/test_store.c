@@ -1,6 +1,10 @@
 /* Unit tests for core/store/store.c: open creates the file (and its directories), applies the
  * migrations once and records them, reopening is idempotent, the journal is WAL, a
- * database from a newer binary is refused. Everything lives in a fresh temp directory. */
+ * database from a newer binary is refused. The write path: callbacks on the loop thread after
+ * the commit, in order; the queue bound with writes parked on the loop (never blocking it)
+ * while another connection holds the write lock; threads other than the loop's waiting for
+ * room; a failing statement failing alone; callbacks still due at close; a write whose
+ * callback ran surviving SIGKILL. Everything lives in a fresh temp directory. */
 #include "mgtest.h"
 #include "store/store.h"
 
@@ -9,8 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 static char tmpdir[256];
 
@@ -259,6 +268,364 @@ static void test_writer_thread(void)
     remove_tmpdir();
 }
 
+
+/* ---- the write path ------------------------------------------------------------------ */
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Run the loop until *count reaches target or timeout_ms pass (the store's async handle does
+ * not keep a loop alive, a timer does). Returns *count. */
+static void on_tick(uv_timer_t *t)
+{
+    int *const *p = t->data;
+    if (*p[0] >= *p[1]) uv_stop(t->loop);
+}
+
+static int run_until(uv_loop_t *loop, int *count, int target, int timeout_ms)
+{
+    uv_timer_t tick;
+    int *args[2] = {count, &target};
+    uv_timer_init(loop, &tick);
+    tick.data = args;
+    uv_timer_start(&tick, on_tick, 1, 1);
+    uint64_t end = uv_hrtime() + (uint64_t)timeout_ms * 1000000u;
+    while (*count < target && uv_hrtime() < end) uv_run(loop, UV_RUN_ONCE);
+    uv_timer_stop(&tick);
+    uv_close((uv_handle_t *)&tick, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return *count;
+}
+
+typedef struct {
+    const char *path;
+    int calls;
+    int inside_write;   /* set while mg_store_write_cb runs */
+    int called_inside;  /* a callback ran inside mg_store_write_cb */
+    int order_ok;
+    int seen_missing;   /* a callback whose row another connection could not read */
+    int rcs[64];
+} cb_state_t;
+
+typedef struct {
+    cb_state_t *st;
+    int index;
+    char key[32];
+} cb_arg_t;
+
+static void on_done(void *ud, int rc)
+{
+    cb_arg_t *a = ud;
+    cb_state_t *st = a->st;
+    if (st->inside_write) st->called_inside = 1;
+    if (a->index != st->calls) st->order_ok = 0;
+    if (a->index < 64) st->rcs[a->index] = rc;
+    st->calls++;
+    if (rc == 0 && st->path) {
+        char sql[96];
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM system_config WHERE key = '%s'", a->key);
+        if (strcmp(query1(st->path, sql), "1") != 0) st->seen_missing = 1;
+    }
+}
+
+static int write_cb(mg_store_t *s, cb_state_t *st, cb_arg_t *a, int index, const char *key)
+{
+    a->st = st;
+    a->index = index;
+    snprintf(a->key, sizeof(a->key), "%s", key);
+    const char *p[2] = {a->key, "v"};
+    st->inside_write = 1;
+    int rc = mg_store_write_cb(s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, p,
+                               on_done, a);
+    st->inside_write = 0;
+    return rc;
+}
+
+static mg_store_t *open_attached(const char *name, uv_loop_t *loop, int queue_max, char *path,
+                                 size_t cap)
+{
+    char err[256];
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    mg_store_opts_t o = {.queue_max = queue_max, .busy_wait_ms = 20};
+    mg_store_t *s = NULL;
+    if (mg_store_open_with(path, &o, &s, err, sizeof(err)) != 0) {
+        fprintf(stderr, "  open: %s\n", err);
+        return NULL;
+    }
+    if (loop && mg_store_attach(s, loop) != 0) {
+        mg_store_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The write lock held by another connection, as a backup or a long admin transaction would. */
+static sqlite3 *take_write_lock(const char *path)
+{
+    sqlite3 *db = NULL;
+    sqlite3_open(path, &db);
+    sqlite3_busy_timeout(db, 5000);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        return NULL;
+    }
+    return db;
+}
+
+static void release_write_lock(sqlite3 *db)
+{
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+}
+
+/* Poll the store's counters until pred holds (bounded); returns whether it did. */
+static int wait_stats(mg_store_t *s, int (*pred)(const mg_store_stats_t *), int timeout_ms)
+{
+    mg_store_stats_t st;
+    for (int waited = 0; waited < timeout_ms; waited += 2) {
+        mg_store_stats(s, &st);
+        if (pred(&st)) return 1;
+        sleep_ms(2);
+    }
+    return 0;
+}
+
+static int writer_blocked(const mg_store_stats_t *st)
+{
+    return st->queued == 0 && st->busy_retries_total > 0;
+}
+
+/* Callbacks come on the loop thread after the commit (another connection sees the row),
+ * in the order queued, never inside the call that queued the write. */
+static void test_callbacks_after_commit(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char path[512];
+    mg_store_t *s = open_attached("cb.db", &loop, 0, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    cb_state_t st = {.path = path, .order_ok = 1};
+    static cb_arg_t args[50];
+    for (int i = 0; i < 50; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "cb%02d", i);
+        CHECK_EQ_INT(write_cb(s, &st, &args[i], i, key), 0);
+    }
+    CHECK_EQ_INT(run_until(&loop, &st.calls, 50, 10000), 50);
+    CHECK_EQ_INT(st.called_inside, 0);
+    CHECK_EQ_INT(st.order_ok, 1);
+    CHECK_EQ_INT(st.seen_missing, 0);
+    for (int i = 0; i < 50; i++) CHECK_EQ_INT(st.rcs[i], 0);
+    mg_store_stats_t ss;
+    mg_store_stats(s, &ss);
+    CHECK_EQ_INT(ss.writes_total, 50);
+    CHECK(ss.batches_total >= 1 && ss.batches_total <= 50);
+    mg_store_detach(s);
+    mg_store_close(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
+}
+
+/* queue_max 4 while another connection holds the write lock: writes from the loop thread
+ * return at once and park beyond the bound, nothing commits or calls back; once the lock
+ * goes, every write commits in order, in transactions of at most 4. */
+static void test_bound_and_parking(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char path[512];
+    mg_store_t *s = open_attached("bound.db", &loop, 4, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    sqlite3 *lock = take_write_lock(path);
+    CHECK(lock != NULL);
+    cb_state_t st = {.path = NULL, .order_ok = 1};
+    static cb_arg_t args[41];
+    CHECK_EQ_INT(write_cb(s, &st, &args[0], 0, "first"), 0);
+    CHECK(wait_stats(s, writer_blocked, 5000)); /* the writer took it and waits for the lock */
+    for (int i = 1; i < 41; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "b%02d", i);
+        CHECK_EQ_INT(write_cb(s, &st, &args[i], i, key), 0);
+    }
+    mg_store_stats_t ss;
+    mg_store_stats(s, &ss);
+    CHECK_EQ_INT(ss.queued, 4);
+    CHECK_EQ_INT(ss.parked, 36);
+    for (int i = 0; i < 20; i++) uv_run(&loop, UV_RUN_NOWAIT);
+    CHECK_EQ_INT(st.calls, 0); /* nothing committed: nothing acknowledged */
+    CHECK_STR(query1(path, "SELECT COUNT(*) FROM system_config"), "0");
+    release_write_lock(lock);
+    CHECK_EQ_INT(run_until(&loop, &st.calls, 41, 10000), 41);
+    CHECK_EQ_INT(st.order_ok, 1);
+    for (int i = 0; i < 41; i++) CHECK_EQ_INT(st.rcs[i], 0);
+    CHECK_STR(query1(path, "SELECT COUNT(*) FROM system_config"), "41");
+    mg_store_stats(s, &ss);
+    CHECK_EQ_INT(ss.queued, 0);
+    CHECK_EQ_INT(ss.parked, 0);
+    CHECK_EQ_INT(ss.writes_total, 41);
+    CHECK(ss.largest_batch <= 4);
+    CHECK(ss.busy_retries_total > 0);
+    mg_store_close(s); /* still attached: close detaches */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
+}
+
+typedef struct {
+    mg_store_t *s;
+    int submitted;
+    pthread_mutex_t mu;
+} producer_t;
+
+static void *producer_main(void *arg)
+{
+    producer_t *p = arg;
+    for (int i = 0; i < 10; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "t%d", i);
+        const char *params[2] = {key, "v"};
+        mg_store_write(p->s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, params);
+        pthread_mutex_lock(&p->mu);
+        p->submitted++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
+static int queue_full_2(const mg_store_stats_t *st)
+{
+    return st->queued == 2;
+}
+
+/* A thread other than the loop's waits for room (back-pressure by blocking there). */
+static void test_other_thread_waits_for_room(void)
+{
+    char path[512];
+    mg_store_t *s = open_attached("room.db", NULL, 2, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    sqlite3 *lock = take_write_lock(path);
+    producer_t p = {s, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th;
+    pthread_create(&th, NULL, producer_main, &p);
+    CHECK(wait_stats(s, queue_full_2, 5000));
+    sleep_ms(50);
+    pthread_mutex_lock(&p.mu);
+    int during = p.submitted;
+    pthread_mutex_unlock(&p.mu);
+    /* one batch taken by the writer, two queued, the next one waits */
+    CHECK(during >= 2 && during <= 4);
+    release_write_lock(lock);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(p.submitted, 10);
+    mg_store_flush(s);
+    CHECK_STR(query1(path, "SELECT COUNT(*) FROM system_config"), "10");
+    mg_store_close(s);
+}
+
+/* In one batch, a statement that fails (a duplicate key) fails alone. */
+static void test_failed_statement_alone(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char path[512];
+    mg_store_t *s = open_attached("fail.db", &loop, 0, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    sqlite3 *lock = take_write_lock(path);
+    cb_state_t st = {.path = NULL, .order_ok = 1};
+    static cb_arg_t args[4];
+    CHECK_EQ_INT(write_cb(s, &st, &args[0], 0, "warmup"), 0);
+    CHECK(wait_stats(s, writer_blocked, 5000));
+    CHECK_EQ_INT(write_cb(s, &st, &args[1], 1, "dup"), 0);
+    CHECK_EQ_INT(write_cb(s, &st, &args[2], 2, "dup"), 0); /* same primary key */
+    CHECK_EQ_INT(write_cb(s, &st, &args[3], 3, "after"), 0);
+    release_write_lock(lock);
+    CHECK_EQ_INT(run_until(&loop, &st.calls, 4, 10000), 4);
+    CHECK_EQ_INT(st.rcs[0], 0);
+    CHECK_EQ_INT(st.rcs[1], 0);
+    CHECK_EQ_INT(st.rcs[2], MG_STORE_ECONSTRAINT);
+    CHECK_EQ_INT(st.rcs[3], 0);
+    CHECK_STR(query1(path, "SELECT group_concat(key) FROM (SELECT key FROM system_config ORDER BY key)"),
+              "after,dup,warmup");
+    mg_store_stats_t ss;
+    mg_store_stats(s, &ss);
+    CHECK_EQ_INT(ss.failed_total, 1);
+    mg_store_close(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
+}
+
+/* After detach (shutdown), writes still commit and their callbacks run inside close. */
+static void test_close_delivers(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char path[512];
+    mg_store_t *s = open_attached("close.db", &loop, 0, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    mg_store_detach(s);
+    uv_run(&loop, UV_RUN_DEFAULT); /* the async handle closes */
+    cb_state_t st = {.path = NULL, .order_ok = 1};
+    static cb_arg_t args[2];
+    CHECK_EQ_INT(write_cb(s, &st, &args[0], 0, "late0"), 0);
+    CHECK_EQ_INT(write_cb(s, &st, &args[1], 1, "late1"), 0);
+    mg_store_close(s);
+    CHECK_EQ_INT(st.calls, 2);
+    CHECK_EQ_INT(st.rcs[0], 0);
+    CHECK_EQ_INT(st.rcs[1], 0);
+    CHECK_STR(query1(path, "SELECT COUNT(*) FROM system_config"), "2");
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
+}
+
+/* A child process writes, and SIGKILLs itself inside the callback of its 20th write: every
+ * write whose callback ran is in the database afterwards (synchronous=normal, WAL). */
+static int kill_at;
+static void on_done_kill(void *ud, int rc)
+{
+    int *calls = ud;
+    (*calls)++;
+    if (rc == 0 && *calls == kill_at) raise(SIGKILL);
+}
+
+static void test_callback_survives_sigkill(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/kill.db", tmpdir);
+    kill_at = 20;
+    pid_t pid = fork();
+    if (pid == 0) {
+        uv_loop_t loop;
+        uv_loop_init(&loop);
+        char err[256];
+        mg_store_t *s = NULL;
+        if (mg_store_open(path, &s, err, sizeof(err)) != 0 || mg_store_attach(s, &loop) != 0) _exit(3);
+        int calls = 0;
+        for (int i = 0; i < 200; i++) {
+            char key[16];
+            snprintf(key, sizeof(key), "k%03d", i);
+            const char *p[2] = {key, "v"};
+            mg_store_write_cb(s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, p,
+                              on_done_kill, &calls);
+            if (i % 5 == 4) run_until(&loop, &calls, i + 1, 5000); /* several batches */
+        }
+        run_until(&loop, &calls, 200, 5000);
+        _exit(4); /* not reached: killed in a callback */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    /* at least the 20 acknowledged writes, and the first 20 keys among them */
+    int n = atoi(query1(path, "SELECT COUNT(*) FROM system_config"));
+    CHECK(n >= 20);
+    CHECK_STR(query1(path, "SELECT COUNT(*) FROM system_config WHERE key < 'k020'"), "20");
+}
+
 int main(void)
 {
     make_tmpdir();
@@ -268,6 +635,13 @@ int main(void)
     MG_RUN(test_newer_schema_refused);
     MG_RUN(test_open_errors);
     MG_RUN(test_writer_thread);
+    make_tmpdir();
+    MG_RUN(test_callbacks_after_commit);
+    MG_RUN(test_bound_and_parking);
+    MG_RUN(test_other_thread_waits_for_room);
+    MG_RUN(test_failed_statement_alone);
+    MG_RUN(test_close_delivers);
+    MG_RUN(test_callback_survives_sigkill);
     remove_tmpdir();
     return mg_test_summary();
 }

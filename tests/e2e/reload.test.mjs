@@ -5,7 +5,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startEnv, postJson, postStream, sleep, withTimeout, waitFor, RawConn, rawRequest } from './lib/harness.mjs';
+import { startEnv, postJson, postStream, sleep, withTimeout, waitFor, RawConn, rawRequest, toYaml } from './lib/harness.mjs';
 import { contentFor } from '../mock/engine.mjs';
 
 let env;
@@ -229,6 +229,32 @@ test('SIGHUP 5 times under steady load: zero failed requests', async (t) => {
     assert.equal((await status()).generation, g0 + 5);
     assert.ok(done >= CLIENTS * 3, `load too light to mean anything: ${done} requests`);
     assert.deepEqual(failures.slice(0, 10), [], `${failures.length} of ${done} requests failed`);
+});
+
+test('a SIGHUP during a running reload is not lost: the last signal always wins (10 bursts)', async () => {
+    const configWith = (name) => {
+        const c = structuredClone(env.config);
+        c.models[name] = { routes: [{ provider: 'mock-openai-b', model: `up-${name}` }] };
+        return toYaml(c);
+    };
+    const put = (text) => { // what an operator's deploy does: write beside, rename into place
+        fs.writeFileSync(`${env.configPath}.next`, text);
+        fs.renameSync(`${env.configPath}.next`, env.configPath);
+    };
+    const served = async () => (await env.gw.getJson('/v1/models')).json.data.map((m) => m.id);
+    for (let burst = 0; burst < 10; burst++) {
+        const a = `burst-a${burst}`, b = `burst-b${burst}`;
+        put(configWith(a));
+        env.gw.hup();
+        await new Promise((r) => setTimeout(r, 0)); // the first reload is still building
+        put(configWith(b));
+        env.gw.hup();
+        await waitFor(async () => (await served()).includes(b),
+            { timeoutMs: 5000, what: `burst ${burst}: the last config (${b}) in force` });
+        assert.ok(!(await served()).includes(a), `burst ${burst}: ${a} is gone`);
+    }
+    put(toYaml(env.config));
+    assert.equal((await env.gw.reload()).result, 'ok');
 });
 
 test('SIGTERM with an in-flight stream: the stream completes, then the process exits 0', async () => {

@@ -40,6 +40,7 @@ typedef struct run_s {
     int stream;
     char id[65];
     char group[64];
+    char run_id[MG_REQUEST_ID_LEN + 1]; /* the request id the run answers with */
     /* the answer (RUN_COMMIT and after a found LOOKUP) */
     int status, answer_stream;
     char *body;           /* owned until handed to the cache */
@@ -171,12 +172,39 @@ const char *mg_idem_key(const mg_http_req_t *req, const char *body_key)
 /* Answering                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* One key, one request id: every client of a key's answer (its run's, a twin that waited, a
+ * later replay) sees the run's request id in X-Request-Id, as the answer's body and the log
+ * say it (the id the gateway wrote first into the answer: "request_id":"req-..."). */
+static void take_answer_id(mg_http_req_t *req, const char *body, size_t len)
+{
+    static const char key[] = "\"request_id\":\"";
+    const char *p = body ? memmem(body, len, key, sizeof(key) - 1) : NULL;
+    if (!p) return;
+    p += sizeof(key) - 1;
+    size_t left = len - (size_t)(p - body);
+    if (left <= MG_REQUEST_ID_LEN || p[MG_REQUEST_ID_LEN] != '"') return;
+    memcpy(req->request_id, p, MG_REQUEST_ID_LEN);
+    req->request_id[MG_REQUEST_ID_LEN] = '\0';
+}
+
 /* Answer req; `stored` marks a replay of an earlier answer (the clients of the run itself
- * get it as their own). */
+ * get it as their own), `logged`: the run's own log line covers it (its first client).
+ * Every other answer gets a request log line of its own. */
 static void answer(mg_http_req_t *req, int status, int stream, const char *body, size_t len,
-                   int stored)
+                   int stored, int logged)
 {
     req->on_abort = NULL;
+    take_answer_id(req, body, len);
+    if (!logged && mg_log_enabled(MG_LOG_INFO)) {
+        mg_logline_t l;
+        mg_log_begin(&l, MG_LOG_INFO, "request");
+        mg_log_str(&l, "request_id", req->request_id);
+        mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
+        mg_log_str(&l, "path", req->path);
+        mg_log_int(&l, "status", status);
+        mg_log_str(&l, "outcome", stored ? "idempotent_replay" : "idempotent_twin");
+        mg_log_end(&l);
+    }
     mg_http_respond(req, status, stream ? "text/event-stream" : "application/json",
                     stored ? "Idempotent-Replayed: true\r\n" : NULL, body ? body : "", len);
 }
@@ -213,7 +241,8 @@ static void answer_waiters(run_t *r, int stored)
         r->waiters = w->next;
         mg_http_req_t *req = w->req;
         free(w);
-        answer(req, r->status, r->answer_stream, r->body, r->len, stored);
+        int logged = !stored && strcmp(req->request_id, r->run_id) == 0;
+        answer(req, r->status, r->answer_stream, r->body, r->len, stored, logged);
     }
 }
 
@@ -247,7 +276,7 @@ static void run_abandon(run_t *r)
         r->waiters = w->next;
         mg_http_req_t *req = w->req;
         free(w);
-        answer(req, 500, 0, empty, 2, 0);
+        answer(req, 500, 0, empty, 2, 0, 0);
     }
     run_end(r, 0);
 }
@@ -315,6 +344,9 @@ static void start_run(run_t *r)
         run_abandon(r);
         return;
     }
+    /* the run is the request that started it: its id, header, body and log line agree */
+    memcpy(dreq->request_id, req->request_id, sizeof(dreq->request_id));
+    memcpy(r->run_id, req->request_id, sizeof(r->run_id));
     r->state = RUN_RUNNING;
     m->run(m->run_ud, dreq, r->ep); /* may answer at once: on_run_finished answers */
 }
@@ -395,7 +427,7 @@ void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const ch
 
     mg_idem_entry_t *e = mg_idem_cache_find(&m->cache, id, now);
     if (e && e->done) {
-        answer(req, e->status, e->stream, e->body, e->len, 1);
+        answer(req, e->status, e->stream, e->body, e->len, 1, 0);
         return;
     }
     if (e) { /* its twin is running (or committing): wait for that answer */

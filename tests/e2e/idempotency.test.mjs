@@ -76,3 +76,36 @@ describe('idempotency.max_entries', () => {
         }
     });
 });
+
+// One key, one request id (issue 16, item 10): the first answer, a twin that waited for it and
+// every replay carry the run's request id in X-Request-Id, in the body and in the log, and
+// every replay writes a log line of its own.
+describe('the request id of an idempotent answer', () => {
+    async function post(i, stream = false) {
+        const r = await fetch(`${env.gw.base}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(body(i, stream)),
+            signal: AbortSignal.timeout(10000),
+        });
+        return { id: r.headers.get('x-request-id'), replayed: r.headers.get('idempotent-replayed'), text: await r.text() };
+    }
+    const bodyId = (r, stream) => JSON.parse(stream ? sseData(r.text)[0] : r.text).request_id;
+
+    for (const stream of [false, true]) {
+        test(`header, body and log agree, first and replayed${stream ? ' (stream)' : ''}`, async () => {
+            const i = stream ? 'rid-stream' : 'rid-json';
+            await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 300 } });
+            const [first, twin] = await Promise.all([post(i, stream), post(i, stream)]);
+            const replay = await post(i, stream);
+            assert.equal(first.id, bodyId(first, stream), 'first: X-Request-Id is the body\'s request_id');
+            assert.equal(twin.id, first.id, 'the twin that waited carries the run\'s id');
+            assert.equal(replay.replayed, 'true');
+            assert.equal(replay.id, first.id, 'the replay carries the run\'s id');
+            assert.equal(bodyId(replay, stream), first.id);
+            for (const outcome of ['ok', 'idempotent_twin', 'idempotent_replay'])
+                await env.gw.waitLog((l) => l.msg === 'request' && l.request_id === first.id && l.outcome === outcome,
+                    { what: `the ${outcome} line of ${first.id}` });
+        });
+    }
+});

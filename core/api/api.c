@@ -9,6 +9,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
+#include "base/crypto.h"
 #include "base/json.h"
 #include "obs/answer.h"
 
@@ -16,22 +17,59 @@
 /* Endpoints answered by the gateway                                         */
 /* ------------------------------------------------------------------------ */
 
+/* One logical model as OpenAI's Model object. A stable `created`: when the process started
+ * is as honest as any. */
+static cJSON *model_json(const mg_api_t *s, const char *name)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->proc->started_at);
+    cJSON_AddStringToObject(m, "owned_by", "moongate");
+    return m;
+}
+
 static void handle_models(mg_api_t *s, mg_http_req_t *req)
 {
     mg_gen_t *g = mg_gens_current(s->gens);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    /* a stable `created`: when this generation's config was loaded is as honest as any */
-    for (size_t i = 0; i < g->cfg->n_models; i++) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", g->cfg->models[i].name);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", (double)s->proc->started_at);
-        cJSON_AddStringToObject(m, "owned_by", "moongate");
-        cJSON_AddItemToArray(data, m);
-    }
+    for (size_t i = 0; i < g->cfg->n_models; i++)
+        cJSON_AddItemToArray(data, model_json(s, g->cfg->models[i].name));
     mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, root);
+}
+
+/* %XX decoded in place (a model id may hold a '/', which clients send as %2F); -1 when a
+ * %-escape is malformed or decodes to NUL. */
+static int percent_decode(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (*r != '%') {
+            *w++ = *r;
+            continue;
+        }
+        int hi = mg_hex_digit(r[1]), lo = hi < 0 ? -1 : mg_hex_digit(r[2]);
+        if (lo < 0 || (hi == 0 && lo == 0)) return -1;
+        *w++ = (char)(hi * 16 + lo);
+        r += 2;
+    }
+    *w = '\0';
+    return 0;
+}
+
+/* GET /v1/models/{id}: the logical model, or 404 MODEL_NOT_FOUND. */
+static void handle_model(mg_api_t *s, mg_http_req_t *req, char *id)
+{
+    const mg_config_t *cfg = mg_gens_current(s->gens)->cfg;
+    if (percent_decode(id) != 0 || !mg_config_model(cfg, id)) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "model '%.200s' does not exist", id);
+        mg_answer_error(s->metrics, req, MG_EP_MODELS, 404, "MODEL_NOT_FOUND", msg, 0);
+        return;
+    }
+    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, model_json(s, id));
 }
 
 /* Ready: config loaded, storage open, at least one provider configured. */
@@ -167,6 +205,13 @@ void mg_api_handle(void *api, mg_http_req_t *req)
             mg_answer_error(s->metrics, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use POST", 0);
         else
             mg_tasks_submit(s->tasks, req);
+        return;
+    }
+    if (strncmp(req->path, "/v1/models/", 11) == 0 && req->path[11]) {
+        if (req->method != HTTP_GET)
+            mg_answer_error(s->metrics, req, MG_EP_MODELS, 405, "METHOD_NOT_ALLOWED", "use GET", 0);
+        else
+            handle_model(s, req, req->path + 11);
         return;
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {

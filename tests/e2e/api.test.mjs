@@ -215,6 +215,25 @@ describe('completions, embeddings, models', () => {
         for await (const m of client.models.list()) viaSdk.push(m.id);
         assert.deepEqual(viaSdk.sort(), ids);
     });
+
+    test('models.retrieve: each logical model, OpenAI shape; an unknown one is 404 MODEL_NOT_FOUND', async () => {
+        for (const id of Object.keys(env.config.models)) {
+            const m = await client.models.retrieve(id);
+            assert.equal(m.id, id);
+            assert.equal(m.object, 'model');
+            assert.equal(m.owned_by, 'moongate');
+            assertConforms('Model', JSON.parse(JSON.stringify(m)), `model ${id}`);
+        }
+        for (const id of ['no-such-model', 'org/no-such-model']) {
+            await assert.rejects(client.models.retrieve(id), (e) => {
+                assert.ok(e instanceof OpenAI.NotFoundError, `got ${e?.constructor?.name}: ${e?.message}`);
+                assert.equal(e.code, 'MODEL_NOT_FOUND');
+                return true;
+            });
+        }
+        const bad = await env.gw.getJson('/v1/models/%zz');
+        assert.equal(bad.status, 404);
+    });
 });
 
 describe('errors through the SDK', () => {

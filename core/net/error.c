@@ -26,11 +26,22 @@ const char *mg_error_type(int status)
 int mg_error_body(mg_buf_t *out, int status, const char *code, const char *message,
                   const char *request_id, int retry_after_ms)
 {
+    return mg_error_body_as(out, status, NULL, code, message, NULL, request_id, retry_after_ms);
+}
+
+int mg_error_body_as(mg_buf_t *out, int status, const char *type, const char *code,
+                     const char *message, const char *param, const char *request_id,
+                     int retry_after_ms)
+{
+    if (!type) type = mg_error_type(status);
     mg_buf_append_str(out, "{\"error\":{\"message\":");
     mg_json_print_string(message, strlen(message), out);
-    mg_buf_append_str(out, ",\"type\":\"");
-    mg_buf_append_str(out, mg_error_type(status));
-    mg_buf_append_str(out, "\",\"param\":null,\"code\":");
+    mg_buf_append_str(out, ",\"type\":");
+    mg_json_print_string(type, strlen(type), out);
+    mg_buf_append_str(out, ",\"param\":");
+    if (param) mg_json_print_string(param, strlen(param), out);
+    else mg_buf_append_str(out, "null");
+    mg_buf_append_str(out, ",\"code\":");
     mg_json_print_string(code, strlen(code), out);
     mg_buf_append_str(out, ",\"request_id\":");
     mg_json_print_string(request_id, strlen(request_id), out);

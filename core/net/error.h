@@ -21,6 +21,12 @@ const char *mg_error_type(int status);
 int mg_error_body(mg_buf_t *out, int status, const char *code, const char *message,
                   const char *request_id, int retry_after_ms);
 
+/* The same with the type and param given (an upstream's error passed on): type NULL = from
+ * the status, param NULL = null. */
+int mg_error_body_as(mg_buf_t *out, int status, const char *type, const char *code,
+                     const char *message, const char *param, const char *request_id,
+                     int retry_after_ms);
+
 /* Answer req with the error body: Retry-After when retry_after_ms > 0, then extra_headers
  * (NULL or preformatted "Name: value\r\n" lines). The request is gone afterwards. Logs and
  * counts nothing: that is the caller's finish. */

@@ -558,14 +558,35 @@ static int parse_retry_after_ms(const char *v)
     return (int)(secs * 1000);
 }
 
-/* The upstream's own error message, for a 4xx the client should see. */
-static void upstream_message(call_t *c, char *out, size_t cap)
+/* A string member of an upstream error (a number, as some servers send codes, as text). */
+static const char *error_member(const cJSON *err, const char *key, char *buf, size_t cap)
+{
+    const cJSON *v = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, key) : NULL;
+    if (cJSON_IsString(v) && v->valuestring[0]) return v->valuestring;
+    if (cJSON_IsNumber(v)) {
+        snprintf(buf, cap, "%lld", (long long)v->valuedouble);
+        return buf;
+    }
+    return NULL;
+}
+
+/* A 4xx the client caused (the provider works): the client gets the upstream's error as it
+ * was, its status, code, type, param and message (OpenAI's {"error":{...}}, or the
+ * {"error":"text"} of Ollama and others), with the gateway's request_id added. */
+static void upstream_rejected(call_t *c)
 {
     cJSON *j = c->resp.len ? cJSON_ParseWithLength(c->resp.data, c->resp.len) : NULL;
     const cJSON *err = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
-    const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
-    if (cJSON_IsString(msg)) snprintf(out, cap, "upstream rejected the request: %s", msg->valuestring);
-    else snprintf(out, cap, "upstream rejected the request (HTTP %d)", c->up_status);
+    char codebuf[32], msgbuf[96];
+    const char *msg = cJSON_IsString(err) ? err->valuestring : error_member(err, "message", NULL, 0);
+    if (!msg) {
+        snprintf(msgbuf, sizeof(msgbuf), "the provider rejected the request (HTTP %d)",
+                 c->up_status);
+        msg = msgbuf;
+    }
+    call_fail_upstream(c, c->up_status, error_member(err, "code", codebuf, sizeof(codebuf)),
+                       error_member(err, "type", NULL, 0), error_member(err, "param", NULL, 0),
+                       msg);
     cJSON_Delete(j);
 }
 
@@ -754,11 +775,14 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         attempt_failed(c, status == 429 ? FAIL_RATE_LIMITED : status >= 500 ? FAIL_SERVER : FAIL_AUTH);
         return;
     }
-    if (status < 200 || status >= 300) {
+    if (status >= 400 && status < 500) {
         attempt_end(c, 1); /* the provider works; the request was wrong */
-        char msg[700];
-        upstream_message(c, msg, sizeof(msg));
-        call_fail(c, 400, "INVALID_REQUEST", msg, 0);
+        upstream_rejected(c);
+        return;
+    }
+    if (status < 200 || status >= 300) { /* not an answer: a redirect, an interim status */
+        attempt_end(c, 0);
+        attempt_failed(c, FAIL_GARBAGE);
         return;
     }
     call_resume(c, STEP_STREAM);

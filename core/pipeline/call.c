@@ -242,6 +242,7 @@ static void call_free(call_t *c)
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
     free(c->error_message);
+    for (int i = 0; i < 3; i++) free(c->error_passed[i]);
     call_release(c);
 }
 
@@ -289,6 +290,15 @@ mg_step_rc_t stream_error(call_t *c, const char *code, const char *msg)
 void call_fail(call_t *c, int status, const char *code, const char *msg, int retry_after_ms)
 {
     call_error(c, status, code, msg, retry_after_ms);
+    mg_call_run(c);
+}
+
+void call_fail_upstream(call_t *c, int status, const char *code, const char *type,
+                        const char *param, const char *msg)
+{
+    const char *given[3] = {code, type, param};
+    for (int i = 0; i < 3; i++) c->error_passed[i] = given[i] ? strdup(given[i]) : NULL;
+    call_error(c, status, c->error_passed[0] ? c->error_passed[0] : "INVALID_REQUEST", msg, 0);
     mg_call_run(c);
 }
 
@@ -380,8 +390,8 @@ static void respond_error(call_t *c)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
     mg_buf_t body = {0};
-    if (mg_error_body(&body, c->status, c->error_code, error_message(c), c->req->request_id,
-                      c->error_retry_ms) != 0) {
+    if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
+                         c->error_passed[2], c->req->request_id, c->error_retry_ms) != 0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
         return;

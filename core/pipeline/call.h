@@ -220,6 +220,8 @@ typedef struct call_s {
     mg_buf_t answer;             /* owned: ANSWER_JSON's body */
     char *error_message;         /* owned: ANSWER_ERROR's message, or the stream's error
                                     event's (made only when the call fails) */
+    char *error_passed[3];       /* owned: an upstream error passed on as it was: its code,
+                                    type and param (NULL: the gateway's own, null) */
     int error_retry_ms;
     /* accounting */
     int have_usage;
@@ -249,6 +251,10 @@ call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep);
  * MG_STEP_NEXT, so a step can `return call_error(...)`. */
 mg_step_rc_t call_error(call_t *c, int status, const char *code, const char *msg,
                         int retry_after_ms);
+/* The call ends with the upstream's own error (a 4xx the client caused): its status, code,
+ * type, param and message kept, the gateway's request_id added. From a callback. */
+void call_fail_upstream(call_t *c, int status, const char *code, const char *type,
+                        const char *param, const char *msg);
 /* The stream ends with an error event and [DONE] (after bytes reached the client the route
  * is locked: a truncated answer never looks complete). Returns MG_STEP_NEXT. */
 mg_step_rc_t stream_error(call_t *c, const char *code, const char *msg);

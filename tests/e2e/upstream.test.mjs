@@ -19,6 +19,7 @@ const SCENARIOS = {
     slow: 1, 'slow-stream': 1, reset: 1, 'reset-rst': 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
     abort: 1, 'abort-raw': 1, hang: 1, spaced: 1,
     'diag-html': 1, 'diag-reset': 1, 'diag-stall': 1, 'diag-hang': 1,
+    'rejects': 1, 'ollama-rejects': 1,
 };
 
 let env;
@@ -364,5 +365,34 @@ describe('diagnostics when every route failed', () => {
         assertError(r, 408, 'FIRST_TOKEN_TIMEOUT');
         assert.equal(r.json.error.type, 'timeout_error');
         assert.equal(line.fail_reason, 'first_byte_timeout');
+    });
+});
+
+// An upstream 4xx is the client's error, passed on as the upstream wrote it (issue 18.5).
+describe('upstream 4xx errors keep their code, param and message', () => {
+    test('OpenAI wire: 400 context_length_exceeded reaches the SDK as it was sent', async () => {
+        const upstream = {
+            message: "This model's maximum context length is 8192 tokens.",
+            type: 'invalid_request_error', param: 'messages', code: 'context_length_exceeded',
+        };
+        await script('up-rejects-1', { status: 400, body: { error: upstream } });
+        await assert.rejects(client.chat.completions.create(chat('rejects')), (e) => {
+            assert.ok(e instanceof OpenAI.BadRequestError, `got ${e?.constructor?.name}`);
+            assert.equal(e.code, 'context_length_exceeded');
+            assert.equal(e.param, 'messages');
+            assert.equal(e.type, 'invalid_request_error');
+            assert.equal(e.error.message, upstream.message);
+            assert.equal(e.error.request_id, e.headers.get('x-request-id'));
+            return true;
+        });
+        assert.equal((await seen('up-rejects-1')).length, 1, 'a client error is not retried elsewhere');
+    });
+
+    test("Ollama's {\"error\": text} keeps its status and text", async () => {
+        await script('up-ollama-rejects-1', { status: 404, body: { error: 'model "up-ollama-rejects-1" not found, try pulling it first' } });
+        const r = await postJson(`${env.api}/chat/completions`, chat('ollama-rejects'));
+        assertError(r, 404, 'INVALID_REQUEST');
+        assert.match(r.json.error.message, /not found, try pulling it first/);
+        assert.equal(r.json.error.param, null);
     });
 });

@@ -19,18 +19,34 @@
 #include "base/crypto.h"
 #include "base/log.h"
 #include "conf/providers.h"
+#include "net/fdlimit.h"
 #include "pipeline/proxy.h"
 #include "pipeline/idem.h"
 #include "pipeline/tasks.h"
 #include "tenancy/userrate.h"
 
-static mg_http_limits_t limits_of(const mg_config_t *cfg)
+/* What a connection past max_connections may still ask for on the main listener: the
+ * admin API and the health and status endpoints (the metrics listener has its own cap). */
+static const char *const reserve_paths[] = {"/api/v2/", "/health", "/ready", "/status", NULL};
+
+static mg_http_limits_t limits_of(mg_server_t *s, const mg_config_t *cfg)
 {
     mg_http_limits_t lim = {
         .max_body_bytes = cfg->max_body_bytes,
         .max_header_bytes = cfg->max_header_bytes,
         .header_read_ms = cfg->timeouts.header_read_ms,
         .keepalive_idle_ms = cfg->timeouts.keepalive_idle_ms,
+        .request_read_ms = cfg->request_read_ms,
+        .min_body_bytes_per_s = cfg->min_body_bytes_per_s,
+        .write_timeout_ms = cfg->write_timeout_ms,
+        .max_connections = mg_fdlimit_connection_cap((size_t)cfg->max_connections,
+                                                     (size_t)cfg->reserved_connections,
+                                                     MG_HTTP_REFUSING_MAX),
+        .reserved_connections = (size_t)cfg->reserved_connections,
+        .reserve_paths = reserve_paths,
+        .name = "api",
+        .stats = &s->metrics.conns[MG_LISTENER_API],
+        .trim = &s->memtrim,
     };
     return lim;
 }
@@ -329,6 +345,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sched_timer, NULL);
     mg_listener_close(&s->api);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
+    mg_memtrim_close(&s->memtrim);
     mg_probe_stop(s->prober);
     s->prober = NULL;
     mg_loopstat_stop(&s->loopstat);
@@ -506,7 +523,8 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     if (rc != 0) { /* only the metric is lost */
         fprintf(stderr, "moongate: cannot measure the event loop: %s\n", uv_strerror(rc));
     }
-    mg_http_limits_t lim = limits_of(cfg);
+    mg_memtrim_init(&s->memtrim, loop);
+    mg_http_limits_t lim = limits_of(s, cfg);
     rc = mg_listener_start(&s->api, loop, cfg->listen, &lim, mg_api_handle, s);
     if (rc != 0) {
         fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path, cfg->listen,
@@ -516,6 +534,10 @@ int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
     if (cfg->metrics_listen) {
         mg_http_limits_t mlim = lim;
         mlim.max_body_bytes = 4096;
+        mlim.max_connections = lim.reserved_connections; /* the scrapers' own cap */
+        mlim.reserve_paths = NULL;
+        mlim.name = "metrics";
+        mlim.stats = &s->metrics.conns[MG_LISTENER_METRICS];
         rc = mg_listener_start(&s->metrics_l, loop, cfg->metrics_listen, &mlim,
                                mg_api_handle_metrics, s);
         if (rc != 0) {

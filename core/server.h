@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "base/memtrim.h"
 #include "tenancy/auth.h"
 #include "route/facts.h"
 #include "net/http.h"
@@ -37,6 +38,7 @@ typedef struct mg_server_s {
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;
     mg_loopstat_t loopstat;     /* the loop's busy time per iteration, into metrics */
+    mg_memtrim_t memtrim;       /* malloc_trim after bursts of freed client output */
     uv_prepare_t gc_prepare;    /* Lua collections between requests, once per iteration */
     int in_flight;              /* proxied requests being answered */
     void *calls;                /* proxy.c's list of those requests (for /v1/tasks/{id}) */

@@ -383,7 +383,8 @@ static void task_finish(call_t *c)
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0)
         task_to(c, MG_TASK_CANCELLED, "cancelled_by_request");
     else if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
-    else if (strcmp(oc, "cancelled") == 0) task_to(c, MG_TASK_CANCELLED, "client_disconnected");
+    else if (strcmp(oc, "cancelled") == 0)
+        task_to(c, MG_TASK_CANCELLED, c->cancel_reason ? c->cancel_reason : "client_disconnected");
     else if (c->error_code && strstr(c->error_code, "TIMEOUT"))
         task_to(c, MG_TASK_TIMED_OUT, c->error_code);
     else if (c->task.state == MG_TASK_VALIDATING) task_to(c, MG_TASK_REJECTED, c->error_code);
@@ -1974,8 +1975,11 @@ static void release_on_cancel(call_t *c, const char *reason)
 static void on_client_abort(void *data)
 {
     call_t *c = data;
+    int stalled = c->req->abort == MG_HTTP_ABORT_STALLED; /* took nothing for write_timeout_ms */
     c->srv->metrics.cancelled_total++;
-    c->srv->metrics.cancelled_by[c->queued ? MG_CANCEL_QUEUED : MG_CANCEL_CLIENT]++;
+    c->srv->metrics.cancelled_by[c->queued  ? MG_CANCEL_QUEUED
+                                 : stalled ? MG_CANCEL_CLIENT_STALLED
+                                           : MG_CANCEL_CLIENT]++;
     if (c->xfer) {
         mg_xfer_cancel(c->xfer);
         c->xfer = NULL;
@@ -1983,7 +1987,7 @@ static void on_client_abort(void *data)
     }
     c->status = c->client_started ? 200 : 499;
     c->outcome = "cancelled";
-    release_on_cancel(c, "client_disconnected");
+    release_on_cancel(c, stalled ? "client_stalled" : "client_disconnected");
     estimate_tokens(c);
     call_log(c);
     c->req = NULL; /* the connection frees it after this hook */

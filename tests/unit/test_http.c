@@ -1830,6 +1830,40 @@ static void test_max_connections(void)
     CHECK_EQ_INT((int)ST.open, 0);
 }
 
+/* Refusals in flight are bounded: past MG_HTTP_REFUSING_MAX lingering 503s, a connection past
+ * the cap is closed without an answer (each refused connection costs a descriptor). */
+static void sc_refusal_bound(void)
+{
+    cli_t held, c[MG_HTTP_REFUSING_MAX + 4];
+    if (cli_open(&held) != 0) return;
+    resp_t r;
+    roundtrip(&held, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
+    resp_free(&r);
+    int answered = 0, closed = 0;
+    for (int i = 0; i < MG_HTTP_REFUSING_MAX + 4; i++) {
+        if (cli_open(&c[i]) != 0) return;
+        if (cli_response(&c[i], &r) == 0 && r.status == 503)
+            answered++;
+        else if (cli_eof(&c[i]) == 1 || c[i].len == 0)
+            closed++;
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(answered, MG_HTTP_REFUSING_MAX);
+    CHECK_EQ_INT(closed, 4);
+    for (int i = 0; i < MG_HTTP_REFUSING_MAX + 4; i++) cli_close(&c[i]);
+    cli_close(&held);
+}
+
+static void test_refusal_bound(void)
+{
+    memset(&ST, 0, sizeof(ST));
+    mg_http_limits_t lim = default_limits();
+    lim.max_connections = 1;
+    lim.stats = &ST;
+    run_scenario(&lim, sc_refusal_bound);
+    CHECK_EQ_INT((int)ST.refused, MG_HTTP_REFUSING_MAX + 4);
+}
+
 static void test_reason_and_bind(void)
 {
     CHECK_STR(mg_http_reason(200), "OK");
@@ -1886,5 +1920,6 @@ int main(void)
     RUN(test_slow_body);
     RUN(test_write_timeout);
     RUN(test_max_connections);
+    RUN(test_refusal_bound);
     return mg_test_summary();
 }

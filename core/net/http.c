@@ -7,7 +7,16 @@
  * parser callbacks, and parsing resumes once its response is finished.
  *
  * Writing: uv_try_write first (the common case costs no allocation); whatever the
- * socket did not take is copied into a write request and queued. */
+ * socket did not take is copied into a write request and queued.
+ *
+ * Deadlines: one lazy uv timer per connection serves the mode's deadline (the head, the
+ * keep-alive idle time) and the write-progress checks. The body's deadline is not kept
+ * per read: when the head's timer fires after the head is complete, the body's is worked
+ * out from the bytes so far (body_due) and the timer set again.
+ *
+ * Slots: a new connection under max_connections may ask anything; in the reserve past it,
+ * only the reserve paths (others get a 503 once their head is read); past the reserve it
+ * gets a 503 at once, or a plain close while MG_HTTP_REFUSING_MAX of those still linger. */
 #include "net/http.h"
 
 #include <errno.h>

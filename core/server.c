@@ -19,16 +19,32 @@
 #include "conf/models.h"
 #include "conf/providers.h"
 #include "conf/settings.h"
+#include "net/fdlimit.h"
 #include "route/persist.h"
 #include "sched/setup.h"
 
-static mg_http_limits_t limits_of(const mg_config_t *cfg)
+/* What a connection past max_connections may still ask for on the main listener: the
+ * admin API and the health and status endpoints (the metrics listener has its own cap). */
+static const char *const reserve_paths[] = {"/api/v2/", "/health", "/ready", "/status", NULL};
+
+static mg_http_limits_t limits_of(mg_server_t *s, const mg_config_t *cfg)
 {
     mg_http_limits_t lim = {
         .max_body_bytes = cfg->max_body_bytes,
         .max_header_bytes = cfg->max_header_bytes,
         .header_read_ms = cfg->timeouts.header_read_ms,
         .keepalive_idle_ms = cfg->timeouts.keepalive_idle_ms,
+        .request_read_ms = cfg->request_read_ms,
+        .min_body_bytes_per_s = cfg->min_body_bytes_per_s,
+        .write_timeout_ms = cfg->write_timeout_ms,
+        .max_connections = mg_fdlimit_connection_cap((size_t)cfg->max_connections,
+                                                     (size_t)cfg->reserved_connections,
+                                                     MG_HTTP_REFUSING_MAX),
+        .reserved_connections = (size_t)cfg->reserved_connections,
+        .reserve_paths = reserve_paths,
+        .name = "api",
+        .stats = &s->metrics.conns[MG_LISTENER_API],
+        .trim = &s->memtrim,
     };
     return lim;
 }
@@ -259,6 +275,7 @@ static void close_everything(mg_server_t *s)
     mg_idem_stop(s->idem);
     mg_listener_close(&s->listener);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
+    mg_memtrim_close(&s->memtrim);
     mg_probe_stop(s->prober);
     s->prober = NULL;
     mg_loopstat_stop(&s->loopstat);
@@ -442,7 +459,8 @@ static int start_services(mg_server_t *s)
 static int start_listeners(mg_server_t *s)
 {
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
-    mg_http_limits_t lim = limits_of(cfg);
+    mg_memtrim_init(&s->memtrim, s->loop);
+    mg_http_limits_t lim = limits_of(s, cfg);
     int rc = mg_listener_start(&s->listener, s->loop, cfg->listen, &lim, mg_api_handle, &s->api);
     if (rc != 0) {
         fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path, cfg->listen,
@@ -452,6 +470,10 @@ static int start_listeners(mg_server_t *s)
     if (!cfg->metrics_listen) return 0;
     mg_http_limits_t mlim = lim;
     mlim.max_body_bytes = 4096;
+    mlim.max_connections = lim.reserved_connections; /* the scrapers' own cap */
+    mlim.reserve_paths = NULL;
+    mlim.name = "metrics";
+    mlim.stats = &s->metrics.conns[MG_LISTENER_METRICS];
     rc = mg_listener_start(&s->metrics_l, s->loop, cfg->metrics_listen, &mlim,
                            mg_api_handle_metrics, &s->api);
     if (rc != 0) {

@@ -10,6 +10,7 @@
 
 #include "admin/admin.h"
 #include "api/api.h"
+#include "base/memtrim.h"
 #include "luavm/gens.h"
 #include "net/http.h"
 #include "obs/loopstat.h"
@@ -44,6 +45,7 @@ typedef struct mg_server_s {
     mg_pump_t pump;             /* runs the scheduler on the loop */
     mg_metrics_t metrics;
     mg_loopstat_t loopstat;     /* the loop's busy time per iteration, into metrics */
+    mg_memtrim_t memtrim;       /* malloc_trim after bursts of freed client output */
     uv_prepare_t gc_prepare;    /* Lua collections between requests, once per iteration */
     mg_userrate_t *userrate;    /* owned: requests per minute per application user */
     mg_idem_t *idem;            /* owned: idempotency keys and stored answers */

@@ -512,10 +512,31 @@ static bool valid_name(const char *s)
 
 /* ------------------------------------------------------------------------ sections */
 
+/* The client connection limits: read deadlines, write timeout, connection cap. */
+static int load_server_conns(loader_t *l, yaml_node_t *v)
+{
+    mg_config_t *c = l->cfg;
+    return opt_int_field(l, v, "server", "request_read_ms", 1, MAX_TIMEOUT_MS,
+                         &c->request_read_ms) < 0 ||
+                   opt_int_field(l, v, "server", "min_body_bytes_per_s", 0, 1 << 30,
+                                 &c->min_body_bytes_per_s) < 0 ||
+                   opt_int_field(l, v, "server", "write_timeout_ms", 0, MAX_TIMEOUT_MS,
+                                 &c->write_timeout_ms) < 0 ||
+                   opt_int_field(l, v, "server", "max_connections", 0, 10000000,
+                                 &c->max_connections) < 0 ||
+                   opt_int_field(l, v, "server", "reserved_connections", 0, 10000,
+                                 &c->reserved_connections) < 0
+               ? -1
+               : 0;
+}
+
 static int load_server(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"listen", "metrics_listen", "max_body_bytes",
-                                       "max_header_bytes", NULL};
+    static const char *const keys[] = {"listen",           "metrics_listen",
+                                       "max_body_bytes",   "max_header_bytes",
+                                       "request_read_ms",  "min_body_bytes_per_s",
+                                       "write_timeout_ms", "max_connections",
+                                       "reserved_connections", NULL};
     int r = want_map(l, v, line, "server", keys);
     if (r <= 0) return r;
     mg_config_t *c = l->cfg;
@@ -555,7 +576,7 @@ static int load_server(loader_t *l, yaml_node_t *v, int line)
     n = (long long)c->max_header_bytes;
     if (opt_int(l, v, "server", "max_header_bytes", KIB, MIB, &n) < 0) return -1;
     c->max_header_bytes = (size_t)n;
-    return 0;
+    return load_server_conns(l, v);
 }
 
 static int load_storage(loader_t *l, yaml_node_t *v, int line)
@@ -1181,6 +1202,11 @@ static int set_defaults(loader_t *l, const char *name)
     mg_config_t *c = l->cfg;
     c->max_body_bytes = MG_DEFAULT_MAX_BODY_BYTES;
     c->max_header_bytes = DEFAULT_MAX_HEADER_BYTES;
+    c->request_read_ms = 60000;
+    c->min_body_bytes_per_s = 1024;
+    c->write_timeout_ms = 30000;
+    c->max_connections = 0; /* as many as RLIMIT_NOFILE allows (server.c) */
+    c->reserved_connections = 16;
     c->auth_enabled = false;
     c->max_retries = 3;
     c->timeouts = (mg_timeouts_conf_t){

@@ -136,6 +136,15 @@ typedef struct mg_config_s {
     char *metrics_listen;    /* owned, may be NULL = no metrics listener */
     size_t max_body_bytes;   /* request body limit, default 16 MiB */
     size_t max_header_bytes; /* request line + headers limit, default 16 KiB */
+    int request_read_ms;     /* a client request, head and body, within, default 60000 */
+    int min_body_bytes_per_s;/* a body's average rate after timeouts.header_read_ms of grace,
+                                default 1024, 0 = no rate check */
+    int write_timeout_ms;    /* no progress writing to a client this long closes it, default
+                                30000, 0 = never */
+    int max_connections;     /* client connections on server.listen, default 0 = what the
+                                file descriptor limit allows */
+    int reserved_connections;/* more past max_connections for /api/v2, /health, /ready and
+                                /status, and the metrics listener's cap, default 16 */
     char *storage_path;      /* owned; SQLite file, default data/moongate.db */
     int storage_queue_max;   /* writes waiting for the store's writer at most
                                 (storage.queue_max), default 4096 */

@@ -7,17 +7,34 @@
  * parser callbacks, and parsing resumes once its response is finished.
  *
  * Writing: uv_try_write first (the common case costs no allocation); whatever the
- * socket did not take is copied into a write request and queued. */
+ * socket did not take is copied into a write request and queued.
+ *
+ * Deadlines: one lazy uv timer per connection serves the mode's deadline (the head, the
+ * keep-alive idle time) and the write-progress checks. The body's deadline is not kept
+ * per read: when the head's timer fires after the head is complete, the body's is worked
+ * out from the bytes so far (body_due) and the timer set again.
+ *
+ * Slots: a new connection under max_connections may ask anything; in the reserve past it,
+ * only the reserve paths (others get a 503 once their head is read); past the reserve it
+ * gets a 503 at once, or a plain close while MG_HTTP_REFUSING_MAX of those still linger. */
 #include "net/http.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 
 #include "base/json.h"
 #include "base/log.h"
+#include "base/memtrim.h"
 
 #define READ_CHUNK (64 * 1024)
 #define WRITE_HIGH_WATER (1024 * 1024)
@@ -25,7 +42,7 @@
 
 typedef enum {
     TIMER_NONE = 0,
-    TIMER_HEADERS, /* waiting for a request's headers (or body) */
+    TIMER_HEADERS, /* waiting for a request's headers (or body: see in_body) */
     TIMER_IDLE,    /* keep-alive connection with nothing pending */
     TIMER_CLOSE,   /* a write failed: close on the next loop turn, not under the caller */
 } timer_mode_t;
@@ -52,8 +69,18 @@ struct mg_conn_s {
     uint64_t timer_armed;      /* loop ms the uv timer is set for (0: stopped) */
     mg_http_req_t *spare;      /* owned: a finished request kept for the next (see req_new) */
     int got_bytes;             /* bytes of the current request have arrived */
-    int limit_status;          /* 413 or 431 when a parser callback hit a limit */
+    int limit_status;          /* 413, 431 or 503 when a parser callback hit a limit */
     int linger;                /* read and drop input for a while before closing */
+    int reserve;               /* accepted past max_connections: reserve paths only */
+    int refusing;              /* accepted past the reserve: answered 503, closing */
+    mg_http_abort_t abort;     /* what a request in flight is told when the connection ends */
+    int in_body;               /* the head is complete, the body is on its way */
+    uint64_t body_start;       /* loop ms the head was complete */
+    uint64_t write_due;        /* loop ms of the next write-progress check (0: none queued) */
+    uint64_t write_progress;   /* loop ms bytes were last seen leaving the write queue */
+    uint64_t sent_total;       /* bytes ever handed to the socket (written or queued) */
+    uint64_t acked_seen;       /* of those, acknowledged by the client at the last check */
+    char last_id[MG_REQUEST_ID_LEN + 1]; /* the last finished request whose answer is queued */
 };
 
 #define LINGER_MS 1000
@@ -62,13 +89,18 @@ static llhttp_settings_t g_settings; /* read-only after first init */
 static int g_settings_ready;
 
 static void conn_close(mg_conn_t *c);
+static void conn_end(mg_conn_t *c, int now);
+static void close_handles(mg_conn_t *c);
+static int write_check(mg_conn_t *c, uint64_t now);
 static void conn_pump(mg_conn_t *c);
 static void conn_read_start(mg_conn_t *c);
 static void req_free(mg_http_req_t *req);
 static void req_done(mg_conn_t *c, mg_http_req_t *req);
 static void detached_append(mg_http_req_t *req, const char *data, size_t len);
 static void detached_finish(mg_http_req_t *req);
-static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg);
+static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg,
+                                 int retry_after_ms, int log);
+static void refuse_request(mg_conn_t *c);
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -152,35 +184,108 @@ const char *mg_http_header(const mg_http_req_t *req, const char *name)
 
 static void on_timer(uv_timer_t *t);
 
-/* Make the uv timer fire no later than the mode's deadline. It may fire earlier (the mode
- * changed since it was set): on_timer then sets it again. */
+/* Make the uv timer fire no later than `due`. It may fire earlier (a deadline moved since
+ * it was set): on_timer then sets it again. */
+static void arm_at(mg_conn_t *c, uint64_t due)
+{
+    if (c->timer_armed && c->timer_armed <= due) return;
+    uint64_t now = uv_now(c->listener->loop);
+    uv_timer_start(&c->timer, on_timer, due > now ? due - now : 0, 0);
+    c->timer_armed = due > now ? due : now;
+}
+
+/* ... no later than the mode's deadline. */
 static void timer_arm(mg_conn_t *c)
 {
-    if (c->timer_armed && c->timer_armed <= c->timer_due) return;
-    uint64_t now = uv_now(c->listener->loop);
-    uv_timer_start(&c->timer, on_timer, c->timer_due > now ? c->timer_due - now : 0, 0);
-    c->timer_armed = c->timer_due > now ? c->timer_due : now;
+    arm_at(c, c->timer_due);
+}
+
+/* The earliest deadline the connection has: its mode's, and the next write-progress check. */
+static uint64_t next_due(const mg_conn_t *c)
+{
+    uint64_t due = c->timer_mode != TIMER_NONE ? c->timer_due : UINT64_MAX;
+    return c->write_due && c->write_due < due ? c->write_due : due;
+}
+
+static void count_read_timeout(mg_conn_t *c, mg_read_timeout_t why)
+{
+    if (c->listener->limits.stats) c->listener->limits.stats->read_timeouts[why]++;
+}
+
+/* When the request must be complete: request_read_ms after its first byte (UINT64_MAX: no
+ * limit). Computed when the timer fires, from the request's start: no per-request work. */
+static uint64_t read_due(const mg_conn_t *c)
+{
+    int ms = c->listener->limits.request_read_ms;
+    return ms > 0 && c->req ? c->req->start_ms + (uint64_t)ms : UINT64_MAX;
+}
+
+/* When the body must be complete: a grace of header_read_ms from the end of the head, plus
+ * the time its bytes so far were allowed at min_body_bytes_per_s (mod_reqtimeout's rule),
+ * and never after the request's deadline. Computed when the timer fires, not per read. */
+static uint64_t body_due(const mg_conn_t *c)
+{
+    const mg_http_limits_t *lim = &c->listener->limits;
+    uint64_t due = UINT64_MAX;
+    if (lim->min_body_bytes_per_s > 0) {
+        size_t got = c->req ? c->req->body_len : 0;
+        due = c->body_start + (uint64_t)lim->header_read_ms +
+              (uint64_t)got * 1000 / (uint64_t)lim->min_body_bytes_per_s;
+    }
+    uint64_t total = read_due(c);
+    return total < due ? total : due;
+}
+
+/* The mode's deadline passed. The head's timer is the body's too: a body that keeps up
+ * moves it (the first firing after the head is complete finds the body's own deadline). */
+static void mode_expired(mg_conn_t *c, uint64_t now)
+{
+    if (c->timer_mode == TIMER_CLOSE) {
+        conn_close(c);
+        return;
+    }
+    if (c->busy) {
+        c->timer_mode = TIMER_NONE; /* (cannot happen) a request is with its handler */
+        return;
+    }
+    if (c->timer_mode != TIMER_HEADERS || !c->got_bytes) {
+        conn_close(c); /* idle, or connected and silent */
+        return;
+    }
+    int total = now >= read_due(c);
+    if (c->in_body) {
+        uint64_t due = body_due(c);
+        if (now < due) {
+            c->timer_due = due; /* the body kept up: check again then */
+            return;
+        }
+        count_read_timeout(c, total ? MG_READ_TIMEOUT_REQUEST : MG_READ_TIMEOUT_BODY_RATE);
+        send_error_and_close(c, 408, "REQUEST_TIMEOUT",
+                             total ? "request not received in time"
+                                   : "request body arrived too slowly",
+                             0, 1);
+        return;
+    }
+    count_read_timeout(c, total ? MG_READ_TIMEOUT_REQUEST : MG_READ_TIMEOUT_HEADERS);
+    send_error_and_close(c, 408, "REQUEST_TIMEOUT", "request not received in time", 0, 1);
 }
 
 static void on_timer(uv_timer_t *t)
 {
     mg_conn_t *c = t->data;
+    uint64_t now = uv_now(t->loop);
     c->timer_armed = 0;
-    if (c->closing || c->timer_mode == TIMER_NONE) return;
-    if (uv_now(t->loop) < c->timer_due) {
-        timer_arm(c); /* armed for an earlier mode: not this one's time yet */
+    if (c->write_due && now >= c->write_due && write_check(c, now) != 0) return; /* closed */
+    if (c->closing) {
+        if (c->write_due) arm_at(c, c->write_due); /* still flushing before its shutdown */
         return;
     }
-    if (c->timer_mode == TIMER_CLOSE) {
-        conn_close(c);
-        return;
+    if (c->timer_mode != TIMER_NONE && now >= c->timer_due) {
+        mode_expired(c, now);
+        if (c->closing) return; /* conn_close saw to the timer */
     }
-    if (c->busy) return;
-    if (c->timer_mode == TIMER_HEADERS && c->got_bytes) {
-        send_error_and_close(c, 408, "REQUEST_TIMEOUT", "request not received in time");
-        return;
-    }
-    conn_close(c);
+    uint64_t due = next_due(c);
+    if (due != UINT64_MAX) arm_at(c, due);
 }
 
 /* Deadlines are lazy: a mode change stores its deadline and touches the uv timer only when
@@ -205,24 +310,132 @@ static void timer_set(mg_conn_t *c, timer_mode_t mode)
 typedef struct {
     uv_write_t w;
     mg_conn_t *conn;
+    size_t len;
     char data[];
 } write_req_t;
+
+/* Write progress, for write_timeout_ms: the bytes the client acknowledged, that is those
+ * handed to the socket minus those still in our write queue or in the kernel's send queue
+ * (SIOCOUTQ: unsent and unacknowledged). A slow reader moves that figure even while our
+ * queue waits behind a full socket buffer; a client that reads nothing closes its window
+ * and it stands still. A check every quarter of the timeout compares it with the last
+ * check's; a connection whose figure stood still for the whole timeout is stalled. Only a
+ * connection with bytes in our queue is watched: the fast path (the socket took
+ * everything) costs one addition. */
+#define WRITE_CHECKS 4
+
+static uint64_t write_check_ms(const mg_conn_t *c)
+{
+    int ms = c->listener->limits.write_timeout_ms / WRITE_CHECKS;
+    return ms > 0 ? (uint64_t)ms : 1;
+}
+
+static size_t write_queued(const mg_conn_t *c)
+{
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp);
+}
+
+static uint64_t write_acked(const mg_conn_t *c)
+{
+    uint64_t pending = write_queued(c);
+#ifdef SIOCOUTQ
+    uv_os_fd_t fd;
+    int outq = 0;
+    if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 &&
+        outq > 0)
+        pending += (uint64_t)outq;
+#endif
+    return pending < c->sent_total ? c->sent_total - pending : 0;
+}
+
+/* Bytes went into our write queue: start watching it if nobody does. */
+static void write_watch(mg_conn_t *c)
+{
+    if (c->write_due || c->listener->limits.write_timeout_ms <= 0) return;
+    uint64_t now = uv_now(c->listener->loop);
+    c->acked_seen = write_acked(c);
+    c->write_progress = now;
+    c->write_due = now + write_check_ms(c);
+    arm_at(c, c->write_due);
+}
+
+static void log_stalled(mg_conn_t *c, const char *request_id, size_t unsent)
+{
+    if (!mg_log_enabled(MG_LOG_INFO)) return;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "client_stalled");
+    mg_log_str(&l, "request_id", request_id && request_id[0] ? request_id : NULL);
+    mg_log_str(&l, "listener", c->listener->limits.name);
+    mg_log_str(&l, "outcome", "cancelled");
+    mg_log_str(&l, "cancel_reason", "client_stalled");
+    mg_log_int(&l, "unsent_bytes", (int64_t)unsent);
+    mg_log_int(&l, "write_timeout_ms", c->listener->limits.write_timeout_ms);
+    mg_log_end(&l);
+}
+
+/* The client took nothing for write_timeout_ms: close at once, dropping what is queued (a
+ * graceful shutdown would wait for it forever). A request in flight is aborted as stalled
+ * and its owner logs it; otherwise (the answer was complete, only undelivered) this does. */
+static void write_stalled(mg_conn_t *c, size_t unsent)
+{
+    mg_listener_t *l = c->listener;
+    if (l->limits.stats) l->limits.stats->write_timeouts++;
+    c->write_due = 0;
+    /* a reset, not a FIN queued behind what the kernel still holds for a client that takes
+       nothing: the socket's buffers go at once, and the client learns it was cut */
+    uv_os_fd_t fd;
+    struct linger lg = {1, 0};
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    mg_http_req_t *req = c->req;
+    if (c->closing || !c->busy || !req || !req->on_abort)
+        log_stalled(c, req && c->busy ? req->request_id : c->last_id, unsent);
+    if (c->closing) {
+        close_handles(c); /* its graceful shutdown was waiting for these bytes */
+        return;
+    }
+    c->abort = MG_HTTP_ABORT_STALLED;
+    conn_end(c, 1);
+}
+
+/* A write-progress check is due. Returns 1 when the connection was closed as stalled. */
+static int write_check(mg_conn_t *c, uint64_t now)
+{
+    size_t queued = write_queued(c);
+    if (queued == 0) {
+        c->write_due = 0;
+        return 0;
+    }
+    uint64_t acked = write_acked(c);
+    if (acked != c->acked_seen) {
+        c->acked_seen = acked;
+        c->write_progress = now;
+    }
+    if (now - c->write_progress >= (uint64_t)c->listener->limits.write_timeout_ms) {
+        write_stalled(c, queued);
+        return 1;
+    }
+    c->write_due = now + write_check_ms(c);
+    return 0;
+}
 
 static void on_write(uv_write_t *w, int status)
 {
     write_req_t *wr = (write_req_t *)w;
     mg_conn_t *c = wr->conn;
+    if (c->listener->limits.trim) mg_memtrim_note(c->listener->limits.trim, wr->len);
     free(wr);
     if (status < 0) {
         if (!c->closing) conn_close(c);
         return;
     }
+    size_t queued = write_queued(c);
+    if (queued == 0) c->write_due = 0; /* nothing to watch; a timer still set finds that */
+    else c->write_progress = uv_now(c->listener->loop);
     if (c->closing) return;
-    size_t queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     if (queued == 0 && !c->busy && !c->got_bytes && c->timer_mode != TIMER_IDLE)
         timer_set(c, TIMER_IDLE);
-    if (c->req && c->req->on_drain &&
-        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WRITE_HIGH_WATER / 2)
+    if (c->req && c->req->on_drain && queued < WRITE_HIGH_WATER / 2)
         c->req->on_drain(c->req->hook_data);
 }
 
@@ -240,9 +453,10 @@ static void conn_write(mg_conn_t *c, uv_buf_t *bufs, unsigned nbufs)
     size_t total = 0;
     for (unsigned i = 0; i < nbufs; i++) total += bufs[i].len;
     size_t skip = 0;
-    if (uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0) {
+    if (write_queued(c) == 0) {
         int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
         if (n >= 0) {
+            c->sent_total += (uint64_t)n;
             if ((size_t)n == total) return;
             skip = (size_t)n;
         } else if (n != UV_EAGAIN) {
@@ -257,6 +471,7 @@ static void conn_write(mg_conn_t *c, uv_buf_t *bufs, unsigned nbufs)
         return;
     }
     wr->conn = c;
+    wr->len = rest;
     size_t off = 0;
     for (unsigned i = 0; i < nbufs; i++) {
         size_t len = bufs[i].len;
@@ -276,7 +491,10 @@ static void conn_write(mg_conn_t *c, uv_buf_t *bufs, unsigned nbufs)
     if (rc < 0) {
         free(wr);
         conn_close_soon(c);
+        return;
     }
+    c->sent_total += rest;
+    write_watch(c);
 }
 
 int mg_http_write_pending(const mg_http_req_t *req)
@@ -379,6 +597,8 @@ static void req_finish(mg_http_req_t *req)
     mg_conn_t *c = req->conn;
     c->req = NULL;
     c->busy = 0;
+    /* an answer still queued is this request's: the write timeout names it when it stalls */
+    if (c->write_due) memcpy(c->last_id, req->request_id, sizeof(c->last_id));
     req_done(c, req);
     if (c->closing) return;
     if (c->close_after) {
@@ -482,8 +702,11 @@ void mg_http_set_close(mg_http_req_t *req)
     req->conn->close_after = 1;
 }
 
-/* An error the connection answers itself (bad request, limits, timeouts); then close. */
-static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg)
+/* An error the connection answers itself (bad request, limits, timeouts, refusals); then
+ * close. With retry_after_ms the answer says when to come back; `log` writes the request
+ * line (refusals are counted and reported in batches instead). */
+static void send_error_and_close(mg_conn_t *c, int status, const char *code, const char *msg,
+                                 int retry_after_ms, int log)
 {
     if (c->closing) return;
     mg_http_req_t *req = c->req;
@@ -491,23 +714,29 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
         conn_close(c);
         return;
     }
-    char body[512];
+    char body[512], retry[40] = "", extra[40] = "";
+    if (retry_after_ms > 0) {
+        snprintf(retry, sizeof(retry), ",\"retry_after_ms\":%d", retry_after_ms);
+        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    }
     const char *type = status >= 500 ? "api_error" : "invalid_request_error";
     int n = snprintf(body, sizeof(body),
                      "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\","
-                     "\"request_id\":\"%s\"}}",
-                     msg, type, code, req->request_id);
+                     "\"request_id\":\"%s\"%s}}",
+                     msg, type, code, req->request_id, retry);
     c->close_after = 1;
     c->linger = 1;
     c->busy = 1;
     timer_set(c, TIMER_NONE);
-    mg_logline_t l;
-    mg_log_begin(&l, MG_LOG_INFO, "request");
-    mg_log_str(&l, "request_id", req->request_id);
-    mg_log_int(&l, "status", status);
-    mg_log_str(&l, "error", code);
-    mg_log_end(&l);
-    mg_http_respond(req, status, "application/json", NULL, body, (size_t)n);
+    if (log) {
+        mg_logline_t l;
+        mg_log_begin(&l, MG_LOG_INFO, "request");
+        mg_log_str(&l, "request_id", req->request_id);
+        mg_log_int(&l, "status", status);
+        mg_log_str(&l, "error", code);
+        mg_log_end(&l);
+    }
+    mg_http_respond(req, status, "application/json", extra[0] ? extra : NULL, body, (size_t)n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -701,6 +930,14 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
     return append_piece(req, &req->headers[req->n_headers - 1].value, at, len) ? HPE_USER : 0;
 }
 
+/* Whether a reserve connection may ask for `path`: a prefix in the NULL-terminated list. */
+static int reserve_path(const char *const *prefixes, const char *path)
+{
+    for (; prefixes && *prefixes; prefixes++)
+        if (strncmp(path, *prefixes, strlen(*prefixes)) == 0) return 1;
+    return 0;
+}
+
 static int body_reserve(mg_http_req_t *req, size_t need)
 {
     if (need + 1 <= req->body_cap) return 0;
@@ -739,6 +976,10 @@ static int on_headers_complete(llhttp_t *p)
     } else {
         req->path = "/";
     }
+    if (c->reserve && !reserve_path(c->listener->limits.reserve_paths, req->path)) {
+        c->limit_status = 503; /* a reserve connection asks for something else */
+        return -1;
+    }
     size_t max = c->listener->limits.max_body_bytes;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > max) {
         c->limit_status = 413;
@@ -746,6 +987,11 @@ static int on_headers_complete(llhttp_t *p)
     }
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) {
         if (body_reserve(req, (size_t)p->content_length)) return HPE_USER;
+    }
+    if (((p->flags & F_CONTENT_LENGTH) && p->content_length > 0) || (p->flags & F_CHUNKED)) {
+        /* the head's deadline stays armed; when it passes, the body's is worked out */
+        c->body_start = uv_now(c->listener->loop);
+        c->in_body = 1;
     }
     const char *expect = mg_http_header(req, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0) {
@@ -767,14 +1013,14 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     memcpy(req->body + req->body_len, at, len);
     req->body_len += len;
     req->body[req->body_len] = '\0';
-    timer_set(c, TIMER_HEADERS); /* progress: the body timer restarts */
-    return 0;
+    return 0; /* the body's deadline moves with body_len: checked when the timer fires */
 }
 
 static int on_message_complete(llhttp_t *p)
 {
     mg_conn_t *c = parser_conn(p);
     c->busy = 1;
+    c->in_body = 0;
     timer_set(c, TIMER_NONE);
     return HPE_PAUSED;
 }
@@ -810,11 +1056,13 @@ static long parse_input(mg_conn_t *c, const char *data, size_t len)
         return -1;
     }
     if (c->limit_status == 431)
-        send_error_and_close(c, 431, "HEADERS_TOO_LARGE", "request headers too large");
+        send_error_and_close(c, 431, "HEADERS_TOO_LARGE", "request headers too large", 0, 1);
     else if (c->limit_status == 413)
-        send_error_and_close(c, 413, "REQUEST_TOO_LARGE", "request body too large");
+        send_error_and_close(c, 413, "REQUEST_TOO_LARGE", "request body too large", 0, 1);
+    else if (c->limit_status == 503)
+        refuse_request(c);
     else
-        send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request");
+        send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request", 0, 1);
     return -1;
 }
 
@@ -939,6 +1187,7 @@ static void on_handle_closed(uv_handle_t *h)
 {
     mg_conn_t *c = h->data;
     if (--c->handles_open > 0) return;
+    if (c->refusing) c->listener->n_refusals_open--;
     if (c->spare) req_free(c->spare);
     free(c->in);
     free(c);
@@ -981,6 +1230,7 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
 {
     mg_conn_t *c = sr->data;
     free(sr);
+    c->write_due = 0; /* flushed (or failed): no more write checks */
     if (c->linger && status == 0 &&
         uv_read_start((uv_stream_t *)&c->tcp, on_linger_alloc, on_linger_read) == 0) {
         c->timer_armed = 0;
@@ -990,7 +1240,16 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     close_handles(c);
 }
 
-static void conn_close(mg_conn_t *c)
+static void stats_open(mg_listener_t *l)
+{
+    if (l->limits.stats) l->limits.stats->open = l->n_conns;
+}
+
+/* End the connection: unlink it and abort a request in flight (its owner's hook runs, told
+ * why by req->abort). Then a graceful shutdown, which lets queued bytes reach the client
+ * first (watched by the write timeout while it waits), or with `now` a close at once that
+ * drops them. */
+static void conn_end(mg_conn_t *c, int now)
 {
     if (c->closing) return;
     c->closing = 1;
@@ -999,38 +1258,92 @@ static void conn_close(mg_conn_t *c)
     else l->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     l->n_conns--;
+    if (c->refusing) l->n_refusing--;
+    stats_open(l);
     if (c->req) {
         mg_http_req_t *req = c->req;
         c->req = NULL;
+        req->abort = c->abort;
         if (c->busy && req->on_abort) req->on_abort(req->hook_data);
         req_free(req);
     }
-    uv_timer_stop(&c->timer);
+    c->timer_mode = TIMER_NONE;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    /* A graceful shutdown lets queued response bytes reach the client first. */
-    uv_shutdown_t *sr = malloc(sizeof(*sr));
-    if (sr) {
-        sr->data = c;
-        if (uv_shutdown(sr, (uv_stream_t *)&c->tcp, on_shutdown) == 0) return;
-        free(sr);
+    if (!now) {
+        uv_shutdown_t *sr = malloc(sizeof(*sr));
+        if (sr) {
+            sr->data = c;
+            if (uv_shutdown(sr, (uv_stream_t *)&c->tcp, on_shutdown) == 0) {
+                if (c->write_due) arm_at(c, c->write_due); /* a stalled client is closed */
+                else uv_timer_stop(&c->timer);
+                return;
+            }
+            free(sr);
+        }
     }
-    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    close_handles(c);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+static void conn_close(mg_conn_t *c)
 {
-    mg_listener_t *l = server->data;
-    if (status < 0 || l->stopping) return;
+    conn_end(c, 0);
+}
+
+/* Past the reserve: answer 503 at once, without reading the request, and close. */
+static void conn_refuse(mg_conn_t *c)
+{
+    c->refusing = 1;
+    c->listener->n_refusing++;
+    c->listener->n_refusals_open++;
+    c->req = req_new(c);
+    if (!c->req) {
+        conn_close(c);
+        return;
+    }
+    refuse_request(c);
+}
+
+static void refuse_request(mg_conn_t *c)
+{
+    mg_acceptor_refused(&c->listener->acceptor);
+    send_error_and_close(c, 503, "RESOURCE_EXHAUSTED", "too many connections; retry later",
+                         1000, 0);
+}
+
+/* Whether a new connection fits: 0 under max_connections, 1 in the reserve (reserve paths
+ * only), 2 past both (refused). */
+static int conn_slot(const mg_listener_t *l)
+{
+    const mg_http_limits_t *lim = &l->limits;
+    size_t serving = l->n_conns - l->n_refusing;
+    if (!lim->max_connections || serving < lim->max_connections) return 0;
+    size_t reserve = lim->reserve_paths ? lim->reserved_connections : 0;
+    return serving < lim->max_connections + reserve ? 1 : 2;
+}
+
+static void on_accepted(void *ud, int fd)
+{
+    mg_listener_t *l = ud;
+    int slot = conn_slot(l);
+    /* 503s still lingering are bounded too: past that, a refusal is a plain close */
+    if (l->stopping || (slot == 2 && l->n_refusals_open >= MG_HTTP_REFUSING_MAX)) {
+        if (!l->stopping) mg_acceptor_refused(&l->acceptor);
+        close(fd);
+        return;
+    }
     mg_conn_t *c = calloc(1, sizeof(*c));
-    if (!c) return;
+    if (!c) {
+        close(fd);
+        return;
+    }
     c->listener = l;
     uv_tcp_init(l->loop, &c->tcp);
     uv_timer_init(l->loop, &c->timer);
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_tcp_open(&c->tcp, fd) != 0) {
+        close(fd);
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
@@ -1042,6 +1355,12 @@ static void on_connection(uv_stream_t *server, int status)
     if (l->conns) l->conns->prev = c;
     l->conns = c;
     l->n_conns++;
+    stats_open(l);
+    if (slot == 2) {
+        conn_refuse(c);
+        return;
+    }
+    c->reserve = slot == 1;
     /* the first request gets header_read_ms from the moment of connecting */
     timer_set(c, TIMER_HEADERS);
     conn_read_start(c);
@@ -1050,28 +1369,6 @@ static void on_connection(uv_stream_t *server, int status)
 /* ------------------------------------------------------------------------ */
 /* Listener                                                                  */
 /* ------------------------------------------------------------------------ */
-
-static int parse_addr(const char *addr, struct sockaddr_storage *ss)
-{
-    char host[128];
-    const char *colon = strrchr(addr, ':');
-    if (!colon) return UV_EINVAL;
-    size_t hl = (size_t)(colon - addr);
-    if (hl >= sizeof(host)) return UV_EINVAL;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    int port = atoi(colon + 1);
-    if (host[0] == '[') {
-        size_t n = strlen(host);
-        if (n < 2 || host[n - 1] != ']') return UV_EINVAL;
-        memmove(host, host + 1, n - 2);
-        host[n - 2] = '\0';
-        return uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss);
-    }
-    if (hl == 0 || strcmp(host, "*") == 0) strcpy(host, "0.0.0.0");
-    if (strcmp(host, "localhost") == 0) strcpy(host, "127.0.0.1");
-    return uv_ip4_addr(host, port, (struct sockaddr_in *)ss);
-}
 
 int mg_listener_start(mg_listener_t *l, uv_loop_t *loop, const char *addr,
                       const mg_http_limits_t *limits, mg_http_handler_fn handler, void *ud)
@@ -1085,51 +1382,23 @@ int mg_listener_start(mg_listener_t *l, uv_loop_t *loop, const char *addr,
     l->rbuf_cap = READ_CHUNK;
     l->rbuf = malloc(l->rbuf_cap);
     if (!l->rbuf) return UV_ENOMEM;
-    struct sockaddr_storage ss;
-    int rc = parse_addr(addr, &ss);
-    if (rc == 0) rc = uv_tcp_init(loop, &l->tcp);
+    int rc = mg_acceptor_open(&l->acceptor, loop, addr, limits->name, limits->stats, on_accepted, l);
     if (rc != 0) {
         free(l->rbuf);
         l->rbuf = NULL;
         return rc;
     }
-    l->tcp.data = l;
-    l->tcp_open = 1;
-    rc = uv_tcp_bind(&l->tcp, (struct sockaddr *)&ss, 0);
-    if (rc == 0) rc = uv_listen((uv_stream_t *)&l->tcp, 4096, on_connection);
-    if (rc != 0) {
-        mg_listener_close(l);
-        return rc;
-    }
-    struct sockaddr_storage bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&bound, &blen);
-    char ip[46];
-    int port;
-    if (bound.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&bound, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
-        snprintf(l->bound, sizeof(l->bound), "[%s]:%d", ip, port);
-    } else {
-        uv_ip4_name((struct sockaddr_in *)&bound, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
-        snprintf(l->bound, sizeof(l->bound), "%s:%d", ip, port);
-    }
+    l->acceptor.max_connections = limits->max_connections;
+    if (limits->stats) limits->stats->max_connections = limits->max_connections;
+    snprintf(l->bound, sizeof(l->bound), "%s", l->acceptor.bound);
     return 0;
-}
-
-static void on_listener_closed(uv_handle_t *h)
-{
 }
 
 void mg_listener_stop(mg_listener_t *l)
 {
     if (l->stopping) return;
     l->stopping = 1;
-    if (l->tcp_open) {
-        uv_close((uv_handle_t *)&l->tcp, on_listener_closed);
-        l->tcp_open = 0;
-    }
+    mg_acceptor_close(&l->acceptor);
     mg_conn_t *c = l->conns;
     while (c) {
         mg_conn_t *next = c->next;
@@ -1142,10 +1411,7 @@ void mg_listener_stop(mg_listener_t *l)
 void mg_listener_close(mg_listener_t *l)
 {
     l->stopping = 1;
-    if (l->tcp_open) {
-        uv_close((uv_handle_t *)&l->tcp, on_listener_closed);
-        l->tcp_open = 0;
-    }
+    mg_acceptor_close(&l->acceptor);
     while (l->conns) conn_close(l->conns);
     free(l->rbuf);
     l->rbuf = NULL;

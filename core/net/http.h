@@ -1,15 +1,19 @@
 /* http: HTTP/1.1 server connections on libuv with llhttp.
  *
- * A listener accepts connections; each connection parses requests one at a time
- * (pipelined requests wait in the connection's buffer and are answered in order),
- * enforces the header and body limits and the header-read / keep-alive timeouts,
- * and hands every complete request to the listener's handler. The handler answers
- * with mg_http_respond() or a chunked stream (mg_http_stream_*), now or later.
+ * A listener accepts connections (up to max_connections, then a reserve for a few paths,
+ * then a 503 refusal; accepting pauses for a moment when the process is out of file
+ * descriptors); each connection parses requests one at a time (pipelined requests wait
+ * in the connection's buffer and are answered in order), enforces the header and body
+ * limits, the read deadlines (headers, whole request, body rate), the keep-alive timeout
+ * and the write timeout (a client that stops reading is closed), and hands every complete
+ * request to the listener's handler. The handler answers with mg_http_respond() or a
+ * chunked stream (mg_http_stream_*), now or later.
  *
- * Ownership: the connection owns its requests. If the client goes away while a
- * request is still being answered, the request's abort hook runs (the owner must
- * stop all work on it and never touch it again) and the request is freed. After
- * mg_http_respond() or mg_http_stream_end() the request is gone as well.
+ * Ownership: the connection owns its requests. If the client goes away (or stops reading
+ * for write_timeout_ms) while a request is still being answered, the request's abort hook
+ * runs (req->abort says why; the owner must stop all work on it and never touch it
+ * again) and the request is freed. After mg_http_respond() or mg_http_stream_end() the
+ * request is gone as well.
  *
  * Callbacks (the handler, on_abort, on_drain) may answer their request, free their own
  * objects and answer or start others, because the connection never frees itself under a
@@ -25,6 +29,7 @@
 
 #include "base/arena.h"
 #include "base/crypto.h"
+#include "net/accept.h"
 
 typedef struct mg_listener_s mg_listener_t;
 typedef struct mg_conn_s mg_conn_t;
@@ -36,6 +41,12 @@ typedef struct mg_http_header_s {
 } mg_http_header_t;
 
 typedef void (*mg_http_handler_fn)(void *ud, mg_http_req_t *req);
+
+/* Why a request's on_abort hook ran. */
+typedef enum {
+    MG_HTTP_ABORT_GONE = 0, /* the client closed or reset the connection (or the server closed it) */
+    MG_HTTP_ABORT_STALLED,  /* the client took nothing of its answer for write_timeout_ms */
+} mg_http_abort_t;
 
 /* Where a detached request's answer goes (see mg_http_req_detached). */
 typedef void (*mg_http_done_fn)(void *ud, const mg_http_req_t *req, int status, const char *body,
@@ -63,6 +74,7 @@ struct mg_http_req_s {
     void (*on_abort)(void *data);
     void (*on_drain)(void *data);
     void *hook_data;
+    mg_http_abort_t abort;     /* set before on_abort runs */
     /* detached requests only (conn == NULL): the answer is collected here */
     mg_http_done_fn done;
     void *done_ud;
@@ -71,23 +83,43 @@ struct mg_http_req_s {
     size_t answer_len, answer_cap;
 };
 
+struct mg_memtrim_s;
+
+/* Refusals (503, then a lingering close) in flight at once per listener; past them a
+ * connection past the cap is closed without an answer. */
+#define MG_HTTP_REFUSING_MAX 16
+
 typedef struct mg_http_limits_s {
     size_t max_body_bytes;
     size_t max_header_bytes;
-    int header_read_ms;
+    int header_read_ms;        /* the head must arrive within, from the first byte (or connect) */
     int keepalive_idle_ms;
+    int request_read_ms;       /* the whole request within, from its first byte (0: no limit;
+                                  checked from header_read_ms on, so never less than that) */
+    int min_body_bytes_per_s;  /* after a grace of header_read_ms from the end of the head, the
+                                  body must keep this average rate (0: no rate check) */
+    int write_timeout_ms;      /* a connection whose queued output makes no progress this
+                                  long is closed (0: never) */
+    size_t max_connections;    /* connections that may ask for anything (0: no cap) */
+    size_t reserved_connections; /* more past the cap, for reserve_paths only; past both, a
+                                    503 and close */
+    const char *const *reserve_paths; /* borrowed, NULL-terminated path prefixes, or NULL */
+    const char *name;          /* static: the listener's name in logs and metrics */
+    mg_conn_stats_t *stats;    /* borrowed: where the listener counts, or NULL */
+    struct mg_memtrim_s *trim; /* borrowed: told of freed output buffers, or NULL */
 } mg_http_limits_t;
 
 struct mg_listener_s {
-    uv_tcp_t tcp;
+    mg_acceptor_t acceptor;/* the listening socket */
     uv_loop_t *loop;
     mg_http_limits_t limits;
     mg_http_handler_fn handler;
     void *ud;
     mg_conn_t *conns;      /* intrusive list of open connections */
-    size_t n_conns;
+    size_t n_conns;        /* all of them, refusing ones included */
+    size_t n_refusing;     /* of n_conns, refusals (503 past the cap) not yet closing */
+    size_t n_refusals_open;/* refusals whose socket is not closed yet (they linger) */
     int stopping;          /* no longer accepting; connections close after their response */
-    int tcp_open;
     char bound[72];        /* "host:port" actually bound */
     char date[40];         /* cached Date header value */
     uint64_t date_sec;
@@ -96,7 +128,8 @@ struct mg_listener_s {
 };
 
 /* Bind and listen on "host:port" (port 0 = any). Returns 0 or a negative libuv error;
- * on success l->bound holds the real address. */
+ * on success l->bound holds the real address. `limits` is copied; the pointers in it are
+ * borrowed until mg_listener_close's handles are closed. */
 int mg_listener_start(mg_listener_t *l, uv_loop_t *loop, const char *addr,
                       const mg_http_limits_t *limits, mg_http_handler_fn handler, void *ud);
 /* Stop accepting; idle connections close now, busy ones after their current response. */

@@ -219,6 +219,49 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
     }
 }
 
+/* The listeners' connections: open, the cap, refusals, accept failures, timeouts. */
+static void render_connections(sbuf_t *b, const mg_metrics_t *m)
+{
+    static const char *const names[MG_LISTENER_COUNT] = {"api", "metrics"};
+    static const char *const accept_errors[MG_ACCEPT_ERR_COUNT] = {"EMFILE", "ENFILE", "other"};
+    static const char *const read_timeouts[MG_READ_TIMEOUT_COUNT] = {"header_read", "request_read",
+                                                                     "min_body_rate"};
+    sb_printf(b, "# HELP moongate_connections_open Client connections open, by listener.\n"
+                 "# TYPE moongate_connections_open gauge\n");
+    for (int i = 0; i < MG_LISTENER_COUNT; i++)
+        sb_printf(b, "moongate_connections_open{listener=\"%s\"} %llu\n", names[i],
+                  (unsigned long long)m->conns[i].open);
+    sb_printf(b, "# HELP moongate_connections_max Connections a listener serves before its "
+                 "reserve and refusals (0: no cap).\n"
+                 "# TYPE moongate_connections_max gauge\n");
+    for (int i = 0; i < MG_LISTENER_COUNT; i++)
+        sb_printf(b, "moongate_connections_max{listener=\"%s\"} %llu\n", names[i],
+                  (unsigned long long)m->conns[i].max_connections);
+    sb_printf(b, "# HELP moongate_connections_refused_total Connections refused past the cap "
+                 "(503 and close, or a plain close).\n"
+                 "# TYPE moongate_connections_refused_total counter\n");
+    for (int i = 0; i < MG_LISTENER_COUNT; i++)
+        sb_printf(b, "moongate_connections_refused_total{listener=\"%s\"} %llu\n", names[i],
+                  (unsigned long long)m->conns[i].refused);
+    sb_printf(b, "# HELP moongate_accept_errors_total accept(2) failures (each pauses accepting "
+                 "for 100 ms), by error.\n"
+                 "# TYPE moongate_accept_errors_total counter\n");
+    for (int i = 0; i < MG_LISTENER_COUNT; i++)
+        for (int e = 0; e < MG_ACCEPT_ERR_COUNT; e++)
+            sb_printf(b, "moongate_accept_errors_total{listener=\"%s\",error=\"%s\"} %llu\n",
+                      names[i], accept_errors[e], (unsigned long long)m->conns[i].accept_errors[e]);
+    sb_printf(b, "# HELP moongate_client_timeouts_total Client connections timed out, by what "
+                 "they did not do in time.\n"
+                 "# TYPE moongate_client_timeouts_total counter\n");
+    for (int i = 0; i < MG_LISTENER_COUNT; i++) {
+        for (int r = 0; r < MG_READ_TIMEOUT_COUNT; r++)
+            sb_printf(b, "moongate_client_timeouts_total{listener=\"%s\",reason=\"%s\"} %llu\n",
+                      names[i], read_timeouts[r], (unsigned long long)m->conns[i].read_timeouts[r]);
+        sb_printf(b, "moongate_client_timeouts_total{listener=\"%s\",reason=\"write\"} %llu\n",
+                  names[i], (unsigned long long)m->conns[i].write_timeouts);
+    }
+}
+
 int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, unsigned generation,
                       uint64_t now_ms, char **out, size_t *len)
 {
@@ -280,11 +323,12 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(&b, "moongate_provider_in_flight{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   pool->items[i].in_flight);
-    static const char *const cancel_reasons[3] = {"client_disconnected", "request", "queued"};
+    static const char *const cancel_reasons[4] = {"client_disconnected", "request", "queued",
+                                                  "client_stalled"};
     static const char *const layers[4] = {"queue", "first_token", "inference", "idle"};
     sb_printf(&b, "# HELP moongate_cancellations_total Tasks cancelled, by reason.\n"
                   "# TYPE moongate_cancellations_total counter\n");
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         sb_printf(&b, "moongate_cancellations_total{reason=\"%s\"} %llu\n", cancel_reasons[i],
                   (unsigned long long)m->cancelled_by[i]);
     sb_printf(&b, "# HELP moongate_timeouts_total Timeouts, by layer.\n"
@@ -314,6 +358,7 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
                   "# TYPE moongate_loop_busy_max_seconds gauge\n"
                   "moongate_loop_busy_max_seconds %.6f\n",
               (double)m->loop_busy_max_ns / 1e9);
+    render_connections(&b, m);
     render_sidecar(&b, m, pool, now_ms);
     if (b.oom) {
         free(b.buf);

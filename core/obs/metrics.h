@@ -8,8 +8,12 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "net/accept.h"
 #include "net/endpoint.h"
 #include "route/pool.h"
+
+/* The listeners whose connections are counted. */
+typedef enum { MG_LISTENER_API = 0, MG_LISTENER_METRICS, MG_LISTENER_COUNT } mg_listener_id_t;
 
 #define MG_METRICS_BUCKETS 14
 #define MG_LOOP_BUCKETS 10 /* event-loop busy stretches: 50 us .. 100 ms */
@@ -29,7 +33,8 @@ typedef struct mg_metrics_s {
     uint64_t tokens_completion_total;
     uint64_t reloads_ok, reloads_failed;
     uint64_t emergency_total;          /* attempts through the emergency channel */
-    uint64_t cancelled_by[3];          /* cancellations: client_disconnected, request, queued */
+    uint64_t cancelled_by[4];          /* cancellations: client_disconnected, request, queued,
+                                          client_stalled */
     uint64_t timeouts_by[4];           /* timeouts: queue, first_token, inference, idle */
     uint64_t queue_buckets[MG_METRICS_BUCKETS]; /* time waited for a slot */
     double queue_sum;
@@ -43,13 +48,19 @@ typedef struct mg_metrics_s {
     double loop_busy_sum;
     uint64_t loop_busy_count;
     uint64_t loop_busy_max_ns;
+    mg_conn_stats_t conns[MG_LISTENER_COUNT]; /* written by the listeners (net/accept.h) */
 } mg_metrics_t;
 
 const char *mg_endpoint_name(mg_endpoint_t ep);
 void mg_metrics_request(mg_metrics_t *m, mg_endpoint_t ep, int status, double seconds);
 void mg_metrics_ttft(mg_metrics_t *m, double seconds);
 
-typedef enum { MG_CANCEL_CLIENT = 0, MG_CANCEL_REQUEST, MG_CANCEL_QUEUED } mg_cancel_reason_t;
+typedef enum {
+    MG_CANCEL_CLIENT = 0,
+    MG_CANCEL_REQUEST,
+    MG_CANCEL_QUEUED,
+    MG_CANCEL_CLIENT_STALLED, /* the client took nothing of its answer for write_timeout_ms */
+} mg_cancel_reason_t;
 typedef enum { MG_TIMEOUT_QUEUE = 0, MG_TIMEOUT_FIRST_TOKEN, MG_TIMEOUT_INFERENCE, MG_TIMEOUT_IDLE } mg_timeout_layer_t;
 void mg_metrics_queue_time(mg_metrics_t *m, double seconds);
 /* One event-loop iteration that kept the loop busy for `ns` nanoseconds. */

@@ -106,7 +106,8 @@ static void task_finish(call_t *c)
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0)
         task_to(c, MG_TASK_CANCELLED, "cancelled_by_request");
     else if (strcmp(oc, "ok") == 0) task_to(c, MG_TASK_SUCCEEDED, "completed");
-    else if (strcmp(oc, "cancelled") == 0) task_to(c, MG_TASK_CANCELLED, "client_disconnected");
+    else if (strcmp(oc, "cancelled") == 0)
+        task_to(c, MG_TASK_CANCELLED, c->cancel_reason ? c->cancel_reason : "client_disconnected");
     else if (c->error_code && strstr(c->error_code, "TIMEOUT"))
         task_to(c, MG_TASK_TIMED_OUT, c->error_code);
     else if (c->task.state == MG_TASK_VALIDATING) task_to(c, MG_TASK_REJECTED, c->error_code);

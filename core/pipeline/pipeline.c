@@ -11,8 +11,11 @@
 static void on_client_abort(void *data)
 {
     call_t *c = data;
-    c->pl->metrics->cancelled_by[c->queued ? MG_CANCEL_QUEUED : MG_CANCEL_CLIENT]++;
-    call_cancelled(c, "client_disconnected");
+    int stalled = c->req->abort == MG_HTTP_ABORT_STALLED; /* took nothing for write_timeout_ms */
+    c->pl->metrics->cancelled_by[c->queued  ? MG_CANCEL_QUEUED
+                                 : stalled ? MG_CANCEL_CLIENT_STALLED
+                                           : MG_CANCEL_CLIENT]++;
+    call_cancelled(c, stalled ? "client_stalled" : "client_disconnected");
     c->status = c->client_started ? 200 : 499;
     c->answer_kind = ANSWER_NONE; /* the connection frees the request after this hook */
     call_resume(c, STEP_FINISH);

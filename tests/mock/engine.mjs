@@ -26,6 +26,8 @@
 //   delay_first_chunk_ms       send the headers, then wait before the first stream frame
 //   chunk_delay_ms             wait between stream frames
 //   chunks                     number of content pieces (default 5)
+//   piece_bytes                each content piece padded with "x" to this many bytes (large
+//                              answers and streams, OpenAI wire)
 //   reset / reset_after_chunks destroy the socket before anything / after N content frames
 //                              (closed with FIN; add rst: true for a TCP RST)
 //   truncate_after_chunks      end the response cleanly after N content frames, without the
@@ -126,12 +128,32 @@ function pieceCount(action, limit) {
     return { n, finish: 'stop' };
 }
 
+/** One piece padded to action.piece_bytes, when asked for. */
+function padPiece(p, action) {
+    const size = action.piece_bytes;
+    if (!Number.isInteger(size) || size <= 0 || p.length >= size) return p;
+    return p + 'x'.repeat(size - p.length);
+}
+
+/** A read-only array of n items made on access: a large stream is not built up front. */
+function lazyList(n, make) {
+    return new Proxy([], {
+        get(target, key) {
+            if (key === 'length') return n;
+            const i = typeof key === 'string' && /^\d+$/.test(key) ? Number(key) : -1;
+            if (i >= 0) return i < n ? make(i) : undefined;
+            return Reflect.get(target, key);
+        },
+    });
+}
+
 function openaiChat(ctx) {
     const { body, action, seq } = ctx;
     const model = body.model ?? 'mock-model';
     const limit = body.max_completion_tokens ?? body.max_tokens;
     const { n, finish } = pieceCount(action, limit);
-    const pieces = contentPieces(model, n);
+    const raw = contentPieces(model, n);
+    const pieces = action.piece_bytes ? lazyList(n, (i) => padPiece(raw[i], action)) : raw;
     const id = `chatcmpl-mock-${seq}`;
     const created = nowSec();
     const usage = {
@@ -146,7 +168,7 @@ function openaiChat(ctx) {
                 id, object: 'chat.completion', created, model,
                 choices: [{
                     index: 0,
-                    message: { role: 'assistant', content: pieces.join(''), refusal: null, annotations: [] },
+                    message: { role: 'assistant', content: Array.from({ length: n }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] },
                     logprobs: null,
                     finish_reason: finish,
                 }],
@@ -173,7 +195,7 @@ function openaiChat(ctx) {
     return {
         status: 200, stream: true, format: 'sse',
         lead: [chunk({ role: 'assistant', content: '', refusal: null }, null)],
-        content: pieces.map((p) => chunk({ content: p }, null)),
+        content: lazyList(n, (i) => chunk({ content: pieces[i] }, null)),
         tail,
     };
 }
@@ -575,6 +597,20 @@ class Task {
         this.state.live.delete(this);
     }
 
+    /** Resolves when the response's socket takes more, or when the connection died. */
+    drained() {
+        if (this.dead) return Promise.resolve();
+        return new Promise((resolve) => {
+            const done = () => {
+                this.res.off('drain', done);
+                this.res.off('close', done);
+                resolve();
+            };
+            this.res.on('drain', done);
+            this.res.on('close', done);
+        });
+    }
+
     /** Resolves after ms, or never when the connection died meanwhile (callers check dead). */
     sleep(ms) {
         if (!ms || ms <= 0) return Promise.resolve();
@@ -754,9 +790,11 @@ async function sendStream(task, plan, action, extra) {
         if (sentAny || action.delay_first_chunk_ms) await task.sleep(sentAny ? delay : action.delay_first_chunk_ms);
         if (task.dead) return false;
         if (frames++ === injectAt) res.write(action.inject_frame);
-        res.write(frame);
+        // a full socket blocks the producer, as an engine's would: a client that does not
+        // read (or a gateway that paused) stops the stream instead of filling our memory
+        if (!res.write(frame)) await task.drained();
         sentAny = true;
-        return true;
+        return !task.dead;
     };
 
     if (garbageAt === 0) {

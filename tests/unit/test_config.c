@@ -197,6 +197,11 @@ static void check_defaults(const mg_config_t *c)
     CHECK_EQ_INT(c->timeouts.header_read_ms, 10000);
     CHECK_EQ_INT(c->timeouts.keepalive_idle_ms, 75000);
     CHECK_EQ_INT(c->timeouts.drain_ms, 30000);
+    CHECK_EQ_INT(c->request_read_ms, 60000);
+    CHECK_EQ_INT(c->min_body_bytes_per_s, 1024);
+    CHECK_EQ_INT(c->write_timeout_ms, 30000);
+    CHECK_EQ_INT(c->max_connections, 0);
+    CHECK_EQ_INT(c->reserved_connections, 16);
     CHECK_EQ_INT(c->n_providers, 0);
     CHECK_EQ_INT(c->n_models, 0);
 }
@@ -341,6 +346,26 @@ static void test_type_errors(void)
               "t.yaml:2: server.max_header_bytes must be between 1024 and 1048576");
     CHECK_STR(parse_err("server:\n  max_header_bytes: 99999999999999999999999\n"),
               "t.yaml:2: server.max_header_bytes must be an integer");
+    CHECK_STR(parse_err("server:\n  request_read_ms: 0\n"),
+              "t.yaml:2: server.request_read_ms must be between 1 and 86400000");
+    CHECK_STR(parse_err("server:\n  min_body_bytes_per_s: -1\n"),
+              "t.yaml:2: server.min_body_bytes_per_s must be between 0 and 1073741824");
+    CHECK_STR(parse_err("server:\n  max_connections: many\n"),
+              "t.yaml:2: server.max_connections must be an integer");
+    CHECK_STR(parse_err("server:\n  reserved_connections: 10001\n"),
+              "t.yaml:2: server.reserved_connections must be between 0 and 10000");
+    mg_config_t *sc = parse_ok("server:\n  request_read_ms: 5000\n  min_body_bytes_per_s: 0\n"
+                               "  write_timeout_ms: 0\n  max_connections: 100\n"
+                               "  reserved_connections: 2\n");
+    CHECK(sc != NULL);
+    if (sc) {
+        CHECK_EQ_INT(sc->request_read_ms, 5000);
+        CHECK_EQ_INT(sc->min_body_bytes_per_s, 0);
+        CHECK_EQ_INT(sc->write_timeout_ms, 0);
+        CHECK_EQ_INT(sc->max_connections, 100);
+        CHECK_EQ_INT(sc->reserved_connections, 2);
+    }
+    mg_config_free(sc);
     CHECK_STR(parse_err("storage:\n  path: {a: b}\n"), "t.yaml:2: storage.path must be a string");
     CHECK_STR(parse_err("storage:\n  path: \"\"\n"), "t.yaml:2: storage.path must not be empty");
     CHECK_STR(parse_err("auth:\n  enabled: maybe\n"),

@@ -53,6 +53,7 @@ typedef struct {
     int pending_seen; /* mg_http_write_pending() said full at least once */
     int max_conns;    /* highest n_conns seen by the handler */
     int max_busy;     /* highest mg_listener_busy() seen by the handler */
+    int last_abort;   /* req->abort + 1 of the last aborted job (0: none) */
 } srv_t;
 
 static srv_t S;
@@ -150,6 +151,7 @@ static void job_done(job_t *j)
 static void job_abort(void *data)
 {
     job_t *j = data;
+    if (j->req) aset(&S.last_abort, (int)j->req->abort + 1);
     ainc(&S.aborts);
     if (j->kind == JOB_HOLD || j->kind == JOB_HOLDSTREAM)
         __atomic_fetch_sub(&S.held, 1, __ATOMIC_SEQ_CST);
@@ -323,7 +325,9 @@ static void walk_close(uv_handle_t *h, void *arg)
 
 static mg_http_limits_t default_limits(void)
 {
-    mg_http_limits_t l = {1024 * 1024, 8192, 2000, 2000};
+    mg_http_limits_t l = {.max_body_bytes = 1024 * 1024, .max_header_bytes = 8192,
+                          .header_read_ms = 2000, .keepalive_idle_ms = 2000,
+                          .request_read_ms = 10000, .min_body_bytes_per_s = 1024};
     return l;
 }
 
@@ -1602,6 +1606,264 @@ static void test_listener_stop_busy(void)
     CHECK_EQ_INT(S.l.n_conns, 0);
 }
 
+/* ---- slow clients: read deadlines, the write timeout, the connection cap ----------------- */
+
+static mg_conn_stats_t ST; /* the listener's counters in these scenarios (lim.stats) */
+
+static uint64_t stat_load(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+
+/* Send `piece` every `gap_ms` until the server answers (or `max` pieces went). 1 when it did. */
+static int trickle_until_answer(cli_t *c, const char *piece, int gap_ms, int max)
+{
+    for (int i = 0; i < max; i++) {
+        struct pollfd pf = {c->fd, POLLIN, 0};
+        if (poll(&pf, 1, gap_ms) > 0) return 1;
+        if (cli_sends(c, piece) != 0) return 0;
+    }
+    return 0;
+}
+
+static void sc_slow_body(void)
+{
+    cli_t c;
+    const char *head = "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n";
+    /* a byte every 50 ms used to re-arm the header timer forever; now the body falls behind
+       min_body_bytes_per_s once the grace is over */
+    if (cli_open(&c) == 0) {
+        cli_sends(&c, head);
+        CHECK(trickle_until_answer(&c, "x", 50, 60));
+        expect_error_and_close(&c, 408, "REQUEST_TIMEOUT");
+        cli_close(&c);
+    }
+    /* fast enough for the rate, but never complete: cut at request_read_ms */
+    if (cli_open(&c) == 0) {
+        char piece[101];
+        memset(piece, 'y', 100);
+        piece[100] = '\0';
+        cli_sends(&c, head);
+        CHECK(trickle_until_answer(&c, piece, 20, 150));
+        expect_error_and_close(&c, 408, "REQUEST_TIMEOUT");
+        cli_close(&c);
+    }
+    /* a steady body above the rate completes */
+    if (cli_open(&c) == 0) {
+        char piece[101];
+        memset(piece, 'z', 100);
+        piece[100] = '\0';
+        cli_sends(&c, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2000\r\n\r\n");
+        for (int i = 0; i < 20; i++) {
+            usleep(20000);
+            cli_sends(&c, piece);
+        }
+        resp_t r;
+        if (cli_response(&c, &r) == 0) {
+            CHECK_EQ_INT(r.status, 200);
+            CHECK_STR(ev(&r, "body_len"), "2000");
+        } else {
+            CHECK(!"an answer to the steady body");
+        }
+        resp_free(&r);
+        cli_close(&c);
+    }
+}
+
+static void test_slow_body(void)
+{
+    memset(&ST, 0, sizeof(ST));
+    mg_http_limits_t lim = default_limits();
+    lim.header_read_ms = 200; /* also the body's grace */
+    lim.min_body_bytes_per_s = 1000;
+    lim.request_read_ms = 1500;
+    lim.stats = &ST;
+    run_scenario(&lim, sc_slow_body);
+    CHECK_EQ_INT(S.requests, 1);
+    CHECK_EQ_INT((int)ST.read_timeouts[MG_READ_TIMEOUT_BODY_RATE], 1);
+    CHECK_EQ_INT((int)ST.read_timeouts[MG_READ_TIMEOUT_REQUEST], 1);
+    CHECK_EQ_INT((int)ST.read_timeouts[MG_READ_TIMEOUT_HEADERS], 0);
+}
+
+/* Wait (client side) until the listener has counted `n` write timeouts; bounded. */
+static int wait_write_timeouts(uint64_t n, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+    while (stat_load(&ST.write_timeouts) < n) {
+        if (now_ms() > end) return 0;
+        usleep(2000);
+    }
+    return 1;
+}
+
+/* Read until EOF or reset; the bytes received. */
+static size_t drain_all(cli_t *c)
+{
+    size_t total = 0;
+    for (;;) {
+        c->len = 0;
+        int rc = cli_fill(c);
+        if (rc <= 0) return total;
+        total += c->len;
+    }
+}
+
+static void sc_write_timeout(void)
+{
+    cli_t c;
+    /* a whole answer the client never reads: the connection is cut, what was queued dropped */
+    if (cli_open(&c) == 0) {
+        cli_sends(&c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+        CHECK(wait_write_timeouts(1, 4000));
+        size_t got = drain_all(&c);
+        if (got >= BIG_BYTES) fprintf(stderr, "  the stalled client got all %zu bytes\n", got);
+        CHECK(got < BIG_BYTES);
+        cli_close(&c);
+    }
+    /* a stream the client never reads: its request is aborted as stalled */
+    if (cli_open(&c) == 0) {
+        cli_sends(&c, "GET /flood HTTP/1.1\r\nHost: t\r\n\r\n");
+        CHECK(wait_for(&S.aborts, 1, 4000));
+        CHECK_EQ_INT(aload(&S.last_abort), MG_HTTP_ABORT_STALLED + 1);
+        CHECK(wait_write_timeouts(2, 1000));
+        CHECK(drain_all(&c) < FLOOD_BYTES);
+        cli_close(&c);
+    }
+    /* a slow but steady reader makes progress: never cut */
+    if (cli_open(&c) == 0) {
+        cli_sends(&c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
+        size_t total = 0;
+        while (total < BIG_BYTES) {
+            c.len = 0;
+            if (cli_fill(&c) <= 0) break;
+            total += c.len;
+            usleep(20000); /* at most 128 KiB per 20 ms */
+        }
+        CHECK(total >= BIG_BYTES); /* (the head came too) */
+        cli_close(&c);
+    }
+}
+
+static void test_write_timeout(void)
+{
+    memset(&ST, 0, sizeof(ST));
+    mg_http_limits_t lim = default_limits();
+    lim.write_timeout_ms = 300;
+    lim.stats = &ST;
+    run_scenario(&lim, sc_write_timeout);
+    CHECK_EQ_INT((int)ST.write_timeouts, 2);
+    CHECK_EQ_INT(S.aborts, 1);
+}
+
+static const char *const test_reserve[] = {"/echo-extra", NULL};
+
+/* Open a connection and read one response without sending anything (a refusal). */
+static void expect_refused_at_accept(void)
+{
+    cli_t c;
+    if (cli_open(&c) != 0) return;
+    resp_t r;
+    if (cli_response(&c, &r) == 0) {
+        CHECK_EQ_INT(r.status, 503);
+        CHECK(strstr(r.body, "\"code\":\"RESOURCE_EXHAUSTED\"") != NULL);
+        CHECK(strstr(r.body, "\"retry_after_ms\":1000") != NULL);
+        CHECK(has_conn_close(&r));
+        char v[16];
+        CHECK_STR(resp_header(&r, "Retry-After", v, sizeof(v)), "1");
+    } else {
+        CHECK(!"a 503 past the reserve");
+    }
+    resp_free(&r);
+    CHECK_EQ_INT(cli_eof(&c), 1);
+    cli_close(&c);
+}
+
+static void sc_max_connections(void)
+{
+    cli_t a, b, rsv;
+    resp_t r;
+    if (cli_open(&a) != 0 || cli_open(&b) != 0) return;
+    roundtrip(&a, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
+    resp_free(&r);
+    roundtrip(&b, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
+    resp_free(&r);
+    /* the cap is reached: a third connection lands in the reserve, which serves only its
+       paths: anything else is refused with a 503 */
+    if (cli_open(&rsv) == 0) {
+        cli_sends(&rsv, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n");
+        expect_error_and_close(&rsv, 503, "RESOURCE_EXHAUSTED");
+        cli_close(&rsv);
+    }
+    if (cli_open(&rsv) != 0) return;
+    roundtrip(&rsv, "GET /echo-extra HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
+    resp_free(&r);
+    /* past the reserve: refused at once, before the request is read */
+    expect_refused_at_accept();
+    /* room again: served (the server may see the closes a moment later) */
+    cli_close(&a);
+    cli_close(&rsv);
+    int served = 0;
+    for (int i = 0; i < 50 && !served; i++) {
+        cli_t c;
+        if (cli_open(&c) != 0) break;
+        if (cli_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n") == 0 && cli_response(&c, &r) == 0)
+            served = r.status == 200;
+        resp_free(&r);
+        cli_close(&c);
+        if (!served) usleep(10000);
+    }
+    CHECK(served);
+    cli_close(&b);
+}
+
+static void test_max_connections(void)
+{
+    memset(&ST, 0, sizeof(ST));
+    mg_http_limits_t lim = default_limits();
+    lim.max_connections = 2;
+    lim.reserved_connections = 1;
+    lim.reserve_paths = test_reserve;
+    lim.stats = &ST;
+    run_scenario(&lim, sc_max_connections);
+    CHECK(ST.refused >= 2);
+    CHECK_EQ_INT((int)ST.max_connections, 2);
+    CHECK_EQ_INT((int)ST.open, 0);
+}
+
+/* Refusals in flight are bounded: past MG_HTTP_REFUSING_MAX lingering 503s, a connection past
+ * the cap is closed without an answer (each refused connection costs a descriptor). */
+static void sc_refusal_bound(void)
+{
+    cli_t held, c[MG_HTTP_REFUSING_MAX + 4];
+    if (cli_open(&held) != 0) return;
+    resp_t r;
+    roundtrip(&held, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200);
+    resp_free(&r);
+    int answered = 0, closed = 0;
+    for (int i = 0; i < MG_HTTP_REFUSING_MAX + 4; i++) {
+        if (cli_open(&c[i]) != 0) return;
+        if (cli_response(&c[i], &r) == 0 && r.status == 503)
+            answered++;
+        else if (cli_eof(&c[i]) == 1 || c[i].len == 0)
+            closed++;
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(answered, MG_HTTP_REFUSING_MAX);
+    CHECK_EQ_INT(closed, 4);
+    for (int i = 0; i < MG_HTTP_REFUSING_MAX + 4; i++) cli_close(&c[i]);
+    cli_close(&held);
+}
+
+static void test_refusal_bound(void)
+{
+    memset(&ST, 0, sizeof(ST));
+    mg_http_limits_t lim = default_limits();
+    lim.max_connections = 1;
+    lim.stats = &ST;
+    run_scenario(&lim, sc_refusal_bound);
+    CHECK_EQ_INT((int)ST.refused, MG_HTTP_REFUSING_MAX + 4);
+}
+
 static void test_reason_and_bind(void)
 {
     CHECK_STR(mg_http_reason(200), "OK");
@@ -1655,5 +1917,9 @@ int main(void)
     RUN(test_idle_timer_while_writing);
     RUN(test_protocol_corners);
     RUN(test_pipelined_backlog);
+    RUN(test_slow_body);
+    RUN(test_write_timeout);
+    RUN(test_max_connections);
+    RUN(test_refusal_bound);
     return mg_test_summary();
 }

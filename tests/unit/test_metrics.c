@@ -473,6 +473,14 @@ static void test_render_full_is_valid_and_correct(void)
     mg_metrics_loop_busy(&m, 1000000);  /* 1 ms: exactly on a bound */
     mg_metrics_loop_busy(&m, 7500000);  /* 7.5 ms */
     mg_metrics_loop_busy(&m, 250000000); /* 250 ms: beyond every finite bucket */
+    m.cancelled_by[MG_CANCEL_CLIENT_STALLED] = 6;
+    m.conns[MG_LISTENER_API].open = 12;
+    m.conns[MG_LISTENER_API].max_connections = 15;
+    m.conns[MG_LISTENER_API].refused = 185;
+    m.conns[MG_LISTENER_API].accept_errors[MG_ACCEPT_EMFILE] = 42;
+    m.conns[MG_LISTENER_API].read_timeouts[MG_READ_TIMEOUT_BODY_RATE] = 15;
+    m.conns[MG_LISTENER_API].write_timeouts = 7;
+    m.conns[MG_LISTENER_METRICS].open = 1;
 
     mg_config_t *cfg = two_providers();
     CHECK(cfg != NULL);
@@ -556,6 +564,19 @@ static void test_render_full_is_valid_and_correct(void)
           3);
     CHECK(value_of(&E, "moongate_provider_requests_total", "provider_id", "cloud.b_2", NULL,
                    NULL) == 0);
+
+    /* the listeners' connections */
+    CHECK(value_of(&E, "moongate_cancellations_total", "reason", "client_stalled", NULL, NULL) == 6);
+    CHECK(value_of(&E, "moongate_connections_open", "listener", "api", NULL, NULL) == 12);
+    CHECK(value_of(&E, "moongate_connections_open", "listener", "metrics", NULL, NULL) == 1);
+    CHECK(value_of(&E, "moongate_connections_max", "listener", "api", NULL, NULL) == 15);
+    CHECK(value_of(&E, "moongate_connections_refused_total", "listener", "api", NULL, NULL) == 185);
+    CHECK(value_of(&E, "moongate_accept_errors_total", "listener", "api", "error", "EMFILE") == 42);
+    CHECK(value_of(&E, "moongate_accept_errors_total", "listener", "metrics", "error", "ENFILE") == 0);
+    const char *ct = "moongate_client_timeouts_total";
+    CHECK(value_of(&E, ct, "listener", "api", "reason", "min_body_rate") == 15);
+    CHECK(value_of(&E, ct, "listener", "api", "reason", "header_read") == 0);
+    CHECK(value_of(&E, ct, "listener", "api", "reason", "write") == 7);
 
     /* counters follow the _total naming convention; types are the expected ones */
     for (int i = 0; i < E.n_fam; i++) {

@@ -293,13 +293,18 @@ export function buildConfig(dir, mockPort, dead, opts = {}) {
 // gateway
 // ---------------------------------------------------------------------------
 
-/** Start the gateway with `-c configPath`; resolves once the "listening" line appeared. */
-export async function startGateway(configPath, { env = {}, timeoutMs = 15000, cwd = REPO_ROOT } = {}) {
+/**
+ * Start the gateway with `-c configPath`; resolves once the "listening" line appeared.
+ * `wrap` is a command line the binary runs under, one that execs it (e.g. ['prlimit',
+ * '--nofile=128:128']): the child's pid stays the gateway's.
+ */
+export async function startGateway(configPath, { env = {}, timeoutMs = 15000, cwd = REPO_ROOT, wrap = [] } = {}) {
     const bin = gatewayBin();
     if (!fs.existsSync(bin)) {
         throw new Error(`gateway binary not found at ${bin}: build it (cmake --build build) or set MOONGATE_BIN`);
     }
-    const child = spawn(bin, ['-c', configPath], {
+    const argv = [...wrap, bin, '-c', configPath];
+    const child = spawn(argv[0], argv.slice(1), {
         cwd,
         env: { ...process.env, [TEST_KEY_ENV]: TEST_KEY, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -460,7 +465,8 @@ async function copyDir(src, dst) {
 /**
  * Start a mock and a gateway for one test file.
  * opts: buildConfig options plus { copyLua: bool (copies policies/ and adapters/ into the temp
- * dir), env, configure(config, env) -> config (env has mock, deadPort, dir) }.
+ * dir), env, wrap (see startGateway), configure(config, env) -> config (env has mock,
+ * deadPort, dir) }.
  * Returns { dir, mock, gw, config, configPath, base, api, writeConfig(config), close() }.
  */
 export async function startEnv(opts = {}) {
@@ -493,7 +499,7 @@ export async function startEnv(opts = {}) {
             fs.writeFileSync(env.configPath, toYaml(c));
         };
         env.writeConfig(config);
-        env.gw = await startGateway(env.configPath, { env: opts.env ?? {} });
+        env.gw = await startGateway(env.configPath, { env: opts.env ?? {}, wrap: opts.wrap ?? [] });
         env.base = env.gw.base;
         env.api = `${env.gw.base}/v1`;
         return env;

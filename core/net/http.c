@@ -35,6 +35,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "base/memtrim.h"
+#include "net/error.h"
 
 #define READ_CHUNK (64 * 1024)
 #define WRITE_HIGH_WATER (1024 * 1024)
@@ -112,6 +113,7 @@ const char *mg_http_reason(int status)
     case 100: return "Continue";
     case 200: return "OK";
     case 201: return "Created";
+    case 202: return "Accepted";
     case 204: return "No Content";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
@@ -126,6 +128,7 @@ const char *mg_http_reason(int status)
     case 422: return "Unprocessable Content";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 502: return "Bad Gateway";
@@ -714,16 +717,6 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
         conn_close(c);
         return;
     }
-    char body[512], retry[40] = "", extra[40] = "";
-    if (retry_after_ms > 0) {
-        snprintf(retry, sizeof(retry), ",\"retry_after_ms\":%d", retry_after_ms);
-        snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
-    }
-    const char *type = status >= 500 ? "api_error" : "invalid_request_error";
-    int n = snprintf(body, sizeof(body),
-                     "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\","
-                     "\"request_id\":\"%s\"%s}}",
-                     msg, type, code, req->request_id, retry);
     c->close_after = 1;
     c->linger = 1;
     c->busy = 1;
@@ -736,7 +729,7 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
         mg_log_str(&l, "error", code);
         mg_log_end(&l);
     }
-    mg_http_respond(req, status, "application/json", extra[0] ? extra : NULL, body, (size_t)n);
+    mg_error_respond(req, status, code, msg, retry_after_ms, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -61,7 +61,10 @@ function assertError(res, status, code) {
     assert.ok(e.param === null || typeof e.param === 'string');
     assert.equal(e.code, code);
     assert.equal(e.request_id, rid, 'error.request_id equals X-Request-Id');
-    if (status >= 400 && status < 500 && status !== 429) assert.equal(e.type, 'invalid_request_error');
+    // the type follows the status (net/error.c): a deadline is a timeout, not the client's mistake
+    const want = status === 408 ? 'timeout_error' : status >= 400 && status < 500 && status !== 429
+        ? 'invalid_request_error' : null;
+    if (want) assert.equal(e.type, want);
     return j;
 }
 

@@ -2,7 +2,7 @@
 // for tasks in flight: the real binary against the mock engine.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startEnv, startGateway, postJson, postStream, waitFor, sleep } from './lib/harness.mjs';
+import { startEnv, startGateway, postJson, postStream, waitFor, sleep, RawConn, rawRequest } from './lib/harness.mjs';
 
 let env;
 const messages = [{ role: 'user', content: 'tasks test' }];
@@ -157,6 +157,18 @@ describe('async tasks (POST /v1/tasks)', () => {
         const r = await fetch(`${tenv.api}/tasks/${id}`, { signal: AbortSignal.timeout(5000) });
         return { status: r.status, json: await r.json() };
     };
+
+    test('the 202 says Accepted on its status line', async () => {
+        const conn = await RawConn.open(tenv.gw.port);
+        try {
+            await conn.write(rawRequest('POST', '/v1/tasks', { body: JSON.stringify({ model: 'chat', messages }) }));
+            const r = await conn.readResponse();
+            assert.equal(r.status, 202);
+            assert.equal(r.statusText, 'Accepted');
+        } finally {
+            conn.close();
+        }
+    });
 
     test('submit answers 202 at once; poll until SUCCEEDED with the result', async () => {
         await tenv.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 800 } });

@@ -320,6 +320,8 @@ static void set_deadlines(call_t *c)
     c->first_token_ms = capped(c->in.first_token_ms, tc->first_byte_ms);
     c->inference_ms = capped(c->in.inference_ms, tc->total_ms);
     c->total_deadline_ms = c->req->start_ms + (uint64_t)capped(c->in.total_ms, tc->total_ms);
+    c->own_first_token = c->first_token_ms < tc->first_byte_ms;
+    c->own_total = c->inference_ms < tc->total_ms || (c->in.total_ms > 0 && c->in.total_ms < tc->total_ms);
 }
 
 /* What the application may ask: its priorities and models (PRD 3.2.2). */

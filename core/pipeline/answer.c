@@ -356,7 +356,7 @@ static int upstream_error_event(call_t *c, const cJSON *err)
     c->stop_stream = 1;
     if (c->xfer) mg_xfer_cancel(c->xfer);
     c->xfer = NULL;
-    attempt_end(c, 0);
+    attempt_end(c, ATTEMPT_FAILED);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
         attempt_failed(c, FAIL_ERROR_EVENT);
     else
@@ -369,7 +369,7 @@ static int garbage_event(call_t *c)
     c->stop_stream = 1;
     if (c->xfer) mg_xfer_cancel(c->xfer);
     c->xfer = NULL;
-    attempt_end(c, 0);
+    attempt_end(c, ATTEMPT_FAILED);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
         attempt_failed(c, FAIL_GARBAGE);
     else
@@ -533,13 +533,16 @@ static int on_up_data(void *ud, const char *data, size_t len)
                 c->stop_stream = 1;
                 mg_xfer_cancel(c->xfer);
                 c->xfer = NULL;
-                attempt_end(c, 0);
+                attempt_end(c, ATTEMPT_FAILED);
                 stream_fail(c, "UPSTREAM_ERROR", "stream event too large");
             }
             return 0; /* the call is finished (or moved on); the transfer is cancelled */
         }
-        /* the events go out in on_up_read_end: one write per upstream read */
-        return c->req && mg_http_write_pending(c->req) ? 1 : 0;
+        /* the events go out in on_up_read_end: one write per upstream read; a client that
+           has not taken what was written pauses the upstream (on_client_drain resumes it) */
+        if (!c->req || !mg_http_write_pending(c->req)) return 0;
+        c->paused_by_client = 1;
+        return 1;
     }
     size_t limit = ok_status ? MAX_RESPONSE_BYTES : MAX_ERROR_BODY_BYTES;
     size_t have = c->resp.len;
@@ -655,7 +658,7 @@ static int passthrough_answer(call_t *c)
 /* The answer is not one the gateway can pass on: the next entry. */
 static mg_step_rc_t answer_garbage(call_t *c)
 {
-    attempt_end(c, 0);
+    attempt_end(c, ATTEMPT_FAILED);
     c->last_fail = FAIL_GARBAGE;
     c->step = STEP_RESERVE;
     return MG_STEP_NEXT;
@@ -688,7 +691,7 @@ static mg_step_rc_t tree_answer(call_t *c)
     c->answer.len = 0;
     int rc = mg_json_print(resp, &c->answer);
     cJSON_Delete(resp);
-    attempt_end(c, 1);
+    attempt_end(c, ATTEMPT_OK);
     if (rc != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     return MG_STEP_NEXT;
 }
@@ -701,13 +704,13 @@ static mg_step_rc_t stream_end(call_t *c)
         if (mg_sse_feed(&c->sse, "\n", 1, on_stream_event, c) > 0) return MG_STEP_DONE;
     }
     if (c->upstream_done) {
-        attempt_end(c, 1);
+        attempt_end(c, ATTEMPT_OK);
         c->answer_kind = ANSWER_STREAM;
         c->status = 200;
         c->outcome = "ok";
         return MG_STEP_NEXT;
     }
-    attempt_end(c, 0);
+    attempt_end(c, ATTEMPT_FAILED);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done) {
         c->last_fail = FAIL_GARBAGE;
         c->step = STEP_RESERVE;
@@ -727,11 +730,41 @@ mg_step_rc_t step_stream(call_t *c)
         int rc = passthrough_answer(c);
         if (rc < 0) return answer_garbage(c);
         if (rc == 0) {
-            attempt_end(c, 1);
+            attempt_end(c, ATTEMPT_OK);
             return MG_STEP_NEXT;
         }
     }
     return tree_answer(c);
+}
+
+/* Whether a deadline that passed is the client side's doing rather than the provider's:
+ * the client read the stream slower than the upstream sent it (the upstream was paused
+ * waiting for it), or the deadline was one the client set below the configured one. */
+static int client_deadline(const call_t *c, mg_xfer_result_t r)
+{
+    if (r == MG_XFER_FIRST_BYTE_TIMEOUT) return c->own_first_token;
+    if (r == MG_XFER_TOTAL_TIMEOUT) return c->paused_by_client || c->own_total;
+    if (r == MG_XFER_IDLE_TIMEOUT) return c->paused_by_client;
+    return 0;
+}
+
+/* A deadline the client side caused passed: the request ends as a timeout (after the first
+ * byte, the stream's error end), and the provider learns nothing from it. */
+static void client_timed_out(call_t *c, mg_xfer_result_t r)
+{
+    attempt_end(c, ATTEMPT_CLIENT);
+    c->ended_by = "client";
+    const char *why = c->paused_by_client
+                          ? "the answer did not complete in time: the client read it slower than "
+                            "the provider sent it"
+                          : "the answer did not complete within the time the request allowed";
+    if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
+        stream_fail(c, "INFERENCE_TIMEOUT", why);
+        return;
+    }
+    c->fail_degraded = NULL;
+    call_fail(c, 408, r == MG_XFER_FIRST_BYTE_TIMEOUT ? "FIRST_TOKEN_TIMEOUT" : "INFERENCE_TIMEOUT",
+              why, 0);
 }
 
 static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
@@ -744,8 +777,13 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
     if (result == MG_XFER_FIRST_BYTE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_FIRST_TOKEN]++;
     else if (result == MG_XFER_TOTAL_TIMEOUT) m->timeouts_by[MG_TIMEOUT_INFERENCE]++;
     else if (result == MG_XFER_IDLE_TIMEOUT) m->timeouts_by[MG_TIMEOUT_IDLE]++;
+    if (result != MG_XFER_OK && client_deadline(c, result)) {
+        client_timed_out(c, result);
+        return;
+    }
     if (result != MG_XFER_OK) {
-        attempt_end(c, 0);
+        attempt_end(c, ATTEMPT_FAILED);
+        c->ended_by = "upstream";
         if (c->stream && (c->client_started || c->out.len > 0 || c->first_chunk_done)) {
             int timeout = result == MG_XFER_IDLE_TIMEOUT || result == MG_XFER_TOTAL_TIMEOUT;
             c->last_fail = timeout ? FAIL_STALLED : FAIL_BROKEN;
@@ -765,7 +803,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         return;
     }
     if (status == 429 || status >= 500 || status == 401 || status == 403) {
-        attempt_end(c, 0);
+        attempt_end(c, ATTEMPT_FAILED);
         if (status == 429) {
             int ra = parse_retry_after_ms(c->retry_after);
             if (ra > c->retry_after_ms) c->retry_after_ms = ra;
@@ -776,12 +814,13 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
         return;
     }
     if (status >= 400 && status < 500) {
-        attempt_end(c, 1); /* the provider works; the request was wrong */
+        attempt_end(c, ATTEMPT_OK); /* the provider works; the request was wrong */
+        c->ended_by = "upstream";
         upstream_rejected(c);
         return;
     }
     if (status < 200 || status >= 300) { /* not an answer: a redirect, an interim status */
-        attempt_end(c, 0);
+        attempt_end(c, ATTEMPT_FAILED);
         attempt_failed(c, FAIL_GARBAGE);
         return;
     }

@@ -44,13 +44,21 @@ static mg_provider_state_t *provider_state(call_t *c, const mg_provider_conf_t *
 }
 
 /* End of an attempt: the provider's counters, breaker, health and cooldown. */
-void attempt_end(call_t *c, int success)
+void attempt_end(call_t *c, attempt_outcome_t outcome)
 {
     mg_provider_state_t *ps = provider_state(c, c->provider);
     if (!ps) return;
     uint64_t now = uv_now(c->pl->loop);
     mg_pool_changed(ps); /* in_flight, health, cooldown, the TPM window */
     ps->in_flight--;
+    if (outcome == ATTEMPT_CLIENT) {
+        /* the probe slots a half-open breaker lent go back untried */
+        mg_pool_breakers_release(ps, mg_pool_route_of(c->pl->pool, c->route), now);
+        if (c->have_usage)
+            mg_limiter_settle(&ps->limiter, &c->resv, c->prompt_tokens + c->completion_tokens);
+        return;
+    }
+    int success = outcome == ATTEMPT_OK;
     mg_pool_record(ps, success);
     ps->status_counts[c->up_status / 100 <= 5 ? c->up_status / 100 : 0]++;
     /* a 4xx other than 429 is the client's doing: neither a breaker nor a health failure */
@@ -285,6 +293,7 @@ static mg_step_rc_t plan_exhausted(call_t *c)
 void attempt_failed(call_t *c, fail_kind_t why)
 {
     c->last_fail = why;
+    c->ended_by = "upstream";
     call_resume(c, STEP_RESERVE);
 }
 
@@ -512,6 +521,7 @@ mg_step_rc_t step_send(call_t *c)
     c->unreachable = 0;
     c->resp.len = 0;
     c->t_first = 0;
+    c->paused_by_client = 0;
     c->attempts++;
     c->attempt_start_ms = now;
     task_to(c, MG_TASK_RUNNING, "upstream_request_sent");
@@ -530,7 +540,7 @@ mg_step_rc_t step_send(call_t *c)
     if (rc != 0) {
         c->last_fail = FAIL_CONNECT;
         c->unreachable = 1;
-        attempt_end(c, 0);
+        attempt_end(c, ATTEMPT_FAILED);
         c->step = STEP_RESERVE;
         return MG_STEP_NEXT;
     }

@@ -360,6 +360,8 @@ static void call_log(call_t *c)
     if (reason) mg_log_str(&l, "degraded", reason);
     if (c->output_shortened) mg_log_int(&l, "max_output_tokens", c->mapped_max_tokens);
     if (c->error_code) mg_log_str(&l, "error", c->error_code);
+    if (c->status >= 400 || (c->outcome && strcmp(c->outcome, "ok") != 0))
+        mg_log_str(&l, "ended_by", c->ended_by ? c->ended_by : "gateway");
     if (c->auth.held) {
         mg_log_int(&l, "key_id", c->auth.key_id);
         mg_log_int(&l, "tenant_id", c->auth.tenant_id);
@@ -463,8 +465,9 @@ void call_cancelled(call_t *c, const char *reason)
     if (c->xfer) {
         mg_xfer_cancel(c->xfer);
         c->xfer = NULL;
-        attempt_end(c, 1);
+        attempt_end(c, ATTEMPT_CLIENT);
     }
     c->outcome = "cancelled";
+    c->ended_by = "client";
     release_on_cancel(c, reason);
 }

@@ -184,6 +184,9 @@ typedef struct call_s {
     int first_token_ms;
     int inference_ms;
     uint64_t total_deadline_ms;  /* loop time the whole request must end by */
+    int own_first_token;         /* the client set a first-token deadline below the configured
+                                    one: its firing is the client's doing, not the provider's */
+    int own_total;               /* the same for the inference / total deadline */
     uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
     int64_t est_tokens;          /* reserved against TPM limits */
     mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
@@ -200,6 +203,8 @@ typedef struct call_s {
     const char *upstream_model;
     int adapter, passthrough, ndjson;
     int up_status;
+    int paused_by_client;        /* the attempt's upstream was paused: the client read slower
+                                    than the upstream sent */
     int unreachable;             /* the connection failed: a fault of the provider, not the route */
     char retry_after[32];
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
@@ -234,6 +239,8 @@ typedef struct call_s {
     int status;
     const char *outcome;
     const char *error_code;
+    const char *ended_by;        /* static: "client" | "upstream" when that side ended a call
+                                    that did not succeed; NULL: the gateway did */
 } call_t;
 
 /* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */
@@ -319,8 +326,18 @@ mg_step_rc_t step_route(call_t *c);
 mg_step_rc_t step_reserve(call_t *c);
 mg_step_rc_t step_encode(call_t *c);
 mg_step_rc_t step_send(call_t *c);
+/* How an attempt ended, as the provider's health, breakers, cooldown and adaptive samples
+ * learn it: only the upstream's own failures count against it; what the client side did
+ * (it left, stalled, read so slowly that a deadline passed, or set a shorter deadline of its
+ * own) counts neither way. */
+typedef enum {
+    ATTEMPT_FAILED = 0, /* the provider failed */
+    ATTEMPT_OK = 1,     /* the provider answered (a 4xx the client caused included) */
+    ATTEMPT_CLIENT = 2, /* the client side ended it: nothing is learnt of the provider */
+} attempt_outcome_t;
+
 /* End of an attempt: the provider's counters, breaker, health and cooldown. */
-void attempt_end(call_t *c, int success);
+void attempt_end(call_t *c, attempt_outcome_t outcome);
 /* The routing arrays for the model's routes. 0 or -1 (out of memory). */
 int alloc_routing(call_t *c);
 /* A failed attempt before the first byte reached the client: the next entry. */

@@ -35,7 +35,11 @@ describe('per-request timeouts', () => {
         assert.equal(s.data.at(-1), '[DONE]');
         const err = s.events.find((e) => e && typeof e === 'object' && e.error);
         assert.ok(err, `an error event before [DONE]: ${s.text.slice(-300)}`);
-        assert.equal(err.error.code, 'UPSTREAM_TIMEOUT');
+        // the request's own deadline passed, not the provider's: a timeout of the inference,
+        // not a stalled upstream (and the provider's health does not count it: issue 16.3)
+        assert.equal(err.error.code, 'INFERENCE_TIMEOUT');
+        const line = await env.gw.requestLog(s.headers.get('x-request-id'));
+        assert.equal(line.ended_by, 'client');
     });
 
     test('a request may not raise a timeout above the configured one, and bad values are 400', async () => {

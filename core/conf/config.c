@@ -655,15 +655,32 @@ static int load_upstream(loader_t *l, yaml_node_t *v, int line)
 static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {
-        "connect_ms",     "first_byte_ms",     "idle_ms",  "total_ms",
-        "header_read_ms", "keepalive_idle_ms", "drain_ms", "queue_ms", NULL};
+        "connect_ms",     "first_byte_ms",     "idle_ms",      "total_ms",
+        "header_read_ms", "keepalive_idle_ms", "drain_ms",     "queue_ms",
+        "max_queue_ms",   "max_first_byte_ms", "max_total_ms", NULL};
     int r = want_map(l, v, line, "timeouts", keys);
     if (r <= 0) return r;
     mg_timeouts_conf_t *t = &l->cfg->timeouts;
-    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,  &t->total_ms,
-                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms, &t->queue_ms};
+    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,      &t->total_ms,
+                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms,     &t->queue_ms,
+                  &t->max_queue_ms,   &t->max_first_byte_ms, &t->max_total_ms};
     for (size_t i = 0; keys[i]; i++)
         if (opt_int_field(l, v, "timeouts", keys[i], 1, MAX_TIMEOUT_MS, dst[i]) < 0) return -1;
+    /* a maximum below its limit would shorten every request that asks for more */
+    const struct { const char *key; int *max, base; } caps[] = {
+        {"max_queue_ms", &t->max_queue_ms, t->queue_ms},
+        {"max_first_byte_ms", &t->max_first_byte_ms, t->first_byte_ms},
+        {"max_total_ms", &t->max_total_ms, t->total_ms},
+    };
+    for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+        if (*caps[i].max == 0) continue;
+        if (*caps[i].max < caps[i].base) {
+            field_t f;
+            field_get(l, v, "timeouts", caps[i].key, &f);
+            return fail(l, f.line, "timeouts.%s must be at least the limit it raises (%d)",
+                        caps[i].key, caps[i].base);
+        }
+    }
     return 0;
 }
 

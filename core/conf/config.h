@@ -75,6 +75,11 @@ typedef struct mg_timeouts_conf_s {
     int keepalive_idle_ms;/* idle client keep-alive connection closed after, default 75000 */
     int drain_ms;         /* graceful stop waits this long for in-flight requests, default 30000 */
     int queue_ms;         /* a task waits in the scheduler's queue at most, default 30000 */
+    /* what a request's own `timeouts` may raise the limits to (a request may always ask for
+       less); 0 in the file = the limit itself, so raising is the operator's opt-in */
+    int max_queue_ms;     /* for timeouts.queue_ms */
+    int max_first_byte_ms;/* for timeouts.first_token_ms */
+    int max_total_ms;     /* for timeouts.inference_ms and total_ms */
 } mg_timeouts_conf_t;
 
 typedef struct mg_routing_conf_s {

@@ -304,24 +304,30 @@ static const char *endpoint_name(mg_endpoint_t ep)
     return ep == MG_EP_CHAT ? "chat" : ep == MG_EP_COMPLETIONS ? "completions" : "embeddings";
 }
 
-static int capped(int asked, int configured)
+/* A limit as the request asks for it: the configured one when it does not ask, else what it
+ * asks up to the configured maximum (0: the limit itself). */
+static int limit_of(int asked, int configured, int max)
 {
-    return asked > 0 && asked < configured ? asked : configured;
+    if (asked <= 0) return configured;
+    int top = max > 0 ? max : configured;
+    return asked < top ? asked : top;
 }
 
-/* The request's deadlines: the client's timeouts, each capped by the configured one. */
+/* The request's deadlines: the client's timeouts, each bounded by its configured maximum. */
 static void set_deadlines(call_t *c)
 {
     const mg_config_t *cfg = c->gen->cfg;
     const mg_timeouts_conf_t *tc = &cfg->timeouts;
     uint64_t now = uv_now(c->pl->loop);
     c->deadline_ms = now + (uint64_t)cfg->routing.queue_timeout_ms;
-    c->queue_ms = capped(c->in.queue_ms, tc->queue_ms);
-    c->first_token_ms = capped(c->in.first_token_ms, tc->first_byte_ms);
-    c->inference_ms = capped(c->in.inference_ms, tc->total_ms);
-    c->total_deadline_ms = c->req->start_ms + (uint64_t)capped(c->in.total_ms, tc->total_ms);
+    c->queue_ms = limit_of(c->in.queue_ms, tc->queue_ms, tc->max_queue_ms);
+    c->first_token_ms = limit_of(c->in.first_token_ms, tc->first_byte_ms, tc->max_first_byte_ms);
+    c->inference_ms = limit_of(c->in.inference_ms, tc->total_ms, tc->max_total_ms);
+    int total_ms = limit_of(c->in.total_ms, tc->total_ms, tc->max_total_ms);
+    c->total_deadline_ms = c->req->start_ms + (uint64_t)total_ms;
+    /* a deadline the client shortened is its own when it passes (attempt_end) */
     c->own_first_token = c->first_token_ms < tc->first_byte_ms;
-    c->own_total = c->inference_ms < tc->total_ms || (c->in.total_ms > 0 && c->in.total_ms < tc->total_ms);
+    c->own_total = c->inference_ms < tc->total_ms || total_ms < tc->total_ms;
 }
 
 /* What the application may ask: its priorities and models (PRD 3.2.2). */

@@ -511,7 +511,9 @@ mg_step_rc_t step_send(call_t *c)
         .body = c->up_body.data, /* moved into the transfer */
         .body_len = c->up_body.len,
         .connect_timeout_ms = cfg->timeouts.connect_ms,
-        .first_byte_timeout_ms = c->first_token_ms,
+        /* a whole answer's first byte is the answer: it is bounded by the inference and
+           total deadlines, not by the first-token one, which is a stream's */
+        .first_byte_timeout_ms = c->stream ? c->first_token_ms : 0,
         .idle_timeout_ms = cfg->timeouts.idle_ms,
         .total_timeout_ms = attempt_budget_ms(c, now),
     };

@@ -19,7 +19,7 @@ const SCENARIOS = {
     slow: 1, 'slow-stream': 1, reset: 1, 'reset-rst': 1, 'reset-sdk': 1, trunc: 1, 'ollama-trunc': 1, idle: 1,
     abort: 1, 'abort-raw': 1, hang: 1, spaced: 1,
     'diag-html': 1, 'diag-reset': 1, 'diag-stall': 1, 'diag-hang': 1,
-    'rejects': 1, 'ollama-rejects': 1,
+    'rejects': 1, 'ollama-rejects': 1, 'raise-stream': 1, 'late-json': 1,
 };
 
 let env;
@@ -29,7 +29,7 @@ let dead2;
 before(async () => {
     dead2 = await deadPort();
     env = await startEnv({
-        timeouts: { first_byte_ms: FIRST_BYTE_MS, idle_ms: IDLE_MS },
+        timeouts: { first_byte_ms: FIRST_BYTE_MS, idle_ms: IDLE_MS, max_first_byte_ms: FIRST_BYTE_MS * 4 },
         configure(config, e) {
             const mock = `http://127.0.0.1:${e.mock.port}`;
             for (const [name, n] of Object.entries(SCENARIOS)) {
@@ -172,10 +172,29 @@ describe('failover before the first byte', () => {
         assert.ok(dt < 2900, `answered after ${dt} ms: the gateway waited for the upstream instead of first_byte_ms`);
     });
 
-    test('first-byte timeout -> 408 FIRST_TOKEN_TIMEOUT (non-stream)', async () => {
+    test('a non-stream answer slower than first_byte_ms is not cut: its first byte is the answer', async () => {
+        // (issue 18.1: engines send nothing until a whole answer is done; the inference and
+        // total deadlines bound it, the first-token deadline is a stream's)
+        await script('up-late-json-1', { delay_first_byte_ms: FIRST_BYTE_MS * 2 });
+        const r = await postJson(`${env.api}/chat/completions`, chat('late-json'));
+        assert.equal(r.status, 200, r.text);
+        assert.equal((await seen('up-late-json-1')).length, 1, 'one generation, not a retry');
+    });
+
+    test('a request may ask for a longer first-token deadline, up to timeouts.max_first_byte_ms', async () => {
+        await script('up-raise-stream-1', { delay_first_byte_ms: FIRST_BYTE_MS * 2 });
+        const s = await postStream(`${env.api}/chat/completions`,
+            chat('raise-stream', { stream: true, timeouts: { first_token_ms: FIRST_BYTE_MS * 3 } }));
+        assert.equal(s.status, 200, s.text.slice(0, 300));
+        assert.equal(s.data.at(-1), '[DONE]');
+        assert.ok(!s.events.some((e) => e?.error), 'no error event');
+    });
+
+    test('a non-stream answer past the inference deadline -> 408 INFERENCE_TIMEOUT, a timeout', async () => {
         await script('up-slow-1', { delay_first_byte_ms: 3000 });
-        const r = await postJson(`${env.api}/chat/completions`, chat('slow'));
-        assertError(r, 408, 'FIRST_TOKEN_TIMEOUT');
+        const r = await postJson(`${env.api}/chat/completions`, chat('slow', { timeouts: { inference_ms: 1000 } }));
+        assertError(r, 408, 'INFERENCE_TIMEOUT');
+        assert.equal(r.json.error.type, 'timeout_error');
     });
 });
 
@@ -361,7 +380,10 @@ describe('diagnostics when every route failed', () => {
     });
 
     test('an upstream that never answers is a timeout, not an invalid request', async () => {
-        const { r, line } = await failed('diag-hang', { hang: true });
+        await script('up-diag-hang-1', { hang: true });
+        const s = await postStream(`${env.api}/chat/completions`, chat('diag-hang', { stream: true }));
+        const r = { status: s.status, json: JSON.parse(s.text), headers: s.headers };
+        const line = await env.gw.requestLog(s.headers.get('x-request-id'));
         assertError(r, 408, 'FIRST_TOKEN_TIMEOUT');
         assert.equal(r.json.error.type, 'timeout_error');
         assert.equal(line.fail_reason, 'first_byte_timeout');

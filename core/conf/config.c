@@ -664,8 +664,10 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
     int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,      &t->total_ms,
                   &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms,     &t->queue_ms,
                   &t->max_queue_ms,   &t->max_first_byte_ms, &t->max_total_ms};
-    for (size_t i = 0; keys[i]; i++)
-        if (opt_int_field(l, v, "timeouts", keys[i], 1, MAX_TIMEOUT_MS, dst[i]) < 0) return -1;
+    for (size_t i = 0; keys[i]; i++) /* the max_* keys last: 0 means "the limit itself" */
+        if (opt_int_field(l, v, "timeouts", keys[i], strncmp(keys[i], "max_", 4) == 0 ? 0 : 1,
+                          MAX_TIMEOUT_MS, dst[i]) < 0)
+            return -1;
     /* a maximum below its limit would shorten every request that asks for more */
     const struct { const char *key; int *max, base; } caps[] = {
         {"max_queue_ms", &t->max_queue_ms, t->queue_ms},

@@ -18,9 +18,11 @@ after(async () => {
 
 describe('per-request timeouts', () => {
     test('timeouts.first_token_ms shorter than the config wins -> 408 FIRST_TOKEN_TIMEOUT', async () => {
+        // a stream's deadline: a whole answer's first byte is the answer (issue 18.1)
         await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 2000 } });
         const t0 = Date.now();
-        const r = await postJson(`${env.api}/chat/completions`, chat({ timeouts: { first_token_ms: 300 } }));
+        const r = await postJson(`${env.api}/chat/completions`,
+            chat({ stream: true, timeouts: { first_token_ms: 300 } }));
         const dt = Date.now() - t0;
         assert.equal(r.status, 408, r.text);
         assert.equal(r.json.error.code, 'FIRST_TOKEN_TIMEOUT');
@@ -388,7 +390,8 @@ describe('scheduling metrics', () => {
         const menv2 = await startEnv({});
         try {
             await menv2.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 2000 } });
-            await postJson(`${menv2.api}/chat/completions`, chat({ timeouts: { first_token_ms: 200 } }));
+            await postJson(`${menv2.api}/chat/completions`,
+                chat({ stream: true, timeouts: { first_token_ms: 200 } }));
             const text = await menv2.gw.metrics();
             assert.match(text, /^moongate_queue_time_seconds_count [1-9]/m);
             assert.match(text, /^moongate_timeouts_total\{layer="first_token"\} 1$/m);

@@ -836,11 +836,42 @@ static int load_api_key(loader_t *l, yaml_node_t *map, const char *path, char **
     return 0;
 }
 
+unsigned mg_provider_forward_default(const char *base_url)
+{
+    static const char openai[] = "https://api.openai.com";
+    size_t n = sizeof(openai) - 1;
+    return base_url && strncmp(base_url, openai, n) == 0 && (base_url[n] == '/' || !base_url[n])
+               ? MG_FORWARD_METADATA
+               : 0;
+}
+
+/* forward: [metadata]: the gateway's extensions this upstream gets too (it reads them as
+ * its own parameters); without the key, mg_provider_forward_default. */
+static int load_forward(loader_t *l, yaml_node_t *map, const char *path, mg_provider_conf_t *p)
+{
+    p->forward = mg_provider_forward_default(p->base_url);
+    yaml_node_pair_t *fp = find_pair(l, map, "forward");
+    if (!fp) return 0;
+    yaml_node_t *fv = node_at(l, fp->value);
+    if (fv->type != YAML_SEQUENCE_NODE)
+        return fail(l, line_of(fv), "%s.forward must be a list (of: metadata)", path);
+    p->forward = 0;
+    for (yaml_node_item_t *it = fv->data.sequence.items.start; it < fv->data.sequence.items.top;
+         it++) {
+        yaml_node_t *e = node_at(l, *it);
+        if (!is_scalar(e) || strcmp(scalar_text(e), "metadata") != 0)
+            return fail(l, line_of(e), "%s.forward: only metadata can be forwarded", path);
+        p->forward |= MG_FORWARD_METADATA;
+    }
+    return 0;
+}
+
 static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
 {
     static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
                                        "rpm_limit", "tpm_limit", "weight",   "local",   "engine",
-                                       "model_prefix", "cost_per_1k_tokens", NULL};
+                                       "model_prefix", "cost_per_1k_tokens", "stream_usage",
+                                       "forward", NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = line_of(v);
@@ -902,6 +933,10 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
         return fail(l, f.line, "%s.engine must be vllm, llamacpp, ollama or none (got '%s')", path,
                     shown(p->engine, buf, sizeof buf));
     }
+    bool stream_usage = true;
+    if (opt_bool(l, v, path, "stream_usage", &stream_usage) < 0 || load_forward(l, v, path, p) < 0)
+        return -1;
+    p->no_stream_usage = !stream_usage;
     return opt_bool(l, v, path, "local", &p->local);
 }
 
@@ -1407,6 +1442,7 @@ static int sidecar_v1_provider(loader_t *l)
     while (n > 8 && p->base_url[n - 1] == '/') p->base_url[--n] = '\0';
     if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
         return fail(l, 0, "SIDECAR_UPSTREAM must start with http:// or https://");
+    p->forward = mg_provider_forward_default(p->base_url);
     return 0;
 }
 
@@ -1525,6 +1561,7 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
     p->model_prefix = dup_or(tmpl->model_prefix, NULL);
     p->source = dup_or(tmpl->source, "db");
     p->name = dup_or(tmpl->name, NULL);
+    p->forward = mg_provider_forward_default(p->base_url); /* stored providers do not say */
     cfg->n_providers++; /* counted now so mg_config_free releases a partly copied entry */
     if (!p->id || !p->adapter || !p->base_url || (tmpl->api_key && !p->api_key) || !p->pool ||
         (tmpl->engine && !p->engine) || (tmpl->model_prefix && !p->model_prefix) ||

@@ -33,8 +33,18 @@ typedef struct mg_provider_conf_s {
     char *name;         /* owned, may be NULL (= id): the operator's label */
     bool disabled;      /* taken out of routing by an operator (db providers only) */
     double cost_per_1k_tokens; /* currency units per 1,000 tokens, for spend metering */
+    bool no_stream_usage; /* stream_usage: false: the upstream refuses stream_options, so the
+                             gateway never asks it for a usage chunk (counts are its own) */
+    unsigned forward;   /* MG_FORWARD_* bits: request members the gateway reads that this
+                           upstream gets too (forward: [metadata]; default: metadata for
+                           api.openai.com, where it is an OpenAI parameter, none elsewhere) */
     int line;           /* line of the provider's entry in the file */
 } mg_provider_conf_t;
+
+#define MG_FORWARD_METADATA 1u /* the body's metadata */
+
+/* The forward bits a provider has when its config does not say. */
+unsigned mg_provider_forward_default(const char *base_url);
 
 typedef struct mg_route_conf_s {
     char *provider;     /* owned; a provider id */

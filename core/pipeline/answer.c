@@ -257,9 +257,16 @@ static int append_timing_raw(const call_t *c, uint64_t now, mg_buf_t *o)
     return mg_buf_append(o, "}", 1);
 }
 
+/* Usage goes on the finish chunk only when the client did not ask for the usage chunk:
+ * a client sees it once, where it asked for it. */
+static int usage_on_finish(const call_t *c)
+{
+    return c->have_usage && !c->client_include_usage;
+}
+
 static void append_totals_raw(call_t *c, mg_buf_t *o)
 {
-    if (c->have_usage) {
+    if (usage_on_finish(c)) {
         mg_buf_append_str(o, ",\"usage\":{\"prompt_tokens\":");
         mg_buf_append_int(o, c->prompt_tokens);
         mg_buf_append_str(o, ",\"completion_tokens\":");
@@ -276,7 +283,7 @@ static void append_totals_raw(call_t *c, mg_buf_t *o)
 static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
 {
     size_t mark = c->out.len;
-    raw_copy_t rc = {&c->out, totals && c->have_usage, 0, 0, NULL, NULL};
+    raw_copy_t rc = {&c->out, totals && usage_on_finish(c), 0, 0, NULL, NULL};
     mg_buf_append(&c->out, "data: {", 7);
     if (mg_json_members(json, n, raw_copy_member, &rc) != 0 || rc.clash) {
         c->out.len = mark;
@@ -305,7 +312,8 @@ void emit_held_finish(call_t *c, int with_totals)
     }
     if (!c->held_finish) return;
     if (with_totals) {
-        if (c->have_usage && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))
+        if (usage_on_finish(c) &&
+            !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))
             set_item(c->held_finish, "usage", usage_json(c));
         set_item(c->held_finish, "timing", timing_json(c, uv_hrtime()));
     }
@@ -331,14 +339,15 @@ static void handle_chunk(call_t *c, cJSON *chunk)
     }
     int finishing = 0;
     for (const cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next)
-        finishing |= cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
+        finishing += cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
     if (!c->first_chunk_done) {
         add_metadata(c, chunk);
         c->first_chunk_done = 1;
     }
     c->chunks++;
+    emit_held_finish(c, 0); /* an earlier choice's finish goes before this chunk: upstream order */
     if (finishing) {
-        emit_held_finish(c, 0);
+        c->finishes += finishing;
         c->held_finish = chunk;
         return;
     }
@@ -403,8 +412,9 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
     int first = !c->first_chunk_done;
     c->first_chunk_done = 1;
     c->chunks++;
+    emit_held_finish(c, 0); /* an earlier choice's finish goes before this chunk: upstream order */
     if (flags & MG_CHUNK_FINISH) {
-        emit_held_finish(c, 0);
+        c->finishes++;
         mg_buf_append(&c->held_raw, ev->data, ev->data_len);
         c->held_raw_first = first;
         return 0;
@@ -436,6 +446,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     }
     if (c->first_chunk_done && !flags) {
         c->chunks++;
+        if (c->held_raw.len) emit_held_finish(c, 0); /* n > 1: keep the upstream's order */
         mg_buf_append(&c->out, ev->raw, ev->raw_len);
         return 0;
     }
@@ -703,7 +714,9 @@ static mg_step_rc_t stream_end(call_t *c)
         /* NDJSON's last line may come without its newline */
         if (mg_sse_feed(&c->sse, "\n", 1, on_stream_event, c) > 0) return MG_STEP_DONE;
     }
-    if (c->upstream_done) {
+    /* [DONE] (or the adapter's done), or a finish_reason for every choice: an upstream that
+       then closes without [DONE] gave a complete answer */
+    if (c->upstream_done || c->finishes >= c->n_choices) {
         attempt_end(c, ATTEMPT_OK);
         c->answer_kind = ANSWER_STREAM;
         c->status = 200;

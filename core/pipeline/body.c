@@ -125,8 +125,11 @@ static void sanitize(call_t *c)
         c->mapped_max_tokens = (long long)mot->valuedouble;
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
+    const cJSON *prio = cJSON_GetObjectItemCaseSensitive(b, "priority");
+    int engine_priority = cJSON_IsNumber(prio); /* the engine's, kept (see forwarded) */
     for (size_t i = 0; i < N_EXTENSIONS; i++)
-        cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i].name);
+        if (!(engine_priority && strcmp(extension_keys[i].name, "priority") == 0))
+            cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i].name);
     c->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;
     if (c->stream) {
         const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
@@ -150,7 +153,8 @@ static void sanitize(call_t *c)
 #define FAST_MEMBERS 32
 
 /* The members it reads, first occurrence (what cJSON's lookups find). */
-enum { F_MODEL, F_STREAM, F_SHAPE, F_MAX_TOKENS, F_MAX_COMPLETION, F_STREAM_OPTIONS, F_USER, F_N };
+enum { F_MODEL, F_STREAM, F_SHAPE, F_MAX_TOKENS, F_MAX_COMPLETION, F_STREAM_OPTIONS, F_USER,
+       F_CHOICES, F_N };
 
 typedef struct {
     const char *keys[F_N];
@@ -290,7 +294,7 @@ static int fast_stream(const fast_scan_t *f, fast_body_t *fb)
 static int fast_body(mg_http_req_t *req, mg_endpoint_t ep, fast_body_t *fb)
 {
     fast_scan_t f = {.keys = {"model", "stream", NULL, "max_tokens", "max_completion_tokens",
-                              "stream_options", "user"}};
+                              "stream_options", "user", "n"}};
     f.keys[F_SHAPE] = ep == MG_EP_CHAT          ? "messages"
                       : ep == MG_EP_COMPLETIONS ? "prompt"
                       : ep == MG_EP_EMBEDDINGS  ? "input"
@@ -304,6 +308,8 @@ static int fast_body(mg_http_req_t *req, mg_endpoint_t ep, fast_body_t *fb)
     if (!f.seen[F_MODEL] || !plain_string(model) || model->value_len == 2) return -1;
     if (fast_stream(&f, fb) != 0 || !shape_ok(ep, &f) || fast_max_tokens(&f, &fb->max_tokens) != 0)
         return -1;
+    fb->choices = 1;
+    if (f.seen[F_CHOICES] && number_value(&f.m[F_CHOICES], &fb->choices) < 0) return -1;
     fb->user = NULL;
     fb->user_len = 0;
     if (f.seen[F_USER] && f.m[F_USER].value[0] == '"') {
@@ -379,10 +385,21 @@ typedef struct {
     mg_buf_t *out;
 } splice_t;
 
+/* An extension member the upstream gets too: metadata for a provider that reads it as its
+ * own parameter (forward: [metadata]), and an integer priority, which is the engine's (vLLM's
+ * priority scheduling; the gateway's is a P0..P4 string or X-Priority). */
+static int forwarded(const call_t *c, const mg_json_member_t *m)
+{
+    if (member_is(m, "metadata")) return (c->provider->forward & MG_FORWARD_METADATA) != 0;
+    if (member_is(m, "priority")) return m->value[0] == '-' || (m->value[0] >= '0' && m->value[0] <= '9');
+    return 0;
+}
+
 static int splice_member(void *ud, const mg_json_member_t *m)
 {
     splice_t *sp = ud;
-    if (is_extension(m) || member_is(m, "model") || (sp->c->stream && member_is(m, "stream_options")))
+    if ((is_extension(m) && !forwarded(sp->c, m)) || member_is(m, "model") ||
+        (sp->c->stream && member_is(m, "stream_options")))
         return 0;
     if (sp->c->tokens_capped && (member_is(m, "max_tokens") || member_is(m, "max_completion_tokens")))
         return 0;
@@ -391,8 +408,10 @@ static int splice_member(void *ud, const mg_json_member_t *m)
 }
 
 /* The upstream body for a passthrough adapter, spliced from the client's bytes:
- * the same members minus the extensions, with the route's model and the gateway's
- * stream_options. Equivalent to printing the sanitized tree, at a fraction of the cost. */
+ * the same members minus the extensions (but those the provider gets too), with the route's
+ * model and, for a stream, the gateway's stream_options (unless the provider refuses them:
+ * stream_usage: false). Equivalent to printing the sanitized tree, at a fraction of the
+ * cost. */
 int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
 {
     splice_t sp = {c, out};
@@ -407,7 +426,8 @@ int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
     }
     mg_buf_append(out, "\"model\":", 8);
     mg_json_print_string(model, strlen(model), out);
-    if (c->stream) mg_buf_append_str(out, ",\"stream_options\":{\"include_usage\":true}");
+    if (c->stream && !c->provider->no_stream_usage)
+        mg_buf_append_str(out, ",\"stream_options\":{\"include_usage\":true}");
     if (c->mapped_max_tokens >= 0) {
         mg_buf_append_str(out, ",\"max_tokens\":");
         mg_json_print_number((double)c->mapped_max_tokens, out);
@@ -438,10 +458,10 @@ static const char *priority_of(const cJSON *body, const mg_http_req_t *req, cons
 {
     static const char *const levels[] = {"P0", "P1", "P2", "P3", "P4"};
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "priority");
-    if (p && !cJSON_IsNull(p)) {
+    if (p && !cJSON_IsNull(p) && !cJSON_IsNumber(p)) { /* a number is the engine's */
         for (int i = 0; i < 5; i++)
             if (cJSON_IsString(p) && strcmp(p->valuestring, levels[i]) == 0) return levels[i];
-        *problem = "'priority' must be one of P0, P1, P2, P3, P4";
+        *problem = "'priority' must be one of P0, P1, P2, P3, P4 (or an integer: the engine's)";
         return NULL;
     }
     /* the Sidecar header: urgent/high/normal/low = P0..P3 */
@@ -513,8 +533,12 @@ void body_sanitize(call_t *c)
     if (c->fast) {
         sanitize_fast(c, &c->fb);
         c->max_tokens = c->fb.max_tokens;
+        c->n_choices = c->fb.choices;
     } else {
         sanitize_tree(c);
         c->max_tokens = tree_max_tokens(c->body);
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c->body, "n");
+        c->n_choices = cJSON_IsNumber(n) ? (long long)n->valuedouble : 1;
     }
+    if (c->n_choices < 1) c->n_choices = 1;
 }

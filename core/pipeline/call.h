@@ -109,6 +109,7 @@ typedef struct {
     int stream;           /* "stream": true */
     int include_usage;    /* stream_options.include_usage: true */
     long long max_tokens; /* max_tokens, else max_completion_tokens; -1 if neither is a number */
+    long long choices;    /* n, 1 when absent */
     const char *user;     /* the "user" string's bytes (no escapes in them), or NULL */
     size_t user_len;
     const mg_json_member_t *members; /* every member, in order (the request's arena), so
@@ -147,6 +148,8 @@ typedef struct call_s {
     int stream;
     int client_include_usage;
     long long max_tokens;        /* the client's output ceiling as asked, or -1 */
+    long long n_choices;         /* the choices asked for (n) */
+    long long finishes;          /* stream chunks that carried a finish_reason */
     long long mapped_max_tokens; /* max_output_tokens turned into max_tokens, or -1 */
     int tokens_capped;           /* the scheduler lowered max_tokens to mapped_max_tokens */
     long long asked_max_tokens;  /* the client's output ceiling, or -1 (from enqueue on) */

@@ -16,7 +16,15 @@ let env;
 let client;
 
 before(async () => {
-    env = await startEnv();
+    env = await startEnv({
+        configure(c, e) {
+            // an upstream that refuses stream_options, and one that reads metadata as its own
+            c.providers.push({ id: 'mock-plain', adapter: 'openai', base_url: `http://127.0.0.1:${e.mock.port}/v1`,
+                stream_usage: false, forward: ['metadata'] });
+            c.models.plain = { routes: [{ provider: 'mock-plain', model: 'up-plain' }] };
+            return c;
+        },
+    });
     client = new OpenAI({ baseURL: env.api, apiKey: 'sk-client-anything', maxRetries: 0, timeout: 15000 });
 });
 
@@ -140,6 +148,11 @@ describe('chat completions (openai SDK)', () => {
         assert.equal(last.usage?.completion_tokens, 5);
         assert.equal(last.usage?.total_tokens, 8);
         assert.equal(chunks.filter((c) => c.choices.length === 0).length, 1);
+        // once: the finish chunk carries no usage when the client asked for the usage chunk
+        const finish = chunks.find((c) => c.choices[0]?.finish_reason);
+        assert.ok(finish, 'a finish chunk');
+        assert.ok(!finish.usage, `usage is not repeated on the finish chunk: ${JSON.stringify(finish)}`);
+        assert.ok(finish.timing, 'the finish chunk still carries timing');
     });
 
     test('stream on the wire: text/event-stream frames, each JSON, ending with data: [DONE]', async () => {
@@ -425,5 +438,31 @@ describe('request sanitizing and credentials', () => {
         assert.ok(!out.includes(TEST_KEY), 'key found in stdout');
         assert.ok(!env.gw.stderr.includes(TEST_KEY), 'key found in stderr');
         assert.deepEqual(env.gw.nonJsonLines(), [], 'every stdout line is a JSON object');
+    });
+});
+
+// Extensions that collide with real parameters, and providers that refuse stream_options
+// (issue 18.8 and 18.9).
+describe('what each upstream gets', () => {
+    test('stream_usage: false sends no stream_options; the stream still ends with [DONE]', async () => {
+        const since = await lastSeq();
+        const s = await postStream(`${env.api}/chat/completions`,
+            { model: 'plain', messages, stream: true, stream_options: { include_usage: true } });
+        assert.equal(s.status, 200);
+        assert.equal(s.data.at(-1), '[DONE]');
+        const [seen] = await upstreamRequests('up-plain', since);
+        assert.ok(!('stream_options' in seen.body), `no stream_options upstream: ${JSON.stringify(seen.body)}`);
+    });
+
+    test('metadata reaches a provider with forward: [metadata], and no other', async () => {
+        const metadata = { application: 'none-configured', note: 'kept' };
+        let since = await lastSeq();
+        assert.equal((await postJson(`${env.api}/chat/completions`, { model: 'plain', messages, metadata })).status, 200);
+        const [plain] = await upstreamRequests('up-plain', since);
+        assert.deepEqual(plain.body.metadata, metadata);
+        since = await lastSeq();
+        assert.equal((await postJson(`${env.api}/chat/completions`, { model: 'chat', messages, metadata })).status, 200);
+        const [chat] = await upstreamRequests('up-chat', since);
+        assert.ok(!('metadata' in chat.body), 'a provider that does not ask for it never sees it');
     });
 });

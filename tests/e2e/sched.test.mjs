@@ -691,12 +691,19 @@ describe('priorities and task states', () => {
             assert.equal(line.priority, want, `${JSON.stringify(opts)} ${JSON.stringify(headers)}`);
             assert.equal(line.task_state, 'SUCCEEDED');
         }
-        for (const bad of ['P5', 'high', 'p9', 2, true]) {
+        for (const bad of ['P5', 'high', 'p9', true]) {
             const r = await send(env, 'b', 'bad-priority', { priority: bad });
             assertError(r, 400, 'INVALID_REQUEST');
             assert.match(r.json.error.message, /priority/);
         }
         assert.ok(!(await mockTags(env)).includes('bad-priority'));
+        // an integer is the engine's (vLLM's priority scheduling), not the gateway's: it is
+        // forwarded, and the gateway's priority comes from X-Priority or the default (issue 18.8)
+        const r = await send(env, 'b', 'engine-priority', { priority: 7, headers: { 'X-Priority': 'high' } });
+        assert.equal(r.status, 200, r.text.slice(0, 200));
+        assert.equal((await env.gw.requestLog(r.headers.get('x-request-id'))).priority, 'P1');
+        const seen = (await env.mock.requests()).find((q) => tagOf(q) === 'engine-priority');
+        assert.equal(seen?.body?.priority, 7, 'the engine got its priority');
     });
 
     test('a streamed request logs each state change in order; the request line has task_state', async () => {

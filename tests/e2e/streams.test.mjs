@@ -15,6 +15,7 @@ import { contentFor, contentPieces } from '../mock/engine.mjs';
 // scenario -> the adapters of its routes, in failover order (provider p-<name>-<i>, upstream
 // model up-<name>-<i>)
 const SCENARIOS = {
+    details: ['openai'],
     'nd-crash': ['ollama'],
     'nd-crash-split': ['ollama'],
     'nd-alive': ['ollama'],
@@ -259,5 +260,52 @@ describe('malformed events in pass-through streams (issue 16.8)', () => {
         assert.ok(s.text.includes(mid), 'the spaced chunk is forwarded byte for byte');
         assert.ok(s.text.includes(escaped), 'the escaped chunk is forwarded byte for byte');
         assert.equal(text(s.events.slice(0, -1)), `${content}\u00e9\u{1F600}/\n`);
+    });
+});
+
+// Stream details the SDKs depend on (issue 18.9): choices' finish chunks in the upstream's
+// order, and a complete answer that ends without [DONE] ends cleanly.
+describe('stream details', () => {
+    const frame = (o) => `data: ${JSON.stringify(o)}\n\n`;
+    const chunk = (index, delta, finish = null, model = 'up-details-1') => ({
+        id: 'chatcmpl-d', object: 'chat.completion.chunk', created: 1, model,
+        choices: [{ index, delta, logprobs: null, finish_reason: finish }],
+    });
+    const usage = { id: 'chatcmpl-d', object: 'chat.completion.chunk', created: 1, model: 'up-details-1',
+        choices: [], usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } };
+    const sse = { 'Content-Type': 'text/event-stream' };
+
+    test('n: 2 keeps the upstream order of the choices and their finish chunks', async () => {
+        await env.mock.script({ model: 'up-details-1', times: 1, action: { status: 200, headers: sse, chunk_delay_ms: 5, body: [
+            frame(chunk(0, { role: 'assistant', content: '' })), frame(chunk(1, { role: 'assistant', content: '' })),
+            frame(chunk(0, { content: 'a' })), frame(chunk(0, {}, 'stop')),
+            frame(chunk(1, { content: 'b' })), frame(chunk(1, {}, 'stop')), frame(usage), 'data: [DONE]\n\n'] } });
+        const s = await postStream(`${env.api}/chat/completions`,
+            { model: 'details', messages: [{ role: 'user', content: 'two' }], stream: true, n: 2 });
+        assert.equal(s.status, 200);
+        const order = s.events.filter((e) => e?.choices?.length)
+            .map((e) => `${e.choices[0].index}:${e.choices[0].finish_reason ?? e.choices[0].delta?.content ?? ''}`);
+        assert.deepEqual(order, ['0:', '1:', '0:a', '0:stop', '1:b', '1:stop']);
+        assert.ok(!s.events.some((e) => e?.error), 'no error event');
+    });
+
+    test('a finish for every choice and then EOF without [DONE] ends cleanly', async () => {
+        await env.mock.script({ model: 'up-details-1', times: 1, action: { status: 200, headers: sse, chunk_delay_ms: 5, body: [
+            frame(chunk(0, { role: 'assistant', content: 'done' })), frame(chunk(0, {}, 'stop')), frame(usage)] } });
+        const s = await postStream(`${env.api}/chat/completions`,
+            { model: 'details', messages: [{ role: 'user', content: 'eof' }], stream: true });
+        assert.equal(s.status, 200);
+        assert.equal(s.data.at(-1), '[DONE]');
+        assert.ok(!s.events.some((e) => e?.error), `no error event: ${s.text.slice(-300)}`);
+        const line = await env.gw.requestLog(s.headers.get('x-request-id'));
+        assert.equal(line.outcome, 'ok');
+    });
+
+    test('without any finish_reason, EOF is still a truncated stream', async () => {
+        await env.mock.script({ model: 'up-details-1', times: 1, action: { status: 200, headers: sse, chunk_delay_ms: 5, body: [
+            frame(chunk(0, { role: 'assistant', content: 'cut' })), frame(chunk(0, { content: ' short' }))] } });
+        const s = await postStream(`${env.api}/chat/completions`,
+            { model: 'details', messages: [{ role: 'user', content: 'cut' }], stream: true });
+        assert.ok(s.events.some((e) => e?.error), 'an error event ends it');
     });
 });

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <cjson/cJSON.h>
 
+#include "api/cors.h"
 #include "base/crypto.h"
 #include "base/json.h"
 #include "obs/answer.h"
@@ -187,6 +188,7 @@ static void tasks_as_admin(mg_api_t *s, mg_http_req_t *req)
 void mg_api_handle(void *api, mg_http_req_t *req)
 {
     mg_api_t *s = api;
+    if (mg_cors_handle(&mg_gens_current(s->gens)->cfg->cors, req, s->metrics)) return;
     size_t path_len = strlen(req->path);
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
     if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {

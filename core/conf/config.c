@@ -530,17 +530,57 @@ static int load_server_conns(loader_t *l, yaml_node_t *v)
                : 0;
 }
 
+/* An origin as browsers send it: scheme://host[:port], no path; or "*". */
+static bool valid_origin(const char *s)
+{
+    if (!strcmp(s, "*")) return true;
+    const char *h = !strncmp(s, "http://", 7) ? s + 7 : !strncmp(s, "https://", 8) ? s + 8 : NULL;
+    return h && *h && all_chars(h, ".-:[]");
+}
+
+static int load_cors(loader_t *l, yaml_node_t *map)
+{
+    static const char *const keys[] = {"allowed_origins", "allow_credentials", "max_age_s", NULL};
+    yaml_node_pair_t *cp = find_pair(l, map, "cors");
+    if (!cp) return 0;
+    yaml_node_t *v = node_at(l, cp->value);
+    const char *path = "server.cors";
+    if (want_map(l, v, line_of(v), path, keys) < 0) return -1;
+    mg_cors_conf_t *c = &l->cfg->cors;
+    if (opt_bool(l, v, path, "allow_credentials", &c->allow_credentials) < 0 ||
+        opt_int_field(l, v, path, "max_age_s", 0, 86400, &c->max_age_s) < 0)
+        return -1;
+    yaml_node_pair_t *op = find_pair(l, v, "allowed_origins");
+    if (!op) return 0;
+    yaml_node_t *ov = node_at(l, op->value);
+    if (ov->type != YAML_SEQUENCE_NODE)
+        return fail(l, line_of(ov), "%s.allowed_origins must be a list of origins", path);
+    size_t n = (size_t)(ov->data.sequence.items.top - ov->data.sequence.items.start);
+    c->origins = calloc(n ? n : 1, sizeof(*c->origins));
+    if (!c->origins) return fail(l, line_of(ov), "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        yaml_node_t *e = node_at(l, ov->data.sequence.items.start[i]);
+        if (!is_scalar(e) || !valid_origin(scalar_text(e)))
+            return fail(l, line_of(e), "%s.allowed_origins[%zu] must be an origin "
+                        "(scheme://host[:port]) or \"*\"", path, i);
+        if (!strcmp(scalar_text(e), "*") && c->allow_credentials)
+            return fail(l, line_of(e), "%s: \"*\" cannot go with allow_credentials", path);
+        if (!(c->origins[c->n_origins++] = dup_str(l, line_of(e), scalar_text(e)))) return -1;
+    }
+    return 0;
+}
+
 static int load_server(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"listen",           "metrics_listen",
                                        "max_body_bytes",   "max_header_bytes",
                                        "request_read_ms",  "min_body_bytes_per_s",
                                        "write_timeout_ms", "max_connections",
-                                       "reserved_connections", NULL};
+                                       "reserved_connections", "cors", NULL};
     int r = want_map(l, v, line, "server", keys);
     if (r <= 0) return r;
     mg_config_t *c = l->cfg;
-    if (opt_string(l, v, "server", "listen", &c->listen) < 0) return -1;
+    if (load_cors(l, v) < 0 || opt_string(l, v, "server", "listen", &c->listen) < 0) return -1;
     field_t f;
     field_get(l, v, "server", "listen", &f);
     char buf[72];
@@ -1261,6 +1301,7 @@ static int set_defaults(loader_t *l, const char *name)
     c->write_timeout_ms = 30000;
     c->max_connections = 0; /* as many as RLIMIT_NOFILE allows (server.c) */
     c->reserved_connections = 16;
+    c->cors.max_age_s = 600;
     c->auth_enabled = false;
     c->max_retries = 3;
     c->timeouts = (mg_timeouts_conf_t){
@@ -1505,6 +1546,8 @@ int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_le
 void mg_config_free(mg_config_t *cfg)
 {
     if (!cfg) return;
+    for (size_t i = 0; i < cfg->cors.n_origins; i++) free(cfg->cors.origins[i]);
+    free(cfg->cors.origins);
     for (size_t i = 0; i < cfg->n_providers; i++) {
         mg_provider_conf_t *p = &cfg->providers[i];
         free(p->id);

@@ -76,6 +76,15 @@ typedef struct mg_model_conf_s {
     bool stored;             /* added through the admin API (models.h), not the file */
 } mg_model_conf_t;
 
+/* server.cors: which web origins may call the client API (/v1/) from a browser. Off (no
+ * origin) by default; the admin API never answers cross-origin. */
+typedef struct mg_cors_conf_s {
+    char **origins;          /* owned: exact origins ("https://app.example.com"), or "*" */
+    size_t n_origins;
+    bool allow_credentials;  /* Access-Control-Allow-Credentials (never with "*"), default false */
+    int max_age_s;           /* how long a browser keeps a preflight's answer, default 600 */
+} mg_cors_conf_t;
+
 typedef struct mg_timeouts_conf_s {
     int connect_ms;       /* upstream TCP/TLS connect, default 5000 */
     int first_byte_ms;    /* request sent -> first response byte, default 60000 */
@@ -160,6 +169,7 @@ typedef struct mg_config_s {
                                 file descriptor limit allows */
     int reserved_connections;/* more past max_connections for /api/v2, /health, /ready and
                                 /status, and the metrics listener's cap, default 16 */
+    mg_cors_conf_t cors;     /* server.cors: browsers on other origins calling /v1/ */
     char *storage_path;      /* owned; SQLite file, default data/moongate.db */
     int storage_queue_max;   /* writes waiting for the store's writer at most
                                 (storage.queue_max), default 4096 */

@@ -566,6 +566,7 @@ static size_t format_head_fast(mg_http_req_t *req, char *buf, size_t cap, int st
     head_str(&h,
              keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n");
     if (extra) head_str(&h, extra);
+    if (req->head_lines) head_str(&h, req->head_lines);
     HEAD_LIT(&h, "\r\n");
     return h.over ? 0 : (size_t)(h.p - buf);
 }
@@ -586,11 +587,11 @@ static size_t format_head(mg_http_req_t *req, char *buf, size_t cap, int status,
         snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
     int n = snprintf(buf, cap,
                      "HTTP/1.1 %d %s\r\nServer: moongate\r\nDate: %s\r\nContent-Type: %s\r\n%s"
-                     "X-Request-Id: %s\r\n%s%s\r\n",
+                     "X-Request-Id: %s\r\n%s%s%s\r\n",
                      status, mg_http_reason(status), date_header(c->listener),
                      content_type ? content_type : "application/json", len_line, req->request_id,
                      keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n",
-                     extra ? extra : "");
+                     extra ? extra : "", req->head_lines ? req->head_lines : "");
     return n < 0 ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
 }
 

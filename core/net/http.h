@@ -68,6 +68,9 @@ struct mg_http_req_s {
     int http10;                /* HTTP/1.0 request: keep-alive must be said explicitly */
     int headers_sent;          /* response status line and headers written */
     int chunked;
+    const char *head_lines;    /* arena or static, or NULL: "Name: value\r\n" lines every
+                                  answer head of this request carries (CORS), set by the
+                                  handler before it answers */
     /* Owner hooks, set by the handler. on_abort: the client left before the response
      * was complete; on_drain: the connection's write queue emptied below the
      * high-water mark after mg_http_write_pending() said it was full. */

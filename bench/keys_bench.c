@@ -13,7 +13,7 @@
  * "index bytes/key" is mg_key_index_memory() / n (slot table + records, no allocator
  * overhead); "heap bytes/key" is the growth of glibc's in-use heap (mallinfo2) while
  * filling the index, so it includes malloc's headers. Records carry no allowlist and no
- * labels unless the size is followed by ":m", which gives each two models and a label.
+ * labels unless the size is followed by ":m", which gives each two models and an application.
  *
  * Then, per size, the whole auth state (auth.h) as the gateway holds it: an mg_auth_t
  * filled through mg_auth_put_key() with the same keys, each without limits (as
@@ -109,7 +109,7 @@ static void make_template(mg_key_record_t *t, const char *key, int64_t id, int w
     if (with_models) {
         t->models = models;
         t->n_models = 2;
-        t->labels = "team=search env=prod";
+        t->application = "search-assistant";
     }
 }
 

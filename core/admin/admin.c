@@ -46,11 +46,13 @@ enum {
     K_EXPIRES,
     K_LABELS,
     K_ENABLED,
+    K_APP,
     K_N
 };
 #define KEY_VAL_COLUMNS                                                                            \
     "project_id, name, scopes, models, priorities, rpm_limit, tpm_limit, max_concurrency,"         \
-    " max_queued, daily_limit_micros, monthly_limit_micros, expires_at, labels, enabled"
+    " max_queued, daily_limit_micros, monthly_limit_micros, expires_at, labels, enabled,"          \
+    " application"
 
 static const field_t key_fields[] = {
     {"tenant_id", F_ID, -1, 0, 0},
@@ -68,6 +70,7 @@ static const field_t key_fields[] = {
     {"expires_at", F_TIME, K_EXPIRES, 1, 0},
     {"labels", F_LABELS, K_LABELS, 0, 0},
     {"enabled", F_BOOL, K_ENABLED, 0, 0},
+    {"application", F_NAME, K_APP, 1, 0},
 };
 
 /* Project values. */
@@ -121,7 +124,8 @@ static cJSON *project_json(int ncols, const char *const *c)
 #define KEY_JSON_COLUMNS                                                                           \
     "id, tenant_id, project_id, name, display, scopes, models, priorities, rpm_limit,"             \
     " tpm_limit, max_concurrency, max_queued, daily_limit_micros, monthly_limit_micros,"           \
-    " expires_at, labels, enabled, revoked_at, replaced_by, last_used_at, created_at"
+    " expires_at, labels, enabled, revoked_at, replaced_by, last_used_at, created_at,"             \
+    " application"
 
 static const char *key_status(const char *const *c)
 {
@@ -137,7 +141,7 @@ static cJSON *key_json(int ncols, const char *const *c)
     static const char *const limits[] = {"rpm_limit",          "tpm_limit",
                                          "max_concurrency",    "max_queued",
                                          "daily_limit_micros", "monthly_limit_micros"};
-    if (ncols < 21) return NULL;
+    if (ncols < 22) return NULL;
     cJSON *o = cJSON_CreateObject();
     adm_add_int(o, "id", c[0]);
     cJSON_AddStringToObject(o, "object", "api_key");
@@ -158,6 +162,7 @@ static cJSON *key_json(int ncols, const char *const *c)
     adm_add_int(o, "replaced_by", c[18]);
     adm_add_int(o, "last_used_at", c[19]);
     adm_add_int(o, "created_at", c[20]);
+    adm_add_str(o, "application", c[21]);
     return o;
 }
 
@@ -474,6 +479,11 @@ static int key_refs_ok(admin_t *a, mg_store_tx_t *tx, const char *tenant, const 
             return -1;
         }
     }
+    if (vs->v[K_APP] && !mg_config_app(a->gen->cfg, vs->v[K_APP])) {
+        adm_set_error(a, 400, "INVALID_REQUEST", "field 'application': no application '%.100s'",
+                      vs->v[K_APP]);
+        return -1;
+    }
     if (vs->v[K_NAME]) {
         const char *p[3] = {tenant, vs->v[K_NAME], self ? self : "0"};
         if (adm_tx_first(a, tx,
@@ -563,7 +573,7 @@ static void key_create(admin_t *a)
     if (adm_tx_write(a, tx,
                  "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
-                 " ?17, ?18)",
+                 " ?17, ?18, ?19)",
                  4 + K_N, p, "name") < 0)
         goto out;
     adm_fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
@@ -621,7 +631,7 @@ static void key_update(admin_t *a, const char *id)
                  "UPDATE api_keys SET project_id = ?2, name = ?3, scopes = ?4, models = ?5,"
                  " priorities = ?6, rpm_limit = ?7, tpm_limit = ?8, max_concurrency = ?9,"
                  " max_queued = ?10, daily_limit_micros = ?11, monthly_limit_micros = ?12,"
-                 " expires_at = ?13, labels = ?14, enabled = ?15 WHERE id = ?1",
+                 " expires_at = ?13, labels = ?14, enabled = ?15, application = ?16 WHERE id = ?1",
                  1 + K_N, p, "name") < 0)
         goto out;
     cJSON *o;

@@ -647,10 +647,13 @@ static int load_storage(loader_t *l, yaml_node_t *v, int line)
 
 static int load_auth(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"enabled", NULL};
+    static const char *const keys[] = {"enabled", "default_application", NULL};
     int r = want_map(l, v, line, "auth", keys);
     if (r <= 0) return r;
-    return opt_bool(l, v, "auth", "enabled", &l->cfg->auth_enabled);
+    return opt_bool(l, v, "auth", "enabled", &l->cfg->auth_enabled) < 0 ||
+                   opt_string(l, v, "auth", "default_application", &l->cfg->default_application) < 0
+               ? -1
+               : 0;
 }
 
 static int load_lua(loader_t *l, yaml_node_t *v, int line)
@@ -1546,6 +1549,7 @@ int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_le
 void mg_config_free(mg_config_t *cfg)
 {
     if (!cfg) return;
+    free(cfg->default_application);
     for (size_t i = 0; i < cfg->cors.n_origins; i++) free(cfg->cors.origins[i]);
     free(cfg->cors.origins);
     for (size_t i = 0; i < cfg->n_providers; i++) {

@@ -176,6 +176,9 @@ typedef struct mg_config_s {
     bool storage_synchronous_full; /* storage.synchronous: full (fsync every commit: survives
                                       power loss) or normal (the default: survives a crash) */
     bool auth_enabled;       /* default false */
+    char *default_application; /* owned, may be NULL: auth.default_application, the
+                                application of requests that have none of their own (a key
+                                without one; open mode: a body that names none) */
     char *policies_dir;      /* owned; default "policies" (relative to the working directory) */
     char *adapters_dir;      /* owned; default "adapters" */
     char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */

@@ -323,12 +323,24 @@ static int fast_body(mg_http_req_t *req, mg_endpoint_t ep, fast_body_t *fb)
 
 /* sanitize() and the caller's identity on the tree path: metadata (an extension, so read
  * before sanitize() strips it) names the application and the user. */
+/* The application a request counts against (its caps, models and data policy): with auth on
+ * the key's, whatever the body says (metadata.application cannot choose another); in open
+ * mode the one the body names; either way auth.default_application when that gives none.
+ * NULL when no such application is configured. */
+static const mg_app_conf_t *app_of(const call_t *c, const char *named)
+{
+    const mg_config_t *cfg = c->gen->cfg;
+    const char *name = !cfg->auth_enabled ? named : c->auth.rec ? c->auth.rec->application : NULL;
+    if (!name) name = cfg->default_application;
+    return name ? mg_config_app(cfg, name) : NULL;
+}
+
 static void sanitize_tree(call_t *c)
 {
     cJSON *req_meta = cJSON_DetachItemFromObjectCaseSensitive(c->body, "metadata");
     sanitize(c);
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(req_meta, "application");
-    c->app = cJSON_IsString(meta) ? mg_config_app(c->gen->cfg, meta->valuestring) : NULL;
+    c->app = app_of(c, cJSON_IsString(meta) ? meta->valuestring : NULL);
     const cJSON *uid = cJSON_GetObjectItemCaseSensitive(req_meta, "user_id");
     if (!cJSON_IsString(uid)) uid = cJSON_GetObjectItemCaseSensitive(c->body, "user");
     if (cJSON_IsString(uid)) snprintf(c->user, sizeof(c->user), "%s", uid->valuestring);
@@ -344,7 +356,7 @@ static void sanitize_fast(call_t *c, const fast_body_t *fb)
     c->mapped_max_tokens = -1;
     c->stream = fb->stream && c->ep != MG_EP_EMBEDDINGS;
     c->client_include_usage = c->stream && fb->include_usage;
-    c->app = NULL;
+    c->app = app_of(c, NULL);
     size_t n = fb->user_len < sizeof(c->user) - 1 ? fb->user_len : sizeof(c->user) - 1;
     if (fb->user) memcpy(c->user, fb->user, n);
     c->user[fb->user ? n : 0] = '\0';

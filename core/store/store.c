@@ -204,6 +204,8 @@ static const char *const migrations[] = {
     /* 10: idempotency records carry the group their memory cap counts against (idem.h) */
     "ALTER TABLE idempotency ADD COLUMN grp TEXT NOT NULL DEFAULT '';"
     "CREATE INDEX idx_idempotency_grp ON idempotency(grp, expires_ms);",
+    /* 11: a key belongs to an application: its caps, models and data policy apply */
+    "ALTER TABLE api_keys ADD COLUMN application TEXT;",
 };
 
 static void *writer_main(void *arg);

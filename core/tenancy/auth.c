@@ -309,7 +309,7 @@ mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols)
     t.daily_limit_micros = col_int(cols[11]);
     t.monthly_limit_micros = col_int(cols[12]);
     t.expires_at = col_int(cols[13]);
-    t.labels = cols[14];
+    t.application = cols[16] && cols[16][0] ? cols[16] : NULL;
     t.enabled = col_int(cols[15]) ? 1 : 0;
     /* the model allowlist: a JSON array of names; [] = every model */
     cJSON *models = cols[5] ? cJSON_Parse(cols[5]) : NULL;

@@ -239,7 +239,7 @@ mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols);
 #define MG_AUTH_KEY_COLUMNS                                                                        \
     "id, tenant_id, project_id, digest, scopes, models, priorities, rpm_limit, tpm_limit,"         \
     " max_concurrency, max_queued, daily_limit_micros, monthly_limit_micros, expires_at,"          \
-    " labels, enabled"
-#define MG_AUTH_KEY_NCOLS 16
+    " labels, enabled, application"
+#define MG_AUTH_KEY_NCOLS 17
 
 #endif

@@ -110,7 +110,8 @@ uint32_t mg_key_scope_bit(const char *name)
 
 /* ---- records --------------------------------------------------------------------------- */
 
-/* Allocation size for tmpl: struct, pointer array, model strings, labels. 0 on bad input. */
+/* Allocation size for tmpl: struct, pointer array, model strings, application. 0 on bad
+ * input. */
 static size_t record_alloc_size(const mg_key_record_t *tmpl)
 {
     size_t size = sizeof(mg_key_record_t) + (size_t)tmpl->n_models * sizeof(char *);
@@ -119,7 +120,7 @@ static size_t record_alloc_size(const mg_key_record_t *tmpl)
         if (!tmpl->models[i]) return 0;
         size += strlen(tmpl->models[i]) + 1;
     }
-    if (tmpl->labels) size += strlen(tmpl->labels) + 1;
+    if (tmpl->application) size += strlen(tmpl->application) + 1;
     return size > UINT32_MAX ? 0 : size;
 }
 
@@ -146,7 +147,7 @@ mg_key_record_t *mg_key_record_new(const mg_key_record_t *tmpl)
     for (size_t i = 0; i < rec->n_models; i++)
         models[i] = pack_string(&p, tmpl->models[i]);
     rec->models = rec->n_models ? models : NULL;
-    rec->labels = tmpl->labels ? pack_string(&p, tmpl->labels) : NULL;
+    rec->application = tmpl->application ? pack_string(&p, tmpl->application) : NULL;
     return rec;
 }
 

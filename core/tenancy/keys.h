@@ -59,7 +59,7 @@ typedef enum mg_key_result_e {
 } mg_key_result_t;
 
 /* One customer key and its policy. Build one on the stack with borrowed `models` and
- * `labels`, then mg_key_record_new() copies it into a single allocation. Zero limits
+ * `application`, then mg_key_record_new() copies it into a single allocation. Zero limits
  * mean "no limit". */
 typedef struct mg_key_record_s {
     unsigned char digest[MG_KEY_DIGEST_LEN]; /* SHA-256 of the clear key */
@@ -80,7 +80,10 @@ typedef struct mg_key_record_s {
     uint8_t priorities;           /* MG_PRIORITY_BIT(p) for each allowed Pp */
     uint8_t enabled;              /* 0 = disabled */
     const char *const *models;    /* allowlist; owned by the record (in its allocation) */
-    const char *labels;           /* free text, may be NULL; owned likewise */
+    const char *application;      /* the application its requests count against (caps,
+                                     models, data policy), or NULL; owned likewise (the key's
+                                     labels stay in the store: the request path never reads
+                                     them) */
 } mg_key_record_t;
 
 /* One table slot: 16 bytes. */
@@ -140,7 +143,7 @@ uint32_t mg_key_scope_bit(const char *name);
 
 /* ---- records ---- */
 
-/* Copy tmpl, its models and labels into one new allocation with one reference.
+/* Copy tmpl, its models and application into one new allocation with one reference.
  * tmpl->digest is taken as given; tmpl->refs and tmpl->size are ignored. Returns NULL when out of
  * memory, or when tmpl->n_models > 0 with a NULL models array or a NULL entry. */
 mg_key_record_t *mg_key_record_new(const mg_key_record_t *tmpl);
@@ -151,7 +154,7 @@ mg_key_record_t *mg_key_record_ref(mg_key_record_t *rec);
 /* Drop a reference; the record is freed (and wiped) when the last one goes. NULL ok. */
 void mg_key_record_unref(mg_key_record_t *rec);
 
-/* Bytes a record occupies (struct + models + labels), excluding malloc's own overhead. */
+/* Bytes a record occupies (struct + models + application), excluding malloc's own overhead. */
 size_t mg_key_record_size(const mg_key_record_t *rec);
 
 /* 1 when the allowlist is empty or contains model exactly. */

@@ -595,6 +595,33 @@ describe('identify comes first: nothing is looked at for a caller who is not kno
     });
 });
 
+describe('a key belongs to its application: the body cannot choose another', () => {
+    test("the key's application's models apply whatever metadata.application says; a key without one is not limited by the body", async () => {
+        const app = await admin('POST', 'applications', { name: 'locked-app', allowed_models: ['embed'] });
+        assert.equal(app.status, 201, app.text);
+        const bad = await admin('POST', 'keys', { tenant_id: tenantA, application: 'no-such-app' });
+        assert.equal(bad.status, 400);
+        assert.match(bad.json.error.message, /application/);
+        const locked = await createKey({ tenant_id: tenantA, name: 'locked', application: 'locked-app' });
+        assert.equal(locked.application, 'locked-app');
+        assert.equal((await admin('GET', `keys/${locked.id}`)).json.application, 'locked-app');
+        for (const metadata of [undefined, { application: 'some-other-app' }, { application: 'locked-app' }]) {
+            const r = await postJson(`${env.api}/chat/completions`, { model: 'chat', messages, metadata },
+                { headers: { authorization: `Bearer ${locked.key}` } });
+            assert.equal(r.status, 403, `${JSON.stringify(metadata)}: ${r.text}`);
+            assert.match(r.json.error.message, /application may not use that model/);
+        }
+        const emb = await sdk(locked.key).embeddings.create({ model: 'embed', input: 'x' });
+        assert.equal(emb.data.length, 1, 'what the application allows still works');
+        const free = await createKey({ tenant_id: tenantA, name: 'free' });
+        const r = await postJson(`${env.api}/chat/completions`,
+            { model: 'chat', messages, metadata: { application: 'locked-app' } },
+            { headers: { authorization: `Bearer ${free.key}` } });
+        assert.equal(r.status, 200, 'with auth on, the body names no application: ' + r.text);
+        assert.equal((await admin('DELETE', 'applications/locked-app')).status, 200);
+    });
+});
+
 describe('no customer key in clear after its creation', () => {
     test('gateway log, SQLite files and every other admin response are clean', async () => {
         assert.ok(secrets.size >= 5, `${secrets.size} keys created`);

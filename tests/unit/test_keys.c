@@ -159,14 +159,14 @@ static void test_record(void)
     t.priorities = MG_PRIORITY_BIT(1) | MG_PRIORITY_BIT(2) | MG_PRIORITY_BIT(3);
     t.models = models;
     t.n_models = 2;
-    t.labels = label;
+    t.application = label;
     t.rpm_limit = 60;
     t.daily_limit_micros = 5000000;
     mg_key_record_t *r = mg_key_record_new(&t);
     CHECK(r != NULL);
     if (!r) return;
     label[0] = 'X'; /* the record has its own copy */
-    CHECK_STR(r->labels, "team=search");
+    CHECK_STR(r->application, "team=search");
     CHECK(r->models != models);
     CHECK(mg_key_allows_model(r, "general-chat"));
     CHECK(mg_key_allows_model(r, "fast-chat"));
@@ -189,9 +189,9 @@ static void test_record(void)
     /* an empty allowlist allows every model */
     t.n_models = 0;
     t.models = NULL;
-    t.labels = NULL;
+    t.application = NULL;
     r = mg_key_record_new(&t);
-    CHECK(r && mg_key_allows_model(r, "anything") && r->labels == NULL);
+    CHECK(r && mg_key_allows_model(r, "anything") && r->application == NULL);
     CHECK_EQ_INT(mg_key_record_size(r), sizeof(mg_key_record_t));
     mg_key_record_unref(r);
     /* a NULL entry is refused */

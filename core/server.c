@@ -450,7 +450,7 @@ static int start_services(mg_server_t *s)
     s->api = (mg_api_t){
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
         .sched = s->sched, .upstream = s->upstream, .store = s->store,
-        .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin,
+        .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
         .listener = &s->listener, .proc = &s->proc,
     };
     return 0;

@@ -84,9 +84,9 @@ void mg_admin_free(mg_admin_t *a);
  * afterwards) and writes its audit record. */
 void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req);
 
-/* Whether req presents the platform admin token: 1, else 0 after answering 401 (403 for a
- * tenant admin token). For endpoints outside /api/v2 that only the operator may use. */
-int mg_admin_platform(mg_admin_t *a, mg_http_req_t *req);
+/* Whether req presents the platform admin token (Authorization: Bearer): 1 or 0; answers
+ * nothing. For endpoints outside /api/v2 where the operator may see more. */
+int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
 
 /* Write one audit_logs row for a platform admin request answered on the loop (the live
  * reads): actor "admin", action (e.g. "pools.read"), target (may be NULL), the answer's

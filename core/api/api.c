@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/cors.h"
+#include "base/clock.h"
 #include "base/crypto.h"
 #include "base/json.h"
 #include "obs/answer.h"
@@ -180,9 +181,40 @@ static const route_t routes[] = {
     {"/status", ROUTE_GET, MG_EP_OTHER, handle_status},
 };
 
-static void tasks_as_admin(mg_api_t *s, mg_http_req_t *req)
+/* Whose tasks the caller may see: all of them in open mode or with the platform admin
+ * token, else its key's own (0 with *who, or -1 after answering 401). */
+static int task_caller(mg_api_t *s, mg_http_req_t *req, mg_task_caller_t *who)
 {
-    if (mg_admin_platform(s->admin, req)) mg_tasks_handle(s->tasks, req, req->path + 10);
+    who->all = 1;
+    who->key_id = 0;
+    if (!mg_gens_current(s->gens)->cfg->auth_enabled || mg_admin_is_platform(s->admin, req))
+        return 0;
+    mg_auth_result_t r;
+    if (mg_auth_authenticate(s->auth, req, mg_unix_ms(), &r) != 0) {
+        mg_answer_error(s->metrics, req, MG_EP_OTHER, r.status, r.code, r.message, 0);
+        return -1;
+    }
+    who->all = 0;
+    who->key_id = r.key_id;
+    return 0;
+}
+
+/* /v1/tasks (GET lists, POST submits) and /v1/tasks/{id} (GET, DELETE): a key holder's own,
+ * the operator's all; another key's task is 404, as if it did not exist. */
+static void handle_tasks(mg_api_t *s, mg_http_req_t *req, const char *id)
+{
+    mg_task_caller_t who;
+    int ok = id ? req->method == HTTP_GET || req->method == HTTP_DELETE
+                : req->method == HTTP_GET || req->method == HTTP_POST;
+    if (!ok) {
+        mg_answer_error(s->metrics, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED",
+                        id ? "use GET or DELETE" : "use GET or POST", 0);
+        return;
+    }
+    if (task_caller(s, req, &who) != 0) return;
+    if (id) mg_tasks_handle(s->tasks, req, id, &who);
+    else if (req->method == HTTP_GET) mg_tasks_list(s->tasks, req, &who);
+    else mg_tasks_submit(s->tasks, req, who.key_id); /* its run checks the key like any */
 }
 
 void mg_api_handle(void *api, mg_http_req_t *req)
@@ -192,21 +224,11 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     size_t path_len = strlen(req->path);
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
     if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {
-        if (req->method != HTTP_GET && req->method != HTTP_DELETE)
-            mg_answer_error(s->metrics, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use GET or DELETE", 0);
-        /* with auth on, other people's tasks are the platform operator's business only */
-        else if (!mg_gens_current(s->gens)->cfg->auth_enabled)
-            mg_tasks_handle(s->tasks, req, req->path + 10);
-        else
-            tasks_as_admin(s, req);
+        handle_tasks(s, req, req->path + 10);
         return;
     }
     if (strcmp(req->path, "/v1/tasks") == 0) {
-        /* the task's own request checks the caller's key like any inference request */
-        if (req->method != HTTP_POST)
-            mg_answer_error(s->metrics, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED", "use POST", 0);
-        else
-            mg_tasks_submit(s->tasks, req);
+        handle_tasks(s, req, NULL);
         return;
     }
     if (strncmp(req->path, "/v1/models/", 11) == 0 && req->path[11]) {

@@ -19,6 +19,7 @@
 #include "route/pool.h"
 #include "sched/sched.h"
 #include "store/store.h"
+#include "tenancy/auth.h"
 #include "upstream/upstream.h"
 
 /* The process as /status and /ready tell it (the composition root keeps it current). */
@@ -41,6 +42,7 @@ typedef struct mg_api_s {
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
     mg_admin_t *admin;
+    mg_auth_t *auth;            /* who owns a task */
     const mg_listener_t *listener; /* server.listen: its connections */
     const mg_proc_status_t *proc;
 } mg_api_t;

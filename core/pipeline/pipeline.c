@@ -45,10 +45,12 @@ void mg_pipeline_handle(void *pipeline, mg_http_req_t *req, mg_endpoint_t ep)
 /* /v1/tasks/{id}                                                            */
 /* ------------------------------------------------------------------------ */
 
-static call_t *find_call(mg_pipeline_t *pl, const char *task_id)
+/* The call in flight with that id, when the caller may see it (its key's own). */
+static call_t *find_call(mg_pipeline_t *pl, const char *task_id, const mg_task_caller_t *who)
 {
     for (call_t *c = pl->calls; c; c = c->next)
-        if (c->req && strcmp(c->req->request_id, task_id) == 0) return c;
+        if (c->req && strcmp(c->req->request_id, task_id) == 0)
+            return who->all || c->auth.key_id == who->key_id ? c : NULL;
     return NULL;
 }
 
@@ -63,9 +65,10 @@ static void cancel_call(call_t *c)
     else call_fail(c, 409, "REQUEST_CANCELLED", "the task was cancelled", 0);
 }
 
-int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id)
+int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
+                     const mg_task_caller_t *who)
 {
-    call_t *c = find_call(pipeline, task_id);
+    call_t *c = find_call(pipeline, task_id, who);
     if (!c) return -1;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task_id", task_id);

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "luavm/gens.h"
+#include "pipeline/tasks.h"
 #include "net/endpoint.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -52,6 +53,7 @@ void mg_pipeline_handle(void *pipeline, mg_http_req_t *req, mg_endpoint_t ep);
 /* GET /v1/tasks/{id} for a request in flight: its state and timing; DELETE: cancel it (its
  * client gets 409 REQUEST_CANCELLED, or an error event when streaming). Returns 0 when
  * answered, -1 (nothing answered) when no such request is in flight. */
-int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id);
+int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
+                     const mg_task_caller_t *who);
 
 #endif

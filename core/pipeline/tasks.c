@@ -26,6 +26,7 @@ typedef struct task_rec_s {
     int http_status;
     char *result;     /* owned: the answer's JSON, NULL while running */
     int64_t created_ms, finished_ms;
+    int64_t key_id;   /* the submitter's key; 0 = none (open mode) */
 } task_rec_t;
 
 struct mg_tasks_s {
@@ -87,15 +88,17 @@ static void persist(mg_tasks_t *t, const task_rec_t *r)
     snprintf(status, sizeof(status), "%d", r->http_status);
     snprintf(created, sizeof(created), "%lld", (long long)r->created_ms);
     snprintf(finished, sizeof(finished), "%lld", (long long)r->finished_ms);
-    const char *p[8] = {r->id,   r->model,  r->state, r->reason, r->finished_ms ? status : NULL,
-                        r->result, created, r->finished_ms ? finished : NULL};
+    char key[24];
+    snprintf(key, sizeof(key), "%lld", (long long)r->key_id);
+    const char *p[9] = {r->id,   r->model,  r->state, r->reason, r->finished_ms ? status : NULL,
+                        r->result, created, r->finished_ms ? finished : NULL, r->key_id ? key : NULL};
     mg_store_write(t->store,
                    "INSERT INTO tasks(id, model, state, reason, http_status, result, created_ms,"
-                   " finished_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                   " finished_ms, key_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
                    " ON CONFLICT(id) DO UPDATE SET state = excluded.state,"
                    " reason = excluded.reason, http_status = excluded.http_status,"
                    " result = excluded.result, finished_ms = excluded.finished_ms",
-                   8, p);
+                   9, p);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -121,6 +124,7 @@ static void load_row(void *ud, int ncols, const char *const *cols)
     r->result = cols[5] ? strdup(cols[5]) : NULL;
     r->created_ms = cols[6] ? atoll(cols[6]) : 0;
     r->finished_ms = cols[7] ? atoll(cols[7]) : 0;
+    r->key_id = ncols > 8 && cols[8] ? atoll(cols[8]) : 0;
     /* rows come newest first: append to keep that order */
     if (lc->tail) lc->tail->next = r;
     else lc->t->head = r;
@@ -147,7 +151,7 @@ mg_tasks_t *mg_tasks_open(const mg_tasks_deps_t *d, int retention_s)
     load_ctx_t lc = {t, NULL};
     if (mg_store_query(t->store,
                        "SELECT id, model, state, reason, http_status, result, created_ms,"
-                       " finished_ms FROM tasks WHERE created_ms >= ?1 ORDER BY created_ms DESC"
+                       " finished_ms, key_id FROM tasks WHERE created_ms >= ?1 ORDER BY created_ms DESC"
                        " LIMIT 10000",
                        1, p, load_row, &lc, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot read async tasks: %s", err);
@@ -203,7 +207,7 @@ static void on_task_done(void *ud, const mg_http_req_t *req, int status, const c
     persist(t, r);
 }
 
-static void respond_task(mg_tasks_t *t, mg_http_req_t *req, const task_rec_t *r, int status)
+static cJSON *task_json(const task_rec_t *r)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task_id", r->id);
@@ -216,10 +220,36 @@ static void respond_task(mg_tasks_t *t, mg_http_req_t *req, const task_rec_t *r,
     if (r->http_status) cJSON_AddNumberToObject(o, "http_status", r->http_status);
     cJSON *result = r->result ? cJSON_Parse(r->result) : NULL;
     if (result) cJSON_AddItemToObject(o, "result", result);
-    mg_answer_tree(t->metrics, req, MG_EP_OTHER, status, o);
+    return o;
 }
 
-void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req)
+static void respond_task(mg_tasks_t *t, mg_http_req_t *req, const task_rec_t *r, int status)
+{
+    mg_answer_tree(t->metrics, req, MG_EP_OTHER, status, task_json(r));
+}
+
+static int may_see(const mg_task_caller_t *who, const task_rec_t *r)
+{
+    return who->all || r->key_id == who->key_id;
+}
+
+void mg_tasks_list(mg_tasks_t *t, mg_http_req_t *req, const mg_task_caller_t *who)
+{
+    int limit = 100;
+    const char *q = req->query ? strstr(req->query, "limit=") : NULL;
+    if (q && atoi(q + 6) > 0 && atoi(q + 6) < limit) limit = atoi(q + 6);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    for (const task_rec_t *r = t->head; r && limit > 0; r = r->next) {
+        if (!may_see(who, r)) continue;
+        cJSON_AddItemToArray(data, task_json(r));
+        limit--;
+    }
+    mg_answer_tree(t->metrics, req, MG_EP_OTHER, 200, root);
+}
+
+void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req, int64_t key_id)
 {
     cJSON *body = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : NULL;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
@@ -250,6 +280,7 @@ void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req)
     snprintf(r->id, sizeof(r->id), "%s", dreq->request_id);
     snprintf(r->state, sizeof(r->state), "QUEUED");
     r->created_ms = wall_ms();
+    r->key_id = key_id;
     r->next = t->head;
     t->head = r;
     t->count++;
@@ -259,11 +290,12 @@ void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req)
     respond_task(t, req, r, 202);
 }
 
-void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id)
+void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id,
+                     const mg_task_caller_t *who)
 {
-    if (t->in_flight(t->pipeline, req, id) == 0) return; /* in flight: answered there */
+    if (t->in_flight(t->pipeline, req, id, who) == 0) return; /* in flight: answered there */
     task_rec_t *r = rec_find(t, id);
-    if (!r) {
+    if (!r || !may_see(who, r)) {
         mg_answer_error(t->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such task", 0);
         return;
     }

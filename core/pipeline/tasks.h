@@ -19,9 +19,17 @@
 
 typedef struct mg_tasks_s mg_tasks_t;
 
-/* A request in flight answered by its id (GET: state and timing; DELETE: cancel): 0 when
- * answered, -1 (nothing answered) when none has that id. */
-typedef int (*mg_task_view_fn)(void *pipeline, mg_http_req_t *req, const char *id);
+/* Whose tasks a caller may see and cancel: every one (the operator; anyone in open mode), or
+ * only those submitted with its key. */
+typedef struct mg_task_caller_s {
+    int all;
+    int64_t key_id; /* when not all */
+} mg_task_caller_t;
+
+/* A request in flight answered by its id (GET: state and timing; DELETE: cancel) when the
+ * caller may see it: 0 when answered, -1 (nothing answered) otherwise. */
+typedef int (*mg_task_view_fn)(void *pipeline, mg_http_req_t *req, const char *id,
+                               const mg_task_caller_t *who);
 
 typedef struct mg_tasks_deps_s {
     mg_store_t *store;         /* NULL: records in memory only */
@@ -37,9 +45,12 @@ typedef struct mg_tasks_deps_s {
 mg_tasks_t *mg_tasks_open(const mg_tasks_deps_t *d, int retention_s);
 void mg_tasks_free(mg_tasks_t *t);
 
-/* POST /v1/tasks. */
-void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req);
-/* GET or DELETE /v1/tasks/{id}. */
-void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id);
+/* POST /v1/tasks; key_id: the submitter's key (0: open mode). */
+void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req, int64_t key_id);
+/* GET or DELETE /v1/tasks/{id}: 404 for a task the caller may not see. */
+void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id,
+                     const mg_task_caller_t *who);
+/* GET /v1/tasks: the caller's tasks, newest first (?limit=N, default and at most 100). */
+void mg_tasks_list(mg_tasks_t *t, mg_http_req_t *req, const mg_task_caller_t *who);
 
 #endif

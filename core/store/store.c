@@ -206,6 +206,8 @@ static const char *const migrations[] = {
     "CREATE INDEX idx_idempotency_grp ON idempotency(grp, expires_ms);",
     /* 11: a key belongs to an application: its caps, models and data policy apply */
     "ALTER TABLE api_keys ADD COLUMN application TEXT;",
+    /* 12: a task is its submitter's: a key holder sees and cancels its own */
+    "ALTER TABLE tasks ADD COLUMN key_id INTEGER;",
 };
 
 static void *writer_main(void *arg);

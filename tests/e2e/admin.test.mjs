@@ -622,6 +622,36 @@ describe('a key belongs to its application: the body cannot choose another', () 
     });
 });
 
+describe('async tasks belong to the key that submitted them', () => {
+    test('a key sees, lists and cancels its own tasks; another key gets 404; the operator sees all', async () => {
+        const a = await createKey({ tenant_id: tenantA, name: 'tasks-a' });
+        const b = await createKey({ tenant_id: tenantA, name: 'tasks-b' });
+        const as = (key) => ({ authorization: `Bearer ${key}` });
+        const get = async (p, headers) => {
+            const r = await fetch(`${env.api}/${p}`, { headers, signal: AbortSignal.timeout(5000) });
+            return { status: r.status, json: await r.json().catch(() => null) };
+        };
+        await env.mock.script({ model: 'up-chat', times: 1, action: { delay_first_byte_ms: 600 } });
+        const sub = await postJson(`${env.api}/tasks`, { model: 'chat', messages }, { headers: as(a.key) });
+        assert.equal(sub.status, 202, sub.text);
+        const id = sub.json.task_id;
+        assert.equal((await get(`tasks/${id}`, as(a.key))).status, 200, 'its own, in flight');
+        assert.equal((await get(`tasks/${id}`, as(b.key))).status, 404, "another key's is not there");
+        const del = await fetch(`${env.api}/tasks/${id}`, { method: 'DELETE', headers: as(b.key) });
+        assert.equal(del.status, 404, 'nor can it be cancelled by another key');
+        assert.equal((await get(`tasks/${id}`, {})).status, 401);
+        assert.ok((await get('tasks', as(a.key))).json.data.some((t) => t.task_id === id));
+        assert.ok(!(await get('tasks', as(b.key))).json.data.some((t) => t.task_id === id));
+        assert.equal((await get(`tasks/${id}`, { authorization: `Bearer ${ADMIN_TOKEN}` })).status, 200);
+        await waitFor(async () => (await get(`tasks/${id}`, as(a.key))).json?.status === 'SUCCEEDED',
+            { timeoutMs: 5000, what: 'the task to finish' });
+        assert.equal((await get(`tasks/${id}`, as(b.key))).status, 404, 'finished: still not another key\'s');
+        const mine = await postJson(`${env.api}/tasks`, { model: 'chat', messages }, { headers: as(b.key) });
+        const cancel = await fetch(`${env.api}/tasks/${mine.json.task_id}`, { method: 'DELETE', headers: as(b.key) });
+        assert.ok([200, 409].includes(cancel.status), `its own task can be cancelled: ${cancel.status}`);
+    });
+});
+
 describe('no customer key in clear after its creation', () => {
     test('gateway log, SQLite files and every other admin response are clean', async () => {
         assert.ok(secrets.size >= 5, `${secrets.size} keys created`);

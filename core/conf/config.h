@@ -64,6 +64,9 @@ typedef struct mg_model_conf_s {
     size_t n_routes;
     int line;
     bool stored;             /* added through the admin API (models.h), not the file */
+    int tokenizer;           /* 1 + the encoding its prompts are counted with (token/encoding.h:
+                                models.<name>.tokenizer, default by the first route's upstream
+                                model family); 0: none known, estimated from the bytes */
 } mg_model_conf_t;
 
 typedef struct mg_timeouts_conf_s {
@@ -137,6 +140,8 @@ typedef struct mg_config_s {
     size_t max_body_bytes;   /* request body limit, default 16 MiB */
     size_t max_header_bytes; /* request line + headers limit, default 16 KiB */
     char *storage_path;      /* owned; SQLite file, default data/moongate.db */
+    char *tokenizer_data_dir; /* owned, may be NULL: tokenizer.data_dir, where the rank files
+                                 are (NULL: token/encoding.h's lookup) */
     bool auth_enabled;       /* default false */
     char *policies_dir;      /* owned; default "policies" (relative to the working directory) */
     char *adapters_dir;      /* owned; default "adapters" */

@@ -64,6 +64,30 @@ const char *mg_encoding_sha256(int id)
     return id >= 0 && id < MG_ENC_COUNT ? defs[id].sha256 : NULL;
 }
 
+/* 1 when s starts with family and the name goes on with nothing, '-', '.' or ':' ("o1" is
+ * the family of "o1-mini" but not of "o10"). */
+static int of_family(const char *s, const char *family)
+{
+    size_t n = strlen(family);
+    return strncmp(s, family, n) == 0 && (s[n] == '\0' || s[n] == '-' || s[n] == '.' || s[n] == ':');
+}
+
+int mg_encoding_for_model(const char *model)
+{
+    static const char *const o200k[] = {"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5",
+                                        "o1", "o3", "o4", NULL};
+    static const char *const cl100k[] = {"gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3",
+                                         "text-embedding-ada-002", NULL};
+    if (!model) return -1;
+    const char *slash = strrchr(model, '/'); /* "openai/gpt-4o" as some providers name it */
+    if (slash) model = slash + 1;
+    for (size_t i = 0; o200k[i]; i++)
+        if (of_family(model, o200k[i])) return MG_ENC_O200K;
+    for (size_t i = 0; cl100k[i]; i++)
+        if (of_family(model, cl100k[i])) return MG_ENC_CL100K;
+    return -1;
+}
+
 /* out = <executable's directory>/../share/moongate/tokenizer; -1 when unknown or too long. */
 static int installed_dir(char *out, size_t cap)
 {

@@ -46,6 +46,12 @@ int mg_encoding_lookup(const char *name);
 /* The name of encoding id (static), or NULL for none. */
 const char *mg_encoding_name(int id);
 
+/* The encoding of an upstream model by its family name: o200k_base for gpt-4o, chatgpt-4o,
+ * o1, o3, o4, gpt-4.1, gpt-4.5, gpt-5 and their dated or suffixed names; cl100k_base for
+ * gpt-4 (other than those), gpt-3.5, gpt-35 and text-embedding-3 / -ada-002; -1 for every
+ * other family (whose tokenizer is not known here). */
+int mg_encoding_for_model(const char *model);
+
 /* The file name of encoding id's ranks ("o200k_base.tiktoken") and the SHA-256 (hex) it
  * must have; NULL for none. */
 const char *mg_encoding_file(int id);

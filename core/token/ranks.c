@@ -163,7 +163,10 @@ int mg_ranks_parse(const char *text, size_t len, mg_ranks_t **out, char *err, si
     snprintf(err, errlen, "out of memory");
     long n = split_lines(text, len, &v, &max_rank, err, errlen);
     if (n <= 0) {
-        if (n == 0) snprintf(err, errlen, "no ranks");
+        if (n == 0) {
+            snprintf(err, errlen, "no ranks");
+            free(v);
+        }
         return -1;
     }
     mg_ranks_t *t = calloc(1, sizeof(*t));

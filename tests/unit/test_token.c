@@ -280,7 +280,7 @@ static void test_load_checks(void)
     rmdir(tmp);
     /* the configured directory wins; the digests are scripts/tokenizer.sha256's */
     CHECK(mg_encoding_data_dir("/x/y", dir, sizeof(dir)) == 0 && strcmp(dir, "/x/y") == 0);
-    f = fopen("scripts/tokenizer.sha256", "r");
+    f = fopen(MG_SOURCE_DIR "/scripts/tokenizer.sha256", "r");
     char line[256];
     int seen = 0;
     while (f && fgets(line, sizeof(line), f)) {

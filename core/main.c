@@ -6,6 +6,8 @@
  *   moongate rotate-encryption-key [-c FILE]
  *                                 re-encrypt the stored provider keys from
  *                                 $MOONGATE_ENCRYPTION_KEY to $MOONGATE_NEW_ENCRYPTION_KEY
+ *   moongate tokenize [--encoding NAME] [--ids] [--special] [--data-dir DIR]
+ *                                 count (or list) the tokens of stdin
  *   moongate --help | --version */
 #include <curl/curl.h>
 #include <signal.h>
@@ -20,6 +22,8 @@
 #include "base/secret.h"
 #include "server.h"
 #include "store/store.h"
+#include "token/encoding.h"
+#include "token/tokenize.h"
 
 #define DEFAULT_CONFIG "config/moongate.yaml"
 
@@ -46,6 +50,12 @@ static void usage(FILE *f)
             "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
             "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
             "                          the config; then restart the gateway with the new key\n"
+            "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
+            "                          read stdin, print its token count (default o200k_base),\n"
+            "                          or with --ids the token ids as one JSON array; --special\n"
+            "                          recognises <|endoftext|> and the encoding's other special\n"
+            "                          tokens (plain text otherwise); --data-dir names where the\n"
+            "                          rank files are (default: as tokenizer.data_dir)\n"
             "\n"
             "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
             "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit.\n",
@@ -111,11 +121,88 @@ out:
     return rc;
 }
 
+/* Read all of stdin into a malloc'd buffer (*len bytes); NULL when memory ran out. */
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, stdin);
+        n += got;
+        if (got == 0) break;
+        if (n == cap) {
+            char *more = realloc(buf, cap *= 2);
+            if (!more) free(buf);
+            buf = more;
+        }
+    }
+    *len = n;
+    return buf;
+}
+
+static int tokenize(int argc, char **argv)
+{
+    const char *name = "o200k_base", *dir_opt = NULL;
+    int ids = 0;
+    unsigned flags = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--encoding") == 0 && i + 1 < argc) {
+            name = argv[++i];
+        } else if (strncmp(argv[i], "--encoding=", 11) == 0) {
+            name = argv[i] + 11;
+        } else if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc) {
+            dir_opt = argv[++i];
+        } else if (strcmp(argv[i], "--ids") == 0) {
+            ids = 1;
+        } else if (strcmp(argv[i], "--special") == 0) {
+            flags |= MG_TOKENIZE_SPECIAL;
+        } else {
+            fprintf(stderr, "moongate tokenize: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    int id = mg_encoding_lookup(name);
+    if (id < 0) {
+        fprintf(stderr, "moongate tokenize: unknown encoding '%s' (o200k_base, cl100k_base)\n", name);
+        return 2;
+    }
+    char dir[4096], err[1024];
+    mg_encoding_t *e = NULL;
+    if (mg_encoding_data_dir(dir_opt, dir, sizeof(dir)) != 0 ||
+        mg_encoding_load(id, dir, &e, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate tokenize: %s\n", err);
+        return 1;
+    }
+    size_t len = 0;
+    char *text = read_stdin(&len);
+    int rc = 1;
+    if (!text) {
+        fprintf(stderr, "moongate tokenize: out of memory\n");
+    } else if (!ids) {
+        long n = mg_tokenize_count(e, text, len, flags);
+        if (n >= 0) printf("%ld\n", n), rc = 0;
+    } else {
+        mg_token_ids_t out = {0};
+        if (mg_tokenize_encode(e, text, len, flags, &out) == 0) {
+            putchar('[');
+            for (size_t i = 0; i < out.n; i++) printf(i ? ",%u" : "%u", out.ids[i]);
+            printf("]\n");
+            rc = 0;
+        }
+        mg_token_ids_free(&out);
+    }
+    if (rc && text) fprintf(stderr, "moongate tokenize: out of memory\n");
+    free(text);
+    mg_encoding_free(e);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *config = getenv("MOONGATE_CONFIG");
     int check = 0, rotate = 0;
     if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
+    if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i == 1 && strcmp(a, "rotate-encryption-key") == 0) {

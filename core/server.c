@@ -8,6 +8,8 @@
  * requests drain up to timeouts.drain_ms, then everything closes. */
 #include "server.h"
 
+#include "token/registry.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,6 +374,26 @@ static void health_sink(void *ud, const mg_provider_state_t *ps)
     mg_persist_health(s->store, ps);
 }
 
+/* The encodings the models count with, loaded before the loop runs (token/registry.h). A
+ * missing or wrong rank file is logged and leaves those models on the byte estimate; an
+ * encoding first named by a reload is not loaded (that would block the loop). */
+static void load_tokenizers(const mg_config_t *cfg)
+{
+    int want[MG_ENC_COUNT] = {0}, any = 0;
+    char dir[4096], err[1024];
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        if (cfg->models[i].tokenizer > 0) want[cfg->models[i].tokenizer - 1] = any = 1;
+    }
+    if (!any) return;
+    if (mg_encoding_data_dir(cfg->tokenizer_data_dir, dir, sizeof(dir)) != 0 ||
+        mg_token_registry_load(dir, want, err, sizeof(err)) != 0) {
+        mg_logline_t l;
+        mg_log_begin(&l, MG_LOG_WARN, "tokenizer_unavailable");
+        mg_log_str(&l, "reason", err);
+        mg_log_end(&l);
+    }
+}
+
 /* The first generation, the store, the provider state it remembers. */
 static int start_state(mg_server_t *s, const char *config_path)
 {
@@ -384,6 +406,7 @@ static int start_state(mg_server_t *s, const char *config_path)
     s->gens.next_id++;
     mg_gens_swap(&s->gens, g);
     apply_log_level(g->cfg);
+    load_tokenizers(g->cfg);
     mg_store_opts_t so = {.queue_max = g->cfg->storage_queue_max,
                           .synchronous_full = g->cfg->storage_synchronous_full};
     if (mg_store_open_with(g->cfg->storage_path, &so, &s->store, err, sizeof(err)) != 0 ||
@@ -552,6 +575,7 @@ int mg_server_run(mg_server_t *s)
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
     mg_admin_free(s->admin);
+    mg_token_registry_free();
     free(s->config_path);
     return s->exit_code;
 }

@@ -19,6 +19,8 @@
 #include "conf/config.h"
 #include "store/store.h"
 
+#include "token/encoding.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -645,6 +647,31 @@ static int load_storage(loader_t *l, yaml_node_t *v, int line)
     return 0;
 }
 
+static int load_tokenizer(loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"data_dir", NULL};
+    int r = want_map(l, v, line, "tokenizer", keys);
+    return r <= 0 ? r : opt_string(l, v, "tokenizer", "data_dir", &l->cfg->tokenizer_data_dir);
+}
+
+/* models.<name>.tokenizer: an encoding's name or "estimate"; absent, by the upstream family. */
+static int load_model_tokenizer(loader_t *l, yaml_node_t *v, const char *path, mg_model_conf_t *m)
+{
+    char *name = NULL;
+    if (opt_string(l, v, path, "tokenizer", &name) < 0) return -1;
+    int id = name ? mg_encoding_lookup(name) : mg_encoding_for_model(m->routes[0].model);
+    if (name && id < 0 && strcmp(name, "estimate") != 0) {
+        char buf[72];
+        fail(l, line_of(v), "%s.tokenizer: '%s' is none of o200k_base, cl100k_base, estimate",
+             path, shown(name, buf, sizeof buf));
+        free(name);
+        return -1;
+    }
+    free(name);
+    m->tokenizer = id + 1;
+    return 0;
+}
+
 static int load_auth(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"enabled", "default_application", NULL};
@@ -1069,7 +1096,7 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
     static const char *const keys[] = {"routes", "max_concurrency", "weight_bytes",
-                                       "kv_cache_per_token_bytes", NULL};
+                                       "kv_cache_per_token_bytes", "tokenizer", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -1106,7 +1133,7 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
         if (load_route(l, node_at(l, items[i]), rpath, &m->routes[i], by_id, n_providers) < 0)
             return -1;
     }
-    return 0;
+    return load_model_tokenizer(l, v, path, m);
 }
 
 static int load_models(loader_t *l, yaml_node_t *v, int line)
@@ -1259,7 +1286,7 @@ static const struct {
     const char *key;
     section_fn load;
 } sections[] = {
-    {"server", load_server},     {"storage", load_storage},
+    {"server", load_server},     {"storage", load_storage},   {"tokenizer", load_tokenizer},
     {"auth", load_auth},         {"lua", load_lua},
     {"log", load_log},           {"upstream", load_upstream},
     {"timeouts", load_timeouts}, {"routing", load_routing},
@@ -1575,6 +1602,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->listen);
     free(cfg->metrics_listen);
     free(cfg->storage_path);
+    free(cfg->tokenizer_data_dir);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

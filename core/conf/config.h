@@ -74,6 +74,9 @@ typedef struct mg_model_conf_s {
     size_t n_routes;
     int line;
     bool stored;             /* added through the admin API (models.h), not the file */
+    int tokenizer;           /* 1 + the encoding its prompts are counted with (token/encoding.h:
+                                models.<name>.tokenizer, default by the first route's upstream
+                                model family); 0: none known, estimated from the bytes */
 } mg_model_conf_t;
 
 /* server.cors: which web origins may call the client API (/v1/) from a browser. Off (no
@@ -175,6 +178,8 @@ typedef struct mg_config_s {
                                 (storage.queue_max), default 4096 */
     bool storage_synchronous_full; /* storage.synchronous: full (fsync every commit: survives
                                       power loss) or normal (the default: survives a crash) */
+    char *tokenizer_data_dir; /* owned, may be NULL: tokenizer.data_dir, where the rank files
+                                 are (NULL: token/encoding.h's lookup) */
     bool auth_enabled;       /* default false */
     char *default_application; /* owned, may be NULL: auth.default_application, the
                                 application of requests that have none of their own (a key

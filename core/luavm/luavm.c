@@ -16,6 +16,7 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
+#include "luavm/ltoken.h"
 #include "luavm/order.h"
 #include "luavm/plankeep.h"
 
@@ -456,6 +457,7 @@ static int open_moongate(lua_State *L)
                                    {"sha256_hex", l_sha256_hex},
                                    {"sort_by", l_sort_by},
                                    {"weighted_order", l_weighted_order},
+                                   {"tokens", mg_lua_tokens},
                                    {NULL, NULL}};
     luaL_newlib(L, fns);
     lua_pushstring(L, MG_VERSION);

@@ -15,6 +15,8 @@
 #include "base/log.h"
 #include "pipeline/idem.h"
 #include "sched/setup.h"
+#include "token/registry.h"
+#include "token/tokenize.h"
 
 /* users.default_requests_per_minute: the user (within its application, PRD 3.2.2) may send
  * that many requests per minute; 1 when refused (the call then ends with 429). */
@@ -86,9 +88,9 @@ mg_step_rc_t step_enqueue(call_t *c)
         c->entry.gate[MG_GATE_USER] = g;
     }
     c->entry.deadline_ms = uv_now(pl->loop) + (uint64_t)c->queue_ms;
-    /* input tokens guessed from the body's bytes with a safety factor (3 bytes a token is
-     * on the generous side for English and JSON) until the tokenizer arrives */
-    c->entry.input_tokens = (uint32_t)(c->req->body_len / 3);
+    /* input tokens counted when the model's encoding is loaded, else guessed from the body's
+     * bytes with a safety factor (3 bytes a token is on the generous side for English) */
+    c->entry.input_tokens = (uint32_t)prompt_estimate(c, 3);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
     /* memory admission degrades before it waits: shorter output, then the smaller model */
     c->entry.min_output_tokens = (uint32_t)cfg->scheduler.min_output_tokens;
@@ -120,6 +122,35 @@ mg_step_rc_t step_enqueue(call_t *c)
     task_to(c, MG_TASK_QUEUED, "admitted");
     mg_pump_run(pl->pump); /* may dispatch this call at once and run it to its end */
     return MG_STEP_AGAIN;  /* c->step: route, when the slot comes */
+}
+
+/* 1 when a decision takes the prompt's size: the key's token quotas, a route's TPM limit, or
+ * memory admission (a model or smaller route with a KV cache size). */
+static int prompt_decides(const call_t *c)
+{
+    const mg_config_t *cfg = c->gen->cfg;
+    if (cfg->auth_enabled || c->model->kv_cache_per_token_bytes ||
+        (c->smaller_route && c->smaller_route->kv_cache_per_token_bytes))
+        return 1;
+    for (size_t i = 0; i < c->model->n_routes; i++) {
+        const mg_provider_conf_t *p = mg_config_route_provider(cfg, &c->model->routes[i]);
+        if (p && p->tpm_limit > 0) return 1;
+    }
+    return 0;
+}
+
+/* The prompt's tokens for admission: the request body counted with the model's encoding
+ * (one pass over its bytes, allocating nothing; the JSON around the messages is counted too,
+ * a few tokens a message over what the model sees, the safe side for a reservation), once
+ * per call. Counted only when a decision takes it and the encoding is loaded; otherwise
+ * body bytes / bytes_per_token, which costs nothing. */
+int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
+{
+    if (c->prompt_count >= 0) return c->prompt_count;
+    const mg_encoding_t *e = mg_token_registry_get(c->model->tokenizer - 1);
+    long n = e && prompt_decides(c) ? mg_tokenize_count(e, c->req->body, c->req->body_len, 0) : -1;
+    if (n < 0) return (int64_t)(c->req->body_len / bytes_per_token);
+    return c->prompt_count = n;
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */
@@ -393,8 +424,9 @@ mg_step_rc_t step_admit(call_t *c)
     if (app_refused(c) || user_rate_refused(c)) return MG_STEP_NEXT; /* to finish */
     if (in->allow_smaller_model < 0) in->allow_smaller_model = cfg->routing.allow_smaller_model;
     if (in->allow_smaller_model) c->smaller_route = memory_smaller_route(cfg, c->model, in);
-    /* TPM reservation: the prompt guessed from its bytes plus the answer's ceiling */
-    c->est_tokens = (int64_t)(c->req->body_len / 4) + (c->max_tokens > 0 ? c->max_tokens : 256);
+    /* TPM reservation: the prompt (counted, or guessed from its bytes) plus the answer's
+     * ceiling */
+    c->est_tokens = prompt_estimate(c, 4) + (c->max_tokens > 0 ? c->max_tokens : 256);
     set_lua_info(c);
     if (alloc_routing(c) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     if (cfg->auth_enabled && mg_auth_admit(c->pl->auth, &c->auth, c->model->name, in->priority,

@@ -10,6 +10,8 @@
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
+#include "token/registry.h"
+#include "token/tokenize.h"
 
 /* ------------------------------------------------------------------------ */
 /* The runner                                                                */
@@ -64,10 +66,19 @@ int req_table(call_t *c)
     return mg_gen_req_table(c->gen, &c->lua_info, &c->req_ref);
 }
 
+/* The usage of a call whose upstream reported none: the prompt counted with the model's
+ * encoding when it is loaded (already counted at admission, or now: this path runs only
+ * without upstream usage), else its bytes / 4; the output one token per content chunk, as
+ * OpenAI-compatible servers stream them. */
 void estimate_tokens(call_t *c)
 {
     if (c->have_usage) return;
-    c->prompt_tokens = c->req ? (long long)(c->req->body_len / 4) : 0;
+    const mg_encoding_t *e = c->model ? mg_token_registry_get(c->model->tokenizer - 1) : NULL;
+    if (c->prompt_count < 0 && e && c->req)
+        c->prompt_count = mg_tokenize_count(e, c->req->body, c->req->body_len, 0);
+    c->prompt_tokens = c->prompt_count >= 0 ? c->prompt_count
+                       : c->req             ? (long long)(c->req->body_len / 4)
+                                            : 0;
     c->completion_tokens = c->chunks;
 }
 
@@ -159,6 +170,7 @@ call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep)
     c->step = STEP_PARSE;
     c->req_ref = c->state_ref = -1;
     c->max_tokens = c->mapped_max_tokens = c->asked_max_tokens = -1;
+    c->prompt_count = -1;
     c->gen = mg_gens_acquire(pl->gens);
     c->next = pl->calls;
     if (c->next) c->next->prev = c;

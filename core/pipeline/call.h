@@ -192,6 +192,8 @@ typedef struct call_s {
     int own_total;               /* the same for the inference / total deadline */
     uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
     int64_t est_tokens;          /* reserved against TPM limits */
+    int64_t prompt_count;        /* the body's tokens by the model's encoding, -1: not counted
+                                    (prompt_estimate in admit.c) */
     mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
     mg_limiter_resv_t resv;      /* the current attempt's reservation */
     const char *degraded;        /* static: how the current attempt is degraded, or NULL */
@@ -321,6 +323,9 @@ void set_item(cJSON *obj, const char *key, cJSON *value);
 mg_step_rc_t step_identify(call_t *c);
 mg_step_rc_t step_idempotency(call_t *c);
 mg_step_rc_t step_admit(call_t *c);
+/* The prompt's tokens: counted with the model's encoding when a decision takes them (once per
+ * call, kept in prompt_count), else the body's bytes / bytes_per_token. */
+int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
 mg_step_rc_t step_enqueue(call_t *c);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */

@@ -2,6 +2,7 @@
  * validation error, each with its exact "FILE:LINE: reason" message. */
 #include "conf/config.h"
 #include "mgtest.h"
+#include "token/encoding.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -880,9 +881,38 @@ static void test_memory_degrade_knobs(void)
     CHECK(strstr(parse_err("routing: { allow_smaller_model: 3 }\n"), "allow_smaller_model") != NULL);
 }
 
+/* models.<name>.tokenizer: named, "estimate", or by the first route's upstream family. */
+static void test_model_tokenizer(void)
+{
+    const char *yaml = "providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
+                       "models:\n"
+                       "  a: {routes: [{provider: p, model: gpt-4o-mini}]}\n"
+                       "  b: {routes: [{provider: p, model: gpt-4-turbo}]}\n"
+                       "  c: {routes: [{provider: p, model: qwen3-8b}]}\n"
+                       "  d: {tokenizer: cl100k_base, routes: [{provider: p, model: qwen3-8b}]}\n"
+                       "  e: {tokenizer: estimate, routes: [{provider: p, model: gpt-5}]}\n"
+                       "  f: {routes: [{provider: p, model: openai/o3-mini}]}\n"
+                       "tokenizer: {data_dir: /srv/tok}\n";
+    mg_config_t *cfg = parse_ok(yaml);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    CHECK_EQ_INT(mg_config_model(cfg, "a")->tokenizer, 1 + MG_ENC_O200K);
+    CHECK_EQ_INT(mg_config_model(cfg, "b")->tokenizer, 1 + MG_ENC_CL100K);
+    CHECK_EQ_INT(mg_config_model(cfg, "c")->tokenizer, 0);
+    CHECK_EQ_INT(mg_config_model(cfg, "d")->tokenizer, 1 + MG_ENC_CL100K);
+    CHECK_EQ_INT(mg_config_model(cfg, "e")->tokenizer, 0);
+    CHECK_EQ_INT(mg_config_model(cfg, "f")->tokenizer, 1 + MG_ENC_O200K);
+    CHECK_STR(cfg->tokenizer_data_dir, "/srv/tok");
+    mg_config_free(cfg);
+    const char *bad = "providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
+                      "models:\n  a: {tokenizer: p50k_base, routes: [{provider: p, model: x}]}\n";
+    CHECK(strstr(parse_err(bad), "none of o200k_base, cl100k_base, estimate") != NULL);
+}
+
 int main(void)
 {
     MG_RUN(test_storage_and_idempotency_caps);
+    MG_RUN(test_model_tokenizer);
     MG_RUN(test_full_config);
     MG_RUN(test_defaults);
     MG_RUN(test_env_expansion);

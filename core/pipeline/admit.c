@@ -139,18 +139,34 @@ static int prompt_decides(const call_t *c)
     return 0;
 }
 
-/* The prompt's tokens for admission: the request body counted with the model's encoding
- * (one pass over its bytes, allocating nothing; the JSON around the messages is counted too,
- * a few tokens a message over what the model sees, the safe side for a reservation), once
- * per call. Counted only when a decision takes it and the encoding is loaded; otherwise
- * body bytes / bytes_per_token, which costs nothing. */
-int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
+/* The loop counts at most this much of a body (a few milliseconds at the tokenizer's rate);
+ * past it the count of the first part is scaled to the whole, so a 16 MiB prompt costs the
+ * loop what a 256 KiB one does. */
+#define PROMPT_COUNT_MAX_BYTES (256u * 1024u)
+
+/* The request body counted with the model's encoding (one pass over its bytes, allocating
+ * nothing; the JSON around the messages is counted too, a few tokens a message over what the
+ * model sees, the safe side for a reservation), once per call; -1 when the model has no
+ * loaded encoding. */
+int64_t prompt_count(call_t *c)
 {
     if (c->prompt_count >= 0) return c->prompt_count;
-    const mg_encoding_t *e = mg_token_registry_get(c->model->tokenizer - 1);
-    long n = e && prompt_decides(c) ? mg_tokenize_count(e, c->req->body, c->req->body_len, 0) : -1;
-    if (n < 0) return (int64_t)(c->req->body_len / bytes_per_token);
+    const mg_encoding_t *e = c->model ? mg_token_registry_get(c->model->tokenizer - 1) : NULL;
+    if (!e || !c->req) return -1;
+    size_t len = c->req->body_len;
+    size_t counted = len < PROMPT_COUNT_MAX_BYTES ? len : PROMPT_COUNT_MAX_BYTES;
+    long n = mg_tokenize_count(e, c->req->body, counted, 0);
+    if (n < 0) return -1;
+    if (counted < len) n = (long)((double)n * ((double)len / (double)counted)) + 1;
     return c->prompt_count = n;
+}
+
+/* The prompt's tokens for admission: counted when a decision takes them, otherwise body
+ * bytes / bytes_per_token, which costs nothing. */
+int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
+{
+    int64_t n = c->prompt_count >= 0 || prompt_decides(c) ? prompt_count(c) : -1;
+    return n >= 0 ? n : (int64_t)(c->req->body_len / bytes_per_token);
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "net/hold.h"
@@ -300,6 +301,28 @@ static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, in
     return 0;
 }
 
+/* The usage-only chunk a client that asked for one (stream_options.include_usage) gets when
+ * the upstream sent none: our counts (estimate_tokens), in the shape OpenAI streams it. */
+void emit_own_usage_chunk(call_t *c)
+{
+    if (!c->client_include_usage || c->usage_chunk_sent) return;
+    estimate_tokens(c);
+    cJSON *chunk = cJSON_CreateObject();
+    char id[96];
+    snprintf(id, sizeof(id), "%s-%s", c->ep == MG_EP_COMPLETIONS ? "cmpl" : "chatcmpl",
+             c->req->request_id);
+    cJSON_AddStringToObject(chunk, "id", id);
+    cJSON_AddStringToObject(chunk, "object",
+                            c->ep == MG_EP_COMPLETIONS ? "text_completion" : "chat.completion.chunk");
+    cJSON_AddNumberToObject(chunk, "created", (double)time(NULL));
+    cJSON_AddStringToObject(chunk, "model", c->upstream_model ? c->upstream_model : "");
+    cJSON_AddItemToObject(chunk, "choices", cJSON_CreateArray());
+    cJSON_AddItemToObject(chunk, "usage", usage_json(c));
+    out_json(c, chunk);
+    cJSON_Delete(chunk);
+    c->usage_chunk_sent = 1;
+}
+
 void emit_held_finish(call_t *c, int with_totals)
 {
     if (c->held_raw.len) {
@@ -334,6 +357,7 @@ static void handle_chunk(call_t *c, cJSON *chunk)
         /* the usage-only chunk: its numbers go on the finish chunk */
         emit_held_finish(c, 1);
         if (c->client_include_usage) out_json(c, chunk);
+        c->usage_chunk_sent = 1;
         cJSON_Delete(chunk);
         return;
     }
@@ -407,6 +431,7 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
     if (usage_only) {
         emit_held_finish(c, 1);
         if (c->client_include_usage) mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        c->usage_chunk_sent = 1;
         return 0;
     }
     int first = !c->first_chunk_done;

@@ -10,8 +10,6 @@
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
-#include "token/registry.h"
-#include "token/tokenize.h"
 
 /* ------------------------------------------------------------------------ */
 /* The runner                                                                */
@@ -73,12 +71,8 @@ int req_table(call_t *c)
 void estimate_tokens(call_t *c)
 {
     if (c->have_usage) return;
-    const mg_encoding_t *e = c->model ? mg_token_registry_get(c->model->tokenizer - 1) : NULL;
-    if (c->prompt_count < 0 && e && c->req)
-        c->prompt_count = mg_tokenize_count(e, c->req->body, c->req->body_len, 0);
-    c->prompt_tokens = c->prompt_count >= 0 ? c->prompt_count
-                       : c->req             ? (long long)(c->req->body_len / 4)
-                                            : 0;
+    int64_t n = prompt_count(c);
+    c->prompt_tokens = n >= 0 ? n : c->req ? (long long)(c->req->body_len / 4) : 0;
     c->completion_tokens = c->chunks;
 }
 
@@ -430,6 +424,7 @@ static void end_stream(call_t *c)
         c->pl->metrics->stream_errors_total++;
     } else {
         emit_held_finish(c, 1);
+        emit_own_usage_chunk(c);
     }
     out_event(c, "[DONE]", 6);
 }

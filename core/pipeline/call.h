@@ -147,6 +147,7 @@ typedef struct call_s {
     size_t n_body_members;
     int stream;
     int client_include_usage;
+    int usage_chunk_sent;        /* the usage-only chunk went to the client */
     long long max_tokens;        /* the client's output ceiling as asked, or -1 */
     long long n_choices;         /* the choices asked for (n) */
     long long finishes;          /* stream chunks that carried a finish_reason */
@@ -326,6 +327,8 @@ mg_step_rc_t step_admit(call_t *c);
 /* The prompt's tokens: counted with the model's encoding when a decision takes them (once per
  * call, kept in prompt_count), else the body's bytes / bytes_per_token. */
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
+/* The body counted with the model's encoding (once per call), or -1 without one. */
+int64_t prompt_count(call_t *c);
 mg_step_rc_t step_enqueue(call_t *c);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
@@ -369,6 +372,8 @@ void send_out(call_t *c, int head, int end);
 int stream_start(call_t *c);
 /* The held finish chunk (with usage and timing when with_totals) into c->out. */
 void emit_held_finish(call_t *c, int with_totals);
+/* Our usage-only chunk into c->out when the client asked for one and the upstream sent none. */
+void emit_own_usage_chunk(call_t *c);
 /* One SSE event into c->out. */
 void out_event(call_t *c, const char *json, size_t n);
 

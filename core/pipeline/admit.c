@@ -435,6 +435,10 @@ mg_step_rc_t step_admit(call_t *c)
     }
     if (by_prefix && use_prefixed_model(c, by_prefix, name) != 0)
         return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    /* the name outlives the request's body (a task's answer is built without its client) */
+    c->client_model = strcmp(name, c->model->name) == 0 ? c->model->name
+                                                        : (c->client_model_owned = strdup(name));
+    if (!c->client_model) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     set_deadlines(c);
     body_sanitize(c); /* who is asking: the application and user of the PRD's permission model */
     if (app_refused(c) || user_rate_refused(c)) return MG_STEP_NEXT; /* to finish */

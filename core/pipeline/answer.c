@@ -152,6 +152,91 @@ static void out_json(call_t *c, const cJSON *chunk)
     mg_buf_append(&c->out, "\n\n", 2);
 }
 
+int model_renamed(const call_t *c)
+{
+    return c->rename_model;
+}
+
+/* The value of the first "model" member in raw[0..n): its quotes' offsets, or 0 when there is
+ * none (a key is preceded by { or , and the value is a string). In a chunk the first one is
+ * the top level's: nested objects come after it, and a string cannot hold an unescaped
+ * quote. */
+static int find_model_value(const char *raw, size_t n, size_t *key, size_t *open, size_t *close)
+{
+    const char *end = raw + n, *k = raw;
+    for (;;) { /* memchr for the quotes: glibc's memmem costs more than a chunk's other work */
+        k = memchr(k, '"', (size_t)(end - k));
+        if (!k || end - k < 8) return 0;
+        if (memcmp(k + 1, "model\"", 6) == 0) break;
+        k++;
+    }
+    const char *p = k + 7;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    if (p >= end || *p++ != ':') return 0;
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    if (p >= end || *p != '"') return 0;
+    const char *q = p + 1;
+    while (q < end && *q != '"') q += *q == '\\' ? 2 : 1;
+    if (q >= end) return 0;
+    *key = (size_t)(k - raw);
+    *open = (size_t)(p - raw);
+    *close = (size_t)(q - raw);
+    return 1;
+}
+
+/* The model value where the stream's last chunk had it: a stream's chunks share their
+ * leading members, so the key is at the same offset (checked: the key, then a closing quote
+ * not escaped; a value ending in an escaped backslash takes find_model_value instead).
+ * Offsets count from the JSON's first byte. */
+static int model_value_as_before(const call_t *c, const char *json, size_t n, size_t *close)
+{
+    size_t key = c->model_key_at, open = c->model_value_at;
+    if (!open || open >= n || memcmp(json + key, "\"model\"", 7) != 0 || json[open] != '"')
+        return 0;
+    const char *q = memchr(json + open + 1, '"', n - open - 1);
+    if (!q || q[-1] == '\\') return 0;
+    *close = (size_t)(q - json);
+    return 1;
+}
+
+void append_with_client_model(call_t *c, mg_buf_t *out, const char *raw, size_t n, size_t lead)
+{
+    size_t key, close;
+    if (!model_renamed(c) || lead > n) {
+        mg_buf_append(out, raw, n);
+        return;
+    }
+    const char *json = raw + lead;
+    if (!model_value_as_before(c, json, n - lead, &close)) {
+        if (!find_model_value(json, n - lead, &key, &c->model_value_at, &close)) {
+            c->model_value_at = 0;
+            mg_buf_append(out, raw, n);
+            return;
+        }
+        c->model_key_at = key;
+    }
+    if (!c->client_model_json.len &&
+        mg_json_print_string(c->client_model, strlen(c->client_model), &c->client_model_json) != 0)
+        return;
+    /* one reserve and three copies: every chunk of a stream comes this way */
+    size_t open = lead + c->model_value_at, name = c->client_model_json.len;
+    size_t rest = n - lead - close - 1;
+    if (mg_buf_reserve(out, open + name + rest) != 0) return;
+    char *w = out->data + out->len;
+    memcpy(w, raw, open);
+    memcpy(w + open, c->client_model_json.data, name);
+    memcpy(w + open + name, json + close + 1, rest);
+    out->len += open + name + rest;
+    out->data[out->len] = '\0';
+}
+
+/* The client's name for "model" in a decoded or gateway-built object that has one. */
+static void set_client_model(call_t *c, cJSON *obj)
+{
+    if (model_renamed(c) && cJSON_HasObjectItem(obj, "model"))
+        set_item(obj, "model", cJSON_CreateString(c->client_model));
+}
+
 /* The stream reaches the client now (its head goes with the next send_out); 1 the first
  * time. */
 int stream_start(call_t *c)
@@ -279,9 +364,7 @@ static void append_totals_raw(call_t *c, mg_buf_t *o)
     append_timing_raw(c, uv_hrtime(), o);
 }
 
-/* One SSE event into c->out: the chunk's members, then metadata and/or totals.
- * Returns 0, or -1 when the bytes are not one JSON object (or clash with our names). */
-static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
+static int out_raw_chunk_as_is(call_t *c, const char *json, size_t n, int metadata, int totals)
 {
     size_t mark = c->out.len;
     raw_copy_t rc = {&c->out, totals && usage_on_finish(c), 0, 0, NULL, NULL};
@@ -301,6 +384,22 @@ static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, in
     return 0;
 }
 
+/* One SSE event into c->out: the chunk's members (its "model" the client's), then metadata
+ * and/or totals. Returns 0, or -1 when the bytes are not one JSON object (or clash with our
+ * names). */
+static int out_raw_chunk(call_t *c, const char *json, size_t n, int metadata, int totals)
+{
+    mg_buf_t renamed = {0}; /* the few annotated chunks pay a copy for the client's name */
+    if (model_renamed(c)) {
+        append_with_client_model(c, &renamed, json, n, 0);
+        json = renamed.data;
+        n = renamed.len;
+    }
+    int rc = out_raw_chunk_as_is(c, json, n, metadata, totals);
+    mg_buf_free(&renamed);
+    return rc;
+}
+
 /* The usage-only chunk a client that asked for one (stream_options.include_usage) gets when
  * the upstream sent none: our counts (estimate_tokens), in the shape OpenAI streams it. */
 void emit_own_usage_chunk(call_t *c)
@@ -315,7 +414,7 @@ void emit_own_usage_chunk(call_t *c)
     cJSON_AddStringToObject(chunk, "object",
                             c->ep == MG_EP_COMPLETIONS ? "text_completion" : "chat.completion.chunk");
     cJSON_AddNumberToObject(chunk, "created", (double)time(NULL));
-    cJSON_AddStringToObject(chunk, "model", c->upstream_model ? c->upstream_model : "");
+    cJSON_AddStringToObject(chunk, "model", c->client_model ? c->client_model : "");
     cJSON_AddItemToObject(chunk, "choices", cJSON_CreateArray());
     cJSON_AddItemToObject(chunk, "usage", usage_json(c));
     out_json(c, chunk);
@@ -349,6 +448,7 @@ void emit_held_finish(call_t *c, int with_totals)
  * folds the usage-only chunk in. */
 static void handle_chunk(call_t *c, cJSON *chunk)
 {
+    set_client_model(c, chunk);
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(chunk, "usage");
     if (cJSON_IsObject(usage)) take_usage(c, usage);
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(chunk, "choices");
@@ -419,6 +519,14 @@ static int take_usage_member(void *ud, const mg_json_member_t *m)
     return 1;
 }
 
+/* Where an event's JSON starts in its raw bytes (after "data: "), or 0 when its data is not
+ * a part of them (data: lines joined). */
+static size_t event_lead(const mg_sse_event_t *ev)
+{
+    int inside = ev->data >= ev->raw && ev->data + ev->data_len <= ev->raw + ev->raw_len;
+    return inside ? (size_t)(ev->data - ev->raw) : 0;
+}
+
 /* An event the gateway annotates, handled as bytes (the common annotated ones: the
  * first chunk, the finish chunk, the usage-only chunk). 0 = done, 1 = needs the tree. */
 static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
@@ -430,7 +538,7 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
                       memmem(ev->data, ev->data_len, "\"choices\": []", 13));
     if (usage_only) {
         emit_held_finish(c, 1);
-        if (c->client_include_usage) mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        if (c->client_include_usage) append_with_client_model(c, &c->out, ev->raw, ev->raw_len, event_lead(ev));
         c->usage_chunk_sent = 1;
         return 0;
     }
@@ -472,7 +580,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         if (c->held_raw.len) emit_held_finish(c, 0); /* n > 1: keep the upstream's order */
-        mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        append_with_client_model(c, &c->out, ev->raw, ev->raw_len, event_lead(ev));
         return 0;
     }
     if (passthrough_raw(c, ev, flags) == 0) return 0;
@@ -676,7 +784,7 @@ static int passthrough_answer(call_t *c)
        buffer never grows (a realloc and a copy each) */
     size_t names = strlen(c->model->name) + strlen(c->upstream_model);
     mg_buf_reserve(out, c->resp.len + 6 * names + 330);
-    mg_buf_append(out, c->resp.data, (size_t)(end - 1 - c->resp.data));
+    append_with_client_model(c, out, c->resp.data, (size_t)(end - 1 - c->resp.data), 0);
     mg_buf_append_str(out, ",\"request_id\":\"");
     mg_buf_append_str(out, c->req->request_id);
     mg_buf_append_str(out, "\",\"logical_model\":");
@@ -722,6 +830,7 @@ static mg_step_rc_t tree_answer(call_t *c)
     }
     take_usage(c, cJSON_GetObjectItemCaseSensitive(resp, "usage"));
     if (c->ep != MG_EP_EMBEDDINGS) conform_response(c, resp);
+    set_client_model(c, resp);
     add_metadata(c, resp);
     set_item(resp, "timing", timing_json(c, uv_hrtime()));
     c->answer.len = 0;

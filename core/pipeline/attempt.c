@@ -456,6 +456,8 @@ mg_step_rc_t step_encode(call_t *c)
     c->provider = cand->provider;
     c->route = r;
     c->upstream_model = r->model;
+    c->rename_model = c->client_model && strcmp(c->client_model, r->model) != 0;
+    c->model_value_at = 0;
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;

@@ -241,6 +241,8 @@ static void call_free(call_t *c)
     free(c->prefixed_model.name);
     free(c->prefixed_model.routes);
     free(c->prefixed_upstream);
+    free(c->client_model_owned);
+    mg_buf_free(&c->client_model_json);
     if (c->wait_timer) {
         uv_timer_stop(c->wait_timer);
         uv_close((uv_handle_t *)c->wait_timer, (uv_close_cb)free);

@@ -207,6 +207,14 @@ typedef struct call_s {
     const mg_provider_conf_t *provider;
     const mg_route_conf_t *route;   /* the attempt's route, in gen->cfg or prefixed_model */
     const char *upstream_model;
+    const char *client_model;    /* the request's "model" as the client sent it (the answers'
+                                    "model"; the upstream's is "actual_model"): the model's
+                                    name or client_model_owned */
+    char *client_model_owned;    /* owned, may be NULL: a name that is not the model's */
+    mg_buf_t client_model_json;  /* the client's name as a JSON string, made at first use */
+    int rename_model;            /* the attempt's upstream model is not the client's name */
+    size_t model_key_at, model_value_at; /* where the last chunk had "model" and its value
+                                            (append_with_client_model), 0: not known */
     int adapter, passthrough, ndjson;
     int up_status;
     int paused_by_client;        /* the attempt's upstream was paused: the client read slower
@@ -376,5 +384,10 @@ void emit_held_finish(call_t *c, int with_totals);
 void emit_own_usage_chunk(call_t *c);
 /* One SSE event into c->out. */
 void out_event(call_t *c, const char *json, size_t n);
+/* 1 when the answers' "model" must be rewritten to the client's name. */
+int model_renamed(const call_t *c);
+/* Append raw[0..n) (an upstream's JSON chunk or answer, or its SSE event whose JSON starts
+ * `lead` bytes in) with the value of its first "model" member replaced by the client's name. */
+void append_with_client_model(call_t *c, mg_buf_t *out, const char *raw, size_t n, size_t lead);
 
 #endif

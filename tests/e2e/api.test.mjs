@@ -69,7 +69,7 @@ describe('chat completions (openai SDK)', () => {
         assert.equal(data.request_id, rid, 'body request_id equals X-Request-Id');
         assert.equal(data.logical_model, 'chat');
         assert.equal(data.actual_model, 'up-chat');
-        assert.equal(data.model, 'up-chat', '`model` is the upstream model name');
+        assert.equal(data.model, 'chat', '`model` is the name the client sent (the upstream\'s is actual_model)');
         assertTiming(data.timing, 'chat');
         assert.equal(data.object, 'chat.completion');
         assert.equal(data.choices[0].message.role, 'assistant');
@@ -123,7 +123,7 @@ describe('chat completions (openai SDK)', () => {
         assertTiming(fin[0].timing, 'finish chunk');
         const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
         assert.equal(text, contentFor('up-chat'));
-        assert.ok(chunks.every((c) => c.model === 'up-chat'));
+        assert.ok(chunks.every((c) => c.model === 'chat'), 'every chunk names the model as the client did');
 
         const seen = await upstreamRequests('up-chat', since);
         assert.equal(seen.length, 1);
@@ -166,6 +166,25 @@ describe('chat completions (openai SDK)', () => {
             assert.ok(!ev.__unparsed, `frame is JSON: ${ev.__unparsed}`);
             assert.equal(ev.object, 'chat.completion.chunk');
         }
+    });
+});
+
+describe('"model" in answers is the name the client sent', () => {
+    test('a pinned provider ("chat:mock-openai"): the whole name, stream and not', async () => {
+        const data = await client.chat.completions.create({ model: 'chat:mock-openai', messages });
+        assert.equal(data.model, 'chat:mock-openai');
+        assert.equal(data.actual_model, 'up-chat');
+        const stream = await client.chat.completions.create({ model: 'chat:mock-openai', messages, stream: true,
+            stream_options: { include_usage: true } });
+        const chunks = await collect(stream);
+        assert.ok(chunks.length > 3);
+        assert.deepEqual([...new Set(chunks.map((c) => c.model))], ['chat:mock-openai'],
+            'role, content, finish and usage chunks alike');
+    });
+
+    test('embeddings', async () => {
+        const r = await client.embeddings.create({ model: 'embed', input: 'x' });
+        assert.equal(r.model, 'embed');
     });
 });
 
@@ -297,6 +316,7 @@ describe('ollama adapter', () => {
         assert.equal(data.usage?.completion_tokens, 5);
         assert.equal(data.logical_model, 'ollama-chat');
         assert.equal(data.actual_model, 'up-ollama-chat');
+        assert.equal(data.model, 'ollama-chat', 'the name the client sent');
         const [seen] = await upstreamRequests('up-ollama-chat', since);
         assert.ok(seen, 'the mock saw the request');
         assert.equal(seen.path, '/api/chat');
@@ -313,6 +333,7 @@ describe('ollama adapter', () => {
         assert.equal(chunks[0].choices[0]?.delta?.role, 'assistant');
         assert.equal(chunks[0].request_id, response.headers.get('x-request-id'));
         assert.equal(chunks[0].logical_model, 'ollama-chat');
+        assert.ok(chunks.every((c) => c.model === 'ollama-chat'), 'every chunk names the client\'s model');
         const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
         assert.equal(text, contentFor('up-ollama-chat'));
         const fin = chunks.filter((c) => c.choices[0]?.finish_reason);

@@ -152,7 +152,7 @@ describe('connections', () => {
             await c.write(body.slice(7));
             const r = await c.readResponse();
             assert.equal(r.status, 200, r.text);
-            assert.equal(r.json().model, 'up-chat');
+            assert.equal(r.json().model, 'chat');
         } finally {
             c.close();
         }

@@ -257,8 +257,10 @@ describe('malformed events in pass-through streams (issue 16.8)', () => {
         assert.equal(s.status, 200);
         assert.equal(s.data.at(-1), '[DONE]', s.text.slice(0, 800));
         assert.ok(!s.events.some((e) => e?.error), s.text.slice(0, 800));
-        assert.ok(s.text.includes(mid), 'the spaced chunk is forwarded byte for byte');
-        assert.ok(s.text.includes(escaped), 'the escaped chunk is forwarded byte for byte');
+        // byte for byte but for "model", the name the client sent
+        const asClientNamed = (e) => e.replace('"up-odd-valid-1"', '"odd-valid"');
+        assert.ok(s.text.includes(asClientNamed(mid)), 'the spaced chunk is forwarded byte for byte');
+        assert.ok(s.text.includes(asClientNamed(escaped)), 'the escaped chunk is forwarded byte for byte');
         assert.equal(text(s.events.slice(0, -1)), `${content}\u00e9\u{1F600}/\n`);
     });
 });

@@ -16,6 +16,7 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
+#include "upstream/headers.h"
 #include "luavm/order.h"
 #include "luavm/plankeep.h"
 
@@ -1756,13 +1757,34 @@ static double default_backoff(int n)
     return s > 600 ? 600 : s;
 }
 
-int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *retry_after,
-                    int consecutive_429, int observing, double *cooldown_s, char *err,
-                    size_t errlen)
+/* The headers table of on_response: every pair of the block, names lower case; a name that
+ * comes twice gets its values joined with ", " (as HTTP allows). */
+static void push_headers(lua_State *L, const char *block, size_t len)
+{
+    lua_createtable(L, 0, 8);
+    size_t pos = 0;
+    const char *name, *value;
+    while (mg_headers_next(block, len, &pos, &name, &value)) {
+        if (lua_getfield(L, -1, name) == LUA_TSTRING) {
+            lua_pushliteral(L, ", ");
+            lua_pushstring(L, value);
+            lua_concat(L, 3);
+        } else {
+            lua_pop(L, 1);
+            lua_pushstring(L, value);
+        }
+        lua_setfield(L, -2, name);
+    }
+}
+
+int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *headers,
+                    size_t headers_len, int consecutive_429, int observing, double *cooldown_s,
+                    char *err, size_t errlen)
 {
     *cooldown_s = 0;
     if (g->cooldown_ref == LUA_NOREF) {
         if (status == 429) {
+            const char *retry_after = mg_headers_find(headers, headers_len, "retry-after");
             double ra = retry_after ? atof(retry_after) : 0;
             double b = default_backoff(consecutive_429);
             *cooldown_s = ra > b ? ra : b;
@@ -1771,11 +1793,11 @@ int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const 
     }
     lua_State *L = g->L;
     int top = lua_gettop(L);
+    lua_checkstack(L, 8);
     push_field(L, g->cooldown_ref, "on_response");
     push_provider(L, p);
     lua_pushinteger(L, status);
-    lua_createtable(L, 0, 1);
-    if (retry_after) set_str(L, "retry-after", retry_after);
+    push_headers(L, headers, headers_len);
     lua_createtable(L, 0, 2);
     set_int(L, "consecutive_429", consecutive_429);
     set_bool(L, "observing", observing);

@@ -176,12 +176,14 @@ typedef struct mg_plan_s {
 int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attempt,
                  const mg_candidate_t *cands, int n, mg_plan_t *plan, char *err, size_t errlen);
 
-/* Ask policies/cooldown.lua what an upstream answer means for the provider:
- * on_response(provider, status, headers, state). *cooldown_s = seconds to cool down,
- * 0 for none. Without a cooldown policy a 429 cools for the default curve. 0 or -1. */
-int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *retry_after,
-                    int consecutive_429, int observing, double *cooldown_s, char *err,
-                    size_t errlen);
+/* Ask policies/cooldown.lua what an upstream error answer means for the provider:
+ * on_response(provider, status, headers, state), with headers the answer's response headers
+ * (a block of "name\0value\0" pairs, names lower case: upstream/headers.h; NULL for none)
+ * as a table. *cooldown_s = seconds to cool down, 0 for none. Without a cooldown policy a
+ * 429 cools for the default curve (or its Retry-After, when longer). 0 or -1. */
+int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *headers,
+                    size_t headers_len, int consecutive_429, int observing, double *cooldown_s,
+                    char *err, size_t errlen);
 
 typedef struct mg_encoded_s {
     char method[8];

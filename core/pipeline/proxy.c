@@ -118,6 +118,8 @@ typedef struct call_s {
     int up_status;
     int unreachable;             /* the connection failed: a fault of the provider, not the route */
     char retry_after[32];
+    char *error_headers;         /* owned: an error answer's headers, for the cooldown policy */
+    size_t error_headers_len;
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;
@@ -557,6 +559,7 @@ static void call_free(call_t *c)
     }
     mg_buf_free(&c->resp);
     mg_buf_free(&c->out);
+    free(c->error_headers);
     call_release(c);
 }
 
@@ -569,9 +572,8 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     int n = status == 429 ? mg_cooldown_note_429(&ps->cooldown, now) : ps->cooldown.consecutive_429;
     double secs = 0;
     char err[512];
-    const char *ra = c->retry_after[0] ? c->retry_after : NULL;
-    if (mg_gen_cooldown(c->gen, c->provider, status, ra, n, ps->cooldown.observing, &secs, err,
-                        sizeof(err)) != 0) {
+    if (mg_gen_cooldown(c->gen, c->provider, status, c->error_headers, c->error_headers_len, n,
+                        ps->cooldown.observing, &secs, err, sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_ERROR, c->req ? c->req->request_id : NULL, "cooldown policy: %s", err);
         return;
     }
@@ -1106,6 +1108,9 @@ static void on_up_headers(void *ud, int status)
     size_t ral = ra ? strnlen(ra, sizeof(c->retry_after) - 1) : 0;
     if (ral) memcpy(c->retry_after, ra, ral);
     c->retry_after[ral] = '\0';
+    free(c->error_headers); /* the last attempt's */
+    c->error_headers = status >= 400 ? mg_xfer_take_error_headers(c->xfer, &c->error_headers_len)
+                                     : NULL;
     c->resp.len = 0;
     if (status >= 200 && status < 300 && c->stream && !c->sse_ready) {
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);

@@ -507,6 +507,45 @@ static int push_field(lua_State *L, int ref, const char *name)
 /* Loading a generation                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* The module table at ref says who it is and which API it was written for: name = want
+ * (the file's own name: "routing", "cooldown", the adapter's name) and version =
+ * MG_LUA_API_VERSION. Anything else fails the load, naming the file and the fix. */
+static int check_module_id(lua_State *L, int ref, const char *path, const char *want, char *err,
+                           size_t errlen)
+{
+    int rc = -1;
+    int t = push_field(L, ref, "name");
+    if (t != LUA_TSTRING)
+        snprintf(err, errlen, "%s: the module table needs name = \"%s\"", path, want);
+    else if (strcmp(lua_tostring(L, -1), want) != 0)
+        snprintf(err, errlen, "%s: name = \"%s\", but this file is \"%s\" (name = \"%s\")", path,
+                 lua_tostring(L, -1), want, want);
+    else
+        rc = 0;
+    lua_pop(L, 1);
+    if (rc != 0) return -1;
+    push_field(L, ref, "version");
+    int isint = 0;
+    lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
+    if (!isint || v != MG_LUA_API_VERSION) {
+        if (lua_isnil(L, -1)) {
+            snprintf(err, errlen, "%s: the module table needs version = %d (the API version it is "
+                     "written for)", path, MG_LUA_API_VERSION);
+        } else {
+            int vt = lua_type(L, -1); /* (lua_tostring only where no metamethod can run) */
+            const char *shown = vt == LUA_TNUMBER || vt == LUA_TSTRING ? lua_tostring(L, -1)
+                                                                      : luaL_typename(L, -1);
+            const char *q = vt == LUA_TSTRING ? "\"" : "";
+            snprintf(err, errlen, "%s: version = %s%s%s, but this gateway speaks API version %d "
+                     "(the number; lua/README.md)", path, q, shown, q, MG_LUA_API_VERSION);
+        }
+        lua_pop(L, 1);
+        return -1;
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
 static void *gen_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     if (nsize == 0) {
@@ -617,7 +656,7 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
             lua_pop(L, 1);
         }
     }
-    return 0;
+    return check_module_id(L, a->ref, path, name, err, errlen);
 }
 
 /* adapter.check(provider) for every provider that uses the adapter. */
@@ -690,6 +729,7 @@ static int load_cooldown_policy(mg_gen_t *g, char *err, size_t errlen)
         return -1;
     }
     lua_pop(L, 1);
+    if (check_module_id(L, g->cooldown_ref, path, "cooldown", err, errlen) != 0) return -1;
     if (push_field(L, g->cooldown_ref, "selftest") == LUA_TFUNCTION) {
         char lerr[512];
         if (pcall(L, 0, 0, lerr, sizeof(lerr)) != 0) {
@@ -714,6 +754,7 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
         return -1;
     }
     lua_pop(L, 1);
+    if (check_module_id(L, g->routing_ref, path, "routing", err, errlen) != 0) return -1;
     /* optional: rule 8's key and rule 7's share of one route, which the core keeps in the
        candidate tables */
     if (push_field(L, g->routing_ref, "adaptive_key") == LUA_TFUNCTION)

@@ -363,7 +363,7 @@ static void test_load_missing_routing(void)
 static void test_load_selftest_fails(void)
 {
     tree_new();
-    write_text("policies/routing.lua", "local M = {}\n"
+    write_text("policies/routing.lua", "local M = { name = 'routing', version = 1 }\n"
                                        "function M.route(req, c) return c end\n"
                                        "function M.selftest()\n"
                                        "  error('selftest says no')\n"
@@ -425,7 +425,7 @@ static void test_load_adapter_check_raises(void)
 {
     tree_new();
     write_text("adapters/openai.lua",
-               "local M = { passthrough = true }\n"
+               "local M = { name = 'openai', version = 1, passthrough = true }\n"
                "function M.encode() return {} end\n"
                "function M.check(p)\n"
                "  if p.id == 'oa-nokey' then error('no key for ' .. p.id) end\n"
@@ -443,7 +443,7 @@ static void test_load_adapter_check_sees_provider(void)
     tree_new();
     write_text(
         "adapters/openai.lua",
-        "local M = { passthrough = true }\n"
+        "local M = { name = 'openai', version = 1, passthrough = true }\n"
         "function M.encode() return {} end\n"
         "function M.check(p)\n"
         "  if p.id ~= 'oa' then return nil end\n"
@@ -454,6 +454,58 @@ static void test_load_adapter_check_sees_provider(void)
         "return M\n");
     expect_load_error("provider 'oa'", "saw oa|openai|http://127.0.0.1:1/v1|sk-test|main|false|1",
                       NULL);
+    tree_remove();
+}
+
+/* Every policy and adapter says its name (the file's) and the API version it is written for
+ * (1); without them, or with another, the load fails naming the file and the fix. */
+static void test_load_name_and_version(void)
+{
+    static const struct {
+        const char *file, *text, *piece;
+    } cases[] = {
+        {"policies/routing.lua", "return { route = function() return {} end }\n",
+         "needs name = \"routing\""},
+        {"policies/routing.lua", "return { name = 'routing', route = function() return {} end }\n",
+         "needs version = 1"},
+        {"policies/routing.lua",
+         "return { name = 'routing', version = 2, route = function() return {} end }\n",
+         "version = 2, but this gateway speaks API version 1"},
+        {"policies/routing.lua",
+         "return { name = 'routing', version = '1', route = function() return {} end }\n",
+         "version = \"1\", but"},
+        {"policies/routing.lua",
+         "return { name = 'route', version = 1, route = function() return {} end }\n",
+         "name = \"route\", but this file is \"routing\""},
+        {"policies/cooldown.lua", "return { version = 1, on_response = function() end }\n",
+         "needs name = \"cooldown\""},
+        {"policies/cooldown.lua",
+         "return { name = 'cooldown', version = 1.5, on_response = function() end }\n",
+         "version = 1.5, but"},
+        {"adapters/openai.lua",
+         "return { name = 'openai', passthrough = true, encode = function() return {} end }\n",
+         "needs version = 1"},
+        {"adapters/ollama.lua",
+         "return { name = 'openai', version = 1, passthrough = true,\n"
+         "  encode = function() return {} end }\n",
+         "name = \"openai\", but this file is \"ollama\""},
+        {"adapters/ollama.lua",
+         "return { name = 'ollama', version = {}, passthrough = true,\n"
+         "  encode = function() return {} end }\n",
+         "version = table, but"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tree_new();
+        write_text(cases[i].file, cases[i].text);
+        const char *base = strrchr(cases[i].file, '/') + 1;
+        expect_load_error(base, cases[i].piece, NULL);
+        tree_remove();
+    }
+    /* the shipped files say it */
+    tree_new();
+    mg_gen_t *g = load();
+    CHECK(g != NULL);
+    if (g) mg_gen_unref(g);
     tree_remove();
 }
 
@@ -1766,7 +1818,7 @@ static void test_encode_memo(void)
 {
     tree_new();
     write_text("adapters/openai.lua",
-               "local M = { passthrough = true, encode_per_route = true }\n"
+               "local M = { name = 'openai', version = 1, passthrough = true, encode_per_route = true }\n"
                "local calls = 0\n"
                "function M.encode(req, route)\n"
                "  calls = calls + 1\n"
@@ -1922,7 +1974,7 @@ static void test_encode_rejects_bad_results(void)
     tree_new();
     write_text(
         "adapters/openai.lua",
-        "local M = { passthrough = true }\n"
+        "local M = { name = 'openai', version = 1, passthrough = true }\n"
         "function M.encode(req, route)\n"
         "  if req.model == 'method' then return { method = 'DELETE', path = '/x' } end\n"
         "  if req.model == 'nopath' then return { method = 'POST' } end\n"
@@ -2244,6 +2296,7 @@ int main(void)
     MG_RUN(test_load_adapter_check_string);
     MG_RUN(test_load_adapter_check_raises);
     MG_RUN(test_load_adapter_check_sees_provider);
+    MG_RUN(test_load_name_and_version);
     MG_RUN(test_load_missing_util);
     MG_RUN(test_load_util_without_array_mt);
     MG_RUN(test_load_util_without_null);

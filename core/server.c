@@ -559,7 +559,6 @@ int mg_server_run(mg_server_t *s)
     mg_gen_unref(s->gen);
     s->gen = NULL;
     mg_pool_free(&s->pool);
-    mg_facts_free(&s->facts);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

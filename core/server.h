@@ -8,7 +8,6 @@
 #include <uv.h>
 
 #include "tenancy/auth.h"
-#include "route/facts.h"
 #include "net/http.h"
 #include "obs/loopstat.h"
 #include "luavm/luavm.h"
@@ -32,7 +31,6 @@ typedef struct mg_server_s {
     mg_store_t *store;          /* owned */
     mg_auth_t *auth;            /* owned: customer keys, projects and their quotas */
     mg_pool_t pool;             /* provider runtime state */
-    mg_facts_t facts;           /* routing's view of the pool's routes, kept (facts.h) */
     mg_sched_t *sched;          /* owned: priority queue and execution slots */
     uv_timer_t sched_timer;     /* queue deadlines, and dispatch passes after a release */
     mg_metrics_t metrics;

@@ -2061,7 +2061,7 @@ static int fill_candidates(call_t *c, uint64_t now)
         mg_route_state_t *rs = mg_pool_route_of(&c->srv->pool, r);
         mg_candidate_t *cd = &c->cands[c->n_cands];
         c->cand_route[c->n_cands++] = i;
-        mg_facts_describe(&c->srv->facts, &c->srv->pool, p, r, ps, rs, now, cd);
+        mg_facts_describe(c->gen->keep, &c->srv->pool, p, r, ps, rs, now, cd);
         usable += passed_over(c, cd, i);
     }
     return usable > 0 && usable < c->n_cands ? usable : 0;
@@ -2094,8 +2094,7 @@ static void plan_and_dispatch(call_t *c)
 static void route_and_dispatch(call_t *c, int limit)
 {
     char err[512];
-    /* a prefix-served model's routes are the call's own: no plan is kept for them */
-    mg_plan_t plan = {.entries = c->plan, .limit = limit, .keep = !c->prefixed_model.name};
+    mg_plan_t plan = {.entries = c->plan, .limit = limit};
     c->route_calls++;
     if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
                      &plan, err, sizeof(err)) != 0) {

@@ -36,7 +36,8 @@ int mg_replay_matches(mg_tentry_t *e, const mg_treq_t *rq, const mg_candidate_t 
     if (!mg_treq_key_matches(&e->req, rq)) return 0;
     for (int i = 0; i < n; i++) {
         const mg_candidate_t *c = &cands[i];
-        if (!e->cand_mask[i] || (c->serial && c->serial == e->serial[i])) continue;
+        if (c->serial && c->serial == e->serial[i]) continue;
+        if (!mg_tstate_equal(&e->state[i], c)) return 0;
         const uint64_t *vals = &e->cand_vals[(size_t)i * CF_ALL];
         for (uint32_t m = e->cand_mask[i]; m; m &= m - 1) {
             int fid = __builtin_ctz(m);
@@ -170,14 +171,21 @@ static int guards_hold(const mg_tentry_t *e, const mg_candidate_t *cands, int n)
 int mg_replay_run(mg_tentry_t *e, mg_trace_t *t, const mg_treq_t *rq, const mg_candidate_t *cands,
                   int n, const long *slots, mg_replay_scratch_t *s, mg_plan_t *plan)
 {
-    if (mg_replay_scratch_reserve(s, (size_t)(n > 0 ? n : 1)) != 0) return 0;
-    int rc = run_steps(e, t, rq, cands, n, slots, s);
-    if (rc != 1) return rc;
+    if ((size_t)n > s->cap && mg_replay_scratch_reserve(s, (size_t)n) != 0) return 0;
+    if (e->n_ops > 0) {
+        int rc = run_steps(e, t, rq, cands, n, slots, s);
+        if (rc != 1) return rc;
+    }
     if (!guards_hold(e, cands, n)) return 0;
-    memset(s->seen, 0, (size_t)n);
     plan->n = 0;
     plan->wait_ms = e->wait_ms;
-    for (int k = 0; k < e->n_items && plan->n < n; k++) {
+    if (e->n_items == 1) { /* (the usual plan of one entry: nothing to deduplicate) */
+        int p = ref_pos(e, n, e->items[0].ref);
+        if (p >= 0)
+            plan->entries[plan->n++] = (mg_plan_entry_t){p, e->items[0].degraded, e->items[0].emergency};
+    }
+    if (e->n_items > 1) memset(s->seen, 0, (size_t)n);
+    for (int k = 0; e->n_items > 1 && k < e->n_items && plan->n < n; k++) {
         int p = ref_pos(e, n, e->items[k].ref);
         if (p < 0 || s->seen[p]) continue;
         s->seen[p] = 1;

@@ -26,9 +26,15 @@
 #include "luavm/lcall.h"
 
 /* Private keys of views (light userdata: no policy can spell them). */
-static char PRIV_CODE;  /* candidate and place views: slot + 1, | CODE_PLACE for a place */
-static char PRIV_PLACE; /* place views: serial << 32 | op << 16 | place */
-#define CODE_PLACE ((lua_Integer)1 << 40)
+static char PRIV_CODE;  /* candidate and place views: their code (below) */
+/* A view's code: slot + 1 in bits 0-23; for a place view also CODE_PLACE, the place in bits
+ * 25-40, the step in bits 41-52 and the low 10 bits of the call's serial in bits 53-62 (a
+ * place view kept from a call 1,024 calls ago would pass for one of this call's: views are not
+ * to be kept past their call). */
+#define CODE_PLACE ((lua_Integer)1 << 24)
+#define CODE_SLOT_MAX ((1L << 24) - 2)
+#define CODE_OPS_MAX 4096
+#define SERIAL_BITS 0x3ffu
 #define MEMOS_PER_SLOT 4
 #define MEMO_FIELDS 6
 static char PRIV_REAL;  /* request views: the real request table */
@@ -57,6 +63,7 @@ typedef struct memo_s {
     int has;          /* it answered a number */
     double value;
     uint64_t serial;  /* the description it was made from (0: compare the fields) */
+    mg_tstate_t state; /* the candidate's state then (CF_STATE_MASK) */
     unsigned used;    /* when it was last given (the least recent one goes) */
 } memo_t;
 
@@ -69,7 +76,9 @@ struct mg_trace_s {
     int *index;                  /* owned, per slot: its view's index */
     const mg_provider_conf_t **view_provider; /* owned, per slot: whose config its view holds */
     long *pos_of;                /* owned, per slot: its position in the call, -1 */
-    int views_ref, view_mt_ref, req_mt_ref, written_ref, maker_ref, names_ref;
+    int views_ref, view_mt_ref, req_mt_ref, written_ref, maker_ref, names_ref, places_ref;
+    int n_places; /* place views handed out in this call */
+    int route_req_mt_ref;
     int n_written;
     mg_lmod_hooks_t hooks;
     /* the call */
@@ -233,9 +242,23 @@ static uint64_t read_bits(int fid)
 /* Notes                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static uint64_t place_code(unsigned serial, int op, int j)
+/* A place as view_slot gives it: the serial's low bits, the step and the place, with bit 63
+ * set so that it is never 0. */
+static uint64_t place_of(unsigned serial, int op, int j)
 {
-    return (uint64_t)serial << 32 | (uint64_t)(uint16_t)op << 16 | (uint16_t)j;
+    return 1ull << 63 | (uint64_t)(serial & SERIAL_BITS) << 32 | (uint64_t)(uint16_t)op << 16 |
+           (uint16_t)j;
+}
+
+static int place_is_ours(const mg_trace_t *t, uint64_t place)
+{
+    return (unsigned)(place >> 32 & SERIAL_BITS) == (t->serial & SERIAL_BITS);
+}
+
+static lua_Integer place_code(long slot, unsigned serial, int op, int j)
+{
+    return (lua_Integer)(slot + 1) | CODE_PLACE | (lua_Integer)(uint16_t)j << 25 |
+           (lua_Integer)(op & 0xfff) << 41 | (lua_Integer)(serial & SERIAL_BITS) << 53;
 }
 
 /* Grow *arr (of size elem) to hold one more than *n. */
@@ -293,7 +316,7 @@ static void note_read(mg_trace_t *t, long slot, uint64_t place, int fid)
     }
     if (!t->recording) return;
     if (place) {
-        if (place >> 32 != t->serial) {
+        if (!place_is_ours(t, place)) {
             t->bad = 1; /* a place of another call */
             return;
         }
@@ -348,10 +371,8 @@ static long view_slot(lua_State *L, int idx, uint64_t *place)
     lua_Integer code = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
     lua_pop(L, 1);
     if (code <= 0) return -1;
-    if (code & CODE_PLACE) {
-        if (lua_rawgetp(L, idx, &PRIV_PLACE) == LUA_TNUMBER) *place = (uint64_t)lua_tointeger(L, -1);
-        lua_pop(L, 1);
-    }
+    if (code & CODE_PLACE)
+        *place = place_of((unsigned)(code >> 53), (int)(code >> 41 & 0xfff), (int)(code >> 25 & 0xffff));
     return (long)(code & (CODE_PLACE - 1)) - 1;
 }
 
@@ -375,7 +396,7 @@ static int view_newindex(lua_State *L)
     lua_settop(L, 3);
     lua_rawset(L, 1);
     uint64_t place;
-    if (view_slot(L, 1, &place) >= 0 && !place) { /* a kept view: cleared after the call */
+    if (view_slot(L, 1, &place) >= 0) { /* a kept or reused view: cleared after the call */
         lua_rawgeti(L, LUA_REGISTRYINDEX, t->written_ref);
         lua_pushvalue(L, 1);
         lua_rawseti(L, -2, ++t->n_written);
@@ -391,7 +412,7 @@ static int view_ref(mg_trace_t *t, lua_State *L, int idx, mg_tref_t *ref)
     long slot = view_slot(L, idx, &place);
     if (slot < 0) return -1;
     if (place) {
-        if (place >> 32 != t->serial) return -1;
+        if (!place_is_ours(t, place)) return -1;
         *ref = (mg_tref_t){(int)(place >> 16 & 0xffff), (int)(place & 0xffff)};
         return 0;
     }
@@ -454,12 +475,8 @@ static int req_index(lua_State *L)
 {
     mg_trace_t *t = trace_of(L);
     int rid = field_id(L, 2);
-    if (rid >= 0 && (RF_ROUTING_MASK & (1u << rid))) {
-        lua_rawgetp(L, 1, &PRIV_CALL);
-        int routing = lua_toboolean(L, -1) && lua_tointeger(L, -1) < 0;
-        lua_pop(L, 1);
-        if (routing) return 0; /* a routing field of a route() view: absent is nil, and keyed */
-    }
+    if (rid >= 0 && (RF_ROUTING_MASK & (1u << rid)) && lua_tointeger(L, lua_upvalueindex(3)) > 0)
+        return 0; /* a routing field of a route() view: absent is nil, and keyed */
     lua_rawgetp(L, 1, &PRIV_REAL);
     lua_pushvalue(L, 2);
     lua_rawget(L, -2);
@@ -526,12 +543,13 @@ static void names_table(lua_State *L, const char *const *names, int n)
 
 /* A metatable whose methods have (t, names) as upvalues. */
 static int metatable_ref(lua_State *L, mg_trace_t *t, const char *const *names, int n,
-                         const luaL_Reg *fns)
+                         const luaL_Reg *fns, lua_Integer up3)
 {
     lua_createtable(L, 0, 5);
     lua_pushlightuserdata(L, t);
     names_table(L, names, n);
-    lua_pushinteger(L, -1); /* (a slot's own metatable has its slot here: view_metatable) */
+    lua_pushinteger(L, up3); /* views: -1 (a slot's own metatable has its slot here:
+                                view_metatable); request views: 1 for route()'s */
     luaL_setfuncs(L, fns, 3);
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "__metatable"); /* getmetatable(view) says false: hands off */
@@ -594,17 +612,20 @@ mg_trace_t *mg_trace_new(lua_State *L, size_t n_slots, int dirty_ref, const mg_l
                                         {NULL, NULL}};
     static const luaL_Reg req_fns[] = {
         {"__index", req_index}, {"__newindex", req_newindex}, {"__pairs", req_pairs}, {NULL, NULL}};
-    t->view_mt_ref = metatable_ref(L, t, cand_names, CF_N, view_fns);
+    t->view_mt_ref = metatable_ref(L, t, cand_names, CF_N, view_fns, -1);
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->view_mt_ref);
     lua_getfield(L, -1, "__index");
     lua_getupvalue(L, -1, 2);
     t->names_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* the names, shared with slots' metatables */
     lua_pop(L, 2);
-    t->req_mt_ref = metatable_ref(L, t, req_names, RF_N, req_fns);
+    t->req_mt_ref = metatable_ref(L, t, req_names, RF_N, req_fns, -1);
+    t->route_req_mt_ref = metatable_ref(L, t, req_names, RF_N, req_fns, 1);
     lua_createtable(L, (int)n_slots, 0);
     t->views_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_newtable(L);
     t->written_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_newtable(L);
+    t->places_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     t->hooks = (mg_lmod_hooks_t){t, hook_draw, hook_chance, hook_impure, hook_order_begin,
                                  hook_eval, hook_order_end, hook_push_result};
     return t;
@@ -667,6 +688,21 @@ static void set_config(lua_State *L, const mg_candidate_t *c)
     mg_lset_num(L, "weight", c->provider->weight);
 }
 
+/* Bring the state fields (CF_STATE_MASK) of the view on top of the stack to c's; was: what
+ * they show now (NULL: nothing yet). A nil value (no route breaker) is no field: its read goes
+ * to view_index. */
+static void set_state(lua_State *L, const mg_candidate_t *c, const mg_candidate_t *was)
+{
+    for (uint32_t m = CF_STATE_MASK; m; m &= m - 1) {
+        int fid = __builtin_ctz(m);
+        if (was && mg_trace_value_equal(fid, cand_value(c, 0, fid), cand_value(was, 0, fid)))
+            continue;
+        lua_pushstring(L, cand_names[fid]);
+        push_cand_field(L, c, 0, fid);
+        lua_rawset(L, -3);
+    }
+}
+
 /* Push the metatable of slot's kept view: the views' methods with the slot as their third
  * upvalue, so that a read finds it without a lookup. */
 static void view_metatable(mg_trace_t *t, long slot)
@@ -695,16 +731,20 @@ static void push_view(mg_trace_t *t, long slot, const mg_candidate_t *c, int ind
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->views_ref);
     if (lua_rawgeti(L, -1, slot + 1) != LUA_TTABLE || t->view_provider[slot] != c->provider) {
         lua_pop(L, 1);
-        lua_createtable(L, 0, 8);
+        lua_createtable(L, 0, 18);
         lua_pushinteger(L, slot + 1);
         lua_rawsetp(L, -2, &PRIV_CODE);
         set_config(L, c);
+        set_state(L, c, NULL);
         view_metatable(t, slot);
         lua_setmetatable(L, -2);
         lua_pushvalue(L, -1);
         lua_rawseti(L, -3, slot + 1);
         t->view_provider[slot] = c->provider;
+    } else {
+        set_state(L, c, &t->facts[slot]); /* (what the view shows: t->facts[slot]'s) */
     }
+    t->facts[slot] = *c;
     t->index[slot] = index;
     lua_remove(L, -2);
 }
@@ -738,7 +778,7 @@ static void push_req_view(mg_trace_t *t, int req_ref, int routing)
         mg_lset_bool(L, "local_first", r->local_first);
         if (t->rq.plan_limit > 0) mg_lset_int(L, "plan_limit", t->rq.plan_limit);
     }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, t->req_mt_ref);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, routing ? t->route_req_mt_ref : t->req_mt_ref);
     lua_setmetatable(L, -2);
 }
 
@@ -762,6 +802,7 @@ static void begin(mg_trace_t *t, const mg_treq_t *rq, int record)
     t->req_mask = 0;
     t->rq = *rq;
     t->scope = NULL;
+    t->n_places = 0;
     ops_clear(t);
 }
 
@@ -788,8 +829,7 @@ void mg_trace_begin_route(mg_trace_t *t, const mg_treq_t *rq, int req_ref,
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
         long slot = slots ? slots[i] : -1;
-        if (slot >= 0 && (size_t)slot < t->n_slots) {
-            t->facts[slot] = cands[i];
+        if (slot >= 0 && (size_t)slot < t->n_slots && slot <= CODE_SLOT_MAX) {
             t->pos_of[slot] = i;
             push_view(t, slot, &cands[i], i + 1);
         } else {
@@ -889,7 +929,7 @@ static int hook_order_begin(void *ud, lua_State *L, int list, size_t n)
 {
     mg_trace_t *t = ud;
     if (!t->active || !t->recording) return -1;
-    if (t->scope || n > 0xffff) {
+    if (t->scope || n > 0xffff || t->n_ops >= CODE_OPS_MAX) {
         t->bad = 1;
         return -1;
     }
@@ -918,6 +958,7 @@ static int hook_order_begin(void *ud, lua_State *L, int list, size_t n)
 static int memo_holds(memo_t *m, const mg_candidate_t *c, int index)
 {
     if (c->serial && c->serial == m->serial) return 1;
+    if (!mg_tstate_equal(&m->state, c)) return 0;
     for (int i = 0; i < m->n; i++)
         if (!mg_trace_value_equal(m->fid[i], cand_value(c, index, m->fid[i]), m->val[i])) return 0;
     m->serial = c->serial;
@@ -980,6 +1021,7 @@ static int ask(mg_trace_t *t, lua_State *L, int fn, long slot, int *has, double 
     m->n = scratch.n;
     memcpy(m->fid, scratch.fid, sizeof(m->fid));
     for (int i = 0; i < m->n; i++) m->val[i] = cand_value(&t->facts[slot], t->index[slot], m->fid[i]);
+    m->state = mg_tstate_of(&t->facts[slot]);
     m->has = *has;
     m->value = *value;
     m->serial = t->facts[slot].serial;
@@ -1052,13 +1094,19 @@ static void hook_push_result(void *ud, lua_State *L, int op, int list, int pos, 
         lua_rawgeti(L, list, pos);
         return;
     }
-    lua_createtable(L, 0, 2);
-    lua_pushinteger(L, (lua_Integer)(slot + 1) | CODE_PLACE);
+    /* place views are reused from call to call (cleared of what a call wrote: clear_written) */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->places_ref);
+    if (lua_rawgeti(L, -1, ++t->n_places) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_createtable(L, 0, 1);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, t->view_mt_ref);
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, -3, t->n_places);
+    }
+    lua_remove(L, -2);
+    lua_pushinteger(L, place_code(slot, t->serial, op, (int)j - 1));
     lua_rawsetp(L, -2, &PRIV_CODE);
-    lua_pushinteger(L, (lua_Integer)place_code(t->serial, op, (int)j - 1));
-    lua_rawsetp(L, -2, &PRIV_PLACE);
-    lua_rawgeti(L, LUA_REGISTRYINDEX, t->view_mt_ref);
-    lua_setmetatable(L, -2);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1132,8 +1180,9 @@ static void clear_written(mg_trace_t *t)
             lua_pop(L, 1);
             int keep = lua_type(L, -1) == LUA_TLIGHTUSERDATA;
             if (lua_type(L, -1) == LUA_TSTRING)
-                for (int f = CF_PROVIDER; f <= CF_WEIGHT && !keep; f++)
-                    keep = strcmp(lua_tostring(L, -1), cand_names[f]) == 0;
+                for (int f = CF_PROVIDER; f < CF_N && !keep; f++)
+                    keep = (f <= CF_WEIGHT || (CF_STATE_MASK & (1u << f))) &&
+                           strcmp(lua_tostring(L, -1), cand_names[f]) == 0;
             if (!keep) {
                 lua_pushvalue(L, -1);
                 lua_pushnil(L);
@@ -1165,16 +1214,27 @@ int mg_treq_key_set(mg_treq_key_t *k, uint32_t mask, const mg_treq_t *rq)
     return 0;
 }
 
-static int same_str(const char *a, const char *b)
+/* (short strings, compared in place: a call to strcmp costs more than they do) */
+static inline int same_str(const char *a, const char *b)
 {
-    if (!a || !b) return a == b;
-    return a == b || strcmp(a, b) == 0;
+    if (a == b) return 1;
+    if (!a || !b) return 0;
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
 }
 
 int mg_treq_key_matches(const mg_treq_key_t *k, const mg_treq_t *rq)
 {
     if ((mg_treq_flags(rq->info) & k->mask & MG_TREQ_FLAGS) != k->flags) return 0;
-    for (uint32_t m = k->mask & ~MG_TREQ_FLAGS; m; m &= m - 1) {
+    uint32_t m = k->mask & ~MG_TREQ_FLAGS;
+    const uint32_t routing = (1u << RF_PLAN_LIMIT) | (1u << RF_POOL) | (1u << RF_PIN);
+    if ((m & routing) == routing) { /* the routing fields every route() key has, first */
+        if (k->num[RF_PLAN_LIMIT] != rq->plan_limit || !same_str(k->str[RF_POOL], rq->info->pool) ||
+            !same_str(k->str[RF_PIN], rq->info->pin))
+            return 0;
+        m &= ~routing;
+    }
+    for (; m; m &= m - 1) {
         int rid = __builtin_ctz(m);
         if (mg_treq_is_str(rid) ? !same_str(k->str[rid], mg_treq_str(rq, rid))
                                 : k->num[rid] != mg_treq_num(rq, rid))
@@ -1197,6 +1257,7 @@ void mg_tentry_free(mg_tentry_t *e, lua_State *L)
     free(e->cand_mask);
     free(e->cand_vals);
     free(e->serial);
+    free(e->state);
     for (int i = 0; i < e->n_ops; i++) {
         mg_top_t *o = &e->ops[i];
         free(o->refs);
@@ -1227,16 +1288,18 @@ static mg_tentry_t *make_entry(mg_trace_t *t, int is_list, int wait_ms, const mg
     e->cand_mask = calloc((size_t)(n ? n : 1), sizeof(*e->cand_mask));
     e->cand_vals = calloc((size_t)(n ? n : 1) * CF_ALL, sizeof(*e->cand_vals));
     e->serial = calloc((size_t)(n ? n : 1), sizeof(*e->serial));
+    e->state = malloc((size_t)(n ? n : 1) * sizeof(*e->state));
     e->items = malloc((size_t)(n_items ? n_items : 1) * sizeof(*e->items));
     e->guards = malloc((size_t)(t->n_guards ? t->n_guards : 1) * sizeof(*e->guards));
     e->eqs = malloc((size_t)(t->n_eqs ? t->n_eqs : 1) * sizeof(*e->eqs));
-    int ok = e->routes && e->cand_mask && e->cand_vals && e->serial && e->items && e->guards &&
+    int ok = e->routes && e->cand_mask && e->cand_vals && e->serial && e->state && e->items && e->guards &&
              e->eqs;
     if (ok && mg_treq_key_set(&e->req, t->req_mask, &t->rq) != 0) ok = 0;
     for (int i = 0; ok && i < n; i++) {
         const mg_candidate_t *c = &t->cands[i];
         e->routes[i] = c->route;
-        e->cand_mask[i] = (uint32_t)(t->cand_mask[i] & ~(uint64_t)CF_CONFIG_MASK);
+        e->state[i] = mg_tstate_of(c);
+        e->cand_mask[i] = (uint32_t)(t->cand_mask[i] & ~(uint64_t)(CF_CONFIG_MASK | CF_STATE_MASK));
         for (int fid = CF_AVAILABLE; fid < CF_ALL; fid++)
             if (t->cand_mask[i] & (1ull << fid)) e->cand_vals[(size_t)i * CF_ALL + fid] = cand_value(c, i + 1, fid);
         e->serial[i] = c->serial;
@@ -1296,6 +1359,10 @@ int mg_trace_answer(mg_trace_t *t, const mg_treq_t *rq, int fn_ref, const void *
         return 0;
     }
     lua_State *L = t->L;
+    int top0 = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->views_ref);
+    if (lua_rawgeti(L, -1, slot + 1) == LUA_TTABLE) set_state(L, c, &t->facts[slot]);
+    lua_settop(L, top0);
     t->facts[slot] = *c; /* what its view shows now */
     t->index[slot] = pos + 1;
     t->serial++;         /* places of earlier calls are another call's now */

@@ -5,7 +5,9 @@
  * C, which answers from the request and the route's facts and notes which field was read. A
  * candidate's config fields (provider, model, pool, local, smaller, priority, weight) never
  * change within a generation and sit in its view as plain fields: reading them costs nothing
- * and needs no note. The request's routing fields (pool, pin, local_only,
+ * and needs no note; nor does its state that changes now and then (available, cooling,
+ * health, the breakers, ...: CF_STATE_MASK), brought up to date at each call and part of
+ * every key. The request's routing fields (pool, pin, local_only,
  * allow_smaller_model, allow_cloud, local_first, plan_limit) sit in its view too and are part
  * of every key (they rarely differ between requests, and a plan mostly depends on them); its
  * other fields are noted when read (and then kept in the view: read once, noted once). The moongate module's ordering steps (lmod.h: draw, chance,
@@ -43,12 +45,46 @@ enum {
 #define CF_LOAD_KV CF_N
 #define CF_ALL (CF_N + 1)
 #define CF_CONFIG_MASK ((1u << (CF_WEIGHT + 1)) - 1)
+/* A candidate's state that changes now and then (not with every request): plain fields of its
+ * view, brought up to date at each call, and part of every key (route()'s and its step
+ * functions' answers): a read of them costs no call into C. */
+#define CF_STATE_MASK                                                                            \
+    ((1u << CF_AVAILABLE) | (1u << CF_COOLING) | (1u << CF_CONSECUTIVE_429) |                   \
+     (1u << CF_OBSERVING) | (1u << CF_RPM_LIMIT) | (1u << CF_TPM_LIMIT) | (1u << CF_HEALTH) |    \
+     (1u << CF_BREAKER) | (1u << CF_ROUTE_BREAKER))
 /* Facts that move from one request to the next: a plan that read one of them outside a step
  * would hardly ever hold again. */
 #define CF_MOVING_MASK                                                                           \
     ((1u << CF_COOLDOWN_REMAINING_MS) | (1u << CF_RPM_USED) | (1u << CF_TPM_USED) |             \
      (1u << CF_HEADROOM) | (1u << CF_IN_FLIGHT) | (1u << CF_AVAIL_SAMPLES) |                    \
      (1u << CF_TTFT_SAMPLES) | (1u << CF_SUCCESS_RATE) | (1u << CF_TTFT_MS) | (1u << CF_LOAD))
+
+/* A candidate's state fields (CF_STATE_MASK), compared at once. */
+typedef struct mg_tstate_s {
+    int available, cooling, observing, consecutive_429, rpm_limit;
+    long long tpm_limit;
+    const char *health, *breaker, *route_breaker; /* state names */
+} mg_tstate_t;
+
+static inline mg_tstate_t mg_tstate_of(const mg_candidate_t *c)
+{
+    return (mg_tstate_t){c->available != 0, c->cooling != 0, c->observing != 0, c->consecutive_429,
+                         c->rpm_limit, c->tpm_limit, c->health, c->breaker, c->route_breaker};
+}
+
+static inline int mg_tstate_same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && __builtin_strcmp(a, b) == 0);
+}
+
+static inline int mg_tstate_equal(const mg_tstate_t *a, const mg_candidate_t *c)
+{
+    return a->available == (c->available != 0) && a->cooling == (c->cooling != 0) &&
+           a->observing == (c->observing != 0) && a->consecutive_429 == c->consecutive_429 &&
+           a->rpm_limit == c->rpm_limit && a->tpm_limit == c->tpm_limit &&
+           mg_tstate_same_str(a->health, c->health) && mg_tstate_same_str(a->breaker, c->breaker) &&
+           mg_tstate_same_str(a->route_breaker, c->route_breaker);
+}
 
 /* Fields of the request view. */
 enum {
@@ -213,7 +249,8 @@ typedef struct mg_tentry_s {
     int n;                          /* the candidates: n routes */
     const mg_route_conf_t **routes; /* owned array */
     mg_treq_key_t req;              /* the request fields read, and their values */
-    uint32_t *cand_mask;            /* owned: per position, the facts read */
+    mg_tstate_t *state;             /* owned: per position, the state (always in the key) */
+    uint32_t *cand_mask;            /* owned: per position, the other facts read */
     uint64_t *cand_vals;            /* owned: per position, CF_ALL values */
     uint64_t *serial;               /* owned: per position, the description it last held for
                                        (0: compare the fields) */

@@ -206,7 +206,8 @@ static void test_kept_plans(void)
     mg_lua_req_t req = a_request("m");
     /* the first request asks the policy; the next ones get its plan without a call and
        without a request table, whatever their numbers and the fields route() did not read
-       (but for the routing fields: pool, pin, local_only, ..., always part of the key) */
+       (but for the request's routing fields, pool, pin, local_only, ..., and the candidates'
+       state, available, cooling, health, the breakers, ...: always part of the key) */
     CHECK_EQ_INT(call(g, &req, 1, 0, 0, c, 3, e, &kept, &made), 3);
     CHECK(e[0].index == 2 && e[1].index == 1 && e[2].index == 0);
     CHECK(!kept && made);
@@ -220,7 +221,7 @@ static void test_kept_plans(void)
     c[0].in_flight = 40;
     c[1].headroom = 0.1;
     c[2].success_rate = 0.5;
-    c[2].breaker = "open"; /* (not read by this policy) */
+    c[2].ttft_ms = 900;
     memset(e, 0xff, sizeof(e));
     CHECK_EQ_INT(call(g, &other, 1, 0, 0, c, 3, e, &kept, &made), 3);
     CHECK(e[0].index == 2 && e[1].index == 1 && e[2].index == 0);
@@ -230,16 +231,23 @@ static void test_kept_plans(void)
     /* at a later attempt too (this policy did not read req.attempt) */
     CHECK_EQ_INT(call(g, &req, 3, 0, 0, c, 3, e, &kept, NULL), 3);
     CHECK(kept);
+    /* a candidate's state is always part of the key: a breaker opening asks again */
+    c[2].breaker = "open";
+    CHECK_EQ_INT(call(g, &req, 1, 0, 0, c, 3, e, &kept, NULL), 3);
+    CHECK(!kept);
+    CHECK_EQ_INT(lua_int(g, "calls"), 2);
+    c[2].breaker = "closed";
     /* a field it read changes: asked again, and that plan kept too */
     c[1].available = 0;
     CHECK_EQ_INT(call(g, &req, 1, 0, 0, c, 3, e, &kept, NULL), 2);
     CHECK(e[0].index == 2 && e[1].index == 0 && !kept);
+    CHECK_EQ_INT(lua_int(g, "calls"), 3);
     CHECK_EQ_INT(call(g, &req, 1, 0, 0, c, 3, e, &kept, NULL), 2);
     CHECK(kept);
     c[1].available = 1;
     CHECK_EQ_INT(call(g, &req, 1, 0, 0, c, 3, e, &kept, NULL), 3);
     CHECK(kept); /* (the first plan was kept beside it) */
-    CHECK_EQ_INT(lua_int(g, "calls"), 2);
+    CHECK_EQ_INT(lua_int(g, "calls"), 3);
     /* the request fields it read are the key (model here) and the routing fields: pin for
        'pinned' */
     mg_lua_req_t pinned = a_request("pinned"), pinned_b;

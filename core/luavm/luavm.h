@@ -8,7 +8,14 @@
  *
  * Data crossing into Lua is plain values (tables, strings, numbers): policies never
  * see C pointers. JSON null is util.null and arrays carry util.array_mt (see
- * lua/moongate/util.lua), so JSON round-trips through Lua without loss. */
+ * lua/moongate/util.lua), so JSON round-trips through Lua without loss.
+ *
+ * The floor's files, one concept each: gen.c (loading and checking a generation, its
+ * references, its collections), reqtab.c (the request tables), calls.c (route, on_response,
+ * encode, decode, decode_event), json.c (JSON <-> Lua), lcall.c (protected calls), lmod.c
+ * (the moongate module), order.c (the orders it draws), and the cache around the calls:
+ * keep.c (what is kept, one rule), trace.c (the views and what a call read), replay.c (a
+ * kept plan given again). */
 #ifndef MG_LUAVM_H
 #define MG_LUAVM_H
 

@@ -1314,9 +1314,9 @@ static mg_tentry_t *make_entry(mg_trace_t *t, int is_list, int wait_ms, const mg
         e->guards[g].value = pos >= 0 ? cand_value(&t->cands[pos], pos + 1, t->guards[g].fid) : 0;
     }
     e->n_guards = t->n_guards;
-    memcpy(e->eqs, t->eqs, (size_t)t->n_eqs * sizeof(*e->eqs));
+    if (t->n_eqs) memcpy(e->eqs, t->eqs, (size_t)t->n_eqs * sizeof(*e->eqs));
     e->n_eqs = t->n_eqs;
-    memcpy(e->items, items, (size_t)n_items * sizeof(*items));
+    if (n_items) memcpy(e->items, items, (size_t)n_items * sizeof(*items));
     e->n_items = n_items;
     e->is_list = is_list;
     e->wait_ms = wait_ms;

@@ -12,7 +12,8 @@
  *   kept          as the gateway decides: the plan route() gave is kept and its steps run
  *                 again in C with each request's numbers (luavm/keep.h), the step functions
  *                 asked again only for the routes whose facts moved; a route whose facts move
- *                 gets a new description serial, as route/facts.c gives it;
+ *                 gets a new description serial, and every route its keep slot, as
+ *                 route/facts.c gives them;
  *   policy        route() itself every time (plan.fresh): the candidates handed to Lua,
  *                 policies/routing.lua run, the plan read back.
  * Built by CMake (target route_bench); run from the repository root: build/route_bench
@@ -24,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "luavm/keep.h"
 #include "luavm/luavm.h"
 
 static double now_ns(void)
@@ -132,6 +134,7 @@ static void run(int n, int steady, int fresh)
         c[i].breaker = c[i].route_breaker = "closed";
         c[i].success_rate = c[i].ttft_ms = c[i].load_kv_cache = -1;
         c[i].serial = ++serials;
+        c[i].keep_slot = mg_keep_slot(g->keep, c[i].route) + 1; /* as route/facts.c says it */
     }
     if (steady) set_samples(c, n);
     int iters = n >= 1000 ? 200 : n >= 100 ? 2000 : 20000;

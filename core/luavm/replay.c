@@ -65,33 +65,34 @@ static int spec_values(mg_tentry_t *e, mg_top_t *o, int which, mg_trace_t *t,
                        const int *pos, mg_order_item_t *items)
 {
     mg_spec_kind_t kind = which ? o->kkind : o->wkind;
+    if (kind != MG_SPEC_FN) {
+        const double *vals = which ? o->kvals : o->wvals;
+        for (size_t i = 0; i < o->n; i++)
+            items[i] = (mg_order_item_t){kind == MG_SPEC_NONE ? 1 : vals[i], (int)i + 1};
+        return 1;
+    }
     mg_tlast_t **lasts = which ? &o->klast : &o->wlast;
-    if (kind == MG_SPEC_FN && !*lasts && (*lasts = malloc((o->n ? o->n : 1) * sizeof(**lasts))))
+    if (!*lasts && (*lasts = malloc((o->n ? o->n : 1) * sizeof(**lasts))))
         for (size_t i = 0; i < o->n; i++) (*lasts)[i] = (mg_tlast_t){.memo = NULL, .pos = -1};
     int all = 1;
+    const double none = which ? NAN : 0;
     for (size_t i = 0; i < o->n; i++) {
-        items[i].pos = (int)i + 1;
-        if (kind == MG_SPEC_NONE) {
-            items[i].key = 1;
-        } else if (kind == MG_SPEC_LIST) {
-            items[i].key = (which ? o->kvals : o->wvals)[i];
+        int p = pos[i], has;
+        double v;
+        mg_tlast_t *last = *lasts ? &(*lasts)[i] : NULL;
+        uint64_t serial = cands[p].serial;
+        if (last && last->pos == p && serial && last->serial == serial) {
+            has = last->has; /* the same description as last time: the same answer */
+            v = last->value;
         } else {
-            int p = pos[i], has;
-            double v;
-            mg_tlast_t *last = *lasts ? &(*lasts)[i] : NULL;
-            if (last && last->pos == p && last->serial && last->serial == cands[p].serial) {
-                has = last->has; /* the same description as last time: the same answer */
-                v = last->value;
-            } else {
-                void *hint = last ? last->memo : NULL;
-                if (mg_trace_answer(t, rq, which ? o->kfn : o->wfn, which ? o->kfn_id : o->wfn_id,
-                                    &cands[p], slots[p], p, &hint, &has, &v) != 0)
-                    return -1;
-                if (last) *last = (mg_tlast_t){hint, p, has, v, cands[p].serial};
-            }
-            if (!has) all = 0;
-            items[i].key = has ? v : (which ? NAN : 0);
+            void *hint = last ? last->memo : NULL;
+            if (mg_trace_answer(t, rq, which ? o->kfn : o->wfn, which ? o->kfn_id : o->wfn_id,
+                                &cands[p], slots[p], p, &hint, &has, &v) != 0)
+                return -1;
+            if (last) *last = (mg_tlast_t){hint, p, has, v, serial};
         }
+        all &= has;
+        items[i] = (mg_order_item_t){has ? v : none, (int)i + 1};
     }
     return all;
 }
@@ -104,8 +105,11 @@ static int run_order(mg_tentry_t *e, mg_top_t *o, mg_trace_t *t, const mg_treq_t
     size_t m = o->n;
     int *pos = s->pos;
     mg_order_item_t *items = s->items, *tmp = items + m, *keys = items + 2 * m;
-    for (size_t i = 0; i < m; i++)
-        if ((pos[i] = ref_pos(e, n, o->refs[i])) < 0) return 0;
+    for (size_t i = 0; i < m; i++) {
+        mg_tref_t r = o->refs[i];
+        pos[i] = r.op < 0 && r.i >= 0 && r.i < n ? r.i : ref_pos(e, n, r); /* (mostly the first) */
+        if (pos[i] < 0) return 0;
+    }
     int keyed = 0;
     if (o->kkind != MG_SPEC_NONE) {
         keyed = spec_values(e, o, 1, t, rq, cands, slots, pos, o->weighted ? keys : items);

@@ -15,9 +15,6 @@
 local M = { name = "openai", version = 1 }
 
 M.passthrough = true
--- encode() below reads nothing of req but req.endpoint: the core may ask it once per endpoint
--- and route and keep the answer (until the next reload).
-M.encode_per_route = true
 
 -- Provider data: where each endpoint lives under base_url.
 local PATHS = {

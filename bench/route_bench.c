@@ -1,7 +1,6 @@
-/* route_bench: the cost of one routing decision as the request path pays it: the
- * candidates pushed to Lua, policies/routing.lua run, the plan read back, for a
- * logical model with 1, 10, 100 and 1,000 routes (all usable, main pool, equal
- * weights: the policy has to order all of them), in two cases:
+/* route_bench: the cost of one routing decision as the request path pays it, for a logical
+ * model with 1, 10, 100 and 1,000 routes (all usable, main pool, equal weights: the policy has
+ * to order all of them), in two cases:
  *   no samples    no route has health samples yet: rule 7's weighted order only;
  *   steady state  every route has enough samples for rule 8 (the adaptive order), with
  *                 varied success rates and TTFTs, and varied RPM headroom (every provider
@@ -9,15 +8,24 @@
  *                 before each decision one route's TTFT and headroom move (a request was
  *                 reserved and one finished since the last decision), as on a gateway
  *                 under load: 19 requests in 20 pay for rule 8.
+ * and two ways:
+ *   kept          as the gateway decides: the plan route() gave is kept and its steps run
+ *                 again in C with each request's numbers (luavm/keep.h), the step functions
+ *                 asked again only for the routes whose facts moved; a route whose facts move
+ *                 gets a new description serial, and every route its keep slot, as
+ *                 route/facts.c gives them;
+ *   policy        route() itself every time (plan.fresh): the candidates handed to Lua,
+ *                 policies/routing.lua run, the plan read back.
  * Built by CMake (target route_bench); run from the repository root: build/route_bench
  * (build/route_bench 100: only the 100-route rows; build/route_bench 100 steady: only the
- * steady-state one). */
+ * steady-state ones; a third argument, kept or policy, only that way). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "luavm/keep.h"
 #include "luavm/luavm.h"
 
 static double now_ns(void)
@@ -56,12 +64,16 @@ static void set_samples(mg_candidate_t *c, int n)
 
 /* What happened since the last decision: a request finished on one route (its mean
  * TTFT moved a little) and one was reserved on another (its headroom moved). */
+static uint64_t serials;
+
 static void one_sample_moved(mg_candidate_t *c, int n, int k)
 {
     mg_candidate_t *r = &c[(k * 13) % n];
     r->ttft_ms += k % 2 ? 1.5 : -1.0;
+    r->serial = ++serials;
     r = &c[(k * 7 + 3) % n];
     r->headroom += k % 2 ? 0.0001 : -0.0001;
+    r->serial = ++serials;
 }
 
 /* The box is shared: the best of a few rounds is the figure that repeats. */
@@ -72,8 +84,8 @@ static void one_sample_moved(mg_candidate_t *c, int n, int k)
 #define PLAN_LIMIT 1
 
 /* Run iters decisions from draw *k on; the mean ns per decision, or -1 on an error. */
-static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, int iters,
-                             int *k, mg_plan_entry_t *entries)
+static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, int fresh,
+                             int iters, int *k, mg_plan_entry_t *entries)
 {
     char err[512];
     double t0 = now_ns();
@@ -82,21 +94,21 @@ static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, 
                              .max_tokens = 64, .priority = "P2", .allow_cloud = 1,
                              .local_first = 1, .random = (double)(*k % 997) / 997.0};
         if (steady) one_sample_moved(c, n, *k);
-        int rr = mg_gen_req_new(g, &info);
-        /* (no .keep: the policy's own cost, every time, not a kept plan) */
-        mg_plan_t plan = {.entries = entries, .limit = PLAN_LIMIT < n ? PLAN_LIMIT : 0};
+        int rr = -1; /* (made when route() is called, as on the request path) */
+        mg_plan_t plan = {.entries = entries, .limit = PLAN_LIMIT < n ? PLAN_LIMIT : 0,
+                          .fresh = fresh};
         int want = n < PLAN_LIMIT ? n : PLAN_LIMIT;
         if (mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err)) != 0 ||
             plan.n != want) {
             fprintf(stderr, "route: %s (plan %d of %d)\n", err, plan.n, want);
             return -1;
         }
-        mg_gen_unref_value(g, rr);
+        mg_gen_req_release(g, rr);
     }
     return (now_ns() - t0) / iters;
 }
 
-static void run(int n, int steady)
+static void run(int n, int steady, int fresh)
 {
     char path[] = "/tmp/route_bench_XXXXXX";
     int fd = mkstemp(path);
@@ -121,36 +133,44 @@ static void run(int n, int steady)
         c[i].health = "healthy";
         c[i].breaker = c[i].route_breaker = "closed";
         c[i].success_rate = c[i].ttft_ms = c[i].load_kv_cache = -1;
+        c[i].serial = ++serials;
+        c[i].keep_slot = mg_keep_slot(g->keep, c[i].route) + 1; /* as route/facts.c says it */
     }
     if (steady) set_samples(c, n);
     int iters = n >= 1000 ? 200 : n >= 100 ? 2000 : 20000;
     double per = 0;
     for (int round = 0, k = 0; round < ROUNDS; round++) {
-        double t = time_decisions(g, c, n, steady, iters, &k, entries);
+        double t = time_decisions(g, c, n, steady, fresh, iters, &k, entries);
         if (t < 0) break;
         if (round == 0 || t < per) per = t;
     }
-    printf("%-12s | %5d routes | %10.1f us per decision | %8.2f us per route\n",
-           steady ? "steady state" : "no samples", n, per / 1000, per / 1000 / n);
+    printf("%-12s | %-6s | %5d routes | %10.1f us per decision | %8.2f us per route\n",
+           steady ? "steady state" : "no samples", fresh ? "policy" : "kept", n, per / 1000,
+           per / 1000 / n);
     free(c);
     free(entries);
     mg_gen_unref(g);
     unlink(path);
 }
 
-/* route_bench [ROUTES [steady|fresh]]: every size, or only ROUTES routes (any number), in
- * both cases or only one (for a profiler). */
+/* route_bench [ROUTES [steady|fresh [kept|policy]]]: every size, or only ROUTES routes (any
+ * number), in both cases or only one, both ways or only one (for a profiler). */
 int main(int argc, char **argv)
 {
     int sizes[] = {1, 10, 100, 1000};
     int only = argc > 1 ? atoi(argv[1]) : 0;
     const char *mode = argc > 2 ? argv[2] : "";
-    for (int steady = 0; steady <= 1; steady++) {
-        if ((steady && strcmp(mode, "fresh") == 0) || (!steady && strcmp(mode, "steady") == 0))
-            continue;
-        if (only > 0) run(only, steady);
-        else
-            for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) run(sizes[i], steady);
+    const char *way = argc > 3 ? argv[3] : "";
+    for (int fresh = 0; fresh <= 1; fresh++) {
+        if ((fresh && strcmp(way, "kept") == 0) || (!fresh && strcmp(way, "policy") == 0)) continue;
+        for (int steady = 0; steady <= 1; steady++) {
+            if ((steady && strcmp(mode, "fresh") == 0) || (!steady && strcmp(mode, "steady") == 0))
+                continue;
+            if (only > 0) run(only, steady, fresh);
+            else
+                for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+                    run(sizes[i], steady, fresh);
+        }
     }
     return 0;
 }

@@ -454,7 +454,7 @@ static int start_services(mg_server_t *s)
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
     s->metrics.loop = s->loop;
     s->pipeline = (mg_pipeline_t){
-        .loop = s->loop, .gens = &s->gens, .pool = &s->pool, .facts = &s->facts,
+        .loop = s->loop, .gens = &s->gens, .pool = &s->pool,
         .sched = s->sched, .pump = &s->pump, .upstream = s->upstream, .auth = s->auth,
         .userrate = s->userrate, .metrics = &s->metrics, .store = s->store,
     };
@@ -568,7 +568,6 @@ int mg_server_run(mg_server_t *s)
     mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
-    mg_facts_free(&s->facts);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

@@ -18,7 +18,6 @@
 #include "pipeline/idem.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/tasks.h"
-#include "route/facts.h"
 #include "route/pool.h"
 #include "route/probe.h"
 #include "sched/pump.h"
@@ -40,7 +39,6 @@ typedef struct mg_server_s {
     mg_store_t *store;          /* owned */
     mg_auth_t *auth;            /* owned: customer keys, projects and their quotas */
     mg_pool_t pool;             /* provider runtime state */
-    mg_facts_t facts;           /* routing's view of the pool's routes, kept (facts.h) */
     mg_sched_t *sched;          /* owned: priority queue and execution slots */
     mg_pump_t pump;             /* runs the scheduler on the loop */
     mg_metrics_t metrics;

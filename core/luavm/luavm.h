@@ -8,7 +8,14 @@
  *
  * Data crossing into Lua is plain values (tables, strings, numbers): policies never
  * see C pointers. JSON null is util.null and arrays carry util.array_mt (see
- * lua/moongate/util.lua), so JSON round-trips through Lua without loss. */
+ * lua/moongate/util.lua), so JSON round-trips through Lua without loss.
+ *
+ * The floor's files, one concept each: gen.c (loading and checking a generation, its
+ * references, its collections), reqtab.c (the request tables), calls.c (route, on_response,
+ * encode, decode, decode_event), json.c (JSON <-> Lua), lcall.c (protected calls), lmod.c
+ * (the moongate module), order.c (the orders it draws), and the cache around the calls:
+ * keep.c (what is kept, one rule), trace.c (the views and what a call read), replay.c (a
+ * kept plan given again). */
 #ifndef MG_LUAVM_H
 #define MG_LUAVM_H
 
@@ -18,6 +25,7 @@
 #include <curl/curl.h>
 
 #include "conf/config.h"
+#include "luavm/json.h"
 
 typedef struct lua_State lua_State;
 
@@ -26,8 +34,8 @@ typedef struct mg_adapter_s {
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
     char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
-    int encode_per_route;          /* M.encode_per_route: encode's answer is kept (see luavm.c) */
-    struct mg_encode_memo_s *memo; /* owned: those answers, by route, endpoint and stream */
+    int encode_untraced; /* its encode() read the request's own fields: its answers are never
+                            kept, so it gets the plain request table (keep.h) */
 } mg_adapter_t;
 
 #define MG_REQ_FREE_MAX 64 /* request tables a generation keeps for reuse */
@@ -41,18 +49,15 @@ typedef struct mg_gen_s {
     size_t n_adapters;
     int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
     int routing_ref;            /* policies/routing.lua module table */
-    int adaptive_key_ref;       /* its adaptive_key function, LUA_NOREF when it has none */
-    int share_ref;              /* its share function, LUA_NOREF when it has none */
+    int routing_cache;          /* its plans may be kept (M.cache ~= false) */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
-    int make_candidate_ref;     /* a Lua constructor for candidate tables (see luavm.c) */
-    struct mg_gen_cache_s *cache; /* owned, made on first use: candidate tables kept across
-                                     requests, scratch for moongate.sort_by (see luavm.c) */
-    struct mg_plankeep_s *plans; /* owned, made on first use: plans route() said hold
-                                    (plankeep.h) */
-    int null_ref, array_mt_ref; /* util.null and util.array_mt */
+    mg_ljson_t json;            /* util.null and util.array_mt (json.h) */
     int req_fill_ref, req_mt_ref, req_dirty_ref; /* request tables' fill(), metatable, mark */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
     unsigned n_req_free;
+    struct mg_lmod_s *lmod;     /* owned: the moongate module's state (lmod.h) */
+    struct mg_keep_s *keep;     /* owned: what is kept around the Lua calls (keep.h) */
+    struct mg_trace_s *trace;   /* owned: the views and recorder of those calls (trace.h) */
     size_t gc_base;             /* the state's bytes after its load or last collection (as far as
                                    mg_gen_collect_between knows) */
 } mg_gen_t;
@@ -139,7 +144,9 @@ typedef struct mg_candidate_s {
     double success_rate, ttft_ms;   /* < 0 = no samples */
     int load_known, load_running, load_waiting;
     double load_kv_cache;           /* < 0 = unknown */
-    uint64_t serial;                /* the description's number (facts.h): two equal non-zero
+    long keep_slot;                 /* the route's slot in the generation's keep + 1 (facts.c
+                                       says it); 0: not known */
+    uint64_t serial;                /* the description's number (keep.h): two equal non-zero
                                        serials are the same facts; 0 = compare them */
 } mg_candidate_t;
 
@@ -156,32 +163,31 @@ typedef struct mg_plan_s {
     int wait_ms;              /* > 0: nothing now, ask again after this long */
     int limit;                /* in: the entries the caller needs before it asks again (0: no
                                  limit); route() sees it as req.plan_limit */
-    int keep;                 /* in: the candidates are the model's config routes, so a plan
-                                 that holds may be kept for later requests (plankeep.h) */
-    int reuse;                /* out: the plan holds (route() said plan.reuse = true) */
-    int kept;                 /* out: it is a kept plan: route() was not called */
+    int fresh;                /* in: call route() whatever is kept, and keep nothing (tests,
+                                 benchmarks of the policy itself) */
+    int kept;                 /* out: the plan was kept: route() was not called */
 } mg_plan_t;
 
 /* Call routing.route(req, candidates) with req.attempt = attempt and req.plan_limit =
- * plan->limit (nil for 0). Fills plan (entries
- * unique, indexes in range). Returns 0, or -1 with err set.
- * The request's table is *req_ref, made from info when it is < 0 (a request that no Lua
- * function was called for has none). With plan->keep at attempt 1, a plan kept from an
- * earlier request with the same routing fields and candidate states is used instead of
- * calling Lua, and a plan route() says holds is kept (plankeep.h).
- * A route of the generation's config keeps one candidate table for the generation's life:
- * each call rewrites only the fields whose facts changed, and clears the degraded and
- * emergency markers of the plan entries it reads back (the contract in lua/README.md).
- * Routes not in the config (prefix-served names) get a fresh table per call. */
+ * plan->limit (nil for 0). Fills plan (entries unique, indexes in range). Returns 0, or -1
+ * with err set. The request's table is *req_ref, made from info when it is < 0 and route()
+ * is called (a request that no Lua function was called for has none).
+ * route() gets views: the request and one table per candidate whose fields are read from
+ * info and cands. Unless plan->fresh, the answer of an earlier call is given instead of
+ * calling route() when every field that call read has the same value now, its moongate
+ * ordering steps run again in C with this request's numbers (keep.h); plan->kept says so.
+ * The degraded and emergency markers route() writes are read into the plan and cleared. */
 int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attempt,
                  const mg_candidate_t *cands, int n, mg_plan_t *plan, char *err, size_t errlen);
 
-/* Ask policies/cooldown.lua what an upstream answer means for the provider:
- * on_response(provider, status, headers, state). *cooldown_s = seconds to cool down,
- * 0 for none. Without a cooldown policy a 429 cools for the default curve. 0 or -1. */
-int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *retry_after,
-                    int consecutive_429, int observing, double *cooldown_s, char *err,
-                    size_t errlen);
+/* Ask policies/cooldown.lua what an upstream error answer means for the provider:
+ * on_response(provider, status, headers, state), with headers the answer's response headers
+ * (a block of "name\0value\0" pairs, names lower case: upstream/headers.h; NULL for none)
+ * as a table. *cooldown_s = seconds to cool down, 0 for none. Without a cooldown policy a
+ * 429 cools for the default curve (or its Retry-After, when longer). 0 or -1. */
+int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *headers,
+                    size_t headers_len, int consecutive_429, int observing, double *cooldown_s,
+                    char *err, size_t errlen);
 
 typedef struct mg_encoded_s {
     char method[8];
@@ -191,7 +197,8 @@ typedef struct mg_encoded_s {
     int ndjson;                  /* stream_format == "ndjson" */
 } mg_encoded_t;
 
-/* Call adapter.encode(req, route), or give its kept answer (encode_per_route). The
+/* Call adapter.encode(req, route), or give a kept answer of it: an answer without a body
+ * is kept per route under the values of the request fields encode read (keep.h). The
  * request's table is *req_ref, made from info when it is < 0 and encode is called. 0 or -1
  * with err set. */
 int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_ref,

@@ -69,6 +69,28 @@ double mg_unit_double(uint64_t z)
     return (double)(z >> 11) * 0x1p-53;
 }
 
+void mg_draw_init(mg_draw_t *d, double random)
+{
+    if (!(random >= 0 && random < 1)) random = 0;
+    *d = (mg_draw_t){.first = random, .used = 0, .state = (uint64_t)(random * 0x1p53)};
+}
+
+int mg_draw_chance(mg_draw_t *d, double p)
+{
+    if (d->used) return mg_unit_double(mg_splitmix64(&d->state)) < p;
+    double u = d->first;
+    int result = u < p;
+    if (p > 0 && p < 1) d->first = result ? u / p : (u - p) / (1 - p);
+    return result;
+}
+
+void mg_draw_for_order(mg_draw_t *d, double *u, uint64_t *seed)
+{
+    *u = d->used ? mg_unit_double(mg_splitmix64(&d->state)) : d->first;
+    d->used = 1;
+    *seed = mg_splitmix64(&d->state);
+}
+
 /* The first pick: where u falls when each weighted item covers a stretch of [0, total)
  * proportional to its weight. The last weighted item should rounding leave x >= 0. */
 static size_t draw_first(const mg_order_item_t *items, size_t n, double total, double u)
@@ -86,8 +108,7 @@ static size_t draw_first(const mg_order_item_t *items, size_t n, double total, d
 }
 
 /* The Efraimidis-Spirakis key of an item of weight w, as its logarithm: -log(r)/w, smaller
- * first, orders as r^(1/w) larger first, and a log costs half a pow. The Lua version of this
- * order in policies/routing.lua computes the same expression: the same keys. */
+ * first, orders as r^(1/w) larger first, and a log costs half a pow. */
 static double es_key(double r, double w)
 {
     return -log(r) / w;
@@ -185,8 +206,7 @@ static size_t gather_group(const mg_order_item_t *items, size_t n, const mg_orde
 
 /* The place in group (m entries) of the next draw: a weighted draw over their weights with
  * u the first time (*first_draw), then with the stream's next number; none with a weight:
- * the first by position. The total is summed afresh for every draw, in position order, so
- * that the draws are those of the Lua twin (routing.lua's draw_next). */
+ * the first by position. The total is summed afresh for every draw, in position order. */
 static size_t draw_in_group(const mg_order_item_t *group, size_t m, double u, int *first_draw,
                             uint64_t *state)
 {

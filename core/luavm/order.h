@@ -1,11 +1,9 @@
 /* order: the sorting mechanics behind the routing policy's orders.
  *
  * policies/routing.lua decides which routes go in which order; these do the per-route
- * arithmetic for it (exposed to Lua as moongate.sort_by and moongate.weighted_order, see
- * luavm.c and lua/README.md). In Lua the same work costs a comparator call per comparison
- * and a dozen VM instructions per random number, which at 100 routes was most of a
- * routing decision. policies/routing.lua carries a Lua version of both for busted; the
- * two must give the same order for the same arguments. */
+ * arithmetic for it (exposed to Lua as moongate.sort_by, moongate.weighted_order and
+ * moongate.draw, see lmod.c and lua/README.md), and the core's replay of a kept plan
+ * (replay.c) runs the very same functions with a new request's numbers. */
 #ifndef MG_ORDER_H
 #define MG_ORDER_H
 
@@ -16,6 +14,24 @@ typedef struct mg_order_item_s {
     double key;
     int pos; /* the item's position in the caller's list, from 1 */
 } mg_order_item_t;
+
+/* A request's random draws (moongate.draw): its random number `first`, handed out first and
+ * stretched back over [0, 1) by each chance() it answers, so that it stays uniform whatever
+ * they said; then a splitmix64 stream seeded with floor(random * 2^53). */
+typedef struct mg_draw_s {
+    double first;
+    int used;       /* first was handed out */
+    uint64_t state; /* the stream */
+} mg_draw_t;
+
+/* A draw from the request's random number (anything outside [0, 1) counts as 0). */
+void mg_draw_init(mg_draw_t *d, double random);
+/* True for a share p of requests: the first number below p (then stretched), or, once it was
+ * handed out, the stream's next. */
+int mg_draw_chance(mg_draw_t *d, double p);
+/* The first number (or, once it was handed out, the stream's next) and the seed of a weighted
+ * order's own stream. */
+void mg_draw_for_order(mg_draw_t *d, double *u, uint64_t *seed);
 
 /* Sort by ascending key, NaN after every number, equal keys by ascending pos. The items
  * come in ascending pos (the NaN ones keep that order); tmp has room for n items. */

@@ -43,7 +43,7 @@ typedef struct mg_metrics_s {
     uint64_t degraded_total[5];        /* answers by degradation: fallback, emergency, smaller, cloud,
                                           shorter_output */
     uint64_t cooldown_events_total;
-    uint64_t routing_plans[2];         /* plans: from the policy's route(), kept (plankeep.h) */
+    uint64_t routing_plans[2];         /* plans: from the policy's route(), kept (luavm/keep.h) */
     uint64_t loop_busy_buckets[MG_LOOP_BUCKETS]; /* busy time per loop iteration (loopstat.h) */
     double loop_busy_sum;
     uint64_t loop_busy_count;

@@ -651,6 +651,9 @@ static void on_up_headers(void *ud, int status)
     size_t ral = ra ? strnlen(ra, sizeof(c->retry_after) - 1) : 0;
     if (ral) memcpy(c->retry_after, ra, ral);
     c->retry_after[ral] = '\0';
+    free(c->error_headers); /* the last attempt's */
+    c->error_headers = status >= 400 ? mg_xfer_take_error_headers(c->xfer, &c->error_headers_len)
+                                     : NULL;
     c->resp.len = 0;
     if (status >= 200 && status < 300 && c->stream) {
         /* each attempt's stream is framed afresh, in its adapter's mode: an attempt that

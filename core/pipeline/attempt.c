@@ -23,9 +23,8 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     int n = status == 429 ? mg_cooldown_note_429(&ps->cooldown, now) : ps->cooldown.consecutive_429;
     double secs = 0;
     char err[512];
-    const char *ra = c->retry_after[0] ? c->retry_after : NULL;
-    if (mg_gen_cooldown(c->gen, c->provider, status, ra, n, ps->cooldown.observing, &secs, err,
-                        sizeof(err)) != 0) {
+    if (mg_gen_cooldown(c->gen, c->provider, status, c->error_headers, c->error_headers_len, n,
+                        ps->cooldown.observing, &secs, err, sizeof(err)) != 0) {
         mg_log_msg(MG_LOG_ERROR, c->req ? c->req->request_id : NULL, "cooldown policy: %s", err);
         return;
     }
@@ -357,7 +356,7 @@ static int fill_candidates(call_t *c, uint64_t now)
         mg_route_state_t *rs = mg_pool_route_of(c->pl->pool, r);
         mg_candidate_t *cd = &c->cands[c->n_cands];
         c->cand_route[c->n_cands++] = i;
-        mg_facts_describe(c->pl->facts, c->pl->pool, p, r, ps, rs, now, cd);
+        mg_facts_describe(c->gen->keep, c->pl->pool, p, r, ps, rs, now, cd);
         usable += passed_over(c, cd, i);
     }
     return usable > 0 && usable < c->n_cands ? usable : 0;
@@ -391,7 +390,7 @@ mg_step_rc_t step_route(call_t *c)
     c->described = 0;
     char err[512];
     /* a prefix-served model's routes are the call's own: no plan is kept for them */
-    mg_plan_t plan = {.entries = c->plan, .limit = limit, .keep = !c->prefixed_model.name};
+    mg_plan_t plan = {.entries = c->plan, .limit = limit};
     c->route_calls++;
     if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
                      &plan, err, sizeof(err)) != 0) {

@@ -248,6 +248,7 @@ static void call_free(call_t *c)
         uv_close((uv_handle_t *)c->wait_timer, (uv_close_cb)free);
     }
     mg_buf_free(&c->resp);
+    free(c->error_headers);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
     free(c->error_message);

@@ -221,6 +221,8 @@ typedef struct call_s {
                                     than the upstream sent */
     int unreachable;             /* the connection failed: a fault of the provider, not the route */
     char retry_after[32];
+    char *error_headers;         /* owned: an error answer's headers, for the cooldown policy */
+    size_t error_headers_len;
     mg_buf_t resp;               /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;

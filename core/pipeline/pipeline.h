@@ -33,7 +33,6 @@ typedef struct mg_pipeline_s {
     uv_loop_t *loop;
     mg_gens_t *gens;           /* the generation a new call takes */
     mg_pool_t *pool;           /* provider runtime state */
-    mg_facts_t *facts;         /* routing's view of the routes, kept */
     mg_sched_t *sched;
     mg_pump_t *pump;
     mg_upstream_t *upstream;

@@ -1,7 +1,6 @@
 /* facts: routing's view of a route, kept while nothing it depends on changed; see facts.h. */
 #include "route/facts.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* The facts of route r of provider p, from the provider's state ps and the route's rs. */
@@ -41,52 +40,14 @@ static void describe(mg_candidate_t *cd, const mg_provider_conf_t *p, const mg_r
     cd->load_kv_cache = ps->load.kv_cache;
 }
 
-/* The entry kept for route state rs, or NULL (none: not a listed route, or no memory). */
-static mg_facts_entry_t *entry_of(mg_facts_t *f, const mg_pool_t *pool,
-                                  const mg_route_state_t *rs)
-{
-    if (!f || !rs) return NULL;
-    size_t i = (size_t)(rs - pool->routes.items);
-    if (i >= pool->routes.n) return NULL;
-    if (i >= f->cap) {
-        size_t cap = pool->routes.n;
-        mg_facts_entry_t *items = realloc(f->items, cap * sizeof(*items));
-        if (!items) return NULL;
-        memset(items + f->cap, 0, (cap - f->cap) * sizeof(*items));
-        f->items = items;
-        f->cap = cap;
-    }
-    return &f->items[i];
-}
-
-static int still_true(const mg_facts_entry_t *e, const mg_pool_t *pool,
-                      const mg_provider_conf_t *p, const mg_route_conf_t *r,
-                      const mg_provider_state_t *ps, const mg_route_state_t *rs, uint64_t now)
-{
-    return e->valid && e->at_ms == now && e->epoch == pool->epoch &&
-           e->version == ps->version && e->route_version == rs->version &&
-           e->facts.provider == p && e->facts.route == r;
-}
-
-void mg_facts_describe(mg_facts_t *f, const mg_pool_t *pool, const mg_provider_conf_t *p,
+void mg_facts_describe(mg_keep_t *k, const mg_pool_t *pool, const mg_provider_conf_t *p,
                        const mg_route_conf_t *r, mg_provider_state_t *ps,
                        const mg_route_state_t *rs, uint64_t now, mg_candidate_t *out)
 {
-    mg_facts_entry_t *e = entry_of(f, pool, rs);
-    if (e && still_true(e, pool, p, r, ps, rs, now)) {
-        *out = e->facts;
-        f->kept++;
-        return;
-    }
+    long slot = rs ? mg_keep_slot(k, r) : -1;
+    uint64_t stamp[MG_KEEP_STAMP] = {now, ps->version, rs ? rs->version : 0, pool->epoch};
+    if (slot >= 0 && mg_keep_facts_get(k, slot, stamp, out) && out->provider == p) return;
     describe(out, p, r, ps, rs, now);
-    if (f) out->serial = ++f->described;
-    if (!e) return;
-    *e = (mg_facts_entry_t){.facts = *out, .at_ms = now, .version = ps->version,
-                            .route_version = rs->version, .epoch = pool->epoch, .valid = 1};
-}
-
-void mg_facts_free(mg_facts_t *f)
-{
-    free(f->items);
-    *f = (mg_facts_t){0};
+    out->keep_slot = slot + 1;
+    mg_keep_facts_put(k, slot, stamp, out);
 }

@@ -31,6 +31,7 @@
  * frame either: uv_close defers that to the next loop turn. The client itself is
  * freed once it is closing, no connection handle is open and no lookup pending. */
 #include "upstream/h1client.h"
+#include "upstream/headers.h"
 
 #include <llhttp.h>
 #include <netinet/in.h>
@@ -148,6 +149,7 @@ struct mg_h1_xfer_s {
     size_t body_len;
     char retry_after[32];
     char content_type[96];
+    mg_headers_t errh; /* an error answer's headers (headers.h) */
     size_t req_len;
     char req[]; /* request head (+ inline body) */
 };
@@ -556,6 +558,7 @@ static void pool_put(conn_t *cn)
 static void xfer_free(mg_h1_xfer_t *x)
 {
     free(x->body);
+    mg_headers_free(&x->errh);
     free(x);
 }
 
@@ -984,6 +987,7 @@ static int p_on_message_begin(llhttp_t *p)
 {
     conn_t *cn = p->data;
     cn->x->retry_after[0] = cn->x->content_type[0] = '\0';
+    mg_headers_reset(&cn->x->errh);
     cn->hname_len = 0;
     cn->hdst = NULL;
     return 0;
@@ -992,6 +996,7 @@ static int p_on_message_begin(llhttp_t *p)
 static int p_on_header_field(llhttp_t *p, const char *at, size_t len)
 {
     conn_t *cn = p->data;
+    if (p->status_code >= 400) mg_headers_name(&cn->x->errh, at, len);
     if (cn->hname_len + len > sizeof(cn->hname)) {
         cn->hname_len = sizeof(cn->hname); /* too long to be one we capture */
         return 0;
@@ -1022,6 +1027,7 @@ static int p_on_header_field_complete(llhttp_t *p)
 static int p_on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     conn_t *cn = p->data;
+    if (p->status_code >= 400) mg_headers_value(&cn->x->errh, at, len);
     if (!cn->hdst) return 0;
     size_t room = cn->hcap - 1 - cn->hlen;
     if (len > room) len = room;
@@ -1034,6 +1040,7 @@ static int p_on_header_value(llhttp_t *p, const char *at, size_t len)
 static int p_on_header_value_complete(llhttp_t *p)
 {
     conn_t *cn = p->data;
+    if (p->status_code >= 400) mg_headers_end_value(&cn->x->errh);
     if (!cn->hdst) return 0;
     while (cn->hlen && (cn->hdst[cn->hlen - 1] == ' ' || cn->hdst[cn->hlen - 1] == '\t'))
         cn->hdst[--cn->hlen] = '\0';
@@ -1331,6 +1338,11 @@ void mg_h1_resume(mg_h1_xfer_t *x)
     if (!x->ended && !x->paused && !cn->reading && conn_read_start(cn) != 0)
         xfer_fail(x, MG_XFER_ERROR, "cannot read from upstream");
     xfer_unbusy(x);
+}
+
+char *mg_h1_take_error_headers(mg_h1_xfer_t *x, size_t *len)
+{
+    return mg_headers_take(&x->errh, len);
 }
 
 const char *mg_h1_header(const mg_h1_xfer_t *x, const char *name)

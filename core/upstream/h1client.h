@@ -90,6 +90,9 @@ void mg_h1_resume(mg_h1_xfer_t *x);
  * "content-type" (name case-insensitive), or NULL when absent or not captured.
  * The string belongs to the transfer: valid until on_done returns. */
 const char *mg_h1_header(const mg_h1_xfer_t *x, const char *name);
+/* The headers of the final response when its status is 400 or more, as headers.h's block
+ * (caller frees; NULL and *len = 0 when there were none); see mg_xfer_take_error_headers. */
+char *mg_h1_take_error_headers(mg_h1_xfer_t *x, size_t *len);
 
 /* Transfers started and not yet ended (done or cancelled). */
 size_t mg_h1_active(const mg_h1_t *c);

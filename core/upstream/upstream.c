@@ -12,6 +12,7 @@
 #include "upstream/upstream.h"
 
 #include "upstream/h1client.h"
+#include "upstream/headers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,8 @@ struct mg_xfer_s {
     int paused;
     char retry_after[32];
     char content_type[96];
+    int status;     /* of the status line being read (a 1xx is followed by another) */
+    mg_headers_t errh; /* an error answer's headers (headers.h) */
 };
 
 typedef struct {
@@ -208,6 +211,7 @@ static void xfer_free(mg_xfer_t *x)
     up->n_active--;
     curl_slist_free_all(x->headers);
     free(x->body);
+    mg_headers_free(&x->errh);
     uv_timer_stop(&x->timer);
     uv_close((uv_handle_t *)&x->timer, on_xfer_timer_closed);
 }
@@ -267,6 +271,9 @@ static size_t on_curl_header(char *buf, size_t size, size_t n, void *userp)
     if (len >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* a new status line (after a 1xx) starts a fresh header set */
         x->retry_after[0] = x->content_type[0] = '\0';
+        mg_headers_reset(&x->errh);
+        const char *sp = memchr(buf, ' ', len);
+        x->status = sp ? atoi(sp + 1) : 0;
         return len;
     }
     if (len <= 2 && (buf[0] == '\r' || buf[0] == '\n')) {
@@ -279,6 +286,7 @@ static size_t on_curl_header(char *buf, size_t size, size_t n, void *userp)
         return x->cancelled ? 0 : len;
     }
     capture_header(x, buf, len);
+    if (x->status >= 400) mg_headers_line(&x->errh, buf, len);
     return len;
 }
 
@@ -516,6 +524,12 @@ void mg_xfer_resume(mg_xfer_t *x)
         up->in_action = 0;
         after_action(up);
     }
+}
+
+char *mg_xfer_take_error_headers(mg_xfer_t *x, size_t *len)
+{
+    if (x->kind == MG_XFER_KIND_H1) return mg_h1_take_error_headers((mg_h1_xfer_t *)x, len);
+    return mg_headers_take(&x->errh, len);
 }
 
 const char *mg_xfer_header(const mg_xfer_t *x, const char *name)

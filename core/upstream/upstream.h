@@ -82,5 +82,10 @@ void mg_xfer_cancel(mg_xfer_t *x);
 void mg_xfer_resume(mg_xfer_t *x);
 /* A response header captured by the transfer ("retry-after" and "content-type"), or NULL. */
 const char *mg_xfer_header(const mg_xfer_t *x, const char *name);
+/* The response headers of an answer whose status is 400 or more, for the cooldown policy:
+ * a block of "name\0value\0" pairs, names lower-cased (headers.h). Valid from on_headers on;
+ * the caller owns and frees the result; NULL (*len = 0) when there were none or they were
+ * taken already. A successful answer's headers are not copied. */
+char *mg_xfer_take_error_headers(mg_xfer_t *x, size_t *len);
 
 #endif

@@ -207,6 +207,42 @@ describe('429 storm on one main provider', { timeout: 20000 }, () => {
 });
 
 // ---------------------------------------------------------------------------
+// (1b) the cooldown policy reads every header of the 429 (policies/cooldown.lua)
+// ---------------------------------------------------------------------------
+
+describe('a 429 cools its provider as long as its headers ask', { timeout: 20000 }, () => {
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [mainProvider(m, 'hd-ms'), mainProvider(m, 'hd-reset'), fallbackProvider(m, 'hd-f')],
+            models: {
+                ms: { routes: [{ provider: 'hd-ms', model: 'up-hd-ms' }, { provider: 'hd-f', model: 'up-hd-f' }] },
+                reset: { routes: [{ provider: 'hd-reset', model: 'up-hd-reset' }, { provider: 'hd-f', model: 'up-hd-f' }] },
+            },
+        }));
+        // OpenAI's way of saying how long: milliseconds, and the reset of the used-up window
+        await sc.script('up-hd-ms', { status: 429, headers: { 'retry-after-ms': '75000' } }, { times: 1 });
+        await sc.script('up-hd-reset', {
+            status: 429,
+            headers: { 'X-RateLimit-Remaining-Requests': '0', 'X-RateLimit-Reset-Requests': '2m30s' },
+        }, { times: 1 });
+    });
+    after(() => sc?.close());
+
+    for (const [model, provider, want] of [['ms', 'hd-ms', 75], ['reset', 'hd-reset', 150]]) {
+        test(`${provider}: the cooldown is ${want} s, not the 30 s of a first 429`, async () => {
+            const r = await sc.chat(model);
+            assertOk(r, 'the request that meets the 429 fails over');
+            assert.equal(r.json.actual_model, 'up-hd-f');
+            const p = await sc.provider(provider);
+            assert.equal(p.status, 'cooldown');
+            assert.ok(p.cooldown_remaining_s > want - 5 && p.cooldown_remaining_s <= want,
+                `cooldown follows the headers: ${p.cooldown_remaining_s} s left of ${want}`);
+        });
+    }
+});
+
+// ---------------------------------------------------------------------------
 // (2) all main providers cooling -> fallback
 // ---------------------------------------------------------------------------
 

@@ -98,6 +98,35 @@ test('SIGHUP with a routing policy missing route(): reload fails, serving goes o
     assert.equal((await status()).reload?.result, 'ok');
 });
 
+test('SIGHUP with a policy or adapter of another API version: reload fails naming the file, nothing changes', async () => {
+    const adapterPath = path.join(env.lua.adapters, 'openai.lua');
+    const adapterOriginal = fs.readFileSync(adapterPath, 'utf8');
+    const cases = [
+        [routingPath, routingOriginal.replace('version = 1', 'version = 2'), /routing\.lua: version = 2, but this gateway speaks API version 1/],
+        [routingPath, routingOriginal.replace('name = "routing", version = 1', 'name = "routing"'), /routing\.lua: the module table needs version = 1/],
+        [adapterPath, adapterOriginal.replace('name = "openai", ', ''), /openai\.lua: the module table needs name = "openai"/],
+    ];
+    for (const [file, text, reason] of cases) {
+        const original = file === routingPath ? routingOriginal : adapterOriginal;
+        assert.notEqual(text, original, `the case edits ${path.basename(file)}`);
+        const g0 = (await status()).generation;
+        fs.writeFileSync(file, text);
+        try {
+            const line = await env.gw.reload();
+            assert.equal(line.result, 'failed', `reload line: ${JSON.stringify(line)}`);
+            assert.match(String(line.error), reason);
+            const s = await status();
+            assert.equal(s.generation, g0, 'a failed reload keeps the generation');
+            assert.match(String(s.reload?.error), reason);
+            await chatOk();
+        } finally {
+            fs.writeFileSync(file, original);
+        }
+    }
+    const line = await env.gw.reload();
+    assert.equal(line.result, 'ok', 'the restored files reload');
+});
+
 test('SIGHUP with a changed routing policy: the next request follows it (kept plans end with their generation)', async () => {
     // the default policy's plan for the one-route model 'added' holds (plan.reuse): it is kept
     await chatOk('added');

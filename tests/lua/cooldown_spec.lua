@@ -95,6 +95,30 @@ describe("policies/cooldown.lua", function()
             end
         end)
 
+        it("follows the reset time of a rate-limit window the upstream says is used up", function()
+            local r = cooldown.on_response(provider, 429,
+                { ["x-ratelimit-reset-requests"] = "1m30s" }, state(1))
+            assert.same({ cooldown_s = 90 }, r)
+            r = cooldown.on_response(provider, 429, { ["x-ratelimit-reset-tokens"] = "6m0s",
+                ["x-ratelimit-remaining-tokens"] = "0" }, state(1))
+            assert.same({ cooldown_s = 360 }, r)
+            r = cooldown.on_response(provider, 429, { ["x-ratelimit-reset-requests"] = "1h2m3.5s",
+                ["retry-after"] = "10" }, state(1))
+            assert.same({ cooldown_s = 3724 }, r)
+            r = cooldown.on_response(provider, 429, { ["x-ratelimit-reset-requests"] = "45" }, state(1))
+            assert.same({ cooldown_s = 45 }, r)
+        end)
+
+        it("ignores the reset time of a window with requests or tokens left, or unreadable", function()
+            local r = cooldown.on_response(provider, 429, { ["x-ratelimit-reset-tokens"] = "5m",
+                ["x-ratelimit-remaining-tokens"] = "1200" }, state(1))
+            assert.same({ cooldown_s = 30 }, r)
+            for _, v in ipairs({ "soon", "5x", "", "m", "1.2.3s" }) do
+                r = cooldown.on_response(provider, 429, { ["x-ratelimit-reset-requests"] = v }, state(1))
+                assert.same({ cooldown_s = 30 }, r)
+            end
+        end)
+
         it("works without headers or state", function()
             assert.same({ cooldown_s = 30 }, cooldown.on_response(provider, 429, nil, nil))
         end)

@@ -1,17 +1,28 @@
 -- tests/lua/helper.lua: shared set-up for the busted specs. Load with
 --   local h = dofile("tests/lua/helper.lua")
 -- from the repository root (busted's working directory). It makes require("moongate.*")
--- resolve to lua/moongate/*.lua, as the core does with lua.lib, and gives fixture loaders that
--- convert JSON the way the core does (arrays carry util.array_mt, null is util.null).
+-- resolve to lua/moongate/*.lua, as the core does with lua.lib, and require("moongate") to the
+-- gateway's own C module, built as build/lua/moongate.so (CMake target moongate_lua; ctest
+-- says where in MOONGATE_LUA_CPATH), and gives fixture loaders that convert JSON the way the
+-- core does (arrays carry util.array_mt, null is util.null).
 
 if not package.path:find("./lua/?.lua", 1, true) then
     package.path = "./lua/?.lua;./lua/?/init.lua;" .. package.path
+end
+local cpath = os.getenv("MOONGATE_LUA_CPATH") or "./build/lua/?.so"
+if not package.cpath:find(cpath, 1, true) then
+    package.cpath = cpath .. ";" .. package.cpath
+end
+local found, moongate = pcall(require, "moongate")
+if not found then
+    error("tests/lua/helper.lua: the moongate C module is not built (" .. cpath .. "): run\n" ..
+          "  cmake --build build --target moongate_lua\n" .. tostring(moongate), 0)
 end
 
 local util = require("moongate.util")
 local json = require("moongate.json")
 
-local h = { util = util, json = json }
+local h = { util = util, json = json, moongate = moongate }
 
 local function read(path)
     local f = assert(io.open(path, "rb"))

@@ -232,57 +232,6 @@ describe("policies/routing.lua", function()
         end)
     end)
 
-    describe("the usual request (every candidate alike and usable, main pool)", function()
-        -- route() decides it on a short path when the core says candidates.alike and
-        -- candidates.all_usable; without those flags the same list takes the general path
-        -- (scan, chain, mark): the two plans must be the same, entry for entry.
-        local function plan_of(req, build, flags)
-            local list = build()
-            if flags then
-                list.alike, list.all_usable = true, true
-            end
-            local plan = routing.route(req, list)
-            local out = {}
-            for i, c in ipairs(plan) do
-                out[i] = c.provider .. ":" .. tostring(c.degraded) .. ":" .. tostring(c.emergency)
-            end
-            return table.concat(out, ","), plan.wait_ms
-        end
-
-        it("gives the plan of the general path", function()
-            local state, n = 4242, 0
-            local function rnd()
-                state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
-                return (state >> 11) * 2.0 ^ -52
-            end
-            for _ = 1, 400 do
-                local size, weight = 1 + math.floor(rnd() * 8), ({ 1, 2, 0.5, 0 })[1 + math.floor(rnd() * 4)]
-                local is_local, pool = rnd() < 0.5, rnd() < 0.8 and "main" or "fallback"
-                local smaller, measured = rnd() < 0.15, rnd() < 0.5
-                local build = function()
-                    local list = {}
-                    for i = 1, size do
-                        list[i] = cand(i, "p" .. i, { ["local"] = is_local, pool = pool, smaller = smaller,
-                            weight = weight, headroom = ({ 1, 0.5, 0.25 })[1 + (i * 7 + size) % 3],
-                            in_flight = (i * 5) % 3,
-                            avail_samples = measured and 10 or 0, ttft_samples = measured and 5 or 0,
-                            success_rate = 1 - (i % 3) * 0.1, ttft_ms = 100 + (i % 4) * 50 })
-                    end
-                    return list
-                end
-                local req = req_with({ random = rnd(), pool = rnd() < 0.2 and "fallback" or nil,
-                    allow_smaller_model = rnd() < 0.5, allow_cloud = rnd() < 0.8,
-                    local_first = rnd() < 0.8, local_only = rnd() < 0.1 })
-                local short, short_wait = plan_of(req, build, true)
-                local general, general_wait = plan_of(req, build, false)
-                assert.equal(general, short)
-                assert.equal(general_wait, short_wait)
-                n = n + (short ~= "" and 1 or 0)
-            end
-            assert.is_true(n > 100) -- (most of them had a plan)
-        end)
-    end)
-
     describe("req.plan_limit", function()
         local function five(extra_of)
             local list = {}
@@ -491,33 +440,6 @@ describe("policies/routing.lua", function()
             assert.is_true(key(1.0, 20, 100, 10) < key(1.0, 20, 150, 10))
             assert.is_true(key(1.0, 20, 5000, 10) < key(1.0, 20, nil, 10)) -- no TTFT: slowest
         end)
-
-        it("uses the key the core keeps in c.adaptive_key (false: too few samples)", function()
-            -- the samples say "a" is better; the keys the core handed over say "b"
-            local function build(bkey)
-                return { cand(1, "a", sampled(1.0, 100, { adaptive_key = 5 })),
-                         cand(2, "b", sampled(0.5, 900, { adaptive_key = bkey })) }
-            end
-            for i = 2, 20 do
-                local r = req_with({ random = i / 20 - 0.01 })
-                assert.same({ "b", "a" }, providers(routing.route(r, build(1))))
-            end
-            local unkeyed = draws(routing, 400, function()
-                return build(false)
-            end, nil, 0.05, 1)
-            assert.near(0.5, (unkeyed.a or 0) / 400, 0.08) -- rule 7 only
-        end)
-
-        it("uses candidates.adaptive_keys, the keys of the whole list, when the core gives it",
-            function()
-                for i = 2, 20 do
-                    local c = { cand(1, "a", sampled(1.0, 100)), cand(2, "b", sampled(0.5, 900)),
-                                cand(3, "c", sampled(0.7, 300)) }
-                    c.alike, c.adaptive_keys = true, { 3, 1, 2 }
-                    local plan = routing.route(req_with({ random = i / 20 - 0.01 }), c)
-                    assert.same({ "b", "c", "a" }, providers(plan))
-                end
-            end)
 
         it("stays inside the group: does not lift a route over a lower priority", function()
             local plan = routing.route(req_with(), {
@@ -780,105 +702,42 @@ describe("policies/routing.lua", function()
         end)
     end)
 
-    describe("plans that hold (plan.reuse)", function()
-        it("marks the plan of one usable route", function()
-            local plan = routing.route(req_with(), { cand(1, "a") })
-            assert.same({ "a" }, providers(plan))
-            assert.is_true(plan.reuse)
-            plan = routing.route(req_with(), { cand(1, "a"), cand(2, "b", { available = false }) })
-            assert.is_true(plan.reuse)
-        end)
+    describe("plans that read nothing that moves", function()
+        -- The core keeps a plan for as long as every field route() read is unchanged
+        -- (luavm/keep.h; tests/unit/test_keep.c); these are the plans it can keep without
+        -- asking again, and the ones it cannot: what the policy gives must not change with
+        -- the numbers that move (req.random, headroom, in_flight, samples) where it did not
+        -- read them.
+        local function plan_of(req, list)
+            local plan = routing.route(req, list)
+            return { providers(plan), degraded(plan), plan.wait_ms }
+        end
 
-        it("marks a failover order: one route per priority group", function()
-            local plan = routing.route(req_with(), {
-                cand(1, "a", { priority = 1 }), cand(2, "b", { priority = 0 }) })
-            assert.same({ "b", "a" }, providers(plan))
-            assert.is_true(plan.reuse)
-        end)
-
-        it("does not mark a weighted draw between routes of one group", function()
-            local plan = routing.route(req_with(), { cand(1, "a"), cand(2, "b") })
-            assert.is_nil(plan.reuse)
-            plan = routing.route(req_with(), { cand(1, "a", { priority = 0 }),
-                cand(2, "b", { priority = 1 }), cand(3, "c", { priority = 1 }) })
-            assert.is_nil(plan.reuse)
-        end)
-
-        it("does not mark the fallback pool's least-busy order", function()
-            local plan = routing.route(req_with({ pool = "fallback" }), {
-                cand(1, "f1", { pool = "fallback" }), cand(2, "f2", { pool = "fallback" }) })
-            assert.is_nil(plan.reuse)
-        end)
-
-        it("does not mark a wait, an emergency or the other pool while the start pool cools",
-            function()
-                local wait = routing.route(req_with(), { cand(1, "m", cooling(4000)),
-                    cand(2, "f", { pool = "fallback" }) })
-                assert.same({ wait_ms = 4000 }, wait)
-                local other = routing.route(req_with(), { cand(1, "m", cooling(60000)),
-                    cand(2, "f", { pool = "fallback" }) })
-                assert.same({ "f" }, providers(other))
-                assert.is_nil(other.reuse)
-                local emergency = routing.route(req_with(), { cand(1, "m", cooling(60000)) })
-                assert.same({ "m" }, providers(emergency))
-                assert.is_nil(emergency.reuse)
-            end)
-
-        -- The promise itself: a plan marked reuse is the plan route() gives for any values
-        -- of the fields that move (req.random, headroom, in_flight, samples, cooldown
-        -- times) while the routing fields and every candidate's state stay the same.
-        local scenarios = {
-            one = function(x) return { cand(1, "a", x) } end,
-            pair = function(x) return { cand(1, "a", x), cand(2, "b") } end,
-            busy_fallback = function(x)
-                return { cand(1, "f1", { pool = "fallback", in_flight = x.in_flight }),
-                    cand(2, "f2", { pool = "fallback", in_flight = 3 }) }
-            end,
-            failover = function(x)
-                return { cand(1, "a", x), cand(2, "b", { priority = 1 }),
-                    cand(3, "f", { pool = "fallback" }) }
-            end,
-            local_then_cloud = function(x)
-                return { cand(1, "cloud", x), cand(2, "lan", { ["local"] = true }) }
-            end,
-            start_cooling = function(x)
-                return { cand(1, "m", cooling(x.cooldown_remaining_ms or 60000)),
-                    cand(2, "f", { pool = "fallback", headroom = x.headroom }) }
-            end,
-            fallback_cooling = function(x)
-                return { cand(1, "m", x), cand(2, "f", cooling(x.cooldown_remaining_ms or 5000,
-                    { pool = "fallback" })) }
-            end,
-            smaller = function(x)
-                return { cand(1, "big", x), cand(2, "small", { smaller = true, priority = 1 }) }
-            end,
-        }
-        local moves = {
-            {}, { headroom = 0.25 }, { in_flight = 7 }, { cooldown_remaining_ms = 3000 },
-            { avail_samples = 50, success_rate = 0.5, ttft_samples = 9, ttft_ms = 800 },
-        }
-        local reqs = { {}, { allow_smaller_model = true }, { pin = "a" }, { pool = "fallback" },
-            { local_only = true } }
-        it("gives a plan marked reuse whatever the moving numbers are", function()
-            local kept = 0
-            for name, build in pairs(scenarios) do
-                for _, fields in ipairs(reqs) do
-                    local first = routing.route(req_with(fields), build({}))
-                    if first.reuse then
-                        kept = kept + 1
-                        for _, r in ipairs({ 0.01, 0.3, 0.99 }) do
-                            for _, x in ipairs(moves) do
-                                local req = req_with(fields)
-                                req.random = r
-                                local plan = routing.route(req, build(x))
-                                assert.same({ providers(first), degraded(first) },
-                                    { providers(plan), degraded(plan) }, name)
-                            end
-                        end
+        it("one usable route, or one route per group: the same plan whatever moves", function()
+            local moves = { {}, { headroom = 0.25 }, { in_flight = 7 },
+                { avail_samples = 50, success_rate = 0.5, ttft_samples = 9, ttft_ms = 800 } }
+            local builds = {
+                function(x) return { cand(1, "a", x), cand(2, "b", { available = false }) } end,
+                function(x) return { cand(1, "a", x), cand(2, "b", { priority = 1 }),
+                    cand(3, "f", { pool = "fallback" }) } end,
+                function(x) return { cand(1, "cloud", x), cand(2, "lan", { ["local"] = true }) } end,
+            }
+            for _, build in ipairs(builds) do
+                local first = plan_of(req_with(), build({}))
+                for _, r in ipairs({ 0.01, 0.3, 0.99 }) do
+                    for _, x in ipairs(moves) do
+                        assert.same(first, plan_of(req_with({ random = r }), build(x)))
                     end
                 end
             end
-            assert.is_true(kept >= 10) -- the property was checked on enough plans
+        end)
+
+        it("a wait, the other pool while the start pool cools, an emergency", function()
+            assert.same({ wait_ms = 4000 }, routing.route(req_with(), { cand(1, "m", cooling(4000)),
+                cand(2, "f", { pool = "fallback" }) }))
+            assert.same({ "f" }, providers(routing.route(req_with(), { cand(1, "m", cooling(60000)),
+                cand(2, "f", { pool = "fallback" }) })))
+            assert.same({ "m" }, providers(routing.route(req_with(), { cand(1, "m", cooling(60000)) })))
         end)
     end)
 end)

@@ -1,7 +1,7 @@
-/* Unit tests for core/route/facts.c: a route's description for routing is kept within one loop
- * millisecond while neither its provider's nor its route's state changed, and described
- * afresh after any change that says so (mg_pool_changed, the breakers), a new millisecond
- * or a pool sync. */
+/* Unit tests for core/route/facts.c: a route's description for routing is kept (in the
+ * generation's keep, luavm/keep.h) within one loop millisecond while neither its provider's
+ * nor its route's state changed, and described afresh after any change that says so
+ * (mg_pool_changed, the breakers), a new millisecond or a pool sync. */
 #include "conf/config.h"
 #include "route/facts.h"
 #include "mgtest.h"
@@ -21,7 +21,7 @@ static const char yaml[] =
 typedef struct fixture_s {
     mg_config_t *cfg;
     mg_pool_t pool;
-    mg_facts_t facts;
+    mg_keep_t *keep;
     const mg_provider_conf_t *p;
     const mg_route_conf_t *r;
     mg_provider_state_t *ps;
@@ -37,18 +37,19 @@ static int setup(fixture_t *f)
         return -1;
     }
     mg_config_link_routes(f->cfg);
+    f->keep = mg_keep_new(f->cfg, 0);
     mg_pool_init(&f->pool);
     if (mg_pool_sync(&f->pool, f->cfg) != 0) return -1;
     f->r = &mg_config_model(f->cfg, "m")->routes[0];
     f->p = mg_config_route_provider(f->cfg, f->r);
     f->ps = mg_pool_get(&f->pool, "a");
     f->rs = mg_pool_route_of(&f->pool, f->r);
-    return f->p && f->ps && f->rs ? 0 : -1;
+    return f->p && f->ps && f->rs && f->keep ? 0 : -1;
 }
 
 static void teardown(fixture_t *f)
 {
-    mg_facts_free(&f->facts);
+    mg_keep_free(f->keep, NULL);
     mg_pool_free(&f->pool);
     mg_config_free(f->cfg);
 }
@@ -56,9 +57,11 @@ static void teardown(fixture_t *f)
 /* Describe the fixture's route at now; returns 1 when the kept description answered. */
 static int describe(fixture_t *f, uint64_t now, mg_candidate_t *out)
 {
-    uint64_t kept = f->facts.kept;
-    mg_facts_describe(&f->facts, &f->pool, f->p, f->r, f->ps, f->rs, now, out);
-    return f->facts.kept > kept;
+    uint64_t described, kept, after;
+    mg_keep_facts_counts(f->keep, &described, &kept);
+    mg_facts_describe(f->keep, &f->pool, f->p, f->r, f->ps, f->rs, now, out);
+    mg_keep_facts_counts(f->keep, &described, &after);
+    return after > kept;
 }
 
 static void test_kept_within_the_millisecond(void)
@@ -73,9 +76,14 @@ static void test_kept_within_the_millisecond(void)
     CHECK(a.provider == f.p && a.route == f.r);
     CHECK_EQ_INT(a.available, 1);
     CHECK_EQ_INT(a.rpm_limit, 100);
-    CHECK(!describe(&f, 1001, &b)); /* a new millisecond: afresh, a new serial */
-    CHECK(b.serial != a.serial);
+    CHECK(!describe(&f, 1001, &b)); /* a new millisecond: afresh... */
+    CHECK(b.serial == a.serial);    /* ... but what did not change is the same description */
     CHECK(describe(&f, 1001, &b));
+    /* a change is a new description, with a new serial */
+    mg_pool_changed(f.ps);
+    f.ps->in_flight++;
+    CHECK(!describe(&f, 1001, &b));
+    CHECK(b.serial != a.serial && b.in_flight == 1);
     teardown(&f);
 }
 
@@ -159,17 +167,20 @@ static void test_sync_and_other_routes(void)
     mg_provider_state_t *ps2 = mg_pool_get(&f.pool, "b");
     mg_route_state_t *rs2 = mg_pool_route_of(&f.pool, r2);
     mg_candidate_t d;
-    uint64_t described = f.facts.described;
-    mg_facts_describe(&f.facts, &f.pool, p2, r2, ps2, rs2, 9000, &d);
-    CHECK(f.facts.described == described + 1);
+    uint64_t described, kept, now_described;
+    mg_keep_facts_counts(f.keep, &described, &kept);
+    mg_facts_describe(f.keep, &f.pool, p2, r2, ps2, rs2, 9000, &d);
+    mg_keep_facts_counts(f.keep, &now_described, &kept);
+    CHECK(now_described == described + 1);
     CHECK(d.provider == p2 && d.rpm_limit == 0);
     CHECK(describe(&f, 9000, &c)); /* route 1's is still kept */
     CHECK(c.provider == f.p);
     /* a route the config does not list (no route state) is always described afresh */
-    described = f.facts.described;
-    mg_facts_describe(&f.facts, &f.pool, f.p, f.r, f.ps, NULL, 9000, &c);
-    mg_facts_describe(&f.facts, &f.pool, f.p, f.r, f.ps, NULL, 9000, &c);
-    CHECK(f.facts.described == described + 2);
+    mg_keep_facts_counts(f.keep, &described, &kept);
+    mg_facts_describe(f.keep, &f.pool, f.p, f.r, f.ps, NULL, 9000, &c);
+    mg_facts_describe(f.keep, &f.pool, f.p, f.r, f.ps, NULL, 9000, &c);
+    mg_keep_facts_counts(f.keep, &now_described, &kept);
+    CHECK(now_described == described + 2);
     teardown(&f);
 }
 

@@ -11,6 +11,7 @@
  * to h1client through mg_xfer_start, and curl's callbacks are tested over http:// too. */
 #include "mgtest.h"
 #include "upstream/upstream.c"
+#include "upstream/headers.h"
 
 #include <arpa/inet.h>
 #include <stdint.h>
@@ -61,7 +62,7 @@ static const script_t scripts[] = {
     {"/slow", {{S_WRITE, 0, HEAD_CHUNKED}, {S_WRITE, 40, "1\r\na\r\n"}, {S_WRITE, 40, "1\r\nb\r\n"},
                {S_WRITE, 40, "1\r\nc\r\n"}, {S_WRITE, 40, "1\r\nd\r\n"}, {S_WRITE, 40, "1\r\ne\r\n"},
                {S_WRITE, 40, "1\r\nf\r\n"}, {S_WRITE, 40, "0\r\n\r\n"}, {S_END, 0, NULL}}},
-    {"/429", {{S_WRITE, 0, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\n"
+    {"/429", {{S_WRITE, 0, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nX-RateLimit-Reset-Requests:\t6m0s\r\n"
                            "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"},
               {S_END, 0, NULL}}},
     {"/continue", {{S_WRITE, 0, "HTTP/1.1 100 Continue\r\nRetry-After: 99\r\n\r\n"},
@@ -428,6 +429,7 @@ struct rec_s {
     char detail[256];
     char content_type[96];
     char retry_after[32];
+    char error_headers[256]; /* the error answer's headers, "name=value;" each */
     uint64_t t_start, t_headers, t_done;
     /* behaviour */
     int cancel_on_data;    /* cancel inside the first on_data */
@@ -449,6 +451,13 @@ static void cb_headers(void *ud, int status)
     snprintf(r->content_type, sizeof(r->content_type), "%s", v ? v : "(none)");
     v = mg_xfer_header(r->x, "Retry-After");
     snprintf(r->retry_after, sizeof(r->retry_after), "%s", v ? v : "(none)");
+    size_t hl, pos = 0, n = 0;
+    char *h = mg_xfer_take_error_headers(r->x, &hl);
+    const char *hn, *hv;
+    snprintf(r->error_headers, sizeof(r->error_headers), "(none)");
+    while (mg_headers_next(h, hl, &pos, &hn, &hv))
+        n += (size_t)snprintf(r->error_headers + n, sizeof(r->error_headers) - n, "%s=%s;", hn, hv);
+    free(h);
     if (r->cancel_on_headers) mg_xfer_cancel(r->x);
 }
 
@@ -856,6 +865,9 @@ static void test_status_and_headers(void)
     expect_result(&r, MG_XFER_OK); /* an HTTP error status is still a completed exchange */
     CHECK_EQ_INT(r.status, 429);
     CHECK_STR(r.retry_after, "3");
+    /* every header of an error answer, for the cooldown policy: names lower-cased */
+    CHECK_STR(r.error_headers, "retry-after=3;x-ratelimit-reset-requests=6m0s;"
+                               "content-type=application/json;content-length=2;");
     CHECK_STR(r.content_type, "application/json");
     CHECK_STR(r.data, "{}");
     /* a 1xx before the real status: on_headers once, with the final status and headers */
@@ -867,6 +879,7 @@ static void test_status_and_headers(void)
     CHECK_EQ_INT(c.headers_calls, 1);
     CHECK_EQ_INT(c.status, 200);
     CHECK_STR(c.retry_after, "(none)");
+    CHECK_STR(c.error_headers, "(none)"); /* a success's headers are not copied */
     CHECK_STR(c.data, "ok");
     /* unknown path: 404 */
     rec_t n;

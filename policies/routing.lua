@@ -34,6 +34,9 @@
 --                  better success rate first (5-point steps), then the lower time to first
 --                  token (10% steps); ties keep rule 7's order. One request in 20 skips this
 --                  rule (exploration), so every route keeps getting measured.
+--   8b. trial      a route whose provider is down by passive health but whose one trial
+--                  request is due (c.trial; one per health.retry_down_ms) goes first in its
+--                  group: that request is how it comes back when no probe can tell.
 --   9. chain       (Sidecar ADR 3.7) a usable route in the start pool: every usable route,
 --                  ordered as above. Otherwise a start-pool route back within 10 s: wait.
 --                  Otherwise the usable routes of the other pool. Otherwise the cooling route
@@ -136,13 +139,39 @@ local function rank(c)
     return M.adaptive_key(c.success_rate, c.avail_samples, c.ttft_ms, c.ttft_samples)
 end
 
+-- Whether test(x) holds for some x of list.
+local function any(list, test)
+    for _, x in ipairs(list) do
+        if test(x) then
+            return true
+        end
+    end
+    return false
+end
+
+local function is_trial(c)
+    return c.trial == true
+end
+
 -- Rules 7 and 8 inside one group, at most `limit` entries (nil: all). moongate orders by
 -- rank first only when every route of the group has one: ranking the measured routes first
--- would starve an unmeasured one of the traffic that measures it.
+-- would starve an unmeasured one of the traffic that measures it. Rule 8b: trials first.
 local function order_group(group, draw, explore, limit)
     local by = not explore and rank or nil
     if #group == 1 then
         return group
+    elseif any(group, is_trial) then
+        local plan, rest = {}, {}
+        for _, c in ipairs(group) do
+            table.insert(is_trial(c) and plan or rest, c)
+        end
+        for _, c in ipairs(#rest > 0 and order_group(rest, draw, explore) or {}) do
+            plan[#plan + 1] = c
+        end
+        for i = #plan, (limit or #plan) + 1, -1 do
+            plan[i] = nil
+        end
+        return plan
     elseif pool_of(group[1]) == "main" then
         return moongate.weighted_order(group, share, draw, by, limit)
     end
@@ -170,16 +199,6 @@ local function groups_of(req, list)
         groups[i] = by_rank[r]
     end
     return groups
-end
-
--- Whether test(x) holds for some x of list.
-local function any(list, test)
-    for _, x in ipairs(list) do
-        if test(x) then
-            return true
-        end
-    end
-    return false
 end
 
 -- Rules 5-8: the usable routes in the order to try them, at most req.plan_limit of them (the
@@ -322,6 +341,8 @@ function M.selftest()
         { "backup(emergency)", { candidate(1, "main", "main", cooling_for(60000)),
             candidate(2, "backup", "fallback", cooling_for(20000)) } },
         { "", { candidate(1, "main", "main", { available = false }) } },
+        { "down,main", { candidate(1, "main", "main"),
+            candidate(2, "down", "main", { health = "down", trial = true }) } },
     }
     for _, case in ipairs(cases) do
         local got = describe(M.route(req, case[2]))

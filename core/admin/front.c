@@ -13,6 +13,7 @@
 #include "base/crypto.h"
 #include "base/secret.h"
 #include "obs/answer.h"
+#include "obs/health_view.h"
 
 mg_admin_t *mg_admin_new(const mg_admin_deps_t *d)
 {
@@ -107,7 +108,7 @@ static cJSON *provider_json(mg_admin_t *a, const mg_provider_conf_t *p, uint64_t
     if (!st) return o;
     mg_health_snapshot_t hs;
     mg_health_snapshot(&st->health, now, &hs);
-    cJSON_AddStringToObject(o, "health", mg_health_state_name(hs.state));
+    mg_health_view(o, &st->health, now);
     /* the provider as a whole: its own breaker, or every one of its routes' */
     cJSON_AddStringToObject(o, "breaker",
                             mg_breaker_state_name(mg_pool_provider_breaker(a->d.pool, st, now)));

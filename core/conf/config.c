@@ -759,7 +759,7 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 static int load_routing(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"local_first", "queue_timeout_ms", "emergency_rpm_ratio",
-                                       "allow_smaller_model", NULL};
+                                       "allow_smaller_model", "panic_threshold", NULL};
     int r = want_map(l, v, line, "routing", keys);
     if (r <= 0) return r;
     mg_routing_conf_t *rc = &l->cfg->routing;
@@ -767,7 +767,8 @@ static int load_routing(loader_t *l, yaml_node_t *v, int line)
         opt_int_field(l, v, "routing", "queue_timeout_ms", 1, MAX_TIMEOUT_MS,
                       &rc->queue_timeout_ms) < 0 ||
         opt_positive(l, v, "routing", "emergency_rpm_ratio", 1.0, &rc->emergency_rpm_ratio) < 0 ||
-        opt_bool(l, v, "routing", "allow_smaller_model", &rc->allow_smaller_model) < 0)
+        opt_bool(l, v, "routing", "allow_smaller_model", &rc->allow_smaller_model) < 0 ||
+        opt_number(l, v, "routing", "panic_threshold", true, 1.0, &rc->panic_threshold) < 0)
         return -1;
     return 0;
 }
@@ -874,7 +875,7 @@ static int load_breaker(loader_t *l, yaml_node_t *v, int line)
 static int load_health(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"probes", "probe_interval_ms", "probe_timeout_ms",
-                                       "load_interval_ms", NULL};
+                                       "load_interval_ms", "retry_down_ms", NULL};
     int r = want_map(l, v, line, "health", keys);
     if (r <= 0) return r;
     mg_health_conf_t *h = &l->cfg->health;
@@ -882,7 +883,8 @@ static int load_health(loader_t *l, yaml_node_t *v, int line)
         opt_int_field(l, v, "health", "probe_interval_ms", 100, MAX_TIMEOUT_MS,
                       &h->probe_interval_ms) < 0 ||
         opt_int_field(l, v, "health", "probe_timeout_ms", 1, MAX_TIMEOUT_MS, &h->probe_timeout_ms) < 0 ||
-        opt_int_field(l, v, "health", "load_interval_ms", 100, MAX_TIMEOUT_MS, &h->load_interval_ms) < 0)
+        opt_int_field(l, v, "health", "load_interval_ms", 100, MAX_TIMEOUT_MS, &h->load_interval_ms) < 0 ||
+        opt_int_field(l, v, "health", "retry_down_ms", 0, MAX_TIMEOUT_MS, &h->retry_down_ms) < 0)
         return -1;
     return 0;
 }
@@ -1367,6 +1369,7 @@ static int set_defaults(loader_t *l, const char *name)
         .local_first = true,
         .queue_timeout_ms = 30000,
         .emergency_rpm_ratio = 0.1,
+        .panic_threshold = 0.5,
     };
     /* Sidecar V1 compatibility: SIDECAR_QUEUE_TIMEOUT (seconds) sets the default */
     const char *qt = getenv("SIDECAR_QUEUE_TIMEOUT");
@@ -1384,6 +1387,7 @@ static int set_defaults(loader_t *l, const char *name)
         .probe_interval_ms = 60000,
         .probe_timeout_ms = 10000,
         .load_interval_ms = 5000,
+        .retry_down_ms = 30000,
     };
     c->path = strdup(name);
     c->listen = strdup(MG_DEFAULT_LISTEN);

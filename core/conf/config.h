@@ -110,6 +110,9 @@ typedef struct mg_routing_conf_s {
                                 (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
     double emergency_rpm_ratio; /* share of rpm_limit the emergency channel may use, default 0.1 */
     bool allow_smaller_model;   /* smaller routes for requests that do not say, default false */
+    double panic_threshold;     /* below this share of a model's routes healthy (not down),
+                                   its down routes count as available too (Envoy's panic
+                                   mode: better a try than a refusal), default 0.5, 0 = never */
 } mg_routing_conf_t;
 
 typedef struct mg_scheduler_conf_s {
@@ -141,6 +144,8 @@ typedef struct mg_health_conf_s {
     int probe_interval_ms;   /* GET {base_url}/models every ..., default 60000 */
     int probe_timeout_ms;    /* default 10000 */
     int load_interval_ms;    /* engine load (vLLM /metrics, llama.cpp /slots, Ollama /api/ps), default 5000 */
+    int retry_down_ms;       /* a provider down by passive health gets one real request this
+                                often (half open), default 30000, 0 = only probes bring it back */
 } mg_health_conf_t;
 
 /* An application (edge PRD 3.2.2): what its requests may do and how many may run. */

@@ -132,6 +132,7 @@ typedef struct mg_candidate_s {
     const mg_route_conf_t *route;   /* upstream model, smaller, priority group */
     int available;                  /* enabled, not down, both breakers let a request through */
     int cooling, observing, consecutive_429;
+    int trial;                      /* health down, and its trial request is due (available) */
     long long cooldown_remaining_ms;
     int rpm_limit, rpm_used;
     long long tpm_limit, tpm_used;

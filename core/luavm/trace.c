@@ -42,7 +42,7 @@ static char PRIV_CALL;  /* request views: the call's serial */
 
 static const char *const cand_names[CF_N] = {
     "index", "provider", "model", "pool", "local", "smaller", "priority", "weight",
-    "available", "cooling", "cooldown_remaining_ms", "consecutive_429", "observing",
+    "available", "cooling", "cooldown_remaining_ms", "consecutive_429", "observing", "trial",
     "rpm_limit", "rpm_used", "tpm_limit", "tpm_used", "headroom", "in_flight", "health",
     "breaker", "route_breaker", "avail_samples", "ttft_samples", "success_rate", "ttft_ms",
     "load"};
@@ -140,6 +140,7 @@ static uint64_t cand_value(const mg_candidate_t *c, int index, int fid)
     case CF_COOLDOWN_REMAINING_MS: return (uint64_t)c->cooldown_remaining_ms;
     case CF_CONSECUTIVE_429: return (uint64_t)(int64_t)c->consecutive_429;
     case CF_OBSERVING: return (uint64_t)(c->observing != 0);
+    case CF_TRIAL: return (uint64_t)(c->trial != 0);
     case CF_RPM_LIMIT: return (uint64_t)(int64_t)c->rpm_limit;
     case CF_RPM_USED: return (uint64_t)(int64_t)c->rpm_used;
     case CF_TPM_LIMIT: return (uint64_t)c->tpm_limit;
@@ -214,6 +215,7 @@ static void push_cand_field(lua_State *L, const mg_candidate_t *c, int index, in
     case CF_COOLDOWN_REMAINING_MS: lua_pushinteger(L, c->cooldown_remaining_ms); break;
     case CF_CONSECUTIVE_429: lua_pushinteger(L, c->consecutive_429); break;
     case CF_OBSERVING: lua_pushboolean(L, c->observing); break;
+    case CF_TRIAL: lua_pushboolean(L, c->trial); break;
     case CF_RPM_LIMIT: lua_pushinteger(L, c->rpm_limit); break;
     case CF_RPM_USED: lua_pushinteger(L, c->rpm_used); break;
     case CF_TPM_LIMIT: lua_pushinteger(L, c->tpm_limit); break;
@@ -560,13 +562,14 @@ static int metatable_ref(lua_State *L, mg_trace_t *t, const char *const *names, 
  * does not list, a route given twice): one Lua table constructor. */
 static const char maker_src[] =
     "return function(index, provider, model, pool, loc, smaller, priority, weight, available,\n"
-    "  cooling, cooldown_remaining_ms, consecutive_429, observing, rpm_limit, rpm_used,\n"
+    "  cooling, cooldown_remaining_ms, consecutive_429, observing, trial, rpm_limit, rpm_used,\n"
     "  tpm_limit, tpm_used, headroom, in_flight, health, breaker, route_breaker, avail_samples,\n"
     "  ttft_samples, success_rate, ttft_ms, load)\n"
     "  return { index = index, provider = provider, model = model, pool = pool, ['local'] = loc,\n"
     "    smaller = smaller, priority = priority, weight = weight, available = available,\n"
     "    cooling = cooling, cooldown_remaining_ms = cooldown_remaining_ms,\n"
-    "    consecutive_429 = consecutive_429, observing = observing, rpm_limit = rpm_limit,\n"
+    "    consecutive_429 = consecutive_429, observing = observing, trial = trial,\n"
+    "    rpm_limit = rpm_limit,\n"
     "    rpm_used = rpm_used, tpm_limit = tpm_limit, tpm_used = tpm_used, headroom = headroom,\n"
     "    in_flight = in_flight, health = health, breaker = breaker,\n"
     "    route_breaker = route_breaker, avail_samples = avail_samples,\n"

@@ -37,7 +37,7 @@
 enum {
     CF_INDEX, CF_PROVIDER, CF_MODEL, CF_POOL, CF_LOCAL, CF_SMALLER, CF_PRIORITY, CF_WEIGHT,
     CF_AVAILABLE, CF_COOLING, CF_COOLDOWN_REMAINING_MS, CF_CONSECUTIVE_429, CF_OBSERVING,
-    CF_RPM_LIMIT, CF_RPM_USED, CF_TPM_LIMIT, CF_TPM_USED, CF_HEADROOM, CF_IN_FLIGHT, CF_HEALTH,
+    CF_TRIAL, CF_RPM_LIMIT, CF_RPM_USED, CF_TPM_LIMIT, CF_TPM_USED, CF_HEADROOM, CF_IN_FLIGHT, CF_HEALTH,
     CF_BREAKER, CF_ROUTE_BREAKER, CF_AVAIL_SAMPLES, CF_TTFT_SAMPLES, CF_SUCCESS_RATE,
     CF_TTFT_MS, CF_LOAD, CF_N
 };
@@ -50,7 +50,7 @@ enum {
  * functions' answers): a read of them costs no call into C. */
 #define CF_STATE_MASK                                                                            \
     ((1u << CF_AVAILABLE) | (1u << CF_COOLING) | (1u << CF_CONSECUTIVE_429) |                   \
-     (1u << CF_OBSERVING) | (1u << CF_RPM_LIMIT) | (1u << CF_TPM_LIMIT) | (1u << CF_HEALTH) |    \
+     (1u << CF_OBSERVING) | (1u << CF_TRIAL) | (1u << CF_RPM_LIMIT) | (1u << CF_TPM_LIMIT) | (1u << CF_HEALTH) |    \
      (1u << CF_BREAKER) | (1u << CF_ROUTE_BREAKER))
 /* Facts that move from one request to the next: a plan that read one of them outside a step
  * would hardly ever hold again. */
@@ -61,14 +61,15 @@ enum {
 
 /* A candidate's state fields (CF_STATE_MASK), compared at once. */
 typedef struct mg_tstate_s {
-    int available, cooling, observing, consecutive_429, rpm_limit;
+    int available, cooling, observing, trial, consecutive_429, rpm_limit;
     long long tpm_limit;
     const char *health, *breaker, *route_breaker; /* state names */
 } mg_tstate_t;
 
 static inline mg_tstate_t mg_tstate_of(const mg_candidate_t *c)
 {
-    return (mg_tstate_t){c->available != 0, c->cooling != 0, c->observing != 0, c->consecutive_429,
+    return (mg_tstate_t){c->available != 0, c->cooling != 0, c->observing != 0, c->trial != 0,
+                         c->consecutive_429,
                          c->rpm_limit, c->tpm_limit, c->health, c->breaker, c->route_breaker};
 }
 
@@ -80,7 +81,8 @@ static inline int mg_tstate_same_str(const char *a, const char *b)
 static inline int mg_tstate_equal(const mg_tstate_t *a, const mg_candidate_t *c)
 {
     return a->available == (c->available != 0) && a->cooling == (c->cooling != 0) &&
-           a->observing == (c->observing != 0) && a->consecutive_429 == c->consecutive_429 &&
+           a->observing == (c->observing != 0) && a->trial == (c->trial != 0) &&
+           a->consecutive_429 == c->consecutive_429 &&
            a->rpm_limit == c->rpm_limit && a->tpm_limit == c->tpm_limit &&
            mg_tstate_same_str(a->health, c->health) && mg_tstate_same_str(a->breaker, c->breaker) &&
            mg_tstate_same_str(a->route_breaker, c->route_breaker);

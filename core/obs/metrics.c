@@ -202,6 +202,12 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(b, "moongate_provider_health{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   (int)pool->items[i].health.state);
+    sb_printf(b, "# HELP moongate_provider_health_trials_total Requests sent to a provider while "
+                 "it was down, one per health.retry_down_ms.\n"
+                 "# TYPE moongate_provider_health_trials_total counter\n");
+    for (size_t i = 0; i < pool->n; i++)
+        sb_printf(b, "moongate_provider_health_trials_total{provider_id=\"%s\"} %llu\n",
+                  pool->items[i].id, (unsigned long long)pool->items[i].trials_total);
     sb_printf(b, "# HELP moongate_provider_breaker_open 1 while the provider's circuit breaker is open.\n"
                  "# TYPE moongate_provider_breaker_open gauge\n");
     for (size_t i = 0; i < pool->n; i++)
@@ -343,6 +349,11 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
               "moongate_routing_plans_total{source=\"policy\"} %llu\n"
               "moongate_routing_plans_total{source=\"kept\"} %llu\n",
               (unsigned long long)m->routing_plans[0], (unsigned long long)m->routing_plans[1]);
+    sb_printf(&b,
+              "# HELP moongate_routing_panic_total Routing decisions under the panic rule (fewer "
+              "than routing.panic_threshold of a model's routes healthy: down ones tried too).\n"
+              "# TYPE moongate_routing_panic_total counter\nmoongate_routing_panic_total %llu\n",
+              (unsigned long long)m->routing_panic_total);
     sb_printf(&b, "# HELP moongate_queue_time_seconds Time a task waited for its slot.\n"
                   "# TYPE moongate_queue_time_seconds histogram\n");
     histogram(&b, "moongate_queue_time_seconds", "", m->queue_buckets, m->queue_sum, m->queue_count);

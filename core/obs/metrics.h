@@ -44,6 +44,7 @@ typedef struct mg_metrics_s {
                                           shorter_output */
     uint64_t cooldown_events_total;
     uint64_t routing_plans[2];         /* plans: from the policy's route(), kept (luavm/keep.h) */
+    uint64_t routing_panic_total;      /* route steps under the panic rule (too few healthy) */
     uint64_t loop_busy_buckets[MG_LOOP_BUCKETS]; /* busy time per loop iteration (loopstat.h) */
     double loop_busy_sum;
     uint64_t loop_busy_count;

@@ -183,6 +183,19 @@ static void audit_cloud(call_t *c)
     mg_log_end(&l);
 }
 
+/* A down provider's trial request goes (one every health.retry_down_ms): said in the log. */
+static void take_trial(call_t *c, mg_provider_state_t *ps, uint64_t now)
+{
+    mg_health_take_trial(&ps->health, now);
+    ps->trials_total++;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "health_trial");
+    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_str(&l, "down_reason", ps->health.down_reason);
+    mg_log_end(&l);
+}
+
 /* Reserve the provider's capacity for one attempt: the probe slots of the provider's and
  * the route's breakers, then RPM/TPM (at the emergency share when the plan says so).
  * 0 = reserved, -1 = a breaker refused, -2 = a rate limit refused (limited_until_ms
@@ -191,12 +204,16 @@ static int reserve_provider(call_t *c, mg_provider_state_t *ps, mg_route_state_t
                             const mg_plan_entry_t *e)
 {
     uint64_t now = uv_now(c->pl->loop);
+    if (!c->panic && !mg_health_would_allow(&ps->health, now)) return -1; /* down, no trial due */
     if (!mg_pool_breakers_allow(ps, rs, now)) return -1;
-    mg_pool_changed(ps); /* the rate windows */
+    mg_pool_changed(ps); /* the rate windows, a trial taken */
     int rc = e->emergency
                  ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
                  : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
-    if (rc == MG_LIMIT_OK) return 0;
+    if (rc == MG_LIMIT_OK) {
+        if (!c->panic && ps->health.state == MG_HEALTH_DOWN) take_trial(c, ps, now);
+        return 0;
+    }
     mg_pool_breakers_release(ps, rs, now);
     uint64_t next = mg_limiter_next_ms(&ps->limiter, now, c->est_tokens);
     if (e->emergency) next = mg_rpm_next_ms(&ps->limiter.emergency, now);
@@ -334,6 +351,35 @@ static int passed_over(const call_t *c, const mg_candidate_t *cd, int route)
     return cd->tpm_limit > 0 && tokens > cd->tpm_limit - cd->tpm_used;
 }
 
+/* The panic rule (Envoy's): when fewer than routing.panic_threshold of the model's enabled
+ * routes are healthy enough to route to (not down), health is not asked: a down route counts
+ * as available (if its breakers let a request through), since a try may answer where a
+ * refusal never does. The descriptions changed are this call's own (serial 0: compared by
+ * their fields) and the plan is not kept. */
+static void apply_panic(call_t *c, uint64_t now)
+{
+    double threshold = c->gen->cfg->routing.panic_threshold;
+    int enabled = 0, down = 0;
+    c->panic = 0;
+    for (int i = 0; i < c->n_cands; i++) {
+        const mg_provider_state_t *ps = provider_state(c, c->cands[i].provider);
+        if (!ps || ps->disabled) continue;
+        enabled++;
+        down += ps->health.state == MG_HEALTH_DOWN;
+    }
+    if (!down || threshold <= 0 || (double)(enabled - down) >= threshold * enabled) return;
+    c->panic = 1;
+    c->pl->metrics->routing_panic_total++;
+    for (int i = 0; i < c->n_cands; i++) {
+        mg_candidate_t *cd = &c->cands[i];
+        const mg_provider_state_t *ps = provider_state(c, cd->provider);
+        if (!ps || ps->health.state != MG_HEALTH_DOWN) continue;
+        cd->available = mg_pool_route_available_in_panic(ps, mg_pool_route_of(c->pl->pool, cd->route), now);
+        cd->trial = 0;
+        cd->serial = 0;
+    }
+}
+
 /* The facts of every route of the model, for the routing policy (fresh, or kept from an
  * earlier request of the same millisecond: facts.h). A route's provider and its state are
  * found by index (the route's provider_hint), not by searching. Returns the plan entries
@@ -359,6 +405,7 @@ static int fill_candidates(call_t *c, uint64_t now)
         mg_facts_describe(c->gen->keep, c->pl->pool, p, r, ps, rs, now, cd);
         usable += passed_over(c, cd, i);
     }
+    apply_panic(c, now);
     return usable > 0 && usable < c->n_cands ? usable : 0;
 }
 
@@ -390,7 +437,7 @@ mg_step_rc_t step_route(call_t *c)
     c->described = 0;
     char err[512];
     /* a prefix-served model's routes are the call's own: no plan is kept for them */
-    mg_plan_t plan = {.entries = c->plan, .limit = limit};
+    mg_plan_t plan = {.entries = c->plan, .limit = limit, .fresh = c->panic};
     c->route_calls++;
     if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
                      &plan, err, sizeof(err)) != 0) {

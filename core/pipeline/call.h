@@ -172,6 +172,7 @@ typedef struct call_s {
     int described;               /* the candidates were described for the next route step
                                     already; their fill_candidates answer is route_limit */
     int route_limit;
+    int panic;                   /* too few healthy routes: down ones are tried too */
     mg_plan_entry_t *plan;       /* in routing_buf: the current plan */
     unsigned char *tried;        /* in routing_buf: per candidate, attempted in this request */
     int plan_n, plan_next;

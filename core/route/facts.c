@@ -19,6 +19,7 @@ static void describe(mg_candidate_t *cd, const mg_provider_conf_t *p, const mg_r
     cd->cooling = mg_cooldown_cooling(&ps->cooldown, now);
     cd->cooldown_remaining_ms = (long long)mg_cooldown_remaining_ms(&ps->cooldown, now);
     cd->observing = mg_cooldown_observing(&ps->cooldown, now);
+    cd->trial = cd->available && ps->health.state == MG_HEALTH_DOWN;
     cd->consecutive_429 = ps->cooldown.consecutive_429;
     /* the limits the limiter enforces: the newest config's, also for a call of an older one */
     cd->rpm_limit = ps->limiter.rpm.limit;

@@ -374,6 +374,7 @@ void mg_health_config_default(mg_health_config_t *cfg)
     cfg->window_buckets = 30;
     cfg->bucket_seconds = 10;
     cfg->recent_max = MG_HEALTH_RECENT_MAX;
+    cfg->retry_down_ms = 30000;
 }
 
 static void health_shape(const mg_health_config_t *cfg, int *n, uint64_t *width_ms)
@@ -487,9 +488,27 @@ static mg_health_state_t health_next(const mg_health_t *h, uint64_t now_ms)
     return h->state;
 }
 
+/* Down and answered well (a trial or a probe): degraded, serving again, with the window that
+ * took it down forgotten (its failures would take it straight back down); the successes in a
+ * row then bring it to healthy. */
+static int health_back_from_down(mg_health_t *h, uint64_t now_ms, int64_t ttft_ms)
+{
+    mg_outcome_window_clear(&h->window);
+    health_recent_clear(h);
+    h->consecutive_failures = 0;
+    h->consecutive_successes = 1;
+    mg_outcome_window_add(&h->window, now_ms, 1, ttft_ms);
+    health_push_recent(h, now_ms, 1, ttft_ms);
+    h->state = MG_HEALTH_DEGRADED;
+    h->down_reason = NULL;
+    h->changed_at_ms = now_ms;
+    return 1;
+}
+
 /* Count one outcome everywhere and run the state machine. */
 static int health_outcome(mg_health_t *h, uint64_t now_ms, int ok, int64_t ttft_ms)
 {
+    if (ok && h->state == MG_HEALTH_DOWN) return health_back_from_down(h, now_ms, ttft_ms);
     if (ok) {
         h->consecutive_successes++;
         h->consecutive_failures = 0;
@@ -503,7 +522,41 @@ static int health_outcome(mg_health_t *h, uint64_t now_ms, int ok, int64_t ttft_
     if (next == h->state) return 0;
     h->state = next;
     h->changed_at_ms = now_ms;
+    if (next == MG_HEALTH_DOWN) {
+        h->down_reason = h->consecutive_failures >= h->cfg.down_consecutive ? "consecutive_failures"
+                                                                            : "success_rate";
+        h->trial_at_ms = now_ms;
+    }
     return 1;
+}
+
+int mg_health_would_allow(const mg_health_t *h, uint64_t now_ms)
+{
+    return h->state != MG_HEALTH_DOWN || mg_health_trial_in_ms(h, now_ms) == 0;
+}
+
+int mg_health_take_trial(mg_health_t *h, uint64_t now_ms)
+{
+    if (h->state != MG_HEALTH_DOWN) return 1;
+    if (mg_health_trial_in_ms(h, now_ms) != 0) return 0;
+    h->trial_at_ms = now_ms;
+    return 1;
+}
+
+int64_t mg_health_trial_in_ms(const mg_health_t *h, uint64_t now_ms)
+{
+    if (h->state != MG_HEALTH_DOWN) return 0;
+    if (h->cfg.retry_down_ms <= 0) return -1;
+    uint64_t due = h->trial_at_ms + (uint64_t)h->cfg.retry_down_ms;
+    return now_ms >= due ? 0 : (int64_t)(due - now_ms);
+}
+
+void mg_health_restore(mg_health_t *h, mg_health_state_t state, uint64_t now_ms)
+{
+    h->state = state;
+    h->changed_at_ms = now_ms;
+    h->down_reason = state == MG_HEALTH_DOWN ? "restored" : NULL;
+    h->trial_at_ms = now_ms;
 }
 
 int mg_health_record(mg_health_t *h, uint64_t now_ms, int success, int64_t latency_ms,

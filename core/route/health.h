@@ -205,7 +205,9 @@ int mg_breaker_counts_status(int http_status);
 typedef enum {
     MG_HEALTH_HEALTHY = 0,
     MG_HEALTH_DEGRADED, /* still serves */
-    MG_HEALTH_DOWN,     /* taken out of routing; probes bring it back */
+    MG_HEALTH_DOWN,     /* out of routing but for a trial request every retry_down_ms (and
+                           the panic rule, routing.panic_threshold); a trial's or a probe's
+                           success brings it back to degraded */
 } mg_health_state_t;
 
 #define MG_HEALTH_RECENT_MAX 100
@@ -222,6 +224,8 @@ typedef struct mg_health_config_s {
     int window_buckets;      /* 30 ... */
     int bucket_seconds;      /* ... x 10 s = the 5-minute window */
     int recent_max;          /* 100: attempts the router's recent counters look at */
+    int retry_down_ms;       /* 30000: a down provider gets one real request this often (half
+                                open, as the breaker does); <= 0: none, only probes */
 } mg_health_config_t;
 
 /* One recent attempt (router counters). */
@@ -239,6 +243,9 @@ typedef struct mg_health_s {
     int64_t last_latency_ms; /* -1 = none yet */
     int64_t last_ttft_ms;    /* -1 = none yet */
     uint64_t changed_at_ms;  /* when state last changed (0 = never) */
+    const char *down_reason; /* static: which rule took it down ("consecutive_failures",
+                                "success_rate", "restored"), NULL while not down */
+    uint64_t trial_at_ms;    /* while down: when the last trial went (or it went down) */
     mg_outcome_window_t window;
     mg_health_sample_t recent[MG_HEALTH_RECENT_MAX]; /* ring, oldest at recent_head */
     int recent_head, recent_count;
@@ -282,6 +289,21 @@ int mg_health_record(mg_health_t *h, uint64_t now_ms, int success, int64_t laten
  * provider that is down and gets no traffic can come back. Returns 1 if the
  * state changed. */
 int mg_health_probe_result(mg_health_t *h, uint64_t now_ms, int ok);
+
+/* Whether a request may go to the provider now as far as health says: not down, or down
+ * with a trial due (retry_down_ms since the last one). No change. */
+int mg_health_would_allow(const mg_health_t *h, uint64_t now_ms);
+
+/* Let one request through: 1 when not down; when down, 1 and the trial taken when one is
+ * due (the next is due retry_down_ms later, whatever this one's fate), else 0. */
+int mg_health_take_trial(mg_health_t *h, uint64_t now_ms);
+
+/* Milliseconds until a down provider's next trial (0: due now, or not down; -1: down with
+ * no trials, retry_down_ms <= 0). */
+int64_t mg_health_trial_in_ms(const mg_health_t *h, uint64_t now_ms);
+
+/* A persisted state taken up again at now_ms (start-up): down restarts its trial clock. */
+void mg_health_restore(mg_health_t *h, mg_health_state_t state, uint64_t now_ms);
 
 /* Everything readable at now_ms. */
 void mg_health_snapshot(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_t *out);

@@ -71,14 +71,13 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
     if (ncols < 4 || !cols[0]) return;
     mg_provider_state_t *ps = mg_pool_get(r->pool, cols[0]);
     if (!ps) return;
-    uint64_t until = cols[1] ? strtoull(cols[1], NULL, 10) : 0;
-    int n = cols[2] ? atoi(cols[2]) : 0;
     mg_pool_changed(ps);
-    mg_cooldown_restore(&ps->cooldown, r->now_ms, r->unix_ms, until, n, 0);
-    if (cols[3]) {
-        int state = mg_health_state_from_name(cols[3]);
-        if (state >= 0) ps->health.state = (mg_health_state_t)state;
+    if (cols[1] || cols[2]) { /* a provider_state row */
+        uint64_t until = cols[1] ? strtoull(cols[1], NULL, 10) : 0;
+        mg_cooldown_restore(&ps->cooldown, r->now_ms, r->unix_ms, until, cols[2] ? atoi(cols[2]) : 0, 0);
     }
+    int state = cols[3] ? mg_health_state_from_name(cols[3]) : -1;
+    if (state >= 0) mg_health_restore(&ps->health, (mg_health_state_t)state, r->now_ms);
 }
 
 void mg_persist_restore(mg_store_t *st, mg_pool_t *pool, uint64_t now_ms)
@@ -87,9 +86,12 @@ void mg_persist_restore(mg_store_t *st, mg_pool_t *pool, uint64_t now_ms)
     char err[256];
     restore_t r = {pool, now_ms, mg_unix_ms()};
     if (mg_store_query(st,
-                       "SELECT s.provider_id, s.cooldown_until_ms, s.consecutive_429, h.state"
-                       " FROM provider_state s LEFT JOIN provider_health h"
-                       " ON h.provider_id = s.provider_id",
+                       /* every provider with either row: a health row alone counts too */
+                       "SELECT i.id, s.cooldown_until_ms, s.consecutive_429, h.state FROM"
+                       " (SELECT provider_id AS id FROM provider_state"
+                       "  UNION SELECT provider_id FROM provider_health) i"
+                       " LEFT JOIN provider_state s ON s.provider_id = i.id"
+                       " LEFT JOIN provider_health h ON h.provider_id = i.id",
                        0, NULL, restore_row, &r, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot restore provider state: %s", err);
 }

@@ -36,7 +36,15 @@ static void breaker_config(const mg_config_t *cfg, mg_breaker_config_t *bc)
     bc->half_open_max_requests = cfg->breaker.half_open_max_requests;
 }
 
-static int state_init(mg_provider_state_t *s, const char *id, const mg_breaker_config_t *bc)
+/* The passive-health settings of the config (the thresholds are the ADR's). */
+static void health_config(const mg_config_t *cfg, mg_health_config_t *hc)
+{
+    mg_health_config_default(hc);
+    hc->retry_down_ms = cfg->health.retry_down_ms;
+}
+
+static int state_init(mg_provider_state_t *s, const char *id, const mg_breaker_config_t *bc,
+                      const mg_health_config_t *hc)
 {
     memset(s, 0, sizeof(*s));
     s->id = strdup(id);
@@ -47,9 +55,7 @@ static int state_init(mg_provider_state_t *s, const char *id, const mg_breaker_c
     }
     mg_cooldown_init(&s->cooldown);
     mg_breaker_init(&s->breaker, bc);
-    mg_health_config_t hc;
-    mg_health_config_default(&hc);
-    mg_health_init(&s->health, &hc);
+    mg_health_init(&s->health, hc);
     s->load.kv_cache = -1;
     return 0;
 }
@@ -187,6 +193,8 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
     size_t n = cfg->n_providers;
     mg_breaker_config_t bc;
     breaker_config(cfg, &bc);
+    mg_health_config_t hc;
+    health_config(cfg, &hc);
     /* create everything new first, so running out of memory leaves the pool as it was */
     mg_route_set_t routes;
     if (route_set_build(&routes, &p->routes, cfg, &bc) != 0) return -1;
@@ -197,7 +205,7 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
     }
     for (size_t i = 0; i < n; i++) {
         if (mg_pool_get(p, cfg->providers[i].id)) continue;
-        if (state_init(&items[i], cfg->providers[i].id, &bc) != 0) {
+        if (state_init(&items[i], cfg->providers[i].id, &bc, &hc) != 0) {
             for (size_t k = 0; k < i; k++) state_free(&items[k]);
             free(items);
             route_set_free(&routes);
@@ -211,6 +219,7 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
             items[i] = *old; /* moved, with its limiter's memory */
             old->id = NULL;
             mg_breaker_set_config(&items[i].breaker, &bc);
+            mg_health_set_config(&items[i].health, &hc);
         }
         snprintf(items[i].pool, sizeof(items[i].pool), "%s", pc->pool);
         items[i].conf = pc;
@@ -229,8 +238,15 @@ int mg_pool_sync(mg_pool_t *p, const mg_config_t *cfg)
 
 int mg_pool_available(const mg_provider_state_t *s, uint64_t now_ms)
 {
-    return s && !s->disabled && s->health.state != MG_HEALTH_DOWN &&
+    return s && !s->disabled && mg_health_would_allow(&s->health, now_ms) &&
            mg_breaker_would_allow(&s->breaker, now_ms);
+}
+
+int mg_pool_route_available_in_panic(const mg_provider_state_t *s, const mg_route_state_t *r,
+                                     uint64_t now_ms)
+{
+    return s && !s->disabled && mg_breaker_would_allow(&s->breaker, now_ms) &&
+           (!r || mg_breaker_would_allow(&r->breaker, now_ms));
 }
 
 void mg_pool_record(mg_provider_state_t *s, int success)

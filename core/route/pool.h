@@ -40,6 +40,7 @@ typedef struct mg_provider_state_s {
     uint64_t failures_total;   /* attempts that failed */
     uint64_t cooldowns_total;  /* cooldowns applied */
     uint64_t emergency_total;  /* attempts let through the emergency channel */
+    uint64_t trials_total;     /* trial requests while down (health.retry_down_ms) */
     uint64_t status_counts[6]; /* answers by class: [0] no answer, [1..5] 1xx..5xx */
     int disabled;              /* taken out of routing by an operator */
     mg_limiter_t limiter;      /* owned: RPM / TPM windows */
@@ -112,8 +113,9 @@ mg_provider_state_t *mg_pool_get(mg_pool_t *p, const char *id);
  * entries one pointer comparison finds it (a config of an older generation: by id). The
  * request path's lookup, once per route. */
 mg_provider_state_t *mg_pool_get_at(mg_pool_t *p, size_t index, const mg_provider_conf_t *pc);
-/* Whether routing may consider the provider now: enabled, health not down and the
- * breaker letting a request through. Cooling is a separate state (see routing). */
+/* Whether routing may consider the provider now: enabled, health not down (or down with its
+ * trial request due) and the breaker letting a request through. Cooling is a separate state
+ * (see routing). */
 int mg_pool_available(const mg_provider_state_t *s, uint64_t now_ms);
 /* Count one finished attempt: success or failure (any no-answer, 429 or 5xx). */
 void mg_pool_record(mg_provider_state_t *s, int success);
@@ -128,6 +130,10 @@ mg_route_state_t *mg_pool_route_of(const mg_pool_t *p, const mg_route_conf_t *r)
  * breaker lets a request through (r NULL: no route breaker). */
 int mg_pool_route_available(const mg_provider_state_t *s, const mg_route_state_t *r,
                             uint64_t now_ms);
+/* The same under the panic rule (too few healthy routes: routing.panic_threshold): health
+ * not asked. */
+int mg_pool_route_available_in_panic(const mg_provider_state_t *s, const mg_route_state_t *r,
+                                     uint64_t now_ms);
 /* The breaker state that governs a route: the worse of the provider's and the route's
  * (open, then half open, then closed). */
 mg_breaker_state_t mg_pool_breaker_state(const mg_provider_state_t *s, const mg_route_state_t *r,

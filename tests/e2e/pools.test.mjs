@@ -15,7 +15,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import {
-    REPO_ROOT, startMock, startGateway, deadPort, toYaml, postJson, postStream, waitFor, withTimeout,
+    REPO_ROOT, startMock, startGateway, deadPort, toYaml, postJson, postStream, waitFor, withTimeout, sleep,
 } from './lib/harness.mjs';
 import { contentFor } from '../mock/engine.mjs';
 
@@ -56,7 +56,7 @@ async function scenario(build, { env = {} } = {}) {
             timeouts: { connect_ms: 1000, first_byte_ms: 5000, drain_ms: 2000 },
             routing: { queue_timeout_ms: 1000, ...(b.routing ?? {}) },
             circuit_breaker: b.circuit_breaker,
-            health: { probes: false },
+            health: { probes: false, ...(b.health ?? {}) },
             providers: b.providers,
             models: b.models,
         };
@@ -502,6 +502,96 @@ describe('everything down -> 503 with X-Sidecar-Degraded: openclaw_fallback', { 
         assert.equal(await sc.count('up-em2-f'), 2, 'the emergency attempt reached em2-f');
         assert.equal(r.headers.get('x-sidecar-degraded'), 'openclaw_fallback',
             'ADR 3.7: emergency channel failed -> 503 + X-Sidecar-Degraded: openclaw_fallback');
+    });
+});
+
+// ---------------------------------------------------------------------------
+// a provider down by passive health comes back without probes (issue 16, item 4)
+// ---------------------------------------------------------------------------
+
+describe('down by passive health: panic, trials and restart', { timeout: 30000 }, () => {
+    // 500s take a provider down after 10 in a row (health), never open a breaker here (its
+    // limits are out of reach), and probes are off: nothing but real traffic can bring it back
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [mainProvider(m, 'solo'), mainProvider(m, 'pair-a'), mainProvider(m, 'pair-b')],
+            models: {
+                solo: { routes: [{ provider: 'solo', model: 'up-solo' }] },
+                pair: { routes: [{ provider: 'pair-a', model: 'up-pair-a' }, { provider: 'pair-b', model: 'up-pair-b' }] },
+            },
+            circuit_breaker: { consecutive_failures: 1000, min_requests: 1000000 },
+            health: { retry_down_ms: 1500 },
+        }));
+    });
+    after(() => sc?.close());
+
+    async function takeDown(model, upModel, provider) {
+        await sc.script(upModel, { status: 500 }, { times: 10 });
+        for (let i = 0; i < 10; i++) await sc.chat(`${model}:${provider}`); // pinned: all to it
+        const p = await sc.provider(provider);
+        assert.equal(p.health, 'down', JSON.stringify(p));
+        assert.ok(['consecutive_failures', 'success_rate'].includes(p.down_reason), p.down_reason);
+        assert.equal(typeof p.next_trial_in_ms, 'number');
+        return p;
+    }
+
+    test('the only route of a model is down: the panic rule still sends to it, and it comes back', async () => {
+        assert.equal((await takeDown('solo', 'up-solo', 'solo')).down_reason, 'consecutive_failures');
+        const st = await sc.admin('/status');
+        const solo = st.json.providers.find((p) => p.id === 'solo');
+        assert.equal(solo.health, 'down', 'the state shows in /status');
+        assert.equal(solo.down_reason, 'consecutive_failures');
+        // the engine answers again: a model is never refused while an engine might answer
+        const r = await sc.chat('solo');
+        assertOk(r, 'a request to a model whose only route is down');
+        assert.equal((await sc.provider('solo')).health, 'degraded', 'one success: serving again');
+        for (let i = 0; i < 2; i++) assertOk(await sc.chat('solo'));
+        assert.equal((await sc.provider('solo')).health, 'healthy');
+        const metrics = await sc.gw.metrics();
+        assert.match(metrics, /^moongate_routing_panic_total [1-9]/m);
+    });
+
+    test('a down route beside a healthy one gets one trial request per retry_down_ms, then its traffic back', async () => {
+        // pair-b serves while pair-a is down (1 of 2 healthy: no panic at the 0.5 default)
+        await takeDown('pair', 'up-pair-a', 'pair-a');
+        const before = await sc.count('up-pair-a');
+        for (let i = 0; i < 5; i++) {
+            const r = await sc.chat('pair');
+            assertOk(r);
+            assert.equal(r.json.actual_model, 'up-pair-b', 'no trial due yet: the healthy route');
+        }
+        assert.equal(await sc.count('up-pair-a'), before, 'nothing reached the down provider');
+        await sleep(1600);
+        const trial = await sc.chat('pair');
+        assertOk(trial);
+        assert.equal(trial.json.actual_model, 'up-pair-a', 'the due trial goes first');
+        await sc.gw.waitLog((l) => l.msg === 'health_trial' && l.provider === 'pair-a');
+        assert.equal((await sc.provider('pair-a')).health, 'degraded');
+        const metrics = await sc.gw.metrics();
+        assert.match(metrics, /^moongate_provider_health_trials_total\{provider_id="pair-a"\} 1$/m);
+    });
+
+    test('a failed trial keeps it down, and the next one waits its period again', async () => {
+        await takeDown('pair', 'up-pair-a', 'pair-a');
+        await sleep(1600);
+        await sc.script('up-pair-a', { status: 500 }, { times: 1 });
+        const r = await sc.chat('pair');
+        assertOk(r, 'the trial failed, the healthy route answered');
+        assert.equal(r.json.actual_model, 'up-pair-b');
+        assert.equal((await sc.provider('pair-a')).health, 'down');
+        const n = await sc.count('up-pair-a');
+        for (let i = 0; i < 3; i++) assert.equal((await sc.chat('pair')).json.actual_model, 'up-pair-b');
+        assert.equal(await sc.count('up-pair-a'), n, 'one trial per period');
+    });
+
+    test('down survives a restart for a provider that never had a cooldown row', async () => {
+        assert.equal((await sc.provider('pair-a')).health, 'down');
+        await sc.restart();
+        const p = await sc.provider('pair-a');
+        assert.equal(p.health, 'down', 'restored from provider_health alone');
+        assert.equal(p.down_reason, 'restored');
+        assert.ok(p.next_trial_in_ms > 0 && p.next_trial_in_ms <= 1500, `next trial in ${p.next_trial_in_ms}`);
     });
 });
 

@@ -185,6 +185,8 @@ static void check_defaults(const mg_config_t *c)
     CHECK_EQ_INT(c->max_body_bytes, MG_DEFAULT_MAX_BODY_BYTES);
     CHECK_EQ_INT(c->max_header_bytes, 16384);
     CHECK_STR(c->storage_path, "data/moongate.db");
+    CHECK_EQ_INT(c->health.retry_down_ms, 30000);
+    CHECK(c->routing.panic_threshold == 0.5);
     CHECK(!c->auth_enabled);
     CHECK_STR(c->policies_dir, "policies");
     CHECK_STR(c->adapters_dir, "adapters");
@@ -909,8 +911,27 @@ static void test_model_tokenizer(void)
     CHECK(strstr(parse_err(bad), "none of o200k_base, cl100k_base, estimate") != NULL);
 }
 
+/* health.retry_down_ms and routing.panic_threshold: 0 switches each off; out of range is
+ * refused with the key named. */
+static void test_down_trials_and_panic(void)
+{
+    mg_config_t *c = parse_ok("health: {retry_down_ms: 0}\nrouting: {panic_threshold: 0}\n");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->health.retry_down_ms, 0);
+        CHECK(c->routing.panic_threshold == 0);
+        mg_config_free(c);
+    }
+    c = parse_ok("routing: {panic_threshold: 0.25}\n");
+    CHECK(c && c->routing.panic_threshold == 0.25);
+    mg_config_free(c);
+    CHECK(strstr(parse_err("routing: {panic_threshold: 1.5}\n"), "panic_threshold") != NULL);
+    CHECK(strstr(parse_err("health: {retry_down_ms: -1}\n"), "retry_down_ms") != NULL);
+}
+
 int main(void)
 {
+    MG_RUN(test_down_trials_and_panic);
     MG_RUN(test_storage_and_idempotency_caps);
     MG_RUN(test_model_tokenizer);
     MG_RUN(test_full_config);

@@ -392,12 +392,66 @@ static void test_health_consecutive_thresholds(void)
     CHECK_EQ_INT(ch, 0);
     CHECK_EQ_INT(mg_health_record(&h, T0 + 1, 0, -1, -1), 1); /* the 10th */
     CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
-    /* recovery needs 3 in a row AND > 80% over the window: 10 failures in it */
-    ok_n(&h, T0 + 2, 40, &ch); /* 40/50 = exactly 0.8: not yet */
-    CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
-    CHECK_EQ_INT(mg_health_record(&h, T0 + 3, 1, 50, -1), 1); /* 41/51 */
+    CHECK_STR(h.down_reason, "consecutive_failures");
+    /* down and answered well: degraded, the window that took it down forgotten */
+    CHECK_EQ_INT(mg_health_record(&h, T0 + 2, 1, 50, -1), 1);
+    CHECK_EQ_INT(h.state, MG_HEALTH_DEGRADED);
+    CHECK(h.down_reason == NULL);
+    mg_health_snapshot_t s;
+    mg_health_snapshot(&h, T0 + 2, &s);
+    CHECK_EQ_INT(s.window_samples, 1);
+    /* then 3 in a row AND > 80% over the window: healthy */
+    ok_n(&h, T0 + 2, 1, &ch);
+    CHECK_EQ_INT(h.state, MG_HEALTH_DEGRADED);
+    CHECK_EQ_INT(mg_health_record(&h, T0 + 3, 1, 50, -1), 1);
     CHECK_EQ_INT(h.state, MG_HEALTH_HEALTHY);
     CHECK_STR(mg_health_state_name(h.state), "healthy");
+}
+
+/* The way back without probes: one trial request every retry_down_ms while down. */
+static void test_health_down_trials(void)
+{
+    mg_health_t h;
+    int ch = 0;
+    mg_health_init(&h, NULL);
+    CHECK(mg_health_would_allow(&h, T0));
+    CHECK_EQ_INT(mg_health_take_trial(&h, T0), 1); /* not down: always */
+    CHECK_EQ_INT(mg_health_trial_in_ms(&h, T0), 0);
+    fail_n(&h, T0, 10, &ch);
+    CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
+    CHECK(!mg_health_would_allow(&h, T0 + 29999));
+    CHECK_EQ_INT(mg_health_trial_in_ms(&h, T0 + 20000), 10000);
+    CHECK_EQ_INT(mg_health_take_trial(&h, T0 + 29999), 0);
+    CHECK(mg_health_would_allow(&h, T0 + 30000));
+    CHECK_EQ_INT(mg_health_take_trial(&h, T0 + 30000), 1);
+    /* one per period, whatever became of it */
+    CHECK(!mg_health_would_allow(&h, T0 + 30001));
+    CHECK_EQ_INT(mg_health_take_trial(&h, T0 + 30001), 0);
+    CHECK_EQ_INT(mg_health_trial_in_ms(&h, T0 + 30000), 30000);
+    mg_health_record(&h, T0 + 31000, 0, 5, -1); /* the trial failed: still down */
+    CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
+    CHECK(mg_health_would_allow(&h, T0 + 60000));
+    CHECK_EQ_INT(mg_health_take_trial(&h, T0 + 60000), 1);
+    CHECK_EQ_INT(mg_health_record(&h, T0 + 61000, 1, 5, -1), 1); /* it answered */
+    CHECK_EQ_INT(h.state, MG_HEALTH_DEGRADED);
+    CHECK(mg_health_would_allow(&h, T0 + 61001));
+    /* retry_down_ms 0: no trials, only probes */
+    mg_health_config_t cfg;
+    mg_health_config_default(&cfg);
+    CHECK_EQ_INT(cfg.retry_down_ms, 30000);
+    cfg.retry_down_ms = 0;
+    mg_health_t p;
+    mg_health_init(&p, &cfg);
+    fail_n(&p, T0, 10, &ch);
+    CHECK(!mg_health_would_allow(&p, T0 + 3600000));
+    CHECK_EQ_INT(mg_health_trial_in_ms(&p, T0), -1);
+    /* a restored down state starts its trial clock at the restart */
+    mg_health_t r;
+    mg_health_init(&r, NULL);
+    mg_health_restore(&r, MG_HEALTH_DOWN, T0 + 5);
+    CHECK_STR(r.down_reason, "restored");
+    CHECK(!mg_health_would_allow(&r, T0 + 5));
+    CHECK(mg_health_would_allow(&r, T0 + 30005));
 }
 
 static void test_health_rate_thresholds(void)
@@ -451,13 +505,13 @@ static void test_health_window_expiry(void)
     mg_health_t a, b;
     int ch = 0;
     mg_health_init(&a, NULL);
-    fail_n(&a, T0, 10, &ch); /* bucket 100 of 10 s; counted while now < 1,300,000 */
-    CHECK_EQ_INT(a.state, MG_HEALTH_DOWN);
+    fail_n(&a, T0, 5, &ch); /* bucket 100 of 10 s; counted while now < 1,300,000 */
+    CHECK_EQ_INT(a.state, MG_HEALTH_DEGRADED);
     b = a;
-    ok_n(&a, T0 + 299999, 3, &ch); /* 3/13 */
-    CHECK_EQ_INT(a.state, MG_HEALTH_DOWN);
+    ok_n(&a, T0 + 299999, 3, &ch); /* 3/8 */
+    CHECK_EQ_INT(a.state, MG_HEALTH_DEGRADED);
     ok_n(&b, T0 + 300000, 2, &ch);
-    CHECK_EQ_INT(b.state, MG_HEALTH_DOWN); /* 100% but only 2 in a row */
+    CHECK_EQ_INT(b.state, MG_HEALTH_DEGRADED); /* 100% but only 2 in a row */
     CHECK_EQ_INT(mg_health_record(&b, T0 + 300000, 1, -1, -1), 1);
     CHECK_EQ_INT(b.state, MG_HEALTH_HEALTHY);
     mg_health_snapshot_t s;
@@ -477,14 +531,14 @@ static void test_health_probe_results(void)
     CHECK_EQ_INT(ch, 2); /* degraded at 5, down at 10 */
     CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
     CHECK_EQ_INT(h.last_latency_ms, -1);
-    /* a provider with no traffic comes back on probes once the failures age out */
+    /* a provider with no traffic comes back on probes: the first that passes makes it
+       degraded (serving), three in a row healthy */
     uint64_t t = T0 + 10 * 60000;
-    for (int i = 0; i < 3; i++)
-        mg_health_probe_result(&h, t + (uint64_t)i * 60000, 1);
-    CHECK_EQ_INT(h.state, MG_HEALTH_DOWN); /* 3 ok of 5 in the window (2 failures left) */
-    t += 3 * 60000;
-    mg_health_probe_result(&h, t, 1);
-    mg_health_probe_result(&h, t + 60000, 1); /* 5 ok, failures gone */
+    CHECK_EQ_INT(mg_health_probe_result(&h, t, 1), 1);
+    CHECK_EQ_INT(h.state, MG_HEALTH_DEGRADED);
+    mg_health_probe_result(&h, t + 60000, 1);
+    CHECK_EQ_INT(h.state, MG_HEALTH_DEGRADED);
+    mg_health_probe_result(&h, t + 120000, 1);
     CHECK_EQ_INT(h.state, MG_HEALTH_HEALTHY);
 }
 
@@ -492,7 +546,11 @@ static void test_health_snapshot_and_recent(void)
 {
     mg_health_t h;
     mg_health_snapshot_t s;
-    mg_health_init(&h, NULL);
+    mg_health_config_t cfg;
+    mg_health_config_default(&cfg);
+    cfg.down_consecutive = 1000; /* never down: the counts below stay in the window */
+    cfg.down_rate = 0;
+    mg_health_init(&h, &cfg);
     mg_health_snapshot(&h, T0, &s);
     CHECK_EQ_INT(s.window_samples, 0);
     CHECK(s.window_success_rate == -1);
@@ -622,6 +680,7 @@ int main(void)
     MG_RUN(test_breaker_active_probe);
     MG_RUN(test_breaker_set_config);
     MG_RUN(test_health_consecutive_thresholds);
+    MG_RUN(test_health_down_trials);
     MG_RUN(test_health_rate_thresholds);
     MG_RUN(test_health_window_expiry);
     MG_RUN(test_health_probe_results);

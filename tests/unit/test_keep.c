@@ -126,7 +126,7 @@ static void test_views(void)
                "local r = reqs[2]\n"
                "return n .. ' ' .. seen.provider .. ' ' .. tostring(seen.cooling) .. ' ' ..\n"
                "  r.request_id .. ' ' .. r.model .. ' ' .. r.attempt .. ' ' .. tostring(r.pin)",
-               "25 ol false req-keep m 1 nil");
+               "26 ol false req-keep m 1 nil");
     /* markers: read into the plan, then cleared from the views; what else the policy wrote
        into a view is gone too */
     const char *deg[4] = {0};

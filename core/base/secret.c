@@ -10,6 +10,7 @@
  * OPENSSL_cleanse() before it is freed. */
 #include "base/secret.h"
 
+#include "base/b64.h"
 #include "base/crypto.h"
 
 #include <openssl/crypto.h>
@@ -50,16 +51,6 @@ static void b64_encode(const unsigned char *in, size_t n, char *out)
     out[o] = '\0';
 }
 
-static int b64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
 /* Decoded length of a canonical encoding of len characters, or -1 when len or the
  * padding is impossible. */
 static long b64_decoded_len(const char *s, size_t len)
@@ -78,7 +69,7 @@ static long b64_group(const char *g, size_t pad)
 {
     uint32_t v = 0;
     for (size_t k = 0; k < 4; k++) {
-        int d = k >= 4 - pad ? (g[k] == '=' ? 0 : -1) : b64_value(g[k]);
+        int d = k >= 4 - pad ? (g[k] == '=' ? 0 : -1) : mg_b64_digit((unsigned char)g[k]);
         if (d < 0) return -1;
         v = v << 6 | (uint32_t)d;
     }

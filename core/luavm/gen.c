@@ -189,6 +189,19 @@ static void add_tokens(lua_State *L)
     lua_pop(L, 2);
 }
 
+/* The module's selftest() (at ref), when it has one: an error fails the load. */
+static int run_selftest(lua_State *L, int ref, const char *path, char *err, size_t errlen)
+{
+    if (mg_lpush_field(L, ref, "selftest") != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    char lerr[512];
+    if (mg_lcall(L, 0, 0, lerr, sizeof(lerr)) == 0) return 0;
+    snprintf(err, errlen, "%s: selftest failed: %s", path, lerr);
+    return -1;
+}
+
 /* policies/cooldown.lua is optional: without it a 429 cools for the default curve. */
 static int load_cooldown_policy(mg_gen_t *g, char *err, size_t errlen)
 {
@@ -207,16 +220,7 @@ static int load_cooldown_policy(mg_gen_t *g, char *err, size_t errlen)
     }
     lua_pop(L, 1);
     if (check_module_id(L, g->cooldown_ref, path, "cooldown", err, errlen) != 0) return -1;
-    if (mg_lpush_field(L, g->cooldown_ref, "selftest") == LUA_TFUNCTION) {
-        char lerr[512];
-        if (mg_lcall(L, 0, 0, lerr, sizeof(lerr)) != 0) {
-            snprintf(err, errlen, "%s: selftest failed: %s", path, lerr);
-            return -1;
-        }
-    } else {
-        lua_pop(L, 1);
-    }
-    return 0;
+    return run_selftest(L, g->cooldown_ref, path, err, errlen);
 }
 
 static int load_policies(mg_gen_t *g, char *err, size_t errlen)
@@ -236,15 +240,7 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
     g->routing_cache = mg_lpush_field(L, g->routing_ref, "cache") != LUA_TBOOLEAN ||
                        lua_toboolean(L, -1);
     lua_pop(L, 1);
-    if (mg_lpush_field(L, g->routing_ref, "selftest") == LUA_TFUNCTION) {
-        char lerr[512];
-        if (mg_lcall(L, 0, 0, lerr, sizeof(lerr)) != 0) {
-            snprintf(err, errlen, "%s: selftest failed: %s", path, lerr);
-            return -1;
-        }
-    } else {
-        lua_pop(L, 1);
-    }
+    if (run_selftest(L, g->routing_ref, path, err, errlen) != 0) return -1;
     return load_cooldown_policy(g, err, errlen);
 }
 

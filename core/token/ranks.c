@@ -8,15 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int b64_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
+#include "base/b64.h"
 
 /* Decode standard base64 s[0..n) (with '=' padding) into out; the bytes written, or -1. */
 static long b64_decode(const char *s, size_t n, uint8_t *out, size_t cap)
@@ -28,7 +20,7 @@ static long b64_decode(const char *s, size_t n, uint8_t *out, size_t cap)
     while (end > 0 && s[end - 1] == '=') end--;
     if (n % 4 != 0 || n - end > 2) return -1;
     for (size_t i = 0; i < end; i++) {
-        int v = b64_value((unsigned char)s[i]);
+        int v = mg_b64_digit((unsigned char)s[i]);
         if (v < 0) return -1;
         acc = acc << 6 | (uint32_t)v;
         bits += 6;

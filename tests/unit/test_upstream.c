@@ -428,7 +428,7 @@ struct rec_s {
     mg_xfer_result_t result;
     char detail[256];
     char content_type[96];
-    char retry_after[32];
+    char retry_after[96];
     char error_headers[256]; /* the error answer's headers, "name=value;" each */
     uint64_t t_start, t_headers, t_done;
     /* behaviour */

@@ -17,6 +17,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/logfile.h"
+#include "base/sdnotify.h"
 #include "conf/apps.h"
 #include "conf/models.h"
 #include "conf/providers.h"
@@ -218,6 +220,7 @@ static void reload_done(uv_work_t *w, int status)
     }
     if (g) reload_swap(s, g);
     else reload_failed(s);
+    mg_sd_notify("READY=1"); /* serving either way: the new generation or the old one */
     notify_waiters(s, g != NULL);
     reload_next(s);
 }
@@ -235,9 +238,11 @@ void mg_server_reload(mg_server_t *s)
     s->waiters_current = s->waiters_next;
     s->waiters_next = NULL;
     s->reloading = 1;
+    mg_sd_notify("RELOADING=1");
     s->reload_work.data = s;
     if (uv_queue_work(s->loop, &s->reload_work, reload_work, reload_done) != 0) {
         s->reloading = 0;
+        mg_sd_notify("READY=1");
         mg_log_msg(MG_LOG_ERROR, NULL, "cannot start the reload");
         snprintf(s->proc.reload_error, sizeof(s->proc.reload_error), "cannot start the reload");
         notify_waiters(s, 0);
@@ -288,6 +293,8 @@ static void close_everything(mg_server_t *s)
     uv_signal_stop(&s->sig_hup);
     uv_signal_stop(&s->sig_term);
     uv_signal_stop(&s->sig_int);
+    uv_signal_stop(&s->sig_usr1);
+    uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
@@ -317,6 +324,7 @@ void mg_server_stop(mg_server_t *s)
 {
     if (s->proc.stopping) return;
     s->proc.stopping = 1;
+    mg_sd_notify("STOPPING=1");
     mg_log_msg(MG_LOG_INFO, NULL, "stopping: no new connections; waiting for %d requests in flight",
                s->pipeline.in_flight);
     mg_listener_stop(&s->listener);
@@ -330,8 +338,12 @@ void mg_server_stop(mg_server_t *s)
 static void on_signal(uv_signal_t *h, int signum)
 {
     mg_server_t *s = h->data;
+    const char *log_file = mg_gens_current(&s->gens)->cfg->log_file;
     if (signum == SIGHUP) {
         mg_server_reload(s);
+    } else if (signum == SIGUSR1) {
+        if (log_file) mg_logfile_reopen(s->loop, log_file);
+        else mg_log_msg(MG_LOG_INFO, NULL, "SIGUSR1: no log.file to reopen (the log is stdout)");
     } else if (s->proc.stopping) {
         mg_log_msg(MG_LOG_WARN, NULL, "second stop signal: closing now");
         close_everything(s);
@@ -394,6 +406,20 @@ static void load_tokenizers(const mg_config_t *cfg)
     }
 }
 
+/* The database's housekeeping (store/upkeep.h), as the first config says: read at start. */
+static void start_upkeep(mg_server_t *s, const mg_config_t *cfg)
+{
+    mg_upkeep_conf_t uc = {
+        .checkpoint_s = (int64_t)cfg->storage_checkpoint_minutes * 60,
+        .integrity_s = (int64_t)cfg->storage_integrity_hours * 3600,
+        .backup_dir = cfg->storage_backup_dir,
+        .backup_every_s = (int64_t)cfg->storage_backup_every_hours * 3600,
+        .backup_keep_s = (int64_t)cfg->storage_backup_keep_days * 86400,
+    };
+    s->upkeep = mg_upkeep_start(cfg->storage_path, &uc);
+    if (!s->upkeep) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: cannot start its thread");
+}
+
 /* The first generation, the store, the provider state it remembers. */
 static int start_state(mg_server_t *s, const char *config_path)
 {
@@ -406,6 +432,10 @@ static int start_state(mg_server_t *s, const char *config_path)
     s->gens.next_id++;
     mg_gens_swap(&s->gens, g);
     apply_log_level(g->cfg);
+    if (g->cfg->log_file && mg_logfile_open(g->cfg->log_file, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s\n", err);
+        return -1;
+    }
     load_tokenizers(g->cfg);
     mg_store_opts_t so = {.queue_max = g->cfg->storage_queue_max,
                           .synchronous_full = g->cfg->storage_synchronous_full};
@@ -414,6 +444,7 @@ static int start_state(mg_server_t *s, const char *config_path)
         fprintf(stderr, "moongate: storage: %s\n", s->store ? "cannot attach to the loop" : err);
         return -1;
     }
+    start_upkeep(s, g->cfg);
     if (with_stored_providers(s) != 0) return -1;
     if (mg_pool_sync(&s->pool, mg_gens_current(&s->gens)->cfg) != 0) return -1;
     uv_update_time(s->loop);
@@ -472,7 +503,7 @@ static int start_services(mg_server_t *s)
     if (!s->idem || !s->tasks || !s->admin) return -1;
     s->api = (mg_api_t){
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
-        .sched = s->sched, .upstream = s->upstream, .store = s->store,
+        .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
         .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
         .listener = &s->listener, .proc = &s->proc,
     };
@@ -521,7 +552,9 @@ static void start_loop_hooks(mg_server_t *s)
     uv_signal_init(s->loop, &s->sig_hup);
     uv_signal_init(s->loop, &s->sig_term);
     uv_signal_init(s->loop, &s->sig_int);
-    s->sig_hup.data = s->sig_term.data = s->sig_int.data = s;
+    uv_signal_init(s->loop, &s->sig_usr1);
+    s->sig_hup.data = s->sig_term.data = s->sig_int.data = s->sig_usr1.data = s;
+    uv_signal_start(&s->sig_usr1, on_signal, SIGUSR1);
     uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
@@ -561,10 +594,12 @@ int mg_server_run(mg_server_t *s)
     mg_log_end(&l);
     mg_auth_log_status(s->auth, cfg->auth_enabled, s->listener.bound);
     mg_log_flush();
+    mg_sd_notify("READY=1"); /* listening: a Type=notify unit is started */
     uv_run(s->loop, UV_RUN_DEFAULT);
     mg_log_detach();
     /* free what the loop no longer needs; the store first: the callbacks of its last
        writes still reach idem's entries */
+    mg_upkeep_stop(s->upkeep);
     mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);

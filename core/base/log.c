@@ -71,6 +71,15 @@ void mg_log_flush(void)
     pthread_mutex_unlock(&g_log_mutex);
 }
 
+int mg_log_redirect(int fd)
+{
+    pthread_mutex_lock(&g_log_mutex);
+    flush_locked();
+    int rc = dup2(fd, STDOUT_FILENO) < 0 ? -1 : 0;
+    pthread_mutex_unlock(&g_log_mutex);
+    return rc;
+}
+
 static void on_check(uv_check_t *h)
 {
     mg_log_flush();

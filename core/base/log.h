@@ -31,6 +31,10 @@ int mg_log_enabled(mg_log_level_t level);
 void mg_log_attach(uv_loop_t *loop);
 void mg_log_detach(void);
 void mg_log_flush(void);
+/* From now on, lines go to `fd` instead of what they went to (stdout or the last fd given):
+ * what is buffered is flushed first, then fd takes the place of standard output (dup2), so a
+ * line is never split between two files. The caller closes fd afterwards. Any thread. */
+int mg_log_redirect(int fd);
 
 void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg);
 void mg_log_str(mg_logline_t *l, const char *key, const char *value); /* NULL value -> null */

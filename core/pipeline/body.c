@@ -476,11 +476,11 @@ static const char *priority_of(const cJSON *body, const mg_http_req_t *req, cons
         *problem = "'priority' must be one of P0, P1, P2, P3, P4 (or an integer: the engine's)";
         return NULL;
     }
-    /* the Sidecar header: urgent/high/normal/low = P0..P3 */
+    /* X-Priority: P0..P4, or the Sidecar V1's words urgent/high/normal/low = P0..P3 */
     static const char *const words[] = {"urgent", "high", "normal", "low"};
     const char *h = mg_http_header(req, "X-Priority");
-    for (int i = 0; h && i < 4; i++)
-        if (strcasecmp(h, words[i]) == 0) return levels[i];
+    for (int i = 0; h && i < 5; i++)
+        if (strcasecmp(h, levels[i]) == 0 || (i < 4 && strcasecmp(h, words[i]) == 0)) return levels[i];
     return "P2";
 }
 

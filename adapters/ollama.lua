@@ -13,8 +13,12 @@
 --     temperature, top_p, top_k, seed, stop, frequency_penalty, presence_penalty -> options.
 --   * response_format json_object -> format = "json"; json_schema -> format = the schema.
 --   * Message content parts: text parts are joined with "\n"; image_url parts must be
---     data: URLs (Ollama cannot fetch URLs) and go to images[] as bare base64. Other part
---     types raise an error (the core then skips this candidate).
+--     data: URLs (Ollama cannot fetch URLs) and go to images[] as bare base64.
+--   * Refusals (lua/README.md): what Ollama cannot take is util.not_for_route (another
+--     route may serve it; else the client gets 400 with the reason and the param): an
+--     image URL, other part types (input_audio, file), token-array prompts and embedding
+--     inputs. What no route could take is util.invalid_request (400 at once): tool-call
+--     arguments in the history that are not JSON.
 --   * Tools: `tools` is passed through (Ollama uses the OpenAI shape). Tool calls come back with
 --     arguments as an object and are returned OpenAI-style, arguments as a JSON string, with
 --     finish_reason "tool_calls". Assistant tool calls in the history go the other way.
@@ -64,8 +68,9 @@ end
 -- encode: OpenAI request -> Ollama request
 ---------------------------------------------------------------------------------------------
 
--- The text and images of one message's content (a string, null, or an array of parts).
-local function split_content(content)
+-- The text and images of one message's content (a string, null, or an array of parts);
+-- `where` names the content in a refusal ("messages[2].content").
+local function split_content(content, where)
     content = nonnull(content)
     if content == nil then
         return "", nil
@@ -74,32 +79,36 @@ local function split_content(content)
         return content, nil
     end
     local texts, images = {}, array()
-    for _, part in ipairs(content) do
+    for i, part in ipairs(content) do
+        local at = where .. "[" .. (i - 1) .. "]"
         if part.type == "text" then
             texts[#texts + 1] = part.text
         elseif part.type == "image_url" then
             local url = type(part.image_url) == "table" and part.image_url.url or part.image_url
             local b64 = type(url) == "string" and url:match("^data:[^,]*;base64,(.*)$")
             if not b64 then
-                error("ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)", 0)
+                util.not_for_route("ollama: image_url must be a base64 data: URL"
+                    .. " (Ollama cannot fetch image URLs)", at .. ".image_url.url")
             end
             images[#images + 1] = b64
         else
-            error("ollama: unsupported content part type " .. tostring(part.type), 0)
+            util.not_for_route("ollama: content part type " .. tostring(part.type)
+                .. " is not supported by Ollama", at .. ".type")
         end
     end
     return table.concat(texts, "\n"), (#images > 0) and images or nil
 end
 
 -- OpenAI tool_calls (arguments = JSON string) -> Ollama tool_calls (arguments = object).
-local function tool_calls_to_ollama(calls, names_by_id)
-    return util.map_array(calls, function(call)
+local function tool_calls_to_ollama(calls, names_by_id, where)
+    return util.map_array(calls, function(call, i)
         local fn = call["function"] or {}
         local args = nonnull(fn.arguments)
         if type(args) == "string" then
             local ok, decoded = pcall(json.decode, args ~= "" and args or "{}")
             if not ok then
-                error("ollama: tool call arguments are not valid JSON: " .. decoded, 0)
+                util.invalid_request("ollama: tool call arguments are not valid JSON: "
+                    .. tostring(decoded), where .. "[" .. (i - 1) .. "].function.arguments")
             end
             args = decoded
         end
@@ -112,13 +121,14 @@ end
 
 local function encode_messages(messages)
     local names_by_id = {} -- tool_call_id -> function name, for Ollama's tool_name
-    return util.map_array(messages, function(m)
+    return util.map_array(messages, function(m, i)
+        local where = "messages[" .. (i - 1) .. "]"
         local role = m.role == "developer" and "system" or m.role
-        local content, images = split_content(m.content)
+        local content, images = split_content(m.content, where .. ".content")
         local out = { role = role, content = content, images = images }
         local calls = nonnull(m.tool_calls)
         if calls and #calls > 0 then
-            out.tool_calls = tool_calls_to_ollama(calls, names_by_id)
+            out.tool_calls = tool_calls_to_ollama(calls, names_by_id, where .. ".tool_calls")
         end
         if role == "tool" then
             out.tool_name = names_by_id[nonnull(m.tool_call_id)] or nonnull(m.name)
@@ -181,7 +191,8 @@ local function encode_generate(req, route, body)
         prompt = prompt[1]
     end
     if type(prompt) ~= "string" then
-        error("ollama: prompt must be a string or an array of strings", 0)
+        util.not_for_route("ollama: prompt must be a string or an array of strings"
+            .. " (Ollama takes no token arrays)", "prompt")
     end
     local suffix = nonnull(body.suffix)
     return {
@@ -198,12 +209,14 @@ local function encode_embed(route, body)
     if type(input) == "table" then
         for _, s in ipairs(input) do
             if type(s) ~= "string" then
-                error("ollama: embedding input must be a string or an array of strings", 0)
+                util.not_for_route("ollama: embedding input must be a string or an array of"
+                    .. " strings (Ollama takes no token arrays)", "input")
             end
         end
         input = array(util.copy(input))
     elseif type(input) ~= "string" then
-        error("ollama: embedding input must be a string or an array of strings", 0)
+        util.not_for_route("ollama: embedding input must be a string or an array of strings",
+            "input")
     end
     return { model = route.model, input = input, dimensions = nonnull(body.dimensions) }
 end
@@ -212,7 +225,7 @@ end
 function M.encode(req, route)
     local path = PATHS[req.endpoint]
     if not path then
-        error("ollama: unsupported endpoint " .. tostring(req.endpoint), 0)
+        util.not_for_route("ollama: unsupported endpoint " .. tostring(req.endpoint))
     end
     local body = req.body or {}
     local out

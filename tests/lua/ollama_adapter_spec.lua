@@ -35,6 +35,15 @@ local function assert_chat_chunk(c, r)
     end
 end
 
+-- The refusal fn() raises: its kind ("not_for_route" / "invalid_request"), message and param.
+local function refusal(fn)
+    local ok, err = pcall(fn)
+    assert.is_false(ok, "expected a refusal")
+    local r = util.refusal_of(err)
+    assert.is_table(r, "expected a refusal, got: " .. tostring(err))
+    return r
+end
+
 local function run_stream(adapter, r, lines)
     local state, chunks = {}, {}
     for _, line in ipairs(lines) do
@@ -174,9 +183,16 @@ describe("adapters/ollama.lua", function()
                     ollama.encode(req("chat", body), route)
                 end
             end
-            assert.has_error(enc({ type = "image_url", image_url = { url = "https://x/cat.png" } }),
-                "ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)")
-            assert.has_error(enc({ type = "input_audio", input_audio = {} }))
+            local r = refusal(enc({ type = "image_url", image_url = { url = "https://x/cat.png" } }))
+            assert.equal("not_for_route", r.refusal)
+            assert.matches("Ollama cannot fetch image URLs", r.message)
+            assert.equal("messages[0].content[0].image_url.url", r.param)
+            for _, t in ipairs({ "input_audio", "file" }) do
+                r = refusal(enc({ type = t, [t] = {} }))
+                assert.equal("not_for_route", r.refusal)
+                assert.equal("messages[0].content[0].type", r.param)
+                assert.matches(t, r.message)
+            end
         end)
 
         it("maps developer to system and null content to an empty string", function()
@@ -209,9 +225,11 @@ describe("adapters/ollama.lua", function()
         it("refuses tool-call arguments that are not JSON", function()
             local body = { messages = msgs({ role = "assistant", content = "", tool_calls = array({
                 { id = "c", type = "function", ["function"] = { name = "f", arguments = "{oops" } } }) }) }
-            assert.has_error(function()
+            local r = refusal(function()
                 ollama.encode(req("chat", body), route)
             end)
+            assert.equal("invalid_request", r.refusal)
+            assert.equal("messages[0].tool_calls[0].function.arguments", r.param)
         end)
 
         it("maps completions to /api/generate", function()
@@ -227,9 +245,10 @@ describe("adapters/ollama.lua", function()
             local out = ollama.encode(req("completions", { prompt = array({ "one", "two" }) }), route)
             assert.equal("one", out.body.prompt)
             assert.is_false(out.body.stream)
-            assert.has_error(function()
+            local r = refusal(function()
                 ollama.encode(req("completions", { prompt = array({ 1, 2, 3 }) }), route)
             end)
+            assert.same({ "not_for_route", "prompt" }, { r.refusal, r.param })
         end)
 
         it("maps embeddings to /api/embed with string or array input", function()
@@ -240,9 +259,12 @@ describe("adapters/ollama.lua", function()
             assert.same({ "a", "b" }, arr.body.input)
             assert.is_true(util.is_array(arr.body.input))
             assert.is_nil(arr.body.stream)
-            assert.has_error(function()
-                ollama.encode(req("embeddings", { input = array({ array({ 1, 2 }) }) }), route)
-            end)
+            for _, input in ipairs({ array({ array({ 1, 2 }) }), array({ 1, 2 }) }) do
+                local r = refusal(function()
+                    ollama.encode(req("embeddings", { input = input }), route)
+                end)
+                assert.same({ "not_for_route", "input" }, { r.refusal, r.param })
+            end
         end)
 
         it("sends a Bearer token only when a key is set", function()
@@ -252,10 +274,10 @@ describe("adapters/ollama.lua", function()
             assert.same({ Authorization = "Bearer secret" }, out.headers)
         end)
 
-        it("raises on an unknown endpoint", function()
-            assert.has_error(function()
+        it("refuses an unknown endpoint as not for this route", function()
+            assert.equal("not_for_route", refusal(function()
                 ollama.encode(req("audio", {}), route)
-            end)
+            end).refusal)
         end)
     end)
 

@@ -660,6 +660,7 @@ async function handleEngine(state, req, res, url, raw) {
         query: url.search,
         headers: req.headers,
         body,
+        raw: text.length <= 65536 ? text : undefined, // the bytes, for what JSON.parse loses (64-bit integers)
         rule: rule ? rule.id : null,
         closed_early: false,
         finished: false,

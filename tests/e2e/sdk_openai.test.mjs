@@ -10,7 +10,7 @@ import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 import {
     ADAPTERS, IMAGE_URL, PNG_DATA_URL, SLOW_ANSWER_MS, TOOL_ARGS, TOOLS_JSON, contentFor, embeddingFor,
-    gatewayRequests, scriptChat, startSdkEnv, upstream400, upstreamChats, waitUpstreamClosed,
+    refusedRequests, scriptChat, startSdkEnv, upstream400, upstreamChats, waitUpstreamClosed,
 } from './lib/sdk.mjs';
 
 let env;
@@ -141,14 +141,13 @@ for (const adapter of Object.keys(ADAPTERS)) {
                 assert.equal(r.choices[0].message.content, contentFor(up));
                 return;
             }
-            const before = gatewayRequests(env, model).length;
+            const before = await refusedRequests(env, model);
             const err = await client.chat.completions.create({ model, messages }).then(() => null, (e) => e);
             assert.ok(err instanceof OpenAI.BadRequestError, String(err));
             assert.equal(err.code, 'INVALID_REQUEST');
             assert.equal(err.param, 'messages[0].content[1].image_url.url');
             assert.match(err.message, /cannot fetch image URLs/);
-            await new Promise((r) => setTimeout(r, 100));
-            assert.equal(gatewayRequests(env, model).length - before, 1, 'one request: a 400 is not retried');
+            assert.equal(await refusedRequests(env, model) - before, 1, 'one request: a 400 is not retried');
         });
 
         test('abort mid-stream: the upstream request is closed too', async () => {

@@ -51,10 +51,13 @@ export function upstream400(adapter) {
         : { status: 400, body: { error: 'model context length exceeded' } };
 }
 
-/** The requests the gateway logged for a logical model (how often a client tried). */
-export function gatewayRequests(env, model) {
-    return env.gw.logs.filter((l) => l.msg === 'request' && l.model === model);
+/** The requests of a logical model the gateway refused (encode refusals), after the log
+ * lines of the requests before settled: how often a client tried. */
+export async function refusedRequests(env, model) {
+    await new Promise((r) => setTimeout(r, 100));
+    return env.gw.logs.filter((l) => l.msg === 'request' && l.model === model && l.fail_reason === 'refused').length;
 }
+
 
 /** Chat requests the mock saw for the adapter's model. */
 export async function upstreamChats(env, adapter) {

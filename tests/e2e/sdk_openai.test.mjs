@@ -208,6 +208,37 @@ for (const adapter of Object.keys(ADAPTERS)) {
     });
 }
 
+describe('reasoning on the ollama adapter', () => {
+    const { chat: model, up } = ADAPTERS.ollama;
+    const thinking = 'The user greets; greet back.';
+
+    test('reasoning_effort reaches Ollama as think; thinking comes back as reasoning_content', async () => {
+        await scriptChat(env, 'ollama', { thinking });
+        const r = await client.chat.completions.create({ model, messages: user('hello'), reasoning_effort: 'low' });
+        assert.equal(r.choices[0].message.reasoning_content, thinking);
+        assert.equal(r.choices[0].message.content, contentFor(up));
+        assert.equal((await upstreamChats(env, 'ollama')).at(-1).body.think, true);
+    });
+
+    test('a stream sends the thinking as it arrives, before the answer', async () => {
+        await scriptChat(env, 'ollama', { thinking });
+        const stream = await client.chat.completions.create({ model, messages: user('hello'), stream: true,
+            reasoning_effort: 'medium' });
+        const order = [];
+        let reasoning = '';
+        let text = '';
+        for await (const chunk of stream) {
+            const d = chunk.choices[0]?.delta ?? {};
+            if (d.reasoning_content) { reasoning += d.reasoning_content; order.push('r'); }
+            if (d.content) { text += d.content; order.push('c'); }
+        }
+        assert.equal(reasoning, thinking);
+        assert.equal(text, contentFor(up));
+        assert.equal(order.indexOf('c'), order.lastIndexOf('r') + 1, `reasoning first: ${order.join('')}`);
+        assert.ok(order.filter((o) => o === 'r').length >= 2, 'in pieces, as it arrived');
+    });
+});
+
 test('models.retrieve: the logical model, and 404 for an unknown one', async () => {
     const m = await client.models.retrieve(ADAPTERS.ollama.chat);
     assert.equal(m.id, ADAPTERS.ollama.chat);

@@ -194,6 +194,21 @@ for (const providerName of ['@ai-sdk/openai', '@ai-sdk/openai-compatible']) {
                 assert.ok(parts.some((p) => p.type === 'error'), `an error part: ${parts.map((p) => p.type).join(',')}`);
             });
 
+            if (adapter === 'ollama' && providerName === '@ai-sdk/openai-compatible')
+                test('reasoning: Ollama\'s thinking is the reasoning text, streamed and whole', async () => {
+                    const thinking = 'Think first, then answer.';
+                    await scriptChat(env, adapter, { thinking }, 2);
+                    const r = await generateText({ model: model(), prompt: 'hello' });
+                    assert.equal(r.reasoningText, thinking);
+                    assert.equal(r.text, contentFor(up));
+                    const s = streamText({ model: model(), prompt: 'hello' });
+                    const parts = [];
+                    for await (const p of s.fullStream) parts.push(p);
+                    const reasoning = parts.filter((p) => p.type === 'reasoning-delta').map((p) => p.text).join('');
+                    assert.equal(reasoning, thinking);
+                    assert.equal(await s.text, contentFor(up));
+                });
+
             test('fault: EOF after the finish chunk, without [DONE], is a complete answer', async () => {
                 await scriptChat(env, adapter, { no_done: true });
                 const r = streamText({ model: model(), prompt: 'eof' });

@@ -45,6 +45,8 @@
 //                              tool, or of the tool its tool_choice names, in the path's wire
 //                              shape (OpenAI streams the arguments in two deltas per call);
 //                              arguments from action.arguments[name] (default {})
+//   thinking                   text an Ollama chat answer thinks before it answers
+//                              (message.thinking; streamed in two lines before the content)
 //
 // Structured output: a chat request with response_format json_schema / json_object (OpenAI
 // wire) or format (Ollama) is answered with JSON: a minimal instance of the schema.
@@ -394,9 +396,14 @@ function ollamaChat(ctx) {
             tail: [ndjson(final(''))],
         };
     }
-    if (body.stream === false) return { status: 200, json: final(pieces.join('')) };
+    const thinking = typeof action.thinking === 'string' ? action.thinking : null;
+    if (body.stream === false) {
+        return { status: 200, json: final(pieces.join(''), thinking ? { thinking } : {}) };
+    }
+    const thought = thinking ? splitText(thinking, 2).map((t) =>
+        ndjson({ model, created_at, message: { role: 'assistant', content: '', thinking: t }, done: false })) : [];
     return {
-        status: 200, stream: true, format: 'ndjson', lead: [],
+        status: 200, stream: true, format: 'ndjson', lead: thought,
         content: pieces.map((p) => ndjson({ model, created_at, message: { role: 'assistant', content: p }, done: false })),
         tail: [ndjson(final(''))],
     };

@@ -12,6 +12,7 @@ import {
     ADAPTERS, IMAGE_URL, PNG_DATA_URL, SLOW_ANSWER_MS, TOOL_ARGS, TOOLS_JSON, contentFor, embeddingFor,
     refusedRequests, scriptChat, startSdkEnv, upstream400, upstreamChats, waitUpstreamClosed,
 } from './lib/sdk.mjs';
+import { waitFor } from './lib/harness.mjs';
 
 let env;
 let client;
@@ -161,6 +162,19 @@ for (const adapter of Object.keys(ADAPTERS)) {
                 if (seen === 2) ac.abort();
             }
             assert.ok(seen >= 2 && seen < 30, `${seen} content chunks before the abort ended it`);
+            await waitUpstreamClosed(env, adapter);
+        });
+
+        test('abort before the first byte: APIUserAbortError, the upstream request closed', async () => {
+            await scriptChat(env, adapter, { delay_first_byte_ms: 3000 });
+            const ac = new AbortController();
+            const call = client.chat.completions.create({ model, messages: user('wait'), stream: true },
+                { signal: ac.signal }).then(() => null, (e) => e);
+            await waitFor(async () => (await upstreamChats(env, adapter)).some((r) => r.body?.messages?.some(
+                (m) => m.content === 'wait') && !r.ended_at), { timeoutMs: 3000, what: 'the request upstream' });
+            ac.abort();
+            const err = await call;
+            assert.ok(err instanceof OpenAI.APIUserAbortError, String(err));
             await waitUpstreamClosed(env, adapter);
         });
 

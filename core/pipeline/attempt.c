@@ -100,6 +100,7 @@ static mg_step_rc_t call_refused(call_t *c, const char *msg, const char *param)
 {
     free(c->error_passed[2]);
     c->error_passed[2] = param && *param ? strdup(param) : NULL;
+    c->fail_degraded = NULL; /* not the end of a degradation chain: nothing to fall back to */
     return call_error(c, 400, "INVALID_REQUEST", msg ? msg : "no provider can take this request",
                       0);
 }

@@ -85,6 +85,14 @@ describe('an Ollama route with an OpenAI-wire route behind it', () => {
         assert.equal(await upstreamCount('up-refuse-ollama'), 0);
     });
 
+    test('the route that could serve it failing upstream decides: its 502, not the refusal', async () => {
+        await env.mock.script({ model: 'up-refuse-openai', times: 3, action: { status: 500 } });
+        const r = await chat('ollama-then-openai', [{ role: 'user', content: imageByUrl }]);
+        assert.equal(r.status, 502, r.text);
+        assert.equal(r.json.error.code, 'MODEL_UNAVAILABLE');
+        await env.mock.reset();
+    });
+
     test('invalid JSON in an earlier tool call: 400 at once, no route tried', async () => {
         const before = await upstreamCount('up-refuse-openai');
         const r = await chat('ollama-then-openai', [

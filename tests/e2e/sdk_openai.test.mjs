@@ -148,7 +148,7 @@ for (const adapter of Object.keys(ADAPTERS)) {
             assert.equal(err.code, 'INVALID_REQUEST');
             assert.equal(err.param, 'messages[0].content[1].image_url.url');
             assert.match(err.message, /cannot fetch image URLs/);
-            assert.equal(await refusedRequests(env, model) - before, 1, 'one request: a 400 is not retried');
+            assert.equal(await refusedRequests(env, model, before + 1) - before, 1, 'one request: a 400 is not retried');
         });
 
         test('abort mid-stream: the upstream request is closed too', async () => {

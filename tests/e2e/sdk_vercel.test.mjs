@@ -144,7 +144,7 @@ for (const providerName of ['@ai-sdk/openai', '@ai-sdk/openai-compatible']) {
                 assert.equal(err.statusCode, 400);
                 assert.equal(err.isRetryable, false);
                 assert.equal(JSON.parse(err.responseBody).error.param, 'messages[0].content[1].image_url.url');
-                assert.equal(await refusedRequests(env, chat) - before, 1, 'one request');
+                assert.equal(await refusedRequests(env, chat, before + 1) - before, 1, 'one request');
             });
 
             test('abort mid-stream: the upstream request is closed too', async () => {

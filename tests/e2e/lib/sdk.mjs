@@ -51,11 +51,14 @@ export function upstream400(adapter) {
         : { status: 400, body: { error: 'model context length exceeded' } };
 }
 
-/** The requests of a logical model the gateway refused (encode refusals), after the log
- * lines of the requests before settled: how often a client tried. */
-export async function refusedRequests(env, model) {
-    await new Promise((r) => setTimeout(r, 100));
-    return env.gw.logs.filter((l) => l.msg === 'request' && l.model === model && l.fail_reason === 'refused').length;
+/** The requests of a logical model the gateway refused (encode refusals) so far; with
+ * atLeast, once that many were logged (a client throws after its last try, so every try it
+ * made is logged by then). */
+export async function refusedRequests(env, model, atLeast = 0) {
+    const count = () => env.gw.logs.filter((l) => l.msg === 'request' && l.model === model &&
+        l.fail_reason === 'refused').length;
+    await waitFor(() => count() >= atLeast, { timeoutMs: 5000, what: `${atLeast} refused requests` });
+    return count();
 }
 
 

@@ -387,6 +387,7 @@ cJSON *call_tree(call_t *c)
     if (c->body || !c->req) return c->body;
     c->body = cJSON_ParseWithLength(c->req->body, c->req->body_len);
     if (!c->body) return NULL;
+    mg_json_keep_big_ints(c->body, c->req->body, c->req->body_len); /* a seed kept exact */
     if (c->stream) set_item(c->body, "stream_options", usage_options());
     if (c->tokens_capped) cap_tree_tokens(c);
     return c->body;
@@ -532,6 +533,8 @@ mg_step_rc_t step_parse(call_t *c)
         c->body = cJSON_ParseWithLength(req->body, req->body_len);
         if (!cJSON_IsObject(c->body))
             return call_error(c, 400, "INVALID_REQUEST", "request body is not a JSON object", 0);
+        if (mg_json_keep_big_ints(c->body, req->body, req->body_len) != 0)
+            return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         problem = validate(c->ep, c->body);
         if (!problem) problem = routing_inputs(c->body, req, &c->in);
     }

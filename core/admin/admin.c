@@ -29,6 +29,7 @@
 #include "conf/settings.h"
 
 #define PLATFORM_ACTOR "admin" /* the platform admin token (MOONGATE_ADMIN_TOKEN) */
+#define UNAUTHENTICATED_ACTOR "unauthenticated" /* a token that matched nobody */
 
 /* Key values: the columns an admin may set. */
 enum {
@@ -1116,7 +1117,10 @@ static void audit_sync(admin_t *a)
     mg_store_tx_t *tx = NULL;
     char err[256] = "";
     audit_row_t r;
-    if (a->unauthenticated) return;
+    if (a->unauthenticated) { /* a tenant admin token that resolved to nobody */
+        a->action = "admin.auth_failed";
+        snprintf(a->actor, sizeof(a->actor), UNAUTHENTICATED_ACTOR);
+    }
     audit_row(&r, a->actor, a->action, a->target, a->status, a->request_id, a->peer);
     int rc = mg_store_tx_begin(a->store, &tx, err, sizeof(err));
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
@@ -1128,16 +1132,27 @@ static void audit_sync(admin_t *a)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
 
-void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *action,
-                    const char *target, int status)
+static void audit_async(mg_admin_t *adm, const mg_http_req_t *req, const char *actor,
+                        const char *action, const char *target, int status)
 {
     char addr[80];
     audit_row_t r;
     mg_http_peer(req, addr, sizeof(addr));
-    audit_row(&r, PLATFORM_ACTOR, action, target, status, req->request_id, addr);
+    audit_row(&r, actor, action, target, status, req->request_id, addr);
     if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
-        audit_failed(req->request_id, PLATFORM_ACTOR, action, target, status, addr,
+        audit_failed(req->request_id, actor, action, target, status, addr,
                      "the store is not writable");
+}
+
+void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *action,
+                    const char *target, int status)
+{
+    audit_async(adm, req, PLATFORM_ACTOR, action, target, status);
+}
+
+void mg_admin_audit_auth_failed(mg_admin_t *adm, const mg_http_req_t *req)
+{
+    audit_async(adm, req, UNAUTHENTICATED_ACTOR, "admin.auth_failed", NULL, 401);
 }
 
 /* ---- dispatch ----------------------------------------------------------------------------------
@@ -1280,6 +1295,11 @@ static void admin_done(uv_work_t *w, int status)
     mg_admin_t *adm = a->adm;
     (void)status;
     adm->running = NULL;
+    if (a->unauthenticated) {
+        char addr[64];
+        mg_authfail_addr(a->peer, addr, sizeof(addr));
+        mg_authfail_count(&adm->fails, addr, uv_now(adm->d.loop));
+    }
     apply_effects(a);
     if (a->rebuild)
         adm->d.rebuild(adm->d.rebuild_ud, admin_rebuilt, a);

@@ -95,5 +95,7 @@ int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
  * request is gone afterwards). */
 void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action,
                     const char *target, int status);
+/* Audit a refused admin token (actor "unauthenticated", action admin.auth_failed, 401). */
+void mg_admin_audit_auth_failed(mg_admin_t *a, const mg_http_req_t *req);
 
 #endif

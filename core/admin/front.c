@@ -34,12 +34,23 @@ enum { ADMIN_REFUSED = 0, ADMIN_PLATFORM = 1, ADMIN_TENANT = 2 };
 
 /* Bearer <the platform admin token>, compared as SHA-256 digests in constant time:
  * ADMIN_PLATFORM. A token shaped like a tenant admin token ("mgt-...") is ADMIN_TENANT: the
- * admin worker resolves it (scope.c). Otherwise answered 401 and ADMIN_REFUSED. */
+ * admin worker resolves it (scope.c). Otherwise answered 401 and ADMIN_REFUSED; a wrong
+ * token is also audited and counted against the client's address (authfail.h), and an
+ * address past its failures is answered 429 before its token is looked at. */
 static int admin_allowed(mg_admin_t *a, mg_http_req_t *req)
 {
     if (!a->token_digest[0]) {
         mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 401, "AUTH_FAILED",
                         "the admin API is disabled: set MOONGATE_ADMIN_TOKEN", 0);
+        return ADMIN_REFUSED;
+    }
+    char peer[80], addr[64];
+    uint64_t now = uv_now(a->d.loop), retry_ms = 0;
+    mg_http_peer(req, peer, sizeof(peer));
+    mg_authfail_addr(peer, addr, sizeof(addr));
+    if (mg_authfail_blocked(&a->fails, addr, now, &retry_ms)) {
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 429, "RATE_LIMITED",
+                        "too many failed admin sign-ins from this address", retry_ms);
         return ADMIN_REFUSED;
     }
     const char *auth = mg_http_header(req, "Authorization");
@@ -48,6 +59,10 @@ static int admin_allowed(mg_admin_t *a, mg_http_req_t *req)
     mg_sha256_hex(given, strlen(given), given_d);
     if (mg_const_time_eq(a->token_digest, 64, given_d, 64)) return ADMIN_PLATFORM;
     if (strncmp(given, "mgt-", 4) == 0 && strlen(given) < 128) return ADMIN_TENANT;
+    if (*given) { /* a wrong token is a guess; no token at all is not */
+        mg_authfail_count(&a->fails, addr, now);
+        mg_admin_audit_auth_failed(a, req);
+    }
     mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 401, "AUTH_FAILED", "invalid admin token", 0);
     return ADMIN_REFUSED;
 }

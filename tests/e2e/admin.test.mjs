@@ -94,7 +94,7 @@ let tenantB;
 let projectA;
 
 describe('admin API: authentication, validation, masking, audit', () => {
-    test('401 without a token and with a wrong one, for reads and writes; nothing is audited', async () => {
+    test('401 without a token and with a wrong one, for reads and writes; wrong tokens audited', async () => {
         for (const token of [null, 'wrong-token', `${ADMIN_TOKEN}x`]) {
             const w = await admin('POST', 'tenants', { name: 'never' }, { token });
             assert.equal(w.status, 401, w.text);
@@ -102,9 +102,16 @@ describe('admin API: authentication, validation, masking, audit', () => {
             const r = await admin('GET', 'keys', undefined, { token });
             assert.equal(r.status, 401);
         }
-        const audit = await admin('GET', 'audit?limit=1000');
-        assert.equal(audit.status, 200);
-        assert.ok(!audit.json.data.some((a) => a.status === 401), 'refused admin requests are not audited');
+        // the refusals' audit rows are queued writes: read them once committed
+        const refusedRows = async () => (await admin('GET', 'audit?limit=1000')).json.data.filter((a) => a.status === 401);
+        await waitFor(async () => (await refusedRows()).length >= 4, { what: 'four audited refusals' });
+        const refused = await refusedRows();
+        assert.equal(refused.length, 4, 'each wrong token is audited (no token at all is not)');
+        for (const a of refused) {
+            assert.equal(a.action, 'admin.auth_failed');
+            assert.equal(a.actor, 'unauthenticated');
+            assert.ok(a.client_addr.startsWith('127.0.0.1'));
+        }
         const tenants = await admin('GET', 'tenants');
         assert.ok(!tenants.json.data.some((t) => t.name === 'never'));
     });
@@ -735,5 +742,44 @@ describe('a key\'s max_queued caps its tasks waiting in the scheduler', () => {
         assert.equal(queued.status, 200, queued.text);
         assert.equal((await first).status, 200);
         assert.equal((await second).status, 200);
+    });
+});
+
+describe('failed admin sign-ins are limited per address', () => {
+    let env4;
+    before(async () => {
+        env4 = await startEnv({ env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+    });
+    after(async () => {
+        await env4?.close();
+    });
+
+    const get = (token) => fetch(`${env4.base}/api/v2/tenants`, {
+        headers: token ? { authorization: `Bearer ${token}` } : {}, signal: AbortSignal.timeout(5000),
+    }).then(async (r) => ({ status: r.status, headers: r.headers, json: await r.json() }));
+
+    test('ten wrong tokens a minute, then 429 with Retry-After even for the right one; all audited', async () => {
+        assert.equal((await get(ADMIN_TOKEN)).status, 200);
+        for (let i = 0; i < 3; i++) assert.equal((await get(null)).status, 401); // no token: no guess
+        for (let i = 0; i < 10; i++) {
+            const r = await get(`wrong-${i}`);
+            assert.equal(r.status, 401);
+            assert.equal(r.json.error.code, 'AUTH_FAILED');
+        }
+        const blocked = await get(ADMIN_TOKEN);
+        assert.equal(blocked.status, 429);
+        assert.equal(blocked.json.error.code, 'RATE_LIMITED');
+        const retry = Number(blocked.headers.get('retry-after'));
+        assert.ok(retry >= 1 && retry <= 60, `Retry-After ${retry}`);
+        assert.equal((await get('wrong-again')).status, 429, 'a blocked address is not even checked');
+        // the audit, read from the database (the API is closed to this address for now)
+        const { execFileSync } = await import('node:child_process');
+        const db = env4.config.storage.path;
+        await waitFor(() => Number(execFileSync('sqlite3', [db,
+            "SELECT COUNT(*) FROM audit_logs WHERE action = 'admin.auth_failed' AND actor = 'unauthenticated' AND status = 401"],
+        { encoding: 'utf8' }).trim()) === 10, { what: 'ten audited failures' });
+        // the inference path is not affected
+        const chat = await postJson(`${env4.api}/chat/completions`, { model: 'chat', messages });
+        assert.equal(chat.status, 200);
     });
 });

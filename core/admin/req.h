@@ -196,6 +196,10 @@ void adm_add_json(cJSON *o, const char *k, const char *v, int object);
 
 /* ---- scope (scope.c) ---- */
 
+/* Any thread: the tenant of a live tenant admin token (its digest looked up on a read
+ * connection): 1 with *tenant_id and the token's id, 0 when unknown or revoked, -1 with err. */
+int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id,
+                            char *token_id, size_t cap, char *err, size_t errlen);
 /* Worker: resolve a tenant admin token (a->tenant_token, wiped) to its tenant. 0, or -1
  * with 401 / 500 set. */
 int adm_scope_resolve(admin_t *a);

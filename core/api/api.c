@@ -241,9 +241,11 @@ void mg_api_handle(void *api, mg_http_req_t *req)
         return;
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {
-        mg_admin_handle(s->admin, req);
+        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
+        else mg_admin_handle(s->admin, req);
         return;
     }
+    if (s->dashboard && mg_dashboard_handle(s->dashboard, req)) return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;

@@ -331,6 +331,32 @@ void release_on_cancel(call_t *c, const char *reason)
     c->released_ns = uv_hrtime();
 }
 
+/* The dashboard's request tail (obs/recent.h): a copy of a few fields, no allocation. */
+static void recent_push(call_t *c, uint64_t now)
+{
+    mg_recent_entry_t e = {0};
+    e.at_ms = (int64_t)mg_unix_ms();
+    if (c->req) {
+        snprintf(e.request_id, sizeof(e.request_id), "%s", c->req->request_id);
+        snprintf(e.path, sizeof(e.path), "%s", c->req->path);
+    }
+    snprintf(e.model, sizeof(e.model), "%s", c->model ? c->model->name : "");
+    snprintf(e.provider, sizeof(e.provider), "%s", c->provider ? c->provider->id : "");
+    snprintf(e.outcome, sizeof(e.outcome), "%s", c->outcome ? c->outcome : "");
+    snprintf(e.error, sizeof(e.error), "%s", c->error_code ? c->error_code : "");
+    e.status = c->status;
+    e.stream = c->stream;
+    e.duration_ms = ms_since(c->t_start, now);
+    e.ttft_ms = c->t_first ? ms_since(c->t_start, c->t_first) : 0;
+    e.prompt_tokens = c->prompt_tokens;
+    e.completion_tokens = c->completion_tokens;
+    if (c->auth.held) {
+        e.tenant_id = c->auth.tenant_id;
+        e.key_id = c->auth.key_id;
+    }
+    mg_recent_push(c->pl->recent, &e);
+}
+
 static void call_log(call_t *c)
 {
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
@@ -344,6 +370,7 @@ static void call_log(call_t *c)
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
     if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
     if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
+    if (c->pl->recent) recent_push(c, now);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;

@@ -14,6 +14,7 @@
 #include "base/secret.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "route/persist.h"
 
 mg_admin_t *mg_admin_new(const mg_admin_deps_t *d)
 {
@@ -247,12 +248,40 @@ static void handle_admin_cooldowns(mg_admin_t *a, mg_http_req_t *req)
     mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, root);
 }
 
+/* DELETE /api/v2/cooldowns/{provider_id}: the provider serves again now, its 429 count back
+ * to 0 (memory first: it is the loop's; the store's row follows through the writer). */
+static void handle_clear_cooldown(mg_admin_t *a, mg_http_req_t *req, const char *id)
+{
+    char target[160];
+    snprintf(target, sizeof(target), "provider:%.140s", id);
+    const mg_provider_conf_t *p = mg_config_provider(mg_gens_current(a->d.gens)->cfg, id);
+    mg_provider_state_t *st = p ? mg_pool_get(a->d.pool, p->id) : NULL;
+    if (!st) {
+        mg_admin_audit(a, req, "cooldown.clear", target, 404);
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider", 0);
+        return;
+    }
+    int was = mg_cooldown_cooling(&st->cooldown, uv_now(a->d.loop));
+    mg_cooldown_init(&st->cooldown);
+    mg_pool_changed(st);
+    mg_persist_cooldown_cleared(a->d.store, st);
+    mg_admin_audit(a, req, "cooldown.clear", target, 200);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "provider_id", p->id);
+    cJSON_AddBoolToObject(o, "was_cooling", was);
+    cJSON_AddStringToObject(o, "status", provider_status(st, uv_now(a->d.loop)));
+    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, o);
+}
+
 /* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
 static void dispatch(mg_admin_t *a, mg_http_req_t *req, const char *tenant_token)
 {
     const char *sub = req->path + strlen("/api/v2/");
     if (tenant_token) {
         adm_enqueue(a, req, tenant_token); /* resolved and scoped on the admin worker */
+    } else if (req->method == HTTP_DELETE && strncmp(sub, "cooldowns/", 10) == 0 && sub[10] &&
+               !strchr(sub + 10, '/')) {
+        handle_clear_cooldown(a, req, sub + 10); /* loop-owned state */
     } else if (req->method != HTTP_GET) {
         adm_enqueue(a, req, NULL); /* writes */
     } else if (strcmp(sub, "providers") == 0) {

@@ -232,6 +232,12 @@ int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const c
 /* /api/v2/quotas and /api/v2/policies (GET, PUT). 1 when coll is one of them. */
 int adm_views_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
+/* ---- cooldown history (cooldowns.c) ---- */
+
+/* GET /api/v2/cooldowns/history[?provider_id=&limit=]: the cooldown_events rows, newest
+ * first. 1 when it was that endpoint (answered), 0 otherwise. */
+int adm_cooldowns_route(admin_t *a, const char *coll, const char *id, const char *verb);
+
 /* ---- providers (providers.c) ---- */
 
 /* /api/v2/providers[/{id}[/{verb}]] writes and tests, on the worker thread. */

@@ -267,6 +267,46 @@ describe('the stream', () => {
         }
     });
 
+    test('a 429 shows in the next snapshot with the cooldown\'s end; history lists it; clearing it is one DELETE', async () => {
+        const { cookie, json } = await signIn(env.base, ADMIN_TOKEN);
+        const st = await openStream(env.base, cookie);
+        try {
+            await st.waitFor((e) => e.event === 'snapshot');
+            await env.mock.script({ model: 'up-chat', action: { status: 429 }, times: 1 });
+            const from = st.events.length;
+            const r = await chat(key);
+            assert.ok(r.status >= 400, `the 429 reaches the client as an error (${r.status})`);
+            const cooling = await st.waitFor((e) => e.event === 'snapshot' &&
+                e.data.providers.find((p) => p.id === 'mock-openai').cooldown_until_ms !== null, { from, what: 'a snapshot with the cooldown' });
+            const p = cooling.data.providers.find((x) => x.id === 'mock-openai');
+            assert.equal(p.status, 'cooldown');
+            assert.ok(p.cooldown_until_ms > cooling.data.server_time_ms, 'it ends in the future');
+            assert.ok(p.cooldowns_total >= 1);
+            assert.equal(cooling.data.pools.main.cooldown, 1);
+            const hist = await withSession(env.base, 'GET', '/api/v2/cooldowns/history?provider_id=mock-openai', { cookie });
+            assert.equal(hist.status, 200, hist.text);
+            assert.equal(hist.json.data[0].provider_id, 'mock-openai');
+            assert.equal(hist.json.data[0].response_summary, 'HTTP 429');
+            assert.ok(hist.json.data[0].cooldown_seconds > 0);
+            const noCsrf = await withSession(env.base, 'DELETE', '/api/v2/cooldowns/mock-openai', { cookie });
+            assert.equal(noCsrf.status, 403);
+            const missing = await withSession(env.base, 'DELETE', '/api/v2/cooldowns/no-such', { cookie, csrf: json.csrf_token });
+            assert.equal(missing.status, 404);
+            const from2 = st.events.length;
+            const clear = await withSession(env.base, 'DELETE', '/api/v2/cooldowns/mock-openai', { cookie, csrf: json.csrf_token });
+            assert.equal(clear.status, 200, clear.text);
+            assert.equal(clear.json.was_cooling, true);
+            assert.equal(clear.json.status, 'active');
+            await st.waitFor((e) => e.event === 'snapshot' &&
+                e.data.providers.find((x) => x.id === 'mock-openai').status === 'active', { from: from2, what: 'the provider active again' });
+            assert.equal((await chat(key)).status, 200, 'it serves again at once');
+            const audit = await bearer('GET', '/api/v2/audit?limit=20');
+            assert.ok(audit.json.data.some((x) => x.action === 'cooldown.clear' && x.target === 'provider:mock-openai'));
+        } finally {
+            st.close();
+        }
+    });
+
     test('a tenant admin signs in to its tenant: its keys only, no provider state, its requests only', async () => {
         const tok = await bearer('POST', '/api/v2/admin-tokens', { tenant_id: tenantA, name: 'dash-a' });
         assert.equal(tok.status, 201, tok.text);
@@ -282,6 +322,9 @@ describe('the stream', () => {
         assert.equal(providers.status, 403);
         const other = await withSession(env.base, 'POST', '/api/v2/keys', { cookie: r.cookie, csrf: r.json.csrf_token, body: { tenant_id: tenantB } });
         assert.equal(other.status, 403);
+        const clear = await withSession(env.base, 'DELETE', '/api/v2/cooldowns/mock-openai', { cookie: r.cookie, csrf: r.json.csrf_token });
+        assert.equal(clear.status, 403, 'provider state is the platform\'s');
+        assert.equal((await withSession(env.base, 'GET', '/api/v2/cooldowns/history', { cookie: r.cookie })).status, 403);
         const st = await openStream(env.base, r.cookie);
         try {
             const snap = await st.waitFor((e) => e.event === 'snapshot');

@@ -111,6 +111,7 @@ document.addEventListener('alpine:init', () => {
         notice: '',
         snapshot: null,
         clockSkew: 0, // server time - browser time, from the last snapshot
+        cooldownsSeen: 0, // cooldowns applied, summed: a change reloads the history
         now: Date.now(),
         live: [], // request events, newest first, at most REQUEST_BUFFER
         missed: 0,
@@ -233,6 +234,9 @@ document.addEventListener('alpine:init', () => {
             es.addEventListener('snapshot', (e) => {
                 const s = JSON.parse(e.data);
                 this.clockSkew = s.server_time_ms - Date.now();
+                const cooldowns = (s.providers || []).reduce((n, p) => n + p.cooldowns_total, 0);
+                if (this.snapshot && cooldowns !== this.cooldownsSeen && this.page === 'overview') this.loadCooldownHistory();
+                this.cooldownsSeen = cooldowns;
                 this.snapshot = s;
             });
             es.addEventListener('request', (e) => {

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { REPO_ROOT, startEnv, postJson } from './lib/harness.mjs';
+import { REPO_ROOT, RawConn, rawRequest, startEnv, postJson, waitFor } from './lib/harness.mjs';
 import { openStream, signIn, withSession } from './lib/dashboard.mjs';
 
 const ADMIN_TOKEN = 'adm-dashboard-e2e-token-41c9';
@@ -348,6 +348,53 @@ describe('the stream', () => {
         assert.equal(revoke.status, 200, revoke.text);
         assert.equal((await withSession(env.base, 'GET', '/api/v2/keys', { cookie: r.cookie })).status, 401);
         assert.equal((await signIn(env.base, tok.json.token)).status, 401);
+    });
+});
+
+describe('a dashboard that stops reading', { timeout: 90000 }, () => {
+    let slow;
+    before(async () => {
+        // 150 more providers make each snapshot some 120 KB, so a client that reads nothing
+        // fills the loopback buffers within seconds of traffic
+        const extra = Array.from({ length: 150 }, (_, i) => ({ id: `pad-${String(i).padStart(2, '0')}-${'x'.repeat(40)}`, adapter: 'openai', base_url: 'http://127.0.0.1:9/v1' }));
+        slow = await startEnv({
+            extraProviders: extra,
+            server: { write_timeout_ms: 1500 },
+            configure: (c) => ({ ...c, health: { probes: false }, dashboard: { stream_interval_ms: 250, max_streams: 1 } }),
+            env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
+        });
+    });
+    after(async () => {
+        await slow?.close();
+    });
+
+    test('is dropped (its place frees) while every proxied request is served', async () => {
+        const { cookie } = await signIn(slow.base, ADMIN_TOKEN);
+        const conn = await RawConn.open(slow.gw.port);
+        await conn.write(rawRequest('GET', '/api/dashboard/stream', { headers: { cookie } }));
+        await conn.waitText('event: snapshot');
+        conn.socket.pause(); // never reads again
+        const busy = await openStream(slow.base, cookie);
+        assert.equal(busy.status, 503, 'max_streams is 1: the slow one holds it');
+        let served = 0;
+        let freed = null;
+        const deadline = Date.now() + 45000;
+        // bounded in count and time: traffic keeps every snapshot new (4 a second, ~120 KB each)
+        for (let i = 0; i < 3000 && !freed && Date.now() < deadline; i++) {
+            const r = await postJson(`${slow.api}/chat/completions`, { model: 'chat', messages });
+            assert.equal(r.status, 200, `request ${i} served while a dashboard stalls`);
+            served++;
+            await new Promise((res) => setTimeout(res, 20));
+            if (i % 10 === 9) {
+                const s = await openStream(slow.base, cookie);
+                if (s.status === 200) freed = s;
+            }
+        }
+        assert.ok(freed, `the stalled stream was dropped within ${served} requests`);
+        await freed.waitFor((e) => e.event === 'snapshot');
+        freed.close();
+        conn.destroy();
+        assert.ok(await conn.waitClose(100) || conn.closed || true);
     });
 });
 

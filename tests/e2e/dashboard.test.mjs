@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { REPO_ROOT, RawConn, rawRequest, startEnv, postJson, waitFor } from './lib/harness.mjs';
+import { REPO_ROOT, RawConn, gatewayBin, rawRequest, startEnv, postJson } from './lib/harness.mjs';
 import { openStream, signIn, withSession } from './lib/dashboard.mjs';
 
 const ADMIN_TOKEN = 'adm-dashboard-e2e-token-41c9';
@@ -395,6 +395,51 @@ describe('a dashboard that stops reading', { timeout: 90000 }, () => {
         freed.close();
         conn.destroy();
         assert.ok(await conn.waitClose(100) || conn.closed || true);
+    });
+});
+
+describe('an installed tree', { timeout: 60000 }, () => {
+    test('the binary serves the files of <prefix>/share/moongate/webui, and dashboard.dir wins over both', async () => {
+        const prefix = fs.mkdtempSync(path.join(env.dir, 'inst-'));
+        const inst = spawnSync('cmake', ['--install', path.dirname(gatewayBin()), '--prefix', prefix], { encoding: 'utf8' });
+        assert.equal(inst.status, 0, inst.stderr);
+        const page = path.join(prefix, 'share/moongate/webui/index.html');
+        fs.writeFileSync(page, fs.readFileSync(page, 'utf8').replace('<title>', '<title>installed copy · '));
+        const own = path.join(prefix, 'own-webui');
+        fs.mkdirSync(own);
+        fs.writeFileSync(path.join(own, 'index.html'), '<!doctype html><title>operator copy</title>');
+        const prev = process.env.MOONGATE_BIN;
+        process.env.MOONGATE_BIN = path.join(prefix, 'bin/moongate');
+        let a;
+        let b;
+        try {
+            a = await startEnv({ env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+            b = await startEnv({ configure: (c) => ({ ...c, dashboard: { dir: own } }), env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+            const ta = await (await fetch(`${a.base}/api/dashboard`, { signal: AbortSignal.timeout(5000) })).text();
+            assert.match(ta, /<title>installed copy · moongate dashboard/);
+            const tb = await (await fetch(`${b.base}/api/dashboard`, { signal: AbortSignal.timeout(5000) })).text();
+            assert.match(tb, /operator copy/);
+            assert.equal((await fetch(`${b.base}/api/dashboard/app.js`, { signal: AbortSignal.timeout(5000) })).status, 404);
+        } finally {
+            if (prev === undefined) delete process.env.MOONGATE_BIN;
+            else process.env.MOONGATE_BIN = prev;
+            await a?.close();
+            await b?.close();
+        }
+    });
+
+    test('a dashboard.dir without index.html: the gateway serves, the page answers 503 and says why', async () => {
+        const empty = fs.mkdtempSync(path.join(env.dir, 'empty-'));
+        const e = await startEnv({ configure: (c) => ({ ...c, dashboard: { dir: empty } }), env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+        try {
+            const r = await fetch(`${e.base}/api/dashboard`, { signal: AbortSignal.timeout(5000) });
+            assert.equal(r.status, 503);
+            assert.match(await r.text(), /DASHBOARD_UNAVAILABLE/);
+            await e.gw.waitLog((l) => l.level === 'warn' && /WebUI files are missing/.test(l.msg), { what: 'the warning' });
+            assert.equal((await fetch(`${e.base}/health`, { signal: AbortSignal.timeout(5000) })).status, 200);
+        } finally {
+            await e.close();
+        }
     });
 });
 

@@ -12,12 +12,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
-import { REPO_ROOT, startEnv, postJson, waitFor } from './lib/harness.mjs';
+import { gatewayBin, startEnv, postJson, waitFor } from './lib/harness.mjs';
 import { withSession } from './lib/dashboard.mjs';
 
 const ADMIN_TOKEN = 'adm-webui-e2e-token-93be';
 const CHROMIUM = process.env.MOONGATE_CHROMIUM || '/usr/bin/chromium';
-const SHOTS = path.join(REPO_ROOT, 'build/webui-screenshots');
+const SHOTS = path.join(path.dirname(gatewayBin()), 'webui-screenshots'); // under the build folder
 const messages = [{ role: 'user', content: 'browser' }];
 
 let env;

@@ -124,7 +124,7 @@ document.addEventListener('alpine:init', () => {
         history: { state: 'idle', message: '', rows: [], cursor: null, filters: { model: '', status: '', key_id: '' } },
         liveFilter: { model: '', provider: '', errorsOnly: false },
         selected: null, // one request's diagnostic JSON
-        admin: { providers: [], tenants: [], keys: [], config: null, cooldownHistory: [], state: {}, shownKey: null },
+        admin: { providers: [], tenants: [], keys: [], spend: {}, config: null, cooldownHistory: [], shownKey: null },
         form: { provider: { name: '', endpoint_url: '', api_key: '', pool: 'main', rpm_limit: 60, adapter: 'openai' }, key: { tenant_id: '', name: '' }, tenant: { name: '' } },
         lastAction: '',
 
@@ -465,9 +465,25 @@ document.addEventListener('alpine:init', () => {
         },
 
         async loadKeys() {
-            const [t, k] = await Promise.all([this.call('GET', '/api/v2/tenants'), this.call('GET', '/api/v2/keys')]);
+            const [t, k, u] = await Promise.all([this.call('GET', '/api/v2/tenants'), this.call('GET', '/api/v2/keys'), this.call('GET', '/api/v2/usage')]);
             this.admin.tenants = t.status === 200 ? rowsOf(t.json) : [];
             this.admin.keys = k.status === 200 ? rowsOf(k.json) : [];
+            // metered spend per key for this UTC month ("m:YYYY-MM"), from GET /api/v2/usage
+            const month = `m:${new Date().toISOString().slice(0, 7)}`;
+            const spend = {};
+            for (const r of u.status === 200 ? rowsOf(u.json) : []) if (r.scope === 'key' && r.period === month) spend[r.id] = r.spent_micros;
+            this.admin.spend = spend;
+        },
+
+        keyLimits(k) {
+            const f = (v) => (v ? fmtNum(v) : '∞');
+            const money = (v) => (v ? fmtNum(v / 1e6, 2) : '∞');
+            return `${f(k.rpm_limit)} / ${f(k.tpm_limit)} / ${money(k.daily_limit_micros)} / ${money(k.monthly_limit_micros)}`;
+        },
+
+        keySpend(k) {
+            const m = this.admin.spend[k.id];
+            return m === undefined ? '0' : fmtNum(m / 1e6, 4);
         },
 
         async addTenant() {

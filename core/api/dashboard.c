@@ -146,6 +146,10 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
     free(w);
     if (!req) return;
     if (role == MG_ADMIN_NONE) {
+        char peer[80], addr[64];
+        mg_http_peer(req, peer, sizeof(peer));
+        mg_throttle_addr(peer, addr, sizeof(addr));
+        mg_throttle_fail(&d->throttle, addr, uv_now(d->loop));
         mg_answer_error(d->metrics, req, MG_EP_OTHER, 401, "AUTH_FAILED", "invalid admin token", 0);
         return;
     }
@@ -190,6 +194,15 @@ static int body_token(mg_dashboard_t *d, mg_http_req_t *req, char *out)
 
 static void handle_login(mg_dashboard_t *d, mg_http_req_t *req)
 {
+    char peer[80], addr[64];
+    mg_http_peer(req, peer, sizeof(peer));
+    mg_throttle_addr(peer, addr, sizeof(addr));
+    uint64_t wait = mg_throttle_wait_ms(&d->throttle, addr, uv_now(d->loop));
+    if (wait) {
+        mg_answer_error(d->metrics, req, MG_EP_OTHER, 429, "RATE_LIMITED",
+                        "too many failed sign-ins from this address: wait", (int)wait);
+        return;
+    }
     signin_wait_t *w = calloc(1, sizeof(*w));
     if (!w) {
         mg_answer_error(d->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);

@@ -7,7 +7,8 @@
  *   POST /api/dashboard/login     {"token": "..."} -> 200 {role, tenant_id, csrf_token,
  *                                 expires_at} + Set-Cookie: mg_session=...; HttpOnly;
  *                                 SameSite=Strict; Path=/; Max-Age=dashboard.session_ttl_s
- *                                 (401 AUTH_FAILED for any other token)
+ *                                 (401 AUTH_FAILED for any other token; 429 RATE_LIMITED
+ *                                 after 10 failures from one address within a minute)
  *   GET  /api/dashboard/session   the same body for the cookie's session, or 401
  *   POST /api/dashboard/logout    ends the session (X-CSRF-Token required) -> 204, the
  *                                 cookie cleared, its streams ended
@@ -27,6 +28,7 @@
 #include "admin/admin.h"
 #include "api/session.h"
 #include "api/stream.h"
+#include "api/throttle.h"
 #include "api/webui.h"
 #include "luavm/gens.h"
 #include "obs/metrics.h"
@@ -39,6 +41,7 @@ typedef struct mg_dashboard_s {
     mg_webui_t webui;          /* empty when the files were not found (logged at start) */
     mg_sessions_t sessions;
     mg_streams_t streams;
+    mg_throttle_t throttle;    /* failed sign-ins per client address */
 } mg_dashboard_t;
 
 /* Read the files and make the session table (start-up: blocking). A missing webui/ is

@@ -464,6 +464,32 @@ describe('dashboard.enabled: false', () => {
     });
 });
 
+describe('guessing the token', () => {
+    let g;
+    before(async () => {
+        g = await startEnv({ env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+    });
+    after(async () => {
+        await g?.close();
+    });
+
+    test('ten failed sign-ins from one address within a minute: the next attempts are 429 with Retry-After', async () => {
+        for (let i = 0; i < 10; i++) assert.equal((await signIn(g.base, `guess-${i}`)).status, 401, `guess ${i}`);
+        const r = await fetch(`${g.base}/api/dashboard/login`, {
+            method: 'POST', headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ token: ADMIN_TOKEN }), signal: AbortSignal.timeout(5000),
+        });
+        assert.equal(r.status, 429, 'even the right token waits: the address is guessing');
+        assert.ok(Number(r.headers.get('retry-after')) > 0);
+        assert.equal(r.headers.get('set-cookie'), null);
+        assert.equal((await bearerOn(g, 'GET', '/api/v2/pools')).status, 200, 'the Bearer admin API is not throttled');
+    });
+});
+
+function bearerOn(e, method, p) {
+    return withSession(e.base, method, p, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+}
+
 describe('config', () => {
     test('moongate --check refuses a bad dashboard section with the file and line', () => {
         const dir = fs.mkdtempSync(path.join(env.dir, 'chk-'));

@@ -227,7 +227,12 @@ document.addEventListener('alpine:init', () => {
 
         openStream() {
             this.closeStream();
-            const es = new EventSource('/api/dashboard/stream');
+            // the live tail's filters are applied by the gateway (exact model / provider names)
+            const q = new URLSearchParams();
+            if (this.liveFilter.model) q.set('model', this.liveFilter.model);
+            if (this.liveFilter.provider) q.set('provider', this.liveFilter.provider);
+            if (this.liveFilter.errorsOnly) q.set('errors', '1');
+            const es = new EventSource(`/api/dashboard/stream${q.size ? `?${q}` : ''}`);
             this.es = es;
             this.streamState = 'connecting';
             es.onopen = () => (this.streamState = 'live');
@@ -303,9 +308,14 @@ document.addEventListener('alpine:init', () => {
         },
 
         get filteredLive() {
-            const f = this.liveFilter;
-            return this.live.filter((r) => (!f.model || r.model.includes(f.model)) &&
-                (!f.provider || r.provider.includes(f.provider)) && (!f.errorsOnly || r.status >= 400));
+            return this.live;
+        },
+
+        // New filters: a new stream (its replay: the ring's last requests that match).
+        refilter() {
+            this.live = [];
+            this.missed = 0;
+            this.openStream();
         },
 
         fmtNum, fmtPct, fmtMs, fmtTime,

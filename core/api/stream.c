@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "base/clock.h"
+#include "base/crypto.h"
 #include "base/json.h"
 #include "obs/answer.h"
 
@@ -26,6 +27,9 @@ struct mg_stream_client_s {
     uint64_t snap_hash;        /* of the last snapshot sent */
     uint64_t last_write_ms;    /* loop time */
     uint64_t stalled_since_ms; /* 0 = writing freely */
+    char model[64];            /* request events filtered by: "" = any */
+    char provider[64];
+    int errors_only;           /* status >= 400 only */
     mg_stream_client_t *next;
 };
 
@@ -152,6 +156,10 @@ static void add_requests(mg_stream_client_t *c, mg_buf_t *b)
     while (c->last_seq + 1 < r->next_seq && sent < MAX_REQUESTS_TICK) {
         const mg_recent_entry_t *e = mg_recent_get(r, ++c->last_seq);
         if (!e || (c->role == MG_ADMIN_TENANT && e->tenant_id != c->tenant_id)) continue;
+        if ((c->model[0] && strcmp(c->model, e->model) != 0) ||
+            (c->provider[0] && strcmp(c->provider, e->provider) != 0) ||
+            (c->errors_only && e->status < 400))
+            continue;
         request_event(b, e);
         sent++;
     }
@@ -271,14 +279,50 @@ int mg_streams_init(mg_streams_t *s, uv_loop_t *loop, mg_gens_t *gens, mg_metric
     return uv_timer_init(loop, &s->timer);
 }
 
-/* Last-Event-ID: the sequence number to resume after, or -1. */
+/* ?name=value of the query string, %XX and '+' decoded, into out; 1 when present (and
+ * short enough, decodable), else 0. */
+static int query_param(const char *query, const char *name, char *out, size_t cap)
+{
+    size_t n = strlen(name);
+    for (const char *p = query; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, name, n) != 0 || p[n] != '=') continue;
+        size_t w = 0;
+        for (const char *r = p + n + 1; *r && *r != '&'; r++) {
+            int ch = *r == '+' ? ' ' : (unsigned char)*r;
+            if (*r == '%') {
+                int hi = mg_hex_digit(r[1]), lo = hi < 0 ? -1 : mg_hex_digit(r[2]);
+                if (lo < 0 || (hi | lo) == 0) return 0;
+                ch = hi * 16 + lo;
+                r += 2;
+            }
+            if (w + 1 >= cap) return 0;
+            out[w++] = (char)ch;
+        }
+        out[w] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
+/* Where to resume: Last-Event-ID (the browser's reconnect), else ?last_event_id= (a page
+ * that reopens its stream with other filters); -1 for none. */
 static long long last_event_id(const mg_http_req_t *req)
 {
+    char q[24] = "";
     const char *h = mg_http_header(req, "Last-Event-ID");
+    if ((!h || !*h) && query_param(req->query, "last_event_id", q, sizeof(q))) h = q;
     if (!h || !*h) return -1;
     char *end;
     long long v = strtoll(h, &end, 10);
     return *end || v < 0 ? -1 : v;
+}
+
+static void read_filters(mg_stream_client_t *c, const mg_http_req_t *req)
+{
+    char errors[8] = "";
+    if (!query_param(req->query, "model", c->model, sizeof(c->model))) c->model[0] = '\0';
+    if (!query_param(req->query, "provider", c->provider, sizeof(c->provider))) c->provider[0] = '\0';
+    c->errors_only = query_param(req->query, "errors", errors, sizeof(errors)) && !strcmp(errors, "1");
 }
 
 void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_session_t *se)
@@ -302,6 +346,7 @@ void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_session_t *se
                               .tenant_id = se->tenant_id, .last_seq = next > REPLAY_NEW ? next - 1 - REPLAY_NEW : 0,
                               .last_write_ms = uv_now(s->loop)};
     if (resume >= 0 && (uint64_t)resume < next) c->last_seq = (uint64_t)resume;
+    read_filters(c, req);
     c->next = s->clients;
     s->clients = c;
     s->n++;

@@ -14,8 +14,9 @@
  *   event: snapshot  id: <seq>   data: the snapshot, sent when it changed (with
  *                                server_time_ms), else a ": keepalive" comment every 15 s
  *   event: signed_out            the session ended; the stream ends
- * A reconnect with Last-Event-ID: <seq> gets the requests after seq still in the ring; a
- * new stream gets the last 50.
+ * A reconnect with Last-Event-ID: <seq> (or ?last_event_id=<seq>) gets the requests after seq
+ * still in the ring; a new stream gets the last 50. Request events are filtered on the
+ * server by ?model=, ?provider= (exact names) and ?errors=1 (status >= 400 only).
  *
  * Bounded: dashboard.max_streams at once (503 past them); nothing is written to a client
  * whose connection still has output queued above the high-water mark, and one that stays

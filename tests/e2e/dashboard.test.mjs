@@ -240,6 +240,35 @@ describe('the stream', () => {
         }
     });
 
+    test('server-side filters: ?model=, ?provider=, ?errors=1 pick the request events sent', async () => {
+        const { cookie } = await signIn(env.base, ADMIN_TOKEN);
+        const byModel = await openStream(`${env.base}`, cookie, { query: 'model=ollama-chat' });
+        const errors = await openStream(`${env.base}`, cookie, { query: 'errors=1&provider=mock-openai' });
+        try {
+            const ok = await chat(key, 'ollama-chat');
+            const plain = await chat(key);
+            const bad = await postJson(`${env.api}/chat/completions`, { model: 'no-such-model', messages }, { headers: { authorization: `Bearer ${key}` } });
+            assert.equal(ok.status, 200);
+            assert.equal(plain.status, 200);
+            assert.equal(bad.status, 404);
+            await env.mock.script({ model: 'up-chat', action: { status: 500 }, times: 1 });
+            const failed = await chat(key);
+            assert.ok(failed.status >= 500, `a 500 upstream fails the request (${failed.status})`);
+            await byModel.waitFor((e) => e.event === 'request' && e.data.request_id === ok.headers.get('x-request-id'), { what: 'the ollama-chat request' });
+            const last = await errors.waitFor((e) => e.event === 'request' && e.data.request_id === failed.headers.get('x-request-id'), { what: 'the failed request' });
+            // the model-filtered stream has looked at every request up to the last one
+            await byModel.waitFor((e) => e.event === 'snapshot' && Number(e.id) >= last.data.seq, { what: 'a snapshot past the last request' });
+            const m = byModel.events.filter((e) => e.event === 'request');
+            assert.ok(m.length >= 1 && m.every((e) => e.data.model === 'ollama-chat'), 'only ollama-chat');
+            const x = errors.events.filter((e) => e.event === 'request');
+            assert.ok(x.every((e) => e.data.status >= 400 && e.data.provider === 'mock-openai'), 'only mock-openai errors');
+            assert.ok(!x.some((e) => e.data.request_id === plain.headers.get('x-request-id')));
+        } finally {
+            byModel.close();
+            errors.close();
+        }
+    });
+
     test('at most dashboard.max_streams at once: the next one is 503, a closed one frees its place', async () => {
         const { cookie } = await signIn(env.base, ADMIN_TOKEN);
         const open = [];

@@ -162,6 +162,17 @@ describe('the dashboard in Chromium', { timeout: 120000 }, () => {
         assert.match(await row.textContent(), /mock-openai/);
         await row.click();
         assert.match(await page.locator('.diag pre').textContent(), new RegExp(rid));
+        // the tail's filters are the gateway's: errors only drops the 200, a name brings it back
+        await page.check('#live-errors');
+        await row.waitFor({ state: 'detached', timeout: 8000 });
+        await page.uncheck('#live-errors');
+        await page.fill('#live-provider', 'mock-openai');
+        await page.press('#live-provider', 'Enter');
+        await page.locator('#live-provider').blur();
+        await row.waitFor({ timeout: 8000 });
+        assert.ok((await page.locator('#live-requests tbody tr td:nth-child(4)').allTextContents()).every((t) => t === 'mock-openai'));
+        await page.fill('#live-provider', '');
+        await page.locator('#live-provider').blur();
         await shot(page, 'requests');
     });
 

@@ -64,12 +64,12 @@ export function parseSse(text) {
     return { events, rest };
 }
 
-/** Open the stream; returns { status, headers, events (growing), waitFor(pred), ended, close() }. */
-export async function openStream(base, cookie, { lastEventId } = {}) {
+/** Open the stream (query: its query string); returns { status, headers, events (growing), waitFor(pred), ended, close() }. */
+export async function openStream(base, cookie, { lastEventId, query } = {}) {
     const ctl = new AbortController();
     const headers = { cookie };
     if (lastEventId !== undefined) headers['last-event-id'] = String(lastEventId);
-    const r = await fetch(`${base}/api/dashboard/stream`, { headers, signal: ctl.signal });
+    const r = await fetch(`${base}/api/dashboard/stream${query ? `?${query}` : ''}`, { headers, signal: ctl.signal });
     const s = { status: r.status, headers: r.headers, events: [], ended: false, waiters: new Set() };
     if (r.status !== 200) {
         s.text = await r.text();

@@ -103,7 +103,7 @@ document.addEventListener('alpine:init', () => {
         page: 'overview',
         pages: [
             ['overview', 'Overview'], ['trends', 'Trends'], ['usage', 'Usage'], ['requests', 'Requests'],
-            ['providers', 'Providers'], ['keys', 'Keys and tenants'], ['config', 'Config'],
+            ['providers', 'Providers'], ['keys', 'Keys and tenants'], ['tasks', 'Tasks'], ['config', 'Config'],
         ],
         session: null, // {role, tenant_id, csrf_token, expires_at}: memory only
         signinError: '',
@@ -124,7 +124,7 @@ document.addEventListener('alpine:init', () => {
         history: { state: 'idle', message: '', rows: [], cursor: null, filters: { model: '', status: '', key_id: '' } },
         liveFilter: { model: '', provider: '', errorsOnly: false },
         selected: null, // one request's diagnostic JSON
-        admin: { providers: [], tenants: [], keys: [], spend: {}, config: null, cooldownHistory: [], shownKey: null },
+        admin: { providers: [], tenants: [], keys: [], spend: {}, tasks: [], config: null, cooldownHistory: [], shownKey: null },
         form: { provider: { name: '', endpoint_url: '', api_key: '', pool: 'main', rpm_limit: 60, adapter: 'openai' }, key: { tenant_id: '', name: '' }, tenant: { name: '' } },
         lastAction: '',
 
@@ -330,6 +330,7 @@ document.addEventListener('alpine:init', () => {
             else if (this.page === 'providers' && this.isPlatform) this.loadProviders();
             else if (this.page === 'keys') this.loadKeys();
             else if (this.page === 'config' && this.isPlatform) this.loadConfig();
+            else if (this.page === 'tasks' && this.isPlatform) this.loadTasks();
             else if (this.page === 'overview' && this.isPlatform) this.loadCooldownHistory();
         },
 
@@ -515,6 +516,21 @@ document.addEventListener('alpine:init', () => {
             const res = await this.act(`${verb} key ${k.id}`, 'POST', `/api/v2/keys/${k.id}/${verb}`);
             if (verb === 'rotate' && res.status === 200) this.admin.shownKey = res.json.key;
             this.loadKeys();
+        },
+
+        // Async tasks (POST /v1/tasks), newest first; in-flight ones can be cancelled.
+        async loadTasks() {
+            const res = await this.call('GET', '/v1/tasks?limit=100');
+            this.admin.tasks = res.status === 200 ? rowsOf(res.json) : [];
+        },
+
+        async cancelTask(t) {
+            await this.act(`Cancel ${t.task_id}`, 'DELETE', `/v1/tasks/${encodeURIComponent(t.task_id)}`);
+            this.loadTasks();
+        },
+
+        taskOpen(t) {
+            return !['SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT', 'REJECTED'].includes(t.status);
         },
 
         async loadConfig() {

@@ -159,7 +159,7 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
     }
     char set_cookie[256];
     snprintf(set_cookie, sizeof(set_cookie),
-             "Set-Cookie: " MG_SESSION_COOKIE "=%s; Path=/api; Max-Age=%d; HttpOnly; "
+             "Set-Cookie: " MG_SESSION_COOKIE "=%s; Path=/; Max-Age=%d; HttpOnly; "
              "SameSite=Strict%s\r\n",
              cookie, dc->session_ttl_s, dc->secure_cookie ? "; Secure" : "");
     OPENSSL_cleanse(cookie, sizeof(cookie));
@@ -234,7 +234,7 @@ static void handle_logout(mg_dashboard_t *d, mg_http_req_t *req, mg_session_t *s
     mg_streams_end_session(&d->streams, serial);
     mg_answer_account(d->metrics, req, MG_EP_OTHER, 204, NULL);
     mg_http_respond(req, 204, "application/json",
-                    "Set-Cookie: " MG_SESSION_COOKIE "=; Path=/api; Max-Age=0; HttpOnly; "
+                    "Set-Cookie: " MG_SESSION_COOKIE "=; Path=/; Max-Age=0; HttpOnly; "
                     "SameSite=Strict\r\nCache-Control: no-store\r\n",
                     NULL, 0);
 }
@@ -304,4 +304,17 @@ void mg_dashboard_admin(mg_dashboard_t *d, mg_http_req_t *req)
         return;
     }
     mg_admin_handle_as(d->admin, req, se->role == MG_ADMIN_TENANT ? se->tenant_token : NULL);
+}
+
+int mg_dashboard_platform(mg_dashboard_t *d, mg_http_req_t *req)
+{
+    if (mg_http_header(req, "Authorization") || !conf_of(d)->enabled) return 0;
+    mg_session_t *se = mg_session_find(&d->sessions, req, mg_unix_ms());
+    if (!se || se->role != MG_ADMIN_PLATFORM) return 0;
+    if (req->method != HTTP_GET && req->method != HTTP_HEAD && !mg_session_csrf_ok(se, req)) {
+        mg_answer_error(d->metrics, req, MG_EP_OTHER, 403, "CSRF_FAILED",
+                        "X-CSRF-Token is missing or wrong", 0);
+        return -1;
+    }
+    return 1;
 }

@@ -54,6 +54,10 @@ int mg_dashboard_handle(mg_dashboard_t *d, mg_http_req_t *req);
 /* Handle a request under /api/v2/: with an Authorization header as the admin API does;
  * with only a session cookie, as the session's admin (CSRF checked). */
 void mg_dashboard_admin(mg_dashboard_t *d, mg_http_req_t *req);
+/* For endpoints outside /api/v2 that the operator may use from the page (/v1/tasks): 1 when
+ * req comes with a platform admin's session (and, for a write, its X-CSRF-Token), 0 when it
+ * has no such session (nothing answered), -1 after answering 403 CSRF_FAILED. */
+int mg_dashboard_platform(mg_dashboard_t *d, mg_http_req_t *req);
 /* Draining: end every stream (they would hold the drain up) and refuse new ones. */
 void mg_dashboard_stop(mg_dashboard_t *d);
 /* Close the stream timer (with the loop's other handles). */

@@ -6,7 +6,8 @@
  *     dir: /usr/share/moongate/webui  # where index.html is; default: <exe>/../share/moongate/webui,
  *                               # else the source tree's webui/ (read once at start)
  *     session_ttl_s: 28800      # a sign-in lasts this long (60..604800)
- *     max_sessions: 64          # signed-in sessions at once; the oldest goes first (1..4096)
+ *     max_sessions: 64          # signed-in sessions at once (read at start); past them the one
+ *                               # closest to its expiry ends (1..4096)
  *     max_streams: 8            # /api/dashboard/stream clients at once (1..256)
  *     stream_interval_ms: 1000  # one snapshot per client this often at most (250..60000)
  *     secure_cookie: false      # add Secure to the session cookie (behind a TLS proxy)

@@ -112,7 +112,7 @@ describe('sign-in, cookie, CSRF, sign-out', () => {
         assert.match(r.setCookie, /; HttpOnly/);
         assert.match(r.setCookie, /; SameSite=Strict/);
         assert.match(r.setCookie, /; Max-Age=600/);
-        assert.match(r.setCookie, /; Path=\/api/);
+        assert.match(r.setCookie, /; Path=\/;/);
         assert.equal(r.json.role, 'platform');
         assert.match(r.json.csrf_token, /^[0-9a-f]{64}$/);
         assert.ok(r.json.expires_at > Date.now() / 1000 + 500 && r.json.expires_at < Date.now() / 1000 + 700);
@@ -336,6 +336,26 @@ describe('the stream', () => {
         }
     });
 
+    test('the tasks page\'s calls: /v1/tasks with a platform session lists every task; cancelling needs the CSRF token', async () => {
+        const { cookie, json } = await signIn(env.base, ADMIN_TOKEN);
+        await env.mock.script({ model: 'up-chat', action: { delay_first_byte_ms: 20000 }, times: 1 });
+        const sub = await postJson(`${env.api}/tasks`, { model: 'chat', messages }, { headers: { authorization: `Bearer ${key}` } });
+        assert.equal(sub.status, 202, sub.text);
+        const id = sub.json.task_id ?? sub.json.id;
+        const list = await withSession(env.base, 'GET', '/v1/tasks', { cookie });
+        assert.equal(list.status, 200, list.text);
+        assert.ok(list.json.data.some((t) => t.task_id === id), 'the key\'s task is listed for the operator');
+        const refused = await withSession(env.base, 'DELETE', `/v1/tasks/${id}`, { cookie });
+        assert.equal(refused.status, 403);
+        const cancel = await withSession(env.base, 'DELETE', `/v1/tasks/${id}`, { cookie, csrf: json.csrf_token });
+        assert.ok(cancel.status < 300, `${cancel.status} ${cancel.text}`);
+        const after = await withSession(env.base, 'GET', `/v1/tasks/${id}`, { cookie });
+        assert.equal(after.status, 200, after.text);
+        assert.match(after.json.status, /CANCEL/);
+        // no session, no key: 401 as before
+        assert.equal((await withSession(env.base, 'GET', '/v1/tasks')).status, 401);
+    });
+
     test('a tenant admin signs in to its tenant: its keys only, no provider state, its requests only', async () => {
         const tok = await bearer('POST', '/api/v2/admin-tokens', { tenant_id: tenantA, name: 'dash-a' });
         assert.equal(tok.status, 201, tok.text);
@@ -354,6 +374,7 @@ describe('the stream', () => {
         const clear = await withSession(env.base, 'DELETE', '/api/v2/cooldowns/mock-openai', { cookie: r.cookie, csrf: r.json.csrf_token });
         assert.equal(clear.status, 403, 'provider state is the platform\'s');
         assert.equal((await withSession(env.base, 'GET', '/api/v2/cooldowns/history', { cookie: r.cookie })).status, 403);
+        assert.equal((await withSession(env.base, 'GET', '/v1/tasks', { cookie: r.cookie })).status, 401, 'tasks are the platform\'s');
         const st = await openStream(env.base, r.cookie);
         try {
             const snap = await st.waitFor((e) => e.event === 'snapshot');

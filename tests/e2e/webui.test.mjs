@@ -109,7 +109,7 @@ describe('the dashboard in Chromium', { timeout: 120000 }, () => {
         assert.ok(c, 'the session cookie is set');
         assert.equal(c.httpOnly, true);
         assert.equal(c.sameSite, 'Strict');
-        assert.equal(c.path, '/api');
+        assert.equal(c.path, '/');
         assert.ok(c.expires > Date.now() / 1000 + 3600, 'it expires, in the future');
         const seen = await page.evaluate(() => ({
             cookie: document.cookie,
@@ -231,6 +231,18 @@ describe('the dashboard in Chromium', { timeout: 120000 }, () => {
         await shot(page, 'keys');
         await page.click('a[data-page="config"]');
         await shot(page, 'config');
+    });
+
+    test('tasks: a background task in flight is listed and cancelled from the page', async () => {
+        await env.mock.script({ model: 'up-chat', action: { delay_first_byte_ms: 20000 }, times: 1 });
+        const sub = await postJson(`${env.api}/tasks`, { model: 'chat', messages }, { headers: { authorization: `Bearer ${key}` } });
+        assert.equal(sub.status, 202, sub.text);
+        await page.click('a[data-page="tasks"]');
+        const row = page.locator(`#tasks-table tr[data-task="${sub.json.task_id}"]`);
+        await row.waitFor({ timeout: 5000 });
+        await row.locator('button', { hasText: 'Cancel' }).click();
+        await textWhen(row.locator('.status'), (t) => /CANCELLED/.test(t), 'the task cancelled');
+        await shot(page, 'tasks');
         assert.deepEqual(page.errors, [], 'no script errors');
     });
 

@@ -226,6 +226,10 @@ const EXTRA = {
                      base: 'auth off', col: `auth on, ${(meta.auth_keys || 100000).toLocaleString('en-US')} keys`,
                      short: 'on', baseShort: 'off', target: 0.95,
                      issue: 'issue 5: req/s within 5% of auth off' },
+    moongate_dash: { title: `moongate with ${meta.dashboards || 10} dashboards on the live stream`,
+                     base: 'no dashboard', col: `${meta.dashboards || 10} dashboards`,
+                     short: 'dash', baseShort: 'none', target: 0.95,
+                     issue: 'issue 22: within the noise of no dashboard' },
 };
 const variantStatus = (v) => (status.variants && status.variants[v]) || { ok: 0, reason: 'not run' };
 

@@ -280,6 +280,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     mg_pump_close(&s->pump);
     mg_idem_stop(s->idem);
+    mg_dashboard_close(&s->dashboard);
     mg_listener_close(&s->listener);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     mg_memtrim_close(&s->memtrim);
@@ -329,6 +330,7 @@ void mg_server_stop(mg_server_t *s)
                s->pipeline.in_flight);
     mg_listener_stop(&s->listener);
     if (s->metrics_on) mg_listener_stop(&s->metrics_l);
+    mg_dashboard_stop(&s->dashboard); /* its streams would hold the drain up */
     mg_probe_stop(s->prober); /* background work ends with the serving */
     s->prober = NULL;
     s->drain_started = uv_now(s->loop);
@@ -501,10 +503,16 @@ static int start_services(mg_server_t *s)
                           mg_server_rebuild, s, token};
     s->admin = mg_admin_new(&ad);
     if (!s->idem || !s->tasks || !s->admin) return -1;
+    mg_recent_init(&s->recent);
+    s->pipeline.recent = &s->recent;
+    mg_stream_deps_t sd = {s->sched, &s->pipeline, &s->recent, &s->listener, &s->proc};
+    if (mg_dashboard_init(&s->dashboard, s->loop, &s->gens, &s->metrics, s->admin, &sd) != 0)
+        return -1;
     s->api = (mg_api_t){
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
         .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
         .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
+        .dashboard = &s->dashboard,
         .listener = &s->listener, .proc = &s->proc,
     };
     return 0;
@@ -608,6 +616,7 @@ int mg_server_run(mg_server_t *s)
     mg_userrate_free(s->userrate);
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
+    mg_dashboard_free(&s->dashboard);
     mg_admin_free(s->admin);
     mg_token_registry_free();
     free(s->config_path);

@@ -50,6 +50,8 @@ typedef struct mg_server_s {
     mg_idem_t *idem;            /* owned: idempotency keys and stored answers */
     mg_tasks_t *tasks;          /* owned: async task records */
     mg_admin_t *admin;          /* owned: the admin API */
+    mg_dashboard_t dashboard;   /* the WebUI: files, sessions, live stream */
+    mg_recent_t recent;         /* the last finished requests, for the dashboard */
     mg_pipeline_t pipeline;     /* inference requests and the calls in flight */
     mg_api_t api;               /* the listeners' handlers */
     mg_proc_status_t proc;      /* what /status says of the process */

@@ -1033,6 +1033,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
             adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "use GET or PUT");
         return;
     }
+    if (adm_cooldowns_route(a, coll, id, verb)) return;
     if (!strcmp(coll, "pools") || !strcmp(coll, "cooldowns")) {
         a->action = "admin.read_only"; /* front.c answers their reads */
         adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "this admin endpoint is read-only");

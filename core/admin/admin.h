@@ -45,7 +45,9 @@
 #define MG_ADMIN_H
 
 #include <uv.h>
+#include <cjson/cJSON.h>
 
+#include "admin/authfail.h"
 #include "luavm/gens.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -84,6 +86,33 @@ void mg_admin_free(mg_admin_t *a);
  * afterwards) and writes its audit record. */
 void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req);
 
+/* Who an admin token is (the dashboard's sign-in, api/dashboard.c). */
+typedef enum {
+    MG_ADMIN_NONE = 0,     /* refused */
+    MG_ADMIN_PLATFORM = 1, /* MOONGATE_ADMIN_TOKEN: everything */
+    MG_ADMIN_TENANT = 2,   /* a tenant admin token (scope.c): its own tenant only */
+} mg_admin_role_t;
+
+typedef void (*mg_admin_signin_fn)(void *ud, mg_admin_role_t role, int64_t tenant_id);
+
+/* Resolve token (not kept): the platform token is compared on the loop and done runs before
+ * the call returns; a tenant admin token is looked up in the store on a worker thread and
+ * done runs later on the loop thread. done(ud, role, tenant_id) runs exactly once
+ * (MG_ADMIN_NONE when refused or the store failed; tenant_id 0 unless MG_ADMIN_TENANT). */
+void mg_admin_signin(mg_admin_t *a, const char *token, mg_admin_signin_fn done, void *ud);
+
+/* Handle one request under /api/v2/ for a caller already identified by its dashboard
+ * session: as the platform admin (tenant_token NULL) or as that tenant admin token (resolved
+ * again on the worker, so a revoked token stops working at once). As mg_admin_handle
+ * otherwise. */
+void mg_admin_handle_as(mg_admin_t *a, mg_http_req_t *req, const char *tenant_token);
+
+/* The live provider state as GET /api/v2/providers lists it (keys masked), and the pools
+ * as GET /api/v2/pools: new trees (the caller owns them), for the dashboard's snapshot.
+ * Loop thread. */
+cJSON *mg_admin_providers_view(mg_admin_t *a);
+cJSON *mg_admin_pools_view(mg_admin_t *a);
+
 /* Whether req presents the platform admin token (Authorization: Bearer): 1 or 0; answers
  * nothing. For endpoints outside /api/v2 where the operator may see more. */
 int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
@@ -97,5 +126,8 @@ void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action,
                     const char *target, int status);
 /* Audit a refused admin token (actor "unauthenticated", action admin.auth_failed, 401). */
 void mg_admin_audit_auth_failed(mg_admin_t *a, const mg_http_req_t *req);
+/* The failed sign-ins per client address (authfail.h), one table for every door to the admin
+ * token: the admin API and the dashboard's sign-in. */
+mg_authfail_t *mg_admin_fails(mg_admin_t *a);
 
 #endif

@@ -14,6 +14,7 @@
 #include "base/secret.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "route/persist.h"
 
 mg_admin_t *mg_admin_new(const mg_admin_deps_t *d)
 {
@@ -134,7 +135,16 @@ static cJSON *provider_json(mg_admin_t *a, const mg_provider_conf_t *p, uint64_t
     cJSON_AddNumberToObject(o, "cooldown_remaining_s",
                             (double)(mg_cooldown_remaining_ms(&st->cooldown, now) / 1000));
     cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);
+    if (mg_cooldown_cooling(&st->cooldown, now))
+        cJSON_AddNumberToObject(o, "cooldown_until_ms",
+                                (double)mg_cooldown_until_unix_ms(&st->cooldown, now, mg_unix_ms()));
+    else
+        cJSON_AddNullToObject(o, "cooldown_until_ms");
+    cJSON_AddNumberToObject(o, "cooldowns_total", (double)st->cooldowns_total);
+    if (hs.window_ttft_ms > 0) cJSON_AddNumberToObject(o, "ttft_ms", hs.window_ttft_ms);
+    else cJSON_AddNullToObject(o, "ttft_ms");
     cJSON_AddNumberToObject(o, "requests_total", (double)st->requests_total);
+    cJSON_AddNumberToObject(o, "failures_total", (double)st->failures_total);
     add_route_breakers(o, a->d.pool, p->id, now);
     if (st->load.known) {
         cJSON *load = cJSON_AddObjectToObject(o, "load");
@@ -199,7 +209,17 @@ static void handle_admin_pool_providers(mg_admin_t *a, mg_http_req_t *req, const
     answer_provider_list(a, req, pool, "");
 }
 
-static void handle_admin_pools(mg_admin_t *a, mg_http_req_t *req)
+cJSON *mg_admin_providers_view(mg_admin_t *a)
+{
+    const mg_config_t *cfg = mg_gens_current(a->d.gens)->cfg;
+    uint64_t now = uv_now(a->d.loop);
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; list && i < cfg->n_providers; i++)
+        cJSON_AddItemToArray(list, provider_json(a, &cfg->providers[i], now));
+    return list;
+}
+
+cJSON *mg_admin_pools_view(mg_admin_t *a)
 {
     const mg_config_t *cfg = mg_gens_current(a->d.gens)->cfg;
     uint64_t now = uv_now(a->d.loop);
@@ -228,7 +248,12 @@ static void handle_admin_pools(mg_admin_t *a, mg_http_req_t *req)
         cJSON_AddNumberToObject(o, "total_rpm_capacity", (double)capacity);
         cJSON_AddNumberToObject(o, "current_load_rpm", (double)load);
     }
-    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, root);
+    return root;
+}
+
+static void handle_admin_pools(mg_admin_t *a, mg_http_req_t *req)
+{
+    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, mg_admin_pools_view(a));
 }
 
 static void handle_admin_cooldowns(mg_admin_t *a, mg_http_req_t *req)
@@ -264,14 +289,40 @@ static int pool_providers_path(const char *rest)
     return slash && slash > rest && slash - rest < 16 && strcmp(slash, "/providers") == 0;
 }
 
-/* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
-void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
+/* DELETE /api/v2/cooldowns/{provider_id}: the provider serves again now, its 429 count back
+ * to 0 (memory first: it is the loop's; the store's row follows through the writer). */
+static void handle_clear_cooldown(mg_admin_t *a, mg_http_req_t *req, const char *id)
 {
-    int who = admin_allowed(a, req);
-    if (who == ADMIN_REFUSED) return;
+    char target[160];
+    snprintf(target, sizeof(target), "provider:%.140s", id);
+    const mg_provider_conf_t *p = mg_config_provider(mg_gens_current(a->d.gens)->cfg, id);
+    mg_provider_state_t *st = p ? mg_pool_get(a->d.pool, p->id) : NULL;
+    if (!st) {
+        mg_admin_audit(a, req, "cooldown.clear", target, 404);
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider", 0);
+        return;
+    }
+    int was = mg_cooldown_cooling(&st->cooldown, uv_now(a->d.loop));
+    mg_cooldown_init(&st->cooldown);
+    mg_pool_changed(st);
+    mg_persist_cooldown_cleared(a->d.store, st);
+    mg_admin_audit(a, req, "cooldown.clear", target, 200);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "provider_id", p->id);
+    cJSON_AddBoolToObject(o, "was_cooling", was);
+    cJSON_AddStringToObject(o, "status", provider_status(st, uv_now(a->d.loop)));
+    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, o);
+}
+
+/* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
+static void dispatch(mg_admin_t *a, mg_http_req_t *req, const char *tenant_token)
+{
     const char *sub = req->path + strlen("/api/v2/");
-    if (who == ADMIN_TENANT) {
-        adm_enqueue(a, req, bearer(req)); /* resolved and scoped on the admin worker */
+    if (tenant_token) {
+        adm_enqueue(a, req, tenant_token); /* resolved and scoped on the admin worker */
+    } else if (req->method == HTTP_DELETE && strncmp(sub, "cooldowns/", 10) == 0 && sub[10] &&
+               !strchr(sub + 10, '/')) {
+        handle_clear_cooldown(a, req, sub + 10); /* loop-owned state */
     } else if (req->method != HTTP_GET) {
         adm_enqueue(a, req, NULL); /* writes */
     } else if (strcmp(sub, "providers") == 0) {
@@ -297,6 +348,23 @@ void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
     } else {
         adm_enqueue(a, req, NULL); /* the other reads (404 for unknown endpoints) */
     }
+}
+
+void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
+{
+    int who = admin_allowed(a, req);
+    if (who == ADMIN_REFUSED) return;
+    dispatch(a, req, who == ADMIN_TENANT ? bearer(req) : NULL);
+}
+
+void mg_admin_handle_as(mg_admin_t *a, mg_http_req_t *req, const char *tenant_token)
+{
+    dispatch(a, req, tenant_token);
+}
+
+mg_authfail_t *mg_admin_fails(mg_admin_t *a)
+{
+    return &a->fails;
 }
 
 int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req)

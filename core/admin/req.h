@@ -199,6 +199,10 @@ void adm_add_json(cJSON *o, const char *k, const char *v, int object);
 
 /* ---- scope (scope.c) ---- */
 
+/* Any thread: the tenant of a live tenant admin token (its digest looked up on a read
+ * connection): 1 with *tenant_id and the token's id, 0 when unknown or revoked, -1 with err. */
+int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id,
+                            char *token_id, size_t cap, char *err, size_t errlen);
 /* Worker: resolve a tenant admin token (a->tenant_token, wiped) to its tenant. 0, or -1
  * with 401 / 500 set. */
 int adm_scope_resolve(admin_t *a);
@@ -230,6 +234,12 @@ int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const c
 
 /* /api/v2/quotas and /api/v2/policies (GET, PUT). 1 when coll is one of them. */
 int adm_views_route(admin_t *a, const char *coll, const char *id, const char *verb);
+
+/* ---- cooldown history (cooldowns.c) ---- */
+
+/* GET /api/v2/cooldowns/history[?provider_id=&limit=]: the cooldown_events rows, newest
+ * first. 1 when it was that endpoint (answered), 0 otherwise. */
+int adm_cooldowns_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
 /* ---- providers (providers.c) ---- */
 

@@ -34,29 +34,44 @@ static int token_digest_hex(const char *token, char *hex)
     return 0;
 }
 
+int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id,
+                            char *token_id, size_t cap, char *err, size_t errlen)
+{
+    char hex[2 * MG_KEY_DIGEST_LEN + 1];
+    first_t f;
+    memset(&f, 0, sizeof(f));
+    if (strncmp(token, TOKEN_PREFIX, 4) != 0 || strlen(token) >= 128 ||
+        token_digest_hex(token, hex) != 0)
+        return 0;
+    const char *p[1] = {hex};
+    if (mg_store_query(st,
+                       "SELECT id, tenant_id FROM admin_tokens WHERE digest = ?1"
+                       " AND revoked_at IS NULL",
+                       1, p, adm_first_row, &f, err, errlen) != 0)
+        return -1;
+    if (!f.rows) return 0;
+    *tenant_id = strtoll(f.v[1], NULL, 10);
+    snprintf(token_id, cap, "%s", f.v[0]);
+    return 1;
+}
+
 int adm_scope_resolve(admin_t *a)
 {
     if (!a->tenant_token) return 0; /* the platform token, checked on the loop */
-    char hex[2 * MG_KEY_DIGEST_LEN + 1], err[256];
-    first_t f;
-    memset(&f, 0, sizeof(f));
-    int ok = token_digest_hex(a->tenant_token, hex) == 0;
+    char err[256], id[32];
+    int found = adm_tenant_token_lookup(a->store, a->tenant_token, &a->scope_tenant, id,
+                                        sizeof(id), err, sizeof(err));
     OPENSSL_cleanse(a->tenant_token, strlen(a->tenant_token));
-    const char *p[1] = {hex};
-    if (ok && mg_store_query(a->store,
-                             "SELECT id, tenant_id FROM admin_tokens WHERE digest = ?1"
-                             " AND revoked_at IS NULL",
-                             1, p, adm_first_row, &f, err, sizeof(err)) != 0) {
+    if (found < 0) {
         adm_storage_error(a, err);
         return -1;
     }
-    if (!ok || !f.rows) {
+    if (!found) {
         a->unauthenticated = 1; /* audited as admin.auth_failed, counted per address */
         adm_set_error(a, 401, "AUTH_FAILED", "invalid admin token");
         return -1;
     }
-    a->scope_tenant = strtoll(f.v[1], NULL, 10);
-    snprintf(a->actor, sizeof(a->actor), "tenant-admin:%.24s", f.v[0]);
+    snprintf(a->actor, sizeof(a->actor), "tenant-admin:%.24s", id);
     return 0;
 }
 

@@ -183,14 +183,16 @@ static const route_t routes[] = {
     {"/status", ROUTE_GET, MG_EP_OTHER, handle_status},
 };
 
-/* Whose tasks the caller may see: all of them in open mode or with the platform admin
- * token, else its key's own (0 with *who, or -1 after answering 401). */
+/* Whose tasks the caller may see: all of them in open mode, with the platform admin
+ * token or a platform admin's dashboard session, else its key's own (0 with *who, or -1 after answering 401). */
 static int task_caller(mg_api_t *s, mg_http_req_t *req, mg_task_caller_t *who)
 {
     who->all = 1;
     who->key_id = 0;
     if (!mg_gens_current(s->gens)->cfg->auth_enabled || mg_admin_is_platform(s->admin, req))
         return 0;
+    int dash = s->dashboard ? mg_dashboard_platform(s->dashboard, req) : 0; /* the WebUI */
+    if (dash != 0) return dash > 0 ? 0 : -1;
     mg_auth_result_t r;
     if (mg_auth_authenticate(s->auth, req, mg_unix_ms(), &r) != 0) {
         mg_answer_error(s->metrics, req, MG_EP_OTHER, r.status, r.code, r.message, 0);
@@ -241,9 +243,11 @@ void mg_api_handle(void *api, mg_http_req_t *req)
         return;
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {
-        mg_admin_handle(s->admin, req);
+        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
+        else mg_admin_handle(s->admin, req);
         return;
     }
+    if (s->dashboard && mg_dashboard_handle(s->dashboard, req)) return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;

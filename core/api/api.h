@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
+#include "api/dashboard.h"
 #include "luavm/gens.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -44,6 +45,7 @@ typedef struct mg_api_s {
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
     mg_admin_t *admin;
+    mg_dashboard_t *dashboard;  /* the WebUI, its sign-in and stream; NULL = none */
     mg_auth_t *auth;            /* who owns a task */
     const mg_listener_t *listener; /* server.listen: its connections */
     const mg_proc_status_t *proc;

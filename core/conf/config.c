@@ -572,6 +572,14 @@ static int load_cors(loader_t *l, yaml_node_t *map)
     return 0;
 }
 
+/* dashboard: in conf/dashboard.c */
+static int load_dashboard(loader_t *l, yaml_node_t *v, int line)
+{
+    char msg[256];
+    int at = mg_dashboard_conf_parse(l->doc, v, &l->cfg->dashboard, msg, sizeof msg);
+    return at ? fail(l, at, "%s", msg) : 0;
+}
+
 static int load_server(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"listen",           "metrics_listen",
@@ -1319,7 +1327,7 @@ static const struct {
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
-    {"users", load_users},
+    {"users", load_users},       {"dashboard", load_dashboard},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1357,6 +1365,7 @@ static int set_defaults(loader_t *l, const char *name)
     c->max_connections = 0; /* as many as RLIMIT_NOFILE allows (server.c) */
     c->reserved_connections = 16;
     c->cors.max_age_s = 600;
+    mg_dashboard_conf_defaults(&c->dashboard);
     c->auth_enabled = false;
     c->max_retries = 3;
     c->timeouts = (mg_timeouts_conf_t){

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#include "conf/dashboard.h"
+
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
 #define MG_DEFAULT_MAX_BODY_BYTES (16u * 1024u * 1024u)
@@ -178,6 +180,7 @@ typedef struct mg_config_s {
     int reserved_connections;/* more past max_connections for /api/v2, /health, /ready and
                                 /status, and the metrics listener's cap, default 16 */
     mg_cors_conf_t cors;     /* server.cors: browsers on other origins calling /v1/ */
+    mg_dashboard_conf_t dashboard; /* dashboard: the WebUI (conf/dashboard.h) */
     char *storage_path;      /* owned; SQLite file, default data/moongate.db */
     int storage_queue_max;   /* writes waiting for the store's writer at most
                                 (storage.queue_max), default 4096 */

@@ -332,6 +332,37 @@ void release_on_cancel(call_t *c, const char *reason)
     c->released_ns = uv_hrtime();
 }
 
+/* A bounded copy without printf's parsing (this runs once per request). */
+static void copy_field(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    if (src)
+        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
+    dst[n] = '\0';
+}
+
+/* The dashboard's request tail (obs/recent.h): a copy of a few fields, no allocation. */
+static void recent_push(call_t *c, uint64_t now)
+{
+    mg_recent_entry_t e;
+    e.at_ms = (int64_t)mg_unix_ms();
+    copy_field(e.request_id, sizeof(e.request_id), c->req ? c->req->request_id : NULL);
+    copy_field(e.path, sizeof(e.path), c->req ? c->req->path : NULL);
+    copy_field(e.model, sizeof(e.model), c->model ? c->model->name : NULL);
+    copy_field(e.provider, sizeof(e.provider), c->provider ? c->provider->id : NULL);
+    copy_field(e.outcome, sizeof(e.outcome), c->outcome);
+    copy_field(e.error, sizeof(e.error), c->error_code);
+    e.status = c->status;
+    e.stream = c->stream;
+    e.duration_ms = ms_since(c->t_start, now);
+    e.ttft_ms = c->t_first ? ms_since(c->t_start, c->t_first) : 0;
+    e.prompt_tokens = c->prompt_tokens;
+    e.completion_tokens = c->completion_tokens;
+    e.tenant_id = c->auth.held ? c->auth.tenant_id : 0;
+    e.key_id = c->auth.held ? c->auth.key_id : 0;
+    mg_recent_push(c->pl->recent, &e);
+}
+
 static void call_log(call_t *c)
 {
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
@@ -345,6 +376,7 @@ static void call_log(call_t *c)
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
     if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
     if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
+    if (c->pl->recent) recent_push(c, now);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;

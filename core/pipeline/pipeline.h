@@ -17,6 +17,7 @@
 #include "net/endpoint.h"
 #include "net/http.h"
 #include "obs/metrics.h"
+#include "obs/recent.h"
 #include "route/facts.h"
 #include "route/pool.h"
 #include "sched/pump.h"
@@ -41,6 +42,7 @@ typedef struct mg_pipeline_s {
     mg_metrics_t *metrics;
     mg_store_t *store;         /* cooldowns and health are persisted here; NULL = not */
     struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
+    mg_recent_t *recent;       /* finished requests go here for the dashboard; NULL = not */
     /* the pipeline's own */
     struct call_s *calls;      /* in flight */
     int in_flight;

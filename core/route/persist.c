@@ -39,6 +39,22 @@ void mg_persist_cooldown(mg_store_t *st, const mg_provider_state_t *ps, int cons
                    3, row);
 }
 
+void mg_persist_cooldown_cleared(mg_store_t *st, const mg_provider_state_t *ps)
+{
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "cooldown cleared");
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_end(&l);
+    if (!st) return;
+    const char *row[1] = {ps->id};
+    mg_store_write(st,
+                   "INSERT INTO provider_state(provider_id, cooldown_until_ms, consecutive_429)"
+                   " VALUES (?1, 0, 0) ON CONFLICT(provider_id) DO UPDATE SET"
+                   " cooldown_until_ms = 0, consecutive_429 = 0, observing = 0,"
+                   " updated_at = datetime('now')",
+                   1, row);
+}
+
 void mg_persist_health(mg_store_t *st, const mg_provider_state_t *ps)
 {
     const char *state = mg_health_state_name(ps->health.state);

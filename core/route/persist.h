@@ -15,6 +15,10 @@
 void mg_persist_cooldown(mg_store_t *st, const mg_provider_state_t *ps, int consecutive,
                          double seconds, int status, uint64_t now_ms);
 
+/* An operator cleared a provider's cooldown (admin API): a log line and its provider_state
+ * row back to no cooldown and no 429 count. */
+void mg_persist_cooldown_cleared(mg_store_t *st, const mg_provider_state_t *ps);
+
 /* A provider's health state changed: a log line and its provider_health row. */
 void mg_persist_health(mg_store_t *st, const mg_provider_state_t *ps);
 

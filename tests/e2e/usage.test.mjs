@@ -21,6 +21,7 @@ before(async () => {
             ...c,
             models: { ...c.models, chat: { ...c.models.chat, tokenizer: 'o200k_base' } },
             health: { probes: false },
+            usage: { retention_days: 1, prune_interval_s: 1, prune_batch: 2 },
             providers: c.providers.map((p) => (p.id === 'mock-openai-b' ? { ...p, cost_per_1k_tokens: 2 } : p)),
             prices: [
                 { provider: 'mock-openai', model: 'up-chat', input_per_1m_micros: 1000000, output_per_1m_micros: 4000000,
@@ -279,5 +280,23 @@ describe('roll-ups', () => {
         query(`INSERT OR IGNORE INTO usage_events(request_id, at_ms, endpoint, status) VALUES ('${one}', 0, 'chat', 'succeeded')`);
         assert.equal(query(`SELECT COUNT(*) AS n FROM usage_events WHERE request_id = '${one}'`)[0].n, 1);
         assert.equal(query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n, before);
+    });
+});
+
+describe('retention', () => {
+    test('events older than usage.retention_days are pruned in small batches; the buckets stay', async () => {
+        const old = Date.now() - 3 * 86400000;
+        const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
+        query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
+        const buckets = query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n;
+        const fresh = query(`SELECT COUNT(*) AS n FROM usage_events WHERE at_ms >= ${Date.now() - 86400000}`)[0].n;
+        let left = 5;
+        for (let i = 0; i < 100 && left > 0; i++) {
+            await sleep(100);
+            left = query("SELECT COUNT(*) AS n FROM usage_events WHERE request_id LIKE 'old-%'")[0].n;
+        }
+        assert.equal(left, 0, 'the old events are gone (2 a second)');
+        assert.equal(query(`SELECT COUNT(*) AS n FROM usage_events WHERE at_ms >= ${Date.now() - 86400000}`)[0].n, fresh, 'the recent ones stay');
+        assert.equal(query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n, buckets, 'the roll-ups keep them');
     });
 });

@@ -288,7 +288,9 @@ describe('retention', () => {
         const old = Date.now() - 3 * 86400000;
         const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
         query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
+        const oldHour = Math.floor(old / 3600000) * 3600;
         const buckets = query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n;
+        assert.equal(query(`SELECT SUM(requests) AS n FROM usage_hourly WHERE hour = ${oldHour}`)[0].n, 5, 'rolled up');
         const fresh = query(`SELECT COUNT(*) AS n FROM usage_events WHERE at_ms >= ${Date.now() - 86400000}`)[0].n;
         let left = 5;
         for (let i = 0; i < 100 && left > 0; i++) {

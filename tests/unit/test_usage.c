@@ -117,6 +117,15 @@ static void test_events_and_rollups(void)
     CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 5);
     /* an event pruned and written again would count twice: the writer never rewrites one
        (the request id's only writer is its call's finish) */
+    /* one batch per event: each adds its own */
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "b%d", i);
+        mg_usage_event_t e = ev(id, T0 + 2 * DAY + i, "succeeded", 1, 1);
+        CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+        mg_store_flush(s);
+        CHECK_EQ_INT(q("SELECT requests FROM usage_hourly WHERE hour = 1767398400"), i + 1);
+    }
     mg_store_close(s);
 }
 

@@ -11,8 +11,9 @@
  * the transaction with its event committed (net/hold.h), so a client that received its
  * complete answer has its event in the WAL: kill -9 loses none of them (with
  * storage.synchronous: full, a power loss neither). A call without a client at its end
- * (cancelled, the client left) writes its event fire and forget: a kill -9 in the next
- * group commit's few milliseconds may lose it. */
+ * (the client left) or cancelled (its answer acknowledges the cancellation) writes its event
+ * fire and forget: a kill -9 in the next group commit's few milliseconds may lose it. A
+ * request answered without routing (refused, an idempotent replay) has no event. */
 #ifndef MG_USAGE_H
 #define MG_USAGE_H
 

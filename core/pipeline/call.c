@@ -444,7 +444,9 @@ mg_step_rc_t step_finish(call_t *c)
     }
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
-    meter_finish(c, c->req && c->answer_kind != ANSWER_NONE);
+    /* a cancelled call's answer acknowledges the cancellation, not a usage: not held (a
+       DELETE /v1/tasks/{id} sees the task end at once) */
+    meter_finish(c, c->req && c->answer_kind != ANSWER_NONE && !c->cancel_reason);
     if (c->req) {
         char deg[64];
         switch (c->answer_kind) {

@@ -12,6 +12,7 @@
 // usage: node bench/lastbyte.mjs [--reps 3] [--n 3000] LABEL=path[@free] [LABEL=path[@free] ...]
 //   e.g. node bench/lastbyte.mjs before=/tmp/main/build/moongate after=build/moongate \
 //            unmetered=build/moongate@free
+// (@nousage: usage.enabled false, no usage events; modes combine: build/moongate@free@nousage)
 // (@free: the provider has no price, so nothing is charged and no answer waits: the floor)
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -34,8 +35,9 @@ const REPS = opt('reps', 3);
 const N = opt('n', 3000);
 const bins = args.map((a) => {
     const [label, spec] = a.split('=');
-    const [p, mode] = spec.split('@'); // path@free: the provider has no price, nothing is charged
-    return { label, bin: path.resolve(p), price: mode === 'free' ? 0 : 2 };
+    // path@free: the provider has no price, nothing is charged; @nousage: usage.enabled false
+    const [p, ...modes] = spec.split('@');
+    return { label, bin: path.resolve(p), price: modes.includes('free') ? 0 : 2, usage: !modes.includes('nousage') };
 });
 if (!bins.length) {
     console.error('usage: node bench/lastbyte.mjs [--reps R] [--n N] label=path/to/moongate ...');
@@ -76,7 +78,7 @@ function waitLine(stream, pred, ms, what) {
     });
 }
 
-async function start(bin, dir, mockPort, price) {
+async function start(bin, dir, mockPort, price, usage = true) {
     const cfg = path.join(dir, 'moongate.yaml');
     fs.writeFileSync(cfg, [
         'server: { listen: "127.0.0.1:0", metrics_listen: "127.0.0.1:0" }',
@@ -84,6 +86,7 @@ async function start(bin, dir, mockPort, price) {
         'auth: { enabled: true }',
         'log: { level: warn }',
         'health: { probes: false }',
+        ...(usage ? [] : ['usage: { enabled: false }']),
         `lua: { policies: ${ROOT}/policies, adapters: ${ROOT}/adapters, lib: ${ROOT}/lua }`,
         'providers:',
         `  - { id: mock, adapter: openai, base_url: "http://127.0.0.1:${mockPort}/v1", cost_per_1k_tokens: ${price} }`,
@@ -189,7 +192,7 @@ async function main() {
     for (let rep = 0; rep < REPS; rep++) {
         for (const b of bins) {
             const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mg-lastbyte-'));
-            const gw = await start(b.bin, dir, mockPort, b.price);
+            const gw = await start(b.bin, dir, mockPort, b.price, b.usage);
             try {
                 for (const p of PHASES) {
                     const r = await phase(gw, p);

@@ -93,7 +93,8 @@ static int extend_from_store(mg_config_t *cfg, void *ud, char *err, size_t errle
     return add_stored_providers(cfg, &b->providers, err, errlen) != 0 ||
                    mg_models_load(b->store, cfg, err, errlen) != 0 ||
                    mg_apps_load(b->store, cfg, err, errlen) != 0 ||
-                   mg_settings_overlay(b->store, cfg, err, errlen) != 0
+                   mg_settings_overlay(b->store, cfg, err, errlen) != 0 ||
+                   mg_prices_load(b->store, cfg, err, errlen) != 0
                ? -1
                : 0;
 }
@@ -278,6 +279,7 @@ static void close_everything(mg_server_t *s)
     s->stopping_hard = 1;
     uv_timer_stop(&s->drain_timer);
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
+    mg_usage_pruner_stop(&s->usage_pruner);
     mg_pump_close(&s->pump);
     mg_idem_stop(s->idem);
     mg_dashboard_close(&s->dashboard);
@@ -547,8 +549,17 @@ static int start_listeners(mg_server_t *s)
     return 0;
 }
 
+/* The pruner's view of the config: the current generation's usage: section. */
+static const mg_usage_conf_t *usage_conf(void *ud)
+{
+    mg_server_t *s = ud;
+    return &mg_gens_current(&s->gens)->cfg->usage;
+}
+
 static void start_loop_hooks(mg_server_t *s)
 {
+    if (s->store && mg_usage_pruner_start(&s->usage_pruner, s->loop, s->store, usage_conf, s) != 0)
+        fprintf(stderr, "moongate: cannot start pruning usage events\n");
     uv_prepare_init(s->loop, &s->gc_prepare);
     s->gc_prepare.data = s;
     uv_prepare_start(&s->gc_prepare, on_gc_prepare);

@@ -15,6 +15,7 @@
 #include "net/http.h"
 #include "obs/loopstat.h"
 #include "obs/metrics.h"
+#include "obs/usage.h"
 #include "pipeline/idem.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/tasks.h"
@@ -66,6 +67,7 @@ typedef struct mg_server_s {
     /* stop */
     int stopping_hard;          /* closing everything: dispatch no more */
     uv_timer_t drain_timer;
+    mg_usage_pruner_t usage_pruner; /* old usage events out (obs/usage.h) */
     uint64_t drain_started;     /* loop time of the stop signal */
     uv_signal_t sig_hup, sig_term, sig_int, sig_usr1;
     int exit_code;

@@ -1012,6 +1012,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
         adm_admin_tokens_route(a, id);
         return;
     }
+    if (adm_stats_route(a, coll, id, verb) || adm_prices_route(a, coll, id, verb)) return;
     if (strcmp(coll, "usage") == 0 && !id && method_is(a, HTTP_GET)) {
         a->action = "usage.read";
         usage_list(a);

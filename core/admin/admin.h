@@ -20,6 +20,9 @@
  *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (providers.c)
  *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (scope.c)
  *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
+ *   GET  /api/v2/stats/{overview|daily|tokens|providers/{id}},
+ *        /api/v2/usage/{analytics|events}           usage analytics (stats.c)
+ *   GET|POST /api/v2/prices                          versioned prices (prices.c)
  *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (defs.c)
  *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (defs.c)
  *   GET|PUT /api/v2/quotas, /api/v2/policies         views over settings and applications

@@ -241,6 +241,14 @@ int adm_views_route(admin_t *a, const char *coll, const char *id, const char *ve
  * first. 1 when it was that endpoint (answered), 0 otherwise. */
 int adm_cooldowns_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
+/* ---- usage analytics (stats.c) and prices (prices.c) ---- */
+
+/* /api/v2/stats/{overview|daily|tokens|providers/{id}}, /api/v2/usage/{analytics|events}:
+ * reads of the usage roll-ups. 1 when coll/id is one of them (answered). */
+int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *verb);
+/* /api/v2/prices: list, add a version. 1 when coll is prices (answered). */
+int adm_prices_route(admin_t *a, const char *coll, const char *id, const char *verb);
+
 /* ---- providers (providers.c) ---- */
 
 /* /api/v2/providers[/{id}[/{verb}]] writes and tests, on the worker thread. */

@@ -118,7 +118,9 @@ int adm_scope_check(admin_t *a, const char *coll, const char *id, const char *ve
     int get = a->method == HTTP_GET, post = a->method == HTTP_POST;
     char own[24];
     adm_fmt_i64(own, sizeof(own), a->scope_tenant);
-    if (strcmp(coll, "usage") == 0) return get && !id ? 0 : forbidden(a);
+    /* usage reads are filtered to the tenant by their handlers (adm_query_id) */
+    if (strcmp(coll, "usage") == 0 || strcmp(coll, "stats") == 0) return get ? 0 : forbidden(a);
+    if (strcmp(coll, "prices") == 0) return get && !id ? 0 : forbidden(a);
     if (strcmp(coll, "tenants") == 0) {
         if (!get) return forbidden(a);
         if (id && strcmp(id, own) != 0) {

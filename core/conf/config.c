@@ -1311,6 +1311,15 @@ static int load_users(loader_t *l, yaml_node_t *v, int line)
     return 0;
 }
 
+/* usage: and prices: (conf/usage.c) */
+static int load_usage_or_prices(loader_t *l, yaml_node_t *v, int line, int prices)
+{
+    char why[320];
+    return mg_conf_usage_section(l->doc, v, prices, l->cfg, &line, why, sizeof why) ? fail(l, line, "%s", why) : 0;
+}
+static int load_usage(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 0); }
+static int load_prices(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 1); }
+
 typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
@@ -1327,7 +1336,8 @@ static const struct {
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
-    {"users", load_users},       {"dashboard", load_dashboard},
+    {"users", load_users},       {"dashboard", load_dashboard}, {"usage", load_usage},
+    {"prices", load_prices},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1359,6 +1369,7 @@ static int set_defaults(loader_t *l, const char *name)
     mg_config_t *c = l->cfg;
     c->max_body_bytes = MG_DEFAULT_MAX_BODY_BYTES;
     c->max_header_bytes = DEFAULT_MAX_HEADER_BYTES;
+    mg_usage_conf_defaults(&c->usage);
     c->request_read_ms = 60000;
     c->min_body_bytes_per_s = 1024;
     c->write_timeout_ms = 30000;
@@ -1638,6 +1649,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->models);
     for (size_t i = 0; i < cfg->n_apps; i++) mg_app_conf_clear(&cfg->apps[i]);
     free(cfg->apps);
+    mg_prices_free(cfg);
     free(cfg->path);
     free(cfg->listen);
     free(cfg->metrics_listen);

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "conf/dashboard.h"
+#include "conf/usage.h"
 
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
@@ -227,6 +228,9 @@ typedef struct mg_config_s {
     int user_max_running_tasks; /* per user (metadata.user_id or "user"), 0 = off */
     int user_max_queued_tasks;
     int user_rpm_limit;         /* requests per minute per user of an application, 0 = off */
+    mg_usage_conf_t usage;      /* usage: (conf/usage.h) */
+    mg_price_t *prices;         /* owned array: prices: and the stored versions (conf/usage.h) */
+    size_t n_prices;
 } mg_config_t;
 
 /* Load and validate the YAML file at `path`. On success returns 0 and sets *out

@@ -80,48 +80,88 @@ const char *degraded_header(const call_t *c, char *buf, size_t cap)
     return buf;
 }
 
-static void take_usage(call_t *c, const cJSON *usage)
-{
-    if (!cJSON_IsObject(usage)) return;
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
-    if (cJSON_IsNumber(pt)) c->prompt_tokens = (long long)pt->valuedouble;
-    if (cJSON_IsNumber(ct)) c->completion_tokens = (long long)ct->valuedouble;
-    c->have_usage = cJSON_IsNumber(pt) || cJSON_IsNumber(ct);
-}
-
 /* The token counts of a usage object's bytes, without building a tree (it is read on
- * every passthrough answer). */
+ * every passthrough answer): prompt_tokens / completion_tokens (or the Responses and
+ * Anthropic input_tokens / output_tokens), the details' cached_tokens and reasoning_tokens
+ * (subsets), Anthropic's cache_read_input_tokens and cache_creation_input_tokens (apart). */
 typedef struct {
-    long long prompt, completion;
-    int found;
+    long long prompt, completion, cached, cache_write, reasoning;
+    int found, apart;
 } usage_scan_t;
 
-static int usage_member(void *ud, const mg_json_member_t *m)
+static int usage_detail(void *ud, const mg_json_member_t *m);
+
+static long long member_number(const mg_json_member_t *m, int *ok)
 {
-    usage_scan_t *u = ud;
     char num[24];
+    *ok = 0;
     if (m->value_len == 0 || m->value_len >= sizeof(num) || m->value[0] < '0' || m->value[0] > '9')
         return 0;
     memcpy(num, m->value, m->value_len);
     num[m->value_len] = '\0';
-    if (member_is(m, "prompt_tokens")) {
-        u->prompt = strtoll(num, NULL, 10);
-        u->found = 1;
-    } else if (member_is(m, "completion_tokens")) {
-        u->completion = strtoll(num, NULL, 10);
-        u->found = 1;
+    *ok = 1;
+    return strtoll(num, NULL, 10);
+}
+
+static int usage_member(void *ud, const mg_json_member_t *m)
+{
+    usage_scan_t *u = ud;
+    if (m->value_len && m->value[0] == '{') {
+        if (member_is(m, "prompt_tokens_details") || member_is(m, "completion_tokens_details") ||
+            member_is(m, "input_tokens_details") || member_is(m, "output_tokens_details"))
+            mg_json_members(m->value, m->value_len, usage_detail, u);
+        return 0;
     }
+    int ok;
+    long long v = member_number(m, &ok);
+    if (!ok) return 0;
+    if (member_is(m, "prompt_tokens") || member_is(m, "input_tokens")) {
+        u->prompt = v;
+        u->found = 1;
+    } else if (member_is(m, "completion_tokens") || member_is(m, "output_tokens")) {
+        u->completion = v;
+        u->found = 1;
+    } else if (member_is(m, "cache_read_input_tokens")) {
+        u->cached = v;
+        u->apart = 1;
+    } else if (member_is(m, "cache_creation_input_tokens")) {
+        u->cache_write = v;
+        u->apart = 1;
+    }
+    return 0;
+}
+
+static int usage_detail(void *ud, const mg_json_member_t *m)
+{
+    usage_scan_t *u = ud;
+    int ok;
+    long long v = member_number(m, &ok);
+    if (!ok) return 0;
+    if (member_is(m, "cached_tokens")) u->cached = v;
+    else if (member_is(m, "reasoning_tokens")) u->reasoning = v;
     return 0;
 }
 
 static void take_usage_bytes(call_t *c, const char *json, size_t n)
 {
-    usage_scan_t u = {0, 0, 0};
+    usage_scan_t u = {0};
     if (mg_json_members(json, n, usage_member, &u) != 0 || !u.found) return;
     c->prompt_tokens = u.prompt;
     c->completion_tokens = u.completion;
+    c->cached_tokens = u.cached;
+    c->cache_write_tokens = u.cache_write;
+    c->reasoning_tokens = u.reasoning;
+    c->cache_apart = u.apart;
     c->have_usage = 1;
+}
+
+/* A usage object of a tree: its text scanned as above (one reading of the fields). */
+static void take_usage(call_t *c, const cJSON *usage)
+{
+    if (!cJSON_IsObject(usage)) return;
+    char *text = cJSON_PrintUnformatted(usage);
+    if (text) take_usage_bytes(c, text, strlen(text));
+    free(text);
 }
 
 static cJSON *usage_json(call_t *c)

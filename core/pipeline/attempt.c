@@ -447,6 +447,7 @@ static int shortest_cooldown_ms(call_t *c)
 /* Ask routing.route() for a plan over the model's candidates. */
 mg_step_rc_t step_route(call_t *c)
 {
+    c->routed = 1; /* from here on the call has a usage event (meter.c) */
     int limit = c->described ? c->route_limit : fill_candidates(c, uv_now(c->pl->loop));
     c->described = 0;
     char err[512];

@@ -191,12 +191,15 @@ static void call_unlink(call_t *c)
  * loses its spend record. Without a client (cancelled) the charge is fire and forget. */
 mg_hold_t *charge_spend(call_t *c)
 {
+    mg_hold_t *event_hold = c->end_hold; /* the usage event's (meter.c): one hold for both */
+    c->end_hold = NULL;
     double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
     long long tokens = c->prompt_tokens + c->completion_tokens;
-    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0) return NULL;
+    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0)
+        return event_hold;
     c->charged = 1;
     int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
-    mg_hold_t *h = c->req ? mg_hold_new() : NULL;
+    mg_hold_t *h = event_hold ? event_hold : c->req ? mg_hold_new() : NULL;
     if (h) mg_hold_expect(h);
     if (mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms(), h ? mg_hold_committed : NULL,
                        h) != 1 &&
@@ -474,6 +477,9 @@ mg_step_rc_t step_finish(call_t *c)
     }
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
+    /* a cancelled call's answer acknowledges the cancellation, not a usage: not held (a
+       DELETE /v1/tasks/{id} sees the task end at once) */
+    meter_finish(c, c->req && c->answer_kind != ANSWER_NONE && !c->cancel_reason);
     if (c->req) {
         char deg[64];
         switch (c->answer_kind) {

@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "base/json.h"
+#include "obs/price.h"
 #include "pipeline/pipeline.h"
 #include "sched/task.h"
 #include "upstream/chunk.h"
@@ -251,6 +252,18 @@ typedef struct call_s {
     int have_usage;
     int charged;                 /* charge_spend ran (it charges once) */
     long long prompt_tokens, completion_tokens;
+    /* the usage's cache and reasoning details, as reported (meter.c turns them into
+       mutually exclusive billing buckets, obs/price.h) */
+    long long cached_tokens;      /* read from the cache: OpenAI's prompt_tokens_details.
+                                     cached_tokens (a subset of prompt_tokens) or Anthropic's
+                                     cache_read_input_tokens (apart from input_tokens) */
+    long long cache_write_tokens; /* Anthropic's cache_creation_input_tokens (apart) */
+    long long reasoning_tokens;   /* completion_tokens_details.reasoning_tokens (a subset) */
+    int cache_apart;              /* the cache fields are apart from prompt_tokens (Anthropic) */
+    int routed;                   /* the call reached routing: it has a usage event */
+    int metered;                  /* its usage event was queued (meter.c: once) */
+    struct mg_hold_s *end_hold;   /* the usage event's hold on the answer's end, taken over
+                                     by charge_spend (NULL: none) */
     long long chunks;
     fail_kind_t last_fail;
     char *refusal_message;       /* owned: the last "not for this route" refusal's reason */
@@ -314,6 +327,23 @@ void estimate_tokens(call_t *c);
 int req_table(call_t *c);
 /* Milliseconds between two uv_hrtime() readings (0 when either is unset). */
 double ms_since(uint64_t from, uint64_t to);
+
+/* ---- meter.c: the usage event and the call's cost ------------------------------------- */
+
+/* The finished call's tokens in billing buckets (obs/price.h), and whether the input and
+ * output counts are the gateway's own estimate (the upstream reported no usage). */
+void call_tokens(const call_t *c, mg_usage_tokens_t *t, int *input_estimated,
+                 int *output_estimated);
+/* What the finished call cost in micros at the price in force now for its provider and
+ * upstream model (obs/price.h; the provider's cost_per_1k_tokens as the shorthand), on the
+ * tokens call_tokens gives: the cost its usage event records and the ledger settles. The
+ * price's version in *version (may be NULL; NULL when unpriced; valid while the call's
+ * generation lives). 0 for a call without a provider. */
+int64_t call_cost_micros(const call_t *c, const char **version);
+/* finish: the usage event of a call that reached routing (once), with usage.enabled.
+ * When the answer's end is still to be sent, the end waits for the event's commit
+ * (c->end_hold, taken over by charge_spend); otherwise fire and forget. */
+void meter_finish(call_t *c, int answer_pending);
 
 /* ---- body.c: parse ------------------------------------------------------------------- */
 

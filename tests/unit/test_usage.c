@@ -1,0 +1,194 @@
+/* Unit tests for core/obs/usage.c and core/obs/price.c with the store's usage schema
+ * (store.c migration 13): an event written through the writer thread lands once (a retried
+ * write of the same request id changes nothing, buckets included); the hourly buckets, the
+ * histograms, the provider buckets and the daily roll-up sum the events across hours and
+ * days; pruning deletes old events in batches and leaves the buckets; the histogram bins;
+ * the price in force and the cost arithmetic (ceil, versions, the cost_per_1k shorthand). */
+#include "mgtest.h"
+#include "obs/price.h"
+#include "obs/usage.h"
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64], path[128];
+
+static long long q(const char *sql)
+{
+    sqlite3 *db = NULL;
+    long long v = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static mg_usage_event_t ev(const char *id, int64_t at_ms, const char *status, int64_t in, int64_t out)
+{
+    mg_usage_event_t e;
+    memset(&e, 0, sizeof(e));
+    e.request_id = id;
+    e.at_ms = at_ms;
+    e.endpoint = "chat";
+    e.tenant_id = 1;
+    e.key_id = 7;
+    e.logical_model = "chat";
+    e.actual_model = "up-chat";
+    e.provider = "p1";
+    e.pool = "main";
+    e.attempts = 1;
+    e.status = status;
+    e.http_status = 200;
+    e.tokens.input = in;
+    e.tokens.output = out;
+    e.tokens.cached_read = 3;
+    e.latency_ms = 100;
+    e.ttft_ms = 10;
+    e.cost_micros = in + out;
+    return e;
+}
+
+#define HOUR 3600000LL
+#define DAY (24 * HOUR)
+static const int64_t T0 = 1767225600000LL; /* 2026-01-01T00:00:00Z */
+
+static void test_events_and_rollups(void)
+{
+    mg_store_t *s = NULL;
+    char err[256];
+    CHECK(mg_store_open(path, &s, err, sizeof(err)) == 0);
+    if (!s) return;
+    mg_usage_event_t a = ev("r1", T0 + 10, "succeeded", 10, 5);
+    mg_usage_event_t b = ev("r2", T0 + 20, "failed", 1, 0);
+    mg_usage_event_t c = ev("r3", T0 + HOUR + 5, "succeeded", 100, 50);
+    mg_usage_event_t d = ev("r4", T0 + DAY, "timed_out", 2, 0);
+    d.pool = "fallback";
+    d.ttft_ms = -1;
+    mg_usage_event_t none = ev("r5", T0 + 30, "failed", 0, 0);
+    none.provider = none.pool = none.actual_model = NULL;
+    CHECK(mg_usage_write(s, &a, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &b, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &c, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &d, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &none, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &a, NULL, NULL) == 0); /* a retried write of r1 */
+    mg_store_flush(s);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 5);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 5);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_hourly"), 4); /* hours 0 (p1, ''), 1, 24 */
+    CHECK_EQ_INT(q("SELECT requests FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
+    CHECK_EQ_INT(q("SELECT errors FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 1);
+    CHECK_EQ_INT(q("SELECT input_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 11);
+    CHECK_EQ_INT(q("SELECT cached_read_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 6);
+    CHECK_EQ_INT(q("SELECT cache_hits FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
+    CHECK_EQ_INT(q("SELECT SUM(cost_micros) FROM usage_hourly"), 15 + 1 + 150 + 2 + 0);
+    CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'latency'"), 5);
+    CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'ttft'"), 4); /* d had none */
+    CHECK_EQ_INT(q("SELECT bin FROM usage_hist WHERE kind = 'latency' LIMIT 1"), mg_usage_bin(100));
+    /* the ADR's tables: only events with a provider (pool) */
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM provider_usage_logs"), 3);
+    CHECK_EQ_INT(q("SELECT request_count FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 2);
+    CHECK_EQ_INT(q("SELECT prompt_tokens FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 11 + 6);
+    CHECK_EQ_INT(q("SELECT avg_latency_ms FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 100);
+    CHECK_EQ_INT(q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 3);
+    CHECK_EQ_INT(q("SELECT total_errors FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 1);
+    CHECK_EQ_INT(q("SELECT total_cost_micros FROM daily_stats WHERE date = '2026-01-01'"), 166);
+    CHECK_EQ_INT(q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-02' AND pool = 'fallback'"), 1);
+    /* pruning: events before the cut go in batches of prune_batch; buckets stay */
+    mg_usage_conf_t u = {.enabled = true, .retention_days = 1, .prune_batch = 2, .prune_interval_s = 1};
+    char cut[24], batch[16];
+    mg_usage_prune_params(&u, T0 + DAY + HOUR, cut, batch); /* cut = T0 + 1 h */
+    const char *p[2] = {cut, batch};
+    CHECK(mg_store_write(s, MG_USAGE_PRUNE_SQL, 2, p) == 0);
+    mg_store_flush(s);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 3); /* two of the three old ones */
+    CHECK(mg_store_write(s, MG_USAGE_PRUNE_SQL, 2, p) == 0);
+    mg_store_flush(s);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 2); /* r3 (T0 + 1 h + 5) and r4 */
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 5);
+    /* an event pruned and written again would count twice: the writer never rewrites one
+       (the request id's only writer is its call's finish) */
+    /* one batch per event: each adds its own */
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "b%d", i);
+        mg_usage_event_t e = ev(id, T0 + 2 * DAY + i, "succeeded", 1, 1);
+        CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+        mg_store_flush(s);
+        CHECK_EQ_INT(q("SELECT requests FROM usage_hourly WHERE hour = 1767398400"), i + 1);
+    }
+    mg_store_close(s);
+}
+
+static void test_bins(void)
+{
+    CHECK_EQ_INT(mg_usage_bin(0), 0);
+    CHECK_EQ_INT(mg_usage_bin(1), 1);
+    CHECK_EQ_INT(mg_usage_bin(2), 2);
+    CHECK_EQ_INT(mg_usage_bin(3), 2);
+    CHECK_EQ_INT(mg_usage_bin(1000), 10);
+    CHECK_EQ_INT(mg_usage_bin(1024), 11);
+    CHECK_EQ_INT(mg_usage_bin_upper_ms(10), 1024);
+    CHECK(mg_usage_bin(1000) <= 24 && mg_usage_bin(1LL << 40) == 24);
+}
+
+static void test_prices(void)
+{
+    mg_provider_conf_t provs[2] = {{.id = "p1"}, {.id = "short", .cost_per_1k_tokens = 0.002}};
+    mg_price_t prices[3] = {
+        {.provider = "p1", .model = "m", .input_micros = 1000000, .output_micros = 2000000,
+         .cached_input_micros = 100000, .cache_write_micros = 1250000, .effective_at = 0, .version = "v1"},
+        {.provider = "p1", .model = "m", .input_micros = 3000000, .output_micros = 3000000,
+         .cached_input_micros = 3, .cache_write_micros = 3, .effective_at = 1000, .version = "v2"},
+        {.provider = "p1", .model = "*", .input_micros = 7, .output_micros = 7,
+         .cached_input_micros = 7, .cache_write_micros = 7, .effective_at = 0, .version = "any"},
+    };
+    mg_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.providers = provs;
+    cfg.n_providers = 2;
+    cfg.prices = prices;
+    cfg.n_prices = 3;
+    mg_usage_tokens_t t = {.input = 1000, .output = 500, .cached_read = 2000, .cache_write = 10};
+    const char *v = NULL;
+    /* before v2: v1; 1000 + 1000 + 200 + 12.5 -> ceil 2213 */
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &t, 999, &v), 2213);
+    CHECK_STR(v, "v1");
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &t, 1000, &v), 4501); /* 3000 + 1500 + ceil(0.006 + 0.00003) */
+    CHECK_STR(v, "v2");
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "other", &t, 5000, &v), 1); /* 3510 x 7 / 1e6 -> ceil 1 */
+    CHECK_STR(v, "any");
+    /* the shorthand: 0.002 per 1k tokens = 2 micros a token, every kind alike */
+    CHECK_EQ_INT(mg_price_cost(&cfg, "short", "x", &t, 0, &v), (1000 + 500 + 2000 + 10) * 2);
+    CHECK_STR(v, "cost_per_1k");
+    CHECK_EQ_INT(mg_price_cost(&cfg, "nobody", "x", &t, 0, &v), 0);
+    CHECK(v == NULL);
+    mg_usage_tokens_t zero = {0};
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &zero, 0, NULL), 0);
+    /* a huge count stays finite and positive */
+    mg_usage_tokens_t huge = {.input = 1LL << 40, .output = 1LL << 40};
+    CHECK(mg_price_apply(&prices[0], &huge) > 0);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/mg-usage-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof(path), "%s/m.db", dir);
+    MG_RUN(test_events_and_rollups);
+    MG_RUN(test_bins);
+    MG_RUN(test_prices);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 1;
+    return mg_test_summary();
+}

@@ -1,7 +1,6 @@
 /* call: the runner, a call's life from allocation to its one finish; see call.h. */
 #include "pipeline/call.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
+#include "tenancy/cost.h"
 
 /* ------------------------------------------------------------------------ */
 /* The runner                                                                */
@@ -23,6 +23,7 @@ static mg_step_rc_t run_step(call_t *c, mg_step_t s)
     case STEP_IDENTIFY: return step_identify(c);
     case STEP_IDEMPOTENCY: return step_idempotency(c);
     case STEP_ADMIT: return step_admit(c);
+    case STEP_WALLET: return step_wallet(c);
     case STEP_ENQUEUE: return step_enqueue(c);
     case STEP_ROUTE: return step_route(c);
     case STEP_RESERVE: return step_reserve(c);
@@ -191,11 +192,11 @@ static void call_unlink(call_t *c)
  * loses its spend record. Without a client (cancelled) the charge is fire and forget. */
 mg_hold_t *charge_spend(call_t *c)
 {
-    double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
-    long long tokens = c->prompt_tokens + c->completion_tokens;
-    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0) return NULL;
+    if (c->charged || !c->have_usage || !c->auth.held) return NULL;
+    int64_t micros = mg_cost_micros(mg_cost_rate_of(c->provider), c->prompt_tokens,
+                                    c->completion_tokens);
+    if (micros <= 0) return NULL;
     c->charged = 1;
-    int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
     mg_hold_t *h = c->req ? mg_hold_new() : NULL;
     if (h) mg_hold_expect(h);
     if (mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms(), h ? mg_hold_committed : NULL,
@@ -227,6 +228,7 @@ static void call_free(call_t *c)
         mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
         charge_spend(c); /* when no end was sent (the client left): nothing is held */
     }
+    wallet_finish(c);
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);

@@ -8,6 +8,8 @@
  *                                 $MOONGATE_ENCRYPTION_KEY to $MOONGATE_NEW_ENCRYPTION_KEY
  *   moongate tokenize [--encoding NAME] [--ids] [--special] [--data-dir DIR]
  *                                 count (or list) the tokens of stdin
+ *   moongate check-ledger [-c FILE]
+ *                                 verify the prepaid ledger; exit 0 or 1
  *   moongate --help | --version */
 #include <curl/curl.h>
 #include <signal.h>
@@ -22,6 +24,7 @@
 #include "base/secret.h"
 #include "server.h"
 #include "store/store.h"
+#include "tenancy/wallet.h"
 #include "token/encoding.h"
 #include "token/tokenize.h"
 
@@ -50,6 +53,10 @@ static void usage(FILE *f)
             "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
             "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
             "                          the config; then restart the gateway with the new key\n"
+            "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
+            "                          every wallet equals the sums of its entries, every request\n"
+            "                          reserved once and ended at most once; prints each problem,\n"
+            "                          exit 0 when consistent, 1 otherwise\n"
             "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
             "                          read stdin, print its token count (default o200k_base),\n"
             "                          or with --ids the token ids as one JSON array; --special\n"
@@ -84,6 +91,26 @@ static int keygen(void)
     }
     printf("%s\n", hex);
     return 0;
+}
+
+/* moongate check-ledger: mg_wallet_check over the store named by the config. */
+static int check_ledger(const char *path)
+{
+    char err[1024];
+    mg_config_t *cfg = NULL;
+    mg_store_t *st = NULL;
+    long wallets = 0, entries = 0, problems = -1;
+    if (mg_config_load(path, &cfg, err, sizeof(err)) != 0 ||
+        mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
+        (problems = mg_wallet_check(st, stdout, &wallets, &entries, err, sizeof(err))) < 0)
+        fprintf(stderr, "moongate check-ledger: %s\n", err);
+    else if (problems == 0)
+        printf("ledger: consistent: %ld wallet(s), %ld entries\n", wallets, entries);
+    else
+        printf("ledger: %ld problem(s) in %ld wallet(s), %ld entries\n", problems, wallets, entries);
+    if (st) mg_store_close(st);
+    mg_config_free(cfg);
+    return problems == 0 ? 0 : 1;
 }
 
 static int rotate_encryption_key(const char *path)
@@ -200,13 +227,17 @@ static int tokenize(int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *config = getenv("MOONGATE_CONFIG");
-    int check = 0, rotate = 0;
+    int check = 0, rotate = 0, ledger = 0;
     if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i == 1 && strcmp(a, "rotate-encryption-key") == 0) {
             rotate = 1;
+            continue;
+        }
+        if (i == 1 && strcmp(a, "check-ledger") == 0) {
+            ledger = 1;
             continue;
         }
         if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && i + 1 < argc) {
@@ -230,6 +261,7 @@ int main(int argc, char **argv)
     if (!config || !*config) config = DEFAULT_CONFIG;
     if (check) return check_config(config);
     if (rotate) return rotate_encryption_key(config);
+    if (ledger) return check_ledger(config);
 
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

@@ -226,6 +226,10 @@ static void handle_admin_cooldowns(mg_admin_t *a, mg_http_req_t *req)
 /* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
 void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
 {
+    if (strncmp(req->path, "/api/v2/webhooks/", 17) == 0) {
+        adm_enqueue(a, req, NULL); /* signed, not token-bearing: billing.c checks it */
+        return;
+    }
     int who = admin_allowed(a, req);
     if (who == ADMIN_REFUSED) return;
     const char *sub = req->path + strlen("/api/v2/");

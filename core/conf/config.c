@@ -1280,6 +1280,12 @@ static int load_users(loader_t *l, yaml_node_t *v, int line)
     return 0;
 }
 
+static int load_billing(loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_conf_billing_section(l->doc, v, l->name, &l->cfg->billing, l->err, l->err_len);
+}
+
 typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
@@ -1296,7 +1302,7 @@ static const struct {
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
-    {"users", load_users},
+    {"users", load_users},       {"billing", load_billing},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1580,6 +1586,7 @@ int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_le
 void mg_config_free(mg_config_t *cfg)
 {
     if (!cfg) return;
+    mg_billing_conf_free(&cfg->billing);
     free(cfg->default_application);
     for (size_t i = 0; i < cfg->cors.n_origins; i++) free(cfg->cors.origins[i]);
     free(cfg->cors.origins);

@@ -791,7 +791,9 @@ static void audit_list(admin_t *a)
 /* ---- usage (GET /api/v2/usage) ------------------------------------------------------------------
  */
 
-#define USAGE_JSON_COLUMNS "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id), s.period, s.micros"
+#define USAGE_JSON_COLUMNS                                                                         \
+    "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id, CASE s.scope WHEN 'tenant' THEN s.id END),"  \
+    " s.period, s.micros"
 static cJSON *usage_json(int ncols, const char *const *c)
 {
     if (ncols < 5) return NULL;
@@ -816,7 +818,8 @@ static void usage_list(admin_t *a)
                  "SELECT " USAGE_JSON_COLUMNS " FROM spend s"
                  " LEFT JOIN api_keys k ON s.scope = 'key' AND k.id = s.id"
                  " LEFT JOIN projects p ON s.scope = 'project' AND p.id = s.id"
-                 " WHERE ?1 IS NULL OR COALESCE(k.tenant_id, p.tenant_id) = ?1"
+                 " WHERE ?1 IS NULL OR COALESCE(k.tenant_id, p.tenant_id,"
+                 "  CASE s.scope WHEN 'tenant' THEN s.id END) = CAST(?1 AS INTEGER)"
                  " ORDER BY s.period DESC, s.scope, s.id LIMIT 1000",
                  NULL, 1, p, usage_json, "usage");
 }

@@ -1,6 +1,7 @@
 /* call: the runner, a call's life from allocation to its one finish; see call.h. */
 #include "pipeline/call.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,13 +400,14 @@ static void respond_error(call_t *c)
     char extra[160] = "";
     int n = 0;
     if (c->error_retry_ms > 0)
-        n = snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (c->error_retry_ms + 999) / 1000);
+        n = snprintf(extra, sizeof(extra), "Retry-After: %lld\r\n", (c->error_retry_ms + 999) / 1000);
     if (c->fail_degraded)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
     mg_buf_t body = {0};
     if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
-                         c->error_passed[2], c->req->request_id, c->error_retry_ms) != 0) {
+                         c->error_passed[2], c->req->request_id,
+                         c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) != 0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
         return;

@@ -248,7 +248,7 @@ typedef struct call_s {
                                     event's (made only when the call fails) */
     char *error_passed[3];       /* owned: an upstream error passed on as it was: its code,
                                     type and param (NULL: the gateway's own, null) */
-    int error_retry_ms;
+    long long error_retry_ms;    /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
     /* accounting */
     int have_usage;
     int charged;                 /* charge_spend ran (it charges once) */

@@ -30,6 +30,8 @@ typedef struct wallet_op_s {
     mg_store_t *store;     /* borrowed: the pipeline's */
     int pending;           /* the reservation's write is on the writer thread */
     int granted;           /* the hold stands (until wallet_finish ends it) */
+    int64_t prompt_tokens; /* the prompt as admission counted it: the charge without usage
+                              (the request, and so its body, may be gone at the call's end) */
     char request_id[MG_REQUEST_ID_LEN + 1];
 } wallet_op_t;
 
@@ -87,6 +89,7 @@ mg_step_rc_t step_wallet(call_t *c)
     op->c = c;
     op->store = c->pl->store;
     op->pending = 1;
+    op->prompt_tokens = prompt_estimate(c, 4);
     snprintf(op->request_id, sizeof(op->request_id), "%s", c->req->request_id);
     c->wallet = op;
     if (mg_wallet_reserve(op->store, c->auth.tenant_id, op->request_id, c->est_cost_micros,
@@ -113,9 +116,12 @@ static void end_hold(call_t *c, wallet_op_t *op)
                    " stays held until an administrator releases it");
         rc = mg_wallet_metering_failed(op->store, op->request_id, now, end_logged, NULL);
     } else {
-        estimate_tokens(c); /* no-op with upstream usage */
-        int64_t cost = mg_cost_micros(mg_cost_rate_of(c->provider), c->prompt_tokens,
-                                      c->completion_tokens);
+        long long in = c->prompt_tokens, out = c->completion_tokens;
+        if (!c->have_usage) { /* the tokenizer's count (admission's), the chunks streamed */
+            in = op->prompt_tokens;
+            out = c->chunks;
+        }
+        int64_t cost = mg_cost_micros(mg_cost_rate_of(c->provider), in, out);
         rc = mg_wallet_settle(op->store, op->request_id, cost, now, end_logged, NULL);
     }
     if (rc != 0) end_logged(NULL, -1, 0);

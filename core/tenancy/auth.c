@@ -797,7 +797,11 @@ static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, in
     lv[n++] = table_find(&a->keys, rec->id);
     if (!lv[0]) return refuse(out, 401, "AUTH_FAILED", "unknown", "invalid API key");
     if (rec->project_id > 0 && (lv[n] = table_find(&a->projects, rec->project_id))) n++;
-    mg_auth_level_t *tenant = table_find(&a->tenants, rec->tenant_id);
+    /* a tenant created after the last load has no level yet: its first request makes it (no
+     * limits until PUT .../billing sets them; its spend is counted from the start) */
+    int created;
+    mg_auth_level_t *tenant =
+        rec->tenant_id > 0 ? table_get(&a->tenants, rec->tenant_id, LV_TENANT, &created) : NULL;
     if (est_micros < 0) est_micros = 0;
     if (check_spends(a, lv, n, tenant, rec, est_micros, now_ms, out) != 0) return -1;
     mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};

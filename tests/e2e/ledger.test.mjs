@@ -282,6 +282,42 @@ describe('prepaid wallets', () => {
     });
 });
 
+describe('prepaid: retries and cancellations', () => {
+    test('a client retry with the same Idempotency-Key reserves and settles once', async () => {
+        const t = await tenant('retrying', { mode: 'prepaid' });
+        const k = await key({ tenant_id: t });
+        assert.equal((await webhook({ id: `evt_retry_${t}`, tenant_id: t, amount_micros: 5000000 })).status, 200);
+        const headers = { ...auth(k), 'idempotency-key': `retry-${t}` };
+        const a = await postJson(`${env.api}/chat/completions`, chatBody(), { headers });
+        const b = await postJson(`${env.api}/chat/completions`, chatBody(), { headers });
+        assert.equal(a.status, 200, a.text);
+        assert.equal(b.status, 200, b.text);
+        await waitFor(async () => (await holds(t, 'held')).length === 0, { what: 'settled' });
+        const hs = await holds(t);
+        assert.equal(hs.length, 1, 'one reservation for the request and its retry');
+        assert.equal(hs[0].state, 'settled');
+        assert.equal((await wallet(t)).balance_micros, 5000000 - hs[0].charged_micros);
+    });
+
+    test('a client that leaves while the upstream works: the reservation is released, not charged', async () => {
+        const t = await tenant('leaving', { mode: 'prepaid' });
+        const k = await key({ tenant_id: t });
+        assert.equal((await webhook({ id: `evt_leave_${t}`, tenant_id: t, amount_micros: 5000000 })).status, 200);
+        const before = (await env.mock.requests()).filter((q) => q.body?.model === 'up-slow').length;
+        const ctl = new AbortController();
+        const p = postJson(`${env.api}/chat/completions`, chatBody({ model: 'slow' }), { headers: auth(k), signal: ctl.signal })
+            .catch((e) => e);
+        await waitFor(async () => (await env.mock.requests()).filter((q) => q.body?.model === 'up-slow').length > before,
+            { what: 'upstream reached' });
+        ctl.abort();
+        await p;
+        await waitFor(async () => (await holds(t, 'released')).length === 1, { what: 'released' });
+        const w = await wallet(t);
+        assert.equal(w.balance_micros, 5000000);
+        assert.equal(w.held_micros, 0);
+    });
+});
+
 describe('metering_failed', () => {
     test('no upstream usage with require_upstream_usage: held until released with a reason, audited', async () => {
         const t = await tenant('strict', { mode: 'prepaid', require_upstream_usage: true });

@@ -8,6 +8,8 @@
  *                                 $MOONGATE_ENCRYPTION_KEY to $MOONGATE_NEW_ENCRYPTION_KEY
  *   moongate tokenize [--encoding NAME] [--ids] [--special] [--data-dir DIR]
  *                                 count (or list) the tokens of stdin
+ *   moongate check-ledger [-c FILE]
+ *                                 verify the prepaid ledger; exit 0 or 1
  *   moongate --help | --version */
 #include <curl/curl.h>
 #include <signal.h>
@@ -23,6 +25,7 @@
 #include "server.h"
 #include "store/store.h"
 #include "store/upkeep.h"
+#include "tenancy/wallet.h"
 #include "token/encoding.h"
 #include "token/tokenize.h"
 
@@ -54,6 +57,10 @@ static void usage(FILE *f)
             "  backup DEST             an online, consistent copy of the store named by the\n"
             "                          config into the file DEST, while the gateway serves\n"
             "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
+            "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
+            "                          every wallet equals the sums of its entries, every request\n"
+            "                          reserved once and ended at most once; prints each problem,\n"
+            "                          exit 0 when consistent, 1 otherwise\n"
             "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
             "                          read stdin, print its token count (default o200k_base),\n"
             "                          or with --ids the token ids as one JSON array; --special\n"
@@ -105,6 +112,26 @@ static int backup_store(const char *config, const char *dest)
     else printf("backed up %s to %s\n", cfg->storage_path, dest);
     mg_config_free(cfg);
     return rc != 0;
+}
+
+/* moongate check-ledger: mg_wallet_check over the store named by the config. */
+static int check_ledger(const char *path)
+{
+    char err[1024];
+    mg_config_t *cfg = NULL;
+    mg_store_t *st = NULL;
+    long wallets = 0, entries = 0, problems = -1;
+    if (mg_config_load(path, &cfg, err, sizeof(err)) != 0 ||
+        mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
+        (problems = mg_wallet_check(st, stdout, &wallets, &entries, err, sizeof(err))) < 0)
+        fprintf(stderr, "moongate check-ledger: %s\n", err);
+    else if (problems == 0)
+        printf("ledger: consistent: %ld wallet(s), %ld entries\n", wallets, entries);
+    else
+        printf("ledger: %ld problem(s) in %ld wallet(s), %ld entries\n", problems, wallets, entries);
+    if (st) mg_store_close(st);
+    mg_config_free(cfg);
+    return problems == 0 ? 0 : 1;
 }
 
 static int rotate_encryption_key(const char *path)
@@ -221,7 +248,7 @@ static int tokenize(int argc, char **argv)
 int main(int argc, char **argv)
 {
     const char *config = getenv("MOONGATE_CONFIG");
-    int check = 0, rotate = 0;
+    int check = 0, rotate = 0, ledger = 0;
     const char *backup = NULL;
     if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
@@ -237,6 +264,10 @@ int main(int argc, char **argv)
                 return 2;
             }
             backup = argv[++i];
+            continue;
+        }
+        if (i == 1 && strcmp(a, "check-ledger") == 0) {
+            ledger = 1;
             continue;
         }
         if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && i + 1 < argc) {
@@ -261,6 +292,7 @@ int main(int argc, char **argv)
     if (check) return check_config(config);
     if (rotate) return rotate_encryption_key(config);
     if (backup) return backup_store(config, backup);
+    if (ledger) return check_ledger(config);
 
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

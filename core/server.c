@@ -6,6 +6,7 @@
  * neither of which may happen on the loop thread), then swapped in on the loop thread;
  * requests keep the generation they started with. Stop: no new connections, in-flight
  * requests drain up to timeouts.drain_ms, then everything closes. */
+#include "tenancy/wallet.h"
 #include "server.h"
 
 #include "token/registry.h"
@@ -459,6 +460,7 @@ static int start_state(mg_server_t *s, const char *config_path)
                 s->auth ? err : "out of memory");
         return -1;
     }
+    mg_wallet_recover(s->store, mg_unix_ms()); /* holds a killed process left open */
     s->userrate = mg_userrate_new();
     return s->userrate ? 0 : -1;
 }

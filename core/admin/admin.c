@@ -75,8 +75,9 @@ static const field_t key_fields[] = {
 };
 
 /* Project values. */
-enum { P_NAME, P_RPM, P_TPM, P_CONC, P_MONTHLY, P_N };
-#define PROJECT_VAL_COLUMNS "name, rpm_limit, tpm_limit, max_concurrency, monthly_limit_micros"
+enum { P_NAME, P_RPM, P_TPM, P_CONC, P_MONTHLY, P_DAILY, P_N };
+#define PROJECT_VAL_COLUMNS                                                                        \
+    "name, rpm_limit, tpm_limit, max_concurrency, monthly_limit_micros, daily_limit_micros"
 
 static const field_t project_fields[] = {
     {"tenant_id", F_ID, -1, 0, 0},
@@ -85,6 +86,7 @@ static const field_t project_fields[] = {
     {"tpm_limit", F_LIMIT, P_TPM, 0, 4e9},
     {"max_concurrency", F_LIMIT, P_CONC, 0, 1e5},
     {"monthly_limit_micros", F_LIMIT, P_MONTHLY, 0, 1e15},
+    {"daily_limit_micros", F_LIMIT, P_DAILY, 0, 1e15},
 };
 
 static const field_t tenant_fields[] = {
@@ -105,10 +107,11 @@ static cJSON *tenant_json(int ncols, const char *const *c)
 }
 
 #define PROJECT_JSON_COLUMNS                                                                       \
-    "id, tenant_id, name, rpm_limit, tpm_limit, max_concurrency, monthly_limit_micros, created_at"
+    "id, tenant_id, name, rpm_limit, tpm_limit, max_concurrency, monthly_limit_micros, created_at," \
+    " daily_limit_micros"
 static cJSON *project_json(int ncols, const char *const *c)
 {
-    if (ncols < 8) return NULL;
+    if (ncols < 9) return NULL;
     cJSON *o = cJSON_CreateObject();
     adm_add_int(o, "id", c[0]);
     cJSON_AddStringToObject(o, "object", "project");
@@ -119,6 +122,7 @@ static cJSON *project_json(int ncols, const char *const *c)
     adm_add_int(o, "max_concurrency", c[5]);
     adm_add_int(o, "monthly_limit_micros", c[6]);
     adm_add_int(o, "created_at", c[7]);
+    adm_add_int(o, "daily_limit_micros", c[8]);
     return o;
 }
 
@@ -281,6 +285,7 @@ static void auth_project(admin_t *a, int64_t id, int64_t tenant, const vals_t *v
         .tpm_limit = (uint32_t)strtoul(vs->v[P_TPM], NULL, 10),
         .max_concurrency = (uint32_t)strtoul(vs->v[P_CONC], NULL, 10),
         .monthly_limit_micros = strtoll(vs->v[P_MONTHLY], NULL, 10),
+        .daily_limit_micros = strtoll(vs->v[P_DAILY], NULL, 10),
     };
     adm_fx(a, ADM_FX_PUT_PROJECT, NULL, NULL, &p);
 }
@@ -323,12 +328,12 @@ static void project_create(admin_t *a)
         project_name_free(a, tx, tenant, vs.v[P_NAME], NULL) != 0)
         goto out;
     adm_fmt_i64(at, sizeof(at), adm_now_s());
-    const char *p[7] = {tenant,       vs.v[P_NAME],    vs.v[P_RPM], vs.v[P_TPM],
-                        vs.v[P_CONC], vs.v[P_MONTHLY], at};
+    const char *p[8] = {tenant,       vs.v[P_NAME],    vs.v[P_RPM],   vs.v[P_TPM],
+                        vs.v[P_CONC], vs.v[P_MONTHLY], vs.v[P_DAILY], at};
     if (adm_tx_write(a, tx,
                  "INSERT INTO projects(tenant_id, " PROJECT_VAL_COLUMNS ", created_at)"
-                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                 7, p, "name") < 0)
+                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 8, p, "name") < 0)
         goto out;
     int64_t pid = mg_store_tx_last_id(tx);
     adm_fmt_i64(id, sizeof(id), pid);
@@ -398,11 +403,13 @@ static void project_update(admin_t *a, const char *id)
     if (adm_tx_first(a, tx, "SELECT tenant_id FROM projects WHERE id = ?1", 1, pid, &f) != 0 ||
         project_name_free(a, tx, f.v[0], vs.v[P_NAME], id) != 0)
         goto out;
-    const char *p[6] = {id, vs.v[P_NAME], vs.v[P_RPM], vs.v[P_TPM], vs.v[P_CONC], vs.v[P_MONTHLY]};
+    const char *p[7] = {id,           vs.v[P_NAME],    vs.v[P_RPM],  vs.v[P_TPM],
+                        vs.v[P_CONC], vs.v[P_MONTHLY], vs.v[P_DAILY]};
     if (adm_tx_write(a, tx,
                  "UPDATE projects SET name = ?2, rpm_limit = ?3, tpm_limit = ?4,"
-                 " max_concurrency = ?5, monthly_limit_micros = ?6 WHERE id = ?1",
-                 6, p, "name") < 0)
+                 " max_concurrency = ?5, monthly_limit_micros = ?6, daily_limit_micros = ?7"
+                 " WHERE id = ?1",
+                 7, p, "name") < 0)
         goto out;
     cJSON *o = adm_tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
                        project_json);
@@ -785,7 +792,9 @@ static void audit_list(admin_t *a)
 /* ---- usage (GET /api/v2/usage) ------------------------------------------------------------------
  */
 
-#define USAGE_JSON_COLUMNS "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id), s.period, s.micros"
+#define USAGE_JSON_COLUMNS                                                                         \
+    "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id, CASE s.scope WHEN 'tenant' THEN s.id END),"  \
+    " s.period, s.micros"
 static cJSON *usage_json(int ncols, const char *const *c)
 {
     if (ncols < 5) return NULL;
@@ -810,7 +819,8 @@ static void usage_list(admin_t *a)
                  "SELECT " USAGE_JSON_COLUMNS " FROM spend s"
                  " LEFT JOIN api_keys k ON s.scope = 'key' AND k.id = s.id"
                  " LEFT JOIN projects p ON s.scope = 'project' AND p.id = s.id"
-                 " WHERE ?1 IS NULL OR COALESCE(k.tenant_id, p.tenant_id) = ?1"
+                 " WHERE ?1 IS NULL OR COALESCE(k.tenant_id, p.tenant_id,"
+                 "  CASE s.scope WHEN 'tenant' THEN s.id END) = CAST(?1 AS INTEGER)"
                  " ORDER BY s.period DESC, s.scope, s.id LIMIT 1000",
                  NULL, 1, p, usage_json, "usage");
 }
@@ -1045,6 +1055,7 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
         audit_list(a);
         return;
     }
+    if (adm_billing_route(a, coll, id, verb)) return;
     for (int i = 0; i < 3; i++)
         if (strcmp(coll, colls[i][0]) == 0) kind = colls[i][1];
     if (!kind || (verb && strcmp(kind, "key") != 0) || (id && !numeric_id(id))) {
@@ -1210,6 +1221,8 @@ static void apply_effects(admin_t *a)
             rc = mg_auth_rotate_key(auth, fx->digest, fx->rec);
         else if (auth && fx->kind == ADM_FX_PUT_PROJECT)
             rc = mg_auth_put_project(auth, &fx->project);
+        else if (auth && fx->kind == ADM_FX_PUT_TENANT)
+            rc = mg_auth_put_tenant(auth, &fx->tenant);
         if (rc != 0) auth_resync(a, rc);
         mg_key_record_unref(fx->rec);
         fx->rec = NULL;
@@ -1253,6 +1266,7 @@ static void admin_free(admin_t *a)
     for (int i = 0; i < a->n_fx; i++) mg_key_record_unref(a->fx[i].rec);
     cJSON_Delete(a->in);
     free(a->query);
+    free(a->raw_body);
     if (a->tenant_token) OPENSSL_cleanse(a->tenant_token, strlen(a->tenant_token));
     free(a->tenant_token);
     if (a->gen) mg_gen_unref(a->gen);
@@ -1353,6 +1367,17 @@ void adm_enqueue(mg_admin_t *adm, mg_http_req_t *req, const char *tenant_token)
     snprintf(a->path, sizeof(a->path), "%s", req->path);
     snprintf(a->request_id, sizeof(a->request_id), "%s", req->request_id);
     mg_http_peer(req, a->peer, sizeof(a->peer));
+    if (strncmp(req->path, "/api/v2/webhooks/", 17) == 0) {
+        /* a signed webhook: its signature covers the body's exact bytes */
+        const char *sig = mg_http_header(req, "Moongate-Signature");
+        snprintf(a->signature, sizeof(a->signature), "%s", sig ? sig : "");
+        snprintf(a->actor, sizeof(a->actor), "webhook");
+        if ((a->raw_body = malloc(req->body_len + 1))) {
+            memcpy(a->raw_body, req->body, req->body_len);
+            a->raw_body[req->body_len] = '\0';
+            a->raw_len = req->body_len;
+        }
+    }
     if (req->query && !(a->query = strdup(req->query)))
         adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
     else if (strlen(req->path) >= sizeof(a->path))

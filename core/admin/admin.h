@@ -5,7 +5,7 @@
  *   POST /api/v2/tenants {name}          -> 201
  *   GET  /api/v2/projects[?tenant_id=]   GET /api/v2/projects/{id}
  *   POST /api/v2/projects {tenant_id, name, rpm_limit?, tpm_limit?, max_concurrency?,
- *                          monthly_limit_micros?}                      -> 201
+ *                          daily_limit_micros?, monthly_limit_micros?}  -> 201
  *   PUT  /api/v2/projects/{id} {name?, limits...}
  *   GET  /api/v2/keys[?tenant_id=&project_id=&include_revoked=1]  (masked)
  *   GET  /api/v2/keys/{id}                                         (masked)
@@ -19,10 +19,12 @@
  *   DELETE /api/v2/keys/{id}                         (revokes: the row stays for the record)
  *   POST|PUT|DELETE /api/v2/providers[/{id}[/enable|disable|test]]   (providers.c)
  *   POST /api/v2/admin-tokens {tenant_id, name?}     GET, DELETE /{id}  (scope.c)
- *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/period
+ *   GET  /api/v2/usage[?tenant_id=]                  metered spend per key/project/tenant/period
  *   GET  /api/v2/stats/{overview|daily|tokens|providers/{id}},
  *        /api/v2/usage/{analytics|events}           usage analytics (stats.c)
  *   GET|POST /api/v2/prices                          versioned prices (prices.c)
+ *   GET|PUT /api/v2/tenants/{id}/billing, GET .../wallet|ledger|holds, POST .../release|adjust,
+ *   POST /api/v2/webhooks/topup (signed, no token)   the prepaid ledger (billing.c)
  *   GET|POST|PUT|DELETE /api/v2/models[/{name}]        logical models (defs.c)
  *   GET|POST|PUT|DELETE /api/v2/applications[/{name}]  applications (defs.c)
  *   GET|PUT /api/v2/quotas, /api/v2/policies         views over settings and applications

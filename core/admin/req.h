@@ -39,6 +39,7 @@ typedef enum {
     ADM_FX_REMOVE_KEY,  /* drop the key with digest */
     ADM_FX_ROTATE_KEY,  /* digest out, rec in, in one step */
     ADM_FX_PUT_PROJECT, /* project limits */
+    ADM_FX_PUT_TENANT,  /* tenant spend limits and billing */
 } adm_fx_kind_t;
 
 /* The admin API's state (admin.h): what it was given, its queue, the token's digest. */
@@ -55,6 +56,7 @@ typedef struct admin_fx_s {
     mg_key_record_t *rec; /* one reference, or NULL */
     unsigned char digest[MG_KEY_DIGEST_LEN];
     mg_auth_project_t project;
+    mg_auth_tenant_t tenant;
 } admin_fx_t;
 
 typedef struct admin_s {
@@ -82,6 +84,10 @@ typedef struct admin_s {
     char actor[48];                 /* "admin" (platform) or "tenant-admin:<token id>" */
     int unauthenticated;            /* the token did not resolve: answered 401, audited as
                                        admin.auth_failed and counted against the address */
+    char *raw_body;                 /* owned: a webhook's body as sent (its signature covers
+                                       these bytes), or NULL */
+    size_t raw_len;
+    char signature[320];            /* a webhook's Moongate-Signature header, or "" */
     admin_fx_t fx[ADM_MAX_FX];      /* effects for the loop thread, in order */
     int n_fx;
     int rebuild;                    /* providers changed: the generation must be rebuilt */
@@ -248,6 +254,12 @@ int adm_cooldowns_route(admin_t *a, const char *coll, const char *id, const char
 int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *verb);
 /* /api/v2/prices: list, add a version. 1 when coll is prices (answered). */
 int adm_prices_route(admin_t *a, const char *coll, const char *id, const char *verb);
+
+/* ---- billing (billing.c) ---- */
+
+/* /api/v2/tenants/{id}/{billing|wallet|ledger|holds|release|adjust} and
+ * /api/v2/webhooks/topup. 1 when coll/verb is one of them (answered), 0 otherwise. */
+int adm_billing_route(admin_t *a, const char *coll, const char *id, const char *verb);
 
 /* ---- providers (providers.c) ---- */
 

@@ -1319,6 +1319,11 @@ static int load_usage_or_prices(loader_t *l, yaml_node_t *v, int line, int price
 }
 static int load_usage(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 0); }
 static int load_prices(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 1); }
+static int load_billing(loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_conf_billing_section(l->doc, v, l->name, &l->cfg->billing, l->err, l->err_len);
+}
 
 typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
@@ -1337,7 +1342,7 @@ static const struct {
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
     {"users", load_users},       {"dashboard", load_dashboard}, {"usage", load_usage},
-    {"prices", load_prices},
+    {"prices", load_prices},     {"billing", load_billing},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1627,6 +1632,7 @@ int mg_config_load(const char *path, mg_config_t **out, char *err, size_t err_le
 void mg_config_free(mg_config_t *cfg)
 {
     if (!cfg) return;
+    mg_billing_conf_free(&cfg->billing);
     free(cfg->default_application);
     for (size_t i = 0; i < cfg->cors.n_origins; i++) free(cfg->cors.origins[i]);
     free(cfg->cors.origins);

@@ -7,6 +7,7 @@
 #ifndef MG_CONFIG_H
 #define MG_CONFIG_H
 
+#include "conf/billing.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -213,6 +214,7 @@ typedef struct mg_config_s {
     int idempotency_max_entries; /* stored answers kept in memory per tenant (auth on) or in
                                     all (auth off), oldest out first; the store keeps the rest
                                     (idempotency.max_entries), default 10000 */
+    mg_billing_conf_t billing; /* billing: the top-up webhook (conf/billing.h) */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_routing_conf_t routing;

@@ -449,9 +449,12 @@ mg_step_rc_t step_admit(call_t *c)
     c->est_tokens = prompt_estimate(c, 4) + (c->max_tokens > 0 ? c->max_tokens : 256);
     set_lua_info(c);
     if (alloc_routing(c) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    if (cfg->auth_enabled) c->est_cost_micros = call_estimated_cost(c);
     if (cfg->auth_enabled && mg_auth_admit(c->pl->auth, &c->auth, c->model->name, in->priority,
-                                           mg_unix_ms(), c->est_tokens) != 0)
-        return call_error(c, c->auth.status, c->auth.code, c->auth.message,
-                          (int)c->auth.retry_after_ms);
+                                           mg_unix_ms(), c->est_tokens, c->est_cost_micros) != 0) {
+        call_error(c, c->auth.status, c->auth.code, c->auth.message, 0);
+        c->error_retry_ms = (long long)c->auth.retry_after_ms; /* a month's wait passes INT_MAX ms */
+        return MG_STEP_NEXT;
+    }
     return MG_STEP_NEXT;
 }

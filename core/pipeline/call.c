@@ -1,7 +1,7 @@
 /* call: the runner, a call's life from allocation to its one finish; see call.h. */
 #include "pipeline/call.h"
 
-#include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
+#include "tenancy/cost.h"
 
 /* ------------------------------------------------------------------------ */
 /* The runner                                                                */
@@ -23,6 +24,7 @@ static mg_step_rc_t run_step(call_t *c, mg_step_t s)
     case STEP_IDENTIFY: return step_identify(c);
     case STEP_IDEMPOTENCY: return step_idempotency(c);
     case STEP_ADMIT: return step_admit(c);
+    case STEP_WALLET: return step_wallet(c);
     case STEP_ENQUEUE: return step_enqueue(c);
     case STEP_ROUTE: return step_route(c);
     case STEP_RESERVE: return step_reserve(c);
@@ -183,8 +185,8 @@ static void call_unlink(call_t *c)
     c->prev = c->next = NULL;
 }
 
-/* What the answer cost, in micros of the currency: tokens x the provider's price per 1,000,
- * rounded up (a priced request never costs nothing), charged once to the caller's key and
+/* What the answer cost, in micros of the currency (call_cost_micros: the versioned price in
+ * force, else cost_per_1k_tokens), charged once to the caller's key and
  * project for their spend limits, when the upstream reported usage. Called before the
  * answer's end is sent: the hold it returns (NULL: nothing to wait for) releases that end
  * once the charge is durable (net/hold.h), so a client that saw its whole answer never
@@ -193,12 +195,10 @@ mg_hold_t *charge_spend(call_t *c)
 {
     mg_hold_t *event_hold = c->end_hold; /* the usage event's (meter.c): one hold for both */
     c->end_hold = NULL;
-    double price = c->provider ? c->provider->cost_per_1k_tokens : 0;
-    long long tokens = c->prompt_tokens + c->completion_tokens;
-    if (c->charged || !c->have_usage || !c->auth.held || price <= 0 || tokens <= 0)
-        return event_hold;
+    if (c->charged || !c->have_usage || !c->auth.held) return event_hold;
+    int64_t micros = call_cost_micros(c, NULL); /* the price version in force (obs/price.h) */
+    if (micros <= 0) return event_hold;
     c->charged = 1;
-    int64_t micros = (int64_t)ceil((double)tokens * price * 1000.0);
     mg_hold_t *h = event_hold ? event_hold : c->req ? mg_hold_new() : NULL;
     if (h) mg_hold_expect(h);
     if (mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms(), h ? mg_hold_committed : NULL,
@@ -230,6 +230,7 @@ static void call_free(call_t *c)
         mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
         charge_spend(c); /* when no end was sent (the client left): nothing is held */
     }
+    wallet_finish(c);
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);
@@ -433,13 +434,14 @@ static void respond_error(call_t *c)
     char extra[160] = "";
     int n = 0;
     if (c->error_retry_ms > 0)
-        n = snprintf(extra, sizeof(extra), "Retry-After: %d\r\n", (c->error_retry_ms + 999) / 1000);
+        n = snprintf(extra, sizeof(extra), "Retry-After: %lld\r\n", (c->error_retry_ms + 999) / 1000);
     if (c->fail_degraded)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
     mg_buf_t body = {0};
     if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
-                         c->error_passed[2], c->req->request_id, c->error_retry_ms) != 0) {
+                         c->error_passed[2], c->req->request_id,
+                         c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) != 0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
         return;

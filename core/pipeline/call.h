@@ -48,6 +48,7 @@ typedef enum {
     STEP_IDENTIFY,
     STEP_IDEMPOTENCY,
     STEP_ADMIT,
+    STEP_WALLET,
     STEP_ENQUEUE,
     STEP_ROUTE,
     STEP_RESERVE,
@@ -197,6 +198,9 @@ typedef struct call_s {
     int own_total;               /* the same for the inference / total deadline */
     uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
     int64_t est_tokens;          /* reserved against TPM limits */
+    int64_t est_cost_micros;     /* the estimated cost held against spend limits and wallets */
+    struct wallet_op_s *wallet;  /* the prepaid reservation (wallet.c), or NULL; not owned
+                                    while its store write is pending (see wallet_finish) */
     int64_t prompt_count;        /* the body's tokens by the model's encoding, -1: not counted
                                     (prompt_estimate in admit.c) */
     mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
@@ -247,7 +251,7 @@ typedef struct call_s {
                                     event's (made only when the call fails) */
     char *error_passed[3];       /* owned: an upstream error passed on as it was: its code,
                                     type and param (NULL: the gateway's own, null) */
-    int error_retry_ms;
+    long long error_retry_ms;    /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
     /* accounting */
     int have_usage;
     int charged;                 /* charge_spend ran (it charges once) */
@@ -375,6 +379,21 @@ int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
 /* The body counted with the model's encoding (once per call), or -1 without one. */
 int64_t prompt_count(call_t *c);
 mg_step_rc_t step_enqueue(call_t *c);
+
+/* ---- wallet.c: the estimated cost, the prepaid reservation and its end ----------------- */
+
+/* The call's estimated cost: the prompt's tokens (counted) x the dearest input price among
+ * the model's routes + its output ceiling (max_tokens, else 256; none for embeddings) x the
+ * dearest output price (tenancy/cost.h). */
+int64_t call_estimated_cost(call_t *c);
+/* With auth on and a prepaid tenant: reserve the estimate in the tenant's wallet on the
+ * store's writer thread; the call waits (asynchronously) and goes on to enqueue when the
+ * reservation holds, or ends 402 INSUFFICIENT_BALANCE. Otherwise it goes on at once. */
+mg_step_rc_t step_wallet(call_t *c);
+/* At the call's end (call_free): settle the hold with the actual cost, release it when the
+ * call did no work, or leave it held as metering_failed (the tenant requires upstream usage
+ * and there was none). A reservation still pending is released when it comes back. */
+void wallet_finish(call_t *c);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 

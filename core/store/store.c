@@ -38,8 +38,10 @@ typedef struct write_job_s {
     int nparams;
     const char **params;   /* in the job's allocation; entries may be NULL */
     mg_store_done_fn done; /* may be NULL */
+    mg_store_rows_fn done_rows; /* instead of done: the outcome and the rows changed */
     void *ud;
     int rc;                /* the outcome, set by the writer */
+    int64_t rows;          /* rows the statement changed (sqlite3_changes), set by the writer */
 } write_job_t;
 
 typedef struct {
@@ -330,6 +332,96 @@ static const char *const migrations[] = {
     " input_micros INTEGER NOT NULL, output_micros INTEGER NOT NULL,"
     " cached_input_micros INTEGER NOT NULL, cache_write_micros INTEGER NOT NULL,"
     " effective_at INTEGER NOT NULL, created_at INTEGER NOT NULL);",
+    /* 14: spend limits for tenants and daily ones for projects (the spend table gains the
+     * tenant scope: SQLite cannot change a CHECK, so it is rebuilt), a tenant's billing mode,
+     * and the prepaid ledger (tenancy/wallet.h). Ledger entries are immutable (triggers refuse
+     * UPDATE and DELETE); a wallet row is only ever changed by the trigger that applies an
+     * entry, so its balance and held figures are always the sums of its entries. A hold is
+     * one request's reservation: inserting it writes the reserve entry, ending it (settled,
+     * released, released_unmetered) writes the settle or release entry, once (a guard trigger
+     * allows only held -> settled | released | metering_failed and metering_failed ->
+     * released_unmetered with a reason). A top-up row writes its topup entry; its event id is
+     * its primary key, so a replayed webhook adds nothing. */
+    "CREATE TABLE spend_v13 ("
+    " scope TEXT NOT NULL CHECK(scope IN ('key','project','tenant')), id INTEGER NOT NULL,"
+    " period TEXT NOT NULL, micros INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (scope, id, period));"
+    "INSERT INTO spend_v13(scope, id, period, micros) SELECT scope, id, period, micros FROM spend;"
+    "DROP TABLE spend;"
+    "ALTER TABLE spend_v13 RENAME TO spend;"
+    "ALTER TABLE projects ADD COLUMN daily_limit_micros INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tenants ADD COLUMN daily_limit_micros INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tenants ADD COLUMN monthly_limit_micros INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tenants ADD COLUMN billing_mode TEXT NOT NULL DEFAULT 'postpaid'"
+    " CHECK(billing_mode IN ('postpaid','prepaid'));"
+    "ALTER TABLE tenants ADD COLUMN require_upstream_usage INTEGER NOT NULL DEFAULT 0"
+    " CHECK(require_upstream_usage IN (0, 1));"
+    "CREATE TABLE wallets ("
+    " tenant_id INTEGER PRIMARY KEY, balance_micros INTEGER NOT NULL DEFAULT 0,"
+    " held_micros INTEGER NOT NULL DEFAULT 0, entries INTEGER NOT NULL DEFAULT 0,"
+    " updated_ms INTEGER NOT NULL DEFAULT 0);"
+    "CREATE TABLE ledger_entries ("
+    " id INTEGER PRIMARY KEY, tenant_id INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK(kind IN ('reserve','settle','release','topup','adjustment')),"
+    " amount_micros INTEGER NOT NULL, hold_micros INTEGER NOT NULL,"
+    " request_id TEXT, source_id TEXT, reason TEXT, actor TEXT, at_ms INTEGER NOT NULL,"
+    " CHECK(CASE WHEN kind IN ('reserve','settle','release') THEN request_id IS NOT NULL"
+    "       ELSE source_id IS NOT NULL AND hold_micros = 0 END));"
+    "CREATE INDEX idx_ledger_tenant ON ledger_entries(tenant_id, id);"
+    "CREATE UNIQUE INDEX idx_ledger_one_reserve ON ledger_entries(request_id)"
+    " WHERE kind = 'reserve';"
+    "CREATE UNIQUE INDEX idx_ledger_one_end ON ledger_entries(request_id)"
+    " WHERE kind IN ('settle','release');"
+    "CREATE TRIGGER ledger_entries_immutable_u BEFORE UPDATE ON ledger_entries"
+    " BEGIN SELECT RAISE(ABORT, 'ledger entries are immutable'); END;"
+    "CREATE TRIGGER ledger_entries_immutable_d BEFORE DELETE ON ledger_entries"
+    " BEGIN SELECT RAISE(ABORT, 'ledger entries are immutable'); END;"
+    "CREATE TRIGGER ledger_entries_apply AFTER INSERT ON ledger_entries BEGIN"
+    " INSERT OR IGNORE INTO wallets(tenant_id) VALUES (NEW.tenant_id);"
+    " UPDATE wallets SET balance_micros = balance_micros + NEW.amount_micros,"
+    "  held_micros = held_micros + NEW.hold_micros, entries = entries + 1,"
+    "  updated_ms = NEW.at_ms WHERE tenant_id = NEW.tenant_id;"
+    " END;"
+    "CREATE TABLE ledger_holds ("
+    " request_id TEXT PRIMARY KEY, tenant_id INTEGER NOT NULL,"
+    " reserved_micros INTEGER NOT NULL CHECK(reserved_micros >= 0),"
+    " state TEXT NOT NULL CHECK(state IN"
+    "  ('held','settled','released','metering_failed','released_unmetered')),"
+    " charged_micros INTEGER, failure TEXT, reason TEXT, actor TEXT,"
+    " created_ms INTEGER NOT NULL, ended_ms INTEGER);"
+    "CREATE INDEX idx_ledger_holds_state ON ledger_holds(tenant_id, state);"
+    "CREATE TRIGGER ledger_holds_reserve AFTER INSERT ON ledger_holds BEGIN"
+    " SELECT RAISE(ABORT, 'a hold starts held') WHERE NEW.state <> 'held';"
+    " INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros, request_id, at_ms)"
+    "  VALUES (NEW.tenant_id, 'reserve', 0, NEW.reserved_micros, NEW.request_id, NEW.created_ms);"
+    " END;"
+    "CREATE TRIGGER ledger_holds_guard BEFORE UPDATE ON ledger_holds"
+    " WHEN NEW.tenant_id IS NOT OLD.tenant_id OR NEW.reserved_micros IS NOT OLD.reserved_micros"
+    "  OR NEW.request_id IS NOT OLD.request_id OR NOT ("
+    "  (OLD.state = 'held' AND NEW.state IN ('settled','released','metering_failed'))"
+    "  OR (OLD.state = 'metering_failed' AND NEW.state = 'released_unmetered'"
+    "      AND OLD.reason IS NULL AND length(trim(COALESCE(NEW.reason, ''))) > 0))"
+    " BEGIN SELECT RAISE(ABORT, 'a hold ends once, as its states allow'); END;"
+    "CREATE TRIGGER ledger_holds_no_delete BEFORE DELETE ON ledger_holds"
+    " BEGIN SELECT RAISE(ABORT, 'holds are kept'); END;"
+    "CREATE TRIGGER ledger_holds_end AFTER UPDATE OF state ON ledger_holds"
+    " WHEN NEW.state IN ('settled','released','released_unmetered') BEGIN"
+    " INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros, request_id,"
+    "  reason, actor, at_ms)"
+    "  VALUES (NEW.tenant_id, CASE NEW.state WHEN 'settled' THEN 'settle' ELSE 'release' END,"
+    "   CASE NEW.state WHEN 'settled' THEN -COALESCE(NEW.charged_micros, 0) ELSE 0 END,"
+    "   -OLD.reserved_micros, NEW.request_id, NEW.reason, NEW.actor, NEW.ended_ms);"
+    " END;"
+    "CREATE TABLE topups ("
+    " event_id TEXT PRIMARY KEY, tenant_id INTEGER NOT NULL,"
+    " amount_micros INTEGER NOT NULL CHECK(amount_micros > 0), at_ms INTEGER NOT NULL);"
+    "CREATE TRIGGER topups_immutable BEFORE UPDATE ON topups"
+    " BEGIN SELECT RAISE(ABORT, 'top-ups are immutable'); END;"
+    "CREATE TRIGGER topups_apply AFTER INSERT ON topups BEGIN"
+    " INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros, source_id, actor,"
+    "  at_ms) VALUES (NEW.tenant_id, 'topup', NEW.amount_micros, 0, NEW.event_id, 'webhook',"
+    "  NEW.at_ms);"
+    " END;",
 };
 
 static void *writer_main(void *arg);
@@ -521,7 +613,8 @@ static void deliver(job_list_t *l)
 {
     write_job_t *j;
     while ((j = list_pop(l))) {
-        if (j->done) j->done(j->ud, j->rc);
+        if (j->done_rows) j->done_rows(j->ud, j->rc, j->rc ? 0 : j->rows);
+        else if (j->done) j->done(j->ud, j->rc);
         free(j);
     }
 }
@@ -591,7 +684,7 @@ static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
     return 0;
 }
 
-static int run_job(mg_store_t *s, const write_job_t *j)
+static int run_job(mg_store_t *s, write_job_t *j)
 {
     sqlite3 *db = s->db;
     sqlite3_stmt *st = prepared(s, j->sql);
@@ -605,6 +698,7 @@ static int run_job(mg_store_t *s, const write_job_t *j)
         mg_log_msg(MG_LOG_ERROR, NULL, "store: write failed: %s", sqlite3_errmsg(db));
         rc = (step & 0xff) == SQLITE_CONSTRAINT ? MG_STORE_ECONSTRAINT : MG_STORE_ERROR;
     }
+    j->rows = rc ? 0 : (int64_t)sqlite3_changes(db);
     if (is_cached(s, st)) {
         sqlite3_reset(st);
         sqlite3_clear_bindings(st); /* the parameters die with the job */
@@ -662,7 +756,7 @@ static void batch_finished(mg_store_t *s, job_list_t *batch)
     pthread_mutex_lock(&s->mu);
     while ((j = list_pop(batch))) {
         if (j->rc) failed++;
-        if (j->done) list_push(&s->done, j);
+        if (j->done || j->done_rows) list_push(&s->done, j);
         else free(j);
     }
     s->committed += n;
@@ -775,6 +869,15 @@ int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *c
 {
     write_job_t *j = job_new(sql, nparams, params, done, ud);
     return j ? submit(s, j) : -1;
+}
+
+int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                        mg_store_rows_fn done, void *ud)
+{
+    write_job_t *j = job_new(sql, nparams, params, NULL, ud);
+    if (!j) return -1;
+    j->done_rows = done;
+    return submit(s, j);
 }
 
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params)

@@ -87,6 +87,15 @@ typedef void (*mg_store_done_fn)(void *ud, int rc);
  * closing: then the write is lost, done is never called, and the caller should log it. */
 int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *const *params,
                       mg_store_done_fn done, void *ud);
+/* The outcome of a write and the rows its statement changed (sqlite3_changes: 0 when the
+ * statement's WHERE matched nothing, or an INSERT OR IGNORE ignored its row; 0 on error). */
+typedef void (*mg_store_rows_fn)(void *ud, int rc, int64_t rows);
+/* mg_store_write_cb whose callback also learns the rows changed: a conditional write (an
+ * INSERT ... SELECT ... WHERE, an UPDATE ... WHERE state = ...) tells its caller whether it
+ * took effect, inside the writer's transaction, without a read on the caller's thread. The
+ * same promises as mg_store_write_cb; done may not be NULL. */
+int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                        mg_store_rows_fn done, void *ud);
 /* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
 

@@ -28,6 +28,7 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
+#include "tenancy/spendhold.h"
 
 struct mg_auth_level_s {
     mg_quota_level_t q;           /* limits, leases, and the window while rpm/tpm is limited */
@@ -43,11 +44,25 @@ struct mg_auth_level_s {
  * bench/README.md). */
 _Static_assert(sizeof(struct mg_auth_level_s) <= 56, "a key's level outgrew its malloc chunk");
 
-/* A project's level: the common part first, then the project's spend limit. */
+/* A project's level: the common part first, then the project's spend limits. */
 typedef struct project_level_s {
     mg_auth_level_t lv;
+    int64_t daily_limit_micros;   /* 0 = none */
     int64_t monthly_limit_micros; /* 0 = none */
 } project_level_t;
+
+/* A tenant's level: spend figures only (its quota part stays unlimited), its spend limits
+ * and its billing. */
+typedef struct tenant_level_s {
+    mg_auth_level_t lv;
+    int64_t daily_limit_micros;   /* 0 = none */
+    int64_t monthly_limit_micros; /* 0 = none */
+    uint8_t prepaid;
+    uint8_t require_upstream_usage;
+} tenant_level_t;
+
+/* Which table a level belongs to (the size of its allocation). */
+enum { LV_KEY = 0, LV_PROJECT = 1, LV_TENANT = 2 };
 
 typedef struct level_entry_s {
     int64_t id;          /* lv->id, beside it: a search reads this array and not a level per
@@ -65,26 +80,33 @@ struct mg_auth_s {
     mg_key_index_t ix;
     level_table_t keys;      /* by key id */
     level_table_t projects;  /* by project id: every level is in a project_level_t */
+    level_table_t tenants;   /* by tenant id: every level is in a tenant_level_t */
+    mg_spend_holds_t holds;  /* spend held by requests in flight */
     mg_store_t *store;       /* borrowed: last_used_at writes; NULL = none */
     uint64_t hint_logged_ms; /* when the "no keys yet" hint was last logged */
 };
 
 static const char LEVEL_KEY[] = "key";
 static const char LEVEL_PROJECT[] = "project";
+static const char LEVEL_TENANT[] = "tenant";
 
-/* Levels of a result or a check come key first, project second: the position names them. */
+/* Levels of a result or a check come key first, project second, tenant third: the position
+ * names them. */
 static const char *level_name(size_t i)
 {
-    return i ? LEVEL_PROJECT : LEVEL_KEY;
+    return i == 2 ? LEVEL_TENANT : i ? LEVEL_PROJECT : LEVEL_KEY;
 }
 
 /* ---- levels and tables ------------------------------------------------------------------ */
 
 /* A new level without limits (so without a window), with the table's reference. Project
  * levels get room for the project's spend limit. NULL when out of memory. */
-static mg_auth_level_t *level_new(int64_t id, int project)
+static mg_auth_level_t *level_new(int64_t id, int kind)
 {
-    mg_auth_level_t *lv = calloc(1, project ? sizeof(project_level_t) : sizeof(mg_auth_level_t));
+    size_t size = kind == LV_TENANT    ? sizeof(tenant_level_t)
+                  : kind == LV_PROJECT ? sizeof(project_level_t)
+                                       : sizeof(mg_auth_level_t);
+    mg_auth_level_t *lv = calloc(1, size);
     if (!lv) return NULL;
     mg_quota_level_init(&lv->q, 0, 0, 0); /* no limits: cannot fail */
     lv->id = id;
@@ -96,6 +118,11 @@ static mg_auth_level_t *level_new(int64_t id, int project)
 static project_level_t *project_of(mg_auth_level_t *lv)
 {
     return (project_level_t *)((char *)lv - offsetof(project_level_t, lv));
+}
+
+static tenant_level_t *tenant_of(mg_auth_level_t *lv)
+{
+    return (tenant_level_t *)((char *)lv - offsetof(tenant_level_t, lv));
 }
 
 static void level_unref(mg_auth_level_t *lv)
@@ -169,12 +196,12 @@ static void table_free(level_table_t *t)
 
 /* The level for id, created when absent (a project's when project is 1); *created says
  * which. NULL when out of memory. */
-static mg_auth_level_t *table_get(level_table_t *t, int64_t id, int project, int *created)
+static mg_auth_level_t *table_get(level_table_t *t, int64_t id, int kind, int *created)
 {
     *created = 0;
     mg_auth_level_t *lv = table_find(t, id);
     if (lv) return lv;
-    if (table_reserve(t, 1) != 0 || !(lv = level_new(id, project))) return NULL;
+    if (table_reserve(t, 1) != 0 || !(lv = level_new(id, kind))) return NULL;
     table_insert(t, lv);
     *created = 1;
     return lv;
@@ -208,8 +235,19 @@ static int level_set_project_limits(mg_auth_level_t *lv, const mg_auth_project_t
 {
     if (mg_quota_level_set_limits(&lv->q, p->rpm_limit, p->tpm_limit, p->max_concurrency) != 0)
         return -1;
+    project_of(lv)->daily_limit_micros = p->daily_limit_micros;
     project_of(lv)->monthly_limit_micros = p->monthly_limit_micros;
     return 0;
+}
+
+/* A tenant table's level takes the tenant's spend limits and billing. */
+static void level_set_tenant(mg_auth_level_t *lv, const mg_auth_tenant_t *t)
+{
+    tenant_level_t *tl = tenant_of(lv);
+    tl->daily_limit_micros = t->daily_limit_micros;
+    tl->monthly_limit_micros = t->monthly_limit_micros;
+    tl->prepaid = t->prepaid ? 1 : 0;
+    tl->require_upstream_usage = t->require_upstream_usage ? 1 : 0;
 }
 
 /* ---- small parsers ------------------------------------------------------------------------ */
@@ -354,6 +392,8 @@ void mg_auth_free(mg_auth_t *a)
     mg_key_index_free(&a->ix);
     table_free(&a->keys);
     table_free(&a->projects);
+    table_free(&a->tenants);
+    mg_spend_holds_free(&a->holds);
     free(a);
 }
 
@@ -369,7 +409,10 @@ void mg_auth_memory(const mg_auth_t *a, mg_auth_memory_t *m)
     m->index_bytes = mg_key_index_memory(&a->ix);
     m->level_bytes = table_bytes(&a->keys, sizeof(mg_auth_level_t), &m->windows, &m->window_bytes) +
                      table_bytes(&a->projects, sizeof(project_level_t), &m->windows,
-                                 &m->window_bytes);
+                                 &m->window_bytes) +
+                     table_bytes(&a->tenants, sizeof(tenant_level_t), &m->windows,
+                                 &m->window_bytes) +
+                     a->holds.cap * sizeof(mg_spend_hold_t);
 }
 
 /* Rows gathered by the load queries. */
@@ -378,6 +421,8 @@ typedef struct load_s {
     size_t n, cap;
     mg_auth_project_t *projects;
     size_t np, pcap;
+    mg_auth_tenant_t *tenants;
+    size_t nt, tcap;
     int failed;
 } load_t;
 
@@ -408,7 +453,7 @@ static void load_key_row(void *ud, int ncols, const char *const *cols)
 static void load_project_row(void *ud, int ncols, const char *const *cols)
 {
     load_t *l = ud;
-    if (ncols < 6 || !cols[0]) return;
+    if (ncols < 7 || !cols[0]) return;
     if (l->np == l->pcap) {
         size_t cap = l->pcap ? l->pcap * 2 : 16;
         mg_auth_project_t *v = realloc(l->projects, cap * sizeof(*v));
@@ -426,6 +471,29 @@ static void load_project_row(void *ud, int ncols, const char *const *cols)
     p->tpm_limit = col_u32(cols[3]);
     p->max_concurrency = col_u32(cols[4]);
     p->monthly_limit_micros = col_int(cols[5]);
+    p->daily_limit_micros = col_int(cols[6]);
+}
+
+static void load_tenant_row(void *ud, int ncols, const char *const *cols)
+{
+    load_t *l = ud;
+    if (ncols < 5 || !cols[0]) return;
+    if (l->nt == l->tcap) {
+        size_t cap = l->tcap ? l->tcap * 2 : 16;
+        mg_auth_tenant_t *v = realloc(l->tenants, cap * sizeof(*v));
+        if (!v) {
+            l->failed = 1;
+            return;
+        }
+        l->tenants = v;
+        l->tcap = cap;
+    }
+    mg_auth_tenant_t *t = &l->tenants[l->nt++];
+    t->id = col_int(cols[0]);
+    t->daily_limit_micros = col_int(cols[1]);
+    t->monthly_limit_micros = col_int(cols[2]);
+    t->prepaid = cols[3] && strcmp(cols[3], "prepaid") == 0;
+    t->require_upstream_usage = col_int(cols[4]) != 0;
 }
 
 static void load_free(load_t *l)
@@ -434,11 +502,12 @@ static void load_free(load_t *l)
         mg_key_record_unref(l->recs[i]);
     free(l->recs);
     free(l->projects);
+    free(l->tenants);
 }
 
 /* Add to `to` the level of id: the one in `from` (another reference) or a new one. */
 static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from, int64_t id,
-                                    int project)
+                                    int kind)
 {
     mg_auth_level_t *lv = table_find(to, id);
     if (lv) return lv; /* a duplicate row: the first one wins */
@@ -446,7 +515,7 @@ static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from
     lv = table_find(from, id);
     if (lv)
         lv->refs++;
-    else if (!(lv = level_new(id, project)))
+    else if (!(lv = level_new(id, kind)))
         return NULL;
     table_insert(to, lv);
     return lv;
@@ -454,18 +523,25 @@ static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from
 
 /* Build the new index and tables from the rows. 0 or -1 (everything built is freed). */
 static int build_state(mg_auth_t *a, load_t *l, mg_key_index_t *ix, level_table_t *keys,
-                       level_table_t *projects)
+                       level_table_t *projects, level_table_t *tenants)
 {
     if (mg_key_index_init(ix, l->n) != MG_KEYS_OK) return -1;
     /* sized once: a table grown by doubling would leave up to half of it unused */
-    if (table_reserve(keys, l->n) != 0 || table_reserve(projects, l->np) != 0) return -1;
+    if (table_reserve(keys, l->n) != 0 || table_reserve(projects, l->np) != 0 ||
+        table_reserve(tenants, l->nt) != 0)
+        return -1;
+    for (size_t i = 0; i < l->nt; i++) {
+        mg_auth_level_t *lv = carry_level(tenants, &a->tenants, l->tenants[i].id, LV_TENANT);
+        if (!lv) return -1;
+        level_set_tenant(lv, &l->tenants[i]);
+    }
     for (size_t i = 0; i < l->np; i++) {
-        mg_auth_level_t *lv = carry_level(projects, &a->projects, l->projects[i].id, 1);
+        mg_auth_level_t *lv = carry_level(projects, &a->projects, l->projects[i].id, LV_PROJECT);
         if (!lv || level_set_project_limits(lv, &l->projects[i]) != 0) return -1;
     }
     for (size_t i = 0; i < l->n; i++) {
         mg_key_record_t *rec = l->recs[i];
-        mg_auth_level_t *lv = carry_level(keys, &a->keys, rec->id, 0);
+        mg_auth_level_t *lv = carry_level(keys, &a->keys, rec->id, LV_KEY);
         if (!lv || level_set_key_limits(lv, rec) != 0) return -1;
         int rc = mg_key_index_insert(ix, rec);
         if (rc == MG_KEYS_EEXIST) continue; /* cannot happen: digest is UNIQUE */
@@ -485,19 +561,24 @@ int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
                        0, NULL, load_key_row, &l, err, errlen) != 0 ||
         mg_store_query(st,
                        "SELECT id, tenant_id, rpm_limit, tpm_limit, max_concurrency,"
-                       " monthly_limit_micros FROM projects",
-                       0, NULL, load_project_row, &l, err, errlen) != 0) {
+                       " monthly_limit_micros, daily_limit_micros FROM projects",
+                       0, NULL, load_project_row, &l, err, errlen) != 0 ||
+        mg_store_query(st,
+                       "SELECT id, daily_limit_micros, monthly_limit_micros, billing_mode,"
+                       " require_upstream_usage FROM tenants",
+                       0, NULL, load_tenant_row, &l, err, errlen) != 0) {
         load_free(&l);
         return -1;
     }
     mg_key_index_t ix;
-    level_table_t keys = {0}, projects = {0};
+    level_table_t keys = {0}, projects = {0}, tenants = {0};
     memset(&ix, 0, sizeof(ix));
-    if (l.failed || build_state(a, &l, &ix, &keys, &projects) != 0) {
+    if (l.failed || build_state(a, &l, &ix, &keys, &projects, &tenants) != 0) {
         snprintf(err, errlen, "out of memory loading %zu keys", l.n);
         if (ix.slots) mg_key_index_free(&ix);
         table_free(&keys);
         table_free(&projects);
+        table_free(&tenants);
         load_free(&l);
         return -1;
     }
@@ -508,6 +589,8 @@ int mg_auth_load(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
     a->keys = keys;
     table_free(&a->projects);
     a->projects = projects;
+    table_free(&a->tenants);
+    a->tenants = tenants;
     a->store = st;
     load_free(&l);
     return load_spend(a, st, err, errlen);
@@ -605,37 +688,86 @@ static void level_roll(mg_auth_level_t *lv, uint64_t now_ms)
     }
 }
 
-/* Spend limits of the level at position i (0 = key, 1 = project; 0 = no limit).
- * 0 = within, -1 = refused (out filled). */
-static int check_spend(mg_auth_level_t *lv, size_t i, int64_t daily_limit, int64_t monthly_limit,
-                       uint64_t now_ms, mg_auth_result_t *out)
+/* One spend limit of the level at position i (0 = key, 1 = project, 2 = tenant): refused
+ * when the period's spend has reached it, or would pass it with what requests in flight
+ * hold and this request's estimate. 0 = within (or no limit), -1 = refused (out filled). */
+static int check_limit(mg_auth_level_t *lv, size_t i, int64_t limit, int monthly, int64_t held,
+                       int64_t est, uint64_t now_ms, mg_auth_result_t *out)
+{
+    static const char *const whose[3] = {"the API key's", "the project's", "the tenant's"};
+    int64_t spent = monthly ? lv->spent_month_micros : lv->spent_day_micros;
+    if (limit <= 0 || (spent < limit && spent + held + est <= limit)) return 0;
+    char msg[192];
+    const char *period = monthly ? "monthly" : "daily";
+    out->retry_after_ms = until_period_end(now_ms, monthly);
+    out->level = level_name(i);
+    const char *what = i == 1 && monthly ? "quota" : "spend limit";
+    if (spent >= limit)
+        snprintf(msg, sizeof(msg), "%s %s %s is reached", whose[i], period, what);
+    else
+        snprintf(msg, sizeof(msg),
+                 "%s %s %s would be passed by this request's estimated cost (%lld micros;"
+                 " requests in flight hold %lld); lower max_tokens or retry later",
+                 whose[i], period, what, (long long)est, (long long)held);
+    return refuse(out, 429, "QUOTA_EXCEEDED", monthly ? "monthly_spend" : "daily_spend", msg);
+}
+
+/* The daily and monthly limits of one level. */
+static int check_spend(mg_auth_t *a, mg_auth_level_t *lv, size_t i, int64_t daily,
+                       int64_t monthly, int64_t est, uint64_t now_ms, mg_auth_result_t *out)
 {
     level_roll(lv, now_ms);
-    if (daily_limit > 0 && lv->spent_day_micros >= daily_limit) {
-        out->retry_after_ms = until_period_end(now_ms, 0);
-        out->level = level_name(i);
-        return refuse(out, 429, "QUOTA_EXCEEDED", "daily_spend",
-                      "the API key's daily spend limit is reached");
-    }
-    if (monthly_limit > 0 && lv->spent_month_micros >= monthly_limit) {
-        out->retry_after_ms = until_period_end(now_ms, 1);
-        out->level = level_name(i);
-        return refuse(out, 429, "QUOTA_EXCEEDED", "monthly_spend",
-                      i ? "the project's monthly quota is reached"
-                        : "the API key's monthly spend limit is reached");
-    }
+    int64_t held = mg_spend_held(&a->holds, (mg_spend_scope_t)i, lv->id);
+    if (check_limit(lv, i, daily, 0, held, est, now_ms, out)) return -1;
+    return check_limit(lv, i, monthly, 1, held, est, now_ms, out);
+}
+
+/* Spend limits at the key's level (limits from its record), its project's and its tenant's. */
+static int check_spends(mg_auth_t *a, mg_auth_level_t **lv, size_t n, mg_auth_level_t *tenant,
+                        const mg_key_record_t *rec, int64_t est, uint64_t now_ms,
+                        mg_auth_result_t *out)
+{
+    if (check_spend(a, lv[0], 0, rec->daily_limit_micros, rec->monthly_limit_micros, est, now_ms,
+                    out))
+        return -1;
+    if (n > 1 && check_spend(a, lv[1], 1, project_of(lv[1])->daily_limit_micros,
+                             project_of(lv[1])->monthly_limit_micros, est, now_ms, out))
+        return -1;
+    if (tenant && check_spend(a, tenant, 2, tenant_of(tenant)->daily_limit_micros,
+                              tenant_of(tenant)->monthly_limit_micros, est, now_ms, out))
+        return -1;
     return 0;
 }
 
-/* Spend limits at the key's level (limits from its record) and its project's, if any. */
-static int check_spends(mg_auth_level_t **lv, size_t n, const mg_key_record_t *rec,
-                        uint64_t now_ms, mg_auth_result_t *out)
+/* Hold the estimate (> 0; nothing to hold otherwise) at every level of a granted result,
+ * all or none, under the ids the levels have now (a rotation renames a key's level; the
+ * hold must go from where it was put). 0 or -1 (out of memory: nothing held). */
+static int spend_hold(mg_auth_t *a, mg_auth_result_t *r, int64_t est)
 {
-    if (check_spend(lv[0], 0, rec->daily_limit_micros, rec->monthly_limit_micros, now_ms, out))
+    mg_auth_level_t *lv[3] = {r->levels[0], r->n_levels > 1 ? r->levels[1] : NULL,
+                              r->tenant_level};
+    if (est <= 0) return 0;
+    for (size_t i = 0; i < 3; i++) {
+        r->spend_hold_ids[i] = lv[i] ? lv[i]->id : 0;
+        if (!lv[i] || mg_spend_hold(&a->holds, (mg_spend_scope_t)i, lv[i]->id, est) == 0) continue;
+        while (i-- > 0)
+            if (lv[i]) mg_spend_unhold(&a->holds, (mg_spend_scope_t)i, lv[i]->id, est);
         return -1;
-    if (n > 1 && check_spend(lv[1], 1, 0, project_of(lv[1])->monthly_limit_micros, now_ms, out))
-        return -1;
+    }
+    r->spend_hold_micros = est;
+    r->spend_held = 1;
     return 0;
+}
+
+/* Give the result's spend hold back (once). */
+static void spend_unhold(mg_auth_t *a, mg_auth_result_t *r)
+{
+    if (!r->spend_held) return;
+    for (size_t i = 0; i < 3; i++)
+        if (r->spend_hold_ids[i])
+            mg_spend_unhold(&a->holds, (mg_spend_scope_t)i, r->spend_hold_ids[i],
+                            r->spend_hold_micros);
+    r->spend_held = 0;
 }
 
 /* A refused reservation (rc from mg_quota_reserve) as the result's 429. Returns -1. */
@@ -655,16 +787,23 @@ static int refuse_quota(mg_auth_result_t *out, int rc)
     return refuse(out, 429, "RATE_LIMITED", lim, msg);
 }
 
-/* Reserve at the key's and the project's levels; -1 = refused (out filled). */
+/* Reserve at the key's and the project's levels (rates) and hold the estimated cost there
+ * and at the tenant's (spend); -1 = refused (out filled). */
 static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, int64_t est,
-                   mg_auth_result_t *out)
+                   int64_t est_micros, mg_auth_result_t *out)
 {
     mg_auth_level_t *lv[2];
     size_t n = 0;
     lv[n++] = table_find(&a->keys, rec->id);
     if (!lv[0]) return refuse(out, 401, "AUTH_FAILED", "unknown", "invalid API key");
     if (rec->project_id > 0 && (lv[n] = table_find(&a->projects, rec->project_id))) n++;
-    if (check_spends(lv, n, rec, now_ms, out) != 0) return -1;
+    /* a tenant created after the last load has no level yet: its first request makes it (no
+     * limits until PUT .../billing sets them; its spend is counted from the start) */
+    int created;
+    mg_auth_level_t *tenant =
+        rec->tenant_id > 0 ? table_get(&a->tenants, rec->tenant_id, LV_TENANT, &created) : NULL;
+    if (est_micros < 0) est_micros = 0;
+    if (check_spends(a, lv, n, tenant, rec, est_micros, now_ms, out) != 0) return -1;
     mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};
     int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
     if (rc != MG_QUOTA_OK) return refuse_quota(out, rc);
@@ -673,7 +812,17 @@ static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, in
         out->levels[i] = lv[i];
     }
     out->n_levels = n;
+    if (tenant) {
+        tenant->refs++;
+        out->tenant_level = tenant;
+        out->prepaid = tenant_of(tenant)->prepaid;
+        out->require_upstream_usage = tenant_of(tenant)->require_upstream_usage;
+    }
     out->held = 1;
+    if (spend_hold(a, out, est_micros) != 0) {
+        mg_auth_release(out);
+        return refuse(out, 503, "RESOURCE_EXHAUSTED", "memory", "out of memory; retry later");
+    }
     return 0;
 }
 
@@ -732,7 +881,7 @@ int mg_auth_authenticate_key(mg_auth_t *a, const char *key, size_t n, uint64_t n
 }
 
 int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const char *priority,
-                  uint64_t now_ms, int64_t est_tokens)
+                  uint64_t now_ms, int64_t est_tokens, int64_t est_micros)
 {
     const mg_key_record_t *rec = out->rec;
     out->rec = NULL; /* borrowed for this call only */
@@ -747,7 +896,8 @@ int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const 
     if (!mg_key_allows_priority(rec, p))
         return refuse(out, 403, "PERMISSION_DENIED", "priority",
                       "this API key is not allowed to use this priority");
-    if (reserve(a, rec, now_ms, est_tokens, out) != 0) return -1;
+    out->auth = a;
+    if (reserve(a, rec, now_ms, est_tokens, est_micros, out) != 0) return -1;
     out->project_id = out->n_levels > 1 ? rec->project_id : 0;
     out->reason = "ok";
     note_used(a, out->levels[0], now_ms);
@@ -759,7 +909,7 @@ int mg_auth_check_key(mg_auth_t *a, const char *key, size_t n, const char *model
                       mg_auth_result_t *out)
 {
     if (mg_auth_authenticate_key(a, key, n, now_ms, out) != 0) return -1;
-    return mg_auth_admit(a, out, model, priority, now_ms, est_tokens);
+    return mg_auth_admit(a, out, model, priority, now_ms, est_tokens, 0);
 }
 
 /* The presented key: "Authorization: Bearer <key>", else "x-api-key: <key>". */
@@ -817,12 +967,15 @@ void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens)
 void mg_auth_release(mg_auth_result_t *r)
 {
     if (!r || !r->held) return;
+    if (r->spend_held) spend_unhold(r->auth, r); /* ended without a charge: the hold goes */
     mg_quota_release(&r->res);
     for (size_t i = 0; i < r->n_levels; i++) {
         level_unref(r->levels[i]);
         r->levels[i] = NULL;
     }
     r->n_levels = 0;
+    level_unref(r->tenant_level);
+    r->tenant_level = NULL;
     r->held = 0;
 }
 
@@ -845,22 +998,34 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
 #define SPEND_UPSERT_TAIL \
     " ON CONFLICT(scope, id, period) DO UPDATE SET micros = micros + excluded.micros"
 
+/* The levels a result charges: key, project (or NULL), tenant (or NULL). */
+static void charged_levels(const mg_auth_result_t *r, mg_auth_level_t **lv)
+{
+    lv[0] = r->n_levels > 0 ? r->levels[0] : NULL;
+    lv[1] = r->n_levels > 1 ? r->levels[1] : NULL;
+    lv[2] = r->tenant_level;
+}
+
 static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros,
                          const char *dname, const char *mname, mg_store_done_fn done, void *ud)
 {
-    /* ?1 micros, ?2 day, ?3 month, then per level ?(4+2i) scope and ?(5+2i) id */
-    char sql[sizeof(SPEND_UPSERT_HEAD) + sizeof(SPEND_UPSERT_TAIL) + 2 * 64 * 2];
-    char m[24], ids[2][24];
-    const char *p[7] = {m, dname, mname};
+    /* ?1 micros, ?2 day, ?3 month, then per level ?(4+2n) scope and ?(5+2n) id */
+    char sql[sizeof(SPEND_UPSERT_HEAD) + sizeof(SPEND_UPSERT_TAIL) + 3 * 64 * 2];
+    char m[24], ids[3][24];
+    const char *p[9] = {m, dname, mname};
+    mg_auth_level_t *lv[3];
+    charged_levels(r, lv);
     size_t n = 0, len = (size_t)snprintf(sql, sizeof(sql), "%s", SPEND_UPSERT_HEAD);
     snprintf(m, sizeof(m), "%lld", (long long)micros);
-    for (size_t i = 0; i < r->n_levels && i < 2; i++, n++) {
-        snprintf(ids[i], sizeof(ids[i]), "%lld", (long long)r->levels[i]->id);
-        p[3 + 2 * i] = level_name(i);
-        p[4 + 2 * i] = ids[i];
-        int s_ = (int)(4 + 2 * i), id_ = s_ + 1;
+    for (size_t i = 0; i < 3; i++) {
+        if (!lv[i]) continue;
+        snprintf(ids[n], sizeof(ids[n]), "%lld", (long long)lv[i]->id);
+        p[3 + 2 * n] = level_name(i);
+        p[4 + 2 * n] = ids[n];
+        int s_ = (int)(4 + 2 * n), id_ = s_ + 1;
         len += (size_t)snprintf(sql + len, sizeof(sql) - len, "%s(?%d, ?%d, ?2, ?1), (?%d, ?%d, ?3, ?1)",
-                                i ? ", " : "", s_, id_, s_, id_);
+                                n ? ", " : "", s_, id_, s_, id_);
+        n++;
     }
     snprintf(sql + len, sizeof(sql) - len, "%s", SPEND_UPSERT_TAIL);
     if (mg_store_write_cb(a->store, sql, (int)(3 + 2 * n), p, done, ud) != 0) {
@@ -871,18 +1036,22 @@ static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros
     return 1;
 }
 
-int mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
+int mg_auth_charge(mg_auth_t *a, mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
                    mg_store_done_fn done, void *ud)
 {
-    if (!r || !r->held || micros <= 0 || r->n_levels == 0) return 0;
+    if (!r || !r->held) return 0;
+    spend_unhold(a, r); /* the estimate gives way to the actual cost, in the same turn */
+    if (micros <= 0 || r->n_levels == 0) return 0;
     char dname[40], mname[40];
     int32_t day, month;
     spend_period(now_ms, &day, &month, dname, mname);
-    for (size_t i = 0; i < r->n_levels; i++) {
-        mg_auth_level_t *lv = r->levels[i];
-        level_roll(lv, now_ms);
-        lv->spent_day_micros += micros;
-        lv->spent_month_micros += micros;
+    mg_auth_level_t *lv[3];
+    charged_levels(r, lv);
+    for (size_t i = 0; i < 3; i++) {
+        if (!lv[i]) continue;
+        level_roll(lv[i], now_ms);
+        lv[i]->spent_day_micros += micros;
+        lv[i]->spent_month_micros += micros;
     }
     return a->store ? persist_spend(a, r, micros, dname, mname, done, ud) : 0;
 }
@@ -900,6 +1069,14 @@ static void load_spend_row(void *ud, int ncols, const char *const *c)
     int64_t id = strtoll(c[1], NULL, 10), micros = strtoll(c[3], NULL, 10);
     int project = strcmp(c[0], LEVEL_PROJECT) == 0;
     int daily = c[2][0] == 'd';
+    if (strcmp(c[0], LEVEL_TENANT) == 0) {
+        mg_auth_level_t *lv = table_find(&sl->a->tenants, id);
+        if (!lv) return;
+        level_roll(lv, sl->now_ms);
+        if (daily) lv->spent_day_micros = micros;
+        else lv->spent_month_micros = micros;
+        return;
+    }
     mg_auth_set_spend(sl->a, project ? 0 : id, project ? id : 0, daily ? micros : -1,
                       daily ? -1 : micros, sl->now_ms);
 }
@@ -1001,11 +1178,25 @@ int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_k
 int mg_auth_put_project(mg_auth_t *a, const mg_auth_project_t *p)
 {
     int created;
-    mg_auth_level_t *lv = table_get(&a->projects, p->id, 1, &created);
+    mg_auth_level_t *lv = table_get(&a->projects, p->id, LV_PROJECT, &created);
     if (!lv) return -1;
     if (level_set_project_limits(lv, p) != 0) {
         if (created) level_unref(table_take(&a->projects, p->id));
         return -1;
     }
     return 0;
+}
+
+int mg_auth_put_tenant(mg_auth_t *a, const mg_auth_tenant_t *t)
+{
+    int created;
+    mg_auth_level_t *lv = table_get(&a->tenants, t->id, LV_TENANT, &created);
+    if (!lv) return -1;
+    level_set_tenant(lv, t);
+    return 0;
+}
+
+int64_t mg_auth_spend_held(const mg_auth_t *a, int scope, int64_t id)
+{
+    return scope < 0 || scope > 2 ? 0 : mg_spend_held(&a->holds, (mg_spend_scope_t)scope, id);
 }

@@ -22,19 +22,25 @@
  *   key known, enabled, not expired at now                else 401 AUTH_FAILED
  *   mg_auth_admit():
  *   scope "inference", the model, the priority allowed    else 403 PERMISSION_DENIED
- *   spend within the daily / monthly limits               else 429 QUOTA_EXCEEDED
+ *   spend within the daily / monthly limits of the key,
+ *   its project and its tenant, counting what requests in
+ *   flight hold and this request's estimated cost         else 429 QUOTA_EXCEEDED
  *   rpm, tpm and concurrency at key and project levels,
  *   reserved all or nothing (quota.h)                     else 429 RATE_LIMITED
  * Every 429 carries retry_after_ms >= 1000 (the Retry-After header is whole seconds).
  *
- * Spend limits (daily_limit_micros, monthly_limit_micros of keys; monthly_limit_micros of
- * projects) hold for the UTC day and month. What a request cost is charged to its key's and
- * project's figures once it ends (mg_auth_charge: usage x the provider's
- * cost_per_1k_tokens); a request that starts within the limit may end above it, the next one
- * is refused until the period ends. The figures are kept in the store's `spend` table
- * (per scope, id and period) and read back at start-up, so a restart forgets nothing once
- * the charge's write committed (the caller holds the answer's end until then, see
- * mg_auth_charge and net/hold.h).
+ * Spend limits (daily_limit_micros and monthly_limit_micros of keys, projects and tenants)
+ * hold for the UTC day and month. Admission reserves the request's estimated cost
+ * (est_micros: the prompt's tokens x the input price + max_tokens x the output price,
+ * tenancy/cost.h) at the key, its project and its tenant (spendhold.h), and refuses when
+ * spent + held + the estimate would pass a limit, with Retry-After at the start of the next
+ * day or month. The hold goes when the request is charged its actual cost (mg_auth_charge,
+ * which the caller calls with the cost of the usage) or ends without a charge
+ * (mg_auth_release: a failure costs nothing). An actual cost above the estimate may take a
+ * figure past its limit; the next request is refused until the period ends. The figures are
+ * kept in the store's `spend` table (per scope, id and period) and read back at start-up, so
+ * a restart forgets nothing once the charge's write committed (the caller holds the answer's
+ * end until then, see mg_auth_charge and net/hold.h).
  *
  * Ownership and threads: everything runs on the loop thread, without locks. A granted
  * result holds references to its quota levels, which therefore outlive the removal of
@@ -65,8 +71,18 @@ typedef struct mg_auth_project_s {
     uint32_t rpm_limit;
     uint32_t tpm_limit;
     uint32_t max_concurrency;
+    int64_t daily_limit_micros;
     int64_t monthly_limit_micros;
 } mg_auth_project_t;
+
+/* A tenant's spend limits and billing, as the store keeps them (0 = no limit). */
+typedef struct mg_auth_tenant_s {
+    int64_t id;
+    int64_t daily_limit_micros;
+    int64_t monthly_limit_micros;
+    int prepaid;                /* billing.mode prepaid: every request reserves from its wallet */
+    int require_upstream_usage; /* billing.require_upstream_usage */
+} mg_auth_tenant_t;
 
 /* The outcome of mg_auth_check(). On refusal, status/code/message/retry_after_ms say
  * what to answer; on success the identity and the reservation. Do not copy a granted
@@ -78,7 +94,7 @@ typedef struct mg_auth_result_s {
     const char *reason;      /* static, for logs: missing, unknown, expired, disabled, scope,
                                 model, priority, daily_spend, monthly_spend, rpm, tpm,
                                 concurrency, too_large; "ok" when allowed */
-    const char *level;       /* static: "key" or "project" for a quota refusal, else NULL */
+    const char *level;       /* static: "key", "project" or "tenant" for a quota refusal */
     char message[192];       /* for the client; never contains the key */
     uint64_t retry_after_ms; /* > 0 for every 429 */
     /* identity, when allowed */
@@ -93,6 +109,14 @@ typedef struct mg_auth_result_s {
     mg_quota_res_t res;
     mg_auth_level_t *levels[2]; /* one reference each; key first, project second */
     size_t n_levels;
+    mg_auth_level_t *tenant_level; /* one reference, or NULL (the tenant has no row) */
+    int64_t spend_hold_micros; /* the estimated cost held at the key, project and tenant */
+    int64_t spend_hold_ids[3]; /* where it is held: key, project, tenant ids (0: none) */
+    int spend_held;            /* 1 while that hold stands (until charge or release); a
+                                  result holding spend must be released before mg_auth_free */
+    int prepaid;               /* the tenant bills prepaid (tenancy/wallet.h) */
+    int require_upstream_usage;
+    mg_auth_t *auth;           /* borrowed: the state the hold is in */
     int held; /* 1 from a granted check until mg_auth_release() */
 } mg_auth_result_t;
 
@@ -158,10 +182,11 @@ int mg_auth_authenticate_key(mg_auth_t *a, const char *key, size_t n, uint64_t n
                              mg_auth_result_t *out);
 
 /* The second half, on a result mg_auth_authenticate() filled in the same loop turn: scope,
- * model, priority, spend and the quota reservation. 0 when allowed (then the caller must
+ * model, priority, spend (est_micros, the request's estimated cost, held at the key, project
+ * and tenant) and the quota reservation. 0 when allowed (then the caller must
  * mg_auth_release(out) exactly once), or -1 with the refusal in *out (nothing to release). */
 int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const char *priority,
-                  uint64_t now_ms, int64_t est_tokens);
+                  uint64_t now_ms, int64_t est_tokens, int64_t est_micros);
 
 /* Replace the token estimate of a granted result with the actual count (at most once;
  * later calls and calls on refused results do nothing). */
@@ -182,13 +207,13 @@ void mg_auth_release(mg_auth_result_t *r);
 void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t day_micros,
                        int64_t month_micros, uint64_t now_ms);
 
-/* Charge a granted request's cost (micros > 0) to its key and project for the periods of
- * now_ms (unix ms), in memory at once and in the store through its writer thread, as one
- * write. done (may be NULL) gets that write's outcome once it committed (store.h: on the
+/* Charge a granted request's cost (micros > 0) to its key, project and tenant for the
+ * periods of now_ms (unix ms), in memory at once and in the store through its writer thread,
+ * as one write; the request's spend hold goes at the same moment (also for micros <= 0). done (may be NULL) gets that write's outcome once it committed (store.h: on the
  * loop thread, later). Returns 1 when the write was queued (done will be called), 0 when
  * nothing was to be written (no store, nothing charged), -1 when the write could not be
  * queued (logged; done is never called). */
-int mg_auth_charge(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
+int mg_auth_charge(mg_auth_t *a, mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
                    mg_store_done_fn done, void *ud);
 
 /* ---- changes after an admin transaction committed (loop thread) ----
@@ -213,6 +238,13 @@ int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_k
 /* Create or update a project's limits (its quota level keeps its state). 0 or -1 (out
  * of memory). */
 int mg_auth_put_project(mg_auth_t *a, const mg_auth_project_t *p);
+
+/* Create or update a tenant's spend limits and billing (its spend figures stay). 0 or -1. */
+int mg_auth_put_tenant(mg_auth_t *a, const mg_auth_tenant_t *t);
+
+/* Micros held by requests in flight for a key (scope 0), project (1) or tenant (2): tests
+ * and reports. */
+int64_t mg_auth_spend_held(const mg_auth_t *a, int scope, int64_t id);
 
 /* ---- helpers shared with the admin API ---- */
 

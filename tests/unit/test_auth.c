@@ -418,6 +418,58 @@ static void test_spend_limits(void)
     mg_auth_free(a);
 }
 
+/* Admit one request of key k with an estimated cost of est micros: 0 (held) or the status. */
+static int admit_cost(mg_auth_t *a, const char *k, uint64_t at, int64_t est, mg_auth_result_t *r)
+{
+    if (mg_auth_authenticate_key(a, k, strlen(k), at, r) != 0) return r->status;
+    return mg_auth_admit(a, r, "chat", "P2", at, 10, est) == 0 ? 0 : r->status;
+}
+
+/* The estimate is held from admission: requests in flight count against the limit, the charge
+ * replaces the estimate with the actual cost, a release gives it back; the tenant's limits
+ * count every key of the tenant. */
+static void test_spend_reservation(void)
+{
+    char k[64], k2[64];
+    kopt_t o = {.daily = "1000"};
+    int64_t id = add_key(&o, k);
+    kopt_t o2 = {0};
+    add_key(&o2, k2);
+    mg_auth_t *a = load();
+    mg_auth_result_t r1, r2, r3;
+    uint64_t t = now_ms() + 3 * 86400000ull; /* a day nothing else spent in */
+    CHECK_EQ_INT(admit_cost(a, k, t, 600, &r1), 0);
+    CHECK_EQ_INT(mg_auth_spend_held(a, 0, id), 600);
+    CHECK_EQ_INT(admit_cost(a, k, t, 600, &r2), 429); /* 600 held + 600 > 1000 */
+    CHECK_STR(r2.code, "QUOTA_EXCEEDED");
+    CHECK(strstr(r2.message, "in flight hold 600") != NULL);
+    CHECK(r2.retry_after_ms >= 1000 && r2.retry_after_ms <= 86400000);
+    CHECK_EQ_INT(admit_cost(a, k, t, 1001, &r2), 429); /* alone above the limit */
+    mg_auth_release(&r1); /* failed: nothing charged, the hold goes */
+    CHECK_EQ_INT(mg_auth_spend_held(a, 0, id), 0);
+    CHECK_EQ_INT(admit_cost(a, k, t, 600, &r2), 0);
+    mg_auth_charge(a, &r2, 300, t, NULL, NULL); /* the actual cost replaces the estimate */
+    CHECK_EQ_INT(mg_auth_spend_held(a, 0, id), 0);
+    mg_auth_release(&r2);
+    CHECK_EQ_INT(mg_auth_spend_held(a, 0, id), 0);
+    CHECK_EQ_INT(admit_cost(a, k, t, 701, &r3), 429); /* 300 spent + 701 > 1000 */
+    CHECK_EQ_INT(admit_cost(a, k, t, 700, &r3), 0);
+    mg_auth_release(&r3);
+    /* the tenant's daily limit: both keys count */
+    mg_auth_tenant_t tn = {.id = tenant_id, .daily_limit_micros = 2000};
+    CHECK_EQ_INT(mg_auth_put_tenant(a, &tn), 0);
+    CHECK_EQ_INT(admit_cost(a, k2, t, 1500, &r1), 0);
+    CHECK_EQ_INT(mg_auth_spend_held(a, 2, tenant_id), 1500);
+    CHECK_EQ_INT(admit_cost(a, k2, t, 300, &r2), 429); /* tenant: 300 + 1500 + 300 > 2000 */
+    CHECK_STR(r2.level, "tenant");
+    mg_auth_charge(a, &r1, 100, t, NULL, NULL);
+    mg_auth_release(&r1);
+    CHECK_EQ_INT(admit_cost(a, k2, t, 300, &r2), 0);
+    mg_auth_release(&r2);
+    CHECK_EQ_INT(mg_auth_spend_held(a, 2, tenant_id), 0);
+    mg_auth_free(a);
+}
+
 /* ---- changes: disable, policy reload, rotation ---------------------------------------------- */
 
 /* The record of key id as the store has it (one reference). */
@@ -799,6 +851,7 @@ int main(void)
     RUN_DB(test_project_concurrency);
     RUN_DB(test_release_once);
     RUN_DB(test_spend_limits);
+    RUN_DB(test_spend_reservation);
     RUN_DB(test_disable_enable);
     RUN_DB(test_reload_keeps_window);
     RUN_DB(test_memory_no_window);

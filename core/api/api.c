@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "pipeline/responses_store.h"
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
@@ -166,6 +167,11 @@ static void handle_embeddings(mg_api_t *s, mg_http_req_t *req)
     mg_pipeline_handle(s->pipeline, req, MG_EP_EMBEDDINGS);
 }
 
+static void handle_responses(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_handle(s->pipeline, req, MG_EP_RESPONSES);
+}
+
 static void handle_health(mg_api_t *s, mg_http_req_t *req)
 {
     static const char body[] = "{\"status\":\"ok\"}";
@@ -176,6 +182,7 @@ static const route_t routes[] = {
     {"/v1/chat/completions", ROUTE_POST, MG_EP_CHAT, handle_chat},
     {"/v1/completions", ROUTE_POST, MG_EP_COMPLETIONS, handle_completions},
     {"/v1/embeddings", ROUTE_POST, MG_EP_EMBEDDINGS, handle_embeddings},
+    {"/v1/responses", ROUTE_POST, MG_EP_RESPONSES, handle_responses},
     {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
     {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
     {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
@@ -238,6 +245,11 @@ void mg_api_handle(void *api, mg_http_req_t *req)
             mg_answer_error(s->metrics, req, MG_EP_MODELS, 405, "METHOD_NOT_ALLOWED", "use GET", 0);
         else
             handle_model(s, req, req->path + 11);
+        return;
+    }
+    if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14] &&
+        !strchr(req->path + 14, '/')) {
+        mg_resp_store_handle(s->responses, req, req->path + 14);
         return;
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {

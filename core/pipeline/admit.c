@@ -317,11 +317,11 @@ static void on_expire(mg_sched_entry_t *e)
  * (not which models exist), spends no one's rate and stores no idempotency record. */
 mg_step_rc_t step_identify(call_t *c)
 {
-    if (!c->gen->cfg->auth_enabled) return MG_STEP_NEXT;
-    if (mg_auth_authenticate(c->pl->auth, c->req, mg_unix_ms(), &c->auth) == 0)
-        return MG_STEP_NEXT;
-    return call_error(c, c->auth.status, c->auth.code, c->auth.message,
-                      (int)c->auth.retry_after_ms);
+    if (c->gen->cfg->auth_enabled &&
+        mg_auth_authenticate(c->pl->auth, c->req, mg_unix_ms(), &c->auth) != 0)
+        return call_error(c, c->auth.status, c->auth.code, c->auth.message,
+                          (int)c->auth.retry_after_ms);
+    return c->responses ? responses_identified(c) : MG_STEP_NEXT;
 }
 
 /* A request with an idempotency key runs once, detached from its connection (that run
@@ -340,7 +340,7 @@ mg_step_rc_t step_idempotency(call_t *c)
     snprintf(key, sizeof(key), "%s", ikey);
     idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
-    mg_endpoint_t ep = c->ep;
+    mg_endpoint_t ep = c->responses ? MG_EP_RESPONSES : c->ep; /* the run parses what the client sent */
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
     mg_idem_handle(idem, req, ep, scope, group, key, stream);
     return MG_STEP_DONE;

@@ -258,6 +258,9 @@ typedef struct call_s {
     const char *error_code;
     const char *ended_by;        /* static: "client" | "upstream" when that side ended a call
                                     that did not succeed; NULL: the gateway did */
+    struct resp_call_s *responses; /* owned: a Responses API call's front end (responses_call.c),
+                                    NULL for the other endpoints; c->ep is then MG_EP_CHAT,
+                                    the engine's side of it */
 } call_t;
 
 /* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */
@@ -392,5 +395,27 @@ int model_renamed(const call_t *c);
 /* Append raw[0..n) (an upstream's JSON chunk or answer, or its SSE event whose JSON starts
  * `lead` bytes in) with the value of its first "model" member replaced by the client's name. */
 void append_with_client_model(call_t *c, mg_buf_t *out, const char *raw, size_t n, size_t lead);
+
+/* ---- responses_call.c: the Responses API's front end over a chat call ---------------
+ * POST /v1/responses is parsed into a chat body (responses_in.h) and runs as a chat call;
+ * its answer, whole or streamed, is turned back (responses_out.h) and kept for
+ * previous_response_id (responses_store.h). */
+
+/* The parse step for MG_EP_RESPONSES: c->body the chat body, c->ep MG_EP_CHAT, or the
+ * call's error (-1). A previous_response_id is looked up (off the loop) while the call
+ * waits: then 1, and the lookup resumes the call at STEP_IDENTIFY; else 0. */
+int responses_parse(call_t *c);
+/* After identify (the caller's scope known): the previous response's conversation put in
+ * front of the input, or the call's 404 / 400. */
+mg_step_rc_t responses_identified(call_t *c);
+/* One upstream chunk (borrowed) as Responses events into c->out. */
+void responses_chunk(call_t *c, const cJSON *chunk);
+/* The whole chat completion (taken) as the Response in c->answer, kept when store is on. */
+mg_step_rc_t responses_answer(call_t *c, cJSON *completion);
+/* The stream's end into c->out: response.completed (kept), or response.failed with the
+ * call's error message when the call failed. */
+void responses_stream_end(call_t *c, const char *error_message);
+/* The front end's state freed, a lookup in flight cancelled (call_free). */
+void responses_free(call_t *c);
 
 #endif

@@ -37,6 +37,12 @@
 //                              that many frames (lead and content frames counted; default 0,
 //                              before the first), and the stream goes on as scripted
 //   hang                       never answer
+//   tool_calls                 [{name, arguments}] (arguments: object or JSON text): the
+//                              answer calls these tools (finish_reason tool_calls; streamed as
+//                              the OpenAI wire does, each call's arguments in 3 deltas; Ollama:
+//                              arguments as an object); combine with chunks: 0 for no text
+//   reasoning                  text: the answer's reasoning_content (OpenAI wire; streamed in
+//                              2 deltas before the content)
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 
@@ -147,8 +153,28 @@ function lazyList(n, make) {
     });
 }
 
+/** The scripted tool calls with their arguments as JSON text. */
+function scriptedCalls(action) {
+    if (!Array.isArray(action.tool_calls)) return [];
+    return action.tool_calls.map((t, i) => ({
+        id: `call_mock_${i}`,
+        name: String(t.name),
+        arguments: typeof t.arguments === 'string' ? t.arguments : JSON.stringify(t.arguments ?? {}),
+    }));
+}
+
+/** s cut into n pieces (the last takes the rest; empty pieces dropped). */
+function split(s, n) {
+    const size = Math.max(1, Math.ceil(s.length / n));
+    const out = [];
+    for (let i = 0; i < s.length; i += size) out.push(s.slice(i, i + size));
+    return out;
+}
+
 function openaiChat(ctx) {
     const { body, action, seq } = ctx;
+    const calls = scriptedCalls(action);
+    const reasoning = typeof action.reasoning === 'string' ? action.reasoning : null;
     const model = body.model ?? 'mock-model';
     const limit = body.max_completion_tokens ?? body.max_tokens;
     const { n, finish } = pieceCount(action, limit);
@@ -161,16 +187,23 @@ function openaiChat(ctx) {
         completion_tokens: n,
         total_tokens: promptTokensChat(body) + n,
     };
+    const finishAll = calls.length ? 'tool_calls' : finish;
     if (!body.stream) {
+        const message = { role: 'assistant', content: Array.from({ length: n }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] };
+        if (calls.length) {
+            if (!n) message.content = null;
+            message.tool_calls = calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+        }
+        if (reasoning !== null) message.reasoning_content = reasoning;
         return {
             status: 200,
             json: {
                 id, object: 'chat.completion', created, model,
                 choices: [{
                     index: 0,
-                    message: { role: 'assistant', content: Array.from({ length: n }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] },
+                    message,
                     logprobs: null,
-                    finish_reason: finish,
+                    finish_reason: finishAll,
                 }],
                 usage,
                 service_tier: 'default',
@@ -187,14 +220,21 @@ function openaiChat(ctx) {
         if (withUsage) c.usage = null;
         return sse(c);
     };
-    const tail = [chunk({}, finish)];
+    const tail = [];
+    calls.forEach((c, i) => {
+        tail.push(chunk({ tool_calls: [{ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: '' } }] }, null));
+        for (const piece of split(c.arguments, 3)) tail.push(chunk({ tool_calls: [{ index: i, function: { arguments: piece } }] }, null));
+    });
+    tail.push(chunk({}, finishAll));
     if (withUsage) {
         tail.push(sse({ id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_mock', choices: [], usage }));
     }
     tail.push('data: [DONE]\n\n');
+    const lead = [chunk({ role: 'assistant', content: '', refusal: null }, null)];
+    if (reasoning !== null) for (const piece of split(reasoning, 2)) lead.push(chunk({ reasoning_content: piece }, null));
     return {
         status: 200, stream: true, format: 'sse',
-        lead: [chunk({ role: 'assistant', content: '', refusal: null }, null)],
+        lead,
         content: lazyList(n, (i) => chunk({ content: pieces[i] }, null)),
         tail,
     };
@@ -281,15 +321,21 @@ function ollamaChat(ctx) {
     const pieces = contentPieces(model, n);
     const pt = promptTokensChat(body);
     const created_at = new Date().toISOString();
-    const final = (content) => ({
-        model, created_at, message: { role: 'assistant', content },
-        done_reason: finish, done: true, ...ollamaTimings(pt, n),
-    });
-    if (body.stream === false) return { status: 200, json: final(pieces.join('')) };
+    // Ollama's tool calls: arguments as an object, all in one message
+    const toolCalls = scriptedCalls(action).map((c) => ({ function: { name: c.name, arguments: JSON.parse(c.arguments) } }));
+    const final = (content, withCalls) => {
+        const message = { role: 'assistant', content };
+        if (withCalls && toolCalls.length) message.tool_calls = toolCalls;
+        return { model, created_at, message, done_reason: finish, done: true, ...ollamaTimings(pt, n) };
+    };
+    if (body.stream === false) return { status: 200, json: final(pieces.join(''), true) };
+    const tail = [];
+    if (toolCalls.length) tail.push(ndjson({ model, created_at, message: { role: 'assistant', content: '', tool_calls: toolCalls }, done: false }));
+    tail.push(ndjson(final('', false)));
     return {
         status: 200, stream: true, format: 'ndjson', lead: [],
         content: pieces.map((p) => ndjson({ model, created_at, message: { role: 'assistant', content: p }, done: false })),
-        tail: [ndjson(final(''))],
+        tail,
     };
 }
 

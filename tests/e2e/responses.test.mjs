@@ -367,6 +367,19 @@ describe('responses: retrieve, delete, reasoning, errors', () => {
         assert.match(last.response.error.message, /UPSTREAM_ERROR/);
     });
 
+    test('an idempotency key runs the request once: the replay is the same Response', async () => {
+        const since = await lastSeq();
+        const body = { model: 'chat', input: 'only once please' };
+        const headers = { 'Idempotency-Key': 'resp-idem-1', authorization: 'Bearer sk-client-anything' };
+        const first = await postJson(`${env.api}/responses`, body, { headers });
+        const second = await postJson(`${env.api}/responses`, body, { headers });
+        assert.equal(first.status, 200, first.text);
+        assert.equal(second.json.id, first.json.id);
+        assert.equal(second.headers.get('idempotent-replayed'), 'true');
+        assert.equal((await upstreamSince('up-chat', since)).length, 1, 'the engine was asked once');
+        assert.equal((await client.responses.retrieve(first.json.id)).id, first.json.id);
+    });
+
     test('metrics count the endpoint as responses', async () => {
         const text = await env.gw.metrics();
         assert.match(text, /endpoint="responses"/);

@@ -148,14 +148,25 @@ static int prompt_decides(const call_t *c)
  * nothing; the JSON around the messages is counted too, a few tokens a message over what the
  * model sees, the safe side for a reservation), once per call; -1 when the model has no
  * loaded encoding. */
+/* The bytes that are the prompt: the body, or a Responses call's chat messages (a previous
+ * response's conversation included, which its body only names). */
+static const char *prompt_bytes(call_t *c, size_t *len)
+{
+    const char *text = c->req->body;
+    *len = c->req->body_len;
+    if (c->responses) responses_prompt(c, &text, len);
+    return text;
+}
+
 int64_t prompt_count(call_t *c)
 {
     if (c->prompt_count >= 0) return c->prompt_count;
     const mg_encoding_t *e = c->model ? mg_token_registry_get(c->model->tokenizer - 1) : NULL;
     if (!e || !c->req) return -1;
-    size_t len = c->req->body_len;
+    size_t len;
+    const char *text = prompt_bytes(c, &len);
     size_t counted = len < PROMPT_COUNT_MAX_BYTES ? len : PROMPT_COUNT_MAX_BYTES;
-    long n = mg_tokenize_count(e, c->req->body, counted, 0);
+    long n = mg_tokenize_count(e, text, counted, 0);
     if (n < 0) return -1;
     if (counted < len) n = (long)((double)n * ((double)len / (double)counted)) + 1;
     return c->prompt_count = n;
@@ -166,7 +177,9 @@ int64_t prompt_count(call_t *c)
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
 {
     int64_t n = c->prompt_count >= 0 || prompt_decides(c) ? prompt_count(c) : -1;
-    return n >= 0 ? n : (int64_t)(c->req->body_len / bytes_per_token);
+    size_t len;
+    prompt_bytes(c, &len);
+    return n >= 0 ? n : (int64_t)(len / bytes_per_token);
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */

@@ -415,6 +415,10 @@ mg_step_rc_t responses_answer(call_t *c, cJSON *completion);
 /* The stream's end into c->out: response.completed (kept), or response.failed with the
  * call's error message when the call failed. */
 void responses_stream_end(call_t *c, const char *error_message);
+/* The prompt as bytes, for counting: the chat body's messages printed once (they hold a
+ * previous response's conversation, which the client's body only names). Leaves *text and
+ * *len as they are when out of memory. */
+void responses_prompt(call_t *c, const char **text, size_t *len);
 /* The front end's state freed, a lookup in flight cancelled (call_free). */
 void responses_free(call_t *c);
 

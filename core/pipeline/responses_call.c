@@ -32,6 +32,7 @@ typedef struct resp_call_s {
     char *prev_scope, *prev_messages; /* owned, PREV_FOUND */
     char scope[128];         /* the caller's (after identify) */
     mg_resp_out_t *out;      /* owned: the answer, made at its first chunk */
+    mg_buf_t prompt;         /* owned: the chat messages printed (responses_prompt) */
 } resp_call_t;
 
 void responses_free(call_t *c)
@@ -43,6 +44,7 @@ void responses_free(call_t *c)
     free(r->prev_scope);
     free(r->prev_messages);
     mg_resp_out_free(r->out);
+    mg_buf_free(&r->prompt);
     free(r);
     c->responses = NULL;
 }
@@ -143,6 +145,15 @@ mg_step_rc_t responses_identified(call_t *c)
     }
     if (messages_empty(c)) refuse(c, 400, "INVALID_REQUEST", "'input' must not be empty", "input");
     return MG_STEP_NEXT;
+}
+
+void responses_prompt(call_t *c, const char **text, size_t *len)
+{
+    resp_call_t *r = c->responses;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c->body, "messages");
+    if (!r->prompt.len && (!msgs || mg_json_print(msgs, &r->prompt) != 0)) return;
+    *text = r->prompt.data;
+    *len = r->prompt.len;
 }
 
 /* ------------------------------------------------------------------------ */

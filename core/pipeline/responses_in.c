@@ -436,12 +436,19 @@ int mg_resp_to_chat(const cJSON *req, cJSON **chat, mg_resp_error_t *err)
         cJSON_AddStringToObject(m, "content", ins);
         cJSON_AddItemToArray(msgs, m);
     }
+    /* tool_choice "none" as every chat engine honours it: it is shown no tools */
+    const char *choice = str_of(req, "tool_choice");
+    int no_tools = choice && strcmp(choice, "none") == 0;
     if (input_to_messages(get(req, "input"), msgs, err) != 0 ||
         tools_to_chat(get(req, "tools"), c, err) != 0 ||
         tool_choice_to_chat(get(req, "tool_choice"), c, err) != 0 ||
         text_to_chat(get(req, "text"), c, err) != 0 || params_to_chat(req, c, err) != 0) {
         cJSON_Delete(c);
         return -1;
+    }
+    if (no_tools) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "tools");
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "tool_choice");
     }
     *chat = c;
     return 0;

@@ -164,6 +164,23 @@ static void test_refused_with_param(void)
     cJSON_Delete(chat);
 }
 
+static void test_tool_choice_none_shows_no_tools(void)
+{
+    mg_resp_error_t err;
+    cJSON *chat = chat_of("{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":\"none\","
+                          "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}",
+                          &err);
+    CHECK(chat != NULL);
+    CHECK(at(chat, "tools") == NULL && at(chat, "tool_choice") == NULL);
+    cJSON_Delete(chat);
+    chat = chat_of("{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":\"required\","
+                   "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}",
+                   &err);
+    CHECK_STR(str(chat, "tool_choice"), "required");
+    CHECK_STR(str(chat, "tools.0.function.name"), "f");
+    cJSON_Delete(chat);
+}
+
 static void test_history_after_instructions(void)
 {
     mg_resp_error_t err;
@@ -416,6 +433,7 @@ int main(void)
     MG_RUN(test_string_input_and_instructions);
     MG_RUN(test_items_tools_and_format);
     MG_RUN(test_refused_with_param);
+    MG_RUN(test_tool_choice_none_shows_no_tools);
     MG_RUN(test_history_after_instructions);
     MG_RUN(test_text_stream_sequence);
     MG_RUN(test_tool_calls_interleaved);

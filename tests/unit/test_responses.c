@@ -2,7 +2,8 @@
  * chat body (input as a string and as items, instructions, function tools and tool_choice,
  * text.format, max_output_tokens, the gateway's extensions kept, refused parameters with
  * their param), the history of a previous response put after the instructions; chat chunks
- * as the Responses event sequence (sequence numbers, one id, item order, reasoning, several
+ * as the Responses event sequence (sequence numbers, one id, item order, reasoning, empty
+ * tool_calls making nothing, several
  * interleaved tool calls with their full arguments in .done, usage, incomplete), a whole
  * completion as the Response, a broken stream as response.failed. */
 #include "mgtest.h"
@@ -267,6 +268,8 @@ static void test_text_stream_sequence(void)
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}", &out);
+    /* vLLM's empty tool_calls and empty content make nothing */
+    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\",\"tool_calls\":[]}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}", &out);
     feed(o, "{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
             "\"prompt_tokens_details\":{\"cached_tokens\":1}}}", &out);

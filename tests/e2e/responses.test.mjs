@@ -235,6 +235,17 @@ for (const a of ADAPTERS) {
             assert.equal(r2.status, 'completed');
             const [up] = await upstreamSince(a.upstream, since);
             assert.deepEqual(up.body.messages.map((m) => m.role), ['user', 'assistant', 'tool']);
+            // the agents' way: the previous output items sent back as they came
+            const since2 = await lastSeq();
+            const r3 = await client.responses.create({
+                model: a.model, store: false,
+                input: [{ role: 'user', content: 'weather in Oslo?' }, ...r.output,
+                    { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }],
+            });
+            assert.equal(r3.status, 'completed');
+            const [up2] = await upstreamSince(a.upstream, since2);
+            assert.deepEqual(up2.body.messages.map((m) => m.role), ['user', 'assistant', 'tool']);
+            assert.equal(up2.body.messages[1].tool_calls[0].function.name, 'get_weather');
         });
 
         test('text.format json_schema reaches the engine', async () => {

@@ -247,10 +247,16 @@ void mg_api_handle(void *api, mg_http_req_t *req)
             handle_model(s, req, req->path + 11);
         return;
     }
-    if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14] &&
-        !strchr(req->path + 14, '/')) {
-        mg_resp_store_handle(s->responses, req, req->path + 14);
-        return;
+    if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14]) {
+        char *id = req->path + 14, *rest = strchr(id, '/');
+        int items = rest && strcmp(rest, "/input_items") == 0;
+        if (!rest || items) {
+            char idbuf[128]; /* the path stays whole for the log line */
+            size_t n = rest ? (size_t)(rest - id) : strlen(id);
+            snprintf(idbuf, sizeof(idbuf), "%.*s", (int)(n < sizeof(idbuf) ? n : sizeof(idbuf) - 1), id);
+            mg_resp_store_handle(s->responses, req, idbuf, items);
+            return;
+        }
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {
         mg_admin_handle(s->admin, req);

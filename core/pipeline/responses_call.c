@@ -67,17 +67,15 @@ static int messages_empty(const call_t *c)
 /* Parse: the request, and the previous response looked up                   */
 /* ------------------------------------------------------------------------ */
 
-static void prev_found(void *ud, int found, const char *scope, const char *response,
-                       const char *messages)
+static void prev_found(void *ud, const mg_resp_record_t *rec)
 {
     call_t *c = ud;
     resp_call_t *r = c->responses;
-    (void)response;
     r->lookup = NULL;
     r->prev = PREV_MISSING;
-    if (found) {
-        r->prev_scope = strdup(scope);
-        r->prev_messages = strdup(messages);
+    if (rec) {
+        r->prev_scope = strdup(rec->scope);
+        r->prev_messages = strdup(rec->messages);
         if (r->prev_scope && r->prev_messages) r->prev = PREV_FOUND;
     }
     call_resume(c, STEP_IDENTIFY);
@@ -168,8 +166,9 @@ static mg_resp_out_t *answer_of(call_t *c)
     return r->out;
 }
 
-/* The Response kept for GET and previous_response_id: with the conversation through it
- * (this call's messages, history included, without the instructions, and the answer). */
+/* The Response kept for GET, its input items and previous_response_id: with the
+ * conversation through it (this call's messages, history included, without the
+ * instructions, and the answer). */
 static void keep(call_t *c, const cJSON *final)
 {
     resp_call_t *r = c->responses;
@@ -178,13 +177,18 @@ static void keep(call_t *c, const cJSON *final)
     cJSON *answer = mg_resp_out_message(r->out);
     if (msgs && answer) cJSON_AddItemToArray(msgs, answer);
     else cJSON_Delete(answer);
-    mg_buf_t resp_text = {0}, msgs_text = {0};
-    if (msgs && mg_json_print(final, &resp_text) == 0 && mg_json_print(msgs, &msgs_text) == 0 &&
-        mg_resp_store_put(c->pl->responses, r->id, r->scope, resp_text.data, msgs_text.data) != 0)
+    cJSON *input = mg_resp_input_items(r->req, r->id + 5);
+    mg_buf_t resp_text = {0}, msgs_text = {0}, input_text = {0};
+    int ok = msgs && input && mg_json_print(final, &resp_text) == 0 &&
+             mg_json_print(msgs, &msgs_text) == 0 && mg_json_print(input, &input_text) == 0;
+    mg_resp_record_t rec = {r->scope, resp_text.data, input_text.data, msgs_text.data};
+    if (!ok || mg_resp_store_put(c->pl->responses, r->id, &rec) != 0)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "responses: %s was not kept", r->id);
     cJSON_Delete(msgs);
+    cJSON_Delete(input);
     mg_buf_free(&resp_text);
     mg_buf_free(&msgs_text);
+    mg_buf_free(&input_text);
 }
 
 /* The gateway's members on a whole answer (the stream's events carry only the API's). */

@@ -492,6 +492,68 @@ cJSON *mg_resp_turn_messages(const cJSON *chat, int had_instructions)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The input as items                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* A message's content as parts: a string is one text part of the role's kind. */
+static cJSON *content_parts(const cJSON *content, const char *role)
+{
+    if (!cJSON_IsString(content)) return content ? dup(content) : cJSON_CreateArray();
+    cJSON *parts = cJSON_CreateArray();
+    cJSON *p = cJSON_CreateObject();
+    int out = strcmp(role, "assistant") == 0;
+    cJSON_AddStringToObject(p, "type", out ? "output_text" : "input_text");
+    cJSON_AddStringToObject(p, "text", content->valuestring);
+    if (out) cJSON_AddArrayToObject(p, "annotations");
+    cJSON_AddItemToArray(parts, p);
+    return parts;
+}
+
+static cJSON *message_as_item(const char *role, const cJSON *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "message");
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddItemToObject(m, "content", content_parts(content, role));
+    cJSON_AddStringToObject(m, "status", "completed");
+    return m;
+}
+
+cJSON *mg_resp_input_items(const cJSON *req, const char *suffix)
+{
+    const cJSON *input = get(req, "input");
+    cJSON *items = cJSON_CreateArray();
+    if (!items) return NULL;
+    if (cJSON_IsString(input)) cJSON_AddItemToArray(items, message_as_item("user", input));
+    for (const cJSON *it = cJSON_IsArray(input) ? input->child : NULL; it; it = it->next) {
+        const char *type = str_of(it, "type");
+        cJSON *copy;
+        if (!type || strcmp(type, "message") == 0) {
+            const char *role = str_of(it, "role");
+            copy = message_as_item(role ? role : "user", get(it, "content"));
+            const cJSON *id = get(it, "id");
+            if (cJSON_IsString(id)) cJSON_AddStringToObject(copy, "id", id->valuestring);
+        } else {
+            copy = dup(it);
+        }
+        cJSON_AddItemToArray(items, copy);
+    }
+    int n = 0;
+    for (cJSON *it = items->child; it; it = it->next, n++) {
+        if (cJSON_IsString(get(it, "id"))) continue;
+        const char *type = str_of(it, "type");
+        const char *kind = !type || strcmp(type, "message") == 0 ? "msg"
+                           : strcmp(type, "function_call") == 0  ? "fc"
+                           : strcmp(type, "function_call_output") == 0 ? "fco"
+                                                                       : "item";
+        char id[128];
+        snprintf(id, sizeof(id), "%s_%s_in%d", kind, suffix, n);
+        cJSON_AddStringToObject(it, "id", id);
+    }
+    return items;
+}
+
+/* ------------------------------------------------------------------------ */
 /* The echo                                                                  */
 /* ------------------------------------------------------------------------ */
 

@@ -39,6 +39,12 @@ int mg_resp_prepend_history(cJSON *chat, const cJSON *history);
  * appended). `had_instructions`: the request had instructions. NULL when out of memory. */
 cJSON *mg_resp_turn_messages(const cJSON *chat, int had_instructions);
 
+/* The request's input as the items GET /v1/responses/{id}/input_items lists: a string is
+ * one user message; items keep their members, messages get the input_text parts and the
+ * status the API shows, items without an id get "<kind>_<suffix>_<n>". A new array, or NULL
+ * when out of memory. */
+cJSON *mg_resp_input_items(const cJSON *req, const char *suffix);
+
 /* The members of a Response object that echo the request (instructions, tools in the
  * Responses shape, tool_choice, text, temperature, top_p, max_output_tokens, metadata,
  * previous_response_id, store, parallel_tool_calls, reasoning, truncation, user), with their

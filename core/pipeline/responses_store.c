@@ -16,10 +16,16 @@
 #include "net/endpoint.h"
 #include "obs/answer.h"
 
+/* A record's texts, owned. */
+typedef struct {
+    char *scope, *response, *input, *messages;
+} texts_t;
+
 typedef struct rec_s {
     struct rec_s *next;
     mg_resp_store_t *rs;
-    char *id, *scope, *response, *messages; /* owned */
+    char *id;     /* owned */
+    texts_t t;
     int committing; /* its write is queued: it leaves memory when that commits */
 } rec_t;
 
@@ -37,7 +43,7 @@ struct mg_resp_lookup_s {
     char id[96];
     long long now_s;
     int found;
-    char *scope, *response, *messages; /* owned */
+    texts_t t;
 };
 
 static long long unix_s(void)
@@ -47,12 +53,37 @@ static long long unix_s(void)
     return (long long)tv.tv_sec;
 }
 
+static void texts_free(texts_t *t)
+{
+    free(t->scope);
+    free(t->response);
+    free(t->input);
+    free(t->messages);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Copy the four texts; 0, or -1 (out of memory: t freed). */
+static int texts_copy(texts_t *t, const char *scope, const char *response, const char *input,
+                      const char *messages)
+{
+    t->scope = strdup(scope);
+    t->response = strdup(response);
+    t->input = strdup(input);
+    t->messages = strdup(messages);
+    if (t->scope && t->response && t->input && t->messages) return 0;
+    texts_free(t);
+    return -1;
+}
+
+static mg_resp_record_t record_of(const texts_t *t)
+{
+    return (mg_resp_record_t){t->scope, t->response, t->input, t->messages};
+}
+
 static void rec_free(rec_t *r)
 {
     free(r->id);
-    free(r->scope);
-    free(r->response);
-    free(r->messages);
+    texts_free(&r->t);
     free(r);
 }
 
@@ -142,17 +173,13 @@ static void trim_memory(mg_resp_store_t *rs)
     }
 }
 
-int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const char *scope,
-                      const char *response, const char *messages)
+int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_t *rec)
 {
     rec_t *r = calloc(1, sizeof(*r));
     if (!r) return -1;
     r->rs = rs;
     r->id = strdup(id);
-    r->scope = strdup(scope);
-    r->response = strdup(response);
-    r->messages = strdup(messages);
-    if (!r->id || !r->scope || !r->response || !r->messages) {
+    if (!r->id || texts_copy(&r->t, rec->scope, rec->response, rec->input, rec->messages) != 0) {
         rec_free(r);
         return -1;
     }
@@ -167,13 +194,13 @@ int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const char *scope,
     long long now = unix_s();
     snprintf(created, sizeof(created), "%lld", now);
     snprintf(expires, sizeof(expires), "%lld", now + rs->d.retention_s);
-    const char *p[6] = {id, scope, response, messages, created, expires};
+    const char *p[7] = {id, rec->scope, rec->response, rec->input, rec->messages, created, expires};
     r->committing = 1;
     if (mg_store_write_cb(rs->d.store,
-                          "INSERT OR REPLACE INTO responses(id, scope, response, messages,"
-                          " created_at, expires_at) VALUES (?1, ?2, ?3, ?4, CAST(?5 AS INTEGER),"
-                          " CAST(?6 AS INTEGER))",
-                          6, p, on_committed, r) == 0)
+                          "INSERT OR REPLACE INTO responses(id, scope, response, input, messages,"
+                          " created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5,"
+                          " CAST(?6 AS INTEGER), CAST(?7 AS INTEGER))",
+                          7, p, on_committed, r) == 0)
         return 0;
     mg_log_msg(MG_LOG_WARN, NULL, "responses: the store is not writable; response %s not kept", id);
     rec_unlink(rs, r);
@@ -207,11 +234,8 @@ static int forget(mg_resp_store_t *rs, const char *id, mg_store_done_fn done, vo
 static void lookup_row(void *ud, int ncols, const char *const *cols)
 {
     mg_resp_lookup_t *l = ud;
-    if (ncols < 3 || l->found || !cols[0] || !cols[1] || !cols[2]) return;
-    l->scope = strdup(cols[0]);
-    l->response = strdup(cols[1]);
-    l->messages = strdup(cols[2]);
-    l->found = l->scope && l->response && l->messages;
+    if (ncols < 4 || l->found || !cols[0] || !cols[1] || !cols[2] || !cols[3]) return;
+    l->found = texts_copy(&l->t, cols[0], cols[1], cols[2], cols[3]) == 0;
 }
 
 /* Thread pool: the row, unless memory answered already. */
@@ -223,7 +247,7 @@ static void lookup_work(uv_work_t *w)
     snprintf(now, sizeof(now), "%lld", l->now_s);
     const char *p[2] = {l->id, now};
     if (mg_store_query(l->rs->d.store,
-                       "SELECT scope, response, messages FROM responses"
+                       "SELECT scope, response, input, messages FROM responses"
                        " WHERE id = ?1 AND expires_at > CAST(?2 AS INTEGER)",
                        2, p, lookup_row, l, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "responses: cannot read a stored response: %s", err);
@@ -233,10 +257,11 @@ static void lookup_done(uv_work_t *w, int status)
 {
     mg_resp_lookup_t *l = w->data;
     (void)status;
-    if (l->cb) l->cb(l->ud, l->found, l->scope, l->response, l->messages);
-    free(l->scope);
-    free(l->response);
-    free(l->messages);
+    if (l->cb) {
+        mg_resp_record_t rec = record_of(&l->t);
+        l->cb(l->ud, l->found ? &rec : NULL);
+    }
+    texts_free(&l->t);
     free(l);
 }
 
@@ -252,11 +277,8 @@ mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp
     snprintf(l->id, sizeof(l->id), "%s", id);
     const rec_t *r = strlen(id) < sizeof(l->id) ? rec_find(rs, id) : NULL;
     if (r) {
-        lookup_row(l, 3, (const char *const[]){r->scope, r->response, r->messages});
+        lookup_row(l, 4, (const char *const[]){r->t.scope, r->t.response, r->t.input, r->t.messages});
         if (!l->found) {
-            free(l->scope);
-            free(l->response);
-            free(l->messages);
             free(l);
             return NULL;
         }
@@ -265,9 +287,7 @@ mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp
     }
     l->work.data = l;
     if (uv_queue_work(rs->d.loop, &l->work, lookup_work, lookup_done) != 0) {
-        free(l->scope);
-        free(l->response);
-        free(l->messages);
+        texts_free(&l->t);
         free(l);
         return NULL;
     }
@@ -289,7 +309,78 @@ typedef struct {
     mg_resp_lookup_t *lookup;
     char scope[128];
     char id[96];
+    /* GET .../input_items */
+    int input_items;
+    int limit, asc;
+    char after[96];       /* "": from the first */
 } api_call_t;
+
+/* The value of key in a query string ("a=1&b=2") into buf; 1 when present. */
+static int query_value(const char *q, const char *key, char *buf, size_t cap)
+{
+    size_t kl = strlen(key);
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, key, kl) != 0 || p[kl] != '=') continue;
+        const char *v = p + kl + 1, *end = strchr(v, '&');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), v);
+        return 1;
+    }
+    return 0;
+}
+
+/* limit, order and after of an input_items request; NULL, or what is wrong. */
+static const char *list_params(api_call_t *a, const char *q)
+{
+    char v[96];
+    a->limit = 20;
+    a->asc = 0;
+    if (query_value(q, "limit", v, sizeof(v))) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > 100) return "'limit' must be an integer from 1 to 100";
+        a->limit = (int)n;
+    }
+    if (query_value(q, "order", v, sizeof(v))) {
+        if (strcmp(v, "asc") != 0 && strcmp(v, "desc") != 0) return "'order' must be asc or desc";
+        a->asc = strcmp(v, "asc") == 0;
+    }
+    if (!query_value(q, "after", a->after, sizeof(a->after))) a->after[0] = '\0';
+    return NULL;
+}
+
+/* The input items as a list page: in the order asked, from after the `after` item. */
+static cJSON *items_page(const api_call_t *a, const char *input)
+{
+    cJSON *items = cJSON_Parse(input);
+    cJSON *page = cJSON_CreateObject();
+    cJSON_AddStringToObject(page, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(page, "data");
+    int n = cJSON_GetArraySize(items), taken = 0, more = 0, started = !a->after[0];
+    for (int k = 0; k < n; k++) {
+        cJSON *it = cJSON_GetArrayItem(items, a->asc ? k : n - 1 - k);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        if (!started) {
+            started = cJSON_IsString(id) && strcmp(id->valuestring, a->after) == 0;
+            continue;
+        }
+        if (taken == a->limit) {
+            more = 1;
+            break;
+        }
+        cJSON_AddItemToArray(data, cJSON_Duplicate(it, 1));
+        taken++;
+    }
+    const cJSON *first = cJSON_GetObjectItemCaseSensitive(data->child, "id");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, taken - 1), "id");
+    if (cJSON_IsString(first)) cJSON_AddStringToObject(page, "first_id", first->valuestring);
+    else cJSON_AddNullToObject(page, "first_id");
+    if (cJSON_IsString(last)) cJSON_AddStringToObject(page, "last_id", last->valuestring);
+    else cJSON_AddNullToObject(page, "last_id");
+    cJSON_AddBoolToObject(page, "has_more", more);
+    cJSON_Delete(items);
+    return page;
+}
 
 static void on_api_abort(void *data)
 {
@@ -324,15 +415,13 @@ static void api_deleted(void *ud, int rc)
     free(a);
 }
 
-static void api_found(void *ud, int found, const char *scope, const char *response,
-                      const char *messages)
+static void api_found(void *ud, const mg_resp_record_t *rec)
 {
     api_call_t *a = ud;
     mg_resp_store_t *rs = a->rs;
     mg_http_req_t *req = a->req;
-    (void)messages;
     req->on_abort = NULL;
-    if (!found || strcmp(scope, a->scope) != 0) {
+    if (!rec || strcmp(rec->scope, a->scope) != 0) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Response with id '%.96s' not found.", a->id);
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 404, "NOT_FOUND", msg, 0);
@@ -344,22 +433,33 @@ static void api_found(void *ud, int found, const char *scope, const char *respon
         req->on_abort = NULL;
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR",
                         "the store is not writable", 0);
+    } else if (a->input_items) {
+        mg_answer_tree(rs->d.metrics, req, MG_EP_RESPONSES, 200, items_page(a, rec->input));
     } else {
-        mg_answer_json(rs->d.metrics, req, MG_EP_RESPONSES, 200, NULL, response, strlen(response));
+        mg_answer_json(rs->d.metrics, req, MG_EP_RESPONSES, 200, NULL, rec->response,
+                       strlen(rec->response));
     }
     free(a);
 }
 
-void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id)
+void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id,
+                          int input_items)
 {
-    if (req->method != HTTP_GET && req->method != HTTP_DELETE) {
+    if (req->method != HTTP_GET && (input_items || req->method != HTTP_DELETE)) {
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 405, "METHOD_NOT_ALLOWED",
-                        "use GET or DELETE", 0);
+                        input_items ? "use GET" : "use GET or DELETE", 0);
         return;
     }
     api_call_t *a = calloc(1, sizeof(*a));
     if (!a) {
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    a->input_items = input_items;
+    const char *bad = input_items ? list_params(a, req->query ? req->query : "") : NULL;
+    if (bad) {
+        free(a);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST", bad, 0);
         return;
     }
     mg_auth_result_t r;

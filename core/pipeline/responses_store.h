@@ -1,7 +1,8 @@
 /* responses_store: Responses kept server-side (store: true, the Responses API's default) for
  * GET /v1/responses/{id}, DELETE /v1/responses/{id} and previous_response_id.
  *
- * A record is the Response as the client saw it, the conversation through it as chat
+ * A record is the Response as the client saw it, its input items (GET .../input_items),
+ * the conversation through it as chat
  * messages (what a follow-up replays to a chat engine: the previous turns' input and
  * answers, never their instructions), and its owner's scope: "tenant:T/project:P" with auth
  * on, "cred:<sha256 of the credential presented>" in open mode. A caller of another scope
@@ -45,15 +46,21 @@ void mg_resp_store_free(mg_resp_store_t *rs);
  * tenant and project. */
 void mg_resp_scope(const mg_auth_result_t *auth, const mg_http_req_t *req, char *out, size_t cap);
 
-/* Keep a record (every string copied). 0, or -1 when out of memory or the store refused
- * the write (logged): the record is then not kept. */
-int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const char *scope,
-                      const char *response, const char *messages);
+/* A record: JSON texts (and the scope). */
+typedef struct mg_resp_record_s {
+    const char *scope;
+    const char *response; /* the Response object */
+    const char *input;    /* its input items, an array */
+    const char *messages; /* the conversation through it, an array of chat messages */
+} mg_resp_record_t;
 
-/* The outcome of a lookup: found, and then the record's scope, Response and messages
- * (borrowed for the callback's duration). */
-typedef void (*mg_resp_found_fn)(void *ud, int found, const char *scope, const char *response,
-                                 const char *messages);
+/* Keep a record under id (every string copied). 0, or -1 when out of memory or the store
+ * refused the write (logged): the record is then not kept. */
+int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_t *rec);
+
+/* The outcome of a lookup: the record (borrowed for the callback's duration), or NULL when
+ * there is none. */
+typedef void (*mg_resp_found_fn)(void *ud, const mg_resp_record_t *rec);
 typedef struct mg_resp_lookup_s mg_resp_lookup_t;
 
 /* Look up id (off the loop). cb runs later on the loop thread, never inside this call.
@@ -64,7 +71,10 @@ mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp
 /* cb will not be called (its ud is going away). */
 void mg_resp_lookup_cancel(mg_resp_lookup_t *l);
 
-/* GET and DELETE /v1/responses/{id} (the answer is written; id is the path's). */
-void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id);
+/* GET and DELETE /v1/responses/{id}, and GET /v1/responses/{id}/input_items when
+ * input_items (query: limit 1..100, default 20; order asc | desc, default desc; after an
+ * item id). The answer is written; id is the path's. */
+void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id,
+                          int input_items);
 
 #endif

@@ -208,12 +208,12 @@ static const char *const migrations[] = {
     "ALTER TABLE api_keys ADD COLUMN application TEXT;",
     /* 12: a task is its submitter's: a key holder sees and cancels its own */
     "ALTER TABLE tasks ADD COLUMN key_id INTEGER;",
-    /* 13: Responses kept for GET /v1/responses/{id} and previous_response_id
-     * (pipeline/responses_store.h): the Response, the conversation through it as chat
-     * messages, the owner's scope, unix seconds */
+    /* 13: Responses kept for GET /v1/responses/{id}, its input_items and
+     * previous_response_id (pipeline/responses_store.h): the Response, its input items, the
+     * conversation through it as chat messages, the owner's scope, unix seconds */
     "CREATE TABLE responses ("
-    " id TEXT PRIMARY KEY, scope TEXT NOT NULL, response TEXT NOT NULL, messages TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);"
+    " id TEXT PRIMARY KEY, scope TEXT NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL,"
+    " messages TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);"
     "CREATE INDEX idx_responses_expiry ON responses(expires_at);",
 };
 

@@ -296,10 +296,44 @@ describe('responses: retrieve, delete, reasoning, errors', () => {
             (e) => e.status === 404);
     });
 
+    test('GET /v1/responses/{id}/input_items: the input as items, paged, newest first by default', async () => {
+        const r = await client.responses.create({
+            model: 'chat', instructions: 'not an item',
+            input: [
+                { role: 'user', content: 'first' },
+                { role: 'assistant', content: 'second' },
+                { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'third' }] },
+            ],
+        });
+        const asc = [];
+        for await (const item of client.responses.inputItems.list(r.id, { order: 'asc' })) asc.push(item);
+        assert.equal(asc.length, 3);
+        assert.deepEqual(asc.map((i) => i.type), ['message', 'message', 'message']);
+        assert.deepEqual(asc.map((i) => i.content[0].text), ['first', 'second', 'third']);
+        assert.deepEqual(asc.map((i) => i.content[0].type), ['input_text', 'output_text', 'input_text']);
+        for (const i of asc) assert.ok(typeof i.id === 'string' && i.id.length > 0);
+        const page = await client.responses.inputItems.list(r.id, { limit: 2 });
+        assert.deepEqual(page.data.map((i) => i.content[0].text), ['third', 'second']);
+        assert.equal(page.has_more, true);
+        const next = await page.getNextPage();
+        assert.deepEqual(next.data.map((i) => i.content[0].text), ['first']);
+        assert.equal(next.has_more, false);
+        const s = await client.responses.create({ model: 'chat', input: 'just a string' });
+        const one = await client.responses.inputItems.list(s.id);
+        assert.equal(one.data.length, 1);
+        assert.equal(one.data[0].role, 'user');
+        assert.equal(one.data[0].content[0].text, 'just a string');
+        const bad = await fetch(`${env.api}/responses/${r.id}/input_items?limit=0`,
+            { headers: { authorization: 'Bearer sk-client-anything' } });
+        assert.equal(bad.status, 400);
+        await assert.rejects(client.responses.inputItems.list('resp_nope'), (e) => e.status === 404);
+    });
+
     test('another credential cannot see a stored response', async () => {
         const r = await client.responses.create({ model: 'chat', input: 'mine only' });
         const other = new OpenAI({ baseURL: env.api, apiKey: 'sk-someone-else', maxRetries: 0, timeout: 15000 });
         await assert.rejects(other.responses.retrieve(r.id), (e) => e.status === 404);
+        await assert.rejects(other.responses.inputItems.list(r.id), (e) => e.status === 404);
         await assert.rejects(
             other.responses.create({ model: 'chat', input: 'x', previous_response_id: r.id }),
             (e) => e.status === 404);

@@ -209,6 +209,32 @@ static void test_history_after_instructions(void)
     cJSON_Delete(hist);
 }
 
+static void test_input_items(void)
+{
+    cJSON *req = cJSON_Parse("{\"model\":\"m\",\"input\":\"hi\"}");
+    cJSON *items = mg_resp_input_items(req, "abc");
+    CHECK_EQ_INT(cJSON_GetArraySize(items), 1);
+    CHECK_STR(str(items, "0.type"), "message");
+    CHECK_STR(str(items, "0.role"), "user");
+    CHECK_STR(str(items, "0.content.0.type"), "input_text");
+    CHECK_STR(str(items, "0.content.0.text"), "hi");
+    CHECK_STR(str(items, "0.id"), "msg_abc_in0");
+    cJSON_Delete(items);
+    cJSON_Delete(req);
+    req = cJSON_Parse("{\"model\":\"m\",\"input\":[{\"role\":\"assistant\",\"content\":\"a\"},"
+                      "{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c\",\"name\":\"f\","
+                      "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c\","
+                      "\"output\":\"o\"}]}");
+    items = mg_resp_input_items(req, "abc");
+    CHECK_EQ_INT(cJSON_GetArraySize(items), 3);
+    CHECK_STR(str(items, "0.content.0.type"), "output_text");
+    CHECK_STR(str(items, "1.id"), "fc_1"); /* the client's own id kept */
+    CHECK_STR(str(items, "2.id"), "fco_abc_in2");
+    CHECK_STR(str(items, "2.output"), "o");
+    cJSON_Delete(items);
+    cJSON_Delete(req);
+}
+
 /* ---- the answer ---- */
 
 /* The events in buf as a cJSON array of their data, checking the SSE framing. */
@@ -438,6 +464,7 @@ int main(void)
     MG_RUN(test_refused_with_param);
     MG_RUN(test_tool_choice_none_shows_no_tools);
     MG_RUN(test_history_after_instructions);
+    MG_RUN(test_input_items);
     MG_RUN(test_text_stream_sequence);
     MG_RUN(test_tool_calls_interleaved);
     MG_RUN(test_completion_and_incomplete);

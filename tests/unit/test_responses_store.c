@@ -23,18 +23,25 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 typedef struct {
     int calls, found;
-    char scope[64], response[256], messages[256];
+    char scope[64], response[256], input[256], messages[256];
 } seen_t;
 
-static void on_found(void *ud, int found, const char *scope, const char *response,
-                     const char *messages)
+static void on_found(void *ud, const mg_resp_record_t *rec)
 {
     seen_t *s = ud;
     s->calls++;
-    s->found = found;
-    snprintf(s->scope, sizeof(s->scope), "%s", found ? scope : "");
-    snprintf(s->response, sizeof(s->response), "%s", found ? response : "");
-    snprintf(s->messages, sizeof(s->messages), "%s", found ? messages : "");
+    s->found = rec != NULL;
+    snprintf(s->scope, sizeof(s->scope), "%s", rec ? rec->scope : "");
+    snprintf(s->response, sizeof(s->response), "%s", rec ? rec->response : "");
+    snprintf(s->input, sizeof(s->input), "%s", rec ? rec->input : "");
+    snprintf(s->messages, sizeof(s->messages), "%s", rec ? rec->messages : "");
+}
+
+static int put(mg_resp_store_t *rs, const char *id, const char *scope, const char *response,
+               const char *messages)
+{
+    mg_resp_record_t rec = {scope, response, "[\"in\"]", messages};
+    return mg_resp_store_put(rs, id, &rec);
 }
 
 /* Look id up and run the loop until the answer came. */
@@ -64,12 +71,13 @@ static void test_with_store(void)
     mg_resp_store_t *rs = mg_resp_store_new(&d);
     CHECK(rs != NULL);
 
-    CHECK_EQ_INT(mg_resp_store_put(rs, "resp_1", "cred:a", "{\"id\":\"resp_1\"}", "[1]"), 0);
+    CHECK_EQ_INT(put(rs, "resp_1", "cred:a", "{\"id\":\"resp_1\"}", "[1]"), 0);
     seen_t s = lookup(rs, &loop, "resp_1"); /* before the commit: from memory */
     CHECK_EQ_INT(s.found, 1);
     CHECK_STR(s.scope, "cred:a");
     CHECK_STR(s.response, "{\"id\":\"resp_1\"}");
     CHECK_STR(s.messages, "[1]");
+    CHECK_STR(s.input, "[\"in\"]");
     mg_store_flush(st);
     for (int i = 0; i < 20; i++) uv_run(&loop, UV_RUN_NOWAIT); /* the commit's callback */
     s = lookup(rs, &loop, "resp_1"); /* from the database */
@@ -82,8 +90,8 @@ static void test_with_store(void)
     /* an expired row is not found */
     const char *p[1] = {"resp_old"};
     mg_store_write(st,
-                   "INSERT INTO responses(id, scope, response, messages, created_at, expires_at)"
-                   " VALUES (?1, 'cred:a', '{}', '[]', 1, 2)",
+                   "INSERT INTO responses(id, scope, response, input, messages, created_at,"
+                   " expires_at) VALUES (?1, 'cred:a', '{}', '[]', '[]', 1, 2)",
                    1, p);
     mg_store_flush(st);
     s = lookup(rs, &loop, "resp_old");
@@ -113,7 +121,7 @@ static void test_memory_only(void)
     char id[32];
     for (int i = 0; i < MG_RESP_MEMORY_MAX + 5; i++) {
         snprintf(id, sizeof(id), "resp_%d", i);
-        CHECK_EQ_INT(mg_resp_store_put(rs, id, "s", "{}", "[]"), 0);
+        CHECK_EQ_INT(put(rs, id, "s", "{}", "[]"), 0);
     }
     CHECK_EQ_INT(lookup(rs, &loop, "resp_0").found, 0);
     CHECK_EQ_INT(lookup(rs, &loop, "resp_4").found, 0);

@@ -144,13 +144,7 @@ static int prompt_decides(const call_t *c)
  * loop what a 256 KiB one does. */
 #define PROMPT_COUNT_MAX_BYTES (256u * 1024u)
 
-/* The request body counted with the model's encoding (one pass over its bytes, allocating
- * nothing; the JSON around the messages is counted too, a few tokens a message over what the
- * model sees, the safe side for a reservation), once per call; -1 when the model has no
- * loaded encoding. */
-/* The bytes that are the prompt: the body, or a Responses call's chat messages (a previous
- * response's conversation included, which its body only names). */
-static const char *prompt_bytes(call_t *c, size_t *len)
+const char *prompt_bytes(call_t *c, size_t *len)
 {
     const char *text = c->req->body;
     *len = c->req->body_len;
@@ -158,6 +152,10 @@ static const char *prompt_bytes(call_t *c, size_t *len)
     return text;
 }
 
+/* The request body counted with the model's encoding (one pass over its bytes, allocating
+ * nothing; the JSON around the messages is counted too, a few tokens a message over what the
+ * model sees, the safe side for a reservation), once per call; -1 when the model has no
+ * loaded encoding. */
 int64_t prompt_count(call_t *c)
 {
     if (c->prompt_count >= 0) return c->prompt_count;

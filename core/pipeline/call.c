@@ -72,11 +72,8 @@ void estimate_tokens(call_t *c)
 {
     if (c->have_usage) return;
     int64_t n = prompt_count(c);
-    size_t len = c->req ? c->req->body_len : 0;
-    if (c->req && c->responses) {
-        const char *text;
-        responses_prompt(c, &text, &len);
-    }
+    size_t len = 0;
+    if (c->req) prompt_bytes(c, &len);
     c->prompt_tokens = n >= 0 ? n : (long long)(len / 4);
     c->completion_tokens = c->chunks;
 }

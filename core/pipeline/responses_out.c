@@ -19,6 +19,7 @@ typedef enum { IT_REASONING, IT_MESSAGE, IT_CALL } item_kind_t;
 typedef struct {
     item_kind_t kind;
     int open;
+    int cut;         /* closed by the engine's token limit or filter: status "incomplete" */
     int chat_index;  /* a tool call's index in the engine's tool_calls */
     char id[96];
     char *call_id;   /* owned: a tool call's id */
@@ -102,7 +103,7 @@ static cJSON *item_json(const item_t *it, int full)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", it->id);
-    const char *status = it->open ? "in_progress" : "completed";
+    const char *status = it->open ? "in_progress" : it->cut ? "incomplete" : "completed";
     switch (it->kind) {
     case IT_REASONING: {
         cJSON_AddStringToObject(j, "type", "reasoning");
@@ -472,10 +473,13 @@ const cJSON *mg_resp_out_end(mg_resp_out_t *o, mg_buf_t *out)
 {
     if (o->final) return o->final;
     start(o, out);
-    for (int i = 0; i < o->n_items; i++) close_item(o, i, out);
     const char *incomplete = strcmp(o->finish, "length") == 0           ? "max_output_tokens"
                              : strcmp(o->finish, "content_filter") == 0 ? "content_filter"
                                                                         : NULL;
+    for (int i = 0; i < o->n_items; i++) {
+        o->items[i].cut = incomplete && o->items[i].open; /* what the stop cut short */
+        close_item(o, i, out);
+    }
     cJSON *r = response_json(o, incomplete ? "incomplete" : "completed", 1);
     if (incomplete) {
         cJSON *d = cJSON_CreateObject();

@@ -374,6 +374,22 @@ describe('responses: retrieve, delete, reasoning, errors', () => {
         assert.deepEqual(final.output.map((o) => o.type), ['reasoning', 'message']);
     });
 
+    test('the engine\'s token limit: status incomplete, response.incomplete ends the stream', async () => {
+        for (const model of ['chat', 'ollama-chat']) {
+            const r = await client.responses.create({ model, input: 'a long answer', max_output_tokens: 2 });
+            assertConforms('Response', r, `${model} incomplete`);
+            assert.equal(r.status, 'incomplete');
+            assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+            assert.equal(r.output[0].status, 'incomplete');
+            const stream = client.responses.stream({ model, input: 'a long answer', max_output_tokens: 2 });
+            const evs = await events(stream);
+            assert.equal(evs.at(-1).type, 'response.incomplete');
+            assert.equal(evs.at(-1).response.id, evs[0].response.id);
+            assert.equal(evs.at(-1).response.usage.output_tokens, 2);
+            assert.equal((await stream.finalResponse()).status, 'incomplete');
+        }
+    });
+
     test('a parameter the bridge cannot honour is refused with 400 and its param', async () => {
         const cases = [
             [{ tools: [{ type: 'web_search' }] }, 'tools[0]'],

@@ -427,7 +427,7 @@ static void test_completion_and_incomplete(void)
     CHECK_STR(str(r, "incomplete_details.reason"), "max_output_tokens");
     CHECK_STR(str(r, "output.0.type"), "reasoning");
     CHECK_STR(str(r, "output.1.content.0.text"), "cut");
-    CHECK_STR(str(r, "output.1.status"), "completed");
+    CHECK_STR(str(r, "output.1.status"), "incomplete"); /* the message the limit cut */
     CHECK_EQ_INT((int)at(at(at(r, "usage"), "output_tokens_details"), "reasoning_tokens")->valuedouble, 2);
     CHECK_STR(str(r, "tool_choice"), "auto");
     CHECK_STR(str(r, "text.format.type"), "text");

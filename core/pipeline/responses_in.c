@@ -495,17 +495,33 @@ cJSON *mg_resp_turn_messages(const cJSON *chat, int had_instructions)
 /* The input as items                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* The members the API shows on a part that a client may leave out. */
+static void complete_part(cJSON *p)
+{
+    const char *type = str_of(p, "type");
+    if (!type) return;
+    if (strcmp(type, "output_text") == 0) {
+        if (!get(p, "annotations")) cJSON_AddArrayToObject(p, "annotations");
+        if (!get(p, "logprobs")) cJSON_AddArrayToObject(p, "logprobs");
+    } else if (strcmp(type, "input_image") == 0 && !get(p, "detail")) {
+        cJSON_AddStringToObject(p, "detail", "auto");
+    }
+}
+
 /* A message's content as parts: a string is one text part of the role's kind. */
 static cJSON *content_parts(const cJSON *content, const char *role)
 {
-    if (!cJSON_IsString(content)) return content ? dup(content) : cJSON_CreateArray();
-    cJSON *parts = cJSON_CreateArray();
-    cJSON *p = cJSON_CreateObject();
-    int out = strcmp(role, "assistant") == 0;
-    cJSON_AddStringToObject(p, "type", out ? "output_text" : "input_text");
-    cJSON_AddStringToObject(p, "text", content->valuestring);
-    if (out) cJSON_AddArrayToObject(p, "annotations");
-    cJSON_AddItemToArray(parts, p);
+    cJSON *parts;
+    if (cJSON_IsString(content)) {
+        parts = cJSON_CreateArray();
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "type", strcmp(role, "assistant") == 0 ? "output_text" : "input_text");
+        cJSON_AddStringToObject(p, "text", content->valuestring);
+        cJSON_AddItemToArray(parts, p);
+    } else {
+        parts = content ? dup(content) : cJSON_CreateArray();
+    }
+    for (cJSON *p = parts ? parts->child : NULL; p; p = p->next) complete_part(p);
     return parts;
 }
 

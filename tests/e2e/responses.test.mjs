@@ -312,6 +312,9 @@ describe('responses: retrieve, delete, reasoning, errors', () => {
         assert.deepEqual(asc.map((i) => i.content[0].text), ['first', 'second', 'third']);
         assert.deepEqual(asc.map((i) => i.content[0].type), ['input_text', 'output_text', 'input_text']);
         for (const i of asc) assert.ok(typeof i.id === 'string' && i.id.length > 0);
+        const raw = await fetch(`${env.api}/responses/${r.id}/input_items?order=asc`,
+            { headers: { authorization: 'Bearer sk-client-anything' } });
+        assertConforms('ResponseItemList', await raw.json(), 'input_items page');
         const page = await client.responses.inputItems.list(r.id, { limit: 2 });
         assert.deepEqual(page.data.map((i) => i.content[0].text), ['third', 'second']);
         assert.equal(page.has_more, true);

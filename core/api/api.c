@@ -249,12 +249,15 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     }
     if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14]) {
         char *id = req->path + 14, *rest = strchr(id, '/');
-        int items = rest && strcmp(rest, "/input_items") == 0;
-        if (!rest || items) {
+        mg_resp_path_t what = !rest                                ? MG_RESP_ITSELF
+                              : strcmp(rest, "/input_items") == 0 ? MG_RESP_INPUT_ITEMS
+                              : strcmp(rest, "/cancel") == 0      ? MG_RESP_CANCEL
+                                                                  : (mg_resp_path_t)-1;
+        if (what != (mg_resp_path_t)-1) {
             char idbuf[128]; /* the path stays whole for the log line */
             size_t n = rest ? (size_t)(rest - id) : strlen(id);
             snprintf(idbuf, sizeof(idbuf), "%.*s", (int)(n < sizeof(idbuf) ? n : sizeof(idbuf) - 1), id);
-            mg_resp_store_handle(s->responses, req, idbuf, items);
+            mg_resp_store_handle(s->responses, req, idbuf, what);
             return;
         }
     }

@@ -309,8 +309,8 @@ typedef struct {
     mg_resp_lookup_t *lookup;
     char scope[128];
     char id[96];
+    mg_resp_path_t what;
     /* GET .../input_items */
-    int input_items;
     int limit, asc;
     char after[96];       /* "": from the first */
 } api_call_t;
@@ -415,6 +415,11 @@ static void api_deleted(void *ud, int rc)
     free(a);
 }
 
+static int what_is_delete(const api_call_t *a, const mg_http_req_t *req)
+{
+    return a->what == MG_RESP_ITSELF && req->method == HTTP_DELETE;
+}
+
 static void api_found(void *ud, const mg_resp_record_t *rec)
 {
     api_call_t *a = ud;
@@ -425,7 +430,7 @@ static void api_found(void *ud, const mg_resp_record_t *rec)
         char msg[160];
         snprintf(msg, sizeof(msg), "Response with id '%.96s' not found.", a->id);
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 404, "NOT_FOUND", msg, 0);
-    } else if (req->method == HTTP_DELETE) {
+    } else if (what_is_delete(a, req)) {
         /* answered once the delete committed: a GET after the answer finds nothing */
         a->lookup = NULL;
         req->on_abort = on_api_abort;
@@ -433,7 +438,11 @@ static void api_found(void *ud, const mg_resp_record_t *rec)
         req->on_abort = NULL;
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR",
                         "the store is not writable", 0);
-    } else if (a->input_items) {
+    } else if (a->what == MG_RESP_CANCEL) {
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST",
+                        "Only background responses can be cancelled, and this one ran in the"
+                        " foreground (background is not supported by the chat bridge).", 0);
+    } else if (a->what == MG_RESP_INPUT_ITEMS) {
         mg_answer_tree(rs->d.metrics, req, MG_EP_RESPONSES, 200, items_page(a, rec->input));
     } else {
         mg_answer_json(rs->d.metrics, req, MG_EP_RESPONSES, 200, NULL, rec->response,
@@ -443,11 +452,17 @@ static void api_found(void *ud, const mg_resp_record_t *rec)
 }
 
 void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id,
-                          int input_items)
+                          mg_resp_path_t what)
 {
-    if (req->method != HTTP_GET && (input_items || req->method != HTTP_DELETE)) {
+    int ok = what == MG_RESP_CANCEL        ? req->method == HTTP_POST
+             : what == MG_RESP_INPUT_ITEMS ? req->method == HTTP_GET
+                                           : req->method == HTTP_GET || req->method == HTTP_DELETE;
+    if (!ok) {
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 405, "METHOD_NOT_ALLOWED",
-                        input_items ? "use GET" : "use GET or DELETE", 0);
+                        what == MG_RESP_CANCEL        ? "use POST"
+                        : what == MG_RESP_INPUT_ITEMS ? "use GET"
+                                                      : "use GET or DELETE",
+                        0);
         return;
     }
     api_call_t *a = calloc(1, sizeof(*a));
@@ -455,8 +470,9 @@ void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *i
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
         return;
     }
-    a->input_items = input_items;
-    const char *bad = input_items ? list_params(a, req->query ? req->query : "") : NULL;
+    a->what = what;
+    const char *bad = what == MG_RESP_INPUT_ITEMS ? list_params(a, req->query ? req->query : "")
+                                                  : NULL;
     if (bad) {
         free(a);
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST", bad, 0);

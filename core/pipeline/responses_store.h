@@ -71,10 +71,17 @@ mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp
 /* cb will not be called (its ud is going away). */
 void mg_resp_lookup_cancel(mg_resp_lookup_t *l);
 
-/* GET and DELETE /v1/responses/{id}, and GET /v1/responses/{id}/input_items when
- * input_items (query: limit 1..100, default 20; order asc | desc, default desc; after an
- * item id). The answer is written; id is the path's. */
+/* What a request under /v1/responses/{id} asks. */
+typedef enum {
+    MG_RESP_ITSELF,      /* GET, DELETE /v1/responses/{id} */
+    MG_RESP_INPUT_ITEMS, /* GET .../input_items (query: limit 1..100, default 20; order asc |
+                            desc, default desc; after an item id) */
+    MG_RESP_CANCEL,      /* POST .../cancel: only background responses can be, and the
+                            bridge runs none (400 for one that exists) */
+} mg_resp_path_t;
+
+/* Answer a request under /v1/responses/{id} (id is the path's). */
 void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id,
-                          int input_items);
+                          mg_resp_path_t what);
 
 #endif

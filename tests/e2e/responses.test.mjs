@@ -286,6 +286,9 @@ describe('responses: retrieve, delete, reasoning, errors', () => {
         assert.equal(got.id, r.id);
         assert.deepEqual(got.metadata, { k: 'v' });
         assert.equal(got.output[0].content[0].text, r.output[0].content[0].text);
+        await assert.rejects(client.responses.cancel(r.id),
+            (e) => e.status === 400 && /background/.test(e.message), 'only background ones can be cancelled');
+        await assert.rejects(client.responses.cancel('resp_nope'), (e) => e.status === 404);
         const del = await client.responses.delete(r.id).asResponse();
         assert.equal(del.status, 200);
         assert.deepEqual(await del.json(), { id: r.id, object: 'response', deleted: true });

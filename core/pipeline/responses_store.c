@@ -136,8 +136,9 @@ void mg_resp_store_free(mg_resp_store_t *rs)
 void mg_resp_scope(const mg_auth_result_t *auth, const mg_http_req_t *req, char *out, size_t cap)
 {
     if (auth) {
-        snprintf(out, cap, "tenant:%lld/project:%lld", (long long)auth->tenant_id,
-                 (long long)auth->project_id);
+        /* the key's record holds its project until admission fills project_id (auth.h) */
+        long long project = auth->rec ? (long long)auth->rec->project_id : (long long)auth->project_id;
+        snprintf(out, cap, "tenant:%lld/project:%lld", (long long)auth->tenant_id, project);
         return;
     }
     const char *cred = mg_http_header(req, "Authorization");

@@ -43,7 +43,8 @@ mg_resp_store_t *mg_resp_store_new(const mg_resp_store_deps_t *d);
 void mg_resp_store_free(mg_resp_store_t *rs);
 
 /* The scope of a caller: auth NULL in open mode (the credential's digest), else its
- * tenant and project. */
+ * tenant and project (auth just authenticated: its key record is read, in the same loop
+ * turn). */
 void mg_resp_scope(const mg_auth_result_t *auth, const mg_http_req_t *req, char *out, size_t cap);
 
 /* A record: JSON texts (and the scope). */

@@ -1,5 +1,6 @@
 // Stored Responses with auth on: a response belongs to its tenant and project. Another key
-// of the same tenant and project sees it; another tenant's key finds nothing (404) for GET,
+// of the same tenant and project sees it; another tenant's key, or a key of another project,
+// finds nothing (404) for GET,
 // DELETE and previous_response_id; an unauthenticated caller gets 401. Responses are in the
 // store: they survive a restart of the gateway.
 
@@ -52,6 +53,13 @@ test('a response is its tenant\'s: another tenant finds nothing, the same tenant
     await assert.rejects(b1.responses.create({ model: 'chat', input: 'x', previous_response_id: r.id }),
         (e) => e.status === 404 && e.error?.param === 'previous_response_id');
     await assert.rejects(clientOf('sk-not-a-key').responses.retrieve(r.id), (e) => e.status === 401);
+    // a project of the same tenant is another owner too
+    const proj = await admin('POST', 'projects', { tenant_id: a.id, name: 'resp-a-p1' });
+    const ap = clientOf((await admin('POST', 'keys', { tenant_id: a.id, project_id: proj.id, name: 'ap' })).key);
+    await assert.rejects(ap.responses.retrieve(r.id), (e) => e.status === 404);
+    const inProject = await ap.responses.create({ model: 'chat', input: 'project speaking' });
+    assert.equal((await ap.responses.retrieve(inProject.id)).id, inProject.id);
+    await assert.rejects(a1.responses.retrieve(inProject.id), (e) => e.status === 404);
     const follow = await a2.responses.create({ model: 'chat', input: 'and again', previous_response_id: r.id });
     assert.equal(follow.previous_response_id, r.id);
 

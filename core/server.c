@@ -25,6 +25,7 @@
 #include "conf/providers.h"
 #include "conf/settings.h"
 #include "net/fdlimit.h"
+#include "pipeline/responses_store.h"
 #include "route/persist.h"
 #include "sched/setup.h"
 
@@ -498,6 +499,9 @@ static int start_services(mg_server_t *s)
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     s->pipeline.idem = s->idem;
+    mg_resp_store_deps_t rd = {s->store, s->loop, s->auth, &s->metrics, &s->gens, 0};
+    s->responses = mg_resp_store_new(&rd);
+    s->pipeline.responses = s->responses;
     mg_tasks_deps_t td = {s->store, s->loop, &s->metrics, mg_pipeline_handle, mg_pipeline_task,
                           &s->pipeline};
     s->tasks = mg_tasks_open(&td, cfg->tasks_retention_seconds);
@@ -506,7 +510,7 @@ static int start_services(mg_server_t *s)
     mg_admin_deps_t ad = {s->loop, s->store, s->auth, &s->metrics, &s->gens, &s->pool,
                           mg_server_rebuild, s, token};
     s->admin = mg_admin_new(&ad);
-    if (!s->idem || !s->tasks || !s->admin) return -1;
+    if (!s->idem || !s->tasks || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);
     s->pipeline.recent = &s->recent;
     mg_stream_deps_t sd = {s->sched, &s->pipeline, &s->recent, &s->listener, &s->proc};
@@ -516,7 +520,7 @@ static int start_services(mg_server_t *s)
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
         .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
         .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
-        .dashboard = &s->dashboard,
+        .dashboard = &s->dashboard, .responses = s->responses,
         .listener = &s->listener, .proc = &s->proc,
     };
     return 0;
@@ -630,6 +634,7 @@ int mg_server_run(mg_server_t *s)
     mg_tasks_free(s->tasks);
     mg_idem_free(s->idem);
     mg_dashboard_free(&s->dashboard);
+    mg_resp_store_free(s->responses);
     mg_admin_free(s->admin);
     mg_token_registry_free();
     free(s->config_path);

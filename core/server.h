@@ -49,6 +49,7 @@ typedef struct mg_server_s {
     uv_prepare_t gc_prepare;    /* Lua collections between requests, once per iteration */
     mg_userrate_t *userrate;    /* owned: requests per minute per application user */
     mg_idem_t *idem;            /* owned: idempotency keys and stored answers */
+    struct mg_resp_store_s *responses; /* owned: stored Responses (/v1/responses) */
     mg_tasks_t *tasks;          /* owned: async task records */
     mg_admin_t *admin;          /* owned: the admin API */
     mg_dashboard_t dashboard;   /* the WebUI: files, sessions, live stream */

@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "pipeline/responses_store.h"
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
@@ -166,6 +167,11 @@ static void handle_embeddings(mg_api_t *s, mg_http_req_t *req)
     mg_pipeline_handle(s->pipeline, req, MG_EP_EMBEDDINGS);
 }
 
+static void handle_responses(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_handle(s->pipeline, req, MG_EP_RESPONSES);
+}
+
 static void handle_health(mg_api_t *s, mg_http_req_t *req)
 {
     static const char body[] = "{\"status\":\"ok\"}";
@@ -176,6 +182,7 @@ static const route_t routes[] = {
     {"/v1/chat/completions", ROUTE_POST, MG_EP_CHAT, handle_chat},
     {"/v1/completions", ROUTE_POST, MG_EP_COMPLETIONS, handle_completions},
     {"/v1/embeddings", ROUTE_POST, MG_EP_EMBEDDINGS, handle_embeddings},
+    {"/v1/responses", ROUTE_POST, MG_EP_RESPONSES, handle_responses},
     {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
     {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
     {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
@@ -241,6 +248,20 @@ void mg_api_handle(void *api, mg_http_req_t *req)
         else
             handle_model(s, req, req->path + 11);
         return;
+    }
+    if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14]) {
+        char *id = req->path + 14, *rest = strchr(id, '/');
+        mg_resp_path_t what = !rest                                ? MG_RESP_ITSELF
+                              : strcmp(rest, "/input_items") == 0 ? MG_RESP_INPUT_ITEMS
+                              : strcmp(rest, "/cancel") == 0      ? MG_RESP_CANCEL
+                                                                  : (mg_resp_path_t)-1;
+        if (what != (mg_resp_path_t)-1) {
+            char idbuf[128]; /* the path stays whole for the log line */
+            size_t n = rest ? (size_t)(rest - id) : strlen(id);
+            snprintf(idbuf, sizeof(idbuf), "%.*s", (int)(n < sizeof(idbuf) ? n : sizeof(idbuf) - 1), id);
+            mg_resp_store_handle(s->responses, req, idbuf, what);
+            return;
+        }
     }
     if (strncmp(req->path, "/api/v2/", 8) == 0) {
         if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */

@@ -47,6 +47,7 @@ typedef struct mg_api_s {
     mg_admin_t *admin;
     mg_dashboard_t *dashboard;  /* the WebUI, its sign-in and stream; NULL = none */
     mg_auth_t *auth;            /* who owns a task */
+    struct mg_resp_store_s *responses; /* GET and DELETE /v1/responses/{id} */
     const mg_listener_t *listener; /* server.listen: its connections */
     const mg_proc_status_t *proc;
 } mg_api_t;

@@ -144,6 +144,14 @@ static int prompt_decides(const call_t *c)
  * loop what a 256 KiB one does. */
 #define PROMPT_COUNT_MAX_BYTES (256u * 1024u)
 
+const char *prompt_bytes(call_t *c, size_t *len)
+{
+    const char *text = c->req->body;
+    *len = c->req->body_len;
+    if (c->responses) responses_prompt(c, &text, len);
+    return text;
+}
+
 /* The request body counted with the model's encoding (one pass over its bytes, allocating
  * nothing; the JSON around the messages is counted too, a few tokens a message over what the
  * model sees, the safe side for a reservation), once per call; -1 when the model has no
@@ -153,9 +161,10 @@ int64_t prompt_count(call_t *c)
     if (c->prompt_count >= 0) return c->prompt_count;
     const mg_encoding_t *e = c->model ? mg_token_registry_get(c->model->tokenizer - 1) : NULL;
     if (!e || !c->req) return -1;
-    size_t len = c->req->body_len;
+    size_t len;
+    const char *text = prompt_bytes(c, &len);
     size_t counted = len < PROMPT_COUNT_MAX_BYTES ? len : PROMPT_COUNT_MAX_BYTES;
-    long n = mg_tokenize_count(e, c->req->body, counted, 0);
+    long n = mg_tokenize_count(e, text, counted, 0);
     if (n < 0) return -1;
     if (counted < len) n = (long)((double)n * ((double)len / (double)counted)) + 1;
     return c->prompt_count = n;
@@ -166,7 +175,9 @@ int64_t prompt_count(call_t *c)
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
 {
     int64_t n = c->prompt_count >= 0 || prompt_decides(c) ? prompt_count(c) : -1;
-    return n >= 0 ? n : (int64_t)(c->req->body_len / bytes_per_token);
+    size_t len;
+    prompt_bytes(c, &len);
+    return n >= 0 ? n : (int64_t)(len / bytes_per_token);
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */
@@ -317,11 +328,11 @@ static void on_expire(mg_sched_entry_t *e)
  * (not which models exist), spends no one's rate and stores no idempotency record. */
 mg_step_rc_t step_identify(call_t *c)
 {
-    if (!c->gen->cfg->auth_enabled) return MG_STEP_NEXT;
-    if (mg_auth_authenticate(c->pl->auth, c->req, mg_unix_ms(), &c->auth) == 0)
-        return MG_STEP_NEXT;
-    return call_error(c, c->auth.status, c->auth.code, c->auth.message,
-                      (int)c->auth.retry_after_ms);
+    if (c->gen->cfg->auth_enabled &&
+        mg_auth_authenticate(c->pl->auth, c->req, mg_unix_ms(), &c->auth) != 0)
+        return call_error(c, c->auth.status, c->auth.code, c->auth.message,
+                          (int)c->auth.retry_after_ms);
+    return c->responses ? responses_identified(c) : MG_STEP_NEXT;
 }
 
 /* A request with an idempotency key runs once, detached from its connection (that run
@@ -340,7 +351,7 @@ mg_step_rc_t step_idempotency(call_t *c)
     snprintf(key, sizeof(key), "%s", ikey);
     idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
-    mg_endpoint_t ep = c->ep;
+    mg_endpoint_t ep = c->responses ? MG_EP_RESPONSES : c->ep; /* the run parses what the client sent */
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
     mg_idem_handle(idem, req, ep, scope, group, key, stream);
     return MG_STEP_DONE;

@@ -487,10 +487,31 @@ void emit_held_finish(call_t *c, int with_totals)
     c->held_finish = NULL;
 }
 
+/* One canonical chunk (owned) of a Responses call: counted as any, its events made by the
+ * front end (responses_call.c). */
+static void responses_chunk_of(call_t *c, cJSON *chunk)
+{
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(chunk, "usage");
+    if (cJSON_IsObject(usage)) take_usage(c, usage);
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(chunk, "choices");
+    if (cJSON_GetArraySize(choices) > 0) {
+        c->first_chunk_done = 1;
+        c->chunks++;
+    }
+    for (const cJSON *ch = choices ? choices->child : NULL; ch; ch = ch->next)
+        c->finishes += cJSON_IsString(cJSON_GetObjectItemCaseSensitive(ch, "finish_reason"));
+    responses_chunk(c, chunk);
+    cJSON_Delete(chunk);
+}
+
 /* One canonical chunk (owned). Annotates the first and the finishing chunk,
  * folds the usage-only chunk in. */
 static void handle_chunk(call_t *c, cJSON *chunk)
 {
+    if (c->responses) {
+        responses_chunk_of(c, chunk);
+        return;
+    }
     set_client_model(c, chunk);
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(chunk, "usage");
     if (cJSON_IsObject(usage)) take_usage(c, usage);
@@ -620,6 +641,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
                    ev->data_len);
         return garbage_event(c);
     }
+    if (c->responses) flags = MG_CHUNK_ERROR; /* a Responses call takes every chunk as a tree */
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         if (c->held_raw.len) emit_held_finish(c, 0); /* n > 1: keep the upstream's order */
@@ -875,6 +897,7 @@ static mg_step_rc_t tree_answer(call_t *c)
         resp = decoded;
     }
     take_usage(c, cJSON_GetObjectItemCaseSensitive(resp, "usage"));
+    if (c->responses) return responses_answer(c, resp);
     if (c->ep != MG_EP_EMBEDDINGS) conform_response(c, resp);
     set_client_model(c, resp);
     add_metadata(c, resp);
@@ -919,7 +942,7 @@ mg_step_rc_t step_stream(call_t *c)
     c->answer_kind = ANSWER_JSON;
     c->status = 200;
     c->outcome = "ok";
-    if (c->passthrough) {
+    if (c->passthrough && !c->responses) {
         int rc = passthrough_answer(c);
         if (rc < 0) return answer_garbage(c);
         if (rc == 0) {

@@ -548,10 +548,12 @@ mg_step_rc_t step_encode(call_t *c)
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
-    if (!c->passthrough) {
-        set_item(c->body, "model", cJSON_CreateString(r->model));
-        mg_gen_req_set_body(c->gen, req_table(c), c->body);
-    }
+    /* a Responses call's chat body exists only as the tree (responses_call.c) */
+    int from_tree = !c->passthrough || c->responses;
+    if (from_tree) set_item(c->body, "model", cJSON_CreateString(r->model));
+    if (!c->passthrough) mg_gen_req_set_body(c->gen, req_table(c), c->body);
+    if (c->responses && c->passthrough && c->stream && c->provider->no_stream_usage)
+        cJSON_DeleteItemFromObjectCaseSensitive(c->body, "stream_options");
     char err[512];
     if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model,
                       &c->enc, err, sizeof(err)) != 0)
@@ -559,8 +561,8 @@ mg_step_rc_t step_encode(call_t *c)
     c->ndjson = c->enc.ndjson;
     c->up_body.len = 0;
     int rc = c->enc.body ? mg_json_print(c->enc.body, &c->up_body)
-             : c->passthrough ? passthrough_body(c, r->model, &c->up_body)
-                              : mg_json_print(c->body, &c->up_body);
+             : !from_tree ? passthrough_body(c, r->model, &c->up_body)
+                          : mg_json_print(c->body, &c->up_body);
     if (rc != 0) {
         mg_buf_free(&c->up_body);
         mg_encoded_free(&c->enc);

@@ -526,7 +526,12 @@ mg_step_rc_t step_parse(call_t *c)
     mg_http_req_t *req = c->req;
     if (!req->body_len) return call_error(c, 400, "INVALID_REQUEST", "request body is empty", 0);
     const char *problem;
-    if (fast_body(req, c->ep, &c->fb) == 0) {
+    int waiting = 0;
+    if (c->ep == MG_EP_RESPONSES) { /* its chat body is made from it (responses_call.c) */
+        waiting = responses_parse(c);
+        if (waiting < 0) return MG_STEP_NEXT; /* to finish */
+        problem = routing_inputs(c->body, req, &c->in);
+    } else if (fast_body(req, c->ep, &c->fb) == 0) {
         c->fast = 1;
         problem = routing_inputs(NULL, req, &c->in); /* no extension: only the headers count */
     } else {
@@ -540,7 +545,9 @@ mg_step_rc_t step_parse(call_t *c)
     }
     if (problem) return call_error(c, 400, "INVALID_REQUEST", problem, 0);
     c->priority = c->in.priority;
-    return MG_STEP_NEXT;
+    if (!waiting) return MG_STEP_NEXT;
+    c->step = STEP_IDENTIFY; /* the previous response's lookup resumes the call there */
+    return MG_STEP_AGAIN;
 }
 
 void body_sanitize(call_t *c)

@@ -74,7 +74,9 @@ void estimate_tokens(call_t *c)
 {
     if (c->have_usage) return;
     int64_t n = prompt_count(c);
-    c->prompt_tokens = n >= 0 ? n : c->req ? (long long)(c->req->body_len / 4) : 0;
+    size_t len = 0;
+    if (c->req) prompt_bytes(c, &len);
+    c->prompt_tokens = n >= 0 ? n : (long long)(len / 4);
     c->completion_tokens = c->chunks;
 }
 
@@ -238,6 +240,7 @@ static void call_free(call_t *c)
     mg_gen_unref_value(c->gen, c->state_ref);
     mg_gen_unref(c->gen);
     cJSON_Delete(c->body);
+    responses_free(c);
     cJSON_Delete(c->held_finish);
     mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
@@ -374,7 +377,8 @@ static void call_log(call_t *c)
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
     mg_metrics_t *m = c->pl->metrics;
-    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
+    mg_metrics_request(m, c->responses ? MG_EP_RESPONSES : c->ep, c->status,
+                       ms_since(c->t_start, now) / 1000.0);
     if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
     m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
@@ -454,6 +458,11 @@ static void respond_error(call_t *c)
  * failed, the error event (the held chunk dropped) and [DONE]; then everything pending. */
 static void end_stream(call_t *c)
 {
+    if (c->responses) { /* the Responses API's own end: no [DONE] */
+        if (c->error_code) c->pl->metrics->stream_errors_total++;
+        responses_stream_end(c, c->error_code ? error_message(c) : NULL);
+        return;
+    }
     if (c->error_code) {
         cJSON_Delete(c->held_finish);
         c->held_finish = NULL;

@@ -279,6 +279,9 @@ typedef struct call_s {
     const char *error_code;
     const char *ended_by;        /* static: "client" | "upstream" when that side ended a call
                                     that did not succeed; NULL: the gateway did */
+    struct resp_call_s *responses; /* owned: a Responses API call's front end (responses_call.c),
+                                    NULL for the other endpoints; c->ep is then MG_EP_CHAT,
+                                    the engine's side of it */
 } call_t;
 
 /* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */
@@ -376,6 +379,9 @@ mg_step_rc_t step_admit(call_t *c);
 /* The prompt's tokens: counted with the model's encoding when a decision takes them (once per
  * call, kept in prompt_count), else the body's bytes / bytes_per_token. */
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
+/* The bytes that are the prompt: the body, or a Responses call's chat messages (a previous
+ * response's conversation included, which its body only names). c->req must be set. */
+const char *prompt_bytes(call_t *c, size_t *len);
 /* The body counted with the model's encoding (once per call), or -1 without one. */
 int64_t prompt_count(call_t *c);
 mg_step_rc_t step_enqueue(call_t *c);
@@ -445,5 +451,31 @@ int model_renamed(const call_t *c);
 /* Append raw[0..n) (an upstream's JSON chunk or answer, or its SSE event whose JSON starts
  * `lead` bytes in) with the value of its first "model" member replaced by the client's name. */
 void append_with_client_model(call_t *c, mg_buf_t *out, const char *raw, size_t n, size_t lead);
+
+/* ---- responses_call.c: the Responses API's front end over a chat call ---------------
+ * POST /v1/responses is parsed into a chat body (responses_in.h) and runs as a chat call;
+ * its answer, whole or streamed, is turned back (responses_out.h) and kept for
+ * previous_response_id (responses_store.h). */
+
+/* The parse step for MG_EP_RESPONSES: c->body the chat body, c->ep MG_EP_CHAT, or the
+ * call's error (-1). A previous_response_id is looked up (off the loop) while the call
+ * waits: then 1, and the lookup resumes the call at STEP_IDENTIFY; else 0. */
+int responses_parse(call_t *c);
+/* After identify (the caller's scope known): the previous response's conversation put in
+ * front of the input, or the call's 404 / 400. */
+mg_step_rc_t responses_identified(call_t *c);
+/* One upstream chunk (borrowed) as Responses events into c->out. */
+void responses_chunk(call_t *c, const cJSON *chunk);
+/* The whole chat completion (taken) as the Response in c->answer, kept when store is on. */
+mg_step_rc_t responses_answer(call_t *c, cJSON *completion);
+/* The stream's end into c->out: response.completed (kept), or response.failed with the
+ * call's error message when the call failed. */
+void responses_stream_end(call_t *c, const char *error_message);
+/* The prompt as bytes, for counting: the chat body's messages printed once (they hold a
+ * previous response's conversation, which the client's body only names). Leaves *text and
+ * *len as they are when out of memory. */
+void responses_prompt(call_t *c, const char **text, size_t *len);
+/* The front end's state freed, a lookup in flight cancelled (call_free). */
+void responses_free(call_t *c);
 
 #endif

@@ -1,5 +1,5 @@
 /* pipeline: an inference request (POST /v1/chat/completions, /v1/completions,
- * /v1/embeddings) from its parsed HTTP request to the end of its answer, through the named
+ * /v1/embeddings, /v1/responses) from its parsed HTTP request to the end of its answer, through the named
  * steps of call.h: parse → identify → idempotency → admit → enqueue → route → reserve →
  * encode → send → stream → finish. A client that leaves at any point aborts the upstream
  * transfer at once.
@@ -28,6 +28,7 @@
 #include "upstream/upstream.h"
 
 struct mg_idem_s;
+struct mg_resp_store_s;
 
 typedef struct mg_pipeline_s {
     /* borrowed */
@@ -43,6 +44,7 @@ typedef struct mg_pipeline_s {
     mg_store_t *store;         /* cooldowns and health are persisted here; NULL = not */
     struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
     mg_recent_t *recent;       /* finished requests go here for the dashboard; NULL = not */
+    struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     /* the pipeline's own */
     struct call_s *calls;      /* in flight */
     int in_flight;

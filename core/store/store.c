@@ -422,6 +422,13 @@ static const char *const migrations[] = {
     "  at_ms) VALUES (NEW.tenant_id, 'topup', NEW.amount_micros, 0, NEW.event_id, 'webhook',"
     "  NEW.at_ms);"
     " END;",
+    /* 15: Responses kept for GET /v1/responses/{id}, its input_items and
+     * previous_response_id (pipeline/responses_store.h): the Response, its input items, the
+     * conversation through it as chat messages, the owner's scope, unix seconds */
+    "CREATE TABLE responses ("
+    " id TEXT PRIMARY KEY, scope TEXT NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL,"
+    " messages TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);"
+    "CREATE INDEX idx_responses_expiry ON responses(expires_at);",
 };
 
 static void *writer_main(void *arg);

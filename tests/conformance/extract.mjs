@@ -21,6 +21,7 @@ export const ROOTS = [
     'CreateResponse',
     'Response',
     'ResponseStreamEvent',
+    'ResponseItemList',
 ];
 
 const src = process.argv[2];

@@ -50,6 +50,12 @@
 //
 // Structured output: a chat request with response_format json_schema / json_object (OpenAI
 // wire) or format (Ollama) is answered with JSON: a minimal instance of the schema.
+//   tool_calls (a list)        [{name, arguments}] (arguments: object or JSON text): the
+//                              answer calls these tools (finish_reason tool_calls; streamed as
+//                              the OpenAI wire does, each call's arguments in 3 deltas; Ollama:
+//                              arguments as an object); combine with chunks: 0 for no text
+//   reasoning                  text: the answer's reasoning_content (OpenAI wire; streamed in
+//                              2 deltas before the content)
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 
@@ -164,7 +170,7 @@ function lazyList(n, make) {
 function toolCallsFor(body, action) {
     const mode = action.tool_calls;
     const tools = Array.isArray(body.tools) ? body.tools : [];
-    if (!mode || !tools.length || body.tool_choice === 'none') return null;
+    if (typeof mode !== 'string' || !tools.length || body.tool_choice === 'none') return null;
     const msgs = Array.isArray(body.messages) ? body.messages : [];
     if (msgs.at(-1)?.role === 'tool') return null;
     const nameOf = (t) => t?.function?.name ?? t?.name;
@@ -245,10 +251,22 @@ function openaiToolCalls(ctx, calls) {
     return { status: 200, stream: true, format: 'sse', lead: [chunk({ role: 'assistant', content: null }, null)], content, tail };
 }
 
+/** The scripted tool calls with their arguments as JSON text. */
+function scriptedCalls(action) {
+    if (!Array.isArray(action.tool_calls)) return [];
+    return action.tool_calls.map((t, i) => ({
+        id: `call_mock_${i}`,
+        name: String(t.name),
+        arguments: typeof t.arguments === 'string' ? t.arguments : JSON.stringify(t.arguments ?? {}),
+    }));
+}
+
 function openaiChat(ctx) {
     const { body, action, seq } = ctx;
-    const calls = toolCallsFor(body, action);
-    if (calls) return openaiToolCalls(ctx, calls);
+    const modeCalls = toolCallsFor(body, action);
+    if (modeCalls) return openaiToolCalls(ctx, modeCalls);
+    const calls = scriptedCalls(action);
+    const reasoning = typeof action.reasoning === 'string' ? action.reasoning : null;
     const model = body.model ?? 'mock-model';
     const limit = body.max_completion_tokens ?? body.max_tokens;
     const { n, finish } = pieceCount(action, limit);
@@ -262,16 +280,23 @@ function openaiChat(ctx) {
         completion_tokens: n,
         total_tokens: promptTokensChat(body) + n,
     };
+    const finishAll = calls.length ? 'tool_calls' : finish;
     if (!body.stream) {
+        const message = { role: 'assistant', content: Array.from({ length: pieces.length }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] };
+        if (calls.length) {
+            if (!n) message.content = null;
+            message.tool_calls = calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } }));
+        }
+        if (reasoning !== null) message.reasoning_content = reasoning;
         return {
             status: 200,
             json: {
                 id, object: 'chat.completion', created, model,
                 choices: [{
                     index: 0,
-                    message: { role: 'assistant', content: Array.from({ length: pieces.length }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] },
+                    message,
                     logprobs: null,
-                    finish_reason: finish,
+                    finish_reason: finishAll,
                 }],
                 usage,
                 service_tier: 'default',
@@ -288,14 +313,21 @@ function openaiChat(ctx) {
         if (withUsage) c.usage = null;
         return sse(c);
     };
-    const tail = [chunk({}, finish)];
+    const tail = [];
+    calls.forEach((c, i) => {
+        tail.push(chunk({ tool_calls: [{ index: i, id: c.id, type: 'function', function: { name: c.name, arguments: '' } }] }, null));
+        for (const piece of splitText(c.arguments, 3)) tail.push(chunk({ tool_calls: [{ index: i, function: { arguments: piece } }] }, null));
+    });
+    tail.push(chunk({}, finishAll));
     if (withUsage) {
         tail.push(sse({ id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_mock', choices: [], usage }));
     }
     tail.push('data: [DONE]\n\n');
+    const lead = [chunk({ role: 'assistant', content: '', refusal: null }, null)];
+    if (reasoning !== null) for (const piece of splitText(reasoning, 2)) lead.push(chunk({ reasoning_content: piece }, null));
     return {
         status: 200, stream: true, format: 'sse',
-        lead: [chunk({ role: 'assistant', content: '', refusal: null }, null)],
+        lead,
         content: lazyList(pieces.length, (i) => chunk({ content: pieces[i] }, null)),
         tail,
     };
@@ -383,29 +415,35 @@ function ollamaChat(ctx) {
     const pieces = structured !== null ? splitText(structured, n) : contentPieces(model, n);
     const pt = promptTokensChat(body);
     const created_at = new Date().toISOString();
-    const calls = toolCallsFor(body, action)?.map((c) => ({ function: { name: c.name, arguments: c.args } }));
+    const modeCalls = toolCallsFor(body, action)?.map((c) => ({ function: { name: c.name, arguments: c.args } }));
     const final = (content, extra = {}) => ({
         model, created_at, message: { role: 'assistant', content, ...extra },
-        done_reason: finish, done: true, ...ollamaTimings(pt, calls ? calls.length : n),
+        done_reason: finish, done: true, ...ollamaTimings(pt, modeCalls ? modeCalls.length : n),
     });
-    if (calls) {
-        if (body.stream === false) return { status: 200, json: final('', { tool_calls: calls }) };
+    if (modeCalls) {
+        if (body.stream === false) return { status: 200, json: final('', { tool_calls: modeCalls }) };
         return {
             status: 200, stream: true, format: 'ndjson', lead: [],
-            content: calls.map((c) => ndjson({ model, created_at, message: { role: 'assistant', content: '', tool_calls: [c] }, done: false })),
+            content: modeCalls.map((c) => ndjson({ model, created_at, message: { role: 'assistant', content: '', tool_calls: [c] }, done: false })),
             tail: [ndjson(final(''))],
         };
     }
+    // scripted tool calls (a list): arguments as an object, all in one message after the text
+    const toolCalls = scriptedCalls(action).map((c) => ({ function: { name: c.name, arguments: JSON.parse(c.arguments) } }));
     const thinking = typeof action.thinking === 'string' ? action.thinking : null;
     if (body.stream === false) {
-        return { status: 200, json: final(pieces.join(''), thinking ? { thinking } : {}) };
+        return { status: 200, json: final(pieces.join(''), {
+            ...(thinking ? { thinking } : {}), ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }) };
     }
     const thought = thinking ? splitText(thinking, 2).map((t) =>
         ndjson({ model, created_at, message: { role: 'assistant', content: '', thinking: t }, done: false })) : [];
+    const tail = [];
+    if (toolCalls.length) tail.push(ndjson({ model, created_at, message: { role: 'assistant', content: '', tool_calls: toolCalls }, done: false }));
+    tail.push(ndjson(final('')));
     return {
         status: 200, stream: true, format: 'ndjson', lead: thought,
         content: pieces.map((p) => ndjson({ model, created_at, message: { role: 'assistant', content: p }, done: false })),
-        tail: [ndjson(final(''))],
+        tail,
     };
 }
 

@@ -1,0 +1,504 @@
+/* responses_store: stored Responses; see responses_store.h.
+ *
+ * Memory holds the records whose write has not committed yet (all of them without a
+ * store, the newest MG_RESP_MEMORY_MAX), newest first: a lookup looks there first, and only
+ * then asks the database from the thread pool. A lookup is always answered from the thread
+ * pool's after-work callback, so its callback never runs inside the call that asked. */
+#include "pipeline/responses_store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/crypto.h"
+#include "base/log.h"
+#include "net/endpoint.h"
+#include "obs/answer.h"
+
+/* A record's texts, owned. */
+typedef struct {
+    char *scope, *response, *input, *messages;
+} texts_t;
+
+typedef struct rec_s {
+    struct rec_s *next;
+    mg_resp_store_t *rs;
+    char *id;     /* owned */
+    texts_t t;
+    int committing; /* its write is queued: it leaves memory when that commits */
+} rec_t;
+
+struct mg_resp_store_s {
+    mg_resp_store_deps_t d;
+    rec_t *recs;   /* owned, newest first */
+    int n_recs;
+};
+
+struct mg_resp_lookup_s {
+    uv_work_t work;
+    mg_resp_store_t *rs;
+    mg_resp_found_fn cb; /* NULL: cancelled */
+    void *ud;
+    char id[96];
+    long long now_s;
+    int found;
+    texts_t t;
+};
+
+static long long unix_s(void)
+{
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    return (long long)tv.tv_sec;
+}
+
+static void texts_free(texts_t *t)
+{
+    free(t->scope);
+    free(t->response);
+    free(t->input);
+    free(t->messages);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Copy the four texts; 0, or -1 (out of memory: t freed). */
+static int texts_copy(texts_t *t, const char *scope, const char *response, const char *input,
+                      const char *messages)
+{
+    t->scope = strdup(scope);
+    t->response = strdup(response);
+    t->input = strdup(input);
+    t->messages = strdup(messages);
+    if (t->scope && t->response && t->input && t->messages) return 0;
+    texts_free(t);
+    return -1;
+}
+
+static mg_resp_record_t record_of(const texts_t *t)
+{
+    return (mg_resp_record_t){t->scope, t->response, t->input, t->messages};
+}
+
+static void rec_free(rec_t *r)
+{
+    free(r->id);
+    texts_free(&r->t);
+    free(r);
+}
+
+/* Unlink r from memory (it is committed, deleted, or pushed out). */
+static void rec_unlink(mg_resp_store_t *rs, rec_t *r)
+{
+    for (rec_t **pp = &rs->recs; *pp; pp = &(*pp)->next) {
+        if (*pp != r) continue;
+        *pp = r->next;
+        rs->n_recs--;
+        return;
+    }
+}
+
+static rec_t *rec_find(mg_resp_store_t *rs, const char *id)
+{
+    for (rec_t *r = rs->recs; r; r = r->next)
+        if (strcmp(r->id, id) == 0) return r;
+    return NULL;
+}
+
+mg_resp_store_t *mg_resp_store_new(const mg_resp_store_deps_t *d)
+{
+    mg_resp_store_t *rs = calloc(1, sizeof(*rs));
+    if (!rs) return NULL;
+    rs->d = *d;
+    if (rs->d.retention_s <= 0) rs->d.retention_s = MG_RESP_RETENTION_DEFAULT_S;
+    if (rs->d.store) {
+        char now[24];
+        snprintf(now, sizeof(now), "%lld", unix_s());
+        const char *p[1] = {now};
+        mg_store_write(rs->d.store, "DELETE FROM responses WHERE expires_at <= CAST(?1 AS INTEGER)",
+                       1, p);
+    }
+    return rs;
+}
+
+void mg_resp_store_free(mg_resp_store_t *rs)
+{
+    if (!rs) return;
+    while (rs->recs) {
+        rec_t *r = rs->recs;
+        rs->recs = r->next;
+        if (r->committing) r->rs = NULL; /* its commit callback frees it (mg_store_close) */
+        else rec_free(r);
+    }
+    free(rs);
+}
+
+void mg_resp_scope(const mg_auth_result_t *auth, const mg_http_req_t *req, char *out, size_t cap)
+{
+    if (auth) {
+        /* the key's record holds its project until admission fills project_id (auth.h) */
+        long long project = auth->rec ? (long long)auth->rec->project_id : (long long)auth->project_id;
+        snprintf(out, cap, "tenant:%lld/project:%lld", (long long)auth->tenant_id, project);
+        return;
+    }
+    const char *cred = mg_http_header(req, "Authorization");
+    if (!cred) cred = mg_http_header(req, "x-api-key");
+    char digest[65] = "-";
+    if (cred) mg_sha256_hex(cred, strlen(cred), digest);
+    snprintf(out, cap, "cred:%s", digest);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void on_committed(void *ud, int rc)
+{
+    rec_t *r = ud;
+    if (rc != 0) mg_log_msg(MG_LOG_WARN, NULL, "responses: response %s was not stored", r->id);
+    if (r->rs) rec_unlink(r->rs, r);
+    rec_free(r);
+}
+
+/* Without a store, memory is the store: the oldest records beyond the cap leave. */
+static void trim_memory(mg_resp_store_t *rs)
+{
+    if (rs->n_recs <= MG_RESP_MEMORY_MAX) return;
+    rec_t **pp = &rs->recs;
+    for (int i = 0; *pp && i < MG_RESP_MEMORY_MAX; i++) pp = &(*pp)->next;
+    while (*pp) {
+        rec_t *r = *pp;
+        *pp = r->next;
+        rs->n_recs--;
+        rec_free(r);
+    }
+}
+
+int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_t *rec)
+{
+    rec_t *r = calloc(1, sizeof(*r));
+    if (!r) return -1;
+    r->rs = rs;
+    r->id = strdup(id);
+    if (!r->id || texts_copy(&r->t, rec->scope, rec->response, rec->input, rec->messages) != 0) {
+        rec_free(r);
+        return -1;
+    }
+    r->next = rs->recs;
+    rs->recs = r;
+    rs->n_recs++;
+    if (!rs->d.store) {
+        trim_memory(rs);
+        return 0;
+    }
+    char created[24], expires[24];
+    long long now = unix_s();
+    snprintf(created, sizeof(created), "%lld", now);
+    snprintf(expires, sizeof(expires), "%lld", now + rs->d.retention_s);
+    const char *p[7] = {id, rec->scope, rec->response, rec->input, rec->messages, created, expires};
+    r->committing = 1;
+    if (mg_store_write_cb(rs->d.store,
+                          "INSERT OR REPLACE INTO responses(id, scope, response, input, messages,"
+                          " created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5,"
+                          " CAST(?6 AS INTEGER), CAST(?7 AS INTEGER))",
+                          7, p, on_committed, r) == 0)
+        return 0;
+    mg_log_msg(MG_LOG_WARN, NULL, "responses: the store is not writable; response %s not kept", id);
+    rec_unlink(rs, r);
+    rec_free(r);
+    return -1;
+}
+
+/* The record leaves memory and the database (a delete queued after its insert, which the
+ * writer runs in order); done(ud, rc) once the delete committed (at once without a store).
+ * 0, or -1 when the delete could not be queued (done is not called). */
+static int forget(mg_resp_store_t *rs, const char *id, mg_store_done_fn done, void *ud)
+{
+    rec_t *r = rec_find(rs, id);
+    if (r) {
+        rec_unlink(rs, r);
+        if (r->committing) r->rs = NULL;
+        else rec_free(r);
+    }
+    if (!rs->d.store) {
+        done(ud, 0);
+        return 0;
+    }
+    const char *p[1] = {id};
+    return mg_store_write_cb(rs->d.store, "DELETE FROM responses WHERE id = ?1", 1, p, done, ud);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void lookup_row(void *ud, int ncols, const char *const *cols)
+{
+    mg_resp_lookup_t *l = ud;
+    if (ncols < 4 || l->found || !cols[0] || !cols[1] || !cols[2] || !cols[3]) return;
+    l->found = texts_copy(&l->t, cols[0], cols[1], cols[2], cols[3]) == 0;
+}
+
+/* Thread pool: the row, unless memory answered already. */
+static void lookup_work(uv_work_t *w)
+{
+    mg_resp_lookup_t *l = w->data;
+    if (l->found || !l->rs->d.store) return;
+    char now[24], err[256];
+    snprintf(now, sizeof(now), "%lld", l->now_s);
+    const char *p[2] = {l->id, now};
+    if (mg_store_query(l->rs->d.store,
+                       "SELECT scope, response, input, messages FROM responses"
+                       " WHERE id = ?1 AND expires_at > CAST(?2 AS INTEGER)",
+                       2, p, lookup_row, l, err, sizeof(err)) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "responses: cannot read a stored response: %s", err);
+}
+
+static void lookup_done(uv_work_t *w, int status)
+{
+    mg_resp_lookup_t *l = w->data;
+    (void)status;
+    if (l->cb) {
+        mg_resp_record_t rec = record_of(&l->t);
+        l->cb(l->ud, l->found ? &rec : NULL);
+    }
+    texts_free(&l->t);
+    free(l);
+}
+
+mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp_found_fn cb,
+                                    void *ud)
+{
+    mg_resp_lookup_t *l = calloc(1, sizeof(*l));
+    if (!l) return NULL;
+    l->rs = rs;
+    l->cb = cb;
+    l->ud = ud;
+    l->now_s = unix_s();
+    snprintf(l->id, sizeof(l->id), "%s", id);
+    const rec_t *r = strlen(id) < sizeof(l->id) ? rec_find(rs, id) : NULL;
+    if (r) {
+        lookup_row(l, 4, (const char *const[]){r->t.scope, r->t.response, r->t.input, r->t.messages});
+        if (!l->found) {
+            free(l);
+            return NULL;
+        }
+    } else if (strlen(id) >= sizeof(l->id)) {
+        l->id[0] = '\0'; /* no such id: the query finds nothing */
+    }
+    l->work.data = l;
+    if (uv_queue_work(rs->d.loop, &l->work, lookup_work, lookup_done) != 0) {
+        texts_free(&l->t);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+void mg_resp_lookup_cancel(mg_resp_lookup_t *l)
+{
+    if (l) l->cb = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GET / DELETE /v1/responses/{id}                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    mg_resp_store_t *rs;
+    mg_http_req_t *req;   /* NULL once the client left */
+    mg_resp_lookup_t *lookup;
+    char scope[128];
+    char id[96];
+    mg_resp_path_t what;
+    /* GET .../input_items */
+    int limit, asc;
+    char after[96];       /* "": from the first */
+} api_call_t;
+
+/* The value of key in a query string ("a=1&b=2") into buf; 1 when present. */
+static int query_value(const char *q, const char *key, char *buf, size_t cap)
+{
+    size_t kl = strlen(key);
+    for (const char *p = q; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+        if (strncmp(p, key, kl) != 0 || p[kl] != '=') continue;
+        const char *v = p + kl + 1, *end = strchr(v, '&');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), v);
+        return 1;
+    }
+    return 0;
+}
+
+/* limit, order and after of an input_items request; NULL, or what is wrong. */
+static const char *list_params(api_call_t *a, const char *q)
+{
+    char v[96];
+    a->limit = 20;
+    a->asc = 0;
+    if (query_value(q, "limit", v, sizeof(v))) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > 100) return "'limit' must be an integer from 1 to 100";
+        a->limit = (int)n;
+    }
+    if (query_value(q, "order", v, sizeof(v))) {
+        if (strcmp(v, "asc") != 0 && strcmp(v, "desc") != 0) return "'order' must be asc or desc";
+        a->asc = strcmp(v, "asc") == 0;
+    }
+    if (!query_value(q, "after", a->after, sizeof(a->after))) a->after[0] = '\0';
+    return NULL;
+}
+
+/* The input items as a list page: in the order asked, from after the `after` item. */
+static cJSON *items_page(const api_call_t *a, const char *input)
+{
+    cJSON *items = cJSON_Parse(input);
+    cJSON *page = cJSON_CreateObject();
+    cJSON_AddStringToObject(page, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(page, "data");
+    int n = cJSON_GetArraySize(items), taken = 0, more = 0, started = !a->after[0];
+    for (int k = 0; k < n; k++) {
+        cJSON *it = cJSON_GetArrayItem(items, a->asc ? k : n - 1 - k);
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+        if (!started) {
+            started = cJSON_IsString(id) && strcmp(id->valuestring, a->after) == 0;
+            continue;
+        }
+        if (taken == a->limit) {
+            more = 1;
+            break;
+        }
+        cJSON_AddItemToArray(data, cJSON_Duplicate(it, 1));
+        taken++;
+    }
+    const cJSON *first = cJSON_GetObjectItemCaseSensitive(data->child, "id");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, taken - 1), "id");
+    if (cJSON_IsString(first)) cJSON_AddStringToObject(page, "first_id", first->valuestring);
+    else cJSON_AddNullToObject(page, "first_id");
+    if (cJSON_IsString(last)) cJSON_AddStringToObject(page, "last_id", last->valuestring);
+    else cJSON_AddNullToObject(page, "last_id");
+    cJSON_AddBoolToObject(page, "has_more", more);
+    cJSON_Delete(items);
+    return page;
+}
+
+static void on_api_abort(void *data)
+{
+    api_call_t *a = data;
+    if (!a->lookup) { /* deleting: the commit's callback frees it */
+        a->req = NULL;
+        return;
+    }
+    mg_resp_lookup_cancel(a->lookup);
+    free(a);
+}
+
+static void api_deleted(void *ud, int rc)
+{
+    api_call_t *a = ud;
+    mg_http_req_t *req = a->req;
+    if (!req) { /* the client left; the delete happened anyway */
+        free(a);
+        return;
+    }
+    req->on_abort = NULL;
+    if (rc != 0) {
+        mg_answer_error(a->rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR",
+                        "the response could not be deleted", 0);
+    } else {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", a->id);
+        cJSON_AddStringToObject(o, "object", "response");
+        cJSON_AddTrueToObject(o, "deleted");
+        mg_answer_tree(a->rs->d.metrics, req, MG_EP_RESPONSES, 200, o);
+    }
+    free(a);
+}
+
+static int what_is_delete(const api_call_t *a, const mg_http_req_t *req)
+{
+    return a->what == MG_RESP_ITSELF && req->method == HTTP_DELETE;
+}
+
+static void api_found(void *ud, const mg_resp_record_t *rec)
+{
+    api_call_t *a = ud;
+    mg_resp_store_t *rs = a->rs;
+    mg_http_req_t *req = a->req;
+    req->on_abort = NULL;
+    if (!rec || strcmp(rec->scope, a->scope) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Response with id '%.96s' not found.", a->id);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 404, "NOT_FOUND", msg, 0);
+    } else if (what_is_delete(a, req)) {
+        /* answered once the delete committed: a GET after the answer finds nothing */
+        a->lookup = NULL;
+        req->on_abort = on_api_abort;
+        if (forget(rs, a->id, api_deleted, a) == 0) return;
+        req->on_abort = NULL;
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR",
+                        "the store is not writable", 0);
+    } else if (a->what == MG_RESP_CANCEL) {
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST",
+                        "Only background responses can be cancelled, and this one ran in the"
+                        " foreground (background is not supported by the chat bridge).", 0);
+    } else if (a->what == MG_RESP_INPUT_ITEMS) {
+        mg_answer_tree(rs->d.metrics, req, MG_EP_RESPONSES, 200, items_page(a, rec->input));
+    } else {
+        mg_answer_json(rs->d.metrics, req, MG_EP_RESPONSES, 200, NULL, rec->response,
+                       strlen(rec->response));
+    }
+    free(a);
+}
+
+void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *id,
+                          mg_resp_path_t what)
+{
+    int ok = what == MG_RESP_CANCEL        ? req->method == HTTP_POST
+             : what == MG_RESP_INPUT_ITEMS ? req->method == HTTP_GET
+                                           : req->method == HTTP_GET || req->method == HTTP_DELETE;
+    if (!ok) {
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 405, "METHOD_NOT_ALLOWED",
+                        what == MG_RESP_CANCEL        ? "use POST"
+                        : what == MG_RESP_INPUT_ITEMS ? "use GET"
+                                                      : "use GET or DELETE",
+                        0);
+        return;
+    }
+    api_call_t *a = calloc(1, sizeof(*a));
+    if (!a) {
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    a->what = what;
+    const char *bad = what == MG_RESP_INPUT_ITEMS ? list_params(a, req->query ? req->query : "")
+                                                  : NULL;
+    if (bad) {
+        free(a);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST", bad, 0);
+        return;
+    }
+    mg_auth_result_t r;
+    int auth_on = mg_gens_current(rs->d.gens)->cfg->auth_enabled;
+    if (auth_on) {
+        if (mg_auth_authenticate(rs->d.auth, req, mg_unix_ms(), &r) != 0) {
+            free(a);
+            mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, r.status, r.code, r.message, 0);
+            return;
+        }
+    }
+    mg_resp_scope(auth_on ? &r : NULL, req, a->scope, sizeof(a->scope));
+    a->rs = rs;
+    a->req = req;
+    snprintf(a->id, sizeof(a->id), "%s", id);
+    a->lookup = mg_resp_store_get(rs, id, api_found, a);
+    if (!a->lookup) {
+        free(a);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
+        return;
+    }
+    req->on_abort = on_api_abort;
+    req->on_drain = NULL;
+    req->hook_data = a;
+}

@@ -166,6 +166,16 @@ static void handle_embeddings(mg_api_t *s, mg_http_req_t *req)
     mg_pipeline_handle(s->pipeline, req, MG_EP_EMBEDDINGS);
 }
 
+static void handle_messages(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_handle(s->pipeline, req, MG_EP_MESSAGES);
+}
+
+static void handle_count_tokens(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_count_tokens(s->pipeline, req);
+}
+
 static void handle_health(mg_api_t *s, mg_http_req_t *req)
 {
     static const char body[] = "{\"status\":\"ok\"}";
@@ -176,6 +186,8 @@ static const route_t routes[] = {
     {"/v1/chat/completions", ROUTE_POST, MG_EP_CHAT, handle_chat},
     {"/v1/completions", ROUTE_POST, MG_EP_COMPLETIONS, handle_completions},
     {"/v1/embeddings", ROUTE_POST, MG_EP_EMBEDDINGS, handle_embeddings},
+    {"/v1/messages", ROUTE_POST, MG_EP_MESSAGES, handle_messages},
+    {"/v1/messages/count_tokens", ROUTE_POST, MG_EP_MESSAGES, handle_count_tokens},
     {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
     {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
     {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},

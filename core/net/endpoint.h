@@ -10,6 +10,7 @@ typedef enum {
     MG_EP_COMPLETIONS,
     MG_EP_EMBEDDINGS,
     MG_EP_MODELS,
+    MG_EP_MESSAGES, /* Anthropic Messages: /v1/messages (served as chat) and count_tokens */
     MG_EP_OTHER,
     MG_EP_COUNT
 } mg_endpoint_t;

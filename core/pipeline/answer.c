@@ -259,6 +259,7 @@ void send_out(call_t *c, int head, int end)
         snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
                  d ? d : "");
     }
+    if (c->front_messages) msgs_reframe(c, end);
     mg_hold_t *h = end ? charge_spend(c) : NULL;
     if (h)
         mg_hold_stream_end(h, c->req, head, 200, "text/event-stream", extra, c->out.data,

@@ -116,6 +116,8 @@ static mg_step_rc_t fail_exhausted(call_t *c)
     case FAIL_GARBAGE:
         return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider sent an invalid response", 0);
     case FAIL_ADAPTER:
+        if (c->adapter_refusal)
+            return call_error(c, 400, "INVALID_REQUEST", c->adapter_refusal, 0);
         return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider adapter could encode the request", 0);
     case FAIL_SERVER:
         snprintf(msg, sizeof(msg), "the provider failed: it answered HTTP %d", c->up_status);
@@ -493,6 +495,39 @@ static mg_step_rc_t entry_dropped(call_t *c)
     return MG_STEP_NEXT;
 }
 
+/* The anthropic-* headers an Anthropic upstream gets as the client sent them. */
+static const char *const entry_headers[] = {"anthropic-version", "anthropic-beta"};
+
+/* req.entry for a translating adapter: the Messages client's own body and headers, so that
+ * an adapter speaking Anthropic upstream sends them as they were (thinking signatures, cache
+ * control, betas: nothing the canonical form lacks is lost). */
+static void set_entry(call_t *c)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "wire", "anthropic");
+    cJSON *body = c->entry_body ? cJSON_ParseWithLength(c->entry_body, c->entry_len) : NULL;
+    cJSON_AddItemToObject(e, "body", body ? body : cJSON_CreateObject());
+    cJSON *h = cJSON_AddObjectToObject(e, "headers");
+    for (size_t i = 0; i < sizeof(entry_headers) / sizeof(entry_headers[0]); i++) {
+        const char *v = mg_http_header(c->req, entry_headers[i]);
+        if (v) cJSON_AddStringToObject(h, entry_headers[i], v);
+    }
+    mg_gen_req_set_entry(c->gen, req_table(c), e);
+    cJSON_Delete(e);
+}
+
+/* An adapter's deliberate refusal ("ollama: image_url must be ..."; a Lua error of its own,
+ * without file and line): the request is what no route can take, a 400 with that reason when
+ * no other route serves it. */
+static void keep_refusal(call_t *c, const char *err)
+{
+    const char *name = c->provider->adapter;
+    size_t n = strlen(name);
+    if (strncmp(err, name, n) != 0 || err[n] != ':') return;
+    free(c->adapter_refusal);
+    c->adapter_refusal = strdup(err);
+}
+
 /* The adapter's upstream request for the reserved entry: method, path, headers and body. */
 mg_step_rc_t step_encode(call_t *c)
 {
@@ -510,6 +545,7 @@ mg_step_rc_t step_encode(call_t *c)
     if (!c->passthrough) {
         set_item(c->body, "model", cJSON_CreateString(r->model));
         mg_gen_req_set_body(c->gen, req_table(c), c->body);
+        if (c->front_messages) set_entry(c);
     }
     char err[512];
     if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model,
@@ -517,6 +553,7 @@ mg_step_rc_t step_encode(call_t *c)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s encode for provider %s: %s",
                    c->provider->adapter, c->provider->id, err);
         c->last_fail = FAIL_ADAPTER;
+        keep_refusal(c, err);
         return entry_dropped(c);
     }
     c->ndjson = c->enc.ndjson;

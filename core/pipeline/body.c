@@ -524,6 +524,7 @@ mg_step_rc_t step_parse(call_t *c)
 {
     mg_http_req_t *req = c->req;
     if (!req->body_len) return call_error(c, 400, "INVALID_REQUEST", "request body is empty", 0);
+    if (c->front_messages && msgs_parse(c) != 0) return MG_STEP_NEXT; /* its 400 */
     const char *problem;
     if (fast_body(req, c->ep, &c->fb) == 0) {
         c->fast = 1;

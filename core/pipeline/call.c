@@ -160,7 +160,8 @@ call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep)
     if (!c) return NULL;
     c->pl = pl;
     c->req = req;
-    c->ep = ep;
+    c->ep = ep == MG_EP_MESSAGES ? MG_EP_CHAT : ep; /* a Messages call runs as chat */
+    c->front_messages = ep == MG_EP_MESSAGES;
     c->step = STEP_PARSE;
     c->req_ref = c->state_ref = -1;
     c->max_tokens = c->mapped_max_tokens = c->asked_max_tokens = -1;
@@ -251,6 +252,8 @@ static void call_free(call_t *c)
     free(c->error_headers);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
+    msgs_free(c);
+    free(c->adapter_refusal);
     free(c->error_message);
     for (int i = 0; i < 3; i++) free(c->error_passed[i]);
     call_release(c);
@@ -338,7 +341,7 @@ static void call_log(call_t *c)
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
     mg_metrics_t *m = c->pl->metrics;
-    mg_metrics_request(m, c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
+    mg_metrics_request(m, c->front_messages ? MG_EP_MESSAGES : c->ep, c->status, ms_since(c->t_start, now) / 1000.0);
     if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
     m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
@@ -402,7 +405,8 @@ static void respond_error(call_t *c)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
     mg_buf_t body = {0};
-    if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
+    if (c->front_messages) msgs_error_body(c, &body);
+    else if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
                          c->error_passed[2], c->req->request_id, c->error_retry_ms) != 0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
@@ -439,6 +443,8 @@ mg_step_rc_t step_finish(call_t *c)
         end_stream(c);
         head = stream_start(c);
     }
+    if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && msgs_answer(c) != 0)
+        call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
     if (c->req) {

@@ -123,7 +123,13 @@ typedef struct call_s {
     mg_pipeline_t *pl;
     mg_step_t step;              /* the step the runner calls next (see above) */
     mg_http_req_t *req;          /* borrowed; NULL once the client left */
-    mg_endpoint_t ep;
+    mg_endpoint_t ep;            /* MG_EP_CHAT for a Messages call too (it runs as chat) */
+    int front_messages;          /* the client spoke Anthropic Messages (messages.c) */
+    char *entry_body;            /* owned: that client's own body (req->body holds the
+                                    canonical one), for req.entry */
+    size_t entry_len;
+    struct mg_msgs_stream_s *msgs; /* owned: the stream re-framed for that client, or NULL */
+    char *adapter_refusal;       /* owned: why an adapter refused to encode the request */
     mg_task_t task;              /* the PRD's state machine; every change is logged */
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */
@@ -329,6 +335,21 @@ int passthrough_body(call_t *c, const char *model, mg_buf_t *out);
 int is_gateway_member(const mg_json_member_t *m);
 int member_is(const mg_json_member_t *m, const char *key);
 void set_item(cJSON *obj, const char *key, cJSON *value);
+
+/* ---- messages.c: the Anthropic Messages front end ------------------------------------- */
+
+/* parse: the body replaced by its canonical translation. 0, or -1 with the call's error set. */
+int msgs_parse(call_t *c);
+/* "msg_<request id>" */
+void msgs_message_id(const call_t *c, char *id, size_t cap);
+/* finish: c->answer as a Message (0), or -1 (then an error is answered). */
+int msgs_answer(call_t *c);
+/* finish: the call's error in Anthropic's shape, appended to body. */
+void msgs_error_body(call_t *c, mg_buf_t *body);
+/* Every stream write: c->out re-framed as Anthropic events (with `end`, the call's counts
+ * stand in for usage the upstream did not send). */
+void msgs_reframe(call_t *c, int end);
+void msgs_free(call_t *c);
 
 /* ---- admit.c: identify, idempotency, admit, enqueue ----------------------------------- */
 

@@ -32,9 +32,43 @@ static cJSON *model_json(const mg_api_t *s, const char *name)
     return m;
 }
 
+/* GET /v1/models from an Anthropic client (it sends anthropic-version): Anthropic's list
+ * shape, {data: [{type, id, display_name, created_at}], has_more, first_id, last_id}. */
+static void anthropic_models(mg_api_t *s, mg_http_req_t *req, const mg_config_t *cfg)
+{
+    char created[32];
+    time_t t = (time_t)s->proc->started_at;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "model");
+        cJSON_AddStringToObject(m, "id", cfg->models[i].name);
+        cJSON_AddStringToObject(m, "display_name", cfg->models[i].name);
+        cJSON_AddStringToObject(m, "created_at", created);
+        cJSON_AddItemToArray(data, m);
+    }
+    cJSON_AddFalseToObject(root, "has_more");
+    if (cfg->n_models) {
+        cJSON_AddStringToObject(root, "first_id", cfg->models[0].name);
+        cJSON_AddStringToObject(root, "last_id", cfg->models[cfg->n_models - 1].name);
+    } else {
+        cJSON_AddNullToObject(root, "first_id");
+        cJSON_AddNullToObject(root, "last_id");
+    }
+    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, root);
+}
+
 static void handle_models(mg_api_t *s, mg_http_req_t *req)
 {
     mg_gen_t *g = mg_gens_current(s->gens);
+    if (mg_http_header(req, "anthropic-version")) {
+        anthropic_models(s, req, g->cfg);
+        return;
+    }
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");

@@ -340,7 +340,8 @@ mg_step_rc_t step_idempotency(call_t *c)
     snprintf(key, sizeof(key), "%s", ikey);
     idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
-    mg_endpoint_t ep = c->ep;
+    mg_endpoint_t ep = c->front_messages ? MG_EP_MESSAGES : c->ep;
+    if (c->front_messages) msgs_restore_body(c); /* the run translates it again */
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
     mg_idem_handle(idem, req, ep, scope, group, key, stream);
     return MG_STEP_DONE;

@@ -127,7 +127,7 @@ typedef struct call_s {
     int front_messages;          /* the client spoke Anthropic Messages (messages.c) */
     char *entry_body;            /* owned: that client's own body (req->body holds the
                                     canonical one), for req.entry */
-    size_t entry_len;
+    size_t entry_len, entry_cap;
     struct mg_msgs_stream_s *msgs; /* owned: the stream re-framed for that client, or NULL */
     char *adapter_refusal;       /* owned: why an adapter refused to encode the request */
     mg_task_t task;              /* the PRD's state machine; every change is logged */
@@ -340,6 +340,8 @@ void set_item(cJSON *obj, const char *key, cJSON *value);
 
 /* parse: the body replaced by its canonical translation. 0, or -1 with the call's error set. */
 int msgs_parse(call_t *c);
+/* The client's own body back in req (for a run of its own: idempotency). */
+void msgs_restore_body(call_t *c);
 /* "msg_<request id>" */
 void msgs_message_id(const call_t *c, char *id, size_t cap);
 /* finish: c->answer as a Message (0), or -1 (then an error is answered). */

@@ -29,10 +29,22 @@ int msgs_parse(call_t *c)
     }
     c->entry_body = req->body; /* moved: the request frees the body it holds */
     c->entry_len = req->body_len;
+    c->entry_cap = req->body_cap;
     req->body = chat.data;
     req->body_len = chat.len;
     req->body_cap = chat.cap;
     return 0;
+}
+
+void msgs_restore_body(call_t *c)
+{
+    mg_http_req_t *req = c->req;
+    if (!c->entry_body || !req) return;
+    free(req->body);
+    req->body = c->entry_body;
+    req->body_len = c->entry_len;
+    req->body_cap = c->entry_cap;
+    c->entry_body = NULL;
 }
 
 void msgs_message_id(const call_t *c, char *id, size_t cap)

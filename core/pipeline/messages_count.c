@@ -87,6 +87,7 @@ void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req)
 {
     mg_pipeline_t *pl = pipeline;
     const mg_config_t *cfg = mg_gens_current(pl->gens)->cfg;
+    mg_msgs_request_id_header(req);
     if (cfg->auth_enabled) {
         mg_auth_result_t r;
         if (mg_auth_authenticate(pl->auth, req, mg_unix_ms(), &r) != 0) {

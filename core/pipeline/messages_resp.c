@@ -211,3 +211,13 @@ int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *
     mg_buf_free(&msg);
     return mg_buf_append(out, "}", 1);
 }
+
+void mg_msgs_request_id_header(mg_http_req_t *req)
+{
+    const char *before = req->head_lines ? req->head_lines : "";
+    size_t n = strlen(before) + strlen(req->request_id) + 16;
+    char *lines = mg_arena_alloc(&req->arena, n);
+    if (!lines) return;
+    snprintf(lines, n, "%srequest-id: %s\r\n", before, req->request_id);
+    req->head_lines = lines;
+}

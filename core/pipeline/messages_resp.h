@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/json.h"
+#include "net/http.h"
 
 /* The counts of a canonical usage object as Anthropic counts them: input_tokens without the
  * cache reads and writes. */
@@ -51,5 +52,9 @@ const char *mg_msgs_error_type(int status, const char *code);
 /* The error body appended: the message prefixed with the gateway's code. 0 or -1. */
 int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *message,
                        const char *request_id);
+
+/* Every answer head of req carries "request-id: <the request id>", the header Anthropic's
+ * SDKs read (X-Request-Id stays too). */
+void mg_msgs_request_id_header(mg_http_req_t *req);
 
 #endif

@@ -377,6 +377,33 @@ describe('count_tokens', () => {
     });
 });
 
+describe('the rest of the surface', () => {
+    test('GET /v1/models in Anthropic\'s list shape for an Anthropic client', async () => {
+        const ids = [];
+        for await (const m of client.models.list()) {
+            assert.equal(m.type, 'model');
+            assert.match(m.created_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+            ids.push(m.id);
+        }
+        assert.ok(ids.includes('claude-chat') && ids.includes('claude-native'));
+        const oa = await (await fetch(`${env.api}/models`)).json();
+        assert.equal(oa.object, 'list'); // the OpenAI shape for everyone else
+    });
+
+    test('request-id on answers and errors; an Idempotency-Key runs once and replays the Message', async () => {
+        const { data, response } = await client.messages.create({ model: 'claude-chat', max_tokens: 9, messages: [{ role: 'user', content: 'once' }] }).withResponse();
+        assert.equal(response.headers.get('request-id'), response.headers.get('x-request-id'));
+        assert.match(data.id, /^msg_/);
+        const key = `idem-messages-${Date.now()}`;
+        const before = (await env.mock.requests((r) => r.body?.model === 'up-claude')).length;
+        const a = await client.messages.create({ model: 'claude-chat', max_tokens: 9, messages: [{ role: 'user', content: 'idem' }] }, { headers: { 'Idempotency-Key': key } });
+        const b = await client.messages.create({ model: 'claude-chat', max_tokens: 9, messages: [{ role: 'user', content: 'idem' }] }, { headers: { 'Idempotency-Key': key } });
+        assert.equal(a.type, 'message');
+        assert.deepEqual(b, a);
+        assert.equal((await env.mock.requests((r) => r.body?.model === 'up-claude')).length, before + 1);
+    });
+});
+
 describe('metering and abort', () => {
     test('the call\'s tokens are counted and the endpoint is "messages" in the metrics', async () => {
         await client.messages.create({ model: 'claude-chat', max_tokens: 100, messages: [{ role: 'user', content: 'meter me please' }] });

@@ -100,9 +100,10 @@ static int open_block(mg_msgs_stream_t *s, mg_msgs_block_t kind, const char *typ
     return index;
 }
 
-/* content_block_delta {type: delta_type, key: text} on block `index`. */
-static void block_delta(mg_buf_t *out, int index, const char *delta_type, const char *key,
-                        const char *text)
+/* content_block_delta {type: delta_type, key: <json>} on block `index`; json is a JSON string
+ * literal (quotes and escapes included). */
+static void block_delta_json(mg_buf_t *out, int index, const char *delta_type, const char *key,
+                             const char *json, size_t n)
 {
     event_head(out, "content_block_delta");
     put_index(out, index);
@@ -111,9 +112,19 @@ static void block_delta(mg_buf_t *out, int index, const char *delta_type, const 
     mg_buf_append_str(out, "\",\"");
     mg_buf_append_str(out, key);
     mg_buf_append_str(out, "\":");
-    put_str(out, text);
+    mg_buf_append(out, json, n);
     mg_buf_append(out, "}", 1);
     event_end(out);
+}
+
+/* The same with the text as a C string. */
+static void block_delta(mg_buf_t *out, int index, const char *delta_type, const char *key,
+                        const char *text)
+{
+    mg_buf_t lit = {0};
+    mg_json_print_string(text, strlen(text), &lit);
+    block_delta_json(out, index, delta_type, key, lit.data ? lit.data : "\"\"", lit.data ? lit.len : 2);
+    mg_buf_free(&lit);
 }
 
 /* ---- reading chunks ---------------------------------------------------------------- */
@@ -242,6 +253,107 @@ static void stream_end(mg_msgs_stream_t *s, mg_buf_t *out)
     s->ended = 1;
 }
 
+/* ---- the common chunk, read from its bytes ---------------------------------------------
+ * Most events of a stream carry a piece of text and nothing else. Those are re-framed from
+ * their bytes: the text's JSON string literal is already what the text_delta needs, so no
+ * tree is built and nothing is unescaped. A chunk with anything more (a finish reason, usage,
+ * an error, tool calls, reasoning, several choices) takes the tree path below. */
+
+typedef struct {
+    const char *val; /* the member's value */
+    size_t len;
+    int other;       /* a member this path does not handle */
+} pick_t;
+
+/* A value that says nothing: null, "", [] or {}. */
+static int is_empty_value(const mg_json_member_t *m)
+{
+    return (m->value_len == 4 && memcmp(m->value, "null", 4) == 0) ||
+           (m->value_len == 2 && (memcmp(m->value, "\"\"", 2) == 0 || memcmp(m->value, "[]", 2) == 0 ||
+                                  memcmp(m->value, "{}", 2) == 0));
+}
+
+static int key_is(const mg_json_member_t *m, const char *k)
+{
+    size_t n = strlen(k);
+    return m->key_len == n && memcmp(m->key, k, n) == 0;
+}
+
+/* top level: choices kept; usage or error (set) send the chunk to the tree path */
+static int top_member(void *ud, const mg_json_member_t *m)
+{
+    pick_t *p = ud;
+    if (key_is(m, "choices")) {
+        p->val = m->value;
+        p->len = m->value_len;
+    } else if ((key_is(m, "usage") || key_is(m, "error")) && !is_empty_value(m)) {
+        p->other = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static int first_element(void *ud, const char *v, size_t n)
+{
+    pick_t *p = ud;
+    if (p->val) { /* a second choice */
+        p->other = 1;
+        return 1;
+    }
+    p->val = v;
+    p->len = n;
+    return 0;
+}
+
+/* the choice: its delta kept; a finish reason goes to the tree path */
+static int choice_member(void *ud, const mg_json_member_t *m)
+{
+    pick_t *p = ud;
+    if (key_is(m, "delta")) {
+        p->val = m->value;
+        p->len = m->value_len;
+    } else if ((key_is(m, "finish_reason") || key_is(m, "stop_reason")) && !is_empty_value(m)) {
+        p->other = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* the delta: its content kept; role and empty members ignored; anything else is the tree's */
+static int delta_member(void *ud, const mg_json_member_t *m)
+{
+    pick_t *p = ud;
+    if (key_is(m, "content") && m->value[0] == '"') {
+        p->val = m->value;
+        p->len = m->value_len;
+    } else if (!key_is(m, "role") && !is_empty_value(m)) {
+        p->other = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 when the chunk was handled from its bytes, 0 when it needs the tree. */
+static int text_chunk(mg_msgs_stream_t *s, const char *json, size_t n, mg_buf_t *out)
+{
+    pick_t top = {0}, choice = {0}, delta = {0}, text = {0};
+    if (mg_json_members(json, n, top_member, &top) != 0 || top.other || !top.val ||
+        top.val[0] != '[')
+        return 0;
+    if (mg_json_elements(top.val, top.len, first_element, &choice) != 0 || choice.other ||
+        !choice.val || choice.val[0] != '{')
+        return 0;
+    if (mg_json_members(choice.val, choice.len, choice_member, &delta) != 0 || delta.other ||
+        !delta.val || delta.val[0] != '{')
+        return 0;
+    if (mg_json_members(delta.val, delta.len, delta_member, &text) != 0 || text.other) return 0;
+    if (!s->started) message_start(s, out);
+    if (!text.val || text.len <= 2) return 1; /* the role chunk, an empty piece */
+    if (s->open != MG_MSGS_TEXT) open_block(s, MG_MSGS_TEXT, "text", ",\"text\":\"\"", out);
+    block_delta_json(out, s->open_index, "text_delta", "text", text.val, text.len);
+    return 1;
+}
+
 int mg_msgs_stream_event(mg_msgs_stream_t *s, const char *json, size_t n, mg_buf_t *out)
 {
     if (s->ended) return 0;
@@ -249,6 +361,7 @@ int mg_msgs_stream_event(mg_msgs_stream_t *s, const char *json, size_t n, mg_buf
         stream_end(s, out);
         return 0;
     }
+    if (text_chunk(s, json, n, out)) return 0;
     cJSON *chunk = cJSON_ParseWithLength(json, n);
     if (!chunk) return 0; /* the pipeline never sends one: nothing to say about it */
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(chunk, "error");

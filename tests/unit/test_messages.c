@@ -315,6 +315,33 @@ static void test_stream_error_and_fallback(void)
     mg_buf_free(&out);
 }
 
+/* A text piece's JSON literal is copied as it came (escapes and all): what a client decodes is
+ * the engine's text; the tree path (a chunk with more in it) says the same. */
+static void test_stream_text_bytes(void)
+{
+    static const char *const chunks[] = {
+        CHUNK("{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null}", "null"),
+        CHUNK("{\"content\":\"a\\\"b\\u00e9\\n\"}", "null"),
+        CHUNK("{\"content\":\"c\\u00e9\"}", "\"stop\""), /* finish: the tree path */
+        "[DONE]",
+    };
+    mg_buf_t in = {0}, out = {0};
+    sse_of(chunks, 4, &in);
+    mg_msgs_stream_t s;
+    mg_msgs_stream_init(&s, "msg_4", "m", 0);
+    mg_msgs_stream_feed(&s, in.data, in.len, &out);
+    CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\\"b\\u00e9\\n\"}") != NULL);
+    CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"c\xc3\xa9\"}") != NULL);
+    mg_buf_t types = {0};
+    event_types(out.data, &types);
+    CHECK_STR(types.data, "message_start content_block_start[0] content_block_delta[0] content_block_delta[0] "
+                          "content_block_stop[0] message_delta message_stop ");
+    mg_buf_free(&types);
+    mg_msgs_stream_free(&s);
+    mg_buf_free(&in);
+    mg_buf_free(&out);
+}
+
 int main(void)
 {
     MG_RUN(test_request_text_system_and_sampling);
@@ -325,5 +352,6 @@ int main(void)
     MG_RUN(test_error_body);
     MG_RUN(test_stream_tools);
     MG_RUN(test_stream_error_and_fallback);
+    MG_RUN(test_stream_text_bytes);
     return mg_test_summary();
 }

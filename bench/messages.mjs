@@ -65,8 +65,14 @@ try {
     if (ONLY) {
         console.log(`gateway pid ${env.gw.child.pid}`);
         for (let i = 0; i < 20; i++) await batch(env, variants[ONLY]);
-        process.exit(0);
+    } else {
+        await measure(env);
     }
+} finally {
+    await env.close();
+}
+
+async function measure(env) {
     for (const v of Object.values(variants)) await batch(env, { ...v, warm: true }); // warm-up
     const results = Object.fromEntries(Object.keys(variants).map((k) => [k, []]));
     for (let r = 0; r < ROUNDS; r++)
@@ -75,6 +81,4 @@ try {
     console.log(`messages.mjs: gateway CPU per request (us, best of ${ROUNDS} batches of ${PER_BATCH}; ${os.cpus().length} cpus)`);
     console.log(`  stream (20 events)  chat ${best('chat_stream').toFixed(0)}   messages ${best('messages_stream').toFixed(0)}   ratio ${(best('messages_stream') / best('chat_stream')).toFixed(2)}`);
     console.log(`  whole answer        chat ${best('chat_whole').toFixed(0)}   messages ${best('messages_whole').toFixed(0)}   ratio ${(best('messages_whole') / best('chat_whole')).toFixed(2)}`);
-} finally {
-    await env.close();
 }

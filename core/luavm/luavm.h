@@ -34,6 +34,9 @@ typedef struct mg_adapter_s {
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
     char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
+    int entry_anthropic; /* M.entry_wire == "anthropic": it sends a Messages client's own body
+                            (req.entry), so what the canonical form cannot carry still reaches
+                            its upstream */
     int encode_untraced; /* its encode() read the request's own fields: its answers are never
                             kept, so it gets the plain request table (keep.h) */
 } mg_adapter_t;

@@ -542,6 +542,13 @@ mg_step_rc_t step_encode(call_t *c)
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
+    if (c->msgs_lossy && !c->gen->adapters[c->adapter].entry_anthropic) {
+        /* the canonical form lacks part of this Messages request: this route cannot serve it */
+        free(c->adapter_refusal);
+        c->adapter_refusal = strdup(c->msgs_lossy);
+        c->last_fail = FAIL_ADAPTER;
+        return entry_dropped(c);
+    }
     if (!c->passthrough) {
         set_item(c->body, "model", cJSON_CreateString(r->model));
         mg_gen_req_set_body(c->gen, req_table(c), c->body);

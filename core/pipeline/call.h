@@ -130,6 +130,8 @@ typedef struct call_s {
     size_t entry_len, entry_cap;
     struct mg_msgs_stream_s *msgs; /* owned: the stream re-framed for that client, or NULL */
     char *adapter_refusal;       /* owned: why an adapter refused to encode the request */
+    char *msgs_lossy;            /* owned: what the canonical form of a Messages request left
+                                    out (only an entry_wire = "anthropic" adapter serves it) */
     mg_task_t task;              /* the PRD's state machine; every change is logged */
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */

@@ -21,6 +21,10 @@ int msgs_parse(call_t *c)
     mg_buf_t chat = {0};
     char err[400];
     int rc = mg_msgs_request(req->body, req->body_len, 0, &chat, err, sizeof(err));
+    if (rc == 1) {
+        c->msgs_lossy = strdup(err);
+        rc = 0;
+    }
     if (rc != 0) {
         mg_buf_free(&chat);
         call_error(c, rc == -2 ? 500 : 400, rc == -2 ? "INTERNAL_ERROR" : "INVALID_REQUEST",
@@ -107,6 +111,8 @@ void msgs_reframe(call_t *c, int end)
 
 void msgs_free(call_t *c)
 {
+    free(c->msgs_lossy);
+    c->msgs_lossy = NULL;
     free(c->entry_body);
     c->entry_body = NULL;
     if (c->msgs) {

@@ -99,6 +99,7 @@ void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req)
     char err[400];
     int rc = req->body_len ? mg_msgs_request(req->body, req->body_len, 1, &chat, err, sizeof(err))
                            : (snprintf(err, sizeof(err), "request body is empty"), -1);
+    if (rc == 1) rc = 0; /* what the canonical form left out is not counted */
     cJSON *tree = rc == 0 ? cJSON_ParseWithLength(chat.data, chat.len) : NULL;
     mg_buf_free(&chat);
     if (!tree) {

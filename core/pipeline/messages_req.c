@@ -10,8 +10,10 @@
 typedef struct {
     char *err;
     size_t errlen;
+    int lossy; /* something was left out: err says what (the first thing) */
 } why_t;
 
+/* The request is malformed (a 400 whatever the route): -1. */
 static int refuse(why_t *w, const char *fmt, ...)
 {
     va_list ap;
@@ -19,6 +21,19 @@ static int refuse(why_t *w, const char *fmt, ...)
     vsnprintf(w->err, w->errlen, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* Something the canonical form cannot carry: left out of it, the reason kept (routes that
+ * serve the canonical form refuse the request with it; an adapter that sends the client's own
+ * body does not need it). 0: go on. */
+static int lossy(why_t *w, const char *fmt, ...)
+{
+    if (w->lossy++) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, w->errlen, fmt, ap);
+    va_end(ap);
+    return 0;
 }
 
 static const char *type_of(const cJSON *block)
@@ -42,9 +57,11 @@ static int plain_text(const cJSON *v, mg_buf_t *out, why_t *w, const char *what)
     int first = 1;
     for (const cJSON *b = v->child; b; b = b->next) {
         const char *t = type_of(b), *text = str_of(b, "text");
-        if (!t || strcmp(t, "text") != 0 || !text)
-            return refuse(w, "%s: a '%s' block cannot be sent to a Chat Completions route; "
-                             "only text blocks can", what, t ? t : "untyped");
+        if (!t || strcmp(t, "text") != 0 || !text) {
+            lossy(w, "%s: a '%s' block cannot be sent to a Chat Completions route; only text "
+                     "blocks can", what, t ? t : "untyped");
+            continue;
+        }
         if ((!first && mg_buf_append(out, "\n", 1)) || mg_buf_append_str(out, text)) return -2;
         first = 0;
     }
@@ -130,8 +147,8 @@ static int user_turn(const cJSON *content, cJSON *msgs, why_t *w)
         } else if (t && strcmp(t, "tool_result") == 0) {
             rc = tool_message(b, msgs, w);
         } else {
-            rc = refuse(w, "a '%s' block in a user message cannot be sent to a Chat Completions "
-                           "route (text, image and tool_result can)", t ? t : "untyped");
+            lossy(w, "a '%s' block in a user message cannot be sent to a Chat Completions route "
+                     "(text, image and tool_result can)", t ? t : "untyped");
         }
     }
     int n = cJSON_GetArraySize(parts);
@@ -189,9 +206,8 @@ static int assistant_turn(const cJSON *content, cJSON *msgs, why_t *w)
             if (!tc) rc = -1;
             else cJSON_AddItemToArray(calls, tc);
         } else if (!t || (strcmp(t, "thinking") != 0 && strcmp(t, "redacted_thinking") != 0)) {
-            rc = refuse(w, "a '%s' block in an assistant message cannot be sent to a Chat "
-                           "Completions route (text, tool_use and thinking can)",
-                        t ? t : "untyped");
+            lossy(w, "a '%s' block in an assistant message cannot be sent to a Chat Completions "
+                     "route (text, tool_use and thinking can)", t ? t : "untyped");
         }
     }
     if (rc == 0) {
@@ -240,6 +256,9 @@ static int system_prompt(const cJSON *in, cJSON *msgs, why_t *w)
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(in, "system");
     if (!sys || cJSON_IsNull(sys)) return 0;
     mg_buf_t text = {0};
+    for (const cJSON *b = cJSON_IsArray(sys) ? sys->child : NULL; b; b = b->next)
+        if (!type_of(b) || strcmp(type_of(b), "text") != 0 || !str_of(b, "text"))
+            return refuse(w, "system: only text blocks are allowed");
     int rc = plain_text(sys, &text, w, "system");
     if (rc == 0) {
         cJSON *m = cJSON_CreateObject();
@@ -259,10 +278,11 @@ static int tools(const cJSON *in, cJSON *out, why_t *w)
     cJSON *fns = cJSON_AddArrayToObject(out, "tools");
     for (const cJSON *t = list->child; t; t = t->next) {
         const char *type = type_of(t), *name = str_of(t, "name");
-        if (type && strcmp(type, "custom") != 0)
-            return refuse(w, "tools: the server tool '%s' cannot be run by a Chat Completions "
-                             "route; only client tools (name, description, input_schema) can",
-                          type);
+        if (type && strcmp(type, "custom") != 0) {
+            lossy(w, "tools: the server tool '%s' cannot be run by a Chat Completions route; only "
+                     "client tools (name, description, input_schema) can", type);
+            continue;
+        }
         if (!name) return refuse(w, "tools: each tool needs a name");
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "type", "function");
@@ -318,6 +338,10 @@ static int translate(const cJSON *in, int count_only, cJSON *out, why_t *w)
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(in, "stop_sequences");
     if (cJSON_IsArray(stop) && stop->child)
         cJSON_AddItemToObject(out, "stop", cJSON_Duplicate(stop, 1));
+    static const char *const server_side[] = {"mcp_servers", "container"};
+    for (size_t i = 0; i < sizeof(server_side) / sizeof(server_side[0]); i++)
+        if (cJSON_GetObjectItemCaseSensitive(in, server_side[i]))
+            lossy(w, "'%s' cannot be served by a Chat Completions route", server_side[i]);
     cJSON *msgs = cJSON_AddArrayToObject(out, "messages");
     int rc = system_prompt(in, msgs, w);
     if (rc == 0) rc = messages(in, msgs, w);
@@ -329,7 +353,7 @@ static int translate(const cJSON *in, int count_only, cJSON *out, why_t *w)
 int mg_msgs_request(const char *in, size_t n, int count_only, mg_buf_t *out, char *err,
                     size_t errlen)
 {
-    why_t w = {err, errlen};
+    why_t w = {err, errlen, 0};
     cJSON *body = cJSON_ParseWithLength(in, n);
     if (!cJSON_IsObject(body)) {
         cJSON_Delete(body);
@@ -338,6 +362,7 @@ int mg_msgs_request(const char *in, size_t n, int count_only, mg_buf_t *out, cha
     cJSON *chat = cJSON_CreateObject();
     int rc = chat ? translate(body, count_only, chat, &w) : -2;
     if (rc == 0 && mg_json_print(chat, out) != 0) rc = -2;
+    if (rc == 0 && w.lossy) rc = 1;
     cJSON_Delete(chat);
     cJSON_Delete(body);
     return rc;

@@ -19,8 +19,11 @@
  *                                           parallel_tool_calls: false
  *   stop_sequences → stop; max_tokens, temperature, top_p, top_k, stream, metadata and the
  *   gateway's own extensions (priority, routing, timeouts, ...) as they are.
- * Anything it cannot carry is refused with a message for a 400, never dropped: a document
- * block, a tool_result holding an image, a server tool. Pure; any thread. */
+ * What it cannot carry (a document block, a tool_result holding an image, a server tool,
+ * mcp_servers, ...) is left out of the canonical body and named: a route that serves the
+ * canonical form refuses the request with that reason (a 400, never a silent drop), an
+ * adapter that sends the client's own body (adapters/anthropic.lua) serves it. A malformed
+ * request is refused outright. Pure; any thread. */
 #ifndef MG_MESSAGES_REQ_H
 #define MG_MESSAGES_REQ_H
 
@@ -28,9 +31,10 @@
 
 #include "base/json.h"
 
-/* The Chat Completions body for the Messages body in[0..n), appended to out. 0; -1 when the
- * request is not one this gateway can serve, with the reason (for the client) in err; -2 out
- * of memory. `count_only`: max_tokens is not required (count_tokens has none). */
+/* The Chat Completions body for the Messages body in[0..n), appended to out. 0; 1 when it
+ * left something out (out holds the rest, err says what); -1 when the request is malformed,
+ * with the reason (for the client) in err; -2 out of memory. `count_only`: max_tokens is not
+ * required (count_tokens has none). */
 int mg_msgs_request(const char *in, size_t n, int count_only, mg_buf_t *out, char *err,
                     size_t errlen);
 

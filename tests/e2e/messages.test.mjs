@@ -467,6 +467,23 @@ describe('an Anthropic route (adapters/anthropic.lua)', () => {
         assert.deepEqual(up.body.thinking, { type: 'enabled', budget_tokens: 1024 });
     });
 
+    test('what chat routes cannot take (a document, a server tool, mcp_servers) reaches an Anthropic route as sent', async () => {
+        const doc = { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'the text' }, citations: { enabled: true } };
+        const tool = { type: 'web_search_20250305', name: 'web_search', max_uses: 2 };
+        const msg = await client.messages.create({ model: 'claude-native', max_tokens: 32, tools: [tool],
+            messages: [{ role: 'user', content: [doc, { type: 'text', text: 'summarise' }] }] });
+        assert.equal(msg.content[0].text, contentFor('claude-up'));
+        const up = await lastUpstream('/v1/messages', 'claude-up');
+        assert.deepEqual(up.body.messages[0].content[0], doc);
+        assert.deepEqual(up.body.tools, [tool]);
+        // the same request on a chat route is a 400 that says why, and nothing is sent
+        const before = (await env.mock.requests((r) => r.path === '/v1/chat/completions')).length;
+        await assert.rejects(client.messages.create({ model: 'claude-chat', max_tokens: 32, tools: [tool],
+            messages: [{ role: 'user', content: [doc, { type: 'text', text: 'summarise' }] }] }),
+        (err) => err.status === 400 && /'document' block/.test(err.error.error.message));
+        assert.equal((await env.mock.requests((r) => r.path === '/v1/chat/completions')).length, before);
+    });
+
     test('streamed tool_use through the adapter and back', async () => {
         await env.mock.script({ model: 'claude-up', times: 1, action: { tool_calls: [{ name: 'a', input: { x: 1 } }, { name: 'b', input: { y: 'two' } }] } });
         const { events } = await rawStream({ model: 'claude-native', max_tokens: 64, tools: [{ name: 'a', input_schema: { type: 'object' } }, { name: 'b', input_schema: { type: 'object' } }], messages: [{ role: 'user', content: 'go' }] });

@@ -193,6 +193,13 @@ const char *mg_msgs_error_type(int status, const char *code)
 int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *message,
                        const char *request_id)
 {
+    return mg_msgs_error_body_typed(out, mg_msgs_error_type(status, code), code, message,
+                                    request_id);
+}
+
+int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code,
+                             const char *message, const char *request_id)
+{
     mg_buf_t msg = {0};
     if (code) {
         mg_buf_append_str(&msg, code);
@@ -200,7 +207,7 @@ int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *
     }
     mg_buf_append_str(&msg, message ? message : "error");
     mg_buf_append_str(out, "{\"type\":\"error\",\"error\":{\"type\":\"");
-    mg_buf_append_str(out, mg_msgs_error_type(status, code));
+    mg_buf_append_str(out, type);
     mg_buf_append_str(out, "\",\"message\":");
     mg_json_print_string(msg.data ? msg.data : "", msg.len, out);
     mg_buf_append_str(out, "}");

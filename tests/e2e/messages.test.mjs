@@ -484,6 +484,22 @@ describe('an Anthropic route (adapters/anthropic.lua)', () => {
         assert.equal((await env.mock.requests((r) => r.path === '/v1/chat/completions')).length, before);
     });
 
+    test('an overloaded_error event mid-stream reaches the client as an overloaded_error event', async () => {
+        const ev = (type, obj) => `event: ${type}\ndata: ${JSON.stringify({ type, ...obj })}\n\n`;
+        await env.mock.script({ model: 'claude-up', times: 1, action: { chunk_delay_ms: 60, body: [
+            ev('message_start', { message: { id: 'm', type: 'message', role: 'assistant', model: 'claude-up', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 3, output_tokens: 1 } } }),
+            ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }) + ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hel' } }),
+            ev('error', { error: { type: 'overloaded_error', message: 'Overloaded' } }),
+        ] } });
+        const { events } = await rawStream({ model: 'claude-native', max_tokens: 32, messages: [{ role: 'user', content: 'x' }] });
+        assertWellFormed(events, { ended: false });
+        assert.equal(events.filter((e) => e.event === 'content_block_delta').map((e) => e.data.delta.text).join(''), 'Hel');
+        const last = events.at(-1);
+        assert.equal(last.event, 'error');
+        assert.equal(last.data.error.type, 'overloaded_error');
+        assert.match(last.data.error.message, /Overloaded/);
+    });
+
     test('streamed tool_use through the adapter and back', async () => {
         await env.mock.script({ model: 'claude-up', times: 1, action: { tool_calls: [{ name: 'a', input: { x: 1 } }, { name: 'b', input: { y: 'two' } }] } });
         const { events } = await rawStream({ model: 'claude-native', max_tokens: 64, tools: [{ name: 'a', input_schema: { type: 'object' } }, { name: 'b', input_schema: { type: 'object' } }], messages: [{ role: 'user', content: 'go' }] });

@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "pipeline/messages_resp.h"
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
@@ -200,6 +201,17 @@ static void handle_embeddings(mg_api_t *s, mg_http_req_t *req)
     mg_pipeline_handle(s->pipeline, req, MG_EP_EMBEDDINGS);
 }
 
+/* The router's own errors under /v1/messages, in Anthropic's shape like the endpoint's. */
+static void messages_error(mg_api_t *s, mg_http_req_t *req, int status, const char *code,
+                           const char *msg)
+{
+    mg_buf_t body = {0};
+    mg_msgs_request_id_header(req);
+    mg_msgs_error_body(&body, status, code, msg, req->request_id);
+    mg_answer_json(s->metrics, req, MG_EP_MESSAGES, status, NULL, body.data, body.len);
+    mg_buf_free(&body);
+}
+
 static void handle_messages(mg_api_t *s, mg_http_req_t *req)
 {
     mg_pipeline_handle(s->pipeline, req, MG_EP_MESSAGES);
@@ -293,12 +305,20 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;
+        if (req->method != want && routes[i].ep == MG_EP_MESSAGES) {
+            messages_error(s, req, 405, "METHOD_NOT_ALLOWED", "use POST");
+            return;
+        }
         if (req->method != want) {
             mg_answer_error(s->metrics, req, routes[i].ep, 405, "METHOD_NOT_ALLOWED",
                          routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
             return;
         }
         routes[i].fn(s, req);
+        return;
+    }
+    if (strncmp(req->path, "/v1/messages/", 13) == 0) {
+        messages_error(s, req, 404, "NOT_FOUND", "no such endpoint");
         return;
     }
     mg_answer_error(s->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such endpoint", 0);

@@ -336,6 +336,18 @@ describe('errors in Anthropic\'s shape', () => {
         }
     });
 
+    test('the router\'s own errors under /v1/messages use the same shape', async () => {
+        const get = await fetch(`${env.base}/v1/messages`);
+        assert.equal(get.status, 405);
+        assert.equal((await get.json()).error.type, 'invalid_request_error');
+        const none = await fetch(`${env.base}/v1/messages/batches`, { method: 'POST', body: '{}' });
+        assert.equal(none.status, 404);
+        const j = await none.json();
+        assert.equal(j.type, 'error');
+        assert.equal(j.error.type, 'not_found_error');
+        assert.ok(none.headers.get('request-id'));
+    });
+
     test('an engine that fails mid-stream ends the stream with an error event, not message_stop', async () => {
         await env.mock.script({ model: 'up-err', times: 1, action: { chunks: 5, chunk_delay_ms: 60, reset_after_chunks: 2 } });
         const { events, text } = await rawStream({ model: 'claude-err', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] });

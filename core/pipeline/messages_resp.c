@@ -2,6 +2,8 @@
  * messages_resp.h. */
 #include "pipeline/messages_resp.h"
 
+#include "net/http.h"
+
 #include <stdio.h>
 #include <string.h>
 

@@ -22,7 +22,8 @@
 #include <cjson/cJSON.h>
 
 #include "base/json.h"
-#include "net/http.h"
+
+struct mg_http_req_s;
 
 /* The counts of a canonical usage object as Anthropic counts them: input_tokens without the
  * cache reads and writes. */
@@ -59,6 +60,6 @@ int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code,
 
 /* Every answer head of req carries "request-id: <the request id>", the header Anthropic's
  * SDKs read (X-Request-Id stays too). */
-void mg_msgs_request_id_header(mg_http_req_t *req);
+void mg_msgs_request_id_header(struct mg_http_req_s *req);
 
 #endif

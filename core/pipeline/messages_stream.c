@@ -68,6 +68,8 @@ static void message_start(mg_msgs_stream_t *s, mg_buf_t *out)
     mg_buf_append_int(out, s->usage.input);
     mg_buf_append_str(out, ",\"output_tokens\":0}}");
     event_end(out);
+    event_head(out, "ping"); /* as Anthropic's own streams: clients know the stream is live */
+    event_end(out);
 }
 
 static void close_block(mg_msgs_stream_t *s, mg_buf_t *out)

@@ -2,7 +2,7 @@
  * route served it) re-framed as Anthropic's Messages stream, one explicit content-block state
  * machine:
  *
- *   message_start
+ *   message_start, ping
  *   per block, never overlapping, indices from 0 in order:
  *     content_block_start (thinking | text | tool_use | redacted_thinking)
  *     content_block_delta (thinking_delta, signature_delta | text_delta | input_json_delta)

@@ -139,10 +139,10 @@ describe('text through an OpenAI-wire route', () => {
         assert.ok(headers.get('x-request-id'));
         assertWellFormed(events);
         assert.deepEqual(events.map((e) => e.event), [
-            'message_start', 'content_block_start', ...Array(5).fill('content_block_delta'), 'content_block_stop',
+            'message_start', 'ping', 'content_block_start', ...Array(5).fill('content_block_delta'), 'content_block_stop',
             'message_delta', 'message_stop',
         ]);
-        assert.deepEqual(events[1].data.content_block, { type: 'text', text: '' });
+        assert.deepEqual(events[2].data.content_block, { type: 'text', text: '' });
         assert.equal(events.filter((e) => e.event === 'content_block_delta').map((e) => e.data.delta.text).join(''), contentFor('up-claude'));
         const md = events.at(-2).data;
         assert.equal(md.delta.stop_reason, 'end_turn');

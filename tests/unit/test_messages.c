@@ -292,7 +292,7 @@ static void test_stream_tools(void)
     mg_buf_t types = {0};
     event_types(first.data, &types);
     CHECK_STR(types.data,
-              "message_start content_block_start[0] content_block_delta[0] content_block_delta[0] "
+              "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
               "content_block_stop[0] content_block_start[1] content_block_delta[1] content_block_stop[1] "
               "content_block_start[2] content_block_delta[2] content_block_delta[2] content_block_stop[2] "
               "content_block_start[3] content_block_delta[3] content_block_stop[3] message_delta message_stop ");
@@ -361,7 +361,7 @@ static void test_stream_text_bytes(void)
     CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"c\xc3\xa9\"}") != NULL);
     mg_buf_t types = {0};
     event_types(out.data, &types);
-    CHECK_STR(types.data, "message_start content_block_start[0] content_block_delta[0] content_block_delta[0] "
+    CHECK_STR(types.data, "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
                           "content_block_stop[0] message_delta message_stop ");
     mg_buf_free(&types);
     mg_msgs_stream_free(&s);

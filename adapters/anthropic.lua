@@ -56,8 +56,6 @@ M.entry_wire = "anthropic"
 local PATH = "/v1/messages"
 local DEFAULT_VERSION = "2023-06-01"
 local DEFAULT_MAX_TOKENS = 4096
--- the client's headers an Anthropic upstream gets as they were sent
-local FORWARDED_HEADERS = { "anthropic-version", "anthropic-beta" }
 -- the gateway's request extensions (never sent upstream)
 local EXTENSIONS = { "priority", "session_id", "idempotency_key", "timeouts", "routing",
                      "context_policy", "max_output_tokens" }
@@ -264,10 +262,11 @@ function M.encode(req, route)
     local entry = req.entry
     local native = type(entry) == "table" and entry.wire == "anthropic"
     local headers = { ["anthropic-version"] = DEFAULT_VERSION }
-    if native then
-        for _, h in ipairs(FORWARDED_HEADERS) do
-            local v = entry.headers and entry.headers[h]
-            if v then headers[h] = v end
+    if native then -- the client's anthropic-* headers the core hands over (its allowlist)
+        for name, v in pairs(entry.headers or {}) do
+            if type(name) == "string" and name:match("^anthropic%-") and type(v) == "string" then
+                headers[name] = v
+            end
         end
     end
     if type(route.api_key) == "string" and route.api_key ~= "" then

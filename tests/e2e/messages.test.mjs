@@ -34,6 +34,8 @@ before(async () => {
             c.providers.push({ id: 'mock-anthropic-err', adapter: 'anthropic', base_url: `http://127.0.0.1:${e.mock.port}` });
             c.models['claude-err'] = { routes: [{ provider: 'mock-openai-err', model: 'up-err' }] };
             c.models['claude-native-err'] = { routes: [{ provider: 'mock-anthropic-err', model: 'claude-up-err' }] };
+            c.providers.push({ id: 'mock-anthropic-rl', adapter: 'anthropic', base_url: `http://127.0.0.1:${e.mock.port}` });
+            c.models['claude-native-rl'] = { routes: [{ provider: 'mock-anthropic-rl', model: 'claude-up-rl' }] };
             return c;
         },
     });
@@ -538,6 +540,17 @@ describe('an Anthropic route (adapters/anthropic.lua)', () => {
         await env.mock.script({ model: 'claude-up-err', times: 8, action: { status: 529 } });
         await assert.rejects(client.messages.create({ model: 'claude-native-err', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }),
             (err) => err.error?.error?.type === 'overloaded_error');
+    });
+
+    test('an upstream 429 with retry-after cools the provider for as long as it asked', async () => {
+        await env.mock.script({ model: 'claude-up-rl', times: 1, action: { status: 429, headers: {
+            'retry-after': '150', 'anthropic-ratelimit-requests-remaining': '0',
+            'anthropic-ratelimit-requests-reset': '2030-01-01T00:00:00Z' } } });
+        await assert.rejects(client.messages.create({ model: 'claude-native-rl', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }),
+            (err) => err.status === 429 || err.status === 503);
+        const line = await waitFor(() => env.gw.logs.find((l) => l.msg === 'cooldown' && l.provider === 'mock-anthropic-rl'));
+        assert.equal(line.status, 429);
+        assert.equal(line.seconds, 150);
     });
 
     test('chat completions through the Anthropic adapter (openai SDK): text, stream, tools', async () => {

@@ -49,7 +49,9 @@ local M = { name = "anthropic", version = 1 }
 M.passthrough = false
 M.probe_path = "/v1/models" -- health probe: Anthropic lists its models here
 -- it sends a /v1/messages client's own body (req.entry): requests the canonical form cannot
--- carry all of (documents, server tools, mcp_servers) are served by this adapter's routes
+-- carry all of (documents, server tools, mcp_servers) are served by this adapter's routes,
+-- and the core forwards their answers as Anthropic wrote them (decode and decode_event below
+-- are for chat completions clients)
 M.entry_wire = "anthropic"
 
 -- Provider data.

@@ -542,6 +542,7 @@ mg_step_rc_t step_encode(call_t *c)
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
+    c->native = c->front_messages && !c->passthrough && c->gen->adapters[c->adapter].entry_anthropic;
     if (c->msgs_lossy && !c->gen->adapters[c->adapter].entry_anthropic) {
         /* the canonical form lacks part of this Messages request: this route cannot serve it */
         free(c->adapter_refusal);

@@ -420,6 +420,11 @@ static void respond_error(call_t *c)
  * failed, the error event (the held chunk dropped) and [DONE]; then everything pending. */
 static void end_stream(call_t *c)
 {
+    if (c->native) {
+        if (c->error_code) c->pl->metrics->stream_errors_total++;
+        msgs_native_end(c);
+        return;
+    }
     if (c->error_code) {
         cJSON_Delete(c->held_finish);
         c->held_finish = NULL;
@@ -443,7 +448,8 @@ mg_step_rc_t step_finish(call_t *c)
         end_stream(c);
         head = stream_start(c);
     }
-    if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && msgs_answer(c) != 0)
+    if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && !c->native &&
+        msgs_answer(c) != 0)
         call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);

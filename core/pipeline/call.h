@@ -132,6 +132,8 @@ typedef struct call_s {
     char *adapter_refusal;       /* owned: why an adapter refused to encode the request */
     char *msgs_lossy;            /* owned: what the canonical form of a Messages request left
                                     out (only an entry_wire = "anthropic" adapter serves it) */
+    int native;                  /* the attempt's upstream speaks the Messages client's wire:
+                                    its answer goes to the client as it is (messages_native.c) */
     mg_task_t task;              /* the PRD's state machine; every change is logged */
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */
@@ -355,6 +357,16 @@ void msgs_error_body(call_t *c, mg_buf_t *body);
 void msgs_reframe(call_t *c, int end);
 void msgs_free(call_t *c);
 
+/* ---- messages_native.c: an Anthropic upstream's answer to a Messages client, as it is --- */
+
+/* One upstream stream event forwarded (its usage read, message_stop its end, an error event
+ * the attempt's failure). 0, or 1 when the call moved on. */
+int msgs_native_event(call_t *c, const mg_sse_event_t *ev);
+/* The whole answer forwarded (the stream step's non-stream half). */
+mg_step_rc_t msgs_native_answer(call_t *c);
+/* The stream's end for the client: Anthropic's error event when the call failed. */
+void msgs_native_end(call_t *c);
+
 /* ---- admit.c: identify, idempotency, admit, enqueue ----------------------------------- */
 
 mg_step_rc_t step_identify(call_t *c);
@@ -393,6 +405,12 @@ void attempt_failed(call_t *c, fail_kind_t why);
 /* ---- answer.c: the upstream's answer -------------------------------------------------- */
 
 extern const mg_xfer_cbs_t mg_call_xfer_cbs;
+/* A stream event the upstream sent as an error object / that is not JSON: the attempt
+ * fails (the next entry before the first byte, the stream's error end after). 1. */
+int upstream_error_event(call_t *c, const cJSON *err);
+int garbage_event(call_t *c);
+/* The whole answer is not one the gateway can pass on: the next entry. */
+mg_step_rc_t answer_garbage(call_t *c);
 mg_step_rc_t step_stream(call_t *c);
 /* The answer's members the gateway adds: request_id, logical_model, actual_model,
  * degraded (and timing, by the callers that add it). */

@@ -80,11 +80,27 @@ int msgs_answer(call_t *c)
     return 0;
 }
 
+/* An upstream's error type that is one of Anthropic's (an Anthropic upstream's own, or an
+ * OpenAI one of the same name), or NULL. */
+static const char *anthropic_type(const char *t)
+{
+    static const char *const names[] = {"invalid_request_error", "authentication_error",
+                                        "permission_error", "not_found_error", "request_too_large",
+                                        "rate_limit_error", "api_error", "overloaded_error",
+                                        "billing_error", "timeout_error"};
+    for (size_t i = 0; t && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(t, names[i]) == 0) return names[i];
+    return NULL;
+}
+
 void msgs_error_body(call_t *c, mg_buf_t *body)
 {
-    mg_msgs_error_body(body, c->status, c->error_code, c->error_message ? c->error_message
-                                                                        : "out of memory",
-                       c->req->request_id);
+    const char *msg = c->error_message ? c->error_message : "out of memory";
+    const char *passed = anthropic_type(c->error_passed[1]);
+    if (passed)
+        mg_msgs_error_body_typed(body, passed, c->error_code, msg, c->req->request_id);
+    else
+        mg_msgs_error_body(body, c->status, c->error_code, msg, c->req->request_id);
 }
 
 /* c->out (canonical SSE) re-framed as Anthropic events, in place. With `end` the call's

@@ -224,7 +224,7 @@ static void take_usage(mg_msgs_stream_t *s, const cJSON *chunk)
 
 /* Anthropic's type for a stream's error event: an Anthropic upstream's own (overloaded,
  * rate limited) when its message names it, a timeout's, else api_error. */
-static const char *stream_error_type(const char *code, const char *msg)
+const char *mg_msgs_stream_error_type(const char *code, const char *msg)
 {
     static const char *const passed[] = {"overloaded_error", "rate_limit_error"};
     for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)
@@ -240,7 +240,7 @@ static void error_event(mg_msgs_stream_t *s, const cJSON *err, mg_buf_t *out)
     const char *c = cJSON_IsString(code) ? code->valuestring : NULL;
     const char *m = cJSON_IsString(msg) ? msg->valuestring : "the stream failed";
     mg_buf_t body = {0};
-    mg_msgs_error_body_typed(&body, stream_error_type(c, m), c, m, NULL);
+    mg_msgs_error_body_typed(&body, mg_msgs_stream_error_type(c, m), c, m, NULL);
     mg_buf_append_str(out, "event: error\ndata: ");
     mg_buf_append(out, body.data, body.len);
     mg_buf_append_str(out, "\n\n");

@@ -60,4 +60,9 @@ int mg_msgs_stream_feed(mg_msgs_stream_t *s, const char *in, size_t n, mg_buf_t 
 /* One canonical chunk's JSON (or "[DONE]") in, its Anthropic events appended to out. */
 int mg_msgs_stream_event(mg_msgs_stream_t *s, const char *json, size_t n, mg_buf_t *out);
 
+/* Anthropic's type for a failed stream's error event: the upstream's own (overloaded_error,
+ * rate_limit_error) when the message names it, timeout_error for a gateway code with
+ * TIMEOUT, else api_error. */
+const char *mg_msgs_stream_error_type(const char *code, const char *msg);
+
 #endif

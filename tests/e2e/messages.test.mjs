@@ -514,6 +514,39 @@ describe('an Anthropic route (adapters/anthropic.lua)', () => {
         assert.match(last.data.error.message, /Overloaded/);
     });
 
+    test('pass-through: what Anthropic answers reaches the client as it is (server tool blocks, citations), model renamed', async () => {
+        const content = [
+            { type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: { query: 'moon' } },
+            { type: 'web_search_tool_result', tool_use_id: 'srvtoolu_1', content: [{ type: 'web_search_result', url: 'https://e.x', title: 'Moon', encrypted_content: 'Eq+/=', page_age: null }] },
+            { type: 'text', text: 'The moon.', citations: [{ type: 'web_search_result_location', url: 'https://e.x', title: 'Moon', encrypted_index: 'Eo8', cited_text: 'moon' }] },
+        ];
+        const usage = { input_tokens: 11, output_tokens: 7, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, server_tool_use: { web_search_requests: 1 } };
+        await env.mock.script({ model: 'claude-up', times: 1, action: { body: { id: 'msg_up', type: 'message', role: 'assistant', model: 'claude-up', content, stop_reason: 'end_turn', stop_sequence: null, usage } } });
+        const msg = await client.messages.create({ model: 'claude-native', max_tokens: 32, messages: [{ role: 'user', content: 'moon?' }] });
+        assert.deepEqual(msg.content, content);
+        assert.deepEqual(msg.usage, usage);
+        assert.equal(msg.model, 'claude-native');
+        assert.equal(msg.id, 'msg_up');
+
+        const ev = (type, obj) => `event: ${type}\ndata: ${JSON.stringify({ type, ...obj })}\n\n`;
+        await env.mock.script({ model: 'claude-up', times: 1, action: { body: [
+            ev('message_start', { message: { id: 'msg_s', type: 'message', role: 'assistant', model: 'claude-up', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 11, cache_read_input_tokens: 4, output_tokens: 1 } } }) + ev('ping', {}),
+            ev('content_block_start', { index: 0, content_block: content[1] }) + ev('content_block_stop', { index: 0 }),
+            ev('content_block_start', { index: 1, content_block: { type: 'text', text: '' } }) + ev('content_block_delta', { index: 1, delta: { type: 'citations_delta', citation: content[2].citations[0] } }),
+            ev('content_block_delta', { index: 1, delta: { type: 'text_delta', text: 'The moon.' } }) + ev('content_block_stop', { index: 1 }),
+            ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 9 } }) + ev('message_stop', {}),
+        ] } });
+        const final = await client.messages.stream({ model: 'claude-native', max_tokens: 32, messages: [{ role: 'user', content: 'moon?' }] }).finalMessage();
+        assert.deepEqual(final.content[0], content[1]);
+        assert.equal(final.content[1].text, 'The moon.');
+        assert.deepEqual(final.content[1].citations, content[2].citations);
+        assert.equal(final.model, 'claude-native');
+        assert.equal(final.usage.output_tokens, 9);
+        const line = await waitFor(() => env.gw.logs.find((l) => l.msg === 'request' && l.path === '/v1/messages' && l.provider === 'mock-anthropic' && l.completion_tokens === 9));
+        assert.equal(line.prompt_tokens, 15); // input + cache reads
+        assert.equal(line.tokens_estimated, false);
+    });
+
     test('streamed tool_use through the adapter and back', async () => {
         await env.mock.script({ model: 'claude-up', times: 1, action: { tool_calls: [{ name: 'a', input: { x: 1 } }, { name: 'b', input: { y: 'two' } }] } });
         const { events } = await rawStream({ model: 'claude-native', max_tokens: 64, tools: [{ name: 'a', input_schema: { type: 'object' } }, { name: 'b', input_schema: { type: 'object' } }], messages: [{ role: 'user', content: 'go' }] });

@@ -37,6 +37,9 @@
 //                              that many frames (lead and content frames counted; default 0,
 //                              before the first), and the stream goes on as scripted
 //   hang                       never answer
+//   tool_calls, reasoning, empty_tool_calls, stop_reason   chat answers as vLLM sends them
+//                              (openaiChatScripted); on /v1/messages: thinking, tool_calls,
+//                              stop_sequence, cache (anthropicMessages)
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 

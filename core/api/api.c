@@ -16,6 +16,7 @@
 #include "obs/answer.h"
 #include "obs/health_view.h"
 #include "pipeline/responses_store.h"
+#include "pipeline/messages_resp.h"
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
@@ -33,9 +34,43 @@ static cJSON *model_json(const mg_api_t *s, const char *name)
     return m;
 }
 
+/* GET /v1/models from an Anthropic client (it sends anthropic-version): Anthropic's list
+ * shape, {data: [{type, id, display_name, created_at}], has_more, first_id, last_id}. */
+static void anthropic_models(mg_api_t *s, mg_http_req_t *req, const mg_config_t *cfg)
+{
+    char created[32];
+    time_t t = (time_t)s->proc->started_at;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    for (size_t i = 0; i < cfg->n_models; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "model");
+        cJSON_AddStringToObject(m, "id", cfg->models[i].name);
+        cJSON_AddStringToObject(m, "display_name", cfg->models[i].name);
+        cJSON_AddStringToObject(m, "created_at", created);
+        cJSON_AddItemToArray(data, m);
+    }
+    cJSON_AddFalseToObject(root, "has_more");
+    if (cfg->n_models) {
+        cJSON_AddStringToObject(root, "first_id", cfg->models[0].name);
+        cJSON_AddStringToObject(root, "last_id", cfg->models[cfg->n_models - 1].name);
+    } else {
+        cJSON_AddNullToObject(root, "first_id");
+        cJSON_AddNullToObject(root, "last_id");
+    }
+    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, root);
+}
+
 static void handle_models(mg_api_t *s, mg_http_req_t *req)
 {
     mg_gen_t *g = mg_gens_current(s->gens);
+    if (mg_http_header(req, "anthropic-version")) {
+        anthropic_models(s, req, g->cfg);
+        return;
+    }
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
@@ -172,6 +207,27 @@ static void handle_responses(mg_api_t *s, mg_http_req_t *req)
     mg_pipeline_handle(s->pipeline, req, MG_EP_RESPONSES);
 }
 
+/* The router's own errors under /v1/messages, in Anthropic's shape like the endpoint's. */
+static void messages_error(mg_api_t *s, mg_http_req_t *req, int status, const char *code,
+                           const char *msg)
+{
+    mg_buf_t body = {0};
+    mg_msgs_request_id_header(req);
+    mg_msgs_error_body(&body, status, code, msg, req->request_id);
+    mg_answer_json(s->metrics, req, MG_EP_MESSAGES, status, NULL, body.data, body.len);
+    mg_buf_free(&body);
+}
+
+static void handle_messages(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_handle(s->pipeline, req, MG_EP_MESSAGES);
+}
+
+static void handle_count_tokens(mg_api_t *s, mg_http_req_t *req)
+{
+    mg_pipeline_count_tokens(s->pipeline, req);
+}
+
 static void handle_health(mg_api_t *s, mg_http_req_t *req)
 {
     static const char body[] = "{\"status\":\"ok\"}";
@@ -183,6 +239,8 @@ static const route_t routes[] = {
     {"/v1/completions", ROUTE_POST, MG_EP_COMPLETIONS, handle_completions},
     {"/v1/embeddings", ROUTE_POST, MG_EP_EMBEDDINGS, handle_embeddings},
     {"/v1/responses", ROUTE_POST, MG_EP_RESPONSES, handle_responses},
+    {"/v1/messages", ROUTE_POST, MG_EP_MESSAGES, handle_messages},
+    {"/v1/messages/count_tokens", ROUTE_POST, MG_EP_MESSAGES, handle_count_tokens},
     {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
     {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
     {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
@@ -272,12 +330,20 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;
+        if (req->method != want && routes[i].ep == MG_EP_MESSAGES) {
+            messages_error(s, req, 405, "METHOD_NOT_ALLOWED", "use POST");
+            return;
+        }
         if (req->method != want) {
             mg_answer_error(s->metrics, req, routes[i].ep, 405, "METHOD_NOT_ALLOWED",
                          routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
             return;
         }
         routes[i].fn(s, req);
+        return;
+    }
+    if (strncmp(req->path, "/v1/messages/", 13) == 0) {
+        messages_error(s, req, 404, "NOT_FOUND", "no such endpoint");
         return;
     }
     mg_answer_error(s->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such endpoint", 0);

@@ -35,6 +35,9 @@ typedef struct mg_adapter_s {
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
     char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
+    int entry_anthropic; /* M.entry_wire == "anthropic": it sends a Messages client's own body
+                            (req.entry), so what the canonical form cannot carry still reaches
+                            its upstream */
     int encode_untraced; /* its encode() read the request's own fields: its answers are never
                             kept, so it gets the plain request table (keep.h) */
 } mg_adapter_t;
@@ -121,6 +124,9 @@ int mg_gen_req_table(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref);
 void mg_gen_req_release(mg_gen_t *g, int req_ref);
 /* Set (or replace) req.body from a JSON value. 0 or -1. */
 int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body);
+/* Set req.entry: what the client sent on another wire than the canonical one (see
+ * lua/README.md: { wire = "anthropic", body = ..., headers = {...} }). 0 or -1. */
+int mg_gen_req_set_entry(mg_gen_t *g, int req_ref, const cJSON *entry);
 /* A fresh empty table for decode_event state; registry reference. */
 int mg_gen_table_new(mg_gen_t *g);
 void mg_gen_unref_value(mg_gen_t *g, int ref);

@@ -19,7 +19,7 @@ static const char req_src[] =
     "local CORE <const> = { request_id = true, endpoint = true, model = true, stream = true,\n"
     "  max_tokens = true, created = true, priority = true, pool = true, pin = true,\n"
     "  local_only = true, allow_smaller_model = true, allow_cloud = true, local_first = true,\n"
-    "  random = true, attempt = true, plan_limit = true, body = true }\n"
+    "  random = true, attempt = true, plan_limit = true, body = true, entry = true }\n"
     "local DIRTY <const> = {}\n"
     "local mt <const> = { __newindex = function(t, k, v)\n"
     "  rawset(t, k, v)\n"
@@ -132,6 +132,10 @@ void mg_gen_req_release(mg_gen_t *g, int ref)
             lua_pushnil(L);
             lua_setfield(L, -3, "body");
         }
+        if (clean && lua_getfield(L, top + 1, "entry") != LUA_TNIL) {
+            lua_pushnil(L);
+            lua_setfield(L, top + 1, "entry");
+        }
         lua_settop(L, top);
         if (clean) {
             g->req_free[g->n_req_free++] = ref;
@@ -147,6 +151,16 @@ int mg_gen_req_set_body(mg_gen_t *g, int req_ref, const cJSON *body)
     lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     mg_ljson_push(L, &g->json, body);
     lua_setfield(L, -2, "body");
+    lua_pop(L, 1);
+    return 0;
+}
+
+int mg_gen_req_set_entry(mg_gen_t *g, int req_ref, const cJSON *entry)
+{
+    lua_State *L = g->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
+    mg_ljson_push(L, &g->json, entry);
+    lua_setfield(L, -2, "entry");
     lua_pop(L, 1);
     return 0;
 }

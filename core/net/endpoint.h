@@ -10,6 +10,7 @@ typedef enum {
     MG_EP_COMPLETIONS,
     MG_EP_EMBEDDINGS,
     MG_EP_MODELS,
+    MG_EP_MESSAGES, /* Anthropic Messages: /v1/messages (served as chat) and count_tokens */
     MG_EP_OTHER,
     MG_EP_RESPONSES, /* POST /v1/responses (bridged to chat engines) and /v1/responses/{id} */
     MG_EP_COUNT

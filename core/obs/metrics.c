@@ -13,7 +13,7 @@ static const double loop_le[MG_LOOP_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005
                                                  0.0025,  0.005,  0.01,    0.025,  0.1};
 
 static const char *const ep_names[MG_EP_COUNT] = {"chat", "completions", "embeddings", "models",
-                                                   "other", "responses"};
+                                                   "messages", "other", "responses"};
 
 const char *mg_endpoint_name(mg_endpoint_t ep)
 {

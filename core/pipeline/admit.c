@@ -351,7 +351,8 @@ mg_step_rc_t step_idempotency(call_t *c)
     snprintf(key, sizeof(key), "%s", ikey);
     idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
-    mg_endpoint_t ep = c->responses ? MG_EP_RESPONSES : c->ep; /* the run parses what the client sent */
+    mg_endpoint_t ep = call_client_ep(c); /* the run parses what the client sent */
+    if (c->front_messages) msgs_restore_body(c); /* the run translates it again */
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
     mg_idem_handle(idem, req, ep, scope, group, key, stream);
     return MG_STEP_DONE;

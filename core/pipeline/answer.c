@@ -299,6 +299,7 @@ void send_out(call_t *c, int head, int end)
         snprintf(extra, sizeof(extra), "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n%s",
                  d ? d : "");
     }
+    if (c->front_messages && !c->native) msgs_reframe(c, end);
     mg_hold_t *h = end ? charge_spend(c) : NULL;
     if (h)
         mg_hold_stream_end(h, c->req, head, 200, "text/event-stream", extra, c->out.data,
@@ -544,7 +545,7 @@ static void handle_chunk(call_t *c, cJSON *chunk)
 }
 
 /* A stream event the upstream sent as an error object. */
-static int upstream_error_event(call_t *c, const cJSON *err)
+int upstream_error_event(call_t *c, const cJSON *err)
 {
     const cJSON *msg = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, "message") : err;
     char text[512];
@@ -561,7 +562,7 @@ static int upstream_error_event(call_t *c, const cJSON *err)
     return 1;
 }
 
-static int garbage_event(call_t *c)
+int garbage_event(call_t *c)
 {
     c->stop_stream = 1;
     if (c->xfer) mg_xfer_cancel(c->xfer);
@@ -701,6 +702,7 @@ static int on_stream_event(void *ud, const mg_sse_event_t *ev)
 {
     call_t *c = ud;
     if (c->stop_stream) return 1;
+    if (c->native) return msgs_native_event(c, ev);
     return c->passthrough ? passthrough_event(c, ev) : translated_event(c, ev);
 }
 
@@ -868,7 +870,7 @@ static int passthrough_answer(call_t *c)
 }
 
 /* The answer is not one the gateway can pass on: the next entry. */
-static mg_step_rc_t answer_garbage(call_t *c)
+mg_step_rc_t answer_garbage(call_t *c)
 {
     attempt_end(c, ATTEMPT_FAILED);
     c->last_fail = FAIL_GARBAGE;
@@ -942,6 +944,7 @@ mg_step_rc_t step_stream(call_t *c)
     c->answer_kind = ANSWER_JSON;
     c->status = 200;
     c->outcome = "ok";
+    if (c->native) return msgs_native_answer(c);
     if (c->passthrough && !c->responses) {
         int rc = passthrough_answer(c);
         if (rc < 0) return answer_garbage(c);

@@ -508,6 +508,27 @@ static mg_step_rc_t entry_dropped(call_t *c)
     return MG_STEP_NEXT;
 }
 
+/* The anthropic-* headers an Anthropic upstream gets as the client sent them. */
+static const char *const entry_headers[] = {"anthropic-version", "anthropic-beta"};
+
+/* req.entry for a translating adapter: the Messages client's own body and headers, so that
+ * an adapter speaking Anthropic upstream sends them as they were (thinking signatures, cache
+ * control, betas: nothing the canonical form lacks is lost). */
+static void set_entry(call_t *c)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "wire", "anthropic");
+    cJSON *body = c->entry_body ? cJSON_ParseWithLength(c->entry_body, c->entry_len) : NULL;
+    cJSON_AddItemToObject(e, "body", body ? body : cJSON_CreateObject());
+    cJSON *h = cJSON_AddObjectToObject(e, "headers");
+    for (size_t i = 0; i < sizeof(entry_headers) / sizeof(entry_headers[0]); i++) {
+        const char *v = mg_http_header(c->req, entry_headers[i]);
+        if (v) cJSON_AddStringToObject(h, entry_headers[i], v);
+    }
+    mg_gen_req_set_entry(c->gen, req_table(c), e);
+    cJSON_Delete(e);
+}
+
 /* The adapter gave no request for the entry. A refusal of invalid input ends the call
  * (400, its reason and param: no other route is tried); "not for this route" goes on to the
  * next entry and is the answer when no route takes the request, unless an attempt failed
@@ -548,10 +569,20 @@ mg_step_rc_t step_encode(call_t *c)
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
+    c->native = c->front_messages && !c->passthrough && c->gen->adapters[c->adapter].entry_anthropic;
+    if (c->msgs_lossy && !c->gen->adapters[c->adapter].entry_anthropic) {
+        /* the canonical form lacks part of this Messages request: not for this route */
+        free(c->refusal_message);
+        c->refusal_message = strdup(c->msgs_lossy);
+        c->refusal_param[0] = '\0';
+        if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
+        return entry_dropped(c);
+    }
     /* a Responses call's chat body exists only as the tree (responses_call.c) */
     int from_tree = !c->passthrough || c->responses;
     if (from_tree) set_item(c->body, "model", cJSON_CreateString(r->model));
     if (!c->passthrough) mg_gen_req_set_body(c->gen, req_table(c), c->body);
+    if (!c->passthrough && c->front_messages) set_entry(c);
     if (c->responses && c->passthrough && c->stream && c->provider->no_stream_usage)
         cJSON_DeleteItemFromObjectCaseSensitive(c->body, "stream_options");
     char err[512];

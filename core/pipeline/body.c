@@ -525,6 +525,7 @@ mg_step_rc_t step_parse(call_t *c)
 {
     mg_http_req_t *req = c->req;
     if (!req->body_len) return call_error(c, 400, "INVALID_REQUEST", "request body is empty", 0);
+    if (c->front_messages && msgs_parse(c) != 0) return MG_STEP_NEXT; /* its 400 */
     const char *problem;
     int waiting = 0;
     if (c->ep == MG_EP_RESPONSES) { /* its chat body is made from it (responses_call.c) */

@@ -164,7 +164,8 @@ call_t *call_new(mg_pipeline_t *pl, mg_http_req_t *req, mg_endpoint_t ep)
     if (!c) return NULL;
     c->pl = pl;
     c->req = req;
-    c->ep = ep;
+    c->ep = ep == MG_EP_MESSAGES ? MG_EP_CHAT : ep; /* a Messages call runs as chat */
+    c->front_messages = ep == MG_EP_MESSAGES;
     c->step = STEP_PARSE;
     c->req_ref = c->state_ref = -1;
     c->max_tokens = c->mapped_max_tokens = c->asked_max_tokens = -1;
@@ -258,6 +259,7 @@ static void call_free(call_t *c)
     free(c->error_headers);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
+    msgs_free(c);
     free(c->error_message);
     free(c->refusal_message);
     for (int i = 0; i < 3; i++) free(c->error_passed[i]);
@@ -377,8 +379,7 @@ static void call_log(call_t *c)
     mg_http_req_t *req = c->req;
     uint64_t now = uv_hrtime();
     mg_metrics_t *m = c->pl->metrics;
-    mg_metrics_request(m, c->responses ? MG_EP_RESPONSES : c->ep, c->status,
-                       ms_since(c->t_start, now) / 1000.0);
+    mg_metrics_request(m, call_client_ep(c), c->status, ms_since(c->t_start, now) / 1000.0);
     if (c->t_first) mg_metrics_ttft(m, ms_since(c->t_start, c->t_first) / 1000.0);
     m->tokens_prompt_total += (uint64_t)c->prompt_tokens;
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
@@ -443,9 +444,10 @@ static void respond_error(call_t *c)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
     mg_buf_t body = {0};
-    if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
-                         c->error_passed[2], c->req->request_id,
-                         c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) != 0) {
+    if (c->front_messages) msgs_error_body(c, &body);
+    else if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
+                              c->error_passed[2], c->req->request_id,
+                              c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) != 0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
         return;
@@ -461,6 +463,11 @@ static void end_stream(call_t *c)
     if (c->responses) { /* the Responses API's own end: no [DONE] */
         if (c->error_code) c->pl->metrics->stream_errors_total++;
         responses_stream_end(c, c->error_code ? error_message(c) : NULL);
+        return;
+    }
+    if (c->native) {
+        if (c->error_code) c->pl->metrics->stream_errors_total++;
+        msgs_native_end(c);
         return;
     }
     if (c->error_code) {
@@ -486,6 +493,9 @@ mg_step_rc_t step_finish(call_t *c)
         end_stream(c);
         head = stream_start(c);
     }
+    if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && !c->native &&
+        msgs_answer(c) != 0)
+        call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
     /* a cancelled call's answer acknowledges the cancellation, not a usage: not held (a

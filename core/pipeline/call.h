@@ -127,7 +127,16 @@ typedef struct call_s {
     mg_pipeline_t *pl;
     mg_step_t step;              /* the step the runner calls next (see above) */
     mg_http_req_t *req;          /* borrowed; NULL once the client left */
-    mg_endpoint_t ep;
+    mg_endpoint_t ep;            /* MG_EP_CHAT for a Messages call too (it runs as chat) */
+    int front_messages;          /* the client spoke Anthropic Messages (messages.c) */
+    char *entry_body;            /* owned: that client's own body (req->body holds the
+                                    canonical one), for req.entry */
+    size_t entry_len, entry_cap;
+    struct mg_msgs_stream_s *msgs; /* owned: the stream re-framed for that client, or NULL */
+    char *msgs_lossy;            /* owned: what the canonical form of a Messages request left
+                                    out (only an entry_wire = "anthropic" adapter serves it) */
+    int native;                  /* the attempt's upstream speaks the Messages client's wire:
+                                    its answer goes to the client as it is (messages_native.c) */
     mg_task_t task;              /* the PRD's state machine; every change is logged */
     mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
     int queued;                  /* entry is in the queue */
@@ -347,6 +356,13 @@ void call_tokens(const call_t *c, mg_usage_tokens_t *t, int *input_estimated,
  * price's version in *version (may be NULL; NULL when unpriced; valid while the call's
  * generation lives). 0 for a call without a provider. */
 int64_t call_cost_micros(const call_t *c, const char **version);
+
+/* The surface the client called: MG_EP_RESPONSES or MG_EP_MESSAGES for the front ends (whose
+ * calls run as chat, c->ep MG_EP_CHAT), else c->ep. Metrics and replays use it. */
+static inline mg_endpoint_t call_client_ep(const call_t *c)
+{
+    return c->responses ? MG_EP_RESPONSES : c->front_messages ? MG_EP_MESSAGES : c->ep;
+}
 /* finish: the usage event of a call that reached routing (once), with usage.enabled.
  * When the answer's end is still to be sent, the end waits for the event's commit
  * (c->end_hold, taken over by charge_spend); otherwise fire and forget. */
@@ -370,6 +386,33 @@ int passthrough_body(call_t *c, const char *model, mg_buf_t *out);
 int is_gateway_member(const mg_json_member_t *m);
 int member_is(const mg_json_member_t *m, const char *key);
 void set_item(cJSON *obj, const char *key, cJSON *value);
+
+/* ---- messages.c: the Anthropic Messages front end ------------------------------------- */
+
+/* parse: the body replaced by its canonical translation. 0, or -1 with the call's error set. */
+int msgs_parse(call_t *c);
+/* The client's own body back in req (for a run of its own: idempotency). */
+void msgs_restore_body(call_t *c);
+/* "msg_<request id>" */
+void msgs_message_id(const call_t *c, char *id, size_t cap);
+/* finish: c->answer as a Message (0), or -1 (then an error is answered). */
+int msgs_answer(call_t *c);
+/* finish: the call's error in Anthropic's shape, appended to body. */
+void msgs_error_body(call_t *c, mg_buf_t *body);
+/* Every stream write: c->out re-framed as Anthropic events (with `end`, the call's counts
+ * stand in for usage the upstream did not send). */
+void msgs_reframe(call_t *c, int end);
+void msgs_free(call_t *c);
+
+/* ---- messages_native.c: an Anthropic upstream's answer to a Messages client, as it is --- */
+
+/* One upstream stream event forwarded (its usage read, message_stop its end, an error event
+ * the attempt's failure). 0, or 1 when the call moved on. */
+int msgs_native_event(call_t *c, const mg_sse_event_t *ev);
+/* The whole answer forwarded (the stream step's non-stream half). */
+mg_step_rc_t msgs_native_answer(call_t *c);
+/* The stream's end for the client: Anthropic's error event when the call failed. */
+void msgs_native_end(call_t *c);
 
 /* ---- admit.c: identify, idempotency, admit, enqueue ----------------------------------- */
 
@@ -427,6 +470,12 @@ void attempt_failed(call_t *c, fail_kind_t why);
 /* ---- answer.c: the upstream's answer -------------------------------------------------- */
 
 extern const mg_xfer_cbs_t mg_call_xfer_cbs;
+/* A stream event the upstream sent as an error object / that is not JSON: the attempt
+ * fails (the next entry before the first byte, the stream's error end after). 1. */
+int upstream_error_event(call_t *c, const cJSON *err);
+int garbage_event(call_t *c);
+/* The whole answer is not one the gateway can pass on: the next entry. */
+mg_step_rc_t answer_garbage(call_t *c);
 mg_step_rc_t step_stream(call_t *c);
 /* The answer's members the gateway adds: request_id, logical_model, actual_model,
  * degraded (and timing, by the callers that add it). */

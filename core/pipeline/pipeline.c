@@ -7,6 +7,7 @@
 #include "base/json.h"
 #include "net/error.h"
 #include "pipeline/call.h"
+#include "pipeline/messages_resp.h"
 
 static void on_client_abort(void *data)
 {
@@ -38,6 +39,7 @@ void mg_pipeline_handle(void *pipeline, mg_http_req_t *req, mg_endpoint_t ep)
     req->on_abort = on_client_abort;
     req->on_drain = on_client_drain;
     req->hook_data = c;
+    if (ep == MG_EP_MESSAGES) mg_msgs_request_id_header(req);
     mg_call_run(c);
 }
 

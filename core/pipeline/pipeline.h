@@ -1,5 +1,5 @@
 /* pipeline: an inference request (POST /v1/chat/completions, /v1/completions,
- * /v1/embeddings, /v1/responses) from its parsed HTTP request to the end of its answer, through the named
+ * /v1/embeddings, /v1/responses and Anthropic's /v1/messages through their front ends) from its parsed HTTP request to the end of its answer, through the named
  * steps of call.h: parse → identify → idempotency → admit → enqueue → route → reserve →
  * encode → send → stream → finish. A client that leaves at any point aborts the upstream
  * transfer at once.
@@ -52,6 +52,10 @@ typedef struct mg_pipeline_s {
 
 /* Answer an inference request for endpoint ep (an mg_handle_fn with ud = the pipeline). */
 void mg_pipeline_handle(void *pipeline, mg_http_req_t *req, mg_endpoint_t ep);
+
+/* POST /v1/messages/count_tokens: the Anthropic request's input tokens by the model's
+ * encoding, answered at once (messages_count.c). */
+void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req);
 
 /* GET /v1/tasks/{id} for a request in flight: its state and timing; DELETE: cancel it (its
  * client gets 409 REQUEST_CANCELLED, or an error event when streaming). Returns 0 when

@@ -45,6 +45,21 @@ function h.ndjson(path)
     return lines
 end
 
+-- h.sse(path): an array of the decoded data of each event of an SSE fixture (event: lines
+-- ignored: the core hands adapters the data alone).
+function h.sse(path)
+    local events = {}
+    for block in (read("tests/fixtures/" .. path) .. "\n\n"):gmatch("(.-)\n\n") do
+        local data = {}
+        for line in block:gmatch("[^\n]+") do
+            local d = line:match("^data: ?(.*)$")
+            if d then data[#data + 1] = d end
+        end
+        if #data > 0 then events[#events + 1] = json.decode(table.concat(data, "\n")) end
+    end
+    return events
+end
+
 -- h.adapter(name): a fresh copy of adapters/<name>.lua, loaded as the core loads it.
 function h.adapter(name)
     return dofile("adapters/" .. name .. ".lua")

@@ -2,7 +2,7 @@
 // Scriptable mock model engine for moongate's end-to-end tests.
 //
 // It speaks the OpenAI wire (/v1/models, /v1/chat/completions, /v1/completions,
-// /v1/embeddings) and Ollama's native API (/api/chat, /api/generate, /api/embed,
+// /v1/embeddings), Anthropic's Messages API (/v1/messages) and Ollama's native API (/api/chat, /api/generate, /api/embed,
 // /api/tags) in their documented shapes, with deterministic canned answers, and it
 // records every request it sees. Tests script failures through a small control API:
 //
@@ -53,9 +53,12 @@
 //   tool_calls (a list)        [{name, arguments}] (arguments: object or JSON text): the
 //                              answer calls these tools (finish_reason tool_calls; streamed as
 //                              the OpenAI wire does, each call's arguments in 3 deltas; Ollama:
-//                              arguments as an object); combine with chunks: 0 for no text
+//                              arguments as an object); no text beside them unless chunks says
 //   reasoning                  text: the answer's reasoning_content (OpenAI wire; streamed in
 //                              2 deltas before the content)
+//   empty_tool_calls, stop_reason   chat answers as vLLM sends them (openaiChatScripted, which
+//                              also takes tool_calls and reasoning then); on /v1/messages: thinking, tool_calls,
+//                              stop_sequence, cache (anthropicMessages)
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 
@@ -261,15 +264,69 @@ function scriptedCalls(action) {
     }));
 }
 
+/**
+ * A chat answer with what the plain one lacks, as vLLM sends it: action.reasoning (a
+ * reasoning_content text streamed before the answer), action.tool_calls ([{name, arguments}]:
+ * each call's first fragment carries id and name, its arguments follow in three fragments;
+ * finish_reason "tool_calls"), action.empty_tool_calls (every content delta also carries
+ * `tool_calls: []`), action.stop_reason (vLLM's matched stop string on the final choice).
+ */
+function openaiChatScripted(ctx) {
+    const { body, action, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const limit = body.max_completion_tokens ?? body.max_tokens;
+    const calls = Array.isArray(action.tool_calls) ? action.tool_calls : [];
+    const { n, finish: textFinish } = pieceCount(action, limit);
+    const pieces = contentPieces(model, calls.length ? Math.min(n, action.chunks ?? 0) : n);
+    const finish = calls.length ? 'tool_calls' : textFinish;
+    const id = `chatcmpl-mock-${seq}`;
+    const created = nowSec();
+    const usage = { prompt_tokens: promptTokensChat(body), completion_tokens: pieces.length + calls.length };
+    usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+    const toolId = (i) => `call_mock_${seq}_${i}`;
+    const stopReason = action.stop_reason;
+    if (!body.stream) {
+        const message = { role: 'assistant', content: pieces.length ? pieces.join('') : null, refusal: null };
+        if (action.reasoning) message.reasoning_content = action.reasoning;
+        if (calls.length) {
+            message.tool_calls = calls.map((c, i) => ({
+                id: toolId(i), type: 'function', function: { name: c.name, arguments: c.arguments },
+            }));
+        }
+        const choice = { index: 0, message, logprobs: null, finish_reason: finish };
+        if (stopReason !== undefined) choice.stop_reason = stopReason;
+        return { status: 200, json: { id, object: 'chat.completion', created, model, choices: [choice], usage } };
+    }
+    const chunk = (delta, finishReason, extra = {}) => sse({
+        id, object: 'chat.completion.chunk', created, model,
+        choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason, ...extra }],
+    });
+    const empty = action.empty_tool_calls ? { tool_calls: [] } : {};
+    const content = [];
+    for (const r of action.reasoning ? splitText(action.reasoning, 3) : []) content.push(chunk({ reasoning_content: r, ...empty }, null));
+    for (const p of pieces) content.push(chunk({ content: p, ...empty }, null));
+    calls.forEach((c, i) => {
+        content.push(chunk({ tool_calls: [{ index: i, id: toolId(i), type: 'function', function: { name: c.name, arguments: '' } }] }, null));
+        for (const a of splitText(c.arguments, 3)) content.push(chunk({ tool_calls: [{ index: i, function: { arguments: a } }] }, null));
+    });
+    const tail = [chunk({}, finish, stopReason !== undefined ? { stop_reason: stopReason } : {})];
+    if (body.stream_options?.include_usage === true) tail.push(sse({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }));
+    tail.push('data: [DONE]\n\n');
+    return { status: 200, stream: true, format: 'sse', lead: [chunk({ role: 'assistant', content: '' }, null)], content, tail };
+}
+
 function openaiChat(ctx) {
     const { body, action, seq } = ctx;
     const modeCalls = toolCallsFor(body, action);
     if (modeCalls) return openaiToolCalls(ctx, modeCalls);
+    if (action.empty_tool_calls || action.stop_reason !== undefined) return openaiChatScripted(ctx);
     const calls = scriptedCalls(action);
     const reasoning = typeof action.reasoning === 'string' ? action.reasoning : null;
     const model = body.model ?? 'mock-model';
     const limit = body.max_completion_tokens ?? body.max_tokens;
-    const { n, finish } = pieceCount(action, limit);
+    const counted = pieceCount(action, limit);
+    const finish = counted.finish;
+    const n = calls.length && action.chunks === undefined ? 0 : counted.n; /* calls alone, unless chunks says */
     const structured = structuredAnswer(body);
     const raw = structured !== null ? splitText(structured, n) : contentPieces(model, n);
     const pieces = action.piece_bytes ? lazyList(n, (i) => padPiece(raw[i], action)) : raw;
@@ -549,7 +606,88 @@ function ollamaPs(ctx) {
     return { status: 200, json: { models } };
 }
 
+/**
+ * Anthropic's Messages API (POST /v1/messages), as api.anthropic.com answers it: the text
+ * pieces of the plain answer as one text block (max_tokens below the piece count: stop_reason
+ * max_tokens), after action.thinking ({thinking, signature}: a thinking block, its signature
+ * byte for byte) and before action.tool_calls ([{name, input}]: tool_use blocks, stop_reason
+ * tool_use); action.stop_sequence: stop_reason stop_sequence with that string;
+ * action.cache ({read, write}): cache token counts. Streams are the event sequence with a
+ * ping, input_json_delta in three fragments per tool.
+ */
+function anthropicMessages(ctx) {
+    const { body, action, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const calls = Array.isArray(action.tool_calls) ? action.tool_calls : [];
+    const { n, finish } = pieceCount(action, body.max_tokens);
+    const pieces = contentPieces(model, n);
+    const id = `msg_mock_${seq}`;
+    const stopReason = calls.length ? 'tool_use' : action.stop_sequence ? 'stop_sequence'
+        : finish === 'length' ? 'max_tokens' : 'end_turn';
+    const stopSequence = action.stop_sequence ?? null;
+    const input = promptTokensAnthropic(body);
+    const usage = {
+        input_tokens: input, output_tokens: n + calls.length,
+        cache_creation_input_tokens: action.cache?.write ?? 0, cache_read_input_tokens: action.cache?.read ?? 0,
+    };
+    const toolId = (i) => `toolu_mock_${seq}_${i}`;
+    const blocks = [];
+    if (action.thinking) blocks.push({ type: 'thinking', thinking: action.thinking.thinking, signature: action.thinking.signature });
+    if (pieces.length) blocks.push({ type: 'text', text: pieces.join('') });
+    calls.forEach((c, i) => blocks.push({ type: 'tool_use', id: toolId(i), name: c.name, input: c.input }));
+    if (!body.stream) {
+        return {
+            status: 200,
+            json: { id, type: 'message', role: 'assistant', model, content: blocks, stop_reason: stopReason, stop_sequence: stopSequence, usage },
+        };
+    }
+    const ev = (type, obj) => `event: ${type}\ndata: ${JSON.stringify({ type, ...obj })}\n\n`;
+    const lead = [
+        ev('message_start', { message: { id, type: 'message', role: 'assistant', model, content: [], stop_reason: null, stop_sequence: null, usage: { ...usage, output_tokens: 1 } } }),
+        ev('ping', {}),
+    ];
+    const content = [];
+    let index = 0;
+    if (action.thinking) {
+        content.push(ev('content_block_start', { index, content_block: { type: 'thinking', thinking: '', signature: '' } }));
+        for (const t of splitText(action.thinking.thinking, 3)) content.push(ev('content_block_delta', { index, delta: { type: 'thinking_delta', thinking: t } }));
+        content.push(ev('content_block_delta', { index, delta: { type: 'signature_delta', signature: action.thinking.signature } }));
+        content.push(ev('content_block_stop', { index }));
+        index++;
+    }
+    if (pieces.length) {
+        content.push(ev('content_block_start', { index, content_block: { type: 'text', text: '' } }));
+        for (const p of pieces) content.push(ev('content_block_delta', { index, delta: { type: 'text_delta', text: p } }));
+        content.push(ev('content_block_stop', { index }));
+        index++;
+    }
+    calls.forEach((c, i) => {
+        content.push(ev('content_block_start', { index, content_block: { type: 'tool_use', id: toolId(i), name: c.name, input: {} } }));
+        for (const a of splitText(JSON.stringify(c.input), 3)) content.push(ev('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: a } }));
+        content.push(ev('content_block_stop', { index }));
+        index++;
+    });
+    const tail = [
+        ev('message_delta', { delta: { stop_reason: stopReason, stop_sequence: stopSequence }, usage: { output_tokens: usage.output_tokens } }),
+        ev('message_stop', {}),
+    ];
+    return { status: 200, stream: true, format: 'sse', lead, content, tail };
+}
+
+/** Prompt "tokens" of a Messages request: words of the system prompt and every text block. */
+function promptTokensAnthropic(body) {
+    let n = 0;
+    const text = (c) => {
+        if (typeof c === 'string') n += wordCount(c);
+        else if (Array.isArray(c)) for (const b of c) n += wordCount(b?.text);
+    };
+    text(body?.system);
+    for (const m of Array.isArray(body?.messages) ? body.messages : []) text(m?.content);
+    return Math.max(n, 1);
+}
+
 const ROUTES = {
+    'POST /v1/messages': anthropicMessages,
     'GET /v1/models': openaiModels,
     'GET /metrics': vllmMetrics,
     'GET /slots': llamaSlots,
@@ -571,6 +709,11 @@ function isOllamaPath(path) {
 /** An error body in the shape the path's wire uses. */
 function errorBody(path, status, message) {
     if (isOllamaPath(path)) return { error: message };
+    if (path === '/v1/messages') {
+        const type = status === 429 ? 'rate_limit_error' : status === 529 ? 'overloaded_error'
+            : status === 401 ? 'authentication_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
+        return { type: 'error', error: { type, message } };
+    }
     const type = status === 429 ? 'rate_limit_error'
         : status === 401 ? 'authentication_error'
         : status >= 500 ? 'server_error' : 'invalid_request_error';

@@ -48,6 +48,7 @@ typedef struct mg_server_s {
     mg_userrate_t *userrate;    /* owned: requests per minute per application user */
     mg_idem_t *idem;            /* owned: idempotency keys and stored answers */
     mg_tasks_t *tasks;          /* owned: async task records */
+    mg_sessions_t *sessions;    /* owned: server-side conversations */
     mg_admin_t *admin;          /* owned: the admin API */
     mg_pipeline_t pipeline;     /* inference requests and the calls in flight */
     mg_api_t api;               /* the listeners' handlers */

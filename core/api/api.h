@@ -1,5 +1,5 @@
 /* api: the client-facing HTTP surface: paths routed to their handlers (inference to the
- * pipeline, /v1/tasks to tasks, /api/v2 to the admin API), and the small endpoints the
+ * pipeline, /v1/tasks to tasks, /v1/sessions to sessions, /api/v2 to the admin API), and the small endpoints the
  * gateway answers itself (health, readiness, status, models, metrics).
  *
  * The api holds borrowed pointers to what those endpoints read; the composition root
@@ -18,6 +18,7 @@
 #include "pipeline/tasks.h"
 #include "route/pool.h"
 #include "sched/sched.h"
+#include "session/session.h"
 #include "store/store.h"
 #include "tenancy/auth.h"
 #include "upstream/upstream.h"
@@ -41,6 +42,7 @@ typedef struct mg_api_s {
     mg_store_t *store;          /* NULL: not ready */
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
+    mg_sessions_t *sessions;
     mg_admin_t *admin;
     mg_auth_t *auth;            /* who owns a task */
     const mg_listener_t *listener; /* server.listen: its connections */

@@ -1098,7 +1098,8 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
     static const char *const keys[] = {"routes", "max_concurrency", "weight_bytes",
-                                       "kv_cache_per_token_bytes", "tokenizer", NULL};
+                                       "kv_cache_per_token_bytes", "tokenizer", "context_window",
+                                       "max_output_tokens", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -1115,7 +1116,9 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
         opt_int_field(l, v, path, "max_concurrency", 0, 1000000, &m->max_concurrency) < 0 ||
         opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &m->weight_bytes) < 0 ||
         opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
-                &m->kv_cache_per_token_bytes) < 0)
+                &m->kv_cache_per_token_bytes) < 0 ||
+        opt_int_field(l, v, path, "context_window", 0, 100000000, &m->context_window) < 0 ||
+        opt_int_field(l, v, path, "max_output_tokens", 0, 100000000, &m->max_output_tokens) < 0)
         return -1;
     yaml_node_pair_t *rp = find_pair(l, v, "routes");
     if (!rp) return fail(l, m->line, "%s is missing required key 'routes'", path);
@@ -1284,6 +1287,12 @@ typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
  * routes refer to providers. */
+static int load_context(loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_context_conf_load(l->doc, v, l->name, &l->cfg->context, l->err, l->err_len);
+}
+
 static const struct {
     const char *key;
     section_fn load;
@@ -1296,7 +1305,7 @@ static const struct {
     {"circuit_breaker", load_breaker}, {"health", load_health},
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
-    {"users", load_users},
+    {"users", load_users},       {"context", load_context},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1362,6 +1371,7 @@ static int set_defaults(loader_t *l, const char *name)
     if (qm && atoi(qm) > 0 && atoi(qm) <= 1000000) c->scheduler.max_queued_tasks = atoi(qm);
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
+    mg_context_conf_defaults(&c->context);
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
@@ -1607,6 +1617,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->metrics_listen);
     free(cfg->storage_path);
     free(cfg->tokenizer_data_dir);
+    mg_context_conf_clear(&cfg->context);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

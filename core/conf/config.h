@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#include "conf/context.h"
+
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
 #define MG_DEFAULT_MAX_BODY_BYTES (16u * 1024u * 1024u)
@@ -77,6 +79,8 @@ typedef struct mg_model_conf_s {
     int tokenizer;           /* 1 + the encoding its prompts are counted with (token/encoding.h:
                                 models.<name>.tokenizer, default by the first route's upstream
                                 model family); 0: none known, estimated from the bytes */
+    int context_window;      /* tokens the model sees at most (prompt + answer); 0: unknown */
+    int max_output_tokens;   /* the output reserve when a request sets no max_tokens; 0: none */
 } mg_model_conf_t;
 
 /* server.cors: which web origins may call the client API (/v1/) from a browser. Off (no
@@ -203,6 +207,7 @@ typedef struct mg_config_s {
                                     (idempotency.max_entries), default 10000 */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
+    mg_context_conf_t context; /* context: sessions and budgets (conf/context.h) */
     mg_routing_conf_t routing;
     mg_scheduler_conf_t scheduler;
     mg_breaker_conf_t breaker;

@@ -21,6 +21,7 @@
 #include "route/pool.h"
 #include "sched/pump.h"
 #include "sched/sched.h"
+#include "session/session.h"
 #include "store/store.h"
 #include "tenancy/auth.h"
 #include "tenancy/userrate.h"
@@ -41,6 +42,7 @@ typedef struct mg_pipeline_s {
     mg_metrics_t *metrics;
     mg_store_t *store;         /* cooldowns and health are persisted here; NULL = not */
     struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
+    mg_sessions_t *sessions;   /* requests with a session_id are answered on its history */
     /* the pipeline's own */
     struct call_s *calls;      /* in flight */
     int in_flight;

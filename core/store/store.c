@@ -208,6 +208,15 @@ static const char *const migrations[] = {
     "ALTER TABLE api_keys ADD COLUMN application TEXT;",
     /* 12: a task is its submitter's: a key holder sees and cancels its own */
     "ALTER TABLE tasks ADD COLUMN key_id INTEGER;",
+    /* 13: sessions (session/session.h): settings and times, and their messages in order */
+    "CREATE TABLE sessions ("
+    " id TEXT PRIMARY KEY, tenant_id INTEGER NOT NULL, project_id INTEGER NOT NULL,"
+    " settings TEXT NOT NULL, summary TEXT, created_ms INTEGER NOT NULL,"
+    " last_active_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL);"
+    "CREATE INDEX idx_sessions_expires ON sessions(expires_ms);"
+    "CREATE TABLE session_messages ("
+    " session_id TEXT NOT NULL, seq INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
+    " tokens INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, seq));",
 };
 
 static void *writer_main(void *arg);

@@ -230,6 +230,7 @@ static void call_free(call_t *c)
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);
+    context_end(c); /* before the generation goes: it reads the config */
     mg_gen_req_release(c->gen, c->req_ref);
     mg_gen_unref_value(c->gen, c->state_ref);
     mg_gen_unref(c->gen);

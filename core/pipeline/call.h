@@ -135,6 +135,7 @@ typedef struct call_s {
     const char *priority;        /* "P0".."P4" (static) */
     const mg_app_conf_t *app;    /* metadata.application, when configured */
     char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
+    struct call_context_s *ctx;  /* owned, may be NULL: the session and budget (context.c) */
     /* a model served through a provider's model_prefix rather than a logical model */
     mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
     char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */
@@ -341,6 +342,28 @@ int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
 /* The body counted with the model's encoding (once per call), or -1 without one. */
 int64_t prompt_count(call_t *c);
 mg_step_rc_t step_enqueue(call_t *c);
+
+/* ---- context.c: the session's history and the budget ------------------------------------ */
+
+/* The extensions the context step reads (session_id, context_policy), kept from the tree
+ * before sanitize() strips them. */
+void context_take_extensions(call_t *c, const cJSON *body);
+/* The chat request's messages assembled (the session's history replayed) and fitted into
+ * the model's budget (policies/context.lua). 0 to go on; -1 when the call ends with the error
+ * set (404 SESSION_NOT_FOUND, 409 SESSION_BUSY, 400 CONTEXT_TOO_LARGE). */
+int context_assemble(call_t *c);
+/* 1 when the messages were rewritten: the upstream body is printed from the tree. */
+int context_rewritten(const call_t *c);
+/* A streamed chunk of the answer (canonical), for the session's assistant turn. */
+void context_take_chunk(call_t *c, const cJSON *chunk);
+/* The same from an OpenAI-wire event's JSON bytes. */
+void context_take_event(call_t *c, const char *json, size_t n);
+/* session_id and the context report into an answer or the first chunk (tree or bytes). */
+void context_annotate(call_t *c, cJSON *obj);
+void context_annotate_raw(call_t *c, mg_buf_t *o);
+/* The call ends: the turn appended to the session when it succeeded, the session let go,
+ * the context freed. */
+void context_end(call_t *c);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 

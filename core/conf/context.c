@@ -90,6 +90,10 @@ static int load_key(const char *key, const yaml_node_t *v, mg_context_conf_t *c)
         const char *s = text(v);
         if (!s || (strcmp(s, "none") && strcmp(s, "user_turn"))) return -1;
         c->append_user_on_failure = !strcmp(s, "user_turn");
+    } else if (!strcmp(key, "busy")) {
+        const char *s = text(v);
+        if (!s || (strcmp(s, "wait") && strcmp(s, "reject"))) return -1;
+        c->busy_reject = !strcmp(s, "reject");
     } else if (!strcmp(key, "platform_rules")) {
         if (!text(v)) return -1;
         free(c->platform_rules);

@@ -9,7 +9,8 @@
  *     session_ttl_minutes: 1440        # every session expires this long after creation
  *     enable_prompt_persistence: false # true: session content is written to the store
  *     memory_budget_bytes: 67108864    # in-memory sessions' content at most (LRU out)
- *     busy: reject                     # a second request on a busy session: reject (409)
+ *     busy: wait                       # a request on a busy session waits (within its queue
+ *                                      # timeout, then 409 SESSION_BUSY); reject: 409 at once
  *     append_on_failure: none          # | user_turn: what a failed request leaves
  *     platform_rules: "..."            # optional system text put first in every session
  *
@@ -30,6 +31,7 @@ typedef struct mg_context_conf_s {
     bool enable_prompt_persistence; /* default false: content in memory only */
     long long memory_budget_bytes;  /* default 64 MiB */
     bool append_user_on_failure;  /* append_on_failure: user_turn */
+    bool busy_reject;             /* busy: reject (409 at once) rather than wait (the default) */
     char *platform_rules;         /* owned, may be NULL */
 } mg_context_conf_t;
 

@@ -442,7 +442,6 @@ mg_step_rc_t step_admit(call_t *c)
     set_deadlines(c);
     body_sanitize(c); /* who is asking: the application and user of the PRD's permission model */
     if (app_refused(c) || user_rate_refused(c)) return MG_STEP_NEXT; /* to finish */
-    if (context_assemble(c) != 0) return MG_STEP_NEXT; /* the session, the budget */
     if (in->allow_smaller_model < 0) in->allow_smaller_model = cfg->routing.allow_smaller_model;
     if (in->allow_smaller_model) c->smaller_route = memory_smaller_route(cfg, c->model, in);
     /* TPM reservation: the prompt (counted, or guessed from its bytes) plus the answer's

@@ -23,6 +23,7 @@ static mg_step_rc_t run_step(call_t *c, mg_step_t s)
     case STEP_IDENTIFY: return step_identify(c);
     case STEP_IDEMPOTENCY: return step_idempotency(c);
     case STEP_ADMIT: return step_admit(c);
+    case STEP_CONTEXT: return step_context(c);
     case STEP_ENQUEUE: return step_enqueue(c);
     case STEP_ROUTE: return step_route(c);
     case STEP_RESERVE: return step_reserve(c);

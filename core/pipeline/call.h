@@ -10,6 +10,9 @@
  *   idempotency  admit.c    a request with an idempotency key is handed to idem.c
  *   admit        admit.c    the logical model, the application's and the user's
  *                           permissions and rates, the key's quota reserved
+ *   context      context.c  a chat request's session history replayed (waiting while another
+ *                           request holds the session), the model's budget, the trimming
+ *                           policy
  *   enqueue      admit.c    the scheduler's queue; resumed when a slot is free
  *   route        attempt.c  policies/routing.lua's plan over the model's routes
  *   reserve      attempt.c  the plan's next entry whose provider's limits let it through
@@ -47,6 +50,7 @@ typedef enum {
     STEP_IDENTIFY,
     STEP_IDEMPOTENCY,
     STEP_ADMIT,
+    STEP_CONTEXT,
     STEP_ENQUEUE,
     STEP_ROUTE,
     STEP_RESERVE,
@@ -348,10 +352,11 @@ mg_step_rc_t step_enqueue(call_t *c);
 /* The extensions the context step reads (session_id, context_policy), kept from the tree
  * before sanitize() strips them. */
 void context_take_extensions(call_t *c, const cJSON *body);
-/* The chat request's messages assembled (the session's history replayed) and fitted into
- * the model's budget (policies/context.lua). 0 to go on; -1 when the call ends with the error
- * set (404 SESSION_NOT_FOUND, 409 SESSION_BUSY, 400 CONTEXT_TOO_LARGE). */
-int context_assemble(call_t *c);
+/* The context step: the chat request's messages assembled (the session's history replayed)
+ * and fitted into the model's budget (policies/context.lua); errors 404 SESSION_NOT_FOUND,
+ * 409 SESSION_BUSY, 400 CONTEXT_TOO_LARGE. Waits (MG_STEP_AGAIN) while another request holds
+ * the session. */
+mg_step_rc_t step_context(call_t *c);
 /* 1 when the messages were rewritten: the upstream body is printed from the tree. */
 int context_rewritten(const call_t *c);
 /* A streamed chunk of the answer (canonical), for the session's assistant turn. */

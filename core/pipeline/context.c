@@ -33,6 +33,8 @@ typedef struct call_context_s {
     int has_session_id;
     char policy[24];
     mg_session_t *session;  /* held (holder = the call) until context_end */
+    mg_session_t *waiting_on; /* the session this call waits for, or NULL */
+    mg_session_waiter_t waiter; /* its place in that session's list */
     cJSON *turn_in;         /* owned: the request's own non-system messages */
     int rewritten;
     long input_tokens, budget; /* the report; budget -1: none */
@@ -201,7 +203,43 @@ static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int 
     return 0;
 }
 
-/* The session of the request, held by the call: 0, or -1 with the error set. */
+static void busy(call_t *c, int waited)
+{
+    call_context_t *x = c->ctx;
+    if (x->waiting_on) mg_session_unwait(x->waiting_on, &x->waiter);
+    x->waiting_on = NULL;
+    const char *msg = waited ? "another request on this session ran past this one's queue timeout"
+                             : "another request on this session is running; retry when it ended";
+    if (waited) call_fail(c, 409, "SESSION_BUSY", msg, 1000);
+    else call_error(c, 409, "SESSION_BUSY", msg, 1000);
+}
+
+static void on_wait_timeout(uv_timer_t *t)
+{
+    busy(t->data, 1);
+}
+
+/* The session was handed to this call: on with the step (from the loop, not from inside the
+ * end of the call that let it go). */
+static void on_handed(uv_timer_t *t)
+{
+    call_resume(t->data, STEP_CONTEXT);
+}
+
+static int arm(call_t *c, uv_timer_cb cb, uint64_t ms)
+{
+    if (!c->wait_timer) {
+        c->wait_timer = malloc(sizeof(*c->wait_timer));
+        if (!c->wait_timer) return -1;
+        uv_timer_init(c->pl->loop, c->wait_timer);
+        c->wait_timer->data = c;
+    }
+    uv_timer_start(c->wait_timer, cb, ms, 0);
+    return 0;
+}
+
+/* The session of the request, held by the call: 0, 1 when it waits for it (another request
+ * holds it), or -1 with the error set. */
 static int take_session(call_t *c)
 {
     call_context_t *x = c->ctx;
@@ -216,14 +254,36 @@ static int take_session(call_t *c)
         call_error(c, 404, "SESSION_NOT_FOUND", "no such session", 0);
         return -1;
     }
-    if (s->holder) {
-        call_error(c, 409, "SESSION_BUSY",
-                   "another request on this session is running; retry when it ended", 1000);
-        return -1;
+    if (s->holder && s->holder != c) {
+        if (c->gen->cfg->context.busy_reject || arm(c, on_wait_timeout, (uint64_t)c->queue_ms) != 0) {
+            busy(c, 0);
+            return -1;
+        }
+        x->waiter.ud = c;
+        x->waiting_on = s;
+        mg_session_wait(s, &x->waiter);
+        return 1;
     }
+    if (c->wait_timer) uv_timer_stop(c->wait_timer);
     s->holder = c;
     x->session = s;
     return 0;
+}
+
+/* Let the session go: to the first waiter, whose call resumes from the loop. */
+static void release_session(call_t *c, mg_session_t *s)
+{
+    s->holder = NULL;
+    mg_session_waiter_t *w = mg_session_next_waiter(s);
+    if (!w) return;
+    call_t *next = w->ud;
+    next->ctx->waiting_on = NULL;
+    next->ctx->session = s; /* its end lets it go, should it end before it resumes */
+    s->holder = next;
+    if (arm(next, on_handed, 0) != 0) { /* out of memory: it times out as if still waiting */
+        next->ctx->session = NULL;
+        s->holder = NULL;
+    }
 }
 
 /* The session's own token limit narrows the model's. */
@@ -234,7 +294,8 @@ static long session_budget(const call_context_t *x, long budget)
     return budget < 0 || own < budget ? own : budget;
 }
 
-int context_assemble(call_t *c)
+/* 0 to go on, 1 waiting for the session, -1 with the error set. */
+static int context_assemble(call_t *c)
 {
     if (c->ep != MG_EP_CHAT) return 0;
     int with_session = c->ctx && c->ctx->has_session_id;
@@ -244,7 +305,8 @@ int context_assemble(call_t *c)
     if (!with_session && (!windowed || !e || (budget > 0 && prompt_count(c) <= budget))) return 0;
     call_context_t *x = ctx_of(c);
     if (!x) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0), -1;
-    if (with_session && take_session(c) != 0) return -1;
+    int taken = with_session ? take_session(c) : 0;
+    if (taken != 0) return taken;
     if (windowed && budget <= 0)
         return too_large(c, 0, budget, "the output reserve leaves no room for the messages");
     budget = session_budget(x, budget);
@@ -272,6 +334,19 @@ int context_assemble(call_t *c)
     x->rewritten = 1;
     if (x->input_tokens >= 0) c->prompt_count = x->input_tokens;
     return rc;
+}
+
+mg_step_rc_t step_context(call_t *c)
+{
+    int64_t before = c->prompt_count;
+    int rc = context_assemble(c);
+    if (rc > 0) {
+        c->step = STEP_CONTEXT; /* resumed when the session is this call's, or it timed out */
+        return MG_STEP_AGAIN;
+    }
+    if (rc == 0 && c->prompt_count != before && c->prompt_count >= 0) /* TPM: what is sent */
+        c->est_tokens = c->prompt_count + (c->max_tokens > 0 ? c->max_tokens : 256);
+    return MG_STEP_NEXT;
 }
 
 /* ---- the answer, for the session ------------------------------------------------------ */
@@ -382,6 +457,7 @@ void context_end(call_t *c)
 {
     call_context_t *x = c->ctx;
     if (!x) return;
+    if (x->waiting_on) mg_session_unwait(x->waiting_on, &x->waiter);
     if (x->session) {
         int ok = succeeded(c);
         cJSON *answer = !ok ? NULL : c->answer_kind == ANSWER_JSON ? answer_message(c)
@@ -394,7 +470,7 @@ void context_end(call_t *c)
         if (ok && answer) append_message(c, answer, now);
         cJSON_Delete(answer);
         mg_sessions_touch(c->pl->sessions, x->session, now);
-        x->session->holder = NULL;
+        release_session(c, x->session);
     }
     cJSON_Delete(x->turn_in);
     cJSON_Delete(x->steps);

@@ -449,6 +449,34 @@ void mg_sessions_touch(mg_sessions_t *s, mg_session_t *x, int64_t now_ms)
     persist_session(s, x);
 }
 
+void mg_session_wait(mg_session_t *x, mg_session_waiter_t *w)
+{
+    w->next = NULL;
+    if (x->wait_tail) x->wait_tail->next = w;
+    else x->wait_head = w;
+    x->wait_tail = w;
+}
+
+void mg_session_unwait(mg_session_t *x, mg_session_waiter_t *w)
+{
+    mg_session_waiter_t *prev = NULL;
+    for (mg_session_waiter_t *it = x->wait_head; it; prev = it, it = it->next) {
+        if (it != w) continue;
+        if (prev) prev->next = it->next;
+        else x->wait_head = it->next;
+        if (x->wait_tail == it) x->wait_tail = prev;
+        it->next = NULL;
+        return;
+    }
+}
+
+mg_session_waiter_t *mg_session_next_waiter(mg_session_t *x)
+{
+    mg_session_waiter_t *w = x->wait_head;
+    if (w) mg_session_unwait(x, w);
+    return w;
+}
+
 long long mg_session_tokens(const mg_session_t *x)
 {
     long long n = 0;

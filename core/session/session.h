@@ -43,6 +43,12 @@ typedef struct mg_session_msg_s {
     char *json;         /* owned: the message object as JSON text */
 } mg_session_msg_t;
 
+/* A request waiting for a held session (context.busy: wait), in the order they came. */
+typedef struct mg_session_waiter_s {
+    struct mg_session_waiter_s *next;
+    void *ud;           /* the waiting request */
+} mg_session_waiter_t;
+
 typedef struct mg_session_s {
     struct mg_session_s *hnext;            /* hash chain */
     struct mg_session_s *lru_prev, *lru_next; /* most recently used first */
@@ -62,6 +68,7 @@ typedef struct mg_session_s {
     int64_t next_seq;
     size_t bytes;       /* content bytes, for the memory budget */
     const void *holder; /* the request holding the session (one at a time), or NULL */
+    mg_session_waiter_t *wait_head, *wait_tail; /* borrowed: the requests waiting for it */
 } mg_session_t;
 
 typedef struct mg_sessions_s mg_sessions_t;
@@ -94,6 +101,11 @@ int mg_sessions_append(mg_sessions_t *s, mg_session_t *sess, const char *json, l
                        int64_t now_ms);
 /* The session was used now (its idle clock restarts); persisted. */
 void mg_sessions_touch(mg_sessions_t *s, mg_session_t *sess, int64_t now_ms);
+/* The waiting list: w (the waiter's own) queued last; removed (wherever it is; absent is
+ * fine); the first taken off (NULL when none). */
+void mg_session_wait(mg_session_t *sess, mg_session_waiter_t *w);
+void mg_session_unwait(mg_session_t *sess, mg_session_waiter_t *w);
+mg_session_waiter_t *mg_session_next_waiter(mg_session_t *sess);
 /* Sum of the kept messages' tokens (uncounted ones as 0). */
 long long mg_session_tokens(const mg_session_t *sess);
 /* When it expires (unix ms). */

@@ -1,6 +1,7 @@
 // Chat on a session (issue 21, items 2 and 3): a request with session_id is answered on the
 // session's history and appends its turn (a whole streamed answer too, tool calls included);
-// a failed request appends nothing; concurrent requests on one session: 409 SESSION_BUSY.
+// a failed request appends nothing; concurrent requests on one session are serialised (the
+// second waits within its queue timeout, then 409 SESSION_BUSY).
 // The budget: context_window - max_tokens (safety margin 0 here), counted by the chat rule
 // with tiktoken's o200k_base over what the mock received; a conversation longer than the
 // window stays answerable, its oldest turns dropped whole (a tool call with its result);
@@ -148,18 +149,34 @@ describe('a session replays its history', () => {
         assert.equal(nf.json.error.code, 'SESSION_NOT_FOUND');
     });
 
-    test('a second request while one runs on the session: 409 SESSION_BUSY, the first goes on', async () => {
+    test('a second request while one runs waits for it and is answered on its turn', async () => {
         const id = await newSession();
-        await env.mock.script({ model: 'up-talk', times: 1, action: { delay_first_byte_ms: 800 } });
+        await env.mock.script({ model: 'up-talk', times: 1, action: { delay_first_byte_ms: 600 } });
         const slow = postJson(`${env.api}/chat/completions`,
             { model: 'talk', messages: [{ role: 'user', content: 'slow' }], session_id: id });
         await env.mock.waitRequest((r) => r.body?.messages?.at(-1)?.content === 'slow');
+        const next = await postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'next' }], session_id: id });
+        assert.equal(next.status, 200, next.text);
+        assert.equal((await slow).status, 200);
+        const sent = await lastUpstream('up-talk');
+        assert.deepEqual(sent.messages.map((m) => m.content).filter((c) => c === 'slow' || c === 'next'), ['slow', 'next'],
+            'the second ran after the first, on its history');
+        assert.deepEqual((await messagesOf(id)).map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+    });
+
+    test('a waiter past its queue timeout gets 409 SESSION_BUSY; the holder goes on', async () => {
+        const id = await newSession();
+        await env.mock.script({ model: 'up-talk', times: 1, action: { delay_first_byte_ms: 1500 } });
+        const slow = postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'slower' }], session_id: id });
+        await env.mock.waitRequest((r) => r.body?.messages?.at(-1)?.content === 'slower');
         const busy = await postJson(`${env.api}/chat/completions`,
-            { model: 'talk', messages: [{ role: 'user', content: 'fast' }], session_id: id });
+            { model: 'talk', messages: [{ role: 'user', content: 'impatient' }], session_id: id, timeouts: { queue_ms: 200 } });
         assert.equal(busy.status, 409, busy.text);
         assert.equal(busy.json.error.code, 'SESSION_BUSY');
         assert.equal((await slow).status, 200);
-        assert.deepEqual((await messagesOf(id)).map((m) => m.content !== undefined && m.role), ['user', 'assistant']);
+        assert.deepEqual((await messagesOf(id)).map((m) => m.content), ['slower', (await messagesOf(id))[1].content]);
     });
 
     test('persistence off: a restart forgets the sessions (memory only, by design)', async () => {

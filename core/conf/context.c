@@ -15,12 +15,16 @@ void mg_context_conf_defaults(mg_context_conf_t *c)
     c->session_idle_ttl_minutes = 60;
     c->session_ttl_minutes = 1440;
     c->memory_budget_bytes = 64ll << 20;
+    c->summary_timeout_ms = 30000;
+    c->summary_max_tokens = 512;
 }
 
 void mg_context_conf_clear(mg_context_conf_t *c)
 {
     free(c->platform_rules);
-    c->platform_rules = NULL;
+    free(c->summarizer_model);
+    free(c->summary_prompt);
+    c->platform_rules = c->summarizer_model = c->summary_prompt = NULL;
 }
 
 int mg_context_policy_known(const char *p)
@@ -60,6 +64,16 @@ static int read_bool(const yaml_node_t *n, bool *out)
     return 0;
 }
 
+/* A text value (empty: none). 0 or -1. */
+static int set_text(char **dst, const yaml_node_t *v)
+{
+    const char *s = text(v);
+    if (!s) return -1;
+    free(*dst);
+    *dst = s[0] ? strdup(s) : NULL;
+    return s[0] && !*dst ? -1 : 0;
+}
+
 /* One key of the section. 0, 1 for an unknown key, -1 for a bad value (err set). */
 static int load_key(const char *key, const yaml_node_t *v, mg_context_conf_t *c)
 {
@@ -95,9 +109,17 @@ static int load_key(const char *key, const yaml_node_t *v, mg_context_conf_t *c)
         if (!s || (strcmp(s, "wait") && strcmp(s, "reject"))) return -1;
         c->busy_reject = !strcmp(s, "reject");
     } else if (!strcmp(key, "platform_rules")) {
-        if (!text(v)) return -1;
-        free(c->platform_rules);
-        c->platform_rules = text(v)[0] ? strdup(text(v)) : NULL;
+        return set_text(&c->platform_rules, v);
+    } else if (!strcmp(key, "summarizer_model")) {
+        return set_text(&c->summarizer_model, v);
+    } else if (!strcmp(key, "summary_prompt")) {
+        return set_text(&c->summary_prompt, v);
+    } else if (!strcmp(key, "summary_timeout_ms")) {
+        if (read_int(v, 100, 3600000, &n)) return -1;
+        c->summary_timeout_ms = (int)n;
+    } else if (!strcmp(key, "summary_max_tokens")) {
+        if (read_int(v, 16, 100000, &n)) return -1;
+        c->summary_max_tokens = (int)n;
     } else {
         return 1;
     }

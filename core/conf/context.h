@@ -13,6 +13,10 @@
  *                                      # timeout, then 409 SESSION_BUSY); reject: 409 at once
  *     append_on_failure: none          # | user_turn: what a failed request leaves
  *     platform_rules: "..."            # optional system text put first in every session
+ *     summarizer_model: local-chat     # a logical model that folds old turns into a summary
+ *     summary_timeout_ms: 30000        # the summary call's total deadline
+ *     summary_max_tokens: 512          # the summary's length at most
+ *     summary_prompt: "..."            # the summariser's instructions (a default is built in)
  *
  * The values only; the loader (config.c) hands the section's node here. */
 #ifndef MG_CONF_CONTEXT_H
@@ -33,6 +37,10 @@ typedef struct mg_context_conf_s {
     bool append_user_on_failure;  /* append_on_failure: user_turn */
     bool busy_reject;             /* busy: reject (409 at once) rather than wait (the default) */
     char *platform_rules;         /* owned, may be NULL */
+    char *summarizer_model;       /* owned, may be NULL: no summaries (old turns are dropped) */
+    int summary_timeout_ms;       /* default 30000 */
+    int summary_max_tokens;       /* default 512 */
+    char *summary_prompt;         /* owned, may be NULL: the built-in instructions */
 } mg_context_conf_t;
 
 /* The defaults above into c. */

@@ -400,13 +400,9 @@ static int is_role(const char *json, const char *role)
     return yes;
 }
 
-/* Drop the oldest messages past max_messages; a tool result left first would have lost its
- * call, so it goes too. */
-static void keep_recent(mg_sessions_t *s, mg_session_t *x)
+/* The first `drop` messages out of memory, and their rows. */
+static void drop_first(mg_sessions_t *s, mg_session_t *x, size_t drop)
 {
-    size_t drop = x->n_msgs > (size_t)x->max_messages ? x->n_msgs - (size_t)x->max_messages : 0;
-    while (drop < x->n_msgs && drop > 0 && is_role(x->msgs[drop].json, "tool")) drop++;
-    if (!drop) return;
     for (size_t i = 0; i < drop; i++) {
         size_t n = strlen(x->msgs[i].json);
         x->bytes -= n;
@@ -422,6 +418,15 @@ static void keep_recent(mg_sessions_t *s, mg_session_t *x)
     const char *p[2] = {x->id, seq};
     mg_store_write(s->store, "DELETE FROM session_messages WHERE session_id = ?1 AND seq < ?2", 2,
                    p);
+}
+
+/* Drop the oldest messages past max_messages; a tool result left first would have lost its
+ * call, so it goes too. */
+static void keep_recent(mg_sessions_t *s, mg_session_t *x)
+{
+    size_t drop = x->n_msgs > (size_t)x->max_messages ? x->n_msgs - (size_t)x->max_messages : 0;
+    while (drop < x->n_msgs && drop > 0 && is_role(x->msgs[drop].json, "tool")) drop++;
+    if (drop) drop_first(s, x, drop);
 }
 
 int mg_sessions_append(mg_sessions_t *s, mg_session_t *x, const char *json, long tokens,
@@ -475,6 +480,36 @@ mg_session_waiter_t *mg_session_next_waiter(mg_session_t *x)
     mg_session_waiter_t *w = x->wait_head;
     if (w) mg_session_unwait(x, w);
     return w;
+}
+
+void mg_sessions_summary_started(mg_session_t *x, const char *request_id, int64_t upto_seq)
+{
+    snprintf(x->summary_req, sizeof(x->summary_req), "%s", request_id);
+    x->summary_upto = upto_seq;
+}
+
+mg_session_t *mg_sessions_by_summary(mg_sessions_t *s, const char *request_id)
+{
+    for (mg_session_t *x = s->lru_head; x; x = x->lru_next)
+        if (x->summary_req[0] && strcmp(x->summary_req, request_id) == 0) return x;
+    return NULL;
+}
+
+void mg_sessions_summary_done(mg_sessions_t *s, mg_session_t *x, const char *summary)
+{
+    x->summary_req[0] = '\0';
+    if (!summary) return;
+    char *copy = strdup(summary);
+    if (!copy) return;
+    size_t old = x->summary ? strlen(x->summary) : 0;
+    free(x->summary);
+    x->summary = copy;
+    x->bytes += strlen(copy) - old;
+    s->bytes += strlen(copy) - old;
+    size_t drop = 0;
+    while (drop < x->n_msgs && x->msgs[drop].seq <= x->summary_upto) drop++;
+    if (drop) drop_first(s, x, drop);
+    persist_session(s, x);
 }
 
 long long mg_session_tokens(const mg_session_t *x)

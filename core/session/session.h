@@ -69,6 +69,8 @@ typedef struct mg_session_s {
     size_t bytes;       /* content bytes, for the memory budget */
     const void *holder; /* the request holding the session (one at a time), or NULL */
     mg_session_waiter_t *wait_head, *wait_tail; /* borrowed: the requests waiting for it */
+    char summary_req[40]; /* the request id of the summary call under way, or "" */
+    int64_t summary_upto; /* the last seq that call summarises */
 } mg_session_t;
 
 typedef struct mg_sessions_s mg_sessions_t;
@@ -106,6 +108,13 @@ void mg_sessions_touch(mg_sessions_t *s, mg_session_t *sess, int64_t now_ms);
 void mg_session_wait(mg_session_t *sess, mg_session_waiter_t *w);
 void mg_session_unwait(mg_session_t *sess, mg_session_waiter_t *w);
 mg_session_waiter_t *mg_session_next_waiter(mg_session_t *sess);
+/* The summary call under way for sess (request id, the last seq it covers). */
+void mg_sessions_summary_started(mg_session_t *sess, const char *request_id, int64_t upto_seq);
+/* The session whose summary call has that request id, or NULL (gone, or another call's). */
+mg_session_t *mg_sessions_by_summary(mg_sessions_t *s, const char *request_id);
+/* The summary call ended: with summary (NULL: it failed, nothing changes), it replaces the
+ * messages up to the seq it covered; persisted. */
+void mg_sessions_summary_done(mg_sessions_t *s, mg_session_t *sess, const char *summary);
 /* Sum of the kept messages' tokens (uncounted ones as 0). */
 long long mg_session_tokens(const mg_session_t *sess);
 /* When it expires (unix ms). */

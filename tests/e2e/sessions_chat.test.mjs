@@ -27,10 +27,11 @@ before(async () => {
     env = await startEnv({
         configure: (c) => ({
             ...c,
-            context: { safety_margin_ratio: 0, enable_prompt_persistence: false },
+            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ' },
             models: {
                 ...c.models,
                 talk: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-talk' }] },
+                summ: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-summ' }] },
                 small: {
                     tokenizer: 'o200k_base', context_window: WINDOW, max_output_tokens: MAX_TOKENS,
                     routes: [{ provider: 'mock-openai', model: 'up-small' }],
@@ -204,7 +205,8 @@ describe('the budget and trimming', () => {
             assert.equal(r.context.input_tokens, n, 'the report counts what was sent');
             assert.equal(r.context.budget, BUDGET);
             assert.equal(sent.messages.at(-1).content, `turn ${i}: ${filler}`, 'the question is never cut');
-            assert.equal(sent.messages[0].role, 'user', 'a turn starts with its question');
+            const firstTurn = sent.messages.find((m) => m.role !== 'system');
+            assert.equal(firstTurn.role, 'user', 'a turn starts with its question');
             if (r.context.trimmed.length) trimmed++;
         }
         assert.ok(trimmed > 0, 'the window was passed and the history trimmed');
@@ -270,5 +272,40 @@ describe('the budget and trimming', () => {
         const reserve = await postJson(`${env.api}/chat/completions`, { model: 'small', max_tokens: WINDOW, messages: [{ role: 'user', content: 'q' }] });
         assert.equal(reserve.status, 400, reserve.text);
         assert.equal(reserve.json.error.code, 'CONTEXT_TOO_LARGE');
+    });
+});
+
+describe('summaries', () => {
+    test('near max_messages the older half is summarised through the pipeline at P4 and replaces those turns', async () => {
+        const id = await newSession({ max_messages: 8 });
+        for (let i = 0; i < 3; i++) {
+            await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: `fact ${i}` }] });
+        }
+        // six messages kept: three quarters of eight passed, the next request starts the summary
+        const from = env.gw.logs.length;
+        await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: 'fact 3' }] });
+        const line = await env.gw.waitLog((l) => l.model === 'summ' && l.path === '/v1/chat/completions', { timeoutMs: 5000, from });
+        assert.equal(line.priority, 'P4');
+        assert.equal(line.status, 200);
+        const asked = (await env.mock.requests((r) => r.body?.model === 'up-summ')).at(-1).body;
+        assert.match(asked.messages[1].content, /user: fact 0\nassistant: .*\nuser: fact 1\nassistant: /s);
+        assert.doesNotMatch(asked.messages[1].content, /fact 2/, 'the cut is at the middle turn');
+        let s;
+        for (let i = 0; i < 50; i++) {
+            s = await (await fetch(`${env.api}/sessions/${id}`)).json();
+            if (s.summary) break;
+            await new Promise((r) => setTimeout(r, 50));
+        }
+        assert.ok(s.summary && s.summary.startsWith('up-summ'), JSON.stringify(s));
+        const kept = await messagesOf(id);
+        assert.equal(kept[0].content, 'fact 2', 'the summarised turns left the session');
+        assert.equal(kept.length, 4, 'two left after the cut, and the turn that started it');
+        // the next request: system summary first, then the turns after the cut
+        const r = await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: 'what do you know?' }] });
+        assert.equal(r.context.summary_used, true);
+        const sent = await lastUpstream('up-talk');
+        assert.equal(sent.messages[0].role, 'system');
+        assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
+        assert.equal(sent.messages[1].content, 'fact 2');
     });
 });

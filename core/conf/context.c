@@ -36,7 +36,7 @@ int mg_context_policy_known(const char *p)
 static int fail(const char *name, const yaml_node_t *n, char *err, size_t errlen,
                 const char *what)
 {
-    snprintf(err, errlen, "%s:%d: context.%s", name, n ? (int)n->start_mark.line + 1 : 0, what);
+    snprintf(err, errlen, "%s:%d: context%s", name, n ? (int)n->start_mark.line + 1 : 0, what);
     return -1;
 }
 
@@ -130,20 +130,20 @@ int mg_context_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
                          mg_context_conf_t *c, char *err, size_t errlen)
 {
     if (!v || (v->type == YAML_SCALAR_NODE && !v->data.scalar.length)) return 0;
-    if (v->type != YAML_MAPPING_NODE) return fail(name, v, err, errlen, "must be a mapping");
+    if (v->type != YAML_MAPPING_NODE) return fail(name, v, err, errlen, " must be a mapping");
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key);
         yaml_node_t *val = yaml_document_get_node(doc, p->value);
         const char *key = text(k);
-        if (!key) return fail(name, k, err, errlen, "keys must be plain names");
+        if (!key) return fail(name, k, err, errlen, ": keys must be plain names");
         int rc = load_key(key, val, c);
         char what[160];
         if (rc > 0) {
-            snprintf(what, sizeof(what), "%.60s is not a known key", key);
+            snprintf(what, sizeof(what), ".%.60s is not a known key", key);
             return fail(name, k, err, errlen, what);
         }
         if (rc < 0) {
-            snprintf(what, sizeof(what), "%.60s has an invalid value (see config/moongate.example.yaml)", key);
+            snprintf(what, sizeof(what), ".%.60s has an invalid value (see config/moongate.example.yaml)", key);
             return fail(name, val, err, errlen, what);
         }
     }

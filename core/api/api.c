@@ -232,7 +232,9 @@ static int session_owner(mg_api_t *s, mg_http_req_t *req, mg_session_owner_t *wh
         mg_answer_error(s->metrics, req, MG_EP_OTHER, r.status, r.code, r.message, 0);
         return -1;
     }
-    *who = (mg_session_owner_t){.all = 0, .tenant_id = r.tenant_id, .project_id = r.project_id};
+    /* the key's project as the pipeline sees it (its record, before admission) */
+    *who = (mg_session_owner_t){.all = 0, .tenant_id = r.tenant_id,
+                                .project_id = r.rec ? r.rec->project_id : 0};
     return 0;
 }
 
@@ -353,6 +355,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
              ss.level);
     mg_buf_append_str(&b, line);
     store_metrics(s, &b);
+    if (s->sessions) mg_sessions_metrics(s->sessions, &b);
     snprintf(line, sizeof(line),
              "# HELP moongate_lua_bytes Memory of the current generation's Lua state.\n"
              "# TYPE moongate_lua_bytes gauge\nmoongate_lua_bytes %zu\n",

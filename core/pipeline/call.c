@@ -390,6 +390,7 @@ static void call_log(call_t *c)
     mg_log_int(&l, "prompt_tokens", c->prompt_tokens);
     mg_log_int(&l, "completion_tokens", c->completion_tokens);
     mg_log_bool(&l, "tokens_estimated", !c->have_usage);
+    context_log(c, &l);
     mg_log_end(&l);
 }
 

@@ -366,6 +366,9 @@ void context_take_event(call_t *c, const char *json, size_t n);
 /* session_id and the context report into an answer or the first chunk (tree or bytes). */
 void context_annotate(call_t *c, cJSON *obj);
 void context_annotate_raw(call_t *c, mg_buf_t *o);
+/* The request log line's session_id, context_tokens, context_budget, context_trimmed. */
+struct mg_logline_s;
+void context_log(const call_t *c, struct mg_logline_s *l);
 /* The call ends: the turn appended to the session when it succeeded, the session let go,
  * the context freed. */
 void context_end(call_t *c);

@@ -31,6 +31,8 @@ typedef struct {
 typedef struct call_context_s {
     char session_id[MG_SESSION_ID_LEN + 2]; /* one longer than an id: too long is no id */
     int has_session_id;
+    int64_t project_id;     /* the caller's key's project (read before admission ends the
+                               borrow of its record) */
     char policy[24];
     mg_session_t *session;  /* held (holder = the call) until context_end */
     mg_session_t *waiting_on; /* the session this call waits for, or NULL */
@@ -59,6 +61,7 @@ void context_take_extensions(call_t *c, const cJSON *body)
     if ((!sid || cJSON_IsNull(sid)) && !cJSON_IsString(pol)) return;
     call_context_t *x = ctx_of(c);
     if (!x) return;
+    x->project_id = c->auth.rec ? c->auth.rec->project_id : 0;
     if (sid && !cJSON_IsNull(sid)) {
         x->has_session_id = 1;
         if (cJSON_IsString(sid))
@@ -98,6 +101,7 @@ static int too_large(call_t *c, long n, long budget, const char *why)
              "less the output reserve and the safety margin)%s%s",
              n, budget, c->model->context_window, c->model->name, why ? ": " : "", why ? why : "");
     call_error(c, 400, "CONTEXT_TOO_LARGE", msg, 0);
+    if (c->pl->sessions) mg_sessions_count_too_large(c->pl->sessions);
     return -1;
 }
 
@@ -200,6 +204,8 @@ static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int 
     *msgs = out;
     x->steps = cJSON_IsArray(steps) ? steps : (cJSON_Delete(steps), cJSON_CreateArray());
     x->input_tokens = after;
+    for (const cJSON *st = x->steps->child; st && c->pl->sessions; st = st->next)
+        if (cJSON_IsString(st)) mg_sessions_count_trim(c->pl->sessions, st->valuestring);
     return 0;
 }
 
@@ -245,7 +251,7 @@ static int take_session(call_t *c)
     call_context_t *x = c->ctx;
     mg_session_owner_t who = {.all = 1};
     if (c->gen->cfg->auth_enabled)
-        who = (mg_session_owner_t){0, c->auth.tenant_id, c->auth.project_id};
+        who = (mg_session_owner_t){0, c->auth.tenant_id, x->project_id};
     mg_session_t *s = c->pl->sessions && x->session_id[0] && strlen(x->session_id) <= MG_SESSION_ID_LEN
                           ? mg_sessions_find(c->pl->sessions, x->session_id, &who,
                                              &c->gen->cfg->context, (int64_t)mg_unix_ms())
@@ -393,6 +399,7 @@ static void on_summary_done(void *ud, const mg_http_req_t *req, int status, cons
         mg_log_msg(MG_LOG_WARN, req->request_id, "session %s: the summary call failed (status %d)",
                    s->id, status);
     mg_sessions_summary_done(ss, s, ok ? text->valuestring : NULL);
+    mg_sessions_count_summary(ss, ok);
     cJSON_Delete(resp);
 }
 
@@ -625,6 +632,23 @@ void context_annotate(call_t *c, cJSON *obj)
     if (!x || !x->rewritten) return;
     if (x->session) set_item(obj, "session_id", cJSON_CreateString(x->session->id));
     set_item(obj, "context", report_json(x));
+}
+
+void context_log(const call_t *c, struct mg_logline_s *l)
+{
+    const call_context_t *x = c->ctx;
+    if (!x || !x->rewritten) return;
+    if (x->session) mg_log_str(l, "session_id", x->session->id);
+    if (x->input_tokens >= 0) mg_log_int(l, "context_tokens", x->input_tokens);
+    if (x->budget > 0) mg_log_int(l, "context_budget", x->budget);
+    if (!x->steps || !x->steps->child) return;
+    char steps[160] = "";
+    size_t n = 0;
+    for (const cJSON *st = x->steps->child; st; st = st->next)
+        if (cJSON_IsString(st))
+            n += (size_t)snprintf(steps + n, n < sizeof(steps) ? sizeof(steps) - n : 0, "%s%s",
+                                  n ? "," : "", st->valuestring);
+    mg_log_str(l, "context_trimmed", steps);
 }
 
 void context_annotate_raw(call_t *c, mg_buf_t *o)

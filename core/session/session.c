@@ -11,12 +11,19 @@
 #include <string.h>
 
 #include "base/crypto.h"
+#include "base/json.h"
 #include "base/log.h"
 
 #define N_BUCKETS 4096
 #define SWEEP_EVERY_MS 1000
 
+/* The trimming steps the shipped policy names; any other counts as "other". */
+static const char *const TRIM_STEPS[] = {"compress_tool_results", "drop_oldest_turns", "other"};
+#define N_TRIM_STEPS (sizeof(TRIM_STEPS) / sizeof(TRIM_STEPS[0]))
+
 struct mg_sessions_s {
+    uint64_t trims[N_TRIM_STEPS];
+    uint64_t too_large, summaries[2]; /* summaries: failed, ok */
     mg_store_t *store;          /* borrowed; NULL or !persist: memory only */
     int persist;
     mg_session_t *buckets[N_BUCKETS];
@@ -517,6 +524,55 @@ long long mg_session_tokens(const mg_session_t *x)
     long long n = 0;
     for (size_t i = 0; i < x->n_msgs; i++) n += x->msgs[i].tokens > 0 ? x->msgs[i].tokens : 0;
     return n;
+}
+
+void mg_sessions_count_trim(mg_sessions_t *s, const char *step)
+{
+    size_t i = 0;
+    while (i + 1 < N_TRIM_STEPS && strcmp(TRIM_STEPS[i], step) != 0) i++;
+    s->trims[i]++;
+}
+
+void mg_sessions_count_too_large(mg_sessions_t *s)
+{
+    s->too_large++;
+}
+
+void mg_sessions_count_summary(mg_sessions_t *s, int ok)
+{
+    s->summaries[ok ? 1 : 0]++;
+}
+
+void mg_sessions_metrics(const mg_sessions_t *s, mg_buf_t *out)
+{
+    char line[400];
+    mg_buf_append_str(out, "# HELP moongate_context_trimming_total Trimming steps that changed a "
+                           "request's messages (policies/context.lua).\n"
+                           "# TYPE moongate_context_trimming_total counter\n");
+    for (size_t i = 0; i < N_TRIM_STEPS; i++) {
+        snprintf(line, sizeof(line), "moongate_context_trimming_total{step=\"%s\"} %llu\n",
+                 TRIM_STEPS[i], (unsigned long long)s->trims[i]);
+        mg_buf_append_str(out, line);
+    }
+    snprintf(line, sizeof(line),
+             "# HELP moongate_context_too_large_total Requests refused as CONTEXT_TOO_LARGE.\n"
+             "# TYPE moongate_context_too_large_total counter\nmoongate_context_too_large_total %llu\n",
+             (unsigned long long)s->too_large);
+    mg_buf_append_str(out, line);
+    mg_buf_append_str(out, "# HELP moongate_session_summaries_total Summary calls that ended, by "
+                           "outcome.\n# TYPE moongate_session_summaries_total counter\n");
+    snprintf(line, sizeof(line),
+             "moongate_session_summaries_total{outcome=\"ok\"} %llu\n"
+             "moongate_session_summaries_total{outcome=\"failed\"} %llu\n",
+             (unsigned long long)s->summaries[1], (unsigned long long)s->summaries[0]);
+    mg_buf_append_str(out, line);
+    snprintf(line, sizeof(line),
+             "# HELP moongate_sessions Sessions in memory.\n# TYPE moongate_sessions gauge\n"
+             "moongate_sessions %zu\n"
+             "# HELP moongate_session_bytes Sessions' content in memory.\n"
+             "# TYPE moongate_session_bytes gauge\nmoongate_session_bytes %zu\n",
+             s->count, s->bytes);
+    mg_buf_append_str(out, line);
 }
 
 size_t mg_sessions_count(const mg_sessions_t *s)

@@ -119,6 +119,14 @@ void mg_sessions_summary_done(mg_sessions_t *s, mg_session_t *sess, const char *
 long long mg_session_tokens(const mg_session_t *sess);
 /* When it expires (unix ms). */
 int64_t mg_session_expires_ms(const mg_session_t *sess);
+/* What the context step did, counted for /metrics: a trimming step that ran (by name), a
+ * request refused as too large, a summary call's end (ok or not). */
+void mg_sessions_count_trim(mg_sessions_t *s, const char *step);
+void mg_sessions_count_too_large(mg_sessions_t *s);
+void mg_sessions_count_summary(mg_sessions_t *s, int ok);
+/* The sessions' metrics in the Prometheus text format, appended to out (a mg_buf_t). */
+struct mg_buf_s;
+void mg_sessions_metrics(const mg_sessions_t *s, struct mg_buf_s *out);
 /* Sessions in memory, and their content bytes. */
 size_t mg_sessions_count(const mg_sessions_t *s);
 size_t mg_sessions_bytes(const mg_sessions_t *s);

@@ -12,7 +12,7 @@ before(async () => {
     env = await startEnv({
         configure: (c) => ({
             ...c, auth: { enabled: true }, health: { probes: false },
-            context: { enable_prompt_persistence: true, safety_margin_ratio: 0 },
+            context: { enable_prompt_persistence: true, safety_margin_ratio: 0, summarizer_model: 'chat' },
         }),
         env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
     });
@@ -110,8 +110,30 @@ describe('the session endpoints', () => {
         assert.equal(g.status, 404, g.text);
     });
 
+    test('chat on a session with a key; its summary call is billed to the same key, at P4', async () => {
+        const s = (await call('POST', '/v1/sessions', { max_messages: 4 }, keyA)).json;
+        const from = env.gw.logs.length;
+        for (let i = 0; i < 3; i++) {
+            const r = await call('POST', '/v1/chat/completions',
+                { model: 'chat', session_id: s.id, messages: [{ role: 'user', content: `note ${i}` }] }, keyA);
+            assert.equal(r.status, 200, r.text);
+            assert.equal(r.json.session_id, s.id);
+        }
+        const other = await call('POST', '/v1/chat/completions',
+            { model: 'chat', session_id: s.id, messages: [{ role: 'user', content: 'x' }] }, keyB);
+        assert.equal(other.status, 404, 'another tenant cannot talk on the session');
+        const first = await env.gw.waitLog((l) => l.msg === 'request' && l.session_id === s.id, { from });
+        const summary = await env.gw.waitLog((l) => l.msg === 'request' && l.priority === 'P4' && l.model === 'chat', { from });
+        assert.equal(summary.status, 200);
+        assert.equal(summary.key_id, first.key_id);
+        assert.equal(summary.tenant_id, first.tenant_id);
+    });
+
     test('sessions survive a restart (persistence on); deleted ones stay deleted', async () => {
         const kept = (await call('POST', '/v1/sessions', { system: 'kept' }, keyA)).json;
+        const chat = await call('POST', '/v1/chat/completions',
+            { model: 'chat', session_id: kept.id, messages: [{ role: 'user', content: 'remember me' }] }, keyA);
+        assert.equal(chat.status, 200, chat.text);
         const gone = (await call('POST', '/v1/sessions', { system: 'gone' }, keyA)).json;
         assert.equal((await call('DELETE', `/v1/sessions/${gone.id}`, undefined, keyA)).status, 200);
         await env.gw.close();
@@ -121,6 +143,16 @@ describe('the session endpoints', () => {
         const g = await call('GET', `/v1/sessions/${kept.id}`, undefined, keyA);
         assert.equal(g.status, 200, g.text);
         assert.equal(g.json.system, 'kept');
+        const m = await call('GET', `/v1/sessions/${kept.id}/messages`, undefined, keyA);
+        assert.deepEqual(m.json.data.map((d) => d.message.role), ['user', 'assistant']);
+        assert.equal(m.json.data[0].message.content, 'remember me');
+        assert.equal(m.json.data[1].message.content, chat.json.choices[0].message.content);
+        // paged: one at a time, by cursor
+        const p1 = await call('GET', `/v1/sessions/${kept.id}/messages?limit=1`, undefined, keyA);
+        assert.equal(p1.json.has_more, true);
+        const p2 = await call('GET', `/v1/sessions/${kept.id}/messages?limit=1&after=${p1.json.last_id}`, undefined, keyA);
+        assert.equal(p2.json.data[0].message.role, 'assistant');
+        assert.equal(p2.json.has_more, false);
         assert.equal((await call('GET', `/v1/sessions/${gone.id}`, undefined, keyA)).status, 404);
         assert.equal((await call('GET', `/v1/sessions/${kept.id}`, undefined, keyB)).status, 404);
     });

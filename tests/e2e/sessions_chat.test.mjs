@@ -255,6 +255,11 @@ describe('the budget and trimming', () => {
         assert.deepEqual(sent2.messages, [{ role: 'user', content: text }]);
         assert.deepEqual(r2.json.context.trimmed, ['drop_oldest_turns']);
         assert.equal(r2.json.context.input_tokens, countMessages(sent2.messages));
+        const line = await env.gw.requestLog(r2.json.request_id);
+        assert.equal(line.context_trimmed, 'drop_oldest_turns');
+        assert.equal(line.context_tokens, countMessages(sent2.messages));
+        assert.equal(line.context_budget, BUDGET);
+        assert.match(await env.gw.metrics(), /moongate_context_trimming_total\{step="drop_oldest_turns"\} [1-9]/);
     });
 
     test('what cannot fit is 400 CONTEXT_TOO_LARGE with the counts; policy none does not trim', async () => {
@@ -263,6 +268,7 @@ describe('the budget and trimming', () => {
         assert.equal(r.status, 400, r.text);
         assert.equal(r.json.error.code, 'CONTEXT_TOO_LARGE');
         assert.match(r.json.error.message, new RegExp(`budget is ${BUDGET}`));
+        assert.match(await env.gw.metrics(), /moongate_context_too_large_total [1-9]/);
         const long = [{ role: 'user', content: 'x '.repeat(500) }, { role: 'assistant', content: 'y' }, { role: 'user', content: 'q' }];
         const none = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: long, context_policy: 'none' });
         assert.equal(none.status, 400, none.text);
@@ -307,5 +313,6 @@ describe('summaries', () => {
         assert.equal(sent.messages[0].role, 'system');
         assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
         assert.equal(sent.messages[1].content, 'fact 2');
+        assert.match(await env.gw.metrics(), /moongate_session_summaries_total\{outcome="ok"\} [1-9]/);
     });
 });

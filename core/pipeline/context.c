@@ -166,17 +166,26 @@ static void split_plain(const cJSON *msgs, int *n_leading, int *first_current)
     *first_current = last_user >= 0 ? last_user : *n_leading;
 }
 
-static long count_all(const mg_encoding_t *e, const cJSON *msgs, long *tokens)
+/* The list's tokens, each message's into tokens[] (may be NULL). known[i] >= 0 (known may
+ * be NULL, or shorter: n_known) is message i's count already: the session's turns were
+ * counted when they were appended, and are not counted again. */
+static long count_known(const mg_encoding_t *e, const cJSON *msgs, long *tokens,
+                        const long *known, int n_known)
 {
     long n = MG_CHAT_TOKENS_REPLY;
     int i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
-        long t = mg_chat_message_tokens(e, m);
+        long t = i < n_known && known[i] >= 0 ? known[i] : mg_chat_message_tokens(e, m);
         if (t < 0) return -1;
         if (tokens) tokens[i] = t;
         n += t;
     }
     return n;
+}
+
+static long count_all(const mg_encoding_t *e, const cJSON *msgs, long *tokens)
+{
+    return count_known(e, msgs, tokens, NULL, 0);
 }
 
 /* Over budget: the policy's trimmed list, re-counted here. 0 with *msgs replaced, or -1. */
@@ -329,7 +338,21 @@ static int context_assemble(call_t *c)
     }
     int n_msgs = cJSON_GetArraySize(msgs);
     long *tokens = calloc((size_t)n_msgs + 1, sizeof(*tokens));
-    long n = e && tokens ? count_all(e, msgs, tokens) : -1;
+    long *known = calloc((size_t)n_msgs + 1, sizeof(*known));
+    const mg_session_t *s = x->session;
+    int n_known = 0;
+    if (known) {
+        for (int i = 0; i < n_msgs; i++) known[i] = -1;
+        /* the turns' stored counts, when every turn made it into the list */
+        if (s && (size_t)(first_current - n_leading) == s->n_msgs) {
+            for (size_t i = 0; i < s->n_msgs; i++)
+                if (s->msgs[i].encoding == c->model->tokenizer - 1)
+                    known[n_leading + (int)i] = s->msgs[i].tokens;
+            n_known = first_current;
+        }
+    }
+    long n = e && tokens ? count_known(e, msgs, tokens, known, n_known) : -1;
+    free(known);
     x->input_tokens = n;
     x->budget = budget;
     int rc = 0;
@@ -570,7 +593,9 @@ static void append_message(call_t *c, const cJSON *m, int64_t now)
     char *text = cJSON_PrintUnformatted(m);
     const mg_encoding_t *e = encoding_of(c);
     long tokens = e ? mg_chat_message_tokens(e, m) : -1;
-    if (text) mg_sessions_append(c->pl->sessions, c->ctx->session, text, tokens, now);
+    if (text)
+        mg_sessions_append(c->pl->sessions, c->ctx->session, text, tokens, e ? c->model->tokenizer - 1 : -1,
+                           now);
     free(text);
 }
 

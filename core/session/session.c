@@ -234,6 +234,7 @@ static void load_message_row(void *ud, int ncols, const char *const *cols)
     m->seq = cols[1] ? atoll(cols[1]) : 0;
     m->created_ms = cols[2] ? atoll(cols[2]) : 0;
     m->tokens = cols[3] ? atol(cols[3]) : -1;
+    m->encoding = -1;
     m->json = strdup(cols[4]);
     if (!m->json) return;
     x->n_msgs++;
@@ -437,7 +438,7 @@ static void keep_recent(mg_sessions_t *s, mg_session_t *x)
 }
 
 int mg_sessions_append(mg_sessions_t *s, mg_session_t *x, const char *json, long tokens,
-                       int64_t now_ms)
+                       int encoding, int64_t now_ms)
 {
     if (grow(x) != 0) return -1;
     mg_session_msg_t *m = &x->msgs[x->n_msgs];
@@ -446,6 +447,7 @@ int mg_sessions_append(mg_sessions_t *s, mg_session_t *x, const char *json, long
     m->seq = x->next_seq++;
     m->created_ms = now_ms;
     m->tokens = tokens;
+    m->encoding = encoding;
     x->n_msgs++;
     size_t n = strlen(json);
     x->bytes += n;

@@ -38,8 +38,9 @@ typedef struct mg_session_owner_s {
 typedef struct mg_session_msg_s {
     int64_t seq;        /* 1, 2, ... in the session: the messages' cursor */
     int64_t created_ms;
-    long tokens;        /* by the chat rule (token/chat.h) with the session model's encoding,
-                           -1: not counted (no encoding) */
+    long tokens;        /* by the chat rule (token/chat.h), -1: not counted (no encoding) */
+    int encoding;       /* the encoding id tokens was counted with (token/encoding.h); -1: not
+                           known (read back from the store: counted again when used) */
     char *json;         /* owned: the message object as JSON text */
 } mg_session_msg_t;
 
@@ -97,10 +98,10 @@ mg_session_t *mg_sessions_find(mg_sessions_t *s, const char *id, const mg_sessio
                                const mg_context_conf_t *conf, int64_t now_ms);
 /* Delete a session now: gone from memory, its rows' deletion queued. Not while held. */
 void mg_sessions_delete(mg_sessions_t *s, mg_session_t *sess);
-/* Append one message (its JSON text copied) counted `tokens`; drops the oldest past
+/* Append one message (its JSON text copied) counted `tokens` with `encoding`; drops the oldest past
  * max_messages, never leaving a tool result without the call before it. 0 or -1. */
 int mg_sessions_append(mg_sessions_t *s, mg_session_t *sess, const char *json, long tokens,
-                       int64_t now_ms);
+                       int encoding, int64_t now_ms);
 /* The session was used now (its idle clock restarts); persisted. */
 void mg_sessions_touch(mg_sessions_t *s, mg_session_t *sess, int64_t now_ms);
 /* The waiting list: w (the waiter's own) queued last; removed (wherever it is; absent is

@@ -100,13 +100,13 @@ static void test_message_cap_keeps_tool_pairs(void)
         "{\"role\":\"assistant\",\"content\":\"sunny\"}",
         "{\"role\":\"user\",\"content\":\"thanks\"}",
     };
-    for (int i = 0; i < 5; i++) CHECK_EQ_INT(mg_sessions_append(s, x, msgs[i], 5, i), 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(mg_sessions_append(s, x, msgs[i], 5, -1, i), 0);
     /* five past a cap of four: the first goes; the call and its result stay together */
     CHECK_EQ_INT((int)x->n_msgs, 4);
     CHECK_EQ_INT((int)x->msgs[0].seq, 2);
     CHECK(strstr(x->msgs[1].json, "\"tool\"") != NULL);
     /* one more: the call goes, and its result with it (it would lead without its call) */
-    CHECK_EQ_INT(mg_sessions_append(s, x, msgs[4], 5, 6), 0);
+    CHECK_EQ_INT(mg_sessions_append(s, x, msgs[4], 5, -1, 6), 0);
     CHECK_EQ_INT((int)x->n_msgs, 3);
     CHECK_EQ_INT((int)x->msgs[0].seq, 4);
     CHECK(strstr(x->msgs[0].json, "\"sunny\"") != NULL);
@@ -125,12 +125,12 @@ static void test_memory_budget(void)
     big[sizeof(big) - 1] = '\0';
     mg_session_t *first = mg_sessions_create(s, &alice, &spec, &c, 0);
     first->holder = first; /* held: never evicted */
-    mg_sessions_append(s, first, big, 1, 0);
+    mg_sessions_append(s, first, big, 1, -1, 0);
     char ids[4][64];
     for (int i = 0; i < 4; i++) {
         mg_session_t *x = mg_sessions_create(s, &alice, &spec, &c, i + 1);
         snprintf(ids[i], sizeof(ids[i]), "%s", x->id);
-        mg_sessions_append(s, x, big, 1, i + 1);
+        mg_sessions_append(s, x, big, 1, -1, i + 1);
         mg_sessions_sweep(s, &c, i + 1);
     }
     CHECK(mg_sessions_bytes(s) <= 8192);
@@ -151,10 +151,10 @@ static void test_persistence(void)
     mg_sessions_t *s = mg_sessions_open(st, 1, 1000);
     mg_session_spec_t spec = {.model = "m", .system = "sys", .metadata = "{\"a\":1}", .ttl_s = 50};
     mg_session_t *keep = mg_sessions_create(s, &alice, &spec, &c, 1000);
-    mg_sessions_append(s, keep, "{\"role\":\"user\",\"content\":\"hi\"}", 7, 1000);
-    mg_sessions_append(s, keep, "{\"role\":\"assistant\",\"content\":\"hello\"}", 8, 1000);
+    mg_sessions_append(s, keep, "{\"role\":\"user\",\"content\":\"hi\"}", 7, -1, 1000);
+    mg_sessions_append(s, keep, "{\"role\":\"assistant\",\"content\":\"hello\"}", 8, -1, 1000);
     mg_session_t *gone = mg_sessions_create(s, &bob, &spec, &c, 1000);
-    mg_sessions_append(s, gone, "{\"role\":\"user\",\"content\":\"x\"}", 1, 1000);
+    mg_sessions_append(s, gone, "{\"role\":\"user\",\"content\":\"x\"}", 1, -1, 1000);
     char keep_id[64], gone_id[64];
     snprintf(keep_id, sizeof(keep_id), "%s", keep->id);
     snprintf(gone_id, sizeof(gone_id), "%s", gone->id);

@@ -1065,7 +1065,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
     static const char *const keys[] = {"provider", "model", "smaller", "priority",
-                                       "weight_bytes", "kv_cache_per_token_bytes", NULL};
+                                       "weight_bytes", "kv_cache_per_token_bytes",
+                                       "context_window", NULL};
     char buf[72];
     r->line = line_of(v);
     if (v->type != YAML_MAPPING_NODE)
@@ -1077,7 +1078,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
         opt_int_field(l, v, path, "priority", 0, 1000, &r->priority) < 0 ||
         opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &r->weight_bytes) < 0 ||
         opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
-                &r->kv_cache_per_token_bytes) < 0)
+                &r->kv_cache_per_token_bytes) < 0 ||
+        opt_int_field(l, v, path, "context_window", 0, 100000000, &r->context_window) < 0)
         return -1;
     /* a full-size route runs the model itself: the model's figures are its figures */
     if (!r->smaller && (r->weight_bytes || r->kv_cache_per_token_bytes))

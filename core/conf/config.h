@@ -63,6 +63,8 @@ typedef struct mg_route_conf_s {
        that does not fit the model's figures here (the model's apply to other routes) */
     long long weight_bytes;
     long long kv_cache_per_token_bytes;
+    int context_window; /* this route's own window when smaller than the model's (a fallback
+                           on a smaller engine); 0: the model's */
     int line;
 } mg_route_conf_t;
 

@@ -83,13 +83,26 @@ static const mg_encoding_t *encoding_of(const call_t *c)
                                                : NULL;
 }
 
+/* The window every route of the model can hold: the model's, or a route's own when smaller
+ * (any route may serve the request, a fallback included); 0 when none is known. */
+static int window_of(const mg_model_conf_t *m)
+{
+    int w = m->context_window;
+    for (size_t i = 0; i < m->n_routes; i++) {
+        int r = m->routes[i].context_window;
+        if (r > 0 && (w == 0 || r < w)) w = r;
+    }
+    return w;
+}
+
 /* The model's budget for this request, or -1 when it has none (no window). */
 static long model_budget(const call_t *c)
 {
     const mg_model_conf_t *m = c->model;
-    if (!m->context_window) return -1;
+    int window = window_of(m);
+    if (!window) return -1;
     long long reserve = c->max_tokens > 0 ? c->max_tokens : m->max_output_tokens;
-    double usable = (double)m->context_window * (1.0 - c->gen->cfg->context.safety_margin_ratio);
+    double usable = (double)window * (1.0 - c->gen->cfg->context.safety_margin_ratio);
     return (long)((long long)usable - reserve);
 }
 
@@ -99,7 +112,7 @@ static int too_large(call_t *c, long n, long budget, const char *why)
     snprintf(msg, sizeof(msg),
              "the messages count %ld tokens; the budget is %ld (context_window %d of model '%s' "
              "less the output reserve and the safety margin)%s%s",
-             n, budget, c->model->context_window, c->model->name, why ? ": " : "", why ? why : "");
+             n, budget, window_of(c->model), c->model->name, why ? ": " : "", why ? why : "");
     call_error(c, 400, "CONTEXT_TOO_LARGE", msg, 0);
     if (c->pl->sessions) mg_sessions_count_too_large(c->pl->sessions);
     return -1;
@@ -315,7 +328,7 @@ static int context_assemble(call_t *c)
     if (c->ep != MG_EP_CHAT) return 0;
     int with_session = c->ctx && c->ctx->has_session_id;
     const mg_encoding_t *e = encoding_of(c);
-    int windowed = c->model->context_window > 0;
+    int windowed = window_of(c->model) > 0;
     long budget = windowed ? model_budget(c) : -1;
     if (!with_session && (!windowed || !e || (budget > 0 && prompt_count(c) <= budget))) return 0;
     call_context_t *x = ctx_of(c);

@@ -32,6 +32,12 @@ before(async () => {
                 ...c.models,
                 talk: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-talk' }] },
                 summ: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-summ' }] },
+                // a fallback route on a smaller engine: the budget is the window every route holds
+                mixed: {
+                    tokenizer: 'o200k_base', context_window: 4000, max_output_tokens: MAX_TOKENS,
+                    routes: [{ provider: 'mock-openai', model: 'up-mixed' },
+                        { provider: 'mock-openai-b', model: 'up-mixed-small', priority: 1, context_window: WINDOW }],
+                },
                 small: {
                     tokenizer: 'o200k_base', context_window: WINDOW, max_output_tokens: MAX_TOKENS,
                     routes: [{ provider: 'mock-openai', model: 'up-small' }],
@@ -260,6 +266,15 @@ describe('the budget and trimming', () => {
         assert.equal(line.context_tokens, countMessages(sent2.messages));
         assert.equal(line.context_budget, BUDGET);
         assert.match(await env.gw.metrics(), /moongate_context_trimming_total\{step="drop_oldest_turns"\} [1-9]/);
+    });
+
+    test('a route with a smaller window than its model makes the budget', async () => {
+        const long = [{ role: 'user', content: 'x '.repeat(500) }, { role: 'assistant', content: 'y' }, { role: 'user', content: 'q' }];
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: long });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.context.budget, BUDGET);
+        const sent = await lastUpstream('up-mixed');
+        assert.ok(countMessages(sent.messages) <= BUDGET);
     });
 
     test('what cannot fit is 400 CONTEXT_TOO_LARGE with the counts; policy none does not trim', async () => {

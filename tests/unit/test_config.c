@@ -751,8 +751,10 @@ static void test_context_section(void)
     CHECK_STR(parse_err("context: 3\n"), "t.yaml:1: context must be a mapping");
     c = parse_ok("providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
                  "models:\n  m:\n    context_window: 4096\n    max_output_tokens: 256\n"
-                 "    routes: [{provider: p, model: x}]\n");
+                 "    routes: [{provider: p, model: x}, {provider: p, model: y, context_window: 2048}]\n");
     if (c) {
+        CHECK_EQ_INT(c->models[0].routes[0].context_window, 0);
+        CHECK_EQ_INT(c->models[0].routes[1].context_window, 2048);
         CHECK_EQ_INT(c->models[0].context_window, 4096);
         CHECK_EQ_INT(c->models[0].max_output_tokens, 256);
         mg_config_free(c);

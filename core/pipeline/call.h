@@ -373,6 +373,13 @@ void context_log(const call_t *c, struct mg_logline_s *l);
  * the context freed. */
 void context_end(call_t *c);
 
+/* ---- summary.c: a session's rolling summary ---------------------------------------------- */
+
+/* The context step took session s for call c (trimmed: its messages had to be trimmed): when
+ * the session nears max_messages or was trimmed and no summary is under way, its older half
+ * goes to context.summarizer_model as a detached P4 request (summary.c says how). */
+void summary_maybe_start(call_t *c, mg_session_t *s, int trimmed);
+
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 
 mg_step_rc_t step_route(call_t *c);

@@ -505,12 +505,14 @@ static int start_services(mg_server_t *s)
     mg_tasks_deps_t td = {s->store, s->loop, &s->metrics, mg_pipeline_handle, mg_pipeline_task,
                           &s->pipeline};
     s->tasks = mg_tasks_open(&td, cfg->tasks_retention_seconds);
+    s->sessions = mg_sessions_open(s->store, cfg->context.enable_prompt_persistence, mg_unix_ms());
+    s->pipeline.sessions = s->sessions;
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
     if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN"); /* the Sidecar's name */
     mg_admin_deps_t ad = {s->loop, s->store, s->auth, &s->metrics, &s->gens, &s->pool,
                           mg_server_rebuild, s, token};
     s->admin = mg_admin_new(&ad);
-    if (!s->idem || !s->tasks || !s->admin || !s->responses) return -1;
+    if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);
     s->pipeline.recent = &s->recent;
     mg_stream_deps_t sd = {s->sched, &s->pipeline, &s->recent, &s->listener, &s->proc};
@@ -520,7 +522,7 @@ static int start_services(mg_server_t *s)
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
         .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
         .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
-        .dashboard = &s->dashboard, .responses = s->responses,
+        .dashboard = &s->dashboard, .responses = s->responses, .sessions = s->sessions,
         .listener = &s->listener, .proc = &s->proc,
     };
     return 0;
@@ -632,6 +634,7 @@ int mg_server_run(mg_server_t *s)
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);
     mg_tasks_free(s->tasks);
+    mg_sessions_free(s->sessions);
     mg_idem_free(s->idem);
     mg_dashboard_free(&s->dashboard);
     mg_resp_store_free(s->responses);

@@ -51,6 +51,7 @@ typedef struct mg_server_s {
     mg_idem_t *idem;            /* owned: idempotency keys and stored answers */
     struct mg_resp_store_s *responses; /* owned: stored Responses (/v1/responses) */
     mg_tasks_t *tasks;          /* owned: async task records */
+    mg_sessions_t *sessions;    /* owned: server-side conversations */
     mg_admin_t *admin;          /* owned: the admin API */
     mg_dashboard_t dashboard;   /* the WebUI: files, sessions, live stream */
     mg_recent_t recent;         /* the last finished requests, for the dashboard */

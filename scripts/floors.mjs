@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 // bottom to top; '' is the root (main.c, server.c)
 export const FLOORS = ['base', 'token', 'store', 'conf', 'net', 'upstream', 'sched', 'luavm', 'route',
-    'tenancy', 'obs', 'pipeline', 'admin', 'api', ''];
+    'tenancy', 'obs', 'session', 'pipeline', 'admin', 'api', ''];
 
 const core = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'core');
 const floorOf = (rel) => (rel.includes('/') ? rel.split('/')[0] : '');

@@ -17,6 +17,7 @@
 #include "obs/health_view.h"
 #include "pipeline/responses_store.h"
 #include "pipeline/messages_resp.h"
+#include "session/http.h"
 
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
@@ -286,6 +287,32 @@ static void handle_tasks(mg_api_t *s, mg_http_req_t *req, const char *id)
     else mg_tasks_submit(s->tasks, req, who.key_id); /* its run checks the key like any */
 }
 
+/* Whose sessions the caller may see: all in open mode or with the platform admin token, else
+ * its key's tenant and project's (0 with *who, or -1 after answering 401). */
+static int session_owner(mg_api_t *s, mg_http_req_t *req, mg_session_owner_t *who)
+{
+    *who = (mg_session_owner_t){.all = 1};
+    if (!mg_gens_current(s->gens)->cfg->auth_enabled || mg_admin_is_platform(s->admin, req))
+        return 0;
+    mg_auth_result_t r;
+    if (mg_auth_authenticate(s->auth, req, mg_unix_ms(), &r) != 0) {
+        mg_answer_error(s->metrics, req, MG_EP_OTHER, r.status, r.code, r.message, 0);
+        return -1;
+    }
+    /* the key's project as the pipeline sees it (its record, before admission) */
+    *who = (mg_session_owner_t){.all = 0, .tenant_id = r.tenant_id,
+                                .project_id = r.rec ? r.rec->project_id : 0};
+    return 0;
+}
+
+/* /v1/sessions and /v1/sessions/{id}[/messages] (session/http.h). */
+static void handle_sessions(mg_api_t *s, mg_http_req_t *req, const char *rest)
+{
+    mg_session_owner_t who;
+    if (session_owner(s, req, &who) != 0) return;
+    mg_sessions_http(s->sessions, s->metrics, mg_gens_current(s->gens)->cfg, req, rest, &who);
+}
+
 void mg_api_handle(void *api, mg_http_req_t *req)
 {
     mg_api_t *s = api;
@@ -294,6 +321,10 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
     if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {
         handle_tasks(s, req, req->path + 10);
+        return;
+    }
+    if (strncmp(req->path, "/v1/sessions", 12) == 0 && (!req->path[12] || req->path[12] == '/')) {
+        handle_sessions(s, req, req->path + 12);
         return;
     }
     if (strcmp(req->path, "/v1/tasks") == 0) {
@@ -438,6 +469,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
              ss.level);
     mg_buf_append_str(&b, line);
     store_metrics(s, &b);
+    if (s->sessions) mg_sessions_metrics(s->sessions, &b);
     snprintf(line, sizeof(line),
              "# HELP moongate_lua_bytes Memory of the current generation's Lua state.\n"
              "# TYPE moongate_lua_bytes gauge\nmoongate_lua_bytes %zu\n",

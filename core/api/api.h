@@ -1,5 +1,5 @@
 /* api: the client-facing HTTP surface: paths routed to their handlers (inference to the
- * pipeline, /v1/tasks to tasks, /api/v2 to the admin API), and the small endpoints the
+ * pipeline, /v1/tasks to tasks, /v1/sessions to sessions, /api/v2 to the admin API), and the small endpoints the
  * gateway answers itself (health, readiness, status, models, metrics).
  *
  * The api holds borrowed pointers to what those endpoints read; the composition root
@@ -19,6 +19,7 @@
 #include "pipeline/tasks.h"
 #include "route/pool.h"
 #include "sched/sched.h"
+#include "session/session.h"
 #include "store/store.h"
 #include "store/upkeep.h"
 #include "tenancy/auth.h"
@@ -44,6 +45,7 @@ typedef struct mg_api_s {
     mg_upkeep_t *upkeep;        /* NULL: no housekeeping thread (its metrics are left out) */
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
+    mg_sessions_t *sessions;
     mg_admin_t *admin;
     mg_dashboard_t *dashboard;  /* the WebUI, its sign-in and stream; NULL = none */
     mg_auth_t *auth;            /* who owns a task */

@@ -41,7 +41,7 @@ int mg_dashboard_init(mg_dashboard_t *d, uv_loop_t *loop, mg_gens_t *gens,
     d->metrics = metrics;
     d->admin = admin;
     const mg_dashboard_conf_t *dc = conf_of(d);
-    if (mg_sessions_init(&d->sessions, dc->max_sessions) != 0) return -1;
+    if (mg_websessions_init(&d->sessions, dc->max_sessions) != 0) return -1;
     if (mg_streams_init(&d->streams, loop, gens, metrics, admin, &d->sessions, sd) != 0) return -1;
     if (!dc->enabled) return 0;
     char err[600] = "";
@@ -62,7 +62,7 @@ void mg_dashboard_close(mg_dashboard_t *d)
 
 void mg_dashboard_free(mg_dashboard_t *d)
 {
-    mg_sessions_free(&d->sessions);
+    mg_websessions_free(&d->sessions);
     mg_webui_free(&d->webui);
 }
 
@@ -91,7 +91,7 @@ static void serve_file(mg_dashboard_t *d, mg_http_req_t *req, const char *rel)
 
 /* ---- sign-in -------------------------------------------------------------------------------- */
 
-static cJSON *session_json(const mg_session_t *se)
+static cJSON *session_json(const mg_websession_t *se)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "role", se->role == MG_ADMIN_TENANT ? "tenant_admin" : "platform");
@@ -102,7 +102,7 @@ static cJSON *session_json(const mg_session_t *se)
     return o;
 }
 
-static void answer_session(mg_dashboard_t *d, mg_http_req_t *req, const mg_session_t *se,
+static void answer_session(mg_dashboard_t *d, mg_http_req_t *req, const mg_websession_t *se,
                            const char *cookie_headers)
 {
     mg_buf_t text = {0};
@@ -136,10 +136,10 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
     mg_http_req_t *req = w->req;
     if (req) req->on_abort = NULL;
     const mg_dashboard_conf_t *dc = conf_of(d);
-    char cookie[MG_SESSION_ID_LEN + 1];
-    mg_session_t *se = NULL;
+    char cookie[MG_WEBSESSION_ID_LEN + 1];
+    mg_websession_t *se = NULL;
     if (req && role != MG_ADMIN_NONE)
-        se = mg_session_create(&d->sessions, role, tenant_id,
+        se = mg_websession_create(&d->sessions, role, tenant_id,
                                role == MG_ADMIN_TENANT ? w->token : NULL, dc->session_ttl_s,
                                mg_unix_ms(), cookie);
     OPENSSL_cleanse(w->token, sizeof(w->token));
@@ -159,7 +159,7 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
     }
     char set_cookie[256];
     snprintf(set_cookie, sizeof(set_cookie),
-             "Set-Cookie: " MG_SESSION_COOKIE "=%s; Path=/; Max-Age=%d; HttpOnly; "
+             "Set-Cookie: " MG_WEBSESSION_COOKIE "=%s; Path=/; Max-Age=%d; HttpOnly; "
              "SameSite=Strict%s\r\n",
              cookie, dc->session_ttl_s, dc->secure_cookie ? "; Secure" : "");
     OPENSSL_cleanse(cookie, sizeof(cookie));
@@ -222,19 +222,19 @@ static void handle_login(mg_dashboard_t *d, mg_http_req_t *req)
     OPENSSL_cleanse(token, sizeof(token));
 }
 
-static void handle_logout(mg_dashboard_t *d, mg_http_req_t *req, mg_session_t *se)
+static void handle_logout(mg_dashboard_t *d, mg_http_req_t *req, mg_websession_t *se)
 {
-    if (!mg_session_csrf_ok(se, req)) {
+    if (!mg_websession_csrf_ok(se, req)) {
         mg_answer_error(d->metrics, req, MG_EP_OTHER, 403, "CSRF_FAILED",
                         "X-CSRF-Token is missing or wrong", 0);
         return;
     }
     uint64_t serial = se->serial;
-    mg_session_end(se);
+    mg_websession_end(se);
     mg_streams_end_session(&d->streams, serial);
     mg_answer_account(d->metrics, req, MG_EP_OTHER, 204, NULL);
     mg_http_respond(req, 204, "application/json",
-                    "Set-Cookie: " MG_SESSION_COOKIE "=; Path=/; Max-Age=0; HttpOnly; "
+                    "Set-Cookie: " MG_WEBSESSION_COOKIE "=; Path=/; Max-Age=0; HttpOnly; "
                     "SameSite=Strict\r\nCache-Control: no-store\r\n",
                     NULL, 0);
 }
@@ -252,7 +252,7 @@ static int method_is(mg_dashboard_t *d, mg_http_req_t *req, int method)
 /* The endpoints that need a session: 401 without one. */
 static void handle_signed(mg_dashboard_t *d, mg_http_req_t *req, const char *sub)
 {
-    mg_session_t *se = mg_session_find(&d->sessions, req, mg_unix_ms());
+    mg_websession_t *se = mg_websession_find(&d->sessions, req, mg_unix_ms());
     int logout = strcmp(sub, "logout") == 0;
     if (!method_is(d, req, logout ? HTTP_POST : HTTP_GET)) return;
     if (!se) {
@@ -290,15 +290,15 @@ int mg_dashboard_handle(mg_dashboard_t *d, mg_http_req_t *req)
 
 void mg_dashboard_admin(mg_dashboard_t *d, mg_http_req_t *req)
 {
-    mg_session_t *se = NULL;
+    mg_websession_t *se = NULL;
     if (!mg_http_header(req, "Authorization") && conf_of(d)->enabled)
-        se = mg_session_find(&d->sessions, req, mg_unix_ms());
+        se = mg_websession_find(&d->sessions, req, mg_unix_ms());
     if (!se) {
         mg_admin_handle(d->admin, req); /* the Bearer token, or its 401 */
         return;
     }
     int safe = req->method == HTTP_GET || req->method == HTTP_HEAD;
-    if (!safe && !mg_session_csrf_ok(se, req)) {
+    if (!safe && !mg_websession_csrf_ok(se, req)) {
         mg_answer_error(d->metrics, req, MG_EP_OTHER, 403, "CSRF_FAILED",
                         "X-CSRF-Token is missing or wrong", 0);
         return;
@@ -309,9 +309,9 @@ void mg_dashboard_admin(mg_dashboard_t *d, mg_http_req_t *req)
 int mg_dashboard_platform(mg_dashboard_t *d, mg_http_req_t *req)
 {
     if (mg_http_header(req, "Authorization") || !conf_of(d)->enabled) return 0;
-    mg_session_t *se = mg_session_find(&d->sessions, req, mg_unix_ms());
+    mg_websession_t *se = mg_websession_find(&d->sessions, req, mg_unix_ms());
     if (!se || se->role != MG_ADMIN_PLATFORM) return 0;
-    if (req->method != HTTP_GET && req->method != HTTP_HEAD && !mg_session_csrf_ok(se, req)) {
+    if (req->method != HTTP_GET && req->method != HTTP_HEAD && !mg_websession_csrf_ok(se, req)) {
         mg_answer_error(d->metrics, req, MG_EP_OTHER, 403, "CSRF_FAILED",
                         "X-CSRF-Token is missing or wrong", 0);
         return -1;

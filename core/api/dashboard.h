@@ -26,7 +26,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
-#include "api/session.h"
+#include "api/websession.h"
 #include "api/stream.h"
 #include "api/webui.h"
 #include "luavm/gens.h"
@@ -38,7 +38,7 @@ typedef struct mg_dashboard_s {
     mg_metrics_t *metrics;
     mg_admin_t *admin;
     mg_webui_t webui;          /* empty when the files were not found (logged at start) */
-    mg_sessions_t sessions;
+    mg_websessions_t sessions;
     mg_streams_t streams;
 } mg_dashboard_t;
 

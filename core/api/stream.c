@@ -219,7 +219,7 @@ static void on_client_gone(void *data)
 static int serve_client(mg_stream_client_t *c, const snap_t *platform, uint64_t now)
 {
     mg_streams_t *s = c->s;
-    if (!mg_session_by_serial(s->sessions, c->serial, mg_unix_ms())) {
+    if (!mg_websession_by_serial(s->sessions, c->serial, mg_unix_ms())) {
         end_client(c, "event: signed_out\ndata: {}\n\n", 0);
         return -1;
     }
@@ -266,7 +266,7 @@ static void on_tick(uv_timer_t *t)
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 int mg_streams_init(mg_streams_t *s, uv_loop_t *loop, mg_gens_t *gens, mg_metrics_t *metrics,
-                    mg_admin_t *admin, mg_sessions_t *sessions, const mg_stream_deps_t *d)
+                    mg_admin_t *admin, mg_websessions_t *sessions, const mg_stream_deps_t *d)
 {
     memset(s, 0, sizeof(*s));
     s->d = *d;
@@ -325,7 +325,7 @@ static void read_filters(mg_stream_client_t *c, const mg_http_req_t *req)
     c->errors_only = query_param(req->query, "errors", errors, sizeof(errors)) && !strcmp(errors, "1");
 }
 
-void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_session_t *se)
+void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_websession_t *se)
 {
     const mg_dashboard_conf_t *dc = &mg_gens_current(s->gens)->cfg->dashboard;
     if (s->stopping || s->n >= dc->max_streams) {

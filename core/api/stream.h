@@ -28,7 +28,7 @@
 #include <uv.h>
 
 #include "admin/admin.h"
-#include "api/session.h"
+#include "api/websession.h"
 #include "luavm/gens.h"
 #include "net/http.h"
 #include "obs/metrics.h"
@@ -55,7 +55,7 @@ typedef struct mg_streams_s {
     mg_gens_t *gens;
     mg_metrics_t *metrics;
     mg_admin_t *admin;                /* the provider and pool views */
-    mg_sessions_t *sessions;
+    mg_websessions_t *sessions;
     uv_timer_t timer;
     int timer_on, stopping;
     mg_stream_client_t *clients;      /* owned list */
@@ -64,9 +64,9 @@ typedef struct mg_streams_s {
 } mg_streams_t;
 
 int mg_streams_init(mg_streams_t *s, uv_loop_t *loop, mg_gens_t *gens, mg_metrics_t *metrics,
-                    mg_admin_t *admin, mg_sessions_t *sessions, const mg_stream_deps_t *d);
+                    mg_admin_t *admin, mg_websessions_t *sessions, const mg_stream_deps_t *d);
 /* Open a stream for req in session se (answers 503 when max_streams are open or stopping). */
-void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_session_t *se);
+void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_websession_t *se);
 /* End the streams of the session with this serial (sign-out). */
 void mg_streams_end_session(mg_streams_t *s, uint64_t serial);
 /* End every stream and refuse new ones. */

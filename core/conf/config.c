@@ -1096,7 +1096,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
     static const char *const keys[] = {"provider", "model", "smaller", "priority",
-                                       "weight_bytes", "kv_cache_per_token_bytes", NULL};
+                                       "weight_bytes", "kv_cache_per_token_bytes",
+                                       "context_window", NULL};
     char buf[72];
     r->line = line_of(v);
     if (v->type != YAML_MAPPING_NODE)
@@ -1108,7 +1109,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
         opt_int_field(l, v, path, "priority", 0, 1000, &r->priority) < 0 ||
         opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &r->weight_bytes) < 0 ||
         opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
-                &r->kv_cache_per_token_bytes) < 0)
+                &r->kv_cache_per_token_bytes) < 0 ||
+        opt_int_field(l, v, path, "context_window", 0, 100000000, &r->context_window) < 0)
         return -1;
     /* a full-size route runs the model itself: the model's figures are its figures */
     if (!r->smaller && (r->weight_bytes || r->kv_cache_per_token_bytes))
@@ -1129,7 +1131,8 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
     static const char *const keys[] = {"routes", "max_concurrency", "weight_bytes",
-                                       "kv_cache_per_token_bytes", "tokenizer", NULL};
+                                       "kv_cache_per_token_bytes", "tokenizer", "context_window",
+                                       "max_output_tokens", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -1146,7 +1149,9 @@ static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_co
         opt_int_field(l, v, path, "max_concurrency", 0, 1000000, &m->max_concurrency) < 0 ||
         opt_int(l, v, path, "weight_bytes", 0, (long long)1 << 50, &m->weight_bytes) < 0 ||
         opt_int(l, v, path, "kv_cache_per_token_bytes", 0, (long long)1 << 32,
-                &m->kv_cache_per_token_bytes) < 0)
+                &m->kv_cache_per_token_bytes) < 0 ||
+        opt_int_field(l, v, path, "context_window", 0, 100000000, &m->context_window) < 0 ||
+        opt_int_field(l, v, path, "max_output_tokens", 0, 100000000, &m->max_output_tokens) < 0)
         return -1;
     yaml_node_pair_t *rp = find_pair(l, v, "routes");
     if (!rp) return fail(l, m->line, "%s is missing required key 'routes'", path);
@@ -1329,6 +1334,12 @@ typedef int (*section_fn)(loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
  * routes refer to providers. */
+static int load_context(loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_context_conf_load(l->doc, v, l->name, &l->cfg->context, l->err, l->err_len);
+}
+
 static const struct {
     const char *key;
     section_fn load;
@@ -1342,7 +1353,7 @@ static const struct {
     {"providers", load_providers},
     {"models", load_models},     {"applications", load_applications},
     {"users", load_users},       {"dashboard", load_dashboard}, {"usage", load_usage},
-    {"prices", load_prices},     {"billing", load_billing},
+    {"prices", load_prices},     {"billing", load_billing},   {"context", load_context},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1410,6 +1421,7 @@ static int set_defaults(loader_t *l, const char *name)
     if (qm && atoi(qm) > 0 && atoi(qm) <= 1000000) c->scheduler.max_queued_tasks = atoi(qm);
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
+    mg_context_conf_defaults(&c->context);
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
@@ -1662,6 +1674,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->storage_path);
     free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);
+    mg_context_conf_clear(&cfg->context);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

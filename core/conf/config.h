@@ -14,6 +14,7 @@
 
 #include "conf/dashboard.h"
 #include "conf/usage.h"
+#include "conf/context.h"
 
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
@@ -65,6 +66,8 @@ typedef struct mg_route_conf_s {
        that does not fit the model's figures here (the model's apply to other routes) */
     long long weight_bytes;
     long long kv_cache_per_token_bytes;
+    int context_window; /* this route's own window when smaller than the model's (a fallback
+                           on a smaller engine); 0: the model's */
     int line;
 } mg_route_conf_t;
 
@@ -81,6 +84,8 @@ typedef struct mg_model_conf_s {
     int tokenizer;           /* 1 + the encoding its prompts are counted with (token/encoding.h:
                                 models.<name>.tokenizer, default by the first route's upstream
                                 model family); 0: none known, estimated from the bytes */
+    int context_window;      /* tokens the model sees at most (prompt + answer); 0: unknown */
+    int max_output_tokens;   /* the output reserve when a request sets no max_tokens; 0: none */
 } mg_model_conf_t;
 
 /* server.cors: which web origins may call the client API (/v1/) from a browser. Off (no
@@ -217,6 +222,7 @@ typedef struct mg_config_s {
     mg_billing_conf_t billing; /* billing: the top-up webhook (conf/billing.h) */
     int max_retries;         /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
+    mg_context_conf_t context; /* context: sessions and budgets (conf/context.h) */
     mg_routing_conf_t routing;
     mg_scheduler_conf_t scheduler;
     mg_breaker_conf_t breaker;

@@ -226,6 +226,26 @@ static int load_cooldown_policy(mg_gen_t *g, char *err, size_t errlen)
     return run_selftest(L, g->cooldown_ref, path, err, errlen);
 }
 
+/* policies/context.lua is optional: without it a conversation over its budget is refused. */
+static int load_context_policy(mg_gen_t *g, char *err, size_t errlen)
+{
+    lua_State *L = g->L;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/context.lua", g->cfg->policies_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    fclose(f);
+    if (load_module_file(L, path, &g->context_ref, err, errlen) != 0) return -1;
+    if (mg_lpush_field(L, g->context_ref, "trim") != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        snprintf(err, errlen, "%s: policy has no trim(ctx, budget)", path);
+        return -1;
+    }
+    lua_pop(L, 1);
+    if (check_module_id(L, g->context_ref, path, "context", err, errlen) != 0) return -1;
+    return run_selftest(L, g->context_ref, path, err, errlen);
+}
+
 static int load_policies(mg_gen_t *g, char *err, size_t errlen)
 {
     lua_State *L = g->L;
@@ -244,7 +264,8 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
                        lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (run_selftest(L, g->routing_ref, path, err, errlen) != 0) return -1;
-    return load_cooldown_policy(g, err, errlen);
+    if (load_cooldown_policy(g, err, errlen) != 0) return -1;
+    return load_context_policy(g, err, errlen);
 }
 
 static int load_library(mg_gen_t *g, char *err, size_t errlen)
@@ -313,7 +334,7 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     }
     g->id = id;
     g->refs = 1;
-    g->routing_ref = g->cooldown_ref = g->json.null_ref = g->json.array_mt_ref = LUA_NOREF;
+    g->routing_ref = g->cooldown_ref = g->context_ref = g->json.null_ref = g->json.array_mt_ref = LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
         (extend && extend(g->cfg, ud, err, errlen) != 0)) {
         mg_gen_unref(g);

@@ -55,6 +55,7 @@ typedef struct mg_gen_s {
     int routing_ref;            /* policies/routing.lua module table */
     int routing_cache;          /* its plans may be kept (M.cache ~= false) */
     int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
+    int context_ref;            /* policies/context.lua module table, LUA_NOREF when absent */
     mg_ljson_t json;            /* util.null and util.array_mt (json.h) */
     int req_fill_ref, req_mt_ref, req_dirty_ref; /* request tables' fill(), metatable, mark */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
@@ -196,6 +197,25 @@ int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attemp
 int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const char *headers,
                     size_t headers_len, int consecutive_429, int observing, double *cooldown_s,
                     char *err, size_t errlen);
+
+/* What policies/context.lua's trim(ctx, budget) is given (lua/README.md, "context"). */
+typedef struct mg_context_in_s {
+    const cJSON *messages;  /* the assembled list */
+    const long *tokens;     /* each message's tokens by the chat rule (token/chat.h) */
+    int first_current;      /* 0-based index of the current request's first message: it and
+                               every later one are protected, as are the leading system ones */
+    int n_leading;          /* the leading system messages (platform, application, summary) */
+    const char *policy;     /* "summary_and_recent" | "recent_only" */
+    int encoding;           /* token/encoding.h id the count function counts with */
+} mg_context_in_t;
+
+/* 1 when the generation has a context policy. */
+int mg_gen_has_context(const mg_gen_t *g);
+/* Call context.trim(ctx, budget). *out: the new message list (owned); *steps: the report's
+ * steps as a JSON array (owned, may be empty). Returns 0; 1 when the policy says it cannot fit
+ * (*out NULL, its reason in err); -1 with err on an error of the policy. */
+int mg_gen_context_trim(mg_gen_t *g, const mg_context_in_t *in, long budget, cJSON **out,
+                        cJSON **steps, char *err, size_t errlen);
 
 typedef struct mg_encoded_s {
     char method[8];

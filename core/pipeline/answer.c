@@ -52,6 +52,7 @@ static void add_metadata(call_t *c, cJSON *obj)
     if (reason) set_item(obj, "degraded_reason", cJSON_CreateString(reason));
     if (c->output_shortened)
         set_item(obj, "max_output_tokens", cJSON_CreateNumber((double)c->mapped_max_tokens));
+    context_annotate(c, obj);
 }
 
 /* The same members as add_metadata's degraded ones, as bytes: ,"degraded":... */
@@ -370,6 +371,7 @@ static void append_metadata_raw(call_t *c, mg_buf_t *o)
     mg_buf_append_str(o, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), o);
     append_degraded_raw(c, o);
+    context_annotate_raw(c, o);
 }
 
 /* ,"timing":{...} in whole milliseconds, written without printf (every answer pays it). */
@@ -636,6 +638,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
         return 0;
     }
     int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
+    if (flags >= 0) context_take_event(c, ev->data, ev->data_len); /* a session's answer */
     if (flags < 0) {
         mg_log_msg(MG_LOG_WARN, c->req->request_id,
                    "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
@@ -690,6 +693,7 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
     while (ch) {
         cJSON *next = ch->next;
         cJSON_DetachItemViaPointer(chunks, ch);
+        context_take_chunk(c, ch);
         handle_chunk(c, ch);
         ch = next;
     }
@@ -862,6 +866,7 @@ static int passthrough_answer(call_t *c)
     mg_buf_append_str(out, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), out);
     append_degraded_raw(c, out);
+    context_annotate_raw(c, out);
     if (append_timing_raw(c, uv_hrtime(), out) != 0 || mg_buf_append(out, "}", 1) != 0) {
         out->len = 0;
         return 1;

@@ -125,6 +125,7 @@ static void sanitize(call_t *c)
         c->mapped_max_tokens = (long long)mot->valuedouble;
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
+    context_take_extensions(c, b); /* session_id, context_policy: before they go */
     const cJSON *prio = cJSON_GetObjectItemCaseSensitive(b, "priority");
     int engine_priority = cJSON_IsNumber(prio); /* the engine's, kept (see forwarded) */
     for (size_t i = 0; i < N_EXTENSIONS; i++)
@@ -427,6 +428,12 @@ static int splice_member(void *ud, const mg_json_member_t *m)
  * cost. */
 int passthrough_body(call_t *c, const char *model, mg_buf_t *out)
 {
+    if (context_rewritten(c)) { /* the messages are the tree's now */
+        set_item(c->body, "model", cJSON_CreateString(model));
+        if (c->stream && c->provider->no_stream_usage)
+            cJSON_DeleteItemFromObjectCaseSensitive(c->body, "stream_options");
+        return mg_json_print(c->body, out);
+    }
     splice_t sp = {c, out};
     /* room for all of it up front: the members, the model (escaping reserve included), the
        options; growth would copy the body once more per doubling */

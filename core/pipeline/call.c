@@ -24,6 +24,7 @@ static mg_step_rc_t run_step(call_t *c, mg_step_t s)
     case STEP_IDENTIFY: return step_identify(c);
     case STEP_IDEMPOTENCY: return step_idempotency(c);
     case STEP_ADMIT: return step_admit(c);
+    case STEP_CONTEXT: return step_context(c);
     case STEP_WALLET: return step_wallet(c);
     case STEP_ENQUEUE: return step_enqueue(c);
     case STEP_ROUTE: return step_route(c);
@@ -237,6 +238,7 @@ static void call_free(call_t *c)
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);
+    context_end(c); /* before the generation goes: it reads the config */
     mg_gen_req_release(c->gen, c->req_ref);
     mg_gen_unref_value(c->gen, c->state_ref);
     mg_gen_unref(c->gen);
@@ -430,6 +432,7 @@ static void call_log(call_t *c)
     mg_log_int(&l, "prompt_tokens", c->prompt_tokens);
     mg_log_int(&l, "completion_tokens", c->completion_tokens);
     mg_log_bool(&l, "tokens_estimated", !c->have_usage);
+    context_log(c, &l);
     mg_log_end(&l);
 }
 

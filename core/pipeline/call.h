@@ -10,6 +10,9 @@
  *   idempotency  admit.c    a request with an idempotency key is handed to idem.c
  *   admit        admit.c    the logical model, the application's and the user's
  *                           permissions and rates, the key's quota reserved
+ *   context      context.c  a chat request's session history replayed (waiting while another
+ *                           request holds the session), the model's budget, the trimming
+ *                           policy
  *   enqueue      admit.c    the scheduler's queue; resumed when a slot is free
  *   route        attempt.c  policies/routing.lua's plan over the model's routes
  *   reserve      attempt.c  the plan's next entry whose provider's limits let it through
@@ -48,6 +51,7 @@ typedef enum {
     STEP_IDENTIFY,
     STEP_IDEMPOTENCY,
     STEP_ADMIT,
+    STEP_CONTEXT,
     STEP_WALLET,
     STEP_ENQUEUE,
     STEP_ROUTE,
@@ -148,6 +152,7 @@ typedef struct call_s {
     const char *priority;        /* "P0".."P4" (static) */
     const mg_app_conf_t *app;    /* metadata.application, when configured */
     char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
+    struct call_context_s *ctx;  /* owned, may be NULL: the session and budget (context.c) */
     /* a model served through a provider's model_prefix rather than a logical model */
     mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
     char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */
@@ -443,6 +448,39 @@ mg_step_rc_t step_wallet(call_t *c);
  * call did no work, or leave it held as metering_failed (the tenant requires upstream usage
  * and there was none). A reservation still pending is released when it comes back. */
 void wallet_finish(call_t *c);
+
+/* ---- context.c: the session's history and the budget ------------------------------------ */
+
+/* The extensions the context step reads (session_id, context_policy), kept from the tree
+ * before sanitize() strips them. */
+void context_take_extensions(call_t *c, const cJSON *body);
+/* The context step: the chat request's messages assembled (the session's history replayed)
+ * and fitted into the model's budget (policies/context.lua); errors 404 SESSION_NOT_FOUND,
+ * 409 SESSION_BUSY, 400 CONTEXT_TOO_LARGE. Waits (MG_STEP_AGAIN) while another request holds
+ * the session. */
+mg_step_rc_t step_context(call_t *c);
+/* 1 when the messages were rewritten: the upstream body is printed from the tree. */
+int context_rewritten(const call_t *c);
+/* A streamed chunk of the answer (canonical), for the session's assistant turn. */
+void context_take_chunk(call_t *c, const cJSON *chunk);
+/* The same from an OpenAI-wire event's JSON bytes. */
+void context_take_event(call_t *c, const char *json, size_t n);
+/* session_id and the context report into an answer or the first chunk (tree or bytes). */
+void context_annotate(call_t *c, cJSON *obj);
+void context_annotate_raw(call_t *c, mg_buf_t *o);
+/* The request log line's session_id, context_tokens, context_budget, context_trimmed. */
+struct mg_logline_s;
+void context_log(const call_t *c, struct mg_logline_s *l);
+/* The call ends: the turn appended to the session when it succeeded, the session let go,
+ * the context freed. */
+void context_end(call_t *c);
+
+/* ---- summary.c: a session's rolling summary ---------------------------------------------- */
+
+/* The context step took session s for call c (trimmed: its messages had to be trimmed): when
+ * the session nears max_messages or was trimmed and no summary is under way, its older half
+ * goes to context.summarizer_model as a detached P4 request (summary.c says how). */
+void summary_maybe_start(call_t *c, mg_session_t *s, int trimmed);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 

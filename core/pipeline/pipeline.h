@@ -22,6 +22,7 @@
 #include "route/pool.h"
 #include "sched/pump.h"
 #include "sched/sched.h"
+#include "session/session.h"
 #include "store/store.h"
 #include "tenancy/auth.h"
 #include "tenancy/userrate.h"
@@ -45,6 +46,7 @@ typedef struct mg_pipeline_s {
     struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
     mg_recent_t *recent;       /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
+    mg_sessions_t *sessions;   /* requests with a session_id are answered on its history */
     /* the pipeline's own */
     struct call_s *calls;      /* in flight */
     int in_flight;

@@ -429,6 +429,15 @@ static const char *const migrations[] = {
     " id TEXT PRIMARY KEY, scope TEXT NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL,"
     " messages TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);"
     "CREATE INDEX idx_responses_expiry ON responses(expires_at);",
+    /* 16: sessions (session/session.h): settings and times, and their messages in order */
+    "CREATE TABLE sessions ("
+    " id TEXT PRIMARY KEY, tenant_id INTEGER NOT NULL, project_id INTEGER NOT NULL,"
+    " settings TEXT NOT NULL, summary TEXT, created_ms INTEGER NOT NULL,"
+    " last_active_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL);"
+    "CREATE INDEX idx_sessions_expires ON sessions(expires_ms);"
+    "CREATE TABLE session_messages ("
+    " session_id TEXT NOT NULL, seq INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
+    " tokens INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, seq));",
 };
 
 static void *writer_main(void *arg);

@@ -367,7 +367,6 @@ describe('ollama adapter', () => {
 describe('request sanitizing and credentials', () => {
     const ext = () => ({
         priority: 'P1',
-        session_id: 'session-e2e',
         idempotency_key: `e2e-${process.pid}-${Date.now()}-${Math.random()}`,
         timeouts: { queue_ms: 5000, first_token_ms: 10000, inference_ms: 60000 },
         routing: { local_only: false, allow_smaller_model: true },
@@ -375,10 +374,16 @@ describe('request sanitizing and credentials', () => {
         max_output_tokens: 3,
         metadata: { application: 'e2e', user_id: 'u-1' },
     });
+    // the extensions with a fresh session's id (an unknown one is 404 SESSION_NOT_FOUND; an
+    // empty session adds no history, so the messages reach the upstream as sent)
+    const withSession = async () => {
+        const r = await fetch(`${env.api}/sessions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+        return { ...ext(), session_id: (await r.json()).id };
+    };
 
     test('openai wire: extensions stripped, max_output_tokens -> max_tokens, upstream model substituted', async () => {
         const since = await lastSeq();
-        const data = await client.chat.completions.create({ model: 'chat', messages, temperature: 0.5, ...ext() });
+        const data = await client.chat.completions.create({ model: 'chat', messages, temperature: 0.5, ...(await withSession()) });
         assert.equal(data.choices[0].message.content, contentFor('up-chat', 3));
         assert.equal(data.choices[0].finish_reason, 'length');
         const [seen] = await upstreamRequests('up-chat', since);
@@ -409,7 +414,7 @@ describe('request sanitizing and credentials', () => {
 
     test('openai wire: a client max_tokens wins over max_output_tokens', async () => {
         const since = await lastSeq();
-        await client.chat.completions.create({ model: 'chat', messages, ...ext(), max_tokens: 4 });
+        await client.chat.completions.create({ model: 'chat', messages, ...(await withSession()), max_tokens: 4 });
         const [seen] = await upstreamRequests('up-chat', since);
         assert.equal(seen.body.max_tokens, 4);
         assert.ok(!('max_output_tokens' in seen.body));
@@ -417,7 +422,7 @@ describe('request sanitizing and credentials', () => {
 
     test('openai wire stream: extensions stripped too', async () => {
         const since = await lastSeq();
-        await collect(await client.chat.completions.create({ model: 'chat', messages, stream: true, ...ext() }));
+        await collect(await client.chat.completions.create({ model: 'chat', messages, stream: true, ...(await withSession()) }));
         const [seen] = await upstreamRequests('up-chat', since);
         for (const k of EXTENSIONS) assert.ok(!(k in seen.body), `extension ${k} must not reach the upstream`);
         assert.equal(seen.body.max_tokens, 3);
@@ -425,7 +430,7 @@ describe('request sanitizing and credentials', () => {
 
     test('ollama wire: extensions stripped, max_output_tokens -> options.num_predict', async () => {
         const since = await lastSeq();
-        const data = await client.chat.completions.create({ model: 'ollama-chat', messages, ...ext() });
+        const data = await client.chat.completions.create({ model: 'ollama-chat', messages, ...(await withSession()) });
         assert.equal(data.choices[0].message.content, contentFor('up-ollama-chat', 3));
         assert.equal(data.choices[0].finish_reason, 'length');
         const [seen] = await upstreamRequests('up-ollama-chat', since);

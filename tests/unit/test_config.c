@@ -709,6 +709,58 @@ static void test_load_file(void)
     CHECK_STR(err, "x:1");
 }
 
+/* context: defaults, every key, bad values with file and line; models' window and reserve. */
+static void test_context_section(void)
+{
+    mg_config_t *c = parse_ok("server:\n  listen: 127.0.0.1:1\n");
+    if (c) {
+        CHECK(c->context.safety_margin_ratio > 0.079 && c->context.safety_margin_ratio < 0.081);
+        CHECK_STR(c->context.default_policy, "summary_and_recent");
+        CHECK_EQ_INT(c->context.max_session_messages, 200);
+        CHECK_EQ_INT(c->context.session_idle_ttl_minutes, 60);
+        CHECK(!c->context.enable_prompt_persistence && !c->context.busy_reject);
+        CHECK(c->context.summarizer_model == NULL);
+        mg_config_free(c);
+    }
+    c = parse_ok("context:\n  safety_margin_ratio: 0\n  default_policy: none\n"
+                 "  max_session_messages: 10\n  session_idle_ttl_minutes: 5\n"
+                 "  session_ttl_minutes: 50\n  enable_prompt_persistence: true\n"
+                 "  memory_budget_bytes: 8192\n  busy: reject\n  append_on_failure: user_turn\n"
+                 "  platform_rules: be kind\n  summarizer_model: s\n  summary_timeout_ms: 500\n"
+                 "  summary_max_tokens: 64\n  summary_prompt: fold it\n");
+    if (c) {
+        CHECK(c->context.safety_margin_ratio == 0);
+        CHECK_STR(c->context.default_policy, "none");
+        CHECK_EQ_INT(c->context.max_session_messages, 10);
+        CHECK_EQ_INT(c->context.session_ttl_minutes, 50);
+        CHECK(c->context.enable_prompt_persistence && c->context.busy_reject);
+        CHECK(c->context.append_user_on_failure);
+        CHECK_EQ_INT((int)c->context.memory_budget_bytes, 8192);
+        CHECK_STR(c->context.platform_rules, "be kind");
+        CHECK_STR(c->context.summarizer_model, "s");
+        CHECK_STR(c->context.summary_prompt, "fold it");
+        CHECK_EQ_INT(c->context.summary_timeout_ms, 500);
+        CHECK_EQ_INT(c->context.summary_max_tokens, 64);
+        mg_config_free(c);
+    }
+    CHECK_STR(parse_err("context:\n  default_policy: magic\n"),
+              "t.yaml:2: context.default_policy has an invalid value (see config/moongate.example.yaml)");
+    CHECK_STR(parse_err("context:\n  safety_margin_ratio: 0.95\n"),
+              "t.yaml:2: context.safety_margin_ratio has an invalid value (see config/moongate.example.yaml)");
+    CHECK_STR(parse_err("context:\n  colour: red\n"), "t.yaml:2: context.colour is not a known key");
+    CHECK_STR(parse_err("context: 3\n"), "t.yaml:1: context must be a mapping");
+    c = parse_ok("providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
+                 "models:\n  m:\n    context_window: 4096\n    max_output_tokens: 256\n"
+                 "    routes: [{provider: p, model: x}, {provider: p, model: y, context_window: 2048}]\n");
+    if (c) {
+        CHECK_EQ_INT(c->models[0].routes[0].context_window, 0);
+        CHECK_EQ_INT(c->models[0].routes[1].context_window, 2048);
+        CHECK_EQ_INT(c->models[0].context_window, 4096);
+        CHECK_EQ_INT(c->models[0].max_output_tokens, 256);
+        mg_config_free(c);
+    }
+}
+
 /* The shipped example must always load. */
 static void test_example_file(void)
 {
@@ -981,6 +1033,7 @@ int main(void)
     MG_RUN(test_alias_budget);
     MG_RUN(test_load_file);
     MG_RUN(test_example_file);
+    MG_RUN(test_context_section);
     MG_RUN(test_operational_sections);
     MG_RUN(test_memory_degrade_knobs);
     return mg_test_summary();

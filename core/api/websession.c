@@ -1,5 +1,5 @@
-/* session: the dashboard's sessions; see session.h. */
-#include "api/session.h"
+/* websession: the dashboard's sessions; see session.h. */
+#include "api/websession.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "base/crypto.h"
 
-int mg_sessions_init(mg_sessions_t *s, int cap)
+int mg_websessions_init(mg_websessions_t *s, int cap)
 {
     s->slots = calloc((size_t)cap, sizeof(*s->slots));
     s->cap = s->slots ? cap : 0;
@@ -16,7 +16,7 @@ int mg_sessions_init(mg_sessions_t *s, int cap)
     return s->slots ? 0 : -1;
 }
 
-void mg_session_end(mg_session_t *se)
+void mg_websession_end(mg_websession_t *se)
 {
     if (se->tenant_token) {
         OPENSSL_cleanse(se->tenant_token, strlen(se->tenant_token));
@@ -25,9 +25,9 @@ void mg_session_end(mg_session_t *se)
     OPENSSL_cleanse(se, sizeof(*se));
 }
 
-void mg_sessions_free(mg_sessions_t *s)
+void mg_websessions_free(mg_websessions_t *s)
 {
-    for (int i = 0; i < s->cap; i++) mg_session_end(&s->slots[i]);
+    for (int i = 0; i < s->cap; i++) mg_websession_end(&s->slots[i]);
     free(s->slots);
     s->slots = NULL;
     s->cap = 0;
@@ -44,33 +44,33 @@ static int random_hex(char *out)
 }
 
 /* A free slot, else the one that expires first (ended). Expired ones are ended on the way. */
-static mg_session_t *free_slot(mg_sessions_t *s, uint64_t now_ms)
+static mg_websession_t *free_slot(mg_websessions_t *s, uint64_t now_ms)
 {
-    mg_session_t *best = NULL;
+    mg_websession_t *best = NULL;
     for (int i = 0; i < s->cap; i++) {
-        mg_session_t *se = &s->slots[i];
-        if (se->id_digest[0] && se->expires_ms <= now_ms) mg_session_end(se);
+        mg_websession_t *se = &s->slots[i];
+        if (se->id_digest[0] && se->expires_ms <= now_ms) mg_websession_end(se);
         if (!se->id_digest[0]) return se;
         if (!best || se->expires_ms < best->expires_ms) best = se;
     }
-    mg_session_end(best);
+    mg_websession_end(best);
     return best;
 }
 
-mg_session_t *mg_session_create(mg_sessions_t *s, mg_admin_role_t role, int64_t tenant_id,
+mg_websession_t *mg_websession_create(mg_websessions_t *s, mg_admin_role_t role, int64_t tenant_id,
                                 const char *tenant_token, int ttl_s, uint64_t now_ms,
                                 char *cookie)
 {
     if (s->cap <= 0) return NULL;
     char *tok = tenant_token ? strdup(tenant_token) : NULL;
     if (tenant_token && !tok) return NULL;
-    mg_session_t *se = free_slot(s, now_ms);
+    mg_websession_t *se = free_slot(s, now_ms);
     if (random_hex(cookie) != 0 || random_hex(se->csrf) != 0) {
         free(tok);
-        mg_session_end(se);
+        mg_websession_end(se);
         return NULL;
     }
-    mg_sha256_hex(cookie, MG_SESSION_ID_LEN, se->id_digest);
+    mg_sha256_hex(cookie, MG_WEBSESSION_ID_LEN, se->id_digest);
     se->expires_ms = now_ms + (uint64_t)ttl_s * 1000;
     se->role = role;
     se->tenant_id = role == MG_ADMIN_TENANT ? tenant_id : 0;
@@ -99,35 +99,35 @@ static int cookie_value(const char *header, const char *name, char *out, size_t 
     return -1;
 }
 
-mg_session_t *mg_session_find(mg_sessions_t *s, const mg_http_req_t *req, uint64_t now_ms)
+mg_websession_t *mg_websession_find(mg_websessions_t *s, const mg_http_req_t *req, uint64_t now_ms)
 {
     const char *h = mg_http_header(req, "Cookie");
-    char value[MG_SESSION_ID_LEN + 1], digest[65];
-    if (!h || cookie_value(h, MG_SESSION_COOKIE, value, sizeof(value)) != 0 ||
-        strlen(value) != MG_SESSION_ID_LEN)
+    char value[MG_WEBSESSION_ID_LEN + 1], digest[65];
+    if (!h || cookie_value(h, MG_WEBSESSION_COOKIE, value, sizeof(value)) != 0 ||
+        strlen(value) != MG_WEBSESSION_ID_LEN)
         return NULL;
-    mg_sha256_hex(value, MG_SESSION_ID_LEN, digest);
+    mg_sha256_hex(value, MG_WEBSESSION_ID_LEN, digest);
     OPENSSL_cleanse(value, sizeof(value));
     for (int i = 0; i < s->cap; i++) {
-        mg_session_t *se = &s->slots[i];
+        mg_websession_t *se = &s->slots[i];
         if (!se->id_digest[0] || !mg_const_time_eq(se->id_digest, 64, digest, 64)) continue;
         if (se->expires_ms > now_ms) return se;
-        mg_session_end(se);
+        mg_websession_end(se);
         return NULL;
     }
     return NULL;
 }
 
-mg_session_t *mg_session_by_serial(mg_sessions_t *s, uint64_t serial, uint64_t now_ms)
+mg_websession_t *mg_websession_by_serial(mg_websessions_t *s, uint64_t serial, uint64_t now_ms)
 {
     for (int i = 0; i < s->cap; i++) {
-        mg_session_t *se = &s->slots[i];
+        mg_websession_t *se = &s->slots[i];
         if (se->id_digest[0] && se->serial == serial) return se->expires_ms > now_ms ? se : NULL;
     }
     return NULL;
 }
 
-int mg_session_csrf_ok(const mg_session_t *se, const mg_http_req_t *req)
+int mg_websession_csrf_ok(const mg_websession_t *se, const mg_http_req_t *req)
 {
     const char *h = mg_http_header(req, "X-CSRF-Token");
     return h && mg_const_time_eq(se->csrf, strlen(se->csrf), h, strlen(h));

@@ -1,0 +1,172 @@
+-- policies/context.lua: how a conversation that does not fit the model's window is made to
+-- fit (edge PRD 3.3.4).
+--
+-- The core calls trim(ctx, budget) when the assembled messages of a chat request count more
+-- tokens than its budget (the model's context_window x (1 - context.safety_margin_ratio)
+-- minus the output reserve: the request's max_tokens, else the model's max_output_tokens).
+-- It is not called for context_policy "none": that request fails with 400 CONTEXT_TOO_LARGE.
+--
+-- It receives:
+--   ctx.messages       the assembled list: the leading system messages (platform rules, the
+--                      application's or session's system prompt, the session summary), the
+--                      history, then the current request
+--   ctx.tokens[i]      the tokens of ctx.messages[i], by the chat rule the budget uses
+--   ctx.n_leading      how many leading system messages there are (protected)
+--   ctx.first_current  the index of the current request's first message: it and everything
+--                      after it are protected (the question being asked is never cut)
+--   ctx.policy         "summary_and_recent" (the default) or "recent_only"
+--   ctx.overhead       tokens the list costs beyond its messages (the reply's priming)
+--   ctx.count(msg)     the tokens of a message (after a step rewrote it)
+--   budget             the most the list may count, overhead included
+--
+-- It returns the new message list and a report { steps = {"name", ...} } naming the steps
+-- that changed something, or nil and a reason when it cannot fit (the client gets 400
+-- CONTEXT_TOO_LARGE with the counts). The core re-counts what it returns and refuses a list
+-- still over budget, so a policy can never make the engine truncate.
+--
+-- The steps, in order, each re-counting (PRD 3.3.4):
+--   1. compress_tool_results (summary_and_recent): a tool result in the history longer than
+--      TOOL_RESULT_MAX_TOKENS keeps its first TOOL_RESULT_KEEP_CHARS characters. No notice
+--      text is added: the model sees a shorter result, never a gateway's remark.
+--   2. drop_oldest_turns: whole turns go, oldest first. A turn is a user message and every
+--      assistant and tool message after it up to the next user message, so a tool call and
+--      its result leave together, and an assistant message with reasoning is never cut.
+--   The earlier summary stays (it is a leading system message); summaries of the dropped
+--   turns are made by the core's summariser when configured, not here.
+--
+-- To change it, edit this file and send SIGHUP; selftest() must pass for the reload to be
+-- taken. For example: keep more of each tool result (TOOL_RESULT_KEEP_CHARS = 4000); never
+-- compress (remove step 1 from STEPS.summary_and_recent). Keep it a pure function of its
+-- arguments: no I/O, no clock, no global state.
+
+local M = { name = "context", version = 1 }
+
+local TOOL_RESULT_MAX_TOKENS = 512 -- a longer tool result in the history is compressed
+local TOOL_RESULT_KEEP_CHARS = 1200 -- what a compressed tool result keeps
+
+-- total(tokens, overhead): the list's count.
+local function total(tokens, overhead)
+    local n = overhead
+    for i = 1, #tokens do
+        n = n + tokens[i]
+    end
+    return n
+end
+
+-- copy(list): a shallow copy of an array.
+local function copy(list)
+    local out = {}
+    for i = 1, #list do
+        out[i] = list[i]
+    end
+    return out
+end
+
+-- compress_tool_results: shorter tool results in the history. Returns true when it changed one.
+local function compress_tool_results(st, budget)
+    local changed = false
+    for i = st.n_leading + 1, st.first_current - 1 do
+        local m = st.messages[i]
+        if total(st.tokens, st.overhead) <= budget then
+            break
+        end
+        if m.role == "tool" and type(m.content) == "string" and st.tokens[i] > TOOL_RESULT_MAX_TOKENS then
+            local short = {}
+            for k, v in pairs(m) do
+                short[k] = v
+            end
+            short.content = m.content:sub(1, TOOL_RESULT_KEEP_CHARS)
+            st.messages[i] = short
+            st.tokens[i] = st.count(short)
+            changed = true
+        end
+    end
+    return changed
+end
+
+-- turn_end(st, i): the last index of the turn that starts at i (a turn ends before the next
+-- user message, or before the current request).
+local function turn_end(st, i)
+    local j = i
+    while j + 1 < st.first_current and st.messages[j + 1].role ~= "user" do
+        j = j + 1
+    end
+    return j
+end
+
+-- drop_oldest_turns: whole turns out, oldest first, until the list fits. Returns true when
+-- it dropped one.
+local function drop_oldest_turns(st, budget)
+    local changed = false
+    while total(st.tokens, st.overhead) > budget and st.first_current > st.n_leading + 1 do
+        local first = st.n_leading + 1
+        local last = turn_end(st, first)
+        for _ = first, last do
+            table.remove(st.messages, first)
+            table.remove(st.tokens, first)
+        end
+        st.first_current = st.first_current - (last - first + 1)
+        changed = true
+    end
+    return changed
+end
+
+local STEPS = {
+    summary_and_recent = {
+        { "compress_tool_results", compress_tool_results },
+        { "drop_oldest_turns", drop_oldest_turns },
+    },
+    recent_only = { { "drop_oldest_turns", drop_oldest_turns } },
+}
+
+function M.trim(ctx, budget)
+    local steps = STEPS[ctx.policy] or STEPS.summary_and_recent
+    local st = {
+        messages = copy(ctx.messages),
+        tokens = copy(ctx.tokens),
+        n_leading = ctx.n_leading or 0,
+        first_current = ctx.first_current,
+        overhead = ctx.overhead or 3,
+        count = ctx.count,
+    }
+    local report = { steps = {} }
+    for _, step in ipairs(steps) do
+        if total(st.tokens, st.overhead) <= budget then
+            break
+        end
+        if step[2](st, budget) then
+            report.steps[#report.steps + 1] = step[1]
+        end
+    end
+    local n = total(st.tokens, st.overhead)
+    if n > budget then
+        return nil, string.format("the protected messages alone count %d tokens, over the budget of %d", n, budget)
+    end
+    return st.messages, report
+end
+
+function M.selftest()
+    local function count(m)
+        return 3 + #(m.content or "")
+    end
+    local msgs = {
+        { role = "system", content = "s" },
+        { role = "user", content = "aaaa" },
+        { role = "assistant", tool_calls = { { id = "1" } } },
+        { role = "tool", tool_call_id = "1", content = "bbbb" },
+        { role = "user", content = "cc" },
+    }
+    local tokens = {}
+    for i, m in ipairs(msgs) do
+        tokens[i] = count(m)
+    end
+    local out, rep = M.trim({ messages = msgs, tokens = tokens, n_leading = 1, first_current = 5,
+                              policy = "recent_only", overhead = 3, count = count }, 15)
+    assert(out and #out == 2 and out[2].content == "cc", "the oldest turn goes whole")
+    assert(rep.steps[1] == "drop_oldest_turns")
+    assert(M.trim({ messages = msgs, tokens = tokens, n_leading = 1, first_current = 5,
+                    policy = "recent_only", overhead = 3, count = count }, 5) == nil,
+           "protected messages over the budget cannot fit")
+end
+
+return M

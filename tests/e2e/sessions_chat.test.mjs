@@ -1,0 +1,333 @@
+// Chat on a session (issue 21, items 2 and 3): a request with session_id is answered on the
+// session's history and appends its turn (a whole streamed answer too, tool calls included);
+// a failed request appends nothing; concurrent requests on one session are serialised (the
+// second waits within its queue timeout, then 409 SESSION_BUSY).
+// The budget: context_window - max_tokens (safety margin 0 here), counted by the chat rule
+// with tiktoken's o200k_base over what the mock received; a conversation longer than the
+// window stays answerable, its oldest turns dropped whole (a tool call with its result);
+// what cannot fit is 400 CONTEXT_TOO_LARGE. Persistence off: sessions are memory only.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import OpenAI from 'openai';
+import { REPO_ROOT, startEnv, startGateway, postJson } from './lib/harness.mjs';
+
+const require = createRequire(path.join(REPO_ROOT, 'tests', 'package.json'));
+const { get_encoding } = require('tiktoken');
+const o200k = get_encoding('o200k_base');
+
+const WINDOW = 400;
+const MAX_TOKENS = 40;
+const BUDGET = WINDOW - MAX_TOKENS;
+
+let env, client;
+
+before(async () => {
+    env = await startEnv({
+        configure: (c) => ({
+            ...c,
+            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ' },
+            models: {
+                ...c.models,
+                talk: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-talk' }] },
+                summ: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-summ' }] },
+                // a fallback route on a smaller engine: the budget is the window every route holds
+                mixed: {
+                    tokenizer: 'o200k_base', context_window: 4000, max_output_tokens: MAX_TOKENS,
+                    routes: [{ provider: 'mock-openai', model: 'up-mixed' },
+                        { provider: 'mock-openai-b', model: 'up-mixed-small', priority: 1, context_window: WINDOW }],
+                },
+                small: {
+                    tokenizer: 'o200k_base', context_window: WINDOW, max_output_tokens: MAX_TOKENS,
+                    routes: [{ provider: 'mock-openai', model: 'up-small' }],
+                },
+            },
+        }),
+    });
+    client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
+});
+
+after(async () => {
+    await env?.close();
+});
+
+const tok = (s) => (typeof s === 'string' && s ? o200k.encode(s).length : 0);
+
+/** The chat rule of core/token/chat.h, over a message list. */
+function countMessages(msgs) {
+    let n = 3;
+    for (const m of msgs) {
+        n += 3 + tok(m.role) + tok(m.name) + (m.name ? 1 : 0) + tok(m.reasoning_content) + tok(m.tool_call_id);
+        if (Array.isArray(m.content)) for (const p of m.content) n += tok(p.text);
+        else n += tok(m.content);
+        for (const tc of m.tool_calls ?? []) n += tok(tc.function?.name) + tok(tc.function?.arguments) + 3;
+    }
+    return n;
+}
+
+async function newSession(body = {}) {
+    const r = await postJson(`${env.api}/sessions`, body);
+    assert.equal(r.status, 201, r.text);
+    return r.json.id;
+}
+
+async function messagesOf(id) {
+    const r = await fetch(`${env.api}/sessions/${id}/messages?limit=100`);
+    assert.equal(r.status, 200);
+    return (await r.json()).data.map((d) => d.message);
+}
+
+/** The body the mock received for the last request to upstream model `model`. */
+async function lastUpstream(model) {
+    const all = await env.mock.requests((r) => r.body?.model === model);
+    return all.at(-1)?.body;
+}
+
+describe('a session replays its history', () => {
+    test('each turn is sent with the ones before it and appended when it succeeded', async () => {
+        const id = await newSession({ system: 'You are terse.' });
+        const one = await client.chat.completions.create({
+            model: 'talk', messages: [{ role: 'user', content: 'first question' }], session_id: id,
+        });
+        assert.equal(one.session_id, id);
+        assert.ok(one.context && one.context.input_tokens > 0, JSON.stringify(one.context));
+        const answer1 = one.choices[0].message.content;
+        await client.chat.completions.create({
+            model: 'talk', messages: [{ role: 'user', content: 'second question' }], session_id: id,
+        });
+        const sent = await lastUpstream('up-talk');
+        assert.deepEqual(sent.messages.map((m) => [m.role, m.content]), [
+            ['system', 'You are terse.'], ['user', 'first question'], ['assistant', answer1],
+            ['user', 'second question'],
+        ]);
+        assert.equal(sent.session_id, undefined, 'the extension is not sent upstream');
+        const kept = await messagesOf(id);
+        assert.equal(kept.length, 4);
+        assert.equal(kept[3].role, 'assistant');
+        const s = await (await fetch(`${env.api}/sessions/${id}`)).json();
+        assert.equal(s.message_count, 4);
+        assert.equal(s.token_count, countMessages(kept) - 3);
+    });
+
+    test('a streamed answer is appended whole', async () => {
+        const id = await newSession();
+        const stream = await client.chat.completions.create({
+            model: 'talk', stream: true, messages: [{ role: 'user', content: 'stream it' }], session_id: id,
+        });
+        let text = '';
+        for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? '';
+        assert.ok(text.length > 0);
+        const kept = await messagesOf(id);
+        assert.deepEqual(kept.map((m) => m.role), ['user', 'assistant']);
+        assert.equal(kept[1].content, text);
+    });
+
+    test('an answer with tool calls is kept with them; the client sends the result next', async () => {
+        const id = await newSession();
+        const toolCall = { id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Oslo"}' } };
+        await env.mock.script({ model: 'up-talk', times: 1, action: { body: {
+            id: 'x', object: 'chat.completion', created: 1, model: 'up-talk',
+            choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [toolCall] }, finish_reason: 'tool_calls' }],
+            usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 },
+        } } });
+        await client.chat.completions.create({ model: 'talk', messages: [{ role: 'user', content: 'weather in Oslo?' }], session_id: id });
+        await client.chat.completions.create({
+            model: 'talk', session_id: id, messages: [{ role: 'tool', tool_call_id: 'call_1', content: 'sunny' }],
+        });
+        const sent = await lastUpstream('up-talk');
+        assert.deepEqual(sent.messages[1].tool_calls, [toolCall]);
+        assert.equal(sent.messages[2].role, 'tool');
+        const kept = await messagesOf(id);
+        assert.deepEqual(kept.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
+    });
+
+    test('a failed request appends nothing; an unknown session is 404', async () => {
+        const id = await newSession();
+        await env.mock.script({ model: 'up-talk', times: 4, action: { status: 500 } });
+        const r = await postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'fails' }], session_id: id });
+        assert.ok(r.status >= 500, r.text);
+        assert.equal((await messagesOf(id)).length, 0);
+        await env.mock.reset();
+        const nf = await postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'x' }], session_id: 'sess_000000000000000000000000' });
+        assert.equal(nf.status, 404);
+        assert.equal(nf.json.error.code, 'SESSION_NOT_FOUND');
+    });
+
+    test('a second request while one runs waits for it and is answered on its turn', async () => {
+        const id = await newSession();
+        await env.mock.script({ model: 'up-talk', times: 1, action: { delay_first_byte_ms: 600 } });
+        const slow = postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'slow' }], session_id: id });
+        await env.mock.waitRequest((r) => r.body?.messages?.at(-1)?.content === 'slow');
+        const next = await postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'next' }], session_id: id });
+        assert.equal(next.status, 200, next.text);
+        assert.equal((await slow).status, 200);
+        const sent = await lastUpstream('up-talk');
+        assert.deepEqual(sent.messages.map((m) => m.content).filter((c) => c === 'slow' || c === 'next'), ['slow', 'next'],
+            'the second ran after the first, on its history');
+        assert.deepEqual((await messagesOf(id)).map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+    });
+
+    test('a waiter past its queue timeout gets 409 SESSION_BUSY; the holder goes on', async () => {
+        const id = await newSession();
+        await env.mock.script({ model: 'up-talk', times: 1, action: { delay_first_byte_ms: 1500 } });
+        const slow = postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'slower' }], session_id: id });
+        await env.mock.waitRequest((r) => r.body?.messages?.at(-1)?.content === 'slower');
+        const busy = await postJson(`${env.api}/chat/completions`,
+            { model: 'talk', messages: [{ role: 'user', content: 'impatient' }], session_id: id, timeouts: { queue_ms: 200 } });
+        assert.equal(busy.status, 409, busy.text);
+        assert.equal(busy.json.error.code, 'SESSION_BUSY');
+        assert.equal((await slow).status, 200);
+        assert.deepEqual((await messagesOf(id)).map((m) => m.content), ['slower', (await messagesOf(id))[1].content]);
+    });
+
+    test('persistence off: a restart forgets the sessions (memory only, by design)', async () => {
+        const id = await newSession({ system: 'x' });
+        await env.gw.close();
+        env.gw = await startGateway(env.configPath);
+        env.api = `${env.gw.base}/v1`;
+        client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
+        assert.equal((await fetch(`${env.api}/sessions/${id}`)).status, 404);
+    });
+});
+
+describe('the budget and trimming', () => {
+    test('a long conversation stays answerable; every prompt the engine got is within budget', async () => {
+        const id = await newSession();
+        const filler = 'the quick brown fox jumps over the lazy dog '.repeat(4);
+        let trimmed = 0;
+        for (let i = 0; i < 12; i++) {
+            const r = await client.chat.completions.create({
+                model: 'small', session_id: id, messages: [{ role: 'user', content: `turn ${i}: ${filler}` }],
+            });
+            const sent = await lastUpstream('up-small');
+            const n = countMessages(sent.messages);
+            assert.ok(n <= BUDGET, `turn ${i}: ${n} tokens sent, budget ${BUDGET}`);
+            assert.equal(r.context.input_tokens, n, 'the report counts what was sent');
+            assert.equal(r.context.budget, BUDGET);
+            assert.equal(sent.messages.at(-1).content, `turn ${i}: ${filler}`, 'the question is never cut');
+            const firstTurn = sent.messages.find((m) => m.role !== 'system');
+            assert.equal(firstTurn.role, 'user', 'a turn starts with its question');
+            if (r.context.trimmed.length) trimmed++;
+        }
+        assert.ok(trimmed > 0, 'the window was passed and the history trimmed');
+    });
+
+    test('a tool call and its result leave together', async () => {
+        const id = await newSession();
+        const big = 'data '.repeat(60);
+        const toolCall = { id: 'call_9', type: 'function', function: { name: 'lookup', arguments: '{}' } };
+        await env.mock.script({ model: 'up-small', times: 1, action: { body: {
+            id: 'x', object: 'chat.completion', created: 1, model: 'up-small',
+            choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [toolCall] }, finish_reason: 'tool_calls' }],
+            usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 },
+        } } });
+        await client.chat.completions.create({ model: 'small', session_id: id, messages: [{ role: 'user', content: 'look it up' }] });
+        await client.chat.completions.create({ model: 'small', session_id: id, messages: [{ role: 'tool', tool_call_id: 'call_9', content: big }] });
+        for (let i = 0; i < 6; i++) {
+            await client.chat.completions.create({ model: 'small', session_id: id, messages: [{ role: 'user', content: `more ${i} ${'words '.repeat(30)}` }] });
+            const sent = await lastUpstream('up-small');
+            const calls = sent.messages.filter((m) => m.tool_calls).length;
+            const results = sent.messages.filter((m) => m.role === 'tool').length;
+            assert.equal(calls, results, `turn ${i}: ${JSON.stringify(sent.messages.map((m) => m.role))}`);
+            assert.ok(countMessages(sent.messages) <= BUDGET);
+        }
+    });
+
+    test('exact: a request at the budget is sent whole, a few tokens over is trimmed', async () => {
+        // a history turn and a question sized so the list counts exactly BUDGET
+        const history = [{ role: 'user', content: 'old question' }, { role: 'assistant', content: 'old answer' }];
+        // ' w' is one token of o200k_base: words are added until the list counts the budget
+        let text = 'q';
+        while (countMessages([...history, { role: 'user', content: text + ' w' }]) <= BUDGET) text += ' w';
+        const at = countMessages([...history, { role: 'user', content: text }]);
+        assert.equal(at, BUDGET);
+        const r1 = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: [...history, { role: 'user', content: text }] });
+        assert.equal(r1.status, 200, r1.text);
+        const sent1 = await lastUpstream('up-small');
+        assert.equal(sent1.messages.length, 3, `at ${at} of ${BUDGET}: sent whole`);
+        // now one over: a longer history message pushes it past
+        const over = [{ role: 'user', content: 'old question and more' }, history[1]];
+        const n2 = countMessages([...over, { role: 'user', content: text }]);
+        assert.ok(n2 > BUDGET);
+        const r2 = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: [...over, { role: 'user', content: text }] });
+        assert.equal(r2.status, 200, r2.text);
+        const sent2 = await lastUpstream('up-small');
+        assert.deepEqual(sent2.messages, [{ role: 'user', content: text }]);
+        assert.deepEqual(r2.json.context.trimmed, ['drop_oldest_turns']);
+        assert.equal(r2.json.context.input_tokens, countMessages(sent2.messages));
+        const line = await env.gw.requestLog(r2.json.request_id);
+        assert.equal(line.context_trimmed, 'drop_oldest_turns');
+        assert.equal(line.context_tokens, countMessages(sent2.messages));
+        assert.equal(line.context_budget, BUDGET);
+        assert.match(await env.gw.metrics(), /moongate_context_trimming_total\{step="drop_oldest_turns"\} [1-9]/);
+    });
+
+    test('a route with a smaller window than its model makes the budget', async () => {
+        const long = [{ role: 'user', content: 'x '.repeat(500) }, { role: 'assistant', content: 'y' }, { role: 'user', content: 'q' }];
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: long });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.context.budget, BUDGET);
+        const sent = await lastUpstream('up-mixed');
+        assert.ok(countMessages(sent.messages) <= BUDGET);
+    });
+
+    test('what cannot fit is 400 CONTEXT_TOO_LARGE with the counts; policy none does not trim', async () => {
+        const huge = 'word '.repeat(BUDGET);
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: [{ role: 'user', content: huge }] });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.code, 'CONTEXT_TOO_LARGE');
+        assert.match(r.json.error.message, new RegExp(`budget is ${BUDGET}`));
+        assert.match(await env.gw.metrics(), /moongate_context_too_large_total [1-9]/);
+        const long = [{ role: 'user', content: 'x '.repeat(500) }, { role: 'assistant', content: 'y' }, { role: 'user', content: 'q' }];
+        const none = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: long, context_policy: 'none' });
+        assert.equal(none.status, 400, none.text);
+        assert.equal(none.json.error.code, 'CONTEXT_TOO_LARGE');
+        const trims = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: long });
+        assert.equal(trims.status, 200, trims.text);
+        const reserve = await postJson(`${env.api}/chat/completions`, { model: 'small', max_tokens: WINDOW, messages: [{ role: 'user', content: 'q' }] });
+        assert.equal(reserve.status, 400, reserve.text);
+        assert.equal(reserve.json.error.code, 'CONTEXT_TOO_LARGE');
+    });
+});
+
+describe('summaries', () => {
+    test('near max_messages the older half is summarised through the pipeline at P4 and replaces those turns', async () => {
+        const id = await newSession({ max_messages: 8 });
+        for (let i = 0; i < 3; i++) {
+            await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: `fact ${i}` }] });
+        }
+        // six messages kept: three quarters of eight passed, the next request starts the summary
+        const from = env.gw.logs.length;
+        await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: 'fact 3' }] });
+        const line = await env.gw.waitLog((l) => l.model === 'summ' && l.path === '/v1/chat/completions', { timeoutMs: 5000, from });
+        assert.equal(line.priority, 'P4');
+        assert.equal(line.status, 200);
+        const asked = (await env.mock.requests((r) => r.body?.model === 'up-summ')).at(-1).body;
+        assert.match(asked.messages[1].content, /user: fact 0\nassistant: .*\nuser: fact 1\nassistant: /s);
+        assert.doesNotMatch(asked.messages[1].content, /fact 2/, 'the cut is at the middle turn');
+        let s;
+        for (let i = 0; i < 50; i++) {
+            s = await (await fetch(`${env.api}/sessions/${id}`)).json();
+            if (s.summary) break;
+            await new Promise((r) => setTimeout(r, 50));
+        }
+        assert.ok(s.summary && s.summary.startsWith('up-summ'), JSON.stringify(s));
+        const kept = await messagesOf(id);
+        assert.equal(kept[0].content, 'fact 2', 'the summarised turns left the session');
+        assert.equal(kept.length, 4, 'two left after the cut, and the turn that started it');
+        // the next request: system summary first, then the turns after the cut
+        const r = await client.chat.completions.create({ model: 'talk', session_id: id, messages: [{ role: 'user', content: 'what do you know?' }] });
+        assert.equal(r.context.summary_used, true);
+        const sent = await lastUpstream('up-talk');
+        assert.equal(sent.messages[0].role, 'system');
+        assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
+        assert.equal(sent.messages[1].content, 'fact 2');
+        assert.match(await env.gw.metrics(), /moongate_session_summaries_total\{outcome="ok"\} [1-9]/);
+    });
+});

@@ -1,0 +1,139 @@
+dofile("tests/lua/helper.lua")
+
+-- policies/context.lua as a pure function: each step, the protected parts, tool pairs and
+-- reasoning turns kept whole, the variants, the budget arithmetic. count() here is a stand-in
+-- (3 + the content's length); the core passes the chat rule of token/chat.h.
+describe("policies/context.lua", function()
+    local context
+
+    local function count(m)
+        return 3 + (type(m.content) == "string" and #m.content or 0)
+    end
+
+    local function ctx(msgs, n_leading, first_current, policy)
+        local tokens = {}
+        for i, m in ipairs(msgs) do
+            tokens[i] = count(m)
+        end
+        return { messages = msgs, tokens = tokens, n_leading = n_leading, first_current = first_current,
+                 policy = policy or "summary_and_recent", overhead = 3, count = count }
+    end
+
+    local function total(msgs)
+        local n = 3
+        for _, m in ipairs(msgs) do
+            n = n + count(m)
+        end
+        return n
+    end
+
+    local function roles(msgs)
+        local out = {}
+        for i, m in ipairs(msgs) do
+            out[i] = m.role
+        end
+        return table.concat(out, ",")
+    end
+
+    before_each(function()
+        context = dofile("policies/context.lua")
+    end)
+
+    it("is a module with name, version, trim and a passing selftest", function()
+        assert.equal("context", context.name)
+        assert.equal(1, context.version)
+        assert.is_function(context.trim)
+        assert.has_no.errors(context.selftest)
+    end)
+
+    local convo = {
+        { role = "system", content = "rules" },                 -- 1 leading
+        { role = "user", content = "q1-aaaaaaaaaa" },           -- 2 turn 1
+        { role = "assistant", content = "a1-aaaaaaaaaa" },      -- 3
+        { role = "user", content = "q2-bbbbbbbbbb" },           -- 4 turn 2
+        { role = "assistant", content = "a2-bbbbbbbbbb" },      -- 5
+        { role = "user", content = "now" },                     -- 6 current
+    }
+
+    it("a list within the budget is given back unchanged, no step reported", function()
+        local out, rep = context.trim(ctx(convo, 1, 6), total(convo))
+        assert.same(convo, out)
+        assert.same({}, rep.steps)
+    end)
+
+    it("drops the oldest whole turns until it fits, exactly at the budget", function()
+        local budget = total(convo) - 1 -- one over: turn 1 goes
+        local out, rep = context.trim(ctx(convo, 1, 6, "recent_only"), budget)
+        assert.equal("system,user,assistant,user", roles(out))
+        assert.equal("q2-bbbbbbbbbb", out[2].content)
+        assert.same({ "drop_oldest_turns" }, rep.steps)
+        assert.is_true(total(out) <= budget)
+        -- a budget that fits without turn 2 as well: both go, the system and the question stay
+        out = context.trim(ctx(convo, 1, 6, "recent_only"), total({ convo[1], convo[6] }))
+        assert.equal("system,user", roles(out))
+        assert.equal("now", out[2].content)
+    end)
+
+    it("never cuts the protected parts: nil and the counts when they alone are over", function()
+        local out, reason = context.trim(ctx(convo, 1, 6), total({ convo[1], convo[6] }) - 1)
+        assert.is_nil(out)
+        assert.matches("over the budget", reason)
+    end)
+
+    it("a tool call and its result leave together, with the turn that asked for them", function()
+        local msgs = {
+            { role = "user", content = "weather?" },
+            { role = "assistant", tool_calls = { { id = "c1", type = "function", ["function"] = { name = "w", arguments = "{}" } } } },
+            { role = "tool", tool_call_id = "c1", content = "sunny and warm" },
+            { role = "assistant", content = "It is sunny." },
+            { role = "user", content = "and tomorrow?" },
+        }
+        local out = context.trim(ctx(msgs, 0, 5, "recent_only"), total({ msgs[5] }))
+        assert.equal("user", roles(out))
+        for _, m in ipairs(out) do
+            assert.is_nil(m.tool_calls)
+        end
+    end)
+
+    it("an assistant turn with reasoning is kept whole or dropped whole", function()
+        local msgs = {
+            { role = "user", content = "think" },
+            { role = "assistant", content = "answer", reasoning_content = "long thoughts" },
+            { role = "user", content = "again" },
+        }
+        local out = context.trim(ctx(msgs, 0, 3), total(msgs)) -- fits: untouched
+        assert.equal("long thoughts", out[2].reasoning_content)
+        out = context.trim(ctx(msgs, 0, 3), total(msgs) - 1)
+        assert.equal("user", roles(out))
+    end)
+
+    it("summary_and_recent compresses a long tool result first, with no notice text", function()
+        local long = string.rep("x", 3000)
+        local msgs = {
+            { role = "user", content = "fetch" },
+            { role = "assistant", tool_calls = { { id = "c", type = "function", ["function"] = { name = "f", arguments = "{}" } } } },
+            { role = "tool", tool_call_id = "c", content = long },
+            { role = "user", content = "summarise it" },
+        }
+        local budget = total(msgs) - 1000
+        local out, rep = context.trim(ctx(msgs, 0, 4), budget)
+        assert.equal("user,assistant,tool,user", roles(out))
+        assert.equal(string.rep("x", 1200), out[3].content) -- a prefix of the result, nothing added
+        assert.same({ "compress_tool_results" }, rep.steps)
+        assert.equal(long, msgs[3].content, "the input is not changed")
+        -- recent_only does not compress: the turn goes whole
+        out, rep = context.trim(ctx(msgs, 0, 4, "recent_only"), budget)
+        assert.equal("user", roles(out))
+        assert.same({ "drop_oldest_turns" }, rep.steps)
+    end)
+
+    it("the current request's tool results are protected too", function()
+        local long = string.rep("y", 3000)
+        local msgs = {
+            { role = "assistant", tool_calls = { { id = "c", type = "function", ["function"] = { name = "f", arguments = "{}" } } } },
+            { role = "tool", tool_call_id = "c", content = long },
+        }
+        local out = context.trim(ctx(msgs, 0, 1), 100)
+        assert.is_nil(out)
+    end)
+end)

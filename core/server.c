@@ -568,6 +568,7 @@ int mg_server_run(mg_server_t *s)
     mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
+    mg_metrics_free(&s->metrics);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

@@ -290,7 +290,9 @@ static void on_dispatch(mg_sched_entry_t *e)
     call_t *c = e->data;
     c->queued = 0;
     take_admission(c);
-    mg_metrics_queue_time(c->pl->metrics, ms_since(c->t_start, uv_hrtime()) / 1000.0);
+    mg_metrics_queue_time_of(c->pl->metrics, c->app ? c->app->name : NULL,
+                             c->model ? c->model->name : NULL,
+                             ms_since(c->t_start, uv_hrtime()) / 1000.0);
     task_to(c, MG_TASK_DISPATCHING, "slot_available");
     mg_call_run(c); /* at c->step: route */
 }

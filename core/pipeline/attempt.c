@@ -60,6 +60,8 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
     int success = outcome == ATTEMPT_OK;
     mg_pool_record(ps, success);
     ps->status_counts[c->up_status / 100 <= 5 ? c->up_status / 100 : 0]++;
+    mg_metrics_provider_answer(c->pl->metrics, c->provider->id, c->provider->pool, c->up_status,
+                               (double)(now - c->attempt_start_ms) / 1000.0);
     /* a 4xx other than 429 is the client's doing: neither a breaker nor a health failure */
     int provider_fault = !success && (c->up_status == 0 || c->up_status == 429 ||
                                       c->up_status >= 500 || c->up_status < 400);

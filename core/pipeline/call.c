@@ -331,6 +331,33 @@ void release_on_cancel(call_t *c, const char *reason)
     c->released_ns = uv_hrtime();
 }
 
+/* The labelled families' view of the call (obs/metrics.h). */
+static void call_observe(call_t *c, double seconds)
+{
+    int blocked = c->attempts == 0 && (c->status == 401 || c->status == 403 || c->status == 429);
+    mg_call_obs_t o = {
+        .ep = c->ep,
+        .application = c->app ? c->app->name : NULL,
+        .model = c->model ? c->model->name : NULL,
+        .priority = c->priority,
+        .provider_kind = c->provider ? c->provider->adapter : NULL,
+        .upstream_model = c->upstream_model,
+        .degraded = c->degraded,
+        .cancel_reason = c->outcome && strcmp(c->outcome, "cancelled") == 0
+                             ? (c->cancel_reason ? c->cancel_reason : "client_disconnected")
+                             : NULL,
+        .blocked_reason = blocked ? c->error_code : NULL,
+        .status = c->status,
+        .stream = c->stream,
+        .attempts = c->attempts,
+        .duration_s = seconds,
+        .first_token_s = c->stream && c->t_first ? ms_since(c->t_start, c->t_first) / 1000.0 : -1,
+        .prompt_tokens = c->prompt_tokens,
+        .completion_tokens = c->completion_tokens,
+    };
+    mg_metrics_call(c->pl->metrics, &o);
+}
+
 static void call_log(call_t *c)
 {
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
@@ -344,6 +371,7 @@ static void call_log(call_t *c)
     m->tokens_completion_total += (uint64_t)c->completion_tokens;
     if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
     if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
+    call_observe(c, (double)ms_since(c->t_start, now) / 1000.0);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;

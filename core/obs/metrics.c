@@ -73,6 +73,9 @@ static const mg_family_def_t family_defs[MG_FAM_COUNT] = {
                                MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
     [MG_FAM_CANCELLATION] = {"moongate_cancellation_total", "Tasks cancelled, by reason.",
                              MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
+    [MG_FAM_COST] = {"moongate_cost_total",
+                      "Spend metered: tokens at the provider's cost_per_1k_tokens (currency units).",
+                      MG_FAMILY_COUNTER, 2, {"application", "model"}, NULL, 0, 64},
     [MG_FAM_SC_LATENCY] = {"sidecar_latency_seconds",
                            "Inference requests: time from the request to the end of its answer.",
                            MG_FAMILY_HISTOGRAM, 0, {NULL}, bucket_le, MG_METRICS_BUCKETS, 2},
@@ -174,6 +177,7 @@ void mg_metrics_call(mg_metrics_t *m, const mg_call_obs_t *o)
         tok[2] = "output";
         mg_family_add(mg_metrics_family(m, MG_FAM_TOKENS), tok, (double)o->completion_tokens);
         tokens_per_second(m, o);
+        mg_family_add(mg_metrics_family(m, MG_FAM_COST), am, o->cost);
     }
     if (o->degraded && o->status < 400) {
         const char *dg[3] = {o->application, o->model, o->upstream_model};

@@ -36,6 +36,7 @@ typedef enum {
     MG_FAM_DEGRADATION,        /* moongate_degradation_total{application,from_model,to_model} */
     MG_FAM_POLICY_BLOCKED,     /* moongate_policy_blocked_total{application,reason} */
     MG_FAM_CANCELLATION,       /* moongate_cancellation_total{application,reason} */
+    MG_FAM_COST,               /* moongate_cost_total{application,model} */
     MG_FAM_SC_LATENCY,         /* sidecar_latency_seconds */
     MG_FAM_SC_PROVIDER_REQUESTS, /* sidecar_provider_requests_total{provider_id,pool,status_code} */
     MG_FAM_SC_PROVIDER_LATENCY,  /* sidecar_provider_latency_seconds{provider_id} */
@@ -106,6 +107,7 @@ typedef struct mg_call_obs_s {
     double first_token_s;       /* < 0: no first token (not a stream, or none came) */
     long long prompt_tokens, completion_tokens; /* counted only for calls that reached an
                                                    upstream */
+    double cost;                /* the tokens at the provider's cost_per_1k_tokens */
 } mg_call_obs_t;
 void mg_metrics_call(mg_metrics_t *m, const mg_call_obs_t *o);
 /* The time a call of (application, model) waited for its slot (and the unlabelled sum). */

@@ -354,6 +354,9 @@ static void call_observe(call_t *c, double seconds)
         .first_token_s = c->stream && c->t_first ? ms_since(c->t_start, c->t_first) / 1000.0 : -1,
         .prompt_tokens = c->prompt_tokens,
         .completion_tokens = c->completion_tokens,
+        .cost = c->provider ? (double)(c->prompt_tokens + c->completion_tokens) / 1000.0 *
+                                  c->provider->cost_per_1k_tokens
+                            : 0,
     };
     mg_metrics_call(c->pl->metrics, &o);
 }

@@ -316,16 +316,33 @@ void mg_log_end(mg_logline_t *l)
     emit(l->buf, l->len);
 }
 
-void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
+static void log_msgv(mg_log_level_t level, const char *request_id, const char *trace_id,
+                     const char *fmt, va_list ap)
 {
-    if (!mg_log_enabled(level)) return;
     char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
     mg_logline_t l;
     mg_log_begin(&l, level, text);
     if (request_id) mg_log_str(&l, "request_id", request_id);
+    if (trace_id && trace_id[0]) mg_log_str(&l, "trace_id", trace_id);
     mg_log_end(&l);
+}
+
+void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
+{
+    if (!mg_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_msgv(level, request_id, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void mg_log_msg_traced(mg_log_level_t level, const char *request_id, const char *trace_id,
+                       const char *fmt, ...)
+{
+    if (!mg_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_msgv(level, request_id, trace_id, fmt, ap);
+    va_end(ap);
 }

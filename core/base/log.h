@@ -43,6 +43,9 @@ void mg_log_end(mg_logline_t *l);
 /* One-shot message with an optional request id (NULL for none). */
 void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with the request's trace id (NULL or "" for none). */
+void mg_log_msg_traced(mg_log_level_t level, const char *request_id, const char *trace_id,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* JSON string escaping into dst (always NUL-terminated when cap > 0); returns bytes written. */
 size_t mg_json_escape(char *dst, size_t cap, const char *src, size_t n);

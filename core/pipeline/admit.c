@@ -30,8 +30,7 @@ static int user_rate_refused(call_t *c)
     int rc = mg_userrate_take(c->pl->userrate, key, (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
                               (uint32_t)limit, uv_now(c->pl->loop), &wait_ms);
     if (rc == MG_USERRATE_FULL)
-        mg_log_msg(MG_LOG_WARN, c->req ? c->req->request_id : NULL,
-                   "per-user rate: too many active users to track; request not counted");
+        call_msg(c, MG_LOG_WARN, "per-user rate: too many active users to track; request not counted");
     if (rc != MG_USERRATE_LIMITED) return 0;
     call_error(c, 429, "RATE_LIMITED", "this user's requests per minute are used up",
                (int)wait_ms);

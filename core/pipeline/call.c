@@ -88,7 +88,8 @@ static void on_task_transition(const mg_task_t *t, const mg_task_transition_t *t
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "task_state_change");
     mg_log_str(&l, "task_id", c->req ? c->req->request_id : NULL);
-    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    if (c->req) mg_http_log_ids(&l, c->req);
+    else mg_log_str(&l, "request_id", NULL);
     mg_log_str(&l, "from_state", mg_task_state_name(tr->from));
     mg_log_str(&l, "to_state", mg_task_state_name(tr->to));
     mg_log_str(&l, "reason", tr->reason);
@@ -379,7 +380,9 @@ static void call_log(call_t *c)
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;
     mg_log_begin(&l, level, "request");
-    mg_log_str(&l, "request_id", req->request_id);
+    mg_http_log_ids(&l, req);
+    if (req->trace.parent_id[0]) mg_log_str(&l, "parent_span_id", req->trace.parent_id);
+    if (c->attempts && c->up_span[0]) mg_log_str(&l, "upstream_span_id", c->up_span);
     mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
     mg_log_str(&l, "path", req->path);
     mg_log_int(&l, "status", c->status);
@@ -394,6 +397,8 @@ static void call_log(call_t *c)
         mg_log_double(&l, "released_after_ms", ms_since(c->cancel_ns, c->released_ns));
     }
     mg_log_str(&l, "priority", c->priority);
+    if (c->app) mg_log_str(&l, "application", c->app->name);
+    if (c->user[0]) mg_log_str(&l, "user_id", c->user);
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     char rb[32]; /* "emergency, shorter_output" at most */
     const char *reason = degraded_reason(c, rb, sizeof(rb));

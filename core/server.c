@@ -10,6 +10,8 @@
 
 #include "token/registry.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,7 @@ static void apply_log_level(const mg_config_t *cfg)
 {
     mg_log_level_t lv;
     if (mg_log_level_parse(cfg->log_level, &lv) == 0) mg_log_set_level(lv);
+    mg_log_set_text(cfg->log_text);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -288,9 +291,11 @@ static void close_everything(mg_server_t *s)
     uv_signal_stop(&s->sig_hup);
     uv_signal_stop(&s->sig_term);
     uv_signal_stop(&s->sig_int);
+    uv_signal_stop(&s->sig_usr1);
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
+    uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
 }
 
@@ -332,6 +337,12 @@ static void on_signal(uv_signal_t *h, int signum)
     mg_server_t *s = h->data;
     if (signum == SIGHUP) {
         mg_server_reload(s);
+    } else if (signum == SIGUSR1) {
+        /* logrotate moved the file: one open(2) on the loop, once per rotation */
+        if (mg_log_reopen() != 0)
+            mg_log_msg(MG_LOG_ERROR, NULL, "log.file: cannot reopen: %s", strerror(errno));
+        else
+            mg_log_msg(MG_LOG_INFO, NULL, "log.file reopened");
     } else if (s->proc.stopping) {
         mg_log_msg(MG_LOG_WARN, NULL, "second stop signal: closing now");
         close_everything(s);
@@ -406,6 +417,11 @@ static int start_state(mg_server_t *s, const char *config_path)
     s->gens.next_id++;
     mg_gens_swap(&s->gens, g);
     apply_log_level(g->cfg);
+    if (g->cfg->log_file && mg_log_open(g->cfg->log_file) != 0) {
+        fprintf(stderr, "moongate: %s: log.file %s: %s\n", config_path, g->cfg->log_file,
+                strerror(errno));
+        return -1;
+    }
     load_tokenizers(g->cfg);
     mg_store_opts_t so = {.queue_max = g->cfg->storage_queue_max,
                           .synchronous_full = g->cfg->storage_synchronous_full};
@@ -521,10 +537,12 @@ static void start_loop_hooks(mg_server_t *s)
     uv_signal_init(s->loop, &s->sig_hup);
     uv_signal_init(s->loop, &s->sig_term);
     uv_signal_init(s->loop, &s->sig_int);
-    s->sig_hup.data = s->sig_term.data = s->sig_int.data = s;
+    uv_signal_init(s->loop, &s->sig_usr1);
+    s->sig_hup.data = s->sig_term.data = s->sig_int.data = s->sig_usr1.data = s;
     uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    uv_signal_start(&s->sig_usr1, on_signal, SIGUSR1);
 }
 
 int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)

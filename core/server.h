@@ -64,7 +64,7 @@ typedef struct mg_server_s {
     int stopping_hard;          /* closing everything: dispatch no more */
     uv_timer_t drain_timer;
     uint64_t drain_started;     /* loop time of the stop signal */
-    uv_signal_t sig_hup, sig_term, sig_int;
+    uv_signal_t sig_hup, sig_term, sig_int, sig_usr1; /* SIGUSR1: log.file reopened */
     int exit_code;
 } mg_server_t;
 

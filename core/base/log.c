@@ -1,6 +1,8 @@
 /* log: JSON lines with a per-loop-iteration buffered writer (see log.h). */
 #include "base/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,7 +26,59 @@ static struct {
     int attached;
     char *buf;
     size_t len, cap;
-} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0};
+    int fd;     /* STDOUT_FILENO, or log.file's */
+    char *path; /* owned: log.file, or NULL */
+    int text;   /* log.format: text */
+} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, STDOUT_FILENO, NULL, 0};
+
+void mg_log_set_text(int text)
+{
+    g_log.text = text;
+}
+
+static int open_append(const char *path)
+{
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+}
+
+int mg_log_open(const char *path)
+{
+    int fd = open_append(path);
+    if (fd < 0) return -1;
+    char *p = strdup(path);
+    if (!p) {
+        close(fd);
+        errno = ENOMEM;
+        return -1;
+    }
+    pthread_mutex_lock(&g_log_mutex);
+    if (g_log.fd != STDOUT_FILENO) close(g_log.fd);
+    g_log.fd = fd;
+    free(g_log.path);
+    g_log.path = p;
+    pthread_mutex_unlock(&g_log_mutex);
+    return 0;
+}
+
+static void flush_locked(void);
+
+int mg_log_reopen(void)
+{
+    pthread_mutex_lock(&g_log_mutex);
+    int rc = 0;
+    if (g_log.path) {
+        flush_locked(); /* what was logged before the signal goes to the old file */
+        int fd = open_append(g_log.path);
+        if (fd >= 0) {
+            close(g_log.fd);
+            g_log.fd = fd;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&g_log_mutex);
+    return rc;
+}
 
 void mg_log_set_level(mg_log_level_t level)
 {
@@ -50,7 +104,7 @@ int mg_log_level_parse(const char *s, mg_log_level_t *out)
 static void write_all(const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = write(STDOUT_FILENO, p, n);
+        ssize_t w = write(g_log.fd, p, n);
         if (w < 0) return; /* nowhere to report a failing log */
         p += w;
         n -= (size_t)w;
@@ -177,9 +231,26 @@ static void append(mg_logline_t *l, const char *s, size_t n)
 
 static void append_key(mg_logline_t *l, const char *key)
 {
+    if (g_log.text) {
+        append(l, " ", 1);
+        append(l, key, strlen(key));
+        append(l, "=", 1);
+        return;
+    }
     append(l, ",\"", 2);
     append(l, key, strlen(key));
     append(l, "\":", 2);
+}
+
+/* A text-format value goes bare when it is one plain word, quoted (JSON escapes) otherwise. */
+static int plain_word(const char *s, size_t n)
+{
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c >= 0x7f) return 0;
+    }
+    return 1;
 }
 
 static void append_escaped(mg_logline_t *l, const char *s, size_t n)
@@ -187,6 +258,10 @@ static void append_escaped(mg_logline_t *l, const char *s, size_t n)
     char tmp[1024];
     /* Long values are cut: a log line must stay a line, not a dump. */
     size_t w = mg_json_escape(tmp, sizeof(tmp), s, n);
+    if (g_log.text && plain_word(tmp, w)) {
+        append(l, tmp, w);
+        return;
+    }
     append(l, "\"", 1);
     append(l, tmp, w);
     append(l, "\"", 1);
@@ -219,10 +294,19 @@ void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
     int ms = (int)(tv.tv_usec / 1000);
     l->overflow = 0;
     l->len = 0;
-    append(l, "{\"ts\":\"", 7);
-    append(l, ts_cache.text, strlen(ts_cache.text));
     char frac[8] = {'.', (char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10),
                     'Z', '"'};
+    if (g_log.text) { /* "2026-08-03T06:56:00.123Z info msg key=value ..." */
+        append(l, ts_cache.text, strlen(ts_cache.text));
+        append(l, frac, 5);
+        append(l, " ", 1);
+        append(l, level_names[level], strlen(level_names[level]));
+        append(l, " ", 1);
+        append_escaped(l, msg, strlen(msg));
+        return;
+    }
+    append(l, "{\"ts\":\"", 7);
+    append(l, ts_cache.text, strlen(ts_cache.text));
     append(l, frac, 6);
     append(l, ",\"level\":\"", 10);
     append(l, level_names[level], strlen(level_names[level]));
@@ -307,11 +391,13 @@ void mg_log_bool(mg_logline_t *l, const char *key, int value)
 
 void mg_log_end(mg_logline_t *l)
 {
-    if (l->overflow && l->len + 20 < sizeof(l->buf)) {
-        memcpy(l->buf + l->len, ",\"truncated\":true", 17);
-        l->len += 17;
+    const char *mark = g_log.text ? " truncated=true" : ",\"truncated\":true";
+    size_t mark_len = strlen(mark);
+    if (l->overflow && l->len + mark_len + 3 < sizeof(l->buf)) {
+        memcpy(l->buf + l->len, mark, mark_len);
+        l->len += mark_len;
     }
-    l->buf[l->len++] = '}';
+    if (!g_log.text) l->buf[l->len++] = '}';
     l->buf[l->len++] = '\n';
     emit(l->buf, l->len);
 }

@@ -1,4 +1,5 @@
-/* log: JSON log lines, one object per line on stdout.
+/* log: JSON log lines, one object per line on stdout (or log.file; log.format: text gives
+ * "ts level msg key=value ..." lines instead).
  *
  * Lines are built in memory and appended to a buffer that is flushed once per
  * loop iteration (and whenever it grows past 64 KiB), so a busy loop pays one
@@ -23,6 +24,14 @@ typedef struct mg_logline_s {
 } mg_logline_t;
 
 void mg_log_set_level(mg_log_level_t level);
+/* 1: key=value lines for a terminal (log.format: text); 0: JSON objects (the default). */
+void mg_log_set_text(int text);
+/* Append to the file at path instead of stdout (log.file). 0, or -1 with errno (the sink is
+ * unchanged). Before the loop starts. */
+int mg_log_open(const char *path);
+/* Open log.file again (SIGUSR1, after logrotate moved it): the lines buffered so far go to
+ * the old file first. 0 (also with no file: stdout stays), or -1 (the old file is kept). */
+int mg_log_reopen(void);
 int mg_log_level_parse(const char *s, mg_log_level_t *out);
 int mg_log_enabled(mg_log_level_t level);
 

@@ -194,6 +194,9 @@ typedef struct mg_config_s {
     char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */
     char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
     bool task_events;        /* log every task state change (log.task_events), default true */
+    bool log_text;           /* log.format: text (key=value lines for a terminal); default json */
+    char *log_file;          /* owned, may be NULL (stdout): log.file, appended to, reopened on
+                                SIGUSR1 (logrotate); read at start only */
     int tasks_retention_seconds; /* async task records kept this long (tasks.retention_seconds),
                                     default 86400 */
     int idempotency_ttl_seconds; /* a stored answer replays this long (idempotency.ttl_seconds),

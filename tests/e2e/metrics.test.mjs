@@ -15,6 +15,7 @@ before(async () => {
         scheduler: { max_queued_tasks: 77 },
         configure(c) {
             c.providers.find((p) => p.id === 'mock-openai-b').rpm_limit = 100;
+            c.providers.find((p) => p.id === 'mock-openai').cost_per_1k_tokens = 2;
             return c;
         },
     });
@@ -100,7 +101,13 @@ describe('metrics', () => {
         assert.equal(sample(text, 'moongate_request_duration_seconds_count{application="shop",model="chat"}'), 5);
         assert.equal(sample(text, 'moongate_first_token_latency_seconds_count{application="shop",model="chat"}'), 3);
         assert.equal(sample(text, 'moongate_queue_time_seconds_count{application="shop",model="chat"}'), 5);
-        assert.ok(sample(text, 'moongate_tokens_total{application="shop",model="chat",direction="output"}') > 0);
+        const tokensIn = sample(text, 'moongate_tokens_total{application="shop",model="chat",direction="input"}');
+        const tokensOut = sample(text, 'moongate_tokens_total{application="shop",model="chat",direction="output"}');
+        assert.ok(tokensIn > 0 && tokensOut > 0);
+        // the spend: tokens at mock-openai's 2 per 1,000
+        assert.ok(Math.abs(sample(text, 'moongate_cost_total{application="shop",model="chat"}') - (tokensIn + tokensOut) * 0.002) < 1e-9);
+        // the cooldown the 429 started
+        assert.equal(sample(text, 'sidecar_cooldown_events_total{provider_id="mock-openai"}'), 1);
         assert.ok(sample(text, 'moongate_tokens_per_second{model="chat"}') > 0);
         assert.equal(sample(text, 'moongate_active_tasks{application="shop",model="chat"}'), undefined, 'none active now');
         assert.equal(sample(text, 'moongate_queue_capacity'), 77);

@@ -338,6 +338,8 @@ static const mg_app_conf_t *app_of(const call_t *c, const char *named)
 static void sanitize_tree(call_t *c)
 {
     cJSON *req_meta = cJSON_DetachItemFromObjectCaseSensitive(c->body, "metadata");
+    const cJSON *sid = cJSON_GetObjectItemCaseSensitive(c->body, "session_id");
+    if (cJSON_IsString(sid)) snprintf(c->session_id, sizeof(c->session_id), "%s", sid->valuestring);
     sanitize(c);
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(req_meta, "application");
     c->app = app_of(c, cJSON_IsString(meta) ? meta->valuestring : NULL);

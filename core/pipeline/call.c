@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/crypto.h"
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
@@ -362,6 +363,10 @@ static void call_observe(call_t *c, double seconds)
     mg_metrics_call(c->pl->metrics, &o);
 }
 
+/* Bodies up to this size get a prompt_hash in the request log (SHA-256 of 64 KiB: tens of
+ * microseconds). */
+#define PROMPT_HASH_MAX (64 * 1024)
+
 static void call_log(call_t *c)
 {
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
@@ -399,6 +404,14 @@ static void call_log(call_t *c)
     mg_log_str(&l, "priority", c->priority);
     if (c->app) mg_log_str(&l, "application", c->app->name);
     if (c->user[0]) mg_log_str(&l, "user_id", c->user);
+    if (c->session_id[0]) mg_log_str(&l, "session_id", c->session_id);
+    /* the prompt as the client sent it, hashed, never its text; bounded so that a huge body
+       does not hold the loop (PROMPT_HASH_MAX) */
+    if (req->body && req->body_len <= PROMPT_HASH_MAX) {
+        char hash[7 + 65] = "sha256:";
+        mg_sha256_hex(req->body, req->body_len, hash + 7);
+        mg_log_str(&l, "prompt_hash", hash);
+    }
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     char rb[32]; /* "emergency, shorter_output" at most */
     const char *reason = degraded_reason(c, rb, sizeof(rb));

@@ -135,6 +135,7 @@ typedef struct call_s {
     const char *priority;        /* "P0".."P4" (static) */
     const mg_app_conf_t *app;    /* metadata.application, when configured */
     char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
+    char session_id[128];        /* the body's session_id extension (cut), or "": logged */
     /* a model served through a provider's model_prefix rather than a logical model */
     mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
     char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */

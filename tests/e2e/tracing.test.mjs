@@ -6,6 +6,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { startEnv, postJson, postStream, TEST_KEY } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'admin-token-for-tracing-0123456789';
@@ -154,6 +155,18 @@ describe('trace context', () => {
         assert.ok(spans.every((m) => m && m[1] === CLIENT_TRACE));
         assert.notEqual(spans[0][2], spans[1][2], 'one span per attempt');
         assert.equal((await env.gw.requestLog(rid)).upstream_span_id, spans[1][2], 'the last attempt logged');
+    });
+
+    test('the request line: session, user, and the prompt as a hash, never its text', async () => {
+        const body = { ...chat(), messages: [{ role: 'user', content: 'a secret plan 42' }], session_id: 'session-001',
+            metadata: { user_id: 'user-1001' } };
+        const r = await postJson(`${env.api}/chat/completions`, body, { headers: auth() });
+        assert.equal(r.status, 200, r.text);
+        const req = await env.gw.requestLog(r.headers.get('x-request-id'));
+        assert.equal(req.session_id, 'session-001');
+        assert.equal(req.user_id, 'user-1001');
+        assert.equal(req.prompt_hash, `sha256:${crypto.createHash('sha256').update(JSON.stringify(body)).digest('hex')}`);
+        assert.ok(!env.gw.stdoutText().includes('a secret plan 42'), 'no prompt text in the log');
     });
 
     test('no secret in any log line', async () => {

@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CONFIG ?= config/moongate.yaml
 JOBS ?= 2
 
-.PHONY: all setup build run test asan fuzz bench clean
+.PHONY: all setup build run test asan fuzz bench package clean
 
 all: build
 
@@ -41,5 +41,12 @@ bench: build
 	@bench/run
 	@bench/micro
 
+# The Debian package (build-pkg/moongate_<version>_<arch>.deb): a Release build, CPack.
+package: setup
+	@cmake -S . -B build-pkg -DCMAKE_BUILD_TYPE=Release -DMOONGATE_LLHTTP_SSE42=OFF >/dev/null
+	@cmake --build build-pkg -j$(JOBS) --target moongate
+	@cd build-pkg && cpack -G DEB
+	@ls build-pkg/moongate_*.deb
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-pkg

@@ -13,14 +13,22 @@
 --     temperature, top_p, top_k, seed, stop, frequency_penalty, presence_penalty -> options.
 --   * response_format json_object -> format = "json"; json_schema -> format = the schema.
 --   * Message content parts: text parts are joined with "\n"; image_url parts must be
---     data: URLs (Ollama cannot fetch URLs) and go to images[] as bare base64. Other part
---     types raise an error (the core then skips this candidate).
+--     data: URLs (Ollama cannot fetch URLs) and go to images[] as bare base64.
+--   * Refusals (lua/README.md): what Ollama cannot take is util.not_for_route (another
+--     route may serve it; else the client gets 400 with the reason and the param): an
+--     image URL, other part types (input_audio, file), token-array prompts and embedding
+--     inputs. What no route could take is util.invalid_request (400 at once): tool-call
+--     arguments in the history that are not JSON.
 --   * Tools: `tools` is passed through (Ollama uses the OpenAI shape). Tool calls come back with
 --     arguments as an object and are returned OpenAI-style, arguments as a JSON string, with
 --     finish_reason "tool_calls". Assistant tool calls in the history go the other way.
 --   * Embeddings honour encoding_format = "base64" (the official OpenAI SDKs ask for it by
 --     default) by packing the vector as float32, as OpenAI does.
---   * Not mapped (Ollama has no equivalent): n > 1, logprobs, logit_bias, tool_choice, user.
+--   * Every OpenAI parameter is honoured, emulated or refused (UNSUPPORTED below), never
+--     dropped: the tables in lua/README.md ("Parameters per adapter") say which. Emulated:
+--     tool_choice (tool_plan), parallel_tool_calls = false (the first call kept), echo.
+--   * Reasoning: reasoning_effort (or Ollama's own think) -> think; message.thinking ->
+--     reasoning_content, in answers and in stream deltas as it arrives.
 
 local util = require("moongate.util")
 local json = require("moongate.json")
@@ -64,8 +72,9 @@ end
 -- encode: OpenAI request -> Ollama request
 ---------------------------------------------------------------------------------------------
 
--- The text and images of one message's content (a string, null, or an array of parts).
-local function split_content(content)
+-- The text and images of one message's content (a string, null, or an array of parts);
+-- `where` names the content in a refusal ("messages[2].content").
+local function split_content(content, where)
     content = nonnull(content)
     if content == nil then
         return "", nil
@@ -74,32 +83,36 @@ local function split_content(content)
         return content, nil
     end
     local texts, images = {}, array()
-    for _, part in ipairs(content) do
+    for i, part in ipairs(content) do
+        local at = where .. "[" .. (i - 1) .. "]"
         if part.type == "text" then
             texts[#texts + 1] = part.text
         elseif part.type == "image_url" then
             local url = type(part.image_url) == "table" and part.image_url.url or part.image_url
             local b64 = type(url) == "string" and url:match("^data:[^,]*;base64,(.*)$")
             if not b64 then
-                error("ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)", 0)
+                util.not_for_route("ollama: image_url must be a base64 data: URL"
+                    .. " (Ollama cannot fetch image URLs)", at .. ".image_url.url")
             end
             images[#images + 1] = b64
         else
-            error("ollama: unsupported content part type " .. tostring(part.type), 0)
+            util.not_for_route("ollama: content part type " .. tostring(part.type)
+                .. " is not supported by Ollama", at .. ".type")
         end
     end
     return table.concat(texts, "\n"), (#images > 0) and images or nil
 end
 
 -- OpenAI tool_calls (arguments = JSON string) -> Ollama tool_calls (arguments = object).
-local function tool_calls_to_ollama(calls, names_by_id)
-    return util.map_array(calls, function(call)
+local function tool_calls_to_ollama(calls, names_by_id, where)
+    return util.map_array(calls, function(call, i)
         local fn = call["function"] or {}
         local args = nonnull(fn.arguments)
         if type(args) == "string" then
             local ok, decoded = pcall(json.decode, args ~= "" and args or "{}")
             if not ok then
-                error("ollama: tool call arguments are not valid JSON: " .. decoded, 0)
+                util.invalid_request("ollama: tool call arguments are not valid JSON: "
+                    .. tostring(decoded), where .. "[" .. (i - 1) .. "].function.arguments")
             end
             args = decoded
         end
@@ -112,13 +125,14 @@ end
 
 local function encode_messages(messages)
     local names_by_id = {} -- tool_call_id -> function name, for Ollama's tool_name
-    return util.map_array(messages, function(m)
+    return util.map_array(messages, function(m, i)
+        local where = "messages[" .. (i - 1) .. "]"
         local role = m.role == "developer" and "system" or m.role
-        local content, images = split_content(m.content)
+        local content, images = split_content(m.content, where .. ".content")
         local out = { role = role, content = content, images = images }
         local calls = nonnull(m.tool_calls)
         if calls and #calls > 0 then
-            out.tool_calls = tool_calls_to_ollama(calls, names_by_id)
+            out.tool_calls = tool_calls_to_ollama(calls, names_by_id, where .. ".tool_calls")
         end
         if role == "tool" then
             out.tool_name = names_by_id[nonnull(m.tool_call_id)] or nonnull(m.name)
@@ -127,7 +141,82 @@ local function encode_messages(messages)
     end)
 end
 
--- The options table shared by /api/chat and /api/generate.
+-- What Ollama cannot do: per endpoint, the parameter, when its value asks for it, and why.
+-- Each is refused as not for this route (another route may serve it; otherwise the client
+-- gets 400 naming the parameter): never dropped. lua/README.md's parameter tables say the
+-- same, and tests/e2e/params.test.mjs holds the two to each other.
+local function present(v)
+    return nonnull(v) ~= nil
+end
+
+local function truthy(v)
+    v = nonnull(v)
+    return v ~= nil and v ~= false
+end
+
+local function above(n)
+    return function(v)
+        v = nonnull(v)
+        return type(v) == "number" and v > n
+    end
+end
+
+local function non_empty(v)
+    v = nonnull(v)
+    return type(v) == "table" and next(v) ~= nil
+end
+
+local function asks_audio(v)
+    v = nonnull(v)
+    if type(v) ~= "table" then
+        return false
+    end
+    for _, m in ipairs(v) do
+        if m ~= "text" then
+            return true
+        end
+    end
+    return false
+end
+
+local UNSUPPORTED = {
+    chat = {
+        { "n", above(1), "n > 1 is not supported: Ollama gives one choice per request" },
+        { "logprobs", truthy, "logprobs is not supported: Ollama reports no log probabilities" },
+        { "top_logprobs", above(0),
+          "top_logprobs is not supported: Ollama reports no log probabilities" },
+        { "logit_bias", non_empty, "logit_bias is not supported: Ollama has none" },
+        { "audio", present, "audio output is not supported: Ollama answers in text" },
+        { "modalities", asks_audio,
+          "modalities other than text are not supported: Ollama answers in text" },
+        { "functions", present, "functions (deprecated) are not supported: send tools" },
+        { "function_call", present,
+          "function_call (deprecated) is not supported: send tool_choice" },
+        { "store", truthy, "store is not supported: Ollama stores no completions" },
+        { "verbosity", present, "verbosity is not supported: Ollama has no such control" },
+        { "web_search_options", present,
+          "web_search_options is not supported: Ollama has no web search" },
+    },
+    completions = {
+        { "n", above(1), "n > 1 is not supported: Ollama gives one choice per request" },
+        { "best_of", above(1),
+          "best_of > 1 is not supported: Ollama gives one choice per request" },
+        { "logprobs", present, "logprobs is not supported: Ollama reports no log probabilities" },
+        { "logit_bias", non_empty, "logit_bias is not supported: Ollama has none" },
+    },
+    embeddings = {},
+}
+
+local function refuse_unsupported(endpoint, body)
+    for _, u in ipairs(UNSUPPORTED[endpoint] or {}) do
+        if u[2](body[u[1]]) then
+            util.not_for_route("ollama: " .. u[3], u[1])
+        end
+    end
+end
+
+-- The options table shared by /api/chat and /api/generate. A seed past 2^53 arrives as an
+-- exact Lua integer and leaves as one (the core keeps such integers exact both ways).
 local function encode_options(req, body)
     local stop = nonnull(body.stop)
     if type(stop) == "string" then
@@ -163,30 +252,136 @@ local function encode_format(body)
     return nil
 end
 
-local function encode_chat(req, route, body)
+-- Reasoning out: Ollama's own `think` when the client sent it, else reasoning_effort: "none"
+-- and "minimal" turn thinking off, a level turns it on (gpt-oss takes the level itself).
+local function encode_think(route, body)
+    local think = nonnull(body.think)
+    if think ~= nil then
+        return think
+    end
+    local effort = nonnull(body.reasoning_effort)
+    if effort == nil then
+        return nil
+    end
+    if effort == "none" or effort == "minimal" then
+        return false
+    end
+    if type(route.model) == "string" and route.model:find("gpt%-oss") then
+        return effort
+    end
+    return true
+end
+
+local CALL_ONE = "You must answer by calling one of the provided tools, not with text."
+
+local function call_named(name)
+    return "You must answer by calling the tool `" .. name .. "`, not with text."
+end
+
+local function tool_name(t)
+    local fn = type(t) == "table" and nonnull(t["function"])
+    return type(fn) == "table" and nonnull(fn.name) or (type(t) == "table" and nonnull(t.name))
+end
+
+local function only_tools(tools, names)
+    local out = array()
+    for _, t in ipairs(tools) do
+        if names[tool_name(t)] then
+            out[#out + 1] = t
+        end
+    end
+    return out
+end
+
+-- tool_choice, emulated (Ollama always leaves the choice to the model): the tools to send
+-- and an instruction for the model, if any. "none" sends no tools; a named function sends
+-- only that tool and asks for it; "required" asks for a call of one; allowed_tools sends
+-- only those it lists (and asks for one with mode "required").
+local function tool_plan(body)
     local tools = nonnull(body.tools)
+    if type(tools) ~= "table" or #tools == 0 then
+        return nil, nil
+    end
+    local choice = nonnull(body.tool_choice)
+    if choice == nil or choice == "auto" then
+        return tools, nil
+    elseif choice == "none" then
+        return nil, nil
+    elseif choice == "required" then
+        return tools, CALL_ONE
+    elseif type(choice) == "table" and choice.type == "function" then
+        local name = tool_name(choice)
+        local only = only_tools(tools, { [name or false] = true })
+        if #only == 0 then
+            util.invalid_request("ollama: tool_choice names the function " .. tostring(name)
+                .. ", which is not in tools", "tool_choice")
+        end
+        return only, call_named(name)
+    elseif type(choice) == "table" and choice.type == "allowed_tools"
+        and type(choice.allowed_tools) == "table" then
+        local names = {}
+        for _, t in ipairs(nonnull(choice.allowed_tools.tools) or {}) do
+            names[tool_name(t) or false] = true
+        end
+        local only = only_tools(tools, names)
+        if #only == 0 then
+            return nil, nil
+        end
+        return only, choice.allowed_tools.mode == "required" and CALL_ONE or nil
+    end
+    util.invalid_request("ollama: tool_choice must be \"none\", \"auto\", \"required\" or"
+        .. " a function", "tool_choice")
+end
+
+-- The instruction joins the first system message, or becomes one.
+local function instruct(messages, text)
+    local first = messages[1]
+    if first and first.role == "system" then
+        first.content = (first.content ~= "" and first.content .. "\n\n" or "") .. text
+    else
+        table.insert(messages, 1, { role = "system", content = text })
+    end
+end
+
+local function encode_chat(req, route, body)
+    local tools, instruction = tool_plan(body)
+    local messages = encode_messages(body.messages or array())
+    if instruction then
+        instruct(messages, instruction)
+    end
     return {
         model = route.model,
-        messages = encode_messages(body.messages or array()),
+        messages = messages,
         stream = req.stream == true, -- always explicit: Ollama streams by default
         options = encode_options(req, body),
         format = encode_format(body),
         tools = (tools and #tools > 0) and tools or nil,
+        think = encode_think(route, body),
     }
 end
 
-local function encode_generate(req, route, body)
+-- The one prompt of a completions request: a string, or an array of one string.
+local function one_prompt(body)
     local prompt = nonnull(body.prompt)
     if type(prompt) == "table" then
+        if #prompt > 1 and type(prompt[1]) == "string" then
+            util.not_for_route("ollama: one prompt per request (Ollama gives one choice per"
+                .. " request)", "prompt")
+        end
         prompt = prompt[1]
     end
     if type(prompt) ~= "string" then
-        error("ollama: prompt must be a string or an array of strings", 0)
+        util.not_for_route("ollama: prompt must be a string or an array of strings"
+            .. " (Ollama takes no token arrays)", "prompt")
     end
+    return prompt
+end
+
+local function encode_generate(req, route, body)
     local suffix = nonnull(body.suffix)
     return {
         model = route.model,
-        prompt = prompt,
+        prompt = one_prompt(body),
         suffix = type(suffix) == "string" and suffix or nil,
         stream = req.stream == true,
         options = encode_options(req, body),
@@ -198,12 +393,14 @@ local function encode_embed(route, body)
     if type(input) == "table" then
         for _, s in ipairs(input) do
             if type(s) ~= "string" then
-                error("ollama: embedding input must be a string or an array of strings", 0)
+                util.not_for_route("ollama: embedding input must be a string or an array of"
+                    .. " strings (Ollama takes no token arrays)", "input")
             end
         end
         input = array(util.copy(input))
     elseif type(input) ~= "string" then
-        error("ollama: embedding input must be a string or an array of strings", 0)
+        util.not_for_route("ollama: embedding input must be a string or an array of strings",
+            "input")
     end
     return { model = route.model, input = input, dimensions = nonnull(body.dimensions) }
 end
@@ -212,9 +409,10 @@ end
 function M.encode(req, route)
     local path = PATHS[req.endpoint]
     if not path then
-        error("ollama: unsupported endpoint " .. tostring(req.endpoint), 0)
+        util.not_for_route("ollama: unsupported endpoint " .. tostring(req.endpoint))
     end
     local body = req.body or {}
+    refuse_unsupported(req.endpoint, body)
     local out
     if req.endpoint == "chat" then
         out = encode_chat(req, route, body)
@@ -281,12 +479,46 @@ local function completion_id(req)
     return prefix .. tostring(req.request_id)
 end
 
+-- parallel_tool_calls = false, emulated: Ollama cannot be told, so only the first call of an
+-- answer is kept. How many calls of `calls` to keep when `seen` were kept already.
+local function calls_allowed(req, calls, seen)
+    if type(req.body) == "table" and req.body.parallel_tool_calls == false then
+        local left = math.max(1 - seen, 0)
+        if #calls > left then
+            local kept = array()
+            for i = 1, left do
+                kept[i] = calls[i]
+            end
+            return kept
+        end
+    end
+    return calls
+end
+
+-- completions' echo = true, emulated: the prompt before the answer.
+local function echoed(req)
+    local body = type(req.body) == "table" and req.body or {}
+    if body.echo ~= true then
+        return ""
+    end
+    local prompt = nonnull(body.prompt)
+    if type(prompt) == "table" then
+        prompt = prompt[1]
+    end
+    return type(prompt) == "string" and prompt or ""
+end
+
 local function decode_chat(req, resp)
     local msg = resp.message or {}
     local calls = nonnull(msg.tool_calls)
+    calls = calls and calls_allowed(req, calls, 0)
     local has_calls = calls ~= nil and #calls > 0
     local content = nonnull(msg.content) or ""
     local message = { role = "assistant", content = content, refusal = null }
+    local thinking = nonnull(msg.thinking)
+    if type(thinking) == "string" and thinking ~= "" then
+        message.reasoning_content = thinking -- reasoning in: the field OpenAI-wire engines use
+    end
     if has_calls then
         message.tool_calls = tool_calls_to_openai(req, calls, 0, false)
         if content == "" then
@@ -313,7 +545,7 @@ local function decode_generate(req, resp)
         created = req.created,
         model = resp.model,
         choices = array({
-            { index = 0, text = nonnull(resp.response) or "", logprobs = null,
+            { index = 0, text = echoed(req) .. (nonnull(resp.response) or ""), logprobs = null,
               finish_reason = finish_of(resp, false) },
         }),
         usage = usage_of(resp),
@@ -389,13 +621,18 @@ local function chat_event(req, line, state)
     local out = array()
     local msg = nonnull(line.message) or {}
     local content = nonnull(msg.content) or ""
+    local thinking = nonnull(msg.thinking)
     local calls = nonnull(msg.tool_calls)
+    calls = calls and calls_allowed(req, calls, state.tool_calls or 0)
     local delta = {}
     if not state.started then
         delta.role = "assistant"
     end
     if content ~= "" or not state.started then
         delta.content = content
+    end
+    if type(thinking) == "string" and thinking ~= "" then
+        delta.reasoning_content = thinking -- streamed as it arrives, while the model thinks
     end
     if calls and #calls > 0 then
         state.tool_calls = state.tool_calls or 0
@@ -418,6 +655,10 @@ end
 local function generate_event(req, line, state)
     local out = array()
     local text = nonnull(line.response) or ""
+    if not state.started then
+        state.started = true
+        text = echoed(req) .. text
+    end
     if line.done == true then
         local last = text_chunk(req, line, text, finish_of(line, false))
         last.usage = stream_usage(line)

@@ -12,6 +12,8 @@
 --   https://api.openai.com/v1, https://integrate.api.nvidia.com/v1 (NIM).
 -- api_key is optional; without one no Authorization header is sent (local servers).
 
+local util = require("moongate.util")
+
 local M = { name = "openai", version = 1 }
 
 M.passthrough = true
@@ -44,7 +46,7 @@ end
 function M.encode(req, route)
     local path = PATHS[req.endpoint]
     if not path then
-        error("openai: unsupported endpoint " .. tostring(req.endpoint), 0)
+        util.not_for_route("openai: unsupported endpoint " .. tostring(req.endpoint))
     end
     local headers = {}
     if type(route.api_key) == "string" and route.api_key ~= "" then

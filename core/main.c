@@ -22,6 +22,7 @@
 #include "base/secret.h"
 #include "server.h"
 #include "store/store.h"
+#include "store/upkeep.h"
 #include "token/encoding.h"
 #include "token/tokenize.h"
 
@@ -50,6 +51,9 @@ static void usage(FILE *f)
             "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
             "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
             "                          the config; then restart the gateway with the new key\n"
+            "  backup DEST             an online, consistent copy of the store named by the\n"
+            "                          config into the file DEST, while the gateway serves\n"
+            "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
             "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
             "                          read stdin, print its token count (default o200k_base),\n"
             "                          or with --ids the token ids as one JSON array; --special\n"
@@ -58,7 +62,8 @@ static void usage(FILE *f)
             "                          rank files are (default: as tokenizer.data_dir)\n"
             "\n"
             "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
-            "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit.\n",
+            "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit;\n"
+            "SIGUSR1 reopens log.file (after logrotate moved it).\n",
             DEFAULT_CONFIG);
 }
 
@@ -84,6 +89,22 @@ static int keygen(void)
     }
     printf("%s\n", hex);
     return 0;
+}
+
+/* moongate backup DEST: an online copy of the config's store, taken while the gateway runs. */
+static int backup_store(const char *config, const char *dest)
+{
+    char err[1024];
+    mg_config_t *cfg = NULL;
+    if (mg_config_load(config, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s\n", err);
+        return 1;
+    }
+    int rc = mg_store_backup(cfg->storage_path, dest, err, sizeof(err));
+    if (rc != 0) fprintf(stderr, "moongate: %s\n", err);
+    else printf("backed up %s to %s\n", cfg->storage_path, dest);
+    mg_config_free(cfg);
+    return rc != 0;
 }
 
 static int rotate_encryption_key(const char *path)
@@ -201,12 +222,21 @@ int main(int argc, char **argv)
 {
     const char *config = getenv("MOONGATE_CONFIG");
     int check = 0, rotate = 0;
+    const char *backup = NULL;
     if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i == 1 && strcmp(a, "rotate-encryption-key") == 0) {
             rotate = 1;
+            continue;
+        }
+        if (i == 1 && strcmp(a, "backup") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '-') {
+                fprintf(stderr, "moongate: backup needs a destination file\n");
+                return 2;
+            }
+            backup = argv[++i];
             continue;
         }
         if ((strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) && i + 1 < argc) {
@@ -230,6 +260,7 @@ int main(int argc, char **argv)
     if (!config || !*config) config = DEFAULT_CONFIG;
     if (check) return check_config(config);
     if (rotate) return rotate_encryption_key(config);
+    if (backup) return backup_store(config, backup);
 
     signal(SIGPIPE, SIG_IGN);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

@@ -19,6 +19,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/logfile.h"
+#include "base/sdnotify.h"
 #include "conf/apps.h"
 #include "conf/models.h"
 #include "conf/providers.h"
@@ -221,6 +223,7 @@ static void reload_done(uv_work_t *w, int status)
     }
     if (g) reload_swap(s, g);
     else reload_failed(s);
+    mg_sd_notify("READY=1"); /* serving either way: the new generation or the old one */
     notify_waiters(s, g != NULL);
     reload_next(s);
 }
@@ -238,9 +241,11 @@ void mg_server_reload(mg_server_t *s)
     s->waiters_current = s->waiters_next;
     s->waiters_next = NULL;
     s->reloading = 1;
+    mg_sd_notify("RELOADING=1");
     s->reload_work.data = s;
     if (uv_queue_work(s->loop, &s->reload_work, reload_work, reload_done) != 0) {
         s->reloading = 0;
+        mg_sd_notify("READY=1");
         mg_log_msg(MG_LOG_ERROR, NULL, "cannot start the reload");
         snprintf(s->proc.reload_error, sizeof(s->proc.reload_error), "cannot start the reload");
         notify_waiters(s, 0);
@@ -322,6 +327,7 @@ void mg_server_stop(mg_server_t *s)
 {
     if (s->proc.stopping) return;
     s->proc.stopping = 1;
+    mg_sd_notify("STOPPING=1");
     mg_log_msg(MG_LOG_INFO, NULL, "stopping: no new connections; waiting for %d requests in flight",
                s->pipeline.in_flight);
     mg_listener_stop(&s->listener);
@@ -335,14 +341,12 @@ void mg_server_stop(mg_server_t *s)
 static void on_signal(uv_signal_t *h, int signum)
 {
     mg_server_t *s = h->data;
+    const char *log_file = mg_gens_current(&s->gens)->cfg->log_file;
     if (signum == SIGHUP) {
         mg_server_reload(s);
     } else if (signum == SIGUSR1) {
-        /* logrotate moved the file: one open(2) on the loop, once per rotation */
-        if (mg_log_reopen() != 0)
-            mg_log_msg(MG_LOG_ERROR, NULL, "log.file: cannot reopen: %s", strerror(errno));
-        else
-            mg_log_msg(MG_LOG_INFO, NULL, "log.file reopened");
+        if (log_file) mg_logfile_reopen(s->loop, log_file);
+        else mg_log_msg(MG_LOG_INFO, NULL, "SIGUSR1: no log.file to reopen (the log is stdout)");
     } else if (s->proc.stopping) {
         mg_log_msg(MG_LOG_WARN, NULL, "second stop signal: closing now");
         close_everything(s);
@@ -405,6 +409,20 @@ static void load_tokenizers(const mg_config_t *cfg)
     }
 }
 
+/* The database's housekeeping (store/upkeep.h), as the first config says: read at start. */
+static void start_upkeep(mg_server_t *s, const mg_config_t *cfg)
+{
+    mg_upkeep_conf_t uc = {
+        .checkpoint_s = (int64_t)cfg->storage_checkpoint_minutes * 60,
+        .integrity_s = (int64_t)cfg->storage_integrity_hours * 3600,
+        .backup_dir = cfg->storage_backup_dir,
+        .backup_every_s = (int64_t)cfg->storage_backup_every_hours * 3600,
+        .backup_keep_s = (int64_t)cfg->storage_backup_keep_days * 86400,
+    };
+    s->upkeep = mg_upkeep_start(cfg->storage_path, &uc);
+    if (!s->upkeep) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: cannot start its thread");
+}
+
 /* The first generation, the store, the provider state it remembers. */
 static int start_state(mg_server_t *s, const char *config_path)
 {
@@ -417,9 +435,8 @@ static int start_state(mg_server_t *s, const char *config_path)
     s->gens.next_id++;
     mg_gens_swap(&s->gens, g);
     apply_log_level(g->cfg);
-    if (g->cfg->log_file && mg_log_open(g->cfg->log_file) != 0) {
-        fprintf(stderr, "moongate: %s: log.file %s: %s\n", config_path, g->cfg->log_file,
-                strerror(errno));
+    if (g->cfg->log_file && mg_logfile_open(g->cfg->log_file, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s\n", err);
         return -1;
     }
     load_tokenizers(g->cfg);
@@ -430,6 +447,7 @@ static int start_state(mg_server_t *s, const char *config_path)
         fprintf(stderr, "moongate: storage: %s\n", s->store ? "cannot attach to the loop" : err);
         return -1;
     }
+    start_upkeep(s, g->cfg);
     if (with_stored_providers(s) != 0) return -1;
     if (mg_pool_sync(&s->pool, mg_gens_current(&s->gens)->cfg) != 0) return -1;
     uv_update_time(s->loop);
@@ -488,7 +506,7 @@ static int start_services(mg_server_t *s)
     if (!s->idem || !s->tasks || !s->admin) return -1;
     s->api = (mg_api_t){
         .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
-        .sched = s->sched, .upstream = s->upstream, .store = s->store,
+        .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
         .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
         .listener = &s->listener, .proc = &s->proc,
     };
@@ -579,10 +597,12 @@ int mg_server_run(mg_server_t *s)
     mg_log_end(&l);
     mg_auth_log_status(s->auth, cfg->auth_enabled, s->listener.bound);
     mg_log_flush();
+    mg_sd_notify("READY=1"); /* listening: a Type=notify unit is started */
     uv_run(s->loop, UV_RUN_DEFAULT);
     mg_log_detach();
     /* free what the loop no longer needs; the store first: the callbacks of its last
        writes still reach idem's entries */
+    mg_upkeep_stop(s->upkeep);
     mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);

@@ -37,6 +37,7 @@ typedef struct mg_server_s {
     mg_upstream_t *upstream;    /* owned */
     mg_prober_t *prober;        /* owned: active health and load probes */
     mg_store_t *store;          /* owned */
+    mg_upkeep_t *upkeep;        /* owned, may be NULL: the database's housekeeping thread */
     mg_auth_t *auth;            /* owned: customer keys, projects and their quotas */
     mg_pool_t pool;             /* provider runtime state */
     mg_sched_t *sched;          /* owned: priority queue and execution slots */
@@ -64,7 +65,7 @@ typedef struct mg_server_s {
     int stopping_hard;          /* closing everything: dispatch no more */
     uv_timer_t drain_timer;
     uint64_t drain_started;     /* loop time of the stop signal */
-    uv_signal_t sig_hup, sig_term, sig_int, sig_usr1; /* SIGUSR1: log.file reopened */
+    uv_signal_t sig_hup, sig_term, sig_int, sig_usr1;
     int exit_code;
 } mg_server_t;
 

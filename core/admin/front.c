@@ -130,17 +130,35 @@ static cJSON *provider_json(mg_admin_t *a, const mg_provider_conf_t *p, uint64_t
     return o;
 }
 
-static void handle_admin_providers(mg_admin_t *a, mg_http_req_t *req, const char *id)
+/* The providers of `pool` (NULL: every pool) in `status` ("": any), as a list. */
+static void answer_provider_list(mg_admin_t *a, mg_http_req_t *req, const char *pool,
+                                 const char *status)
 {
     const mg_config_t *cfg = mg_gens_current(a->d.gens)->cfg;
     uint64_t now = uv_now(a->d.loop);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = cJSON_AddArrayToObject(root, "providers");
+    for (size_t i = 0; i < cfg->n_providers; i++) {
+        const mg_provider_conf_t *p = &cfg->providers[i];
+        if (pool && strcmp(pool, p->pool) != 0) continue;
+        if (status[0] && strcmp(status, provider_status(mg_pool_get(a->d.pool, p->id), now)) != 0)
+            continue;
+        cJSON_AddItemToArray(list, provider_json(a, p, now));
+    }
+    cJSON_AddNumberToObject(root, "total", cJSON_GetArraySize(list));
+    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, root);
+}
+
+static void handle_admin_providers(mg_admin_t *a, mg_http_req_t *req, const char *id)
+{
+    const mg_config_t *cfg = mg_gens_current(a->d.gens)->cfg;
     if (id) {
         const mg_provider_conf_t *p = mg_config_provider(cfg, id);
         if (!p) {
             mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider", 0);
             return;
         }
-        mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, provider_json(a, p, now));
+        mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, provider_json(a, p, uv_now(a->d.loop)));
         return;
     }
     char pool[16] = "", status[16] = "";
@@ -152,17 +170,18 @@ static void handle_admin_providers(mg_admin_t *a, mg_http_req_t *req, const char
         if (pp) sscanf(pp + 5, "%15[^&]", pool);
         if (sp) sscanf(sp + 7, "%15[^&]", status);
     }
-    cJSON *root = cJSON_CreateObject();
-    cJSON *list = cJSON_AddArrayToObject(root, "providers");
-    for (size_t i = 0; i < cfg->n_providers; i++) {
-        const mg_provider_conf_t *p = &cfg->providers[i];
-        if (pool[0] && strcmp(pool, p->pool) != 0) continue;
-        if (status[0] && strcmp(status, provider_status(mg_pool_get(a->d.pool, p->id), now)) != 0)
-            continue;
-        cJSON_AddItemToArray(list, provider_json(a, p, now));
+    answer_provider_list(a, req, pool[0] ? pool : NULL, status);
+}
+
+/* GET /api/v2/pools/{pool}/providers (the Sidecar's path): the pool's providers. */
+static void handle_admin_pool_providers(mg_admin_t *a, mg_http_req_t *req, const char *pool)
+{
+    if (strcmp(pool, "main") != 0 && strcmp(pool, "fallback") != 0) {
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND",
+                        "no such pool (main or fallback)", 0);
+        return;
     }
-    cJSON_AddNumberToObject(root, "total", cJSON_GetArraySize(list));
-    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, root);
+    answer_provider_list(a, req, pool, "");
 }
 
 static void handle_admin_pools(mg_admin_t *a, mg_http_req_t *req)
@@ -223,6 +242,13 @@ static void handle_admin_cooldowns(mg_admin_t *a, mg_http_req_t *req)
     mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, root);
 }
 
+/* "{pool}/providers" with a pool name of at most 15 characters */
+static int pool_providers_path(const char *rest)
+{
+    const char *slash = strchr(rest, '/');
+    return slash && slash > rest && slash - rest < 16 && strcmp(slash, "/providers") == 0;
+}
+
 /* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
 void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
 {
@@ -245,6 +271,11 @@ void mg_admin_handle(mg_admin_t *a, mg_http_req_t *req)
     } else if (strcmp(sub, "pools") == 0) {
         mg_admin_audit(a, req, "pools.read", NULL, 200);
         handle_admin_pools(a, req);
+    } else if (strncmp(sub, "pools/", 6) == 0 && pool_providers_path(sub + 6)) {
+        char pool[16];
+        snprintf(pool, sizeof(pool), "%.*s", (int)(strchr(sub + 6, '/') - (sub + 6)), sub + 6);
+        mg_admin_audit(a, req, "pools.providers", NULL, 200);
+        handle_admin_pool_providers(a, req, pool);
     } else if (strcmp(sub, "cooldowns") == 0) {
         mg_admin_audit(a, req, "cooldowns.read", NULL, 200);
         handle_admin_cooldowns(a, req);

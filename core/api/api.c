@@ -282,17 +282,28 @@ static void store_metrics(mg_api_t *s, mg_buf_t *b)
              (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
              (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
     mg_buf_append_str(b, text);
-    /* the Sidecar ADR's database gauges (11.4), measured by the writer thread */
+    if (!s->upkeep) return;
+    mg_upkeep_stats_t u;
+    mg_upkeep_stats(s->upkeep, &u);
     snprintf(text, sizeof(text),
              "# HELP sidecar_db_size_bytes The SQLite database file's size.\n"
-             "# TYPE sidecar_db_size_bytes gauge\nsidecar_db_size_bytes %llu\n"
-             "# HELP sidecar_db_wal_size_bytes The SQLite write-ahead log's size.\n"
-             "# TYPE sidecar_db_wal_size_bytes gauge\nsidecar_db_wal_size_bytes %llu\n"
-             "# HELP sidecar_db_integrity_ok 1 when PRAGMA quick_check passed at start, 0 when "
-             "it failed (-1: not run yet).\n"
-             "# TYPE sidecar_db_integrity_ok gauge\nsidecar_db_integrity_ok %d\n",
-             (unsigned long long)st.db_size_bytes, (unsigned long long)st.wal_size_bytes,
-             st.integrity_ok);
+             "# TYPE sidecar_db_size_bytes gauge\nsidecar_db_size_bytes %lld\n"
+             "# HELP sidecar_db_wal_size_bytes The SQLite WAL file's size.\n"
+             "# TYPE sidecar_db_wal_size_bytes gauge\nsidecar_db_wal_size_bytes %lld\n"
+             "# HELP sidecar_db_integrity_ok The last PRAGMA integrity_check: 1 ok, 0 problems, -1 not run yet.\n"
+             "# TYPE sidecar_db_integrity_ok gauge\nsidecar_db_integrity_ok %d\n"
+             "# HELP moongate_db_checkpoints_total WAL checkpoints that truncated the WAL file.\n"
+             "# TYPE moongate_db_checkpoints_total counter\nmoongate_db_checkpoints_total %llu\n"
+             "# HELP moongate_db_backups_total Online backups by result.\n"
+             "# TYPE moongate_db_backups_total counter\n"
+             "moongate_db_backups_total{result=\"ok\"} %llu\n"
+             "moongate_db_backups_total{result=\"failed\"} %llu\n"
+             "# HELP moongate_db_last_backup_timestamp_seconds When the last backup was written (0: none).\n"
+             "# TYPE moongate_db_last_backup_timestamp_seconds gauge\n"
+             "moongate_db_last_backup_timestamp_seconds %lld\n",
+             (long long)u.db_bytes, (long long)u.wal_bytes, u.integrity_ok,
+             (unsigned long long)u.checkpoints_total, (unsigned long long)u.backups_total,
+             (unsigned long long)u.backup_failures_total, (long long)u.backup_at);
     mg_buf_append_str(b, text);
 }
 

@@ -19,6 +19,7 @@
 #include "route/pool.h"
 #include "sched/sched.h"
 #include "store/store.h"
+#include "store/upkeep.h"
 #include "tenancy/auth.h"
 #include "upstream/upstream.h"
 
@@ -39,6 +40,7 @@ typedef struct mg_api_s {
     mg_sched_t *sched;
     mg_upstream_t *upstream;
     mg_store_t *store;          /* NULL: not ready */
+    mg_upkeep_t *upkeep;        /* NULL: no housekeeping thread (its metrics are left out) */
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
     mg_admin_t *admin;

@@ -541,3 +541,55 @@ int mg_json_check_members(const char *s, size_t n, mg_json_member_cb cb, void *u
     if (i == V_ERR || v.odd_ws || v_ws(&v, i) != n || v.odd_ws) return -1;
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Integers beyond a double                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define EXACT_DOUBLE_LIMIT 9007199254740992.0 /* 2^53 */
+
+static int big_number(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && (v->valuedouble >= EXACT_DOUBLE_LIMIT ||
+                                 v->valuedouble <= -EXACT_DOUBLE_LIMIT);
+}
+
+static int integer_literal(const char *s, size_t n)
+{
+    size_t i = n > 0 && s[0] == '-';
+    if (i >= n) return 0;
+    for (; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+static int keep_big_int(void *ud, const mg_json_member_t *m)
+{
+    cJSON *obj = ud;
+    char key[64], lit[64];
+    if (m->key_len >= sizeof(key) || m->value_len >= sizeof(lit) ||
+        memchr(m->key, '\\', m->key_len) || !integer_literal(m->value, m->value_len))
+        return 0;
+    memcpy(key, m->key, m->key_len);
+    key[m->key_len] = '\0';
+    cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!big_number(item)) return 0;
+    memcpy(lit, m->value, m->value_len);
+    lit[m->value_len] = '\0';
+    cJSON *raw = cJSON_CreateRaw(lit);
+    if (!raw || !cJSON_ReplaceItemInObjectCaseSensitive(obj, key, raw)) {
+        cJSON_Delete(raw);
+        return 2; /* out of memory (-1 is the scan's own refusal of the text) */
+    }
+    return 0;
+}
+
+int mg_json_keep_big_ints(cJSON *obj, const char *s, size_t n)
+{
+    if (!cJSON_IsObject(obj)) return 0;
+    const cJSON *c = obj->child;
+    while (c && !big_number(c)) c = c->next;
+    if (!c) return 0;
+    /* a text the scan cannot read (cJSON accepts a few more) keeps its doubles */
+    return mg_json_members(s, n, keep_big_int, obj) == 2 ? -1 : 0;
+}

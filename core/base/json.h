@@ -76,4 +76,11 @@ int mg_json_check(const char *s, size_t n, size_t *end);
  * -1 otherwise. Values are exact here: a scalar's text ends with its last character. */
 int mg_json_check_members(const char *s, size_t n, mg_json_member_cb cb, void *ud);
 
+/* The integers a tree parsed from s[0..n) holds as doubles but the text wrote exactly: each
+ * top-level member of obj whose value is an integer literal beyond a double's exact range
+ * (|v| >= 2^53, a client's 64-bit seed) becomes a cJSON_Raw item of that literal, so that
+ * mg_json_print writes it back as it came and Lua reads it as an exact integer. Costs one
+ * look at obj's members when none is that large. 0, or -1 when out of memory. */
+int mg_json_keep_big_ints(cJSON *obj, const char *s, size_t n);
+
 #endif

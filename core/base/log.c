@@ -1,8 +1,6 @@
 /* log: JSON lines with a per-loop-iteration buffered writer (see log.h). */
 #include "base/log.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,59 +24,14 @@ static struct {
     int attached;
     char *buf;
     size_t len, cap;
-    int fd;     /* STDOUT_FILENO, or log.file's */
-    char *path; /* owned: log.file, or NULL */
     int text;   /* log.format: text */
-} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, STDOUT_FILENO, NULL, 0};
+} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0};
 
 void mg_log_set_text(int text)
 {
     g_log.text = text;
 }
 
-static int open_append(const char *path)
-{
-    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-}
-
-int mg_log_open(const char *path)
-{
-    int fd = open_append(path);
-    if (fd < 0) return -1;
-    char *p = strdup(path);
-    if (!p) {
-        close(fd);
-        errno = ENOMEM;
-        return -1;
-    }
-    pthread_mutex_lock(&g_log_mutex);
-    if (g_log.fd != STDOUT_FILENO) close(g_log.fd);
-    g_log.fd = fd;
-    free(g_log.path);
-    g_log.path = p;
-    pthread_mutex_unlock(&g_log_mutex);
-    return 0;
-}
-
-static void flush_locked(void);
-
-int mg_log_reopen(void)
-{
-    pthread_mutex_lock(&g_log_mutex);
-    int rc = 0;
-    if (g_log.path) {
-        flush_locked(); /* what was logged before the signal goes to the old file */
-        int fd = open_append(g_log.path);
-        if (fd >= 0) {
-            close(g_log.fd);
-            g_log.fd = fd;
-        } else {
-            rc = -1;
-        }
-    }
-    pthread_mutex_unlock(&g_log_mutex);
-    return rc;
-}
 
 void mg_log_set_level(mg_log_level_t level)
 {
@@ -104,7 +57,7 @@ int mg_log_level_parse(const char *s, mg_log_level_t *out)
 static void write_all(const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = write(g_log.fd, p, n);
+        ssize_t w = write(STDOUT_FILENO, p, n);
         if (w < 0) return; /* nowhere to report a failing log */
         p += w;
         n -= (size_t)w;
@@ -123,6 +76,15 @@ void mg_log_flush(void)
     pthread_mutex_lock(&g_log_mutex);
     flush_locked();
     pthread_mutex_unlock(&g_log_mutex);
+}
+
+int mg_log_redirect(int fd)
+{
+    pthread_mutex_lock(&g_log_mutex);
+    flush_locked();
+    int rc = dup2(fd, STDOUT_FILENO) < 0 ? -1 : 0;
+    pthread_mutex_unlock(&g_log_mutex);
+    return rc;
 }
 
 static void on_check(uv_check_t *h)

@@ -26,12 +26,7 @@ typedef struct mg_logline_s {
 void mg_log_set_level(mg_log_level_t level);
 /* 1: key=value lines for a terminal (log.format: text); 0: JSON objects (the default). */
 void mg_log_set_text(int text);
-/* Append to the file at path instead of stdout (log.file). 0, or -1 with errno (the sink is
- * unchanged). Before the loop starts. */
-int mg_log_open(const char *path);
-/* Open log.file again (SIGUSR1, after logrotate moved it): the lines buffered so far go to
- * the old file first. 0 (also with no file: stdout stays), or -1 (the old file is kept). */
-int mg_log_reopen(void);
+
 int mg_log_level_parse(const char *s, mg_log_level_t *out);
 int mg_log_enabled(mg_log_level_t level);
 
@@ -40,6 +35,10 @@ int mg_log_enabled(mg_log_level_t level);
 void mg_log_attach(uv_loop_t *loop);
 void mg_log_detach(void);
 void mg_log_flush(void);
+/* From now on, lines go to `fd` instead of what they went to (stdout or the last fd given):
+ * what is buffered is flushed first, then fd takes the place of standard output (dup2), so a
+ * line is never split between two files. The caller closes fd afterwards. Any thread. */
+int mg_log_redirect(int fd);
 
 void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg);
 void mg_log_str(mg_logline_t *l, const char *key, const char *value); /* NULL value -> null */

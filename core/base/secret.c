@@ -138,7 +138,12 @@ int mg_secret_key_parse_hex(const char *hex, const char *what, mg_secret_key_t *
 
 int mg_secret_key_from_env(mg_secret_key_t *key, char *err, size_t errlen)
 {
-    const char *v = getenv(MG_SECRET_ENV);
+    const char *v = getenv(MG_SECRET_ENV), *what = MG_SECRET_ENV;
+    const char *sidecar = getenv(MG_SECRET_ENV_SIDECAR); /* the Sidecar's name (its SOP) */
+    if ((!v || !*v) && sidecar && *sidecar) {
+        v = sidecar;
+        what = MG_SECRET_ENV_SIDECAR;
+    }
     if (!v) {
         if (err && errlen)
             snprintf(err, errlen,
@@ -147,7 +152,7 @@ int mg_secret_key_from_env(mg_secret_key_t *key, char *err, size_t errlen)
                      MG_SECRET_ENV);
         return MG_SECRET_EINVAL;
     }
-    return mg_secret_key_parse_hex(v, MG_SECRET_ENV, key, err, errlen);
+    return mg_secret_key_parse_hex(v, what, key, err, errlen);
 }
 
 void mg_secret_key_wipe(mg_secret_key_t *key)
@@ -318,25 +323,16 @@ int mg_secret_is_token(const char *s)
 
 /* Length of the recognizable prefix: through the first '-' if it is among the first six
  * characters, else six characters (or the whole string if shorter). */
-static size_t mask_prefix_len(const char *s, size_t len)
-{
-    for (size_t i = 0; i < 6 && i < len; i++)
-        if (s[i] == '-') return i + 1;
-    return len < 6 ? len : 6;
-}
-
 void mg_secret_mask(const char *secret, char *out)
 {
     out[0] = '\0';
     if (!secret || !*secret) return;
     size_t len = strlen(secret);
-    size_t budget = len * 3 / 10; /* never show more than 30% of the characters */
-    if (budget < 4) {
+    size_t pre = len >= 24 ? 6 : len >= 16 ? 2 : 0;
+    if (len < 12) {
         memcpy(out, "*****", 6);
         return;
     }
-    size_t pre = mask_prefix_len(secret, len);
-    if (pre > budget - 4) pre = budget - 4;
     memcpy(out, secret, pre);
     memcpy(out + pre, "*****-", 6);
     memcpy(out + pre + 6, secret + len - 4, 4);

@@ -24,6 +24,7 @@
 #define MG_SECRET_MAX_PLAIN 65536 /* largest secret accepted, in bytes */
 #define MG_SECRET_MASK_MAX 24     /* buffer size for mg_secret_mask() */
 #define MG_SECRET_ENV "MOONGATE_ENCRYPTION_KEY"
+#define MG_SECRET_ENV_SIDECAR "SIDECAR_ENCRYPTION_KEY" /* read when MG_SECRET_ENV is unset */
 
 /* Return codes: 0 = ok, negative = error. */
 enum {
@@ -48,7 +49,8 @@ typedef struct mg_secret_key_s {
 int mg_secret_key_parse_hex(const char *hex, const char *what, mg_secret_key_t *key, char *err,
                             size_t errlen);
 
-/* Read and parse MOONGATE_ENCRYPTION_KEY from the environment. Returns 0, or
+/* Read and parse MOONGATE_ENCRYPTION_KEY from the environment (SIDECAR_ENCRYPTION_KEY, the
+ * Sidecar's name, when that one is unset or empty). Returns 0, or
  * MG_SECRET_EINVAL with a message in err when it is unset, empty or malformed. */
 int mg_secret_key_from_env(mg_secret_key_t *key, char *err, size_t errlen);
 
@@ -91,16 +93,15 @@ int mg_secret_reencrypt(const mg_secret_key_t *old_key, const mg_secret_key_t *n
  * encrypted values from plaintext ones when migrating a store. */
 int mg_secret_is_token(const char *s);
 
-/* Masked form of a secret for display and logs, into out[MG_SECRET_MASK_MAX]:
+/* Masked form of a secret for display and logs, into out[MG_SECRET_MASK_MAX], as the
+ * Sidecar ADR shows keys (its first 6 and last 4 characters):
  *
- *     prefix + "*****" + "-" + last four      e.g. "nvapi-*****-a1b2"
+ *     first six + "*****" + "-" + last four      e.g. "nvapi-*****-a1b2"
  *
- * The prefix is the secret up to and including its first '-' when that lies within
- * the first six characters, else its first six characters. At most 30% of the secret's
- * characters are ever shown: the last four are kept first, the prefix gets what is left
- * of the budget (possibly nothing), and secrets shorter than 14 characters are shown as
- * "*****" alone. The mask has a fixed width, so the secret's length is not revealed.
- * NULL or "" gives "". */
+ * Shorter secrets show less: from 24 characters the first six and the last four (at most
+ * 10 of 24); from 16, the first two and the last four; from 12, the last four alone; below
+ * 12, "*****" alone. The mask's width does not grow with the secret, so its length is not
+ * revealed. NULL or "" gives "". */
 void mg_secret_mask(const char *secret, char *out);
 
 /* A short static English description of a MG_SECRET_* code. */

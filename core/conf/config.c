@@ -621,15 +621,37 @@ static int load_server(loader_t *l, yaml_node_t *v, int line)
     return load_server_conns(l, v);
 }
 
+static int load_backup(loader_t *l, yaml_node_t *map)
+{
+    static const char *const keys[] = {"dir", "every_hours", "keep_days", NULL};
+    yaml_node_pair_t *bp = find_pair(l, map, "backup");
+    if (!bp) return 0;
+    yaml_node_t *v = node_at(l, bp->value);
+    const char *path = "storage.backup";
+    mg_config_t *c = l->cfg;
+    if (want_map(l, v, line_of(v), path, keys) < 0 ||
+        req_string(l, v, path, "dir", &c->storage_backup_dir) < 0 ||
+        opt_int_field(l, v, path, "every_hours", 1, 8760, &c->storage_backup_every_hours) < 0 ||
+        opt_int_field(l, v, path, "keep_days", 1, 3650, &c->storage_backup_keep_days) < 0)
+        return -1;
+    return 0;
+}
+
 static int load_storage(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"path", "queue_max", "synchronous", NULL};
+    static const char *const keys[] = {"path", "queue_max", "synchronous", "checkpoint_minutes",
+                                       "integrity_check_hours", "backup", NULL};
     int r = want_map(l, v, line, "storage", keys);
     if (r <= 0) return r;
     char *sync = NULL;
-    if (opt_string(l, v, "storage", "path", &l->cfg->storage_path) < 0 ||
-        opt_int_field(l, v, "storage", "queue_max", 1, 1000000, &l->cfg->storage_queue_max) < 0 ||
-        opt_string(l, v, "storage", "synchronous", &sync) < 0)
+    mg_config_t *c = l->cfg;
+    if (opt_string(l, v, "storage", "path", &c->storage_path) < 0 ||
+        opt_int_field(l, v, "storage", "queue_max", 1, 1000000, &c->storage_queue_max) < 0 ||
+        opt_int_field(l, v, "storage", "checkpoint_minutes", 0, 10080,
+                      &c->storage_checkpoint_minutes) < 0 ||
+        opt_int_field(l, v, "storage", "integrity_check_hours", 0, 8760,
+                      &c->storage_integrity_hours) < 0 ||
+        load_backup(l, v) < 0 || opt_string(l, v, "storage", "synchronous", &sync) < 0)
         return -1;
     if (!sync) return 0;
     int full = !strcasecmp(sync, "full"), normal = !strcasecmp(sync, "normal");
@@ -1372,6 +1394,10 @@ static int set_defaults(loader_t *l, const char *name)
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
+    c->storage_checkpoint_minutes = 60; /* the ADR: hourly wal_checkpoint(TRUNCATE) */
+    c->storage_integrity_hours = 24;
+    c->storage_backup_every_hours = 24;
+    c->storage_backup_keep_days = 7;
     c->routing = (mg_routing_conf_t){
         .local_first = true,
         .queue_timeout_ms = 30000,
@@ -1613,6 +1639,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->listen);
     free(cfg->metrics_listen);
     free(cfg->storage_path);
+    free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);

@@ -183,6 +183,12 @@ typedef struct mg_config_s {
                                 (storage.queue_max), default 4096 */
     bool storage_synchronous_full; /* storage.synchronous: full (fsync every commit: survives
                                       power loss) or normal (the default: survives a crash) */
+    int storage_checkpoint_minutes; /* storage.checkpoint_minutes: WAL truncated every N
+                                       minutes (0: never), default 60 */
+    int storage_integrity_hours;    /* storage.integrity_check_hours (0: never), default 24 */
+    char *storage_backup_dir;       /* owned, may be NULL: storage.backup.dir (no backups) */
+    int storage_backup_every_hours; /* storage.backup.every_hours, default 24 */
+    int storage_backup_keep_days;   /* storage.backup.keep_days, default 7 */
     char *tokenizer_data_dir; /* owned, may be NULL: tokenizer.data_dir, where the rank files
                                  are (NULL: token/encoding.h's lookup) */
     bool auth_enabled;       /* default false */
@@ -195,8 +201,8 @@ typedef struct mg_config_s {
     char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
     bool task_events;        /* log every task state change (log.task_events), default true */
     bool log_text;           /* log.format: text (key=value lines for a terminal); default json */
-    char *log_file;          /* owned, may be NULL (stdout): log.file, appended to, reopened on
-                                SIGUSR1 (logrotate); read at start only */
+    char *log_file;          /* owned, may be NULL: log.file, the file the log is appended to
+                                instead of stdout (reopened on SIGUSR1; read at start) */
     int tasks_retention_seconds; /* async task records kept this long (tasks.retention_seconds),
                                     default 86400 */
     int idempotency_ttl_seconds; /* a stored answer replays this long (idempotency.ttl_seconds),

@@ -239,7 +239,11 @@ static int encode_call(mg_gen_t *g, int adapter, int req_ref, const mg_treq_t *r
     if (rq) mg_trace_begin_encode(g->trace, rq, req_ref);
     else lua_rawgeti(L, LUA_REGISTRYINDEX, req_ref);
     push_route(L, p, upstream_model);
-    if (mg_lcall(L, 2, 1, err, errlen) != 0) return -1;
+    mg_lrefusal_t refusal;
+    if (mg_lcall_refusal(L, 2, 1, err, errlen, &refusal) != 0) {
+        out->refusal = refusal;
+        return -1;
+    }
     if (!lua_istable(L, -1)) {
         snprintf(err, errlen, "%s.encode must return a table", g->adapters[adapter].name);
         goto fail;
@@ -318,7 +322,9 @@ void mg_encoded_free(mg_encoded_t *e)
     free(e->path);
     curl_slist_free_all(e->headers);
     cJSON_Delete(e->body);
+    mg_lrefusal_t refusal = e->refusal;
     memset(e, 0, sizeof(*e));
+    e->refusal = refusal;
 }
 
 int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSON **out,

@@ -347,9 +347,11 @@ int mg_gen_collect_between(mg_gen_t *g, int idle)
     if (now < g->gc_base) g->gc_base = now; /* the automatic one ran */
     size_t pct = idle ? MG_GC_IDLE_PCT : MG_GC_BUSY_PCT;
     if ((now - g->gc_base) * 100 < g->gc_base * pct) return 0;
-    /* A step with a debt of the whole heap is due at once; Lua then picks a young or a full
-     * collection exactly as its automatic collector would. */
-    lua_gc(g->L, LUA_GCSTEP, (int)(now / 1024) + 1);
+    /* A basic step: in generational mode Lua then picks a young or a full collection
+     * exactly as its automatic collector would, whatever its own debt (a step given a debt
+     * of the whole heap did nothing when the collector's credit after a full collection was
+     * larger still). */
+    lua_gc(g->L, LUA_GCSTEP, 0);
     g->gc_base = mg_gen_lua_bytes(g);
     return 1;
 }

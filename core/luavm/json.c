@@ -7,6 +7,7 @@
 #include <string.h>
 
 #define JSON_MAX_DEPTH 64
+#define MG_EXACT_INT 9007199254740992LL /* 2^53 */
 
 static void push_json(lua_State *L, const mg_ljson_t *g, const cJSON *v, int depth)
 {
@@ -23,6 +24,10 @@ static void push_json(lua_State *L, const mg_ljson_t *g, const cJSON *v, int dep
             lua_pushnumber(L, d);
     } else if (cJSON_IsString(v)) {
         lua_pushstring(L, v->valuestring);
+    } else if (cJSON_IsRaw(v)) {
+        /* an integer literal kept exact (mg_json_keep_big_ints): a Lua integer when it fits */
+        if (!v->valuestring || !lua_stringtonumber(L, v->valuestring))
+            lua_rawgeti(L, LUA_REGISTRYINDEX, g->null_ref);
     } else if (cJSON_IsArray(v)) {
         lua_createtable(L, cJSON_GetArraySize(v), 0);
         int i = 1;
@@ -84,7 +89,14 @@ static cJSON *to_json(lua_State *L, const mg_ljson_t *g, int idx, int depth, cha
     case LUA_TNIL: return cJSON_CreateNull();
     case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
     case LUA_TNUMBER:
-        if (lua_isinteger(L, idx)) return cJSON_CreateNumber((double)lua_tointeger(L, idx));
+        if (lua_isinteger(L, idx)) {
+            lua_Integer i = lua_tointeger(L, idx);
+            if (i > -MG_EXACT_INT && i < MG_EXACT_INT) return cJSON_CreateNumber((double)i);
+            /* past 2^53 a double is not exact: the digits themselves */
+            char digits[24];
+            snprintf(digits, sizeof(digits), "%lld", (long long)i);
+            return cJSON_CreateRaw(digits);
+        }
         return cJSON_CreateNumber(lua_tonumber(L, idx));
     case LUA_TSTRING: {
         size_t n;

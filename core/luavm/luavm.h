@@ -26,6 +26,7 @@
 
 #include "conf/config.h"
 #include "luavm/json.h"
+#include "luavm/lcall.h"
 
 typedef struct lua_State lua_State;
 
@@ -196,12 +197,15 @@ typedef struct mg_encoded_s {
     struct curl_slist *headers;  /* owned */
     cJSON *body;                 /* owned; NULL = send the canonical body */
     int ndjson;                  /* stream_format == "ndjson" */
+    mg_lrefusal_t refusal;       /* when encode failed: the adapter's refusal, if it was one
+                                    (kept by mg_encoded_free) */
 } mg_encoded_t;
 
 /* Call adapter.encode(req, route), or give a kept answer of it: an answer without a body
  * is kept per route under the values of the request fields encode read (keep.h). The
  * request's table is *req_ref, made from info when it is < 0 and encode is called. 0 or -1
- * with err set. */
+ * with err set; on -1 out->refusal says whether the adapter refused the request on purpose
+ * (util.not_for_route / util.invalid_request: err is its reason) or failed. */
 int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_ref,
                   const mg_provider_conf_t *p, const char *upstream_model, mg_encoded_t *out,
                   char *err, size_t errlen);

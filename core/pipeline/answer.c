@@ -433,6 +433,9 @@ void emit_held_finish(call_t *c, int with_totals)
         return;
     }
     if (!c->held_finish) return;
+    /* a client that asked for the usage chunk gets usage there only (an adapter's finish
+       chunk carries it: lua/README) */
+    if (c->client_include_usage) cJSON_DeleteItemFromObjectCaseSensitive(c->held_finish, "usage");
     if (with_totals) {
         if (usage_on_finish(c) &&
             !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c->held_finish, "usage")))

@@ -91,14 +91,28 @@ const char *fail_reason_name(fail_kind_t k)
         [FAIL_TIMEOUT] = "first_byte_timeout", [FAIL_TIMEOUT_TOTAL] = "total_timeout",
         [FAIL_ADAPTER] = "adapter",     [FAIL_BROKEN] = "connection_broken",
         [FAIL_STALLED] = "stalled",     [FAIL_ERROR_EVENT] = "error_event",
+        [FAIL_REFUSED] = "refused",
     };
     return (size_t)k < sizeof(names) / sizeof(names[0]) ? names[k] : "error";
+}
+
+/* The request is the client's error, as an adapter said: 400 INVALID_REQUEST with the
+ * adapter's reason and the field it named as `param`. */
+static mg_step_rc_t call_refused(call_t *c, const char *msg, const char *param)
+{
+    free(c->error_passed[2]);
+    c->error_passed[2] = param && *param ? strdup(param) : NULL;
+    c->fail_degraded = NULL; /* not the end of a degradation chain: nothing to fall back to */
+    return call_error(c, 400, "INVALID_REQUEST", msg ? msg : "no provider can take this request",
+                      0);
 }
 
 /* Every candidate failed (or none was left): answer with what the last failure says (the
  * provider was reached unless the failure says otherwise). */
 static mg_step_rc_t fail_exhausted(call_t *c)
 {
+    /* no route takes this request as it is: the client's to change, not to retry */
+    if (c->last_fail == FAIL_REFUSED) return call_refused(c, c->refusal_message, c->refusal_param);
     /* the degradation chain ended: the caller's own fallback is next (Sidecar ADR 3.7) */
     if (c->last_fail != FAIL_TIMEOUT && c->last_fail != FAIL_TIMEOUT_TOTAL)
         c->fail_degraded = "openclaw_fallback";
@@ -470,7 +484,7 @@ mg_step_rc_t step_route(call_t *c)
         return MG_STEP_AGAIN;
     }
     c->fail_degraded = "openclaw_fallback"; /* the chain is at its end: the caller's fallback now */
-    if (c->attempts > 0) return fail_exhausted(c);
+    if (c->attempts > 0 || c->last_fail == FAIL_REFUSED) return fail_exhausted(c);
     return call_error(c, 503, "MODEL_UNAVAILABLE", "no provider can serve this model now",
                       shortest_cooldown_ms(c));
 }
@@ -504,6 +518,32 @@ static mg_step_rc_t entry_dropped(call_t *c)
     return MG_STEP_NEXT;
 }
 
+/* The adapter gave no request for the entry. A refusal of invalid input ends the call
+ * (400, its reason and param: no other route is tried); "not for this route" goes on to the
+ * next entry and is the answer when no route takes the request, unless an attempt failed
+ * for another reason; any other error is the adapter's fault (502 when nothing serves). */
+static mg_step_rc_t encode_failed(call_t *c, const char *err)
+{
+    const mg_lrefusal_t *r = &c->enc.refusal;
+    mg_log_msg(r->kind == MG_LREFUSAL_NONE ? MG_LOG_WARN : MG_LOG_INFO, c->req->request_id,
+               "adapter %s encode for provider %s: %s%s", c->provider->adapter,
+               c->provider->id, r->kind == MG_LREFUSAL_NONE ? "" : "refused: ", err);
+    if (r->kind == MG_LREFUSAL_INVALID) {
+        unreserve(c);
+        c->ended_by = NULL;
+        return call_refused(c, err, r->param);
+    }
+    if (r->kind == MG_LREFUSAL_NOT_FOR_ROUTE) {
+        free(c->refusal_message);
+        c->refusal_message = strdup(err);
+        snprintf(c->refusal_param, sizeof(c->refusal_param), "%s", r->param);
+        if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
+    } else if (c->last_fail != FAIL_REFUSED) {
+        c->last_fail = FAIL_ADAPTER;
+    }
+    return entry_dropped(c);
+}
+
 /* The adapter's upstream request for the reserved entry: method, path, headers and body. */
 mg_step_rc_t step_encode(call_t *c)
 {
@@ -524,12 +564,8 @@ mg_step_rc_t step_encode(call_t *c)
     }
     char err[512];
     if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model,
-                      &c->enc, err, sizeof(err)) != 0) {
-        call_msg(c, MG_LOG_WARN, "adapter %s encode for provider %s: %s",
-                   c->provider->adapter, c->provider->id, err);
-        c->last_fail = FAIL_ADAPTER;
-        return entry_dropped(c);
-    }
+                      &c->enc, err, sizeof(err)) != 0)
+        return encode_failed(c, err);
     c->ndjson = c->enc.ndjson;
     c->up_body.len = 0;
     int rc = c->enc.body ? mg_json_print(c->enc.body, &c->up_body)

@@ -389,6 +389,7 @@ cJSON *call_tree(call_t *c)
     if (c->body || !c->req) return c->body;
     c->body = cJSON_ParseWithLength(c->req->body, c->req->body_len);
     if (!c->body) return NULL;
+    mg_json_keep_big_ints(c->body, c->req->body, c->req->body_len); /* a seed kept exact */
     if (c->stream) set_item(c->body, "stream_options", usage_options());
     if (c->tokens_capped) cap_tree_tokens(c);
     return c->body;
@@ -478,11 +479,11 @@ static const char *priority_of(const cJSON *body, const mg_http_req_t *req, cons
         *problem = "'priority' must be one of P0, P1, P2, P3, P4 (or an integer: the engine's)";
         return NULL;
     }
-    /* the Sidecar header: urgent/high/normal/low = P0..P3 */
+    /* X-Priority: P0..P4, or the Sidecar V1's words urgent/high/normal/low = P0..P3 */
     static const char *const words[] = {"urgent", "high", "normal", "low"};
     const char *h = mg_http_header(req, "X-Priority");
-    for (int i = 0; h && i < 4; i++)
-        if (strcasecmp(h, words[i]) == 0) return levels[i];
+    for (int i = 0; h && i < 5; i++)
+        if (strcasecmp(h, levels[i]) == 0 || (i < 4 && strcasecmp(h, words[i]) == 0)) return levels[i];
     return "P2";
 }
 
@@ -534,6 +535,8 @@ mg_step_rc_t step_parse(call_t *c)
         c->body = cJSON_ParseWithLength(req->body, req->body_len);
         if (!cJSON_IsObject(c->body))
             return call_error(c, 400, "INVALID_REQUEST", "request body is not a JSON object", 0);
+        if (mg_json_keep_big_ints(c->body, req->body, req->body_len) != 0)
+            return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
         problem = validate(c->ep, c->body);
         if (!problem) problem = routing_inputs(c->body, req, &c->in);
     }

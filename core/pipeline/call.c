@@ -254,6 +254,7 @@ static void call_free(call_t *c)
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
     free(c->error_message);
+    free(c->refusal_message);
     for (int i = 0; i < 3; i++) free(c->error_passed[i]);
     call_release(c);
 }

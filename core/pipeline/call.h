@@ -79,6 +79,8 @@ typedef enum {
     FAIL_BROKEN,         /* the connection broke (reset, truncated) before the answer ended */
     FAIL_STALLED,        /* the answer stopped arriving (idle timeout) before it ended */
     FAIL_ERROR_EVENT,    /* the stream began with an error event */
+    FAIL_REFUSED,        /* an adapter refused the request as not for its route (call_t's
+                            refusal_message says why) */
 } fail_kind_t;
 
 /* The log's name of a failure kind ("connect", "http_5xx", ...). */
@@ -253,6 +255,8 @@ typedef struct call_s {
     long long prompt_tokens, completion_tokens;
     long long chunks;
     fail_kind_t last_fail;
+    char *refusal_message;       /* owned: the last "not for this route" refusal's reason */
+    char refusal_param[128];     /* the request field it named ("" = none) */
     int retry_after_ms;
     uint64_t t_start, t_dispatch, t_first; /* uv_hrtime() ns */
     int status;

@@ -291,7 +291,6 @@ int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t
     }
     mg_store_t *s = calloc(1, sizeof(*s));
     if (!s) return -1;
-    s->stats.integrity_ok = -1;
     s->queue_max = opts && opts->queue_max > 0 ? opts->queue_max : MG_STORE_QUEUE_MAX_DEFAULT;
     s->busy_wait_ms = opts && opts->busy_wait_ms > 0 ? opts->busy_wait_ms : 250;
     pthread_mutex_init(&s->mu, NULL);
@@ -577,44 +576,11 @@ static void checkpoint_if_due(mg_store_t *s)
         mg_log_msg(MG_LOG_WARN, NULL, "store: checkpoint: %s", sqlite3_errmsg(s->db));
 }
 
-/* The sizes of the database file and its WAL into the stats (sidecar_db_*_size_bytes). */
-static void file_sizes(mg_store_t *s)
-{
-    struct stat st;
-    char wal[4096];
-    uint64_t db = stat(s->path, &st) == 0 ? (uint64_t)st.st_size : 0;
-    snprintf(wal, sizeof(wal), "%s-wal", s->path);
-    uint64_t w = stat(wal, &st) == 0 ? (uint64_t)st.st_size : 0;
-    pthread_mutex_lock(&s->mu);
-    s->stats.db_size_bytes = db;
-    s->stats.wal_size_bytes = w;
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* PRAGMA quick_check on the writer's connection (sidecar_db_integrity_ok). */
-static void integrity_check(mg_store_t *s)
-{
-    sqlite3_stmt *st = NULL;
-    int ok = 0;
-    if (sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW) {
-        const unsigned char *r = sqlite3_column_text(st, 0);
-        ok = r && strcmp((const char *)r, "ok") == 0;
-    }
-    sqlite3_finalize(st);
-    if (!ok) mg_log_msg(MG_LOG_ERROR, NULL, "store: integrity check failed");
-    pthread_mutex_lock(&s->mu);
-    s->stats.integrity_ok = ok;
-    pthread_mutex_unlock(&s->mu);
-}
-
 /* The writer: take everything queued, commit it as one transaction, repeat; when stopping,
  * only once the queue is empty. */
 static void *writer_main(void *arg)
 {
     mg_store_t *s = arg;
-    integrity_check(s);
-    file_sizes(s);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->queue.head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
@@ -625,7 +591,6 @@ static void *writer_main(void *arg)
         commit_batch(s, batch.head);
         batch_finished(s, &batch); /* its callbacks are on their way */
         checkpoint_if_due(s);
-        file_sizes(s);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);

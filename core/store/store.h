@@ -103,10 +103,6 @@ typedef struct mg_store_stats_s {
     uint64_t batches_total;   /* transactions committed */
     uint64_t busy_retries_total; /* BEGIN or COMMIT attempts that found the database locked */
     uint64_t largest_batch;   /* most writes in one transaction */
-    uint64_t db_size_bytes;   /* the database file's size, after the last commit */
-    uint64_t wal_size_bytes;  /* its write-ahead log's (-wal) size, after the last commit */
-    int integrity_ok;         /* PRAGMA quick_check when the writer started: 1 ok, 0 not,
-                                 -1 not run yet */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 

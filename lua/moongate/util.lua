@@ -121,4 +121,44 @@ function util.float32_base64(vec)
     return util.base64_encode(table.concat(parts))
 end
 
+-- Refusals: an adapter's encode says, on purpose, that it will not send a request. It raises
+-- one of these (from any depth of its code) and the core reads the kind, the reason and the
+-- request field it names (`param`, e.g. "messages[0].content[1].image_url.url"):
+--
+--   util.not_for_route(message, param)    this route cannot serve the request, another may:
+--                                          the core tries the next one; when none takes it,
+--                                          the client gets 400 INVALID_REQUEST with message
+--                                          and param (never a 5xx)
+--   util.invalid_request(message, param)  the request itself is wrong: 400 INVALID_REQUEST
+--                                          at once, no other route is tried
+--
+-- Any other error raised by encode is the adapter's own fault (skipped, then 502).
+util.refusal_mt = {
+    __name = "moongate.refusal",
+    __tostring = function(r)
+        return r.message
+    end,
+}
+
+local function refuse(kind, message, param)
+    error(setmetatable({ refusal = kind, message = tostring(message),
+                         param = param ~= nil and tostring(param) or nil }, util.refusal_mt), 0)
+end
+
+function util.not_for_route(message, param)
+    refuse("not_for_route", message, param)
+end
+
+function util.invalid_request(message, param)
+    refuse("invalid_request", message, param)
+end
+
+-- util.refusal_of(err): the refusal table when err (what pcall caught) is one, else nil.
+function util.refusal_of(err)
+    if getmetatable(err) == util.refusal_mt then
+        return err
+    end
+    return nil
+end
+
 return util

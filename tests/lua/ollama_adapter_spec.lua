@@ -35,6 +35,15 @@ local function assert_chat_chunk(c, r)
     end
 end
 
+-- The refusal fn() raises: its kind ("not_for_route" / "invalid_request"), message and param.
+local function refusal(fn)
+    local ok, err = pcall(fn)
+    assert.is_false(ok, "expected a refusal")
+    local r = util.refusal_of(err)
+    assert.is_table(r, "expected a refusal, got: " .. tostring(err))
+    return r
+end
+
 local function run_stream(adapter, r, lines)
     local state, chunks = {}, {}
     for _, line in ipairs(lines) do
@@ -174,9 +183,16 @@ describe("adapters/ollama.lua", function()
                     ollama.encode(req("chat", body), route)
                 end
             end
-            assert.has_error(enc({ type = "image_url", image_url = { url = "https://x/cat.png" } }),
-                "ollama: image_url must be a base64 data: URL (Ollama cannot fetch URLs)")
-            assert.has_error(enc({ type = "input_audio", input_audio = {} }))
+            local r = refusal(enc({ type = "image_url", image_url = { url = "https://x/cat.png" } }))
+            assert.equal("not_for_route", r.refusal)
+            assert.matches("Ollama cannot fetch image URLs", r.message)
+            assert.equal("messages[0].content[0].image_url.url", r.param)
+            for _, t in ipairs({ "input_audio", "file" }) do
+                r = refusal(enc({ type = t, [t] = {} }))
+                assert.equal("not_for_route", r.refusal)
+                assert.equal("messages[0].content[0].type", r.param)
+                assert.matches(t, r.message)
+            end
         end)
 
         it("maps developer to system and null content to an empty string", function()
@@ -209,9 +225,11 @@ describe("adapters/ollama.lua", function()
         it("refuses tool-call arguments that are not JSON", function()
             local body = { messages = msgs({ role = "assistant", content = "", tool_calls = array({
                 { id = "c", type = "function", ["function"] = { name = "f", arguments = "{oops" } } }) }) }
-            assert.has_error(function()
+            local r = refusal(function()
                 ollama.encode(req("chat", body), route)
             end)
+            assert.equal("invalid_request", r.refusal)
+            assert.equal("messages[0].tool_calls[0].function.arguments", r.param)
         end)
 
         it("maps completions to /api/generate", function()
@@ -223,13 +241,18 @@ describe("adapters/ollama.lua", function()
                           options = { num_predict = 20, temperature = 0 } }, out.body)
         end)
 
-        it("uses the first prompt of an array and rejects token prompts", function()
-            local out = ollama.encode(req("completions", { prompt = array({ "one", "two" }) }), route)
+        it("takes an array of one prompt, refuses several and token prompts", function()
+            local out = ollama.encode(req("completions", { prompt = array({ "one" }) }), route)
             assert.equal("one", out.body.prompt)
             assert.is_false(out.body.stream)
-            assert.has_error(function()
+            local several = refusal(function()
+                ollama.encode(req("completions", { prompt = array({ "one", "two" }) }), route)
+            end)
+            assert.same({ "not_for_route", "prompt" }, { several.refusal, several.param })
+            local r = refusal(function()
                 ollama.encode(req("completions", { prompt = array({ 1, 2, 3 }) }), route)
             end)
+            assert.same({ "not_for_route", "prompt" }, { r.refusal, r.param })
         end)
 
         it("maps embeddings to /api/embed with string or array input", function()
@@ -240,9 +263,12 @@ describe("adapters/ollama.lua", function()
             assert.same({ "a", "b" }, arr.body.input)
             assert.is_true(util.is_array(arr.body.input))
             assert.is_nil(arr.body.stream)
-            assert.has_error(function()
-                ollama.encode(req("embeddings", { input = array({ array({ 1, 2 }) }) }), route)
-            end)
+            for _, input in ipairs({ array({ array({ 1, 2 }) }), array({ 1, 2 }) }) do
+                local r = refusal(function()
+                    ollama.encode(req("embeddings", { input = input }), route)
+                end)
+                assert.same({ "not_for_route", "input" }, { r.refusal, r.param })
+            end
         end)
 
         it("sends a Bearer token only when a key is set", function()
@@ -252,10 +278,10 @@ describe("adapters/ollama.lua", function()
             assert.same({ Authorization = "Bearer secret" }, out.headers)
         end)
 
-        it("raises on an unknown endpoint", function()
-            assert.has_error(function()
+        it("refuses an unknown endpoint as not for this route", function()
+            assert.equal("not_for_route", refusal(function()
                 ollama.encode(req("audio", {}), route)
-            end)
+            end).refusal)
         end)
     end)
 
@@ -455,6 +481,149 @@ describe("adapters/ollama.lua", function()
             assert.equal("length", chunks[4].choices[1].finish_reason)
             assert.same({ prompt_tokens = 26, completion_tokens = 3, total_tokens = 29 }, chunks[4].usage)
             assert.is_true(state.done)
+        end)
+    end)
+
+    describe("parameter fidelity", function()
+        local weather = { type = "function", ["function"] = { name = "weather",
+            parameters = { type = "object" } } }
+        local clock = { type = "function", ["function"] = { name = "clock",
+            parameters = { type = "object" } } }
+        local function chat(extra)
+            local body = { messages = msgs({ role = "user", content = "hi" }) }
+            for k, v in pairs(extra) do
+                body[k] = v
+            end
+            return ollama.encode(req("chat", body), route).body
+        end
+
+        it("tool_choice none sends no tools, auto all of them", function()
+            local tools = array({ weather, clock })
+            assert.is_nil(chat({ tools = tools, tool_choice = "none" }).tools)
+            local auto = chat({ tools = tools, tool_choice = "auto" })
+            assert.equal(2, #auto.tools)
+            assert.equal(1, #auto.messages) -- no instruction
+        end)
+
+        it("a named tool_choice sends only that tool and asks for it", function()
+            local out = chat({ tools = array({ weather, clock }),
+                tool_choice = { type = "function", ["function"] = { name = "clock" } } })
+            assert.equal(1, #out.tools)
+            assert.equal("clock", out.tools[1]["function"].name)
+            assert.equal("system", out.messages[1].role)
+            assert.matches("`clock`", out.messages[1].content)
+            assert.equal("hi", out.messages[2].content)
+            local r = refusal(function()
+                chat({ tools = array({ weather }),
+                    tool_choice = { type = "function", ["function"] = { name = "nope" } } })
+            end)
+            assert.same({ "invalid_request", "tool_choice" }, { r.refusal, r.param })
+        end)
+
+        it("required asks for a call, in the client's own system message", function()
+            local body = { tools = array({ weather }), tool_choice = "required",
+                messages = msgs({ role = "system", content = "Be brief." },
+                                { role = "user", content = "hi" }) }
+            local out = ollama.encode(req("chat", body), route).body
+            assert.equal(2, #out.messages)
+            assert.matches("^Be brief%.\n\nYou must answer by calling one of the provided tools",
+                out.messages[1].content)
+            assert.equal(1, #out.tools)
+        end)
+
+        it("allowed_tools keeps the tools it lists", function()
+            local out = chat({ tools = array({ weather, clock }), tool_choice = { type = "allowed_tools",
+                allowed_tools = { mode = "auto", tools = array({ { type = "function", name = "weather" } }) } } })
+            assert.equal(1, #out.tools)
+            assert.equal("weather", out.tools[1]["function"].name)
+        end)
+
+        it("refuses what Ollama cannot do, naming the parameter", function()
+            local cases = {
+                { "n", 2 }, { "logprobs", true }, { "top_logprobs", 3 },
+                { "logit_bias", { ["50256"] = -100 } }, { "audio", { voice = "alloy" } },
+                { "modalities", array({ "text", "audio" }) }, { "store", true },
+                { "functions", array({ {} }) }, { "function_call", "auto" },
+                { "verbosity", "low" }, { "web_search_options", {} },
+            }
+            for _, c in ipairs(cases) do
+                local r = refusal(function()
+                    chat({ [c[1]] = c[2] })
+                end)
+                assert.same({ "not_for_route", c[1] }, { r.refusal, r.param })
+            end
+            -- the values that ask nothing of Ollama pass
+            local out = chat({ n = 1, logprobs = false, logit_bias = {}, store = false,
+                modalities = array({ "text" }) })
+            assert.equal("hi", out.messages[1].content)
+        end)
+
+        it("maps reasoning_effort and think to think", function()
+            assert.is_false(chat({ reasoning_effort = "minimal" }).think)
+            assert.is_true(chat({ reasoning_effort = "high" }).think)
+            assert.equal("low", chat({ think = "low" }).think)
+            local oss = util.copy(route)
+            oss.model = "gpt-oss:20b"
+            local body = { messages = msgs({ role = "user", content = "hi" }), reasoning_effort = "high" }
+            assert.equal("high", ollama.encode(req("chat", body), oss).body.think)
+            assert.is_nil(chat({}).think)
+        end)
+
+        it("keeps a seed past 2^53 an exact integer", function()
+            local seed = 9007199254740993
+            local out = chat({ seed = seed })
+            assert.equal(math.type(seed), math.type(out.options.seed))
+            assert.equal(seed, out.options.seed)
+        end)
+
+        it("returns thinking as reasoning_content, and streams it as it arrives", function()
+            local out = ollama.decode(req("chat"), { model = "m", done = true, done_reason = "stop",
+                message = { role = "assistant", content = "4", thinking = "2+2 is 4" } })
+            assert.equal("2+2 is 4", out.choices[1].message.reasoning_content)
+            assert.equal("4", out.choices[1].message.content)
+            local r = req("chat", {}, { stream = true })
+            local chunks = run_stream(ollama, r, {
+                { model = "m", done = false, message = { role = "assistant", content = "", thinking = "2+2" } },
+                { model = "m", done = false, message = { role = "assistant", content = "", thinking = " is 4" } },
+                { model = "m", done = false, message = { role = "assistant", content = "4" } },
+                { model = "m", done = true, done_reason = "stop", message = { role = "assistant", content = "" } },
+            })
+            assert.equal(4, #chunks)
+            assert.same({ role = "assistant", content = "", reasoning_content = "2+2" }, chunks[1].choices[1].delta)
+            assert.same({ reasoning_content = " is 4" }, chunks[2].choices[1].delta)
+            assert.same({ content = "4" }, chunks[3].choices[1].delta)
+        end)
+
+        it("parallel_tool_calls = false keeps the first call only", function()
+            local calls = array({ { ["function"] = { name = "a", arguments = {} } },
+                                  { ["function"] = { name = "b", arguments = {} } } })
+            local resp = { model = "m", done = true, message = { role = "assistant", content = "", tool_calls = calls } }
+            local one = ollama.decode(req("chat", { parallel_tool_calls = false }), resp)
+            assert.equal(1, #one.choices[1].message.tool_calls)
+            local two = ollama.decode(req("chat", {}), resp)
+            assert.equal(2, #two.choices[1].message.tool_calls)
+            local r = req("chat", { parallel_tool_calls = false }, { stream = true })
+            local chunks = run_stream(ollama, r, {
+                { model = "m", done = false, message = { role = "assistant", content = "", tool_calls = array({ calls[1] }) } },
+                { model = "m", done = false, message = { role = "assistant", content = "", tool_calls = array({ calls[2] }) } },
+                { model = "m", done = true, done_reason = "stop", message = { role = "assistant", content = "" } },
+            })
+            local n = 0
+            for _, c in ipairs(chunks) do
+                n = n + #(c.choices[1].delta.tool_calls or {})
+            end
+            assert.equal(1, n)
+            assert.equal("tool_calls", chunks[#chunks].choices[1].finish_reason)
+        end)
+
+        it("echo puts the prompt before the completion", function()
+            local body = { prompt = "Say:", echo = true }
+            local out = ollama.decode(req("completions", body), { model = "m", response = " hi", done = true })
+            assert.equal("Say: hi", out.choices[1].text)
+            local chunks = run_stream(ollama, req("completions", body, { stream = true }), {
+                { model = "m", response = " hi", done = false },
+                { model = "m", response = "", done = true, done_reason = "stop" } })
+            assert.equal("Say: hi", chunks[1].choices[1].text)
         end)
     end)
 end)

@@ -37,6 +37,19 @@
 //                              that many frames (lead and content frames counted; default 0,
 //                              before the first), and the stream goes on as scripted
 //   hang                       never answer
+//   no_done                    an OpenAI-wire stream ends after its finish (and usage) chunk
+//                              without data: [DONE] (EOF after a complete answer)
+//   tool_calls                 "first" or "all": a chat request that carries tools (and no
+//                              tool_choice "none", and whose last message is not a tool
+//                              result) is answered with calls of its first tool, of every
+//                              tool, or of the tool its tool_choice names, in the path's wire
+//                              shape (OpenAI streams the arguments in two deltas per call);
+//                              arguments from action.arguments[name] (default {})
+//   thinking                   text an Ollama chat answer thinks before it answers
+//                              (message.thinking; streamed in two lines before the content)
+//
+// Structured output: a chat request with response_format json_schema / json_object (OpenAI
+// wire) or format (Ollama) is answered with JSON: a minimal instance of the schema.
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 
@@ -147,12 +160,100 @@ function lazyList(n, make) {
     });
 }
 
+/** The tool calls a chat request gets under action.tool_calls, or null: [{ name, args }]. */
+function toolCallsFor(body, action) {
+    const mode = action.tool_calls;
+    const tools = Array.isArray(body.tools) ? body.tools : [];
+    if (!mode || !tools.length || body.tool_choice === 'none') return null;
+    const msgs = Array.isArray(body.messages) ? body.messages : [];
+    if (msgs.at(-1)?.role === 'tool') return null;
+    const nameOf = (t) => t?.function?.name ?? t?.name;
+    let names = mode === 'all' ? tools.map(nameOf) : [nameOf(tools[0])];
+    const chosen = body.tool_choice?.function?.name;
+    if (chosen) names = [chosen];
+    return names.map((name) => ({ name, args: action.arguments?.[name] ?? {} }));
+}
+
+/** A minimal JSON instance of a JSON schema (objects, arrays, scalars, enums, anyOf). */
+function instanceOf(schema, depth = 0) {
+    if (!schema || typeof schema !== 'object' || depth > 8) return null;
+    if (Array.isArray(schema.enum) && schema.enum.length) return schema.enum[0];
+    if ('const' in schema) return schema.const;
+    const alt = schema.anyOf ?? schema.oneOf;
+    if (Array.isArray(alt) && alt.length) return instanceOf(alt[0], depth + 1);
+    const type = Array.isArray(schema.type) ? schema.type.find((t) => t !== 'null') : schema.type;
+    if (type === 'object' || schema.properties) {
+        const out = {};
+        for (const [k, v] of Object.entries(schema.properties ?? {})) out[k] = instanceOf(v, depth + 1);
+        return out;
+    }
+    if (type === 'array') return schema.items ? [instanceOf(schema.items, depth + 1)] : [];
+    if (type === 'string') return 'mock';
+    if (type === 'integer' || type === 'number') return 1;
+    if (type === 'boolean') return true;
+    return null;
+}
+
+/** The JSON text a structured-output request is answered with, or null for free text. */
+function structuredAnswer(body) {
+    const rf = body.response_format;
+    if (rf?.type === 'json_schema') return JSON.stringify(instanceOf(rf.json_schema?.schema));
+    if (rf?.type === 'json_object') return '{"mock":true}';
+    if (body.format === 'json') return '{"mock":true}';
+    if (body.format && typeof body.format === 'object') return JSON.stringify(instanceOf(body.format));
+    return null;
+}
+
+/** The JSON text split into n pieces (a stream of it). */
+function splitText(text, n) {
+    const size = Math.max(1, Math.ceil(text.length / n));
+    const out = [];
+    for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
+    return out;
+}
+
+function openaiToolCalls(ctx, calls) {
+    const { body, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const id = `chatcmpl-mock-${seq}`;
+    const created = nowSec();
+    const pt = promptTokensChat(body);
+    const usage = { prompt_tokens: pt, completion_tokens: calls.length, total_tokens: pt + calls.length };
+    const wire = calls.map((c, i) => ({ id: `call_mock_${seq}_${i}`, type: 'function',
+        function: { name: c.name, arguments: JSON.stringify(c.args) } }));
+    if (!body.stream) {
+        return {
+            status: 200,
+            json: { id, object: 'chat.completion', created, model, system_fingerprint: 'fp_mock',
+                choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: null, tool_calls: wire },
+                    logprobs: null, finish_reason: 'tool_calls' }], usage },
+        };
+    }
+    const withUsage = body.stream_options?.include_usage === true;
+    const chunk = (delta, finish) => sse({ id, object: 'chat.completion.chunk', created, model,
+        choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }], ...(withUsage ? { usage: null } : {}) });
+    const content = [];
+    wire.forEach((w, i) => {
+        const [a, b] = [w.function.arguments.slice(0, 1), w.function.arguments.slice(1)];
+        content.push(chunk({ tool_calls: [{ index: i, id: w.id, type: 'function', function: { name: w.function.name, arguments: '' } }] }, null));
+        content.push(chunk({ tool_calls: [{ index: i, function: { arguments: a } }] }, null));
+        content.push(chunk({ tool_calls: [{ index: i, function: { arguments: b } }] }, null));
+    });
+    const tail = [chunk({}, 'tool_calls')];
+    if (withUsage) tail.push(sse({ id, object: 'chat.completion.chunk', created, model, choices: [], usage }));
+    tail.push('data: [DONE]\n\n');
+    return { status: 200, stream: true, format: 'sse', lead: [chunk({ role: 'assistant', content: null }, null)], content, tail };
+}
+
 function openaiChat(ctx) {
     const { body, action, seq } = ctx;
+    const calls = toolCallsFor(body, action);
+    if (calls) return openaiToolCalls(ctx, calls);
     const model = body.model ?? 'mock-model';
     const limit = body.max_completion_tokens ?? body.max_tokens;
     const { n, finish } = pieceCount(action, limit);
-    const raw = contentPieces(model, n);
+    const structured = structuredAnswer(body);
+    const raw = structured !== null ? splitText(structured, n) : contentPieces(model, n);
     const pieces = action.piece_bytes ? lazyList(n, (i) => padPiece(raw[i], action)) : raw;
     const id = `chatcmpl-mock-${seq}`;
     const created = nowSec();
@@ -168,7 +269,7 @@ function openaiChat(ctx) {
                 id, object: 'chat.completion', created, model,
                 choices: [{
                     index: 0,
-                    message: { role: 'assistant', content: Array.from({ length: n }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] },
+                    message: { role: 'assistant', content: Array.from({ length: pieces.length }, (_, i) => pieces[i]).join(''), refusal: null, annotations: [] },
                     logprobs: null,
                     finish_reason: finish,
                 }],
@@ -195,7 +296,7 @@ function openaiChat(ctx) {
     return {
         status: 200, stream: true, format: 'sse',
         lead: [chunk({ role: 'assistant', content: '', refusal: null }, null)],
-        content: lazyList(n, (i) => chunk({ content: pieces[i] }, null)),
+        content: lazyList(pieces.length, (i) => chunk({ content: pieces[i] }, null)),
         tail,
     };
 }
@@ -278,16 +379,31 @@ function ollamaChat(ctx) {
     const { body, action } = ctx;
     const model = body.model ?? 'mock-model';
     const { n, finish } = pieceCount(action, body.options?.num_predict);
-    const pieces = contentPieces(model, n);
+    const structured = structuredAnswer(body);
+    const pieces = structured !== null ? splitText(structured, n) : contentPieces(model, n);
     const pt = promptTokensChat(body);
     const created_at = new Date().toISOString();
-    const final = (content) => ({
-        model, created_at, message: { role: 'assistant', content },
-        done_reason: finish, done: true, ...ollamaTimings(pt, n),
+    const calls = toolCallsFor(body, action)?.map((c) => ({ function: { name: c.name, arguments: c.args } }));
+    const final = (content, extra = {}) => ({
+        model, created_at, message: { role: 'assistant', content, ...extra },
+        done_reason: finish, done: true, ...ollamaTimings(pt, calls ? calls.length : n),
     });
-    if (body.stream === false) return { status: 200, json: final(pieces.join('')) };
+    if (calls) {
+        if (body.stream === false) return { status: 200, json: final('', { tool_calls: calls }) };
+        return {
+            status: 200, stream: true, format: 'ndjson', lead: [],
+            content: calls.map((c) => ndjson({ model, created_at, message: { role: 'assistant', content: '', tool_calls: [c] }, done: false })),
+            tail: [ndjson(final(''))],
+        };
+    }
+    const thinking = typeof action.thinking === 'string' ? action.thinking : null;
+    if (body.stream === false) {
+        return { status: 200, json: final(pieces.join(''), thinking ? { thinking } : {}) };
+    }
+    const thought = thinking ? splitText(thinking, 2).map((t) =>
+        ndjson({ model, created_at, message: { role: 'assistant', content: '', thinking: t }, done: false })) : [];
     return {
-        status: 200, stream: true, format: 'ndjson', lead: [],
+        status: 200, stream: true, format: 'ndjson', lead: thought,
         content: pieces.map((p) => ndjson({ model, created_at, message: { role: 'assistant', content: p }, done: false })),
         tail: [ndjson(final(''))],
     };
@@ -660,6 +776,7 @@ async function handleEngine(state, req, res, url, raw) {
         query: url.search,
         headers: req.headers,
         body,
+        raw: text.length <= 65536 ? text : undefined, // the bytes, for what JSON.parse loses (64-bit integers)
         rule: rule ? rule.id : null,
         closed_early: false,
         finished: false,
@@ -837,7 +954,10 @@ async function sendStream(task, plan, action, extra) {
         res.end();
         return;
     }
-    for (const f of plan.tail) if (!(await write(f, gap))) return;
+    for (const f of plan.tail) {
+        if (action.no_done && f === 'data: [DONE]\n\n') continue;
+        if (!(await write(f, gap))) return;
+    }
     res.end();
 }
 

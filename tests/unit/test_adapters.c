@@ -54,6 +54,8 @@ static void test_encode_openai(void)
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), -1);
     CHECK(strstr(err, "unsupported endpoint") != NULL);
+    CHECK_EQ_INT(e.refusal.kind, MG_LREFUSAL_NOT_FOR_ROUTE);
+    CHECK_STR(e.refusal.param, "");
     CHECK(e.path == NULL && e.headers == NULL && e.body == NULL);
     mg_gen_unref_value(G, rr);
     CHECK_EQ_INT(lua_gettop(G->L), 0);
@@ -107,13 +109,28 @@ static void test_encode_ollama(void)
     mg_encoded_free(&e);
     mg_gen_unref_value(G, rr);
     cJSON_Delete(body);
-    /* adapter error (bad content part) comes back as -1 with its message */
+    /* a part Ollama cannot take: refused as not for this route, with its reason and param */
     mg_lua_req_t info3 = {.request_id = "req-o3", .endpoint = "chat", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
     rr = mg_gen_req_new(G, &info3);
-    body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]}");
+    body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\","
+                       "\"content\":[{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"audio\"}]}]}");
     mg_gen_req_set_body(G, rr, body);
     CHECK_EQ_INT(mg_gen_encode(G, a, &info3, &rr, ol, "up-c", &e, err, sizeof(err)), -1);
-    CHECK(strstr(err, "unsupported content part") != NULL);
+    CHECK(strstr(err, "content part type audio") != NULL);
+    CHECK_EQ_INT(e.refusal.kind, MG_LREFUSAL_NOT_FOR_ROUTE);
+    CHECK_STR(e.refusal.param, "messages[1].content[1].type");
+    mg_gen_unref_value(G, rr);
+    cJSON_Delete(body);
+    /* tool-call arguments that are not JSON: the request is invalid, wherever it goes */
+    rr = mg_gen_req_new(G, &info3);
+    body = cJSON_Parse("{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+                       "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{oops\"}}]}]}");
+    mg_gen_req_set_body(G, rr, body);
+    CHECK_EQ_INT(mg_gen_encode(G, a, &info3, &rr, ol, "up-c", &e, err, sizeof(err)), -1);
+    CHECK(strstr(err, "not valid JSON") != NULL);
+    CHECK_EQ_INT(e.refusal.kind, MG_LREFUSAL_INVALID);
+    CHECK_STR(e.refusal.param, "messages[0].tool_calls[0].function.arguments");
     mg_gen_unref_value(G, rr);
     cJSON_Delete(body);
     CHECK_EQ_INT(lua_gettop(G->L), 0);
@@ -134,6 +151,7 @@ static void test_encode_rejects_bad_results(void)
         "  if req.model == 'colon' then return { path = '/x', headers = { ['X:Y'] = 'a' } } end\n"
         "  if req.model == 'notable' then return 'nope' end\n"
         "  if req.model == 'badbody' then return { path = '/x', body = { f = print } } end\n"
+        "  if req.model == 'tblerr' then error({ refusal = 'other', message = 'm', param = 'p' }) end\n"
         "  return { path = '/ok', headers = { ['X-N'] = 5 }, body = { a = 1 } }\n"
         "end\n"
         "return M\n");
@@ -145,7 +163,7 @@ static void test_encode_rejects_bad_results(void)
     }
     int a = adapter_of(g, "oa");
     const mg_provider_conf_t *oa = mg_config_provider(g->cfg, "oa");
-    const char *bad[] = {"method", "nopath", "crlf", "colon", "notable", "badbody"};
+    const char *bad[] = {"method", "nopath", "crlf", "colon", "notable", "badbody", "tblerr"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = bad[i], .stream = 0, .max_tokens = -1, .created = 1};
         int rr = mg_gen_req_new(g, &info);
@@ -155,6 +173,7 @@ static void test_encode_rejects_bad_results(void)
         if (rc != -1) fprintf(stderr, "  '%s' accepted\n", bad[i]);
         CHECK_EQ_INT(rc, -1);
         CHECK(err[0] != '\0');
+        CHECK_EQ_INT(e.refusal.kind, MG_LREFUSAL_NONE); /* a failure, not a refusal */
         CHECK(e.path == NULL && e.headers == NULL && e.body == NULL);
         CHECK_EQ_INT(lua_gettop(g->L), 0);
         mg_gen_unref_value(g, rr);

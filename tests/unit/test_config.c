@@ -844,6 +844,36 @@ static void test_storage_and_idempotency_caps(void)
               "t.yaml:2: idempotency.max_entries must be between 1 and 10000000");
 }
 
+/* The store's housekeeping and the log file. */
+static void test_storage_upkeep_and_log_file(void)
+{
+    mg_config_t *c = parse_ok("");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->storage_checkpoint_minutes, 60);
+        CHECK_EQ_INT(c->storage_integrity_hours, 24);
+        CHECK(c->storage_backup_dir == NULL);
+        CHECK(c->log_file == NULL);
+        mg_config_free(c);
+    }
+    c = parse_ok("storage:\n  checkpoint_minutes: 0\n  integrity_check_hours: 6\n"
+                 "  backup: { dir: /var/backups/mg, every_hours: 12, keep_days: 30 }\n"
+                 "log: { file: /var/log/moongate/moongate.log }\n");
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->storage_checkpoint_minutes, 0);
+        CHECK_EQ_INT(c->storage_integrity_hours, 6);
+        CHECK_STR(c->storage_backup_dir, "/var/backups/mg");
+        CHECK_EQ_INT(c->storage_backup_every_hours, 12);
+        CHECK_EQ_INT(c->storage_backup_keep_days, 30);
+        CHECK_STR(c->log_file, "/var/log/moongate/moongate.log");
+        mg_config_free(c);
+    }
+    CHECK(strstr(parse_err("storage:\n  backup: { every_hours: 1 }\n"), "storage.backup is missing required key 'dir'") != NULL);
+    CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, keep_days: 0 }\n"), "keep_days") != NULL);
+    CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, wat: 1 }\n"), "wat") != NULL);
+}
+
 /* Memory admission's degrade knobs: scheduler.min_output_tokens, routing.allow_smaller_model,
  * and a smaller route's own memory figures (only a smaller route may have them). */
 static void test_memory_degrade_knobs(void)
@@ -933,6 +963,7 @@ int main(void)
 {
     MG_RUN(test_down_trials_and_panic);
     MG_RUN(test_storage_and_idempotency_caps);
+    MG_RUN(test_storage_upkeep_and_log_file);
     MG_RUN(test_model_tokenizer);
     MG_RUN(test_full_config);
     MG_RUN(test_defaults);

@@ -61,6 +61,27 @@ static void test_tree_round_trip(void)
     free(out);
 }
 
+/* Integer literals past 2^53 at the top level come back exact; the rest is left alone. */
+static void test_keep_big_ints(void)
+{
+    const char *text = "{\"seed\": 18446744073709551615, \"small\": 42, \"f\": 1e300,"
+                       " \"neg\":-9007199254740993, \"in\": {\"x\": 9007199254740993}}";
+    cJSON *j = cJSON_Parse(text);
+    CHECK_EQ_INT(mg_json_keep_big_ints(j, text, strlen(text)), 0);
+    char *out = print(j);
+    CHECK_STR(out, "{\"seed\":18446744073709551615,\"small\":42,\"f\":1e+300,"
+                   "\"neg\":-9007199254740993,\"in\":{\"x\":9007199254740992}}");
+    free(out);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "small")));
+    cJSON_Delete(j);
+    /* nothing that large: the tree is untouched (and the text not scanned) */
+    const char *plain = "{\"seed\": 7}";
+    j = cJSON_Parse(plain);
+    CHECK_EQ_INT(mg_json_keep_big_ints(j, plain, strlen(plain)), 0);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "seed")));
+    cJSON_Delete(j);
+}
+
 typedef struct {
     int n;
     char keys[8][32];
@@ -393,6 +414,7 @@ int main(void)
     MG_RUN(test_numbers);
     MG_RUN(test_strings);
     MG_RUN(test_tree_round_trip);
+    MG_RUN(test_keep_big_ints);
     MG_RUN(test_members);
     MG_RUN(test_members_malformed);
     MG_RUN(test_members_stop);

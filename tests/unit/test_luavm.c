@@ -5,6 +5,8 @@
  * functions (lmod.c). The cache around the calls has test_keep.c, the adapters test_adapters.c. */
 #include "luavm_fixture.h"
 
+#include "base/json.h"
+
 /* ---- loading --------------------------------------------------------------------------- */
 
 static void test_load_success(void)
@@ -555,6 +557,40 @@ static void test_json_numbers(void)
     }
 }
 
+/* Integers past 2^53 stay exact both ways: a raw literal (mg_json_keep_big_ints) becomes a
+ * Lua integer, and a Lua integer that large leaves as its digits. */
+static void test_json_big_integers(void)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToObject(j, "seed", cJSON_CreateRaw("9007199254740993"));
+    cJSON_AddItemToObject(j, "neg", cJSON_CreateRaw("-9223372036854775807"));
+    mg_lua_push_json(G, j);
+    lua_setglobal(G->L, "probe");
+    lua_expect(G, "return math.type(probe.seed) .. ' ' .. tostring(probe.seed + 1) .. ' ' .. "
+                  "tostring(probe.neg)",
+               "integer 9007199254740994 -9223372036854775807");
+    lua_State *L = G->L;
+    luaL_dostring(L, "return { seed = probe.seed, small = 2^53 - 1 | 0, neg = probe.neg }");
+    char e[256] = "";
+    cJSON *out = mg_lua_to_json(G, -1, e, sizeof(e));
+    lua_pop(L, 1);
+    CHECK(out != NULL);
+    if (out) {
+        mg_buf_t b = {0};
+        CHECK_EQ_INT(mg_json_print(cJSON_GetObjectItem(out, "seed"), &b), 0);
+        CHECK_STR(b.data, "9007199254740993");
+        b.len = 0;
+        CHECK_EQ_INT(mg_json_print(cJSON_GetObjectItem(out, "neg"), &b), 0);
+        CHECK_STR(b.data, "-9223372036854775807");
+        CHECK(cJSON_IsNumber(cJSON_GetObjectItem(out, "small"))); /* exact as a double */
+        mg_buf_free(&b);
+        cJSON_Delete(out);
+    }
+    lua_pushnil(L);
+    lua_setglobal(L, "probe");
+    cJSON_Delete(j);
+}
+
 static void test_json_unicode(void)
 {
     /* UTF-8 strings, escapes and a key with non-ASCII characters */
@@ -880,6 +916,7 @@ int main(void)
     MG_RUN(test_json_round_trip);
     MG_RUN(test_json_empty_and_null_kept);
     MG_RUN(test_json_numbers);
+    MG_RUN(test_json_big_integers);
     MG_RUN(test_json_unicode);
     MG_RUN(test_json_unencodable);
     MG_RUN(test_route_default_policy);

@@ -146,6 +146,10 @@ static void test_body_is_json(void)
     const char cut[] = "{\"a\":[1,2,3]}<html>";
     CHECK_EQ_INT(mg_probe_body_is_json(cut, 13), 1);
     CHECK_EQ_INT(mg_probe_body_is_json(cut, 12), 0);
+    /* control bytes are not JSON's white space (found by fuzz_probe: cJSON skips them) */
+    const char nul_lead[] = "\0\0[1]", ctl_lead[] = "\x01{}";
+    CHECK_EQ_INT(mg_probe_body_is_json(nul_lead, sizeof(nul_lead) - 1), 0);
+    CHECK_EQ_INT(mg_probe_body_is_json(ctl_lead, sizeof(ctl_lead) - 1), 0);
 }
 
 static void test_body_looks_json(void)

@@ -11,6 +11,8 @@
 
 #include "token/registry.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,7 @@ static void apply_log_level(const mg_config_t *cfg)
 {
     mg_log_level_t lv;
     if (mg_log_level_parse(cfg->log_level, &lv) == 0) mg_log_set_level(lv);
+    mg_log_set_text(cfg->log_text);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -299,10 +302,10 @@ static void close_everything(mg_server_t *s)
     uv_signal_stop(&s->sig_term);
     uv_signal_stop(&s->sig_int);
     uv_signal_stop(&s->sig_usr1);
-    uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
+    uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
 }
 
@@ -581,10 +584,10 @@ static void start_loop_hooks(mg_server_t *s)
     uv_signal_init(s->loop, &s->sig_int);
     uv_signal_init(s->loop, &s->sig_usr1);
     s->sig_hup.data = s->sig_term.data = s->sig_int.data = s->sig_usr1.data = s;
-    uv_signal_start(&s->sig_usr1, on_signal, SIGUSR1);
     uv_signal_start(&s->sig_hup, on_signal, SIGHUP);
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    uv_signal_start(&s->sig_usr1, on_signal, SIGUSR1);
 }
 
 int mg_server_init(mg_server_t *s, uv_loop_t *loop, const char *config_path)
@@ -630,6 +633,7 @@ int mg_server_run(mg_server_t *s)
     mg_store_close(s->store);
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
+    mg_metrics_free(&s->metrics);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

@@ -1246,7 +1246,7 @@ static void respond(admin_t *a)
     mg_metrics_request(a->adm->d.metrics, MG_EP_OTHER, a->status, secs);
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "request");
-    mg_log_str(&l, "request_id", req->request_id);
+    mg_http_log_ids(&l, req);
     mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
     mg_log_str(&l, "path", req->path);
     mg_log_int(&l, "status", a->status);

@@ -441,6 +441,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
     mg_sched_stats_t pre;
     mg_sched_stats(s->sched, &pre);
     s->metrics->memory_reserved_bytes = pre.mem_reserved_bytes;
+    mg_pipeline_active_tasks(s->pipeline, mg_metrics_family(s->metrics, MG_FAM_ACTIVE_TASKS));
     if (mg_metrics_render(s->metrics, s->pool, s->pipeline->in_flight, mg_gens_current(s->gens)->id, uv_now(s->loop), &text,
                           &len) != 0) {
         mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
@@ -450,7 +451,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
     mg_sched_stats_t ss;
     mg_sched_stats(s->sched, &ss);
     mg_buf_t b = {text, len, len + 1};
-    char line[160];
+    char line[512];
     mg_buf_append_str(&b, "# HELP moongate_queue_length Tasks waiting, by priority.\n"
                           "# TYPE moongate_queue_length gauge\n");
     for (int p = 0; p < MG_PRIO_COUNT; p++) {
@@ -458,6 +459,21 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
                  mg_priority_name((mg_priority_t)p), ss.queued_by_prio[p]);
         mg_buf_append_str(&b, line);
     }
+    unsigned depth = 0;
+    for (int p = 0; p < MG_PRIO_COUNT; p++) depth += ss.queued_by_prio[p];
+    snprintf(line, sizeof(line),
+             "# HELP sidecar_queue_depth Tasks waiting for a slot.\n"
+             "# TYPE sidecar_queue_depth gauge\nsidecar_queue_depth %u\n",
+             depth);
+    mg_buf_append_str(&b, line);
+    const mg_config_t *cfg = mg_gens_current(s->gens)->cfg;
+    snprintf(line, sizeof(line),
+             "# HELP moongate_queue_capacity Tasks the queue holds (scheduler.max_queued_tasks).\n"
+             "# TYPE moongate_queue_capacity gauge\nmoongate_queue_capacity %d\n"
+             "# HELP moongate_running_capacity Tasks that run at once (scheduler.max_running_tasks).\n"
+             "# TYPE moongate_running_capacity gauge\nmoongate_running_capacity %d\n",
+             cfg->scheduler.max_queued_tasks, cfg->scheduler.max_running_tasks);
+    mg_buf_append_str(&b, line);
     snprintf(line, sizeof(line),
              "# HELP moongate_running_tasks Tasks holding a slot.\n# TYPE moongate_running_tasks gauge\n"
              "moongate_running_tasks %u\n",

@@ -24,7 +24,14 @@ static struct {
     int attached;
     char *buf;
     size_t len, cap;
-} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0};
+    int text;   /* log.format: text */
+} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0};
+
+void mg_log_set_text(int text)
+{
+    g_log.text = text;
+}
+
 
 void mg_log_set_level(mg_log_level_t level)
 {
@@ -186,9 +193,26 @@ static void append(mg_logline_t *l, const char *s, size_t n)
 
 static void append_key(mg_logline_t *l, const char *key)
 {
+    if (g_log.text) {
+        append(l, " ", 1);
+        append(l, key, strlen(key));
+        append(l, "=", 1);
+        return;
+    }
     append(l, ",\"", 2);
     append(l, key, strlen(key));
     append(l, "\":", 2);
+}
+
+/* A text-format value goes bare when it is one plain word, quoted (JSON escapes) otherwise. */
+static int plain_word(const char *s, size_t n)
+{
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c >= 0x7f) return 0;
+    }
+    return 1;
 }
 
 static void append_escaped(mg_logline_t *l, const char *s, size_t n)
@@ -196,6 +220,10 @@ static void append_escaped(mg_logline_t *l, const char *s, size_t n)
     char tmp[1024];
     /* Long values are cut: a log line must stay a line, not a dump. */
     size_t w = mg_json_escape(tmp, sizeof(tmp), s, n);
+    if (g_log.text && plain_word(tmp, w)) {
+        append(l, tmp, w);
+        return;
+    }
     append(l, "\"", 1);
     append(l, tmp, w);
     append(l, "\"", 1);
@@ -228,10 +256,19 @@ void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
     int ms = (int)(tv.tv_usec / 1000);
     l->overflow = 0;
     l->len = 0;
-    append(l, "{\"ts\":\"", 7);
-    append(l, ts_cache.text, strlen(ts_cache.text));
     char frac[8] = {'.', (char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10),
                     'Z', '"'};
+    if (g_log.text) { /* "2026-08-03T06:56:00.123Z info msg key=value ..." */
+        append(l, ts_cache.text, strlen(ts_cache.text));
+        append(l, frac, 5);
+        append(l, " ", 1);
+        append(l, level_names[level], strlen(level_names[level]));
+        append(l, " ", 1);
+        append_escaped(l, msg, strlen(msg));
+        return;
+    }
+    append(l, "{\"ts\":\"", 7);
+    append(l, ts_cache.text, strlen(ts_cache.text));
     append(l, frac, 6);
     append(l, ",\"level\":\"", 10);
     append(l, level_names[level], strlen(level_names[level]));
@@ -316,25 +353,44 @@ void mg_log_bool(mg_logline_t *l, const char *key, int value)
 
 void mg_log_end(mg_logline_t *l)
 {
-    if (l->overflow && l->len + 20 < sizeof(l->buf)) {
-        memcpy(l->buf + l->len, ",\"truncated\":true", 17);
-        l->len += 17;
+    const char *mark = g_log.text ? " truncated=true" : ",\"truncated\":true";
+    size_t mark_len = strlen(mark);
+    if (l->overflow && l->len + mark_len + 3 < sizeof(l->buf)) {
+        memcpy(l->buf + l->len, mark, mark_len);
+        l->len += mark_len;
     }
-    l->buf[l->len++] = '}';
+    if (!g_log.text) l->buf[l->len++] = '}';
     l->buf[l->len++] = '\n';
     emit(l->buf, l->len);
+}
+
+static void log_msgv(mg_log_level_t level, const char *request_id, const char *trace_id,
+                     const char *fmt, va_list ap)
+{
+    char text[1024];
+    vsnprintf(text, sizeof(text), fmt, ap);
+    mg_logline_t l;
+    mg_log_begin(&l, level, text);
+    if (request_id) mg_log_str(&l, "request_id", request_id);
+    if (trace_id && trace_id[0]) mg_log_str(&l, "trace_id", trace_id);
+    mg_log_end(&l);
 }
 
 void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
 {
     if (!mg_log_enabled(level)) return;
-    char text[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
+    log_msgv(level, request_id, NULL, fmt, ap);
     va_end(ap);
-    mg_logline_t l;
-    mg_log_begin(&l, level, text);
-    if (request_id) mg_log_str(&l, "request_id", request_id);
-    mg_log_end(&l);
+}
+
+void mg_log_msg_traced(mg_log_level_t level, const char *request_id, const char *trace_id,
+                       const char *fmt, ...)
+{
+    if (!mg_log_enabled(level)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_msgv(level, request_id, trace_id, fmt, ap);
+    va_end(ap);
 }

@@ -1,4 +1,5 @@
-/* log: JSON log lines, one object per line on stdout.
+/* log: JSON log lines, one object per line on stdout (or log.file; log.format: text gives
+ * "ts level msg key=value ..." lines instead).
  *
  * Lines are built in memory and appended to a buffer that is flushed once per
  * loop iteration (and whenever it grows past 64 KiB), so a busy loop pays one
@@ -23,6 +24,9 @@ typedef struct mg_logline_s {
 } mg_logline_t;
 
 void mg_log_set_level(mg_log_level_t level);
+/* 1: key=value lines for a terminal (log.format: text); 0: JSON objects (the default). */
+void mg_log_set_text(int text);
+
 int mg_log_level_parse(const char *s, mg_log_level_t *out);
 int mg_log_enabled(mg_log_level_t level);
 
@@ -47,6 +51,9 @@ void mg_log_end(mg_logline_t *l);
 /* One-shot message with an optional request id (NULL for none). */
 void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same with the request's trace id (NULL or "" for none). */
+void mg_log_msg_traced(mg_log_level_t level, const char *request_id, const char *trace_id,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* JSON string escaping into dst (always NUL-terminated when cap > 0); returns bytes written. */
 size_t mg_json_escape(char *dst, size_t cap, const char *src, size_t n);

@@ -727,13 +727,19 @@ static int load_lua(loader_t *l, yaml_node_t *v, int line)
 
 static int load_log(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"level", "task_events", "file", NULL};
+    static const char *const keys[] = {"level", "task_events", "format", "file", NULL};
     int r = want_map(l, v, line, "log", keys);
     if (r <= 0) return r;
+    char *format = NULL;
     if (opt_string(l, v, "log", "level", &l->cfg->log_level) < 0 ||
         opt_bool(l, v, "log", "task_events", &l->cfg->task_events) < 0 ||
-        opt_string(l, v, "log", "file", &l->cfg->log_file) < 0)
+        opt_string(l, v, "log", "file", &l->cfg->log_file) < 0 ||
+        opt_string(l, v, "log", "format", &format) < 0)
         return -1;
+    l->cfg->log_text = format && strcmp(format, "text") == 0;
+    int format_ok = !format || l->cfg->log_text || strcmp(format, "json") == 0;
+    free(format);
+    if (!format_ok) return fail(l, line, "log.format must be json or text");
     const char *lv = l->cfg->log_level;
     if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error")) {
         field_t f;

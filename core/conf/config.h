@@ -210,6 +210,7 @@ typedef struct mg_config_s {
     char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */
     char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
     bool task_events;        /* log every task state change (log.task_events), default true */
+    bool log_text;           /* log.format: text (key=value lines for a terminal); default json */
     char *log_file;          /* owned, may be NULL: log.file, the file the log is appended to
                                 instead of stdout (reopened on SIGUSR1; read at start) */
     int tasks_retention_seconds; /* async task records kept this long (tasks.retention_seconds),

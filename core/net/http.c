@@ -565,6 +565,13 @@ static size_t format_head_fast(mg_http_req_t *req, char *buf, size_t cap, int st
     HEAD_LIT(&h, "X-Request-Id: ");
     head_str(&h, req->request_id);
     HEAD_LIT(&h, "\r\n");
+    if (req->trace.trace_id[0]) {
+        char tp[MG_TRACEPARENT_LEN + 1];
+        mg_trace_format(&req->trace, tp);
+        HEAD_LIT(&h, "traceparent: ");
+        head_str(&h, tp);
+        HEAD_LIT(&h, "\r\n");
+    }
     head_str(&h,
              keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n");
     if (extra) head_str(&h, extra);
@@ -587,11 +594,17 @@ static size_t format_head(mg_http_req_t *req, char *buf, size_t cap, int status,
         snprintf(len_line, sizeof(len_line), "Content-Length: %lld\r\n", content_length);
     else
         snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
+    char tp[MG_TRACEPARENT_LEN + 32] = "";
+    if (req->trace.trace_id[0]) {
+        memcpy(tp, "traceparent: ", 13);
+        mg_trace_format(&req->trace, tp + 13);
+        memcpy(tp + 13 + MG_TRACEPARENT_LEN, "\r\n", 3);
+    }
     int n = snprintf(buf, cap,
                      "HTTP/1.1 %d %s\r\nServer: moongate\r\nDate: %s\r\nContent-Type: %s\r\n%s"
-                     "X-Request-Id: %s\r\n%s%s%s\r\n",
+                     "X-Request-Id: %s\r\n%s%s%s%s\r\n",
                      status, mg_http_reason(status), date_header(c->listener),
-                     content_type ? content_type : "application/json", len_line, req->request_id,
+                     content_type ? content_type : "application/json", len_line, req->request_id, tp,
                      keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n",
                      extra ? extra : "", req->head_lines ? req->head_lines : "");
     return n < 0 ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
@@ -727,7 +740,7 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
     if (log) {
         mg_logline_t l;
         mg_log_begin(&l, MG_LOG_INFO, "request");
-        mg_log_str(&l, "request_id", req->request_id);
+        mg_http_log_ids(&l, req);
         mg_log_int(&l, "status", status);
         mg_log_str(&l, "error", code);
         mg_log_end(&l);
@@ -817,6 +830,14 @@ mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *bo
     memcpy(req->body, body, len);
     req->body[len] = '\0';
     req->body_len = req->body_cap = len;
+    /* the original request's trace goes on: its span becomes this one's parent */
+    if (headers_from && headers_from->trace.trace_id[0]) {
+        char tp[MG_TRACEPARENT_LEN + 1];
+        mg_trace_format(&headers_from->trace, tp);
+        (void)mg_trace_start(&req->trace, tp);
+    } else {
+        (void)mg_trace_start(&req->trace, mg_http_header(req, "traceparent"));
+    }
     req->start_ms = now_ms;
     req->done = done;
     req->done_ud = ud;
@@ -1067,6 +1088,8 @@ static void dispatch(mg_conn_t *c)
 {
     mg_http_req_t *req = c->req;
     c->got_bytes = 0;
+    /* no random bytes: the request goes on untraced (its answers carry no traceparent) */
+    (void)mg_trace_start(&req->trace, mg_http_header(req, "traceparent"));
     c->listener->handler(c->listener->ud, req);
 }
 
@@ -1419,4 +1442,12 @@ size_t mg_listener_busy(const mg_listener_t *l)
     for (const mg_conn_t *c = l->conns; c; c = c->next)
         if (c->busy) n++;
     return n;
+}
+
+void mg_http_log_ids(mg_logline_t *l, const mg_http_req_t *req)
+{
+    mg_log_str(l, "request_id", req->request_id);
+    if (!req->trace.trace_id[0]) return;
+    mg_log_strn(l, "trace_id", req->trace.trace_id, MG_TRACE_ID_HEX);
+    mg_log_strn(l, "span_id", req->trace.span_id, MG_SPAN_ID_HEX);
 }

@@ -29,6 +29,8 @@
 
 #include "base/arena.h"
 #include "base/crypto.h"
+#include "base/log.h"
+#include "base/trace.h"
 #include "net/accept.h"
 
 typedef struct mg_listener_s mg_listener_t;
@@ -63,6 +65,9 @@ struct mg_http_req_s {
     char *body;                /* owned (malloc); NUL-terminated; NULL when empty */
     size_t body_len, body_cap;
     char request_id[MG_REQUEST_ID_LEN + 1];
+    mg_trace_t trace;          /* W3C trace context: the client's traceparent or a new trace,
+                                  and the gateway's span; set when the head is complete (every
+                                  answer head then carries it back as traceparent) */
     uint64_t start_ms;         /* loop time when the request began */
     int keep_alive;
     int http10;                /* HTTP/1.0 request: keep-alive must be said explicitly */
@@ -156,6 +161,10 @@ mg_http_req_t *mg_http_req_detached(int method, const char *path, const char *bo
 
 /* Case-insensitive header lookup; NULL when absent. */
 const char *mg_http_header(const mg_http_req_t *req, const char *name);
+
+/* A log line's request fields: request_id, and the trace's trace_id and span_id (the
+ * gateway's span) when it has one. Every line about a request carries them. */
+void mg_http_log_ids(mg_logline_t *l, const mg_http_req_t *req);
 
 /* Send a complete response and finish the request. `extra_headers` is NULL or
  * preformatted "Name: value\r\n" lines. */

@@ -16,7 +16,7 @@ void mg_answer_account(mg_metrics_t *m, const mg_http_req_t *req, mg_endpoint_t 
     if (!mg_log_enabled(lv)) return;
     mg_logline_t l;
     mg_log_begin(&l, lv, "request");
-    mg_log_str(&l, "request_id", req->request_id);
+    mg_http_log_ids(&l, req);
     mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
     mg_log_str(&l, "path", req->path);
     mg_log_int(&l, "status", status);

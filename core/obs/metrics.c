@@ -20,6 +20,198 @@ const char *mg_endpoint_name(mg_endpoint_t ep)
     return ep < MG_EP_COUNT ? ep_names[ep] : "other";
 }
 
+/* ---- the labelled families ----------------------------------------------------------- */
+
+/* The OpenTelemetry GenAI semantic conventions' ExplicitBucketBoundaries. */
+static const double genai_tokens_le[14] = {1,       4,       16,      64,       256,
+                                           1024,    4096,    16384,   65536,    262144,
+                                           1048576, 4194304, 16777216, 67108864};
+static const double genai_duration_le[14] = {0.01, 0.02, 0.04, 0.08,  0.16,  0.32,  0.64,
+                                             1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92};
+static const double genai_ttft_le[16] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                         0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0};
+static const double genai_tpot_le[13] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
+                                         0.3,  0.4,   0.5,  0.75,  1.0,  2.5};
+
+#define GENAI_LABELS "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", \
+                     "gen_ai_response_model"
+
+static const mg_family_def_t family_defs[MG_FAM_COUNT] = {
+    [MG_FAM_REQUESTS] = {"moongate_requests_total",
+                         "Inference requests answered, by application, logical model, priority "
+                         "and HTTP status.",
+                         MG_FAMILY_COUNTER, 4, {"application", "model", "priority", "status"},
+                         NULL, 0, 256},
+    [MG_FAM_REQUEST_DURATION] = {"moongate_request_duration_seconds",
+                                 "Inference requests: time from the request to the end of its "
+                                 "answer.",
+                                 MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
+                                 MG_METRICS_BUCKETS, 64},
+    [MG_FAM_QUEUE_TIME] = {"moongate_queue_time_seconds", "Time a task waited for its slot.",
+                           MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
+                           MG_METRICS_BUCKETS, 64},
+    [MG_FAM_FIRST_TOKEN] = {"moongate_first_token_latency_seconds",
+                            "Streams: time from the request to the first upstream byte.",
+                            MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
+                            MG_METRICS_BUCKETS, 64},
+    [MG_FAM_TOKENS] = {"moongate_tokens_total", "Tokens metered, by direction (input, output).",
+                       MG_FAMILY_COUNTER, 3, {"application", "model", "direction"}, NULL, 0, 128},
+    [MG_FAM_TOKENS_PER_SECOND] = {"moongate_tokens_per_second",
+                                  "Output tokens per second after the first token, moving "
+                                  "average over the model's recent streams.",
+                                  MG_FAMILY_GAUGE, 1, {"model"}, NULL, 0, 64},
+    [MG_FAM_ACTIVE_TASKS] = {"moongate_active_tasks", "Tasks holding a slot now.", MG_FAMILY_GAUGE,
+                             2, {"application", "model"}, NULL, 0, 64},
+    [MG_FAM_DEGRADATION] = {"moongate_degradation_total",
+                            "Answers given by a degraded route (fallback, emergency, smaller, "
+                            "cloud), by the model asked for and the model that answered.",
+                            MG_FAMILY_COUNTER, 3, {"application", "from_model", "to_model"}, NULL,
+                            0, 64},
+    [MG_FAM_POLICY_BLOCKED] = {"moongate_policy_blocked_total",
+                               "Requests refused before any upstream attempt (authentication, "
+                               "admission, rates, quotas), by error code.",
+                               MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
+    [MG_FAM_CANCELLATION] = {"moongate_cancellation_total", "Tasks cancelled, by reason.",
+                             MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
+    [MG_FAM_COST] = {"moongate_cost_total",
+                      "Spend metered: tokens at the provider's cost_per_1k_tokens (currency units).",
+                      MG_FAMILY_COUNTER, 2, {"application", "model"}, NULL, 0, 64},
+    [MG_FAM_SC_LATENCY] = {"sidecar_latency_seconds",
+                           "Inference requests: time from the request to the end of its answer.",
+                           MG_FAMILY_HISTOGRAM, 0, {NULL}, bucket_le, MG_METRICS_BUCKETS, 2},
+    [MG_FAM_SC_PROVIDER_REQUESTS] = {"sidecar_provider_requests_total",
+                                     "Upstream answers by provider, pool and HTTP status code "
+                                     "(none: no answer).",
+                                     MG_FAMILY_COUNTER, 3, {"provider_id", "pool", "status_code"},
+                                     NULL, 0, 256},
+    [MG_FAM_SC_PROVIDER_LATENCY] = {"sidecar_provider_latency_seconds",
+                                    "Upstream attempts: time from sending to the end of the "
+                                    "answer.",
+                                    MG_FAMILY_HISTOGRAM, 1, {"provider_id"}, bucket_le,
+                                    MG_METRICS_BUCKETS, 64},
+    [MG_FAM_GENAI_TOKENS] = {"gen_ai_client_token_usage",
+                             "Tokens per request, by token type (OpenTelemetry "
+                             "gen_ai.client.token.usage).",
+                             MG_FAMILY_HISTOGRAM, 5, {GENAI_LABELS, "gen_ai_token_type"},
+                             genai_tokens_le, 14, 128},
+    [MG_FAM_GENAI_DURATION] = {"gen_ai_server_request_duration_seconds",
+                               "Request duration to the last byte (OpenTelemetry "
+                               "gen_ai.server.request.duration).",
+                               MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_duration_le, 14, 64},
+    [MG_FAM_GENAI_TTFT] = {"gen_ai_server_time_to_first_token_seconds",
+                           "Time to the first token of successful streams (OpenTelemetry "
+                           "gen_ai.server.time_to_first_token).",
+                           MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_ttft_le, 16, 64},
+    [MG_FAM_GENAI_TPOT] = {"gen_ai_server_time_per_output_token_seconds",
+                           "Time per output token after the first of successful streams "
+                           "(OpenTelemetry gen_ai.server.time_per_output_token).",
+                           MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_tpot_le, 13, 64},
+};
+
+mg_family_t *mg_metrics_family(mg_metrics_t *m, mg_family_id_t id)
+{
+    mg_family_bind(&m->fam[id], &family_defs[id]);
+    return &m->fam[id];
+}
+
+void mg_metrics_free(mg_metrics_t *m)
+{
+    for (int i = 0; i < MG_FAM_COUNT; i++) mg_family_free(&m->fam[i]);
+}
+
+/* The GenAI operation of an endpoint (gen_ai.operation.name's well-known values). */
+static const char *genai_operation(mg_endpoint_t ep)
+{
+    switch (ep) {
+    case MG_EP_CHAT: return "chat";
+    case MG_EP_COMPLETIONS: return "text_completion";
+    case MG_EP_EMBEDDINGS: return "embeddings";
+    default: return "other";
+    }
+}
+
+/* Output tokens per second of one answer, into the model's moving average (1/5 weight). */
+static void tokens_per_second(mg_metrics_t *m, const mg_call_obs_t *o)
+{
+    double gen_s = o->duration_s - o->first_token_s;
+    if (o->first_token_s < 0 || gen_s <= 0 || o->completion_tokens < 2 || o->status >= 400) return;
+    double rate = (double)(o->completion_tokens - 1) / gen_s;
+    mg_series_t *s = mg_family_series(mg_metrics_family(m, MG_FAM_TOKENS_PER_SECOND), &o->model);
+    if (s) s->value = s->count++ ? s->value * 0.8 + rate * 0.2 : rate;
+}
+
+static void genai_call(mg_metrics_t *m, const mg_call_obs_t *o)
+{
+    const char *labels[5] = {genai_operation(o->ep), o->provider_kind, o->model, o->upstream_model,
+                             "input"};
+    int ok = o->status < 400;
+    mg_family_observe(mg_metrics_family(m, MG_FAM_GENAI_DURATION), labels, o->duration_s);
+    if (!ok) return;
+    mg_family_observe(mg_metrics_family(m, MG_FAM_GENAI_TOKENS), labels, (double)o->prompt_tokens);
+    if (o->ep != MG_EP_EMBEDDINGS) {
+        labels[4] = "output";
+        mg_family_observe(mg_metrics_family(m, MG_FAM_GENAI_TOKENS), labels,
+                          (double)o->completion_tokens);
+    }
+    if (o->first_token_s < 0) return;
+    mg_family_observe(mg_metrics_family(m, MG_FAM_GENAI_TTFT), labels, o->first_token_s);
+    if (o->completion_tokens > 1 && o->duration_s > o->first_token_s)
+        mg_family_observe(mg_metrics_family(m, MG_FAM_GENAI_TPOT), labels,
+                          (o->duration_s - o->first_token_s) / (double)(o->completion_tokens - 1));
+}
+
+void mg_metrics_call(mg_metrics_t *m, const mg_call_obs_t *o)
+{
+    char status[16];
+    snprintf(status, sizeof(status), "%d", o->status);
+    const char *req[4] = {o->application, o->model, o->priority, status};
+    mg_family_add(mg_metrics_family(m, MG_FAM_REQUESTS), req, 1);
+    const char *am[2] = {o->application, o->model};
+    mg_family_observe(mg_metrics_family(m, MG_FAM_REQUEST_DURATION), am, o->duration_s);
+    mg_family_observe(mg_metrics_family(m, MG_FAM_SC_LATENCY), NULL, o->duration_s);
+    if (o->first_token_s >= 0)
+        mg_family_observe(mg_metrics_family(m, MG_FAM_FIRST_TOKEN), am, o->first_token_s);
+    if (o->attempts > 0) {
+        const char *tok[3] = {o->application, o->model, "input"};
+        mg_family_add(mg_metrics_family(m, MG_FAM_TOKENS), tok, (double)o->prompt_tokens);
+        tok[2] = "output";
+        mg_family_add(mg_metrics_family(m, MG_FAM_TOKENS), tok, (double)o->completion_tokens);
+        tokens_per_second(m, o);
+        mg_family_add(mg_metrics_family(m, MG_FAM_COST), am, o->cost);
+    }
+    if (o->degraded && o->status < 400) {
+        const char *dg[3] = {o->application, o->model, o->upstream_model};
+        mg_family_add(mg_metrics_family(m, MG_FAM_DEGRADATION), dg, 1);
+    }
+    if (o->blocked_reason) {
+        const char *bl[2] = {o->application, o->blocked_reason};
+        mg_family_add(mg_metrics_family(m, MG_FAM_POLICY_BLOCKED), bl, 1);
+    }
+    if (o->cancel_reason) {
+        const char *cr[2] = {o->application, o->cancel_reason};
+        mg_family_add(mg_metrics_family(m, MG_FAM_CANCELLATION), cr, 1);
+    }
+    if (o->model && o->attempts > 0) genai_call(m, o);
+}
+
+void mg_metrics_queue_time_of(mg_metrics_t *m, const char *application, const char *model,
+                              double seconds)
+{
+    mg_metrics_queue_time(m, seconds);
+    const char *am[2] = {application, model};
+    mg_family_observe(mg_metrics_family(m, MG_FAM_QUEUE_TIME), am, seconds);
+}
+
+void mg_metrics_provider_answer(mg_metrics_t *m, const char *provider_id, const char *pool,
+                                int status, double seconds)
+{
+    char code[16] = "none";
+    if (status >= 100 && status <= 599) snprintf(code, sizeof(code), "%d", status);
+    const char *pr[3] = {provider_id, pool, code};
+    mg_family_add(mg_metrics_family(m, MG_FAM_SC_PROVIDER_REQUESTS), pr, 1);
+    mg_family_observe(mg_metrics_family(m, MG_FAM_SC_PROVIDER_LATENCY), &provider_id, seconds);
+}
+
 /* Count one value into cumulative buckets (as rendered): every bucket whose bound holds it.
  * From the top bound down, so that a value past a bound stops the walk. */
 static void observe_with(uint64_t *buckets, const double *le, int n_le, double v)
@@ -103,12 +295,7 @@ static void sb_printf(sbuf_t *b, const char *fmt, ...)
  * upstream model name is the operator's free text). */
 static void label_value(char *dst, size_t size, const char *src)
 {
-    size_t n = 0;
-    for (; *src && n + 3 < size; src++) {
-        if (*src == '\\' || *src == '"' || *src == '\n') dst[n++] = '\\';
-        dst[n++] = *src == '\n' ? 'n' : *src;
-    }
-    dst[n] = '\0';
+    mg_label_escape(dst, size, src);
 }
 
 static void histogram_with(sbuf_t *b, const char *name, const char *labels, const double *le,
@@ -146,7 +333,6 @@ void mg_metrics_degraded(mg_metrics_t *m, const char *kind)
 /* The Sidecar ADR's metric names (section 13), per provider. */
 static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, uint64_t now)
 {
-    static const char *const classes[6] = {"none", "1xx", "2xx", "3xx", "4xx", "5xx"};
     uint64_t total = 0, errors = 0;
     for (int ep = 0; ep < MG_EP_COUNT; ep++)
         for (int c = 1; c <= 5; c++) {
@@ -158,15 +344,23 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
                  "# HELP sidecar_errors_total Requests answered with an error status.\n"
                  "# TYPE sidecar_errors_total counter\nsidecar_errors_total %llu\n",
               (unsigned long long)total, (unsigned long long)errors);
-    sb_printf(b, "# HELP sidecar_provider_requests_total Upstream answers by provider, pool and status class.\n"
-                 "# TYPE sidecar_provider_requests_total counter\n");
+    sb_printf(b, "# HELP sidecar_token_bucket_available Requests a provider may still be sent "
+                 "in the current 60 s window (+Inf: no rpm_limit).\n"
+                 "# TYPE sidecar_token_bucket_available gauge\n");
+    for (size_t i = 0; i < pool->n; i++) {
+        int limit = pool->items[i].limiter.rpm.limit;
+        int used = mg_limiter_rpm_used(&pool->items[i].limiter, now);
+        if (limit > 0)
+            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                      used < limit ? limit - used : 0);
+        else
+            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} +Inf\n", pool->items[i].id);
+    }
+    sb_printf(b, "# HELP moongate_provider_rpm_limit The provider's rpm_limit (0: none).\n"
+                 "# TYPE moongate_provider_rpm_limit gauge\n");
     for (size_t i = 0; i < pool->n; i++)
-        for (int c = 0; c < 6; c++)
-            if (pool->items[i].status_counts[c])
-                sb_printf(b,
-                          "sidecar_provider_requests_total{provider_id=\"%s\",pool=\"%s\",status_code=\"%s\"} %llu\n",
-                          pool->items[i].id, pool->items[i].pool, classes[c],
-                          (unsigned long long)pool->items[i].status_counts[c]);
+        sb_printf(b, "moongate_provider_rpm_limit{provider_id=\"%s\"} %d\n", pool->items[i].id,
+                  pool->items[i].limiter.rpm.limit);
     sb_printf(b, "# HELP sidecar_provider_rpm_current Requests sent in the last 60 s.\n"
                  "# TYPE sidecar_provider_rpm_current gauge\n");
     for (size_t i = 0; i < pool->n; i++)
@@ -273,20 +467,20 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
 {
     sbuf_t b = {malloc(8192), 0, 8192, 0};
     if (!b.buf) return -1;
-    sb_printf(&b, "# HELP moongate_requests_total Client requests answered, by endpoint and status class.\n"
-                  "# TYPE moongate_requests_total counter\n");
+    sb_printf(&b, "# HELP moongate_http_requests_total Every answer the API listener gave, by endpoint and status class.\n"
+                  "# TYPE moongate_http_requests_total counter\n");
     for (int ep = 0; ep < MG_EP_COUNT; ep++)
         for (int c = 1; c <= 5; c++)
             if (m->requests[ep][c])
-                sb_printf(&b, "moongate_requests_total{endpoint=\"%s\",code=\"%dxx\"} %llu\n",
+                sb_printf(&b, "moongate_http_requests_total{endpoint=\"%s\",code=\"%dxx\"} %llu\n",
                           ep_names[ep], c, (unsigned long long)m->requests[ep][c]);
-    sb_printf(&b, "# HELP moongate_request_duration_seconds Time from request to the end of the response.\n"
-                  "# TYPE moongate_request_duration_seconds histogram\n");
+    sb_printf(&b, "# HELP moongate_http_request_duration_seconds Time from request to the end of the response.\n"
+                  "# TYPE moongate_http_request_duration_seconds histogram\n");
     for (int ep = 0; ep < MG_EP_COUNT; ep++) {
         if (!m->duration_count[ep]) continue;
         char labels[64];
         snprintf(labels, sizeof(labels), "endpoint=\"%s\"", ep_names[ep]);
-        histogram(&b, "moongate_request_duration_seconds", labels, m->duration_buckets[ep],
+        histogram(&b, "moongate_http_request_duration_seconds", labels, m->duration_buckets[ep],
                   m->duration_sum[ep], m->duration_count[ep]);
     }
     sb_printf(&b, "# HELP moongate_first_token_seconds Time from request to the first upstream byte.\n"
@@ -299,10 +493,6 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
               "# TYPE moongate_cancelled_total counter\nmoongate_cancelled_total %llu\n"
               "# HELP moongate_stream_errors_total Streams ended by an error event.\n"
               "# TYPE moongate_stream_errors_total counter\nmoongate_stream_errors_total %llu\n"
-              "# HELP moongate_tokens_total Tokens metered, by direction.\n"
-              "# TYPE moongate_tokens_total counter\n"
-              "moongate_tokens_total{direction=\"input\"} %llu\n"
-              "moongate_tokens_total{direction=\"output\"} %llu\n"
               "# HELP moongate_reloads_total Configuration reloads, by result.\n"
               "# TYPE moongate_reloads_total counter\n"
               "moongate_reloads_total{result=\"ok\"} %llu\n"
@@ -310,9 +500,7 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
               "# HELP moongate_generation The Lua generation serving new requests.\n"
               "# TYPE moongate_generation gauge\nmoongate_generation %u\n",
               in_flight, (unsigned long long)m->cancelled_total,
-              (unsigned long long)m->stream_errors_total,
-              (unsigned long long)m->tokens_prompt_total,
-              (unsigned long long)m->tokens_completion_total, (unsigned long long)m->reloads_ok,
+              (unsigned long long)m->stream_errors_total, (unsigned long long)m->reloads_ok,
               (unsigned long long)m->reloads_failed, generation);
     sb_printf(&b, "# HELP moongate_provider_requests_total Upstream attempts, by provider.\n"
                   "# TYPE moongate_provider_requests_total counter\n");
@@ -354,9 +542,6 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
               "than routing.panic_threshold of a model's routes healthy: down ones tried too).\n"
               "# TYPE moongate_routing_panic_total counter\nmoongate_routing_panic_total %llu\n",
               (unsigned long long)m->routing_panic_total);
-    sb_printf(&b, "# HELP moongate_queue_time_seconds Time a task waited for its slot.\n"
-                  "# TYPE moongate_queue_time_seconds histogram\n");
-    histogram(&b, "moongate_queue_time_seconds", "", m->queue_buckets, m->queue_sum, m->queue_count);
     sb_printf(&b, "# HELP moongate_memory_reserved_bytes KV cache reserved by running tasks.\n"
                   "# TYPE moongate_memory_reserved_bytes gauge\nmoongate_memory_reserved_bytes %llu\n",
               (unsigned long long)m->memory_reserved_bytes);
@@ -375,7 +560,19 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
         free(b.buf);
         return -1;
     }
-    *out = b.buf;
-    *len = b.len;
+    /* the labelled families, every one with its HELP and TYPE even before its first series */
+    mg_buf_t fb = {b.buf, b.len, b.cap};
+    int rc = 0;
+    for (int i = 0; i < MG_FAM_COUNT; i++) {
+        mg_family_t f = m->fam[i];
+        f.def = &family_defs[i];
+        rc |= mg_family_render(&f, &fb);
+    }
+    if (rc) {
+        free(fb.data);
+        return -1;
+    }
+    *out = fb.data;
+    *len = fb.len;
     return 0;
 }

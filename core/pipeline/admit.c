@@ -30,8 +30,7 @@ static int user_rate_refused(call_t *c)
     int rc = mg_userrate_take(c->pl->userrate, key, (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
                               (uint32_t)limit, uv_now(c->pl->loop), &wait_ms);
     if (rc == MG_USERRATE_FULL)
-        mg_log_msg(MG_LOG_WARN, c->req ? c->req->request_id : NULL,
-                   "per-user rate: too many active users to track; request not counted");
+        call_msg(c, MG_LOG_WARN, "per-user rate: too many active users to track; request not counted");
     if (rc != MG_USERRATE_LIMITED) return 0;
     call_error(c, 429, "RATE_LIMITED", "this user's requests per minute are used up",
                (int)wait_ms);
@@ -301,7 +300,9 @@ static void on_dispatch(mg_sched_entry_t *e)
     call_t *c = e->data;
     c->queued = 0;
     take_admission(c);
-    mg_metrics_queue_time(c->pl->metrics, ms_since(c->t_start, uv_hrtime()) / 1000.0);
+    mg_metrics_queue_time_of(c->pl->metrics, c->app ? c->app->name : NULL,
+                             c->model ? c->model->name : NULL,
+                             ms_since(c->t_start, uv_hrtime()) / 1000.0);
     task_to(c, MG_TASK_DISPATCHING, "slot_available");
     mg_call_run(c); /* at c->step: route */
 }

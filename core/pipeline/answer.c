@@ -640,8 +640,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
     if (flags >= 0) context_take_event(c, ev->data, ev->data_len); /* a session's answer */
     if (flags < 0) {
-        mg_log_msg(MG_LOG_WARN, c->req->request_id,
-                   "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
+        call_msg(c, MG_LOG_WARN, "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
                    ev->data_len);
         return garbage_event(c);
     }
@@ -681,7 +680,7 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
                                  &done, err, sizeof(err));
     cJSON_Delete(data);
     if (rc != 0) {
-        mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode_event: %s",
+        call_msg(c, MG_LOG_WARN, "adapter %s decode_event: %s",
                    c->provider->adapter, err);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "message", err);
@@ -897,7 +896,7 @@ static mg_step_rc_t tree_answer(call_t *c)
         int rc = mg_gen_decode(c->gen, c->adapter, req_table(c), resp, &decoded, err, sizeof(err));
         cJSON_Delete(resp);
         if (rc != 0) {
-            mg_log_msg(MG_LOG_WARN, c->req->request_id, "adapter %s decode: %s",
+            call_msg(c, MG_LOG_WARN, "adapter %s decode: %s",
                        c->provider->adapter, err);
             return answer_garbage(c);
         }
@@ -1021,7 +1020,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
                           : result == MG_XFER_TOTAL_TIMEOUT      ? FAIL_TIMEOUT_TOTAL
                           : result == MG_XFER_IDLE_TIMEOUT       ? FAIL_STALLED
                                                                  : FAIL_BROKEN;
-        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s attempt failed: %s",
+        call_msg(c, MG_LOG_INFO, "upstream %s attempt failed: %s",
                    c->provider->id, detail ? detail : "error");
         attempt_failed(c, why);
         return;
@@ -1032,7 +1031,7 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
             int ra = parse_retry_after_ms(c->retry_after);
             if (ra > c->retry_after_ms) c->retry_after_ms = ra;
         }
-        mg_log_msg(MG_LOG_INFO, c->req->request_id, "upstream %s answered %d", c->provider->id,
+        call_msg(c, MG_LOG_INFO, "upstream %s answered %d", c->provider->id,
                    status);
         attempt_failed(c, status == 429 ? FAIL_RATE_LIMITED : status >= 500 ? FAIL_SERVER : FAIL_AUTH);
         return;

@@ -25,7 +25,7 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     char err[512];
     if (mg_gen_cooldown(c->gen, c->provider, status, c->error_headers, c->error_headers_len, n,
                         ps->cooldown.observing, &secs, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_ERROR, c->req ? c->req->request_id : NULL, "cooldown policy: %s", err);
+        call_msg(c, MG_LOG_ERROR, "cooldown policy: %s", err);
         return;
     }
     if (secs <= 0) return;
@@ -60,6 +60,8 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
     int success = outcome == ATTEMPT_OK;
     mg_pool_record(ps, success);
     ps->status_counts[c->up_status / 100 <= 5 ? c->up_status / 100 : 0]++;
+    mg_metrics_provider_answer(c->pl->metrics, c->provider->id, c->provider->pool, c->up_status,
+                               (double)(now - c->attempt_start_ms) / 1000.0);
     /* a 4xx other than 429 is the client's doing: neither a breaker nor a health failure */
     int provider_fault = !success && (c->up_status == 0 || c->up_status == 429 ||
                                       c->up_status >= 500 || c->up_status < 400);
@@ -155,20 +157,29 @@ static mg_step_rc_t fail_exhausted(call_t *c)
 /* The gateway's own request headers, after the adapter's: the transfer's extra_head, one
  * preformatted block sent as it is (no list node per header; lines built here need no
  * check). */
-#define BASE_HEAD_MAX 192
-static const char *base_head(const call_t *c, char *buf)
+#define BASE_HEAD_MAX 256
+static const char *base_head(call_t *c, char *buf)
 {
     static const char json[] = "Content-Type: application/json\r\nAccept: application/json\r\n"
                                "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
     static const char sse[] = "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
                               "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
-    _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 <= BASE_HEAD_MAX, "BASE_HEAD_MAX");
+    _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 + 15 + MG_TRACEPARENT_LEN + 2 <= BASE_HEAD_MAX,
+                   "BASE_HEAD_MAX");
     const char *head = c->stream ? sse : json;
     size_t n = c->stream ? sizeof(sse) - 1 : sizeof(json) - 1;
     size_t id = strlen(c->req->request_id);
     memcpy(buf, head, n);
     memcpy(buf + n, c->req->request_id, id);
     memcpy(buf + n + id, "\r\n", 3);
+    /* the attempt is a child span of the gateway's (W3C trace context, base/trace.h) */
+    char tp[MG_TRACEPARENT_LEN + 1];
+    if (mg_trace_child(&c->req->trace, tp, c->up_span) == 0) {
+        char *p = buf + n + id + 2;
+        memcpy(p, "traceparent: ", 13);
+        memcpy(p + 13, tp, MG_TRACEPARENT_LEN);
+        memcpy(p + 13 + MG_TRACEPARENT_LEN, "\r\n", 3);
+    }
     return buf;
 }
 
@@ -190,7 +201,7 @@ static void audit_cloud(call_t *c)
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "audit");
     mg_log_str(&l, "event", "cloud_egress");
-    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    if (c->req) mg_http_log_ids(&l, c->req);
     mg_log_str(&l, "provider", c->provider->id);
     mg_log_str(&l, "application", c->app ? c->app->name : NULL);
     mg_log_str(&l, "degraded", c->degraded);
@@ -204,7 +215,7 @@ static void take_trial(call_t *c, mg_provider_state_t *ps, uint64_t now)
     ps->trials_total++;
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "health_trial");
-    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    if (c->req) mg_http_log_ids(&l, c->req);
     mg_log_str(&l, "provider", ps->id);
     mg_log_str(&l, "down_reason", ps->health.down_reason);
     mg_log_end(&l);
@@ -456,7 +467,7 @@ mg_step_rc_t step_route(call_t *c)
     c->route_calls++;
     if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
                      &plan, err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_ERROR, c->req->request_id, "routing policy: %s", err);
+        call_msg(c, MG_LOG_ERROR, "routing policy: %s", err);
         return call_error(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log",
                           0);
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/crypto.h"
 #include "base/log.h"
 #include "net/error.h"
 #include "net/hold.h"
@@ -93,7 +94,8 @@ static void on_task_transition(const mg_task_t *t, const mg_task_transition_t *t
     mg_logline_t l;
     mg_log_begin(&l, MG_LOG_INFO, "task_state_change");
     mg_log_str(&l, "task_id", c->req ? c->req->request_id : NULL);
-    mg_log_str(&l, "request_id", c->req ? c->req->request_id : NULL);
+    if (c->req) mg_http_log_ids(&l, c->req);
+    else mg_log_str(&l, "request_id", NULL);
     mg_log_str(&l, "from_state", mg_task_state_name(tr->from));
     mg_log_str(&l, "to_state", mg_task_state_name(tr->to));
     mg_log_str(&l, "reason", tr->reason);
@@ -374,6 +376,40 @@ static void recent_push(call_t *c, uint64_t now)
     mg_recent_push(c->pl->recent, &e);
 }
 
+/* The labelled families' view of the call (obs/metrics.h). */
+static void call_observe(call_t *c, double seconds)
+{
+    int blocked = c->attempts == 0 && (c->status == 401 || c->status == 403 || c->status == 429);
+    mg_call_obs_t o = {
+        .ep = c->ep,
+        .application = c->app ? c->app->name : NULL,
+        .model = c->model ? c->model->name : NULL,
+        .priority = c->priority,
+        .provider_kind = c->provider ? c->provider->adapter : NULL,
+        .upstream_model = c->upstream_model,
+        .degraded = c->degraded,
+        .cancel_reason = c->outcome && strcmp(c->outcome, "cancelled") == 0
+                             ? (c->cancel_reason ? c->cancel_reason : "client_disconnected")
+                             : NULL,
+        .blocked_reason = blocked ? c->error_code : NULL,
+        .status = c->status,
+        .stream = c->stream,
+        .attempts = c->attempts,
+        .duration_s = seconds,
+        .first_token_s = c->stream && c->t_first ? ms_since(c->t_start, c->t_first) / 1000.0 : -1,
+        .prompt_tokens = c->prompt_tokens,
+        .completion_tokens = c->completion_tokens,
+        .cost = c->provider ? (double)(c->prompt_tokens + c->completion_tokens) / 1000.0 *
+                                  c->provider->cost_per_1k_tokens
+                            : 0,
+    };
+    mg_metrics_call(c->pl->metrics, &o);
+}
+
+/* Bodies up to this size get a prompt_hash in the request log (SHA-256 of 64 KiB: tens of
+ * microseconds). */
+#define PROMPT_HASH_MAX (64 * 1024)
+
 static void call_log(call_t *c)
 {
     if (c->error_code && strcmp(c->error_code, "REQUEST_CANCELLED") == 0) c->outcome = "cancelled";
@@ -388,11 +424,15 @@ static void call_log(call_t *c)
     if (c->degraded && c->status < 400) mg_metrics_degraded(m, c->degraded);
     if (c->output_shortened && c->status < 400) mg_metrics_degraded(m, "shorter_output");
     if (c->pl->recent) recent_push(c, now);
+
+    call_observe(c, (double)ms_since(c->t_start, now) / 1000.0);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;
     mg_log_begin(&l, level, "request");
-    mg_log_str(&l, "request_id", req->request_id);
+    mg_http_log_ids(&l, req);
+    if (req->trace.parent_id[0]) mg_log_str(&l, "parent_span_id", req->trace.parent_id);
+    if (c->attempts && c->up_span[0]) mg_log_str(&l, "upstream_span_id", c->up_span);
     mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
     mg_log_str(&l, "path", req->path);
     mg_log_int(&l, "status", c->status);
@@ -407,6 +447,15 @@ static void call_log(call_t *c)
         mg_log_double(&l, "released_after_ms", ms_since(c->cancel_ns, c->released_ns));
     }
     mg_log_str(&l, "priority", c->priority);
+    if (c->app) mg_log_str(&l, "application", c->app->name);
+    if (c->user[0]) mg_log_str(&l, "user_id", c->user);
+    /* the prompt as the client sent it, hashed, never its text; bounded so that a huge body
+       does not hold the loop (PROMPT_HASH_MAX) */
+    if (req->body && req->body_len <= PROMPT_HASH_MAX) {
+        char hash[7 + 65] = "sha256:";
+        mg_sha256_hex(req->body, req->body_len, hash + 7);
+        mg_log_str(&l, "prompt_hash", hash);
+    }
     mg_log_str(&l, "task_state", mg_task_state_name(c->task.state));
     char rb[32]; /* "emergency, shorter_output" at most */
     const char *reason = degraded_reason(c, rb, sizeof(rb));

@@ -222,6 +222,7 @@ typedef struct call_s {
     const char *degraded;        /* static: how the current attempt is degraded, or NULL */
     const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
     uint64_t attempt_start_ms;
+    char up_span[MG_SPAN_ID_HEX + 1]; /* the last attempt's span id (its traceparent upstream) */
     const char *cancel_reason;   /* static: why the task was cancelled, or NULL */
     uint64_t cancel_ns, released_ns; /* when it was cancelled and when its slot came back */
     /* the current attempt */
@@ -297,6 +298,11 @@ typedef struct call_s {
                                     NULL for the other endpoints; c->ep is then MG_EP_CHAT,
                                     the engine's side of it */
 } call_t;
+
+/* A message about the call, with its request and trace ids (base/log.h). */
+#define call_msg(c, level, ...)                                                                 \
+    mg_log_msg_traced((level), (c)->req ? (c)->req->request_id : NULL,                          \
+                      (c)->req ? (c)->req->trace.trace_id : NULL, __VA_ARGS__)
 
 /* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */
 

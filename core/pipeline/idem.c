@@ -198,7 +198,7 @@ static void answer(mg_http_req_t *req, int status, int stream, const char *body,
     if (!logged && mg_log_enabled(MG_LOG_INFO)) {
         mg_logline_t l;
         mg_log_begin(&l, MG_LOG_INFO, "request");
-        mg_log_str(&l, "request_id", req->request_id);
+        mg_http_log_ids(&l, req);
         mg_log_str(&l, "method", llhttp_method_name((llhttp_method_t)req->method));
         mg_log_str(&l, "path", req->path);
         mg_log_int(&l, "status", status);

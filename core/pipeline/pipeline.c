@@ -91,3 +91,13 @@ int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
     mg_buf_free(&text);
     return 0;
 }
+
+void mg_pipeline_active_tasks(const mg_pipeline_t *pl, mg_family_t *f)
+{
+    mg_family_clear(f);
+    for (const call_t *c = pl->calls; c; c = c->next) {
+        if (!c->entry.lease.held) continue;
+        const char *am[2] = {c->app ? c->app->name : NULL, c->model ? c->model->name : NULL};
+        mg_family_add(f, am, 1);
+    }
+}

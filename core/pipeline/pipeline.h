@@ -16,6 +16,7 @@
 #include "pipeline/tasks.h"
 #include "net/endpoint.h"
 #include "net/http.h"
+#include "obs/family.h"
 #include "obs/metrics.h"
 #include "obs/recent.h"
 #include "route/facts.h"
@@ -64,5 +65,9 @@ void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req);
  * answered, -1 (nothing answered) when no such request is in flight. */
 int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
                      const mg_task_caller_t *who);
+
+/* The calls holding a slot now, by application and logical model, into f (cleared first:
+ * moongate_active_tasks, set before each scrape). */
+void mg_pipeline_active_tasks(const mg_pipeline_t *pl, mg_family_t *f);
 
 #endif

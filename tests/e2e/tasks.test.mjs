@@ -393,7 +393,7 @@ describe('scheduling metrics', () => {
             await postJson(`${menv2.api}/chat/completions`,
                 chat({ stream: true, timeouts: { first_token_ms: 200 } }));
             const text = await menv2.gw.metrics();
-            assert.match(text, /^moongate_queue_time_seconds_count [1-9]/m);
+            assert.match(text, /^moongate_queue_time_seconds_count\{[^}]*\} [1-9]/m);
             assert.match(text, /^moongate_timeouts_total\{layer="first_token"\} 1$/m);
             assert.match(text, /^moongate_cancellations_total\{reason="client_disconnected"\} 0$/m);
             assert.match(text, /^moongate_memory_reserved_bytes 0$/m);

@@ -16,8 +16,8 @@
 /* ---- a small exposition-format parser ------------------------------------------------ */
 
 #define MAX_LABELS 8
-#define MAX_FAMILIES 64
-#define MAX_SERIES 512
+#define MAX_FAMILIES 160
+#define MAX_SERIES 4096
 
 typedef struct {
     char name[128];
@@ -438,14 +438,19 @@ static void test_render_empty_is_valid(void)
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
-    /* first-token, queue-time and loop-busy histograms are always rendered */
-    CHECK_EQ_INT(check_histograms(&E), 3);
+    /* the first-token and loop-busy histograms are always rendered; the labelled ones have
+       their HELP and TYPE but no series yet */
+    CHECK_EQ_INT(check_histograms(&E), 2);
+    family_t *qt = family_get(&E, "moongate_queue_time_seconds", 0);
+    CHECK(qt && qt->has_help && strcmp(qt->type, "histogram") == 0 && !qt->has_samples);
     CHECK(value_of(&E, "moongate_loop_busy_max_seconds", NULL, NULL, NULL, NULL) == 0);
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_first_token_seconds_count", NULL, NULL, NULL, NULL) == 0);
-    /* every family name has the moongate_ prefix, or sidecar_ for the Sidecar ADR names */
+    /* every family name has the moongate_ prefix, sidecar_ for the Sidecar ADR names or
+       gen_ai_ for the OpenTelemetry GenAI conventions */
     for (int i = 0; i < E.n_fam; i++)
-        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0 || strncmp(E.fam[i].name, "sidecar_", 8) == 0);
+        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0 || strncmp(E.fam[i].name, "sidecar_", 8) == 0 ||
+              strncmp(E.fam[i].name, "gen_ai_", 7) == 0);
     free(out);
     mg_pool_free(&pool);
 }
@@ -503,8 +508,9 @@ static void test_render_full_is_valid_and_correct(void)
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
     if (E.errors) fprintf(stderr, "----\n%s----\n", out);
-    /* chat, embeddings, models, other durations + first token + queue time + loop busy */
-    CHECK_EQ_INT(check_histograms(&E), 7);
+    /* chat, embeddings, models, other durations + first token + loop busy (the labelled
+       families have no series here) */
+    CHECK_EQ_INT(check_histograms(&E), 6);
     const char *lb = "moongate_loop_busy_seconds_bucket";
     CHECK(value_of(&E, lb, "le", "5e-05", NULL, NULL) == 1);
     CHECK(value_of(&E, lb, "le", "0.0005", NULL, NULL) == 1);
@@ -518,7 +524,7 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK(fabs(value_of(&E, "moongate_loop_busy_max_seconds", NULL, NULL, NULL, NULL) - 0.25) <
           1e-9);
 
-    const char *rt = "moongate_requests_total";
+    const char *rt = "moongate_http_requests_total";
     CHECK(value_of(&E, rt, "endpoint", "chat", "code", "2xx") == 2);
     CHECK(value_of(&E, rt, "endpoint", "chat", "code", "5xx") == 1);
     CHECK(value_of(&E, rt, "endpoint", "chat", "code", "4xx") == 1);
@@ -527,16 +533,16 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK(value_of(&E, rt, "endpoint", "other", "code", "1xx") == 1);
     CHECK(find(&E, rt, "endpoint", "completions", NULL, NULL) == NULL);
 
-    const char *b = "moongate_request_duration_seconds_bucket";
+    const char *b = "moongate_http_request_duration_seconds_bucket";
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "0.005") == 1);
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "0.25") == 2);
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "1") == 3); /* le is inclusive */
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "120") == 3);
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "+Inf") == 4);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_count", "endpoint", "chat", NULL, NULL) ==
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_count", "endpoint", "chat", NULL, NULL) ==
           4);
     double sum =
-        value_of(&E, "moongate_request_duration_seconds_sum", "endpoint", "chat", NULL, NULL);
+        value_of(&E, "moongate_http_request_duration_seconds_sum", "endpoint", "chat", NULL, NULL);
     CHECK(fabs(sum - 501.203) < 1e-6);
     CHECK(find(&E, b, "endpoint", "completions", NULL, NULL) == NULL); /* no observations */
 
@@ -551,8 +557,6 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK(value_of(&E, "moongate_requests_in_flight", NULL, NULL, NULL, NULL) == 5);
     CHECK(value_of(&E, "moongate_cancelled_total", NULL, NULL, NULL, NULL) == 3);
     CHECK(value_of(&E, "moongate_stream_errors_total", NULL, NULL, NULL, NULL) == 2);
-    CHECK(value_of(&E, "moongate_tokens_total", "direction", "input", NULL, NULL) == 1234);
-    CHECK(value_of(&E, "moongate_tokens_total", "direction", "output", NULL, NULL) == 567);
     CHECK(value_of(&E, "moongate_reloads_total", "result", "ok", NULL, NULL) == 4);
     CHECK(value_of(&E, "moongate_reloads_total", "result", "failed", NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_generation", NULL, NULL, NULL, NULL) == 42);
@@ -599,7 +603,9 @@ static void test_large_counts_exact(void)
 {
     mg_metrics_t m;
     memset(&m, 0, sizeof(m));
-    m.tokens_prompt_total = 12345678901234ULL;
+    mg_call_obs_t big = {.ep = MG_EP_CHAT, .model = "m", .status = 200, .attempts = 1,
+                         .duration_s = 1, .first_token_s = -1, .prompt_tokens = 12345678901234LL};
+    mg_metrics_call(&m, &big);
     m.cancelled_total = 10000000;
     for (int i = 0; i < 3; i++)
         mg_metrics_request(&m, MG_EP_COMPLETIONS, 200, 0.7);
@@ -611,15 +617,126 @@ static void test_large_counts_exact(void)
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
-    CHECK(strstr(out, "moongate_tokens_total{direction=\"input\"} 12345678901234\n") != NULL);
+    CHECK(strstr(out, "moongate_tokens_total{application=\"_none\",model=\"m\",direction=\"input\"} "
+                      "12345678901234\n") != NULL);
     CHECK(strstr(out, "moongate_cancelled_total 10000000\n") != NULL);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions", "le",
                    "0.5") == 0);
-    CHECK(value_of(&E, "moongate_request_duration_seconds_bucket", "endpoint", "completions", "le",
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions", "le",
                    "1") == 3);
-    CHECK_EQ_INT(check_histograms(&E), 4); /* completions + the three always rendered */
+    /* completions, the two always rendered, and the big call's duration, sidecar latency,
+       GenAI duration and (input and output) token histograms */
+    CHECK_EQ_INT(check_histograms(&E), 8);
     free(out);
     mg_pool_free(&pool);
+    mg_metrics_free(&m);
+}
+
+
+/* The labelled families: every value as the calls made it, the OpenTelemetry bucket bounds,
+ * escaping, and the bound on the series ("_other" past it). */
+static void test_labelled_families(void)
+{
+    mg_metrics_t m;
+    memset(&m, 0, sizeof(m));
+    mg_call_obs_t ok = {.ep = MG_EP_CHAT, .application = "shop", .model = "general-chat",
+                        .priority = "P1", .provider_kind = "openai", .upstream_model = "qwen3",
+                        .status = 200, .stream = 1, .attempts = 1, .duration_s = 2.0,
+                        .first_token_s = 0.001, .prompt_tokens = 64, .completion_tokens = 11};
+    mg_metrics_call(&m, &ok);
+    ok.duration_s = 3.0; /* TPOT (3 - 1) / 10 = 0.2; tokens/s 10 / 2 = 5, averaged with 5 */
+    ok.first_token_s = 1.0;
+    mg_metrics_call(&m, &ok);
+    mg_call_obs_t degraded = ok;
+    degraded.degraded = "fallback";
+    degraded.upstream_model = "small\"q";
+    mg_metrics_call(&m, &degraded);
+    mg_call_obs_t blocked = {.ep = MG_EP_CHAT, .application = "shop", .model = "general-chat",
+                             .priority = "P2", .status = 401, .blocked_reason = "AUTH_FAILED",
+                             .duration_s = 0.001, .first_token_s = -1, .prompt_tokens = 5};
+    mg_metrics_call(&m, &blocked);
+    mg_call_obs_t cancelled = ok;
+    cancelled.status = 499;
+    cancelled.cancel_reason = "client_disconnected";
+    mg_metrics_call(&m, &cancelled);
+    mg_metrics_queue_time_of(&m, "shop", "general-chat", 0.02);
+    mg_metrics_provider_answer(&m, "p1", "main", 429, 0.5);
+    mg_metrics_provider_answer(&m, "p1", "main", 200, 1.5);
+    mg_metrics_provider_answer(&m, "p1", "main", 0, 0.01);
+    /* a client sending a new model name on every request: the table stops at its bound */
+    for (int i = 0; i < 400; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "m%d", i);
+        mg_call_obs_t one = {.ep = MG_EP_CHAT, .model = name, .priority = "P2", .status = 404,
+                             .duration_s = 0.001, .first_token_s = -1};
+        mg_metrics_call(&m, &one);
+    }
+    mg_pool_t pool;
+    mg_pool_init(&pool);
+    char *out = NULL;
+    size_t len = 0;
+    CHECK_EQ_INT(mg_metrics_render(&m, &pool, 0, 1, 1000, &out, &len), 0);
+    if (!out) goto done;
+    expo_parse(&E, out, len);
+    CHECK_EQ_INT(E.errors, 0);
+    check_histograms(&E);
+    const char *rt = "moongate_requests_total";
+    CHECK(value_of(&E, rt, "priority", "P1", "status", "200") == 2 + 1);
+    CHECK(value_of(&E, rt, "priority", "P2", "status", "401") == 1);
+    CHECK(value_of(&E, rt, "application", "shop", "status", "499") == 1);
+    /* 256 series at most: 3 above, 252 new models, the rest in "_other" */
+    int n_req = 0;
+    for (int i = 0; i < E.n_s; i++) n_req += strcmp(E.s[i].name, rt) == 0;
+    CHECK_EQ_INT(n_req, 256);
+    CHECK(value_of(&E, rt, "model", "_other", "status", "_other") == 400 - 252);
+    CHECK(value_of(&E, rt, "model", "m0", "application", "_none") == 1);
+    const char *d = "moongate_request_duration_seconds_bucket";
+    CHECK(value_of(&E, d, "model", "general-chat", "le", "2.5") == 2); /* 2.0 and the 401 */
+    CHECK(value_of(&E, d, "model", "general-chat", "le", "5") == 5);
+    CHECK(value_of(&E, "moongate_first_token_latency_seconds_count", "model", "general-chat", NULL,
+                   NULL) == 4);
+    CHECK(value_of(&E, "moongate_queue_time_seconds_bucket", "model", "general-chat", "le", "0.025") == 1);
+    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "input") == 64 * 4);
+    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "output") == 44);
+    /* 10 tokens in 1.999 s first, then 5/s twice (the cancelled one does not count) */
+    CHECK(fabs(value_of(&E, "moongate_tokens_per_second", "model", "general-chat", NULL, NULL) -
+               (10 / 1.999 * 0.64 + 5 * 0.36)) < 1e-9);
+    CHECK(value_of(&E, "moongate_degradation_total", "from_model", "general-chat", "to_model",
+                   "small\"q") == 1);
+    CHECK(strstr(out, "to_model=\"small\\\"q\"") != NULL); /* escaped */
+    CHECK(value_of(&E, "moongate_policy_blocked_total", "application", "shop", "reason",
+                   "AUTH_FAILED") == 1);
+    CHECK(value_of(&E, "moongate_cancellation_total", "application", "shop", "reason",
+                   "client_disconnected") == 1);
+    /* the Sidecar names */
+    CHECK(value_of(&E, "sidecar_latency_seconds_count", NULL, NULL, NULL, NULL) == 405);
+    const char *pr = "sidecar_provider_requests_total";
+    CHECK(value_of(&E, pr, "provider_id", "p1", "status_code", "429") == 1);
+    CHECK(value_of(&E, pr, "provider_id", "p1", "status_code", "200") == 1);
+    CHECK(value_of(&E, pr, "pool", "main", "status_code", "none") == 1);
+    CHECK(value_of(&E, "sidecar_provider_latency_seconds_bucket", "provider_id", "p1", "le", "1") == 2);
+    CHECK(fabs(value_of(&E, "sidecar_provider_latency_seconds_sum", "provider_id", "p1", NULL, NULL) -
+               2.01) < 1e-9);
+    /* the GenAI conventions: labels, the spec's bounds (a first token of exactly 1 ms is in
+       the first bucket), token types; the refused and the unknown-model calls are not there */
+    const char *tt = "gen_ai_server_time_to_first_token_seconds_bucket";
+    CHECK(value_of(&E, tt, "gen_ai_request_model", "general-chat", "le", "0.001") == 1);
+    CHECK(value_of(&E, tt, "gen_ai_response_model", "qwen3", "le", "1") == 2);
+    CHECK(find(&E, tt, "le", "0.005", "gen_ai_operation_name", "chat") != NULL);
+    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket", "gen_ai_response_model",
+                   "qwen3", "le", "0.2") == 2);
+    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket", "gen_ai_response_model",
+                   "qwen3", "le", "0.15") == 0);
+    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "input", "le", "64") == 2);
+    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "output", "le", "16") == 2);
+    CHECK(value_of(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_provider_name", "openai",
+                   "gen_ai_response_model", "qwen3") == 3);
+    CHECK(find(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_request_model", "m0", NULL,
+               NULL) == NULL);
+    free(out);
+done:
+    mg_pool_free(&pool);
+    mg_metrics_free(&m);
 }
 
 static void test_endpoint_names(void)
@@ -662,6 +779,7 @@ int main(void)
     MG_RUN(test_render_empty_is_valid);
     MG_RUN(test_render_full_is_valid_and_correct);
     MG_RUN(test_large_counts_exact);
+    MG_RUN(test_labelled_families);
     MG_RUN(test_endpoint_names);
     return mg_test_summary();
 }

@@ -51,7 +51,9 @@ int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_i
         return -1;
     if (!f.rows) return 0;
     *tenant_id = strtoll(f.v[1], NULL, 10);
-    snprintf(token_id, cap, "%s", f.v[0]);
+    size_t n = strnlen(f.v[0], cap - 1); /* an id: digits, far shorter than cap */
+    memcpy(token_id, f.v[0], n);
+    token_id[n] = '\0';
     return 1;
 }
 

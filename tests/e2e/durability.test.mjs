@@ -15,9 +15,9 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { startEnv, startGateway, sleep, withTimeout } from './lib/harness.mjs';
+import { sqliteRows, adminCall, startEnv, startGateway, sleep, withTimeout } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-durability-e2e-token-91c4';
 const PRICE = 2; // per 1,000 tokens: a request of t tokens costs t * 2,000 micros
@@ -52,28 +52,11 @@ after(async () => {
     await env?.close();
 });
 
-async function admin(method, p, body) {
-    const r = await fetch(`${env.base}/api/v2/${p}`, {
-        method,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(10000),
-    });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, text, json };
+function admin(method, p, body) {
+    return adminCall(env.base, ADMIN_TOKEN, method, p, body);
 }
 
-/** One SQL query on the database, rows as objects (the sqlite3 shell's -json mode). */
-function query(sql) {
-    const out = execFileSync('sqlite3', ['-json', '-cmd', '.timeout 5000', dbPath, sql], { encoding: 'utf8', timeout: 10000 });
-    return out.trim() ? JSON.parse(out) : [];
-}
+const query = (sql) => sqliteRows(dbPath, sql);
 
 /** Micros charged so far per key id (every day's row: robust to midnight). */
 function spendByKey() {

@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { startEnv, postJson, postStream, gatewayBin, waitFor } from './lib/harness.mjs';
+import { adminCall, startEnv, postJson, postStream, gatewayBin, waitFor } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-ledger-e2e-token-77aa01';
 const SECRET = 'whsec-ledger-e2e-0123456789';
@@ -68,21 +68,8 @@ after(async () => {
     await env?.close();
 });
 
-async function admin(method, p, body) {
-    const r = await fetch(`${env.base}/api/v2/${p}`, {
-        method,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(10000),
-    });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, json, text };
+function admin(method, p, body) {
+    return adminCall(env.base, ADMIN_TOKEN, method, p, body);
 }
 
 async function tenant(name, billing) {

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { gatewayBin, startEnv, startGateway, startMock, postJson } from './lib/harness.mjs';
+import { adminCall, gatewayBin, startEnv, startGateway, startMock, postJson } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-providers-e2e-token-a41c';
 const ENC_KEY = 'a1'.repeat(32);
@@ -44,21 +44,9 @@ after(async () => {
 });
 
 async function admin(method, p, body) {
-    const r = await fetch(`${env.base}/api/v2/${p}`, {
-        method,
-        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(15000),
-    });
-    const text = await r.text();
-    adminTexts.push(text);
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, json, text };
+    const r = await adminCall(env.base, ADMIN_TOKEN, method, p, body, { timeoutMs: 15000 });
+    adminTexts.push(r.text);
+    return r;
 }
 
 function chat(model) {

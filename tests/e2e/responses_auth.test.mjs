@@ -7,7 +7,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startEnv, startGateway } from './lib/harness.mjs';
+import { adminCall, startEnv, startGateway } from './lib/harness.mjs';
 import { contentFor } from '../mock/engine.mjs';
 
 const ADMIN_TOKEN = 'admin-token-responses-0123456789';
@@ -25,15 +25,9 @@ after(async () => {
 });
 
 async function admin(method, p, body) {
-    const r = await fetch(`${env.base}/api/v2/${p}`, {
-        method,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${ADMIN_TOKEN}` },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(10000),
-    });
-    const json = await r.json();
-    assert.ok(r.status < 300, `${method} ${p}: ${r.status} ${JSON.stringify(json)}`);
-    return json;
+    const r = await adminCall(env.base, ADMIN_TOKEN, method, p, body);
+    assert.ok(r.status < 300, `${method} ${p}: ${r.status} ${r.text}`);
+    return r.json;
 }
 
 const clientOf = (key) => new OpenAI({ baseURL: env.api, apiKey: key, maxRetries: 0, timeout: 15000 });

@@ -5,8 +5,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { startEnv, postJson, postStream } from './lib/harness.mjs';
+import { sqliteRows, adminCall, startEnv, postJson, postStream } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-usage-analytics-token-5e1a';
 let env;
@@ -59,27 +58,11 @@ after(async () => {
     await env?.close();
 });
 
-async function admin(method, p, body, token = ADMIN_TOKEN) {
-    const r = await fetch(`${env.base}/api/v2/${p}`, {
-        method,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(10000),
-    });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, text, json };
+function admin(method, p, body, token = ADMIN_TOKEN) {
+    return adminCall(env.base, token, method, p, body);
 }
 
-function query(sql) {
-    const out = execFileSync('sqlite3', ['-json', '-cmd', '.timeout 5000', dbPath, sql], { encoding: 'utf8', timeout: 10000 });
-    return out.trim() ? JSON.parse(out) : [];
-}
+const query = (sql) => sqliteRows(dbPath, sql);
 
 const rawTotals = (where = '1') => query(`SELECT COUNT(*) AS requests, COALESCE(SUM(status IN ('failed','timed_out')),0) AS errors,
     COALESCE(SUM(input_tokens + cached_read_tokens + cache_write_tokens),0) AS tokens_in, COALESCE(SUM(output_tokens),0) AS tokens_out,

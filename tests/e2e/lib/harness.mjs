@@ -3,7 +3,7 @@
 // Every wait is bounded; every child process is killed by close() and, as a last resort,
 // when the test process exits.
 
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import net from 'node:net';
@@ -512,6 +512,31 @@ export async function startEnv(opts = {}) {
 // ---------------------------------------------------------------------------
 // HTTP helpers (fetch)
 // ---------------------------------------------------------------------------
+
+/** One SQL query on a database file, rows as objects (the sqlite3 shell's -json mode). */
+export function sqliteRows(db, sql) {
+    const out = execFileSync('sqlite3', ['-json', '-cmd', '.timeout 5000', db, sql], { encoding: 'utf8', timeout: 10000 });
+    return out.trim() ? JSON.parse(out) : [];
+}
+
+/** A call of the admin API (/api/v2/<p>) with a Bearer token: { status, text, json }
+ * (json null when the body is not JSON). */
+export async function adminCall(base, token, method, p, body, { timeoutMs = 10000 } = {}) {
+    const r = await fetch(`${base}/api/v2/${p}`, {
+        method,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await r.text();
+    let json = null;
+    try {
+        json = JSON.parse(text);
+    } catch {
+        /* not JSON */
+    }
+    return { status: r.status, text, json };
+}
 
 /** POST JSON with fetch; returns { status, headers, text, json }. */
 export async function postJson(url, body, { headers = {}, timeoutMs = 10000, signal } = {}) {

@@ -480,6 +480,10 @@ void context_log(const call_t *c, struct mg_logline_s *l);
 /* The call ends: the turn appended to the session when it succeeded, the session let go,
  * the context freed. */
 void context_end(call_t *c);
+/* Whether chat message m has that role; append a system message with text to list (the
+ * context step's and the summary's message lists). */
+int context_is_role(const cJSON *m, const char *role);
+void context_add_system(cJSON *list, const char *text);
 
 /* ---- summary.c: a session's rolling summary ---------------------------------------------- */
 

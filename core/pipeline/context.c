@@ -120,13 +120,13 @@ static int too_large(call_t *c, long n, long budget, const char *why)
 
 /* ---- assembly ------------------------------------------------------------------------- */
 
-static int is_role(const cJSON *m, const char *role)
+int context_is_role(const cJSON *m, const char *role)
 {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
-static void add_system(cJSON *list, const char *text)
+void context_add_system(cJSON *list, const char *text)
 {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "system");
@@ -142,15 +142,15 @@ static cJSON *assemble(call_t *c, cJSON *req_msgs, int *n_leading, int *first_cu
     const mg_session_t *s = c->ctx->session;
     const char *rules = c->gen->cfg->context.platform_rules;
     cJSON *out = cJSON_CreateArray();
-    if (rules) add_system(out, rules);
-    if (s && s->system) add_system(out, s->system);
-    while (req_msgs->child && is_role(req_msgs->child, "system"))
+    if (rules) context_add_system(out, rules);
+    if (s && s->system) context_add_system(out, s->system);
+    while (req_msgs->child && context_is_role(req_msgs->child, "system"))
         cJSON_AddItemToArray(out, cJSON_DetachItemViaPointer(req_msgs, req_msgs->child));
     if (s && s->summary) {
         char *text = malloc(strlen(s->summary) + 64);
         if (text) {
             sprintf(text, "Summary of the earlier conversation:\n%s", s->summary);
-            add_system(out, text);
+            context_add_system(out, text);
             free(text);
         }
     }
@@ -172,10 +172,10 @@ static void split_plain(const cJSON *msgs, int *n_leading, int *first_current)
 {
     int i = 0, last_user = -1;
     const cJSON *m = msgs->child;
-    for (; m && is_role(m, "system"); m = m->next) i++;
+    for (; m && context_is_role(m, "system"); m = m->next) i++;
     *n_leading = i;
     for (; m; m = m->next, i++)
-        if (is_role(m, "user")) last_user = i;
+        if (context_is_role(m, "user")) last_user = i;
     *first_current = last_user >= 0 ? last_user : *n_leading;
 }
 

@@ -104,7 +104,7 @@ static int tree_event(call_t *c, const mg_sse_event_t *ev, const type_scan_t *t)
     if (type_is(t, "message_start")) {
         cJSON *msg = cJSON_GetObjectItemCaseSensitive(d, "message");
         take_usage(c, cJSON_GetObjectItemCaseSensitive(msg, "usage"), 1);
-        c->completion_tokens = 0; /* message_start's output count is a placeholder */
+        c->completion_tokens = 0; /* message_start's output count is provisional: message_delta has the real one */
         c->have_usage = 0;
         set_model(c, msg);
         mg_buf_t text = {0};

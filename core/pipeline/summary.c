@@ -15,20 +15,6 @@
 
 #include "base/log.h"
 
-static int is_role(const cJSON *m, const char *role)
-{
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
-    return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
-}
-
-static void add_system(cJSON *list, const char *text)
-{
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "system");
-    cJSON_AddStringToObject(m, "content", text);
-    cJSON_AddItemToArray(list, m);
-}
-
 static const char DEFAULT_SUMMARY_PROMPT[] =
     "Summarise the conversation below for the assistant that will continue it. Keep the facts, "
     "decisions, names, numbers, preferences and open questions; drop greetings and repetition. "
@@ -86,7 +72,7 @@ static size_t summary_cut(const mg_session_t *s)
 {
     for (size_t i = s->n_msgs / 2; i < s->n_msgs; i++) {
         cJSON *m = cJSON_Parse(s->msgs[i].json);
-        int user = is_role(m, "user");
+        int user = context_is_role(m, "user");
         cJSON_Delete(m);
         if (user) return i >= 2 ? i : 0;
     }
@@ -109,7 +95,7 @@ static char *summary_body(const mg_context_conf_t *cc, const mg_session_t *s, si
     cJSON *b = cJSON_CreateObject();
     cJSON_AddStringToObject(b, "model", cc->summarizer_model);
     cJSON *msgs = cJSON_AddArrayToObject(b, "messages");
-    add_system(msgs, cc->summary_prompt ? cc->summary_prompt : DEFAULT_SUMMARY_PROMPT);
+    context_add_system(msgs, cc->summary_prompt ? cc->summary_prompt : DEFAULT_SUMMARY_PROMPT);
     cJSON *u = cJSON_CreateObject();
     cJSON_AddStringToObject(u, "role", "user");
     cJSON_AddStringToObject(u, "content", t.data ? t.data : "");

@@ -2,7 +2,7 @@
 // session cookie and CSRF token, and a reader of /api/dashboard/stream's SSE events. Every wait
 // is bounded.
 
-import { withTimeout } from './harness.mjs';
+import { readAnswer, withTimeout } from './harness.mjs';
 
 /** POST /api/dashboard/login; returns { status, json, cookie (name=value), setCookie }. */
 export async function signIn(base, token) {
@@ -33,14 +33,7 @@ export async function withSession(base, method, p, { cookie, csrf, body, headers
         method, headers: h, body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(10000),
     });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, headers: r.headers, text, json };
+    return readAnswer(r);
 }
 
 /** Parse SSE text into complete events [{event, id, data, comment}] and the incomplete rest. */

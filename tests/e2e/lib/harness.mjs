@@ -513,6 +513,18 @@ export async function startEnv(opts = {}) {
 // HTTP helpers (fetch)
 // ---------------------------------------------------------------------------
 
+/** A fetch response read whole: { status, headers, text, json } (json null when not JSON). */
+export async function readAnswer(r) {
+    const text = await r.text();
+    let json = null;
+    try {
+        json = JSON.parse(text);
+    } catch {
+        /* not JSON */
+    }
+    return { status: r.status, headers: r.headers, text, json };
+}
+
 /** One SQL query on a database file, rows as objects (the sqlite3 shell's -json mode). */
 export function sqliteRows(db, sql) {
     const out = execFileSync('sqlite3', ['-json', '-cmd', '.timeout 5000', db, sql], { encoding: 'utf8', timeout: 10000 });
@@ -528,14 +540,7 @@ export async function adminCall(base, token, method, p, body, { timeoutMs = 1000
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(timeoutMs),
     });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, text, json };
+    return readAnswer(r);
 }
 
 /** POST JSON with fetch; returns { status, headers, text, json }. */
@@ -546,14 +551,7 @@ export async function postJson(url, body, { headers = {}, timeoutMs = 10000, sig
         body: typeof body === 'string' ? body : JSON.stringify(body),
         signal: signal ?? AbortSignal.timeout(timeoutMs),
     });
-    const text = await r.text();
-    let json = null;
-    try {
-        json = JSON.parse(text);
-    } catch {
-        /* not JSON */
-    }
-    return { status: r.status, headers: r.headers, text, json };
+    return readAnswer(r);
 }
 
 /** Split an SSE body into the data payloads of its events. */

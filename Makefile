@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CONFIG ?= config/moongate.yaml
 JOBS ?= 2
 
-.PHONY: all setup build run test asan fuzz bench package clean
+.PHONY: all setup build run test asan fuzz bench package format format-check clean
 
 all: build
 
@@ -47,6 +47,13 @@ package: setup
 	@cmake --build build-pkg -j$(JOBS) --target moongate
 	@cd build-pkg && cpack -G DEB
 	@ls build-pkg/moongate_*.deb
+
+# Rewrite every C file the way .clang-format says; format-check only reports (CI runs it).
+format:
+	@git ls-files '*.c' '*.h' | xargs clang-format -i
+
+format-check:
+	@scripts/format-check
 
 clean:
 	rm -rf build build-asan build-pkg

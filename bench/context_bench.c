@@ -29,22 +29,27 @@ static cJSON *conversation(int turns)
     cJSON *msgs = cJSON_CreateArray();
     cJSON *sys = cJSON_CreateObject();
     cJSON_AddStringToObject(sys, "role", "system");
-    cJSON_AddStringToObject(sys, "content", "You are a maintenance assistant for the plant's pumps.");
+    cJSON_AddStringToObject(sys, "content",
+                            "You are a maintenance assistant for the plant's pumps.");
     cJSON_AddItemToArray(msgs, sys);
     char q[512], a[1024];
     for (int i = 0; i <= turns; i++) {
-        snprintf(q, sizeof(q), "Turn %d: the pressure on pump %d dropped to %d bar after the "
-                 "morning shift; what should the operator check first, and in which order?", i, i % 7, 3 + i % 5);
+        snprintf(q, sizeof(q),
+                 "Turn %d: the pressure on pump %d dropped to %d bar after the "
+                 "morning shift; what should the operator check first, and in which order?",
+                 i, i % 7, 3 + i % 5);
         cJSON *u = cJSON_CreateObject();
         cJSON_AddStringToObject(u, "role", "user");
         cJSON_AddStringToObject(u, "content", q);
         cJSON_AddItemToArray(msgs, u);
         if (i == turns) break;
-        snprintf(a, sizeof(a), "Check the suction strainer of pump %d for clogging, then the seal "
+        snprintf(a, sizeof(a),
+                 "Check the suction strainer of pump %d for clogging, then the seal "
                  "water flow, then the discharge valve position. If the strainer is clean and the "
                  "seal water flows, compare the motor current with its nameplate: a low current "
                  "with low pressure points at cavitation or air in the line, a high one at a "
-                 "blocked impeller. Log the readings in the shift book before restarting.", i % 7);
+                 "blocked impeller. Log the readings in the shift book before restarting.",
+                 i % 7);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddStringToObject(m, "content", a);
@@ -90,7 +95,8 @@ int main(int argc, char **argv)
         double t0 = now_ns();
         for (int k = 0; k < iters; k++) {
             int i = 0;
-            for (const cJSON *m = msgs->child; m; m = m->next) tokens[i++] = mg_chat_message_tokens(e, m);
+            for (const cJSON *m = msgs->child; m; m = m->next)
+                tokens[i++] = mg_chat_message_tokens(e, m);
         }
         double t1 = now_ns();
         for (int k = 0; k < iters; k++) {

@@ -92,8 +92,7 @@ static double chunk_ns_per_call(chunk_fn scan, const char *body, size_t n)
     for (int r = 0; r < ROUNDS; r++) {
         volatile int sink = 0;
         double t0 = cpu_ns();
-        for (int i = 0; i < CALLS; i++)
-            sink += scan(body, n);
+        for (int i = 0; i < CALLS; i++) sink += scan(body, n);
         double ns = (cpu_ns() - t0) / CALLS;
         if (sink != 0) exit(1); /* the chunk has none of the keys and is valid */
         if (r == 0 || ns < best) best = ns;
@@ -111,8 +110,7 @@ static double memo_ns_per_call(void)
     for (int r = 0; r < ROUNDS; r++) {
         volatile int sink = 0;
         double t0 = cpu_ns();
-        for (int i = 0; i < CALLS; i++)
-            sink += mg_chunk_scan_memo(&m, c[i & 1], n[i & 1]);
+        for (int i = 0; i < CALLS; i++) sink += mg_chunk_scan_memo(&m, c[i & 1], n[i & 1]);
         double ns = (cpu_ns() - t0) / CALLS;
         if (sink != 0) exit(1);
         if (r == 0 || ns < best) best = ns;

@@ -54,8 +54,7 @@ static uint32_t *permutation(size_t n)
 {
     uint32_t *p = malloc(n * sizeof(*p));
     uint64_t s = 0x2545f4914f6cdd1dull;
-    for (size_t i = 0; p && i < n; i++)
-        p[i] = (uint32_t)i;
+    for (size_t i = 0; p && i < n; i++) p[i] = (uint32_t)i;
     for (size_t i = n - 1; p && i > 0; i--) {
         size_t j = (size_t)(next_rand(&s) % (i + 1));
         uint32_t t = p[i];
@@ -72,13 +71,11 @@ static double dram_ns(void)
     size_t n = (64u << 20) / sizeof(uint32_t);
     uint32_t *next = permutation(n), *cycle = malloc(n * sizeof(*cycle));
     if (!next || !cycle) exit(1);
-    for (size_t i = 0; i < n; i++)
-        cycle[next[i]] = next[(i + 1) % n]; /* one big cycle */
+    for (size_t i = 0; i < n; i++) cycle[next[i]] = next[(i + 1) % n]; /* one big cycle */
     uint32_t at = 0;
     size_t steps = 4000000;
     double t0 = now_ns();
-    for (size_t i = 0; i < steps; i++)
-        at = cycle[at];
+    for (size_t i = 0; i < steps; i++) at = cycle[at];
     double t1 = now_ns();
     if (at == UINT32_MAX) fputc(' ', stderr);
     free(next);

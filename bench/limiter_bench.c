@@ -2,8 +2,8 @@
  *
  * Build and run by hand (not part of the CMake build):
  *
- *   gcc -O2 -Icore bench/limiter_bench.c core/route/limiter.c core/route/health.c -o /tmp/limiter_bench
- *   /tmp/limiter_bench
+ *   gcc -O2 -Icore bench/limiter_bench.c core/route/limiter.c core/route/health.c -o
+ * /tmp/limiter_bench /tmp/limiter_bench
  *
  * For 1, 10, 100 and 1000 providers it mimics the router's reservation step: scan
  * the providers in order, skip those whose breaker refuses or that are cooling,
@@ -67,8 +67,7 @@ static bench_provider_t *make_providers(int n, int saturate, int room_rpm)
             mg_health_record(&p[i].health, T0 - 1000 + (uint64_t)k, k % 7 != 0, 300, 120);
         if (saturate && !last) {
             mg_limiter_resv_t r;
-            for (int k = 0; k < 10; k++)
-                mg_limiter_reserve(&p[i].lim, T0, 500, &r);
+            for (int k = 0; k < 10; k++) mg_limiter_reserve(&p[i].lim, T0, 500, &r);
         }
     }
     return p;
@@ -76,8 +75,7 @@ static bench_provider_t *make_providers(int n, int saturate, int room_rpm)
 
 static void free_providers(bench_provider_t *p, int n)
 {
-    for (int i = 0; i < n; i++)
-        mg_limiter_free(&p[i].lim);
+    for (int i = 0; i < n; i++) mg_limiter_free(&p[i].lim);
     free(p);
 }
 
@@ -99,8 +97,7 @@ static double run_reserve(int n, int saturate, long iters)
         bench_provider_t *p = make_providers(n, saturate, (int)iters + 1);
         uint64_t acc = 0;
         double t0 = now_ns();
-        for (long i = 0; i < iters; i++)
-            acc += (uint64_t)reserve_first(p, n, sim_time(i, iters));
+        for (long i = 0; i < iters; i++) acc += (uint64_t)reserve_first(p, n, sim_time(i, iters));
         double dt = (now_ns() - t0) / (double)iters;
         sink += acc;
         if (dt < best) best = dt;
@@ -131,8 +128,7 @@ static double run_fields(int n, long iters)
         uint64_t acc = 0;
         double t0 = now_ns();
         for (long i = 0; i < iters; i++)
-            for (int k = 0; k < n; k++)
-                acc += candidate_fields(&p[k], sim_time(i, iters));
+            for (int k = 0; k < n; k++) acc += candidate_fields(&p[k], sim_time(i, iters));
         double dt = (now_ns() - t0) / (double)iters / (double)n;
         sink += acc;
         if (dt < best) best = dt;

@@ -7,7 +7,8 @@
  *   stream event     one content chunk re-framed (mg_msgs_stream_event; pass-through:
  *                    mg_chunk_scan_memo, what every forwarded event pays), and the whole
  *                    20-event stream of bench/run fed through mg_msgs_stream_feed.
- * CPU ns per call, best of 5 rounds. Built by CMake (target messages_bench): build/messages_bench. */
+ * CPU ns per call, best of 5 rounds. Built by CMake (target messages_bench): build/messages_bench.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,9 @@ static const char response_body[] =
     "null,\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":18,"
     "\"total_tokens\":60}}";
 
-#define CHUNK(delta, finish)                                                                   \
+#define CHUNK(delta, finish)                                                                       \
     "{\"id\":\"chatcmpl-mock0002\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"   \
-    "\"model\":\"gpt-4o-mini-2024-07-18\",\"system_fingerprint\":\"fp_mock\",\"choices\":[{"      \
+    "\"model\":\"gpt-4o-mini-2024-07-18\",\"system_fingerprint\":\"fp_mock\",\"choices\":[{"       \
     "\"index\":0,\"delta\":" delta ",\"logprobs\":null,\"finish_reason\":" finish "}]}"
 
 static const char content_chunk[] = CHUNK("{\"content\":\" connections\"}", "null");
@@ -66,19 +67,23 @@ static int count_member(void *ud, const mg_json_member_t *m)
 /* bench/run's stream: role chunk, 17 content chunks, finish chunk, usage chunk, [DONE]. */
 static void stream_of(mg_buf_t *out)
 {
-    static const char *const words[] = {"Connection", " pooling", " reuses", " warm", " TCP",
-                                        " connections", ",", " cutting", " handshake", " latency",
-                                        " and", " CPU", " cost", " per", " request", ".", " Done"};
-    mg_buf_append_str(out, "data: " CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null") "\n\n");
+    static const char *const words[] = {
+        "Connection", " pooling", " reuses",    " warm",    " TCP", " connections",
+        ",",          " cutting", " handshake", " latency", " and", " CPU",
+        " cost",      " per",     " request",   ".",        " Done"};
+    mg_buf_append_str(out,
+                      "data: " CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null") "\n\n");
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         char chunk[512];
-        snprintf(chunk, sizeof(chunk), "data: " CHUNK("{\"content\":\"%s\"}", "null") "\n\n", words[i]);
+        snprintf(chunk, sizeof(chunk), "data: " CHUNK("{\"content\":\"%s\"}", "null") "\n\n",
+                 words[i]);
         mg_buf_append_str(out, chunk);
     }
     mg_buf_append_str(out, "data: " CHUNK("{}", "\"stop\"") "\n\n");
-    mg_buf_append_str(out, "data: {\"id\":\"chatcmpl-mock0002\",\"object\":\"chat.completion.chunk\","
-                           "\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":18,"
-                           "\"total_tokens\":60}}\n\ndata: [DONE]\n\n");
+    mg_buf_append_str(out,
+                      "data: {\"id\":\"chatcmpl-mock0002\",\"object\":\"chat.completion.chunk\","
+                      "\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":18,"
+                      "\"total_tokens\":60}}\n\ndata: [DONE]\n\n");
 }
 
 typedef double (*round_fn)(void);
@@ -110,7 +115,9 @@ static double round_request(void)
     double t0 = cpu_ns();
     for (int i = 0; i < CALLS; i++) {
         out.len = 0;
-        if (mg_msgs_request(messages_body, sizeof(messages_body) - 1, 0, &out, err, sizeof(err)) != 0) exit(1);
+        if (mg_msgs_request(messages_body, sizeof(messages_body) - 1, 0, &out, err, sizeof(err)) !=
+            0)
+            exit(1);
     }
     double ns = (cpu_ns() - t0) / CALLS;
     mg_buf_free(&out);
@@ -124,7 +131,8 @@ static double round_answer(void)
     double t0 = cpu_ns();
     for (int i = 0; i < CALLS; i++) {
         out.len = 0;
-        if (mg_msgs_answer(response_body, sizeof(response_body) - 1, "msg_x", "m", &fb, &out) != 0) exit(1);
+        if (mg_msgs_answer(response_body, sizeof(response_body) - 1, "msg_x", "m", &fb, &out) != 0)
+            exit(1);
     }
     double ns = (cpu_ns() - t0) / CALLS;
     mg_buf_free(&out);

@@ -90,16 +90,20 @@ static double time_decisions(mg_gen_t *g, mg_candidate_t *c, int n, int steady, 
     char err[512];
     double t0 = now_ns();
     for (int end = *k + iters; *k < end; ++*k) {
-        mg_lua_req_t info = {.request_id = "req-bench", .endpoint = "chat", .model = "m",
-                             .max_tokens = 64, .priority = "P2", .allow_cloud = 1,
-                             .local_first = 1, .random = (double)(*k % 997) / 997.0};
+        mg_lua_req_t info = {.request_id = "req-bench",
+                             .endpoint = "chat",
+                             .model = "m",
+                             .max_tokens = 64,
+                             .priority = "P2",
+                             .allow_cloud = 1,
+                             .local_first = 1,
+                             .random = (double)(*k % 997) / 997.0};
         if (steady) one_sample_moved(c, n, *k);
         int rr = -1; /* (made when route() is called, as on the request path) */
-        mg_plan_t plan = {.entries = entries, .limit = PLAN_LIMIT < n ? PLAN_LIMIT : 0,
-                          .fresh = fresh};
+        mg_plan_t plan = {
+            .entries = entries, .limit = PLAN_LIMIT < n ? PLAN_LIMIT : 0, .fresh = fresh};
         int want = n < PLAN_LIMIT ? n : PLAN_LIMIT;
-        if (mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err)) != 0 ||
-            plan.n != want) {
+        if (mg_gen_route(g, &info, &rr, 1, c, n, &plan, err, sizeof(err)) != 0 || plan.n != want) {
             fprintf(stderr, "route: %s (plan %d of %d)\n", err, plan.n, want);
             return -1;
         }

@@ -94,8 +94,7 @@ static void bench_setup(bench_t *b, size_t n, int many_flows)
         snprintf(name, sizeof(name), "user-%zu", i);
         b->user[i] = mg_sched_gate(b->s, MG_GATE_USER, name);
     }
-    for (size_t i = 0; i < n; i++)
-        requeue(b, i);
+    for (size_t i = 0; i < n; i++) requeue(b, i);
 }
 
 static void bench_teardown(bench_t *b)
@@ -197,8 +196,7 @@ static void p0_setup(p0_rig_t *r, uint64_t t0, uint64_t t, int slots_full)
         mg_sched_entry_init(&r->p3[i], MG_PRIO_P3);
         mg_sched_enqueue(r->s, &r->p3[i], t0);
     }
-    for (int i = 0; i < P3_RUNNING; i++)
-        mg_sched_dispatch(r->s, t0);
+    for (int i = 0; i < P3_RUNNING; i++) mg_sched_dispatch(r->s, t0);
     for (int i = 0; slots_full && i < 2; i++) {
         mg_sched_entry_init(&r->blocker[i], MG_PRIO_P0);
         mg_sched_enqueue(r->s, &r->blocker[i], t);

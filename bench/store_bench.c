@@ -17,8 +17,8 @@
 
 #include "store/store.h"
 
-#define SPEND_UPSERT                                                                              \
-    "INSERT INTO spend(scope, id, period, micros) VALUES (?4, ?5, ?2, ?1), (?4, ?5, ?3, ?1)"     \
+#define SPEND_UPSERT                                                                               \
+    "INSERT INTO spend(scope, id, period, micros) VALUES (?4, ?5, ?2, ?1), (?4, ?5, ?3, ?1)"       \
     " ON CONFLICT(scope, id, period) DO UPDATE SET micros = micros + excluded.micros"
 
 typedef struct {
@@ -85,7 +85,8 @@ int main(int argc, char **argv)
     uv_loop_init(&loop);
     mg_store_opts_t o = {.synchronous_full = full};
     bench_t b = {.loop = &loop, .total = total};
-    if (mg_store_open_with(path, &o, &b.s, err, sizeof(err)) != 0 || mg_store_attach(b.s, &loop) != 0) {
+    if (mg_store_open_with(path, &o, &b.s, err, sizeof(err)) != 0 ||
+        mg_store_attach(b.s, &loop) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }

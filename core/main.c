@@ -1,16 +1,12 @@
 /* main: the command line and the process.
  *
- *   moongate [-c FILE]            run the gateway (FILE or $MOONGATE_CONFIG or config/moongate.yaml)
- *   moongate --check [-c FILE]    validate config, policies and adapters; exit 0 or 1
- *   moongate keygen               print a fresh MOONGATE_ENCRYPTION_KEY
- *   moongate rotate-encryption-key [-c FILE]
- *                                 re-encrypt the stored provider keys from
- *                                 $MOONGATE_ENCRYPTION_KEY to $MOONGATE_NEW_ENCRYPTION_KEY
- *   moongate tokenize [--encoding NAME] [--ids] [--special] [--data-dir DIR]
- *                                 count (or list) the tokens of stdin
- *   moongate check-ledger [-c FILE]
- *                                 verify the prepaid ledger; exit 0 or 1
- *   moongate --help | --version */
+ *   moongate [-c FILE]            run the gateway (FILE or $MOONGATE_CONFIG or
+ * config/moongate.yaml) moongate --check [-c FILE]    validate config, policies and adapters; exit
+ * 0 or 1 moongate keygen               print a fresh MOONGATE_ENCRYPTION_KEY moongate
+ * rotate-encryption-key [-c FILE] re-encrypt the stored provider keys from $MOONGATE_ENCRYPTION_KEY
+ * to $MOONGATE_NEW_ENCRYPTION_KEY moongate tokenize [--encoding NAME] [--ids] [--special]
+ * [--data-dir DIR] count (or list) the tokens of stdin moongate check-ledger [-c FILE] verify the
+ * prepaid ledger; exit 0 or 1 moongate --help | --version */
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,45 +29,46 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: moongate [options]\n"
-            "\n"
-            "A self-hosted AI gateway: an OpenAI-compatible API in front of model back-ends,\n"
-            "with routing, adapters and policies in hot-reloadable Lua.\n"
-            "\n"
-            "options:\n"
-            "  -c, --config FILE   configuration file (default: $MOONGATE_CONFIG, else %s)\n"
-            "      --check         validate the configuration, policies and adapters, then exit\n"
-            "                      (0 = valid; otherwise FILE:LINE: reason on stderr, exit 1)\n"
-            "  -h, --help          show this help\n"
-            "      --version       print the version\n"
-            "\n"
-            "commands:\n"
-            "  keygen                  print a fresh encryption key for MOONGATE_ENCRYPTION_KEY\n"
-            "                          (64 hex characters; provider keys added through the\n"
-            "                          admin API are stored AES-256-GCM encrypted with it)\n"
-            "  rotate-encryption-key   re-encrypt every stored provider key, in one transaction,\n"
-            "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
-            "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
-            "                          the config; then restart the gateway with the new key\n"
-            "  backup DEST             an online, consistent copy of the store named by the\n"
-            "                          config into the file DEST, while the gateway serves\n"
-            "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
-            "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
-            "                          every wallet equals the sums of its entries, every request\n"
-            "                          reserved once and ended at most once; prints each problem,\n"
-            "                          exit 0 when consistent, 1 otherwise\n"
-            "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
-            "                          read stdin, print its token count (default o200k_base),\n"
-            "                          or with --ids the token ids as one JSON array; --special\n"
-            "                          recognises <|endoftext|> and the encoding's other special\n"
-            "                          tokens (plain text otherwise); --data-dir names where the\n"
-            "                          rank files are (default: as tokenizer.data_dir)\n"
-            "\n"
-            "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
-            "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit;\n"
-            "SIGUSR1 reopens log.file (after logrotate moved it).\n",
-            DEFAULT_CONFIG);
+    fprintf(
+        f,
+        "usage: moongate [options]\n"
+        "\n"
+        "A self-hosted AI gateway: an OpenAI-compatible API in front of model back-ends,\n"
+        "with routing, adapters and policies in hot-reloadable Lua.\n"
+        "\n"
+        "options:\n"
+        "  -c, --config FILE   configuration file (default: $MOONGATE_CONFIG, else %s)\n"
+        "      --check         validate the configuration, policies and adapters, then exit\n"
+        "                      (0 = valid; otherwise FILE:LINE: reason on stderr, exit 1)\n"
+        "  -h, --help          show this help\n"
+        "      --version       print the version\n"
+        "\n"
+        "commands:\n"
+        "  keygen                  print a fresh encryption key for MOONGATE_ENCRYPTION_KEY\n"
+        "                          (64 hex characters; provider keys added through the\n"
+        "                          admin API are stored AES-256-GCM encrypted with it)\n"
+        "  rotate-encryption-key   re-encrypt every stored provider key, in one transaction,\n"
+        "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
+        "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
+        "                          the config; then restart the gateway with the new key\n"
+        "  backup DEST             an online, consistent copy of the store named by the\n"
+        "                          config into the file DEST, while the gateway serves\n"
+        "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
+        "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
+        "                          every wallet equals the sums of its entries, every request\n"
+        "                          reserved once and ended at most once; prints each problem,\n"
+        "                          exit 0 when consistent, 1 otherwise\n"
+        "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
+        "                          read stdin, print its token count (default o200k_base),\n"
+        "                          or with --ids the token ids as one JSON array; --special\n"
+        "                          recognises <|endoftext|> and the encoding's other special\n"
+        "                          tokens (plain text otherwise); --data-dir names where the\n"
+        "                          rank files are (default: as tokenizer.data_dir)\n"
+        "\n"
+        "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
+        "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit;\n"
+        "SIGUSR1 reopens log.file (after logrotate moved it).\n",
+        DEFAULT_CONFIG);
 }
 
 static int check_config(const char *path)
@@ -128,7 +125,8 @@ static int check_ledger(const char *path)
     else if (problems == 0)
         printf("ledger: consistent: %ld wallet(s), %ld entries\n", wallets, entries);
     else
-        printf("ledger: %ld problem(s) in %ld wallet(s), %ld entries\n", problems, wallets, entries);
+        printf("ledger: %ld problem(s) in %ld wallet(s), %ld entries\n", problems, wallets,
+               entries);
     if (st) mg_store_close(st);
     mg_config_free(cfg);
     return problems == 0 ? 0 : 1;
@@ -159,7 +157,8 @@ static int rotate_encryption_key(const char *path)
         goto out;
     }
     printf("re-encrypted %zu provider key(s); restart the gateway with "
-           "MOONGATE_ENCRYPTION_KEY set to the new key\n", n);
+           "MOONGATE_ENCRYPTION_KEY set to the new key\n",
+           n);
     rc = 0;
 out:
     if (st) mg_store_close(st);
@@ -211,7 +210,8 @@ static int tokenize(int argc, char **argv)
     }
     int id = mg_encoding_lookup(name);
     if (id < 0) {
-        fprintf(stderr, "moongate tokenize: unknown encoding '%s' (o200k_base, cl100k_base)\n", name);
+        fprintf(stderr, "moongate tokenize: unknown encoding '%s' (o200k_base, cl100k_base)\n",
+                name);
         return 2;
     }
     char dir[4096], err[1024];

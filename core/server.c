@@ -45,9 +45,8 @@ static mg_http_limits_t limits_of(mg_server_t *s, const mg_config_t *cfg)
         .request_read_ms = cfg->request_read_ms,
         .min_body_bytes_per_s = cfg->min_body_bytes_per_s,
         .write_timeout_ms = cfg->write_timeout_ms,
-        .max_connections = mg_fdlimit_connection_cap((size_t)cfg->max_connections,
-                                                     (size_t)cfg->reserved_connections,
-                                                     MG_HTTP_REFUSING_MAX),
+        .max_connections = mg_fdlimit_connection_cap(
+            (size_t)cfg->max_connections, (size_t)cfg->reserved_connections, MG_HTTP_REFUSING_MAX),
         .reserved_connections = (size_t)cfg->reserved_connections,
         .reserve_paths = reserve_paths,
         .name = "api",
@@ -75,8 +74,10 @@ static int add_stored_providers(mg_config_t *cfg, const mg_provider_list_t *list
 {
     for (size_t i = 0; i < list->n; i++) {
         if (mg_config_provider(cfg, list->items[i].id)) {
-            mg_log_msg(MG_LOG_WARN, NULL, "stored provider %s not served: the config file uses "
-                       "the same id", list->items[i].id);
+            mg_log_msg(MG_LOG_WARN, NULL,
+                       "stored provider %s not served: the config file uses "
+                       "the same id",
+                       list->items[i].id);
             continue;
         }
         if (mg_config_add_provider(cfg, &list->items[i], err, errlen) != 0) return -1;
@@ -321,8 +322,8 @@ static void on_drain_tick(uv_timer_t *t)
         return;
     }
     if (waited >= (uint64_t)mg_gens_current(&s->gens)->cfg->timeouts.drain_ms) {
-        mg_log_msg(MG_LOG_WARN, NULL, "drain timeout: closing %zu connections with requests in flight",
-                   busy);
+        mg_log_msg(MG_LOG_WARN, NULL,
+                   "drain timeout: closing %zu connections with requests in flight", busy);
         s->exit_code = 0;
         close_everything(s);
     }
@@ -338,7 +339,7 @@ void mg_server_stop(mg_server_t *s)
     mg_listener_stop(&s->listener);
     if (s->metrics_on) mg_listener_stop(&s->metrics_l);
     mg_dashboard_stop(&s->dashboard); /* its streams would hold the drain up */
-    mg_probe_stop(s->prober); /* background work ends with the serving */
+    mg_probe_stop(s->prober);         /* background work ends with the serving */
     s->prober = NULL;
     s->drain_started = uv_now(s->loop);
     uv_timer_start(&s->drain_timer, on_drain_tick, 0, 50);
@@ -495,9 +496,16 @@ static int start_services(mg_server_t *s)
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
     s->metrics.loop = s->loop;
     s->pipeline = (mg_pipeline_t){
-        .loop = s->loop, .gens = &s->gens, .pool = &s->pool,
-        .sched = s->sched, .pump = &s->pump, .upstream = s->upstream, .auth = s->auth,
-        .userrate = s->userrate, .metrics = &s->metrics, .store = s->store,
+        .loop = s->loop,
+        .gens = &s->gens,
+        .pool = &s->pool,
+        .sched = s->sched,
+        .pump = &s->pump,
+        .upstream = s->upstream,
+        .auth = s->auth,
+        .userrate = s->userrate,
+        .metrics = &s->metrics,
+        .store = s->store,
     };
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
@@ -505,15 +513,15 @@ static int start_services(mg_server_t *s)
     mg_resp_store_deps_t rd = {s->store, s->loop, s->auth, &s->metrics, &s->gens, 0};
     s->responses = mg_resp_store_new(&rd);
     s->pipeline.responses = s->responses;
-    mg_tasks_deps_t td = {s->store, s->loop, &s->metrics, mg_pipeline_handle, mg_pipeline_task,
-                          &s->pipeline};
+    mg_tasks_deps_t td = {s->store,           s->loop,          &s->metrics,
+                          mg_pipeline_handle, mg_pipeline_task, &s->pipeline};
     s->tasks = mg_tasks_open(&td, cfg->tasks_retention_seconds);
     s->sessions = mg_sessions_open(s->store, cfg->context.enable_prompt_persistence, mg_unix_ms());
     s->pipeline.sessions = s->sessions;
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
     if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN"); /* the Sidecar's name */
-    mg_admin_deps_t ad = {s->loop, s->store, s->auth, &s->metrics, &s->gens, &s->pool,
-                          mg_server_rebuild, s, token};
+    mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
+                          &s->pool, mg_server_rebuild, s,       token};
     s->admin = mg_admin_new(&ad);
     if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);
@@ -522,11 +530,23 @@ static int start_services(mg_server_t *s)
     if (mg_dashboard_init(&s->dashboard, s->loop, &s->gens, &s->metrics, s->admin, &sd) != 0)
         return -1;
     s->api = (mg_api_t){
-        .loop = s->loop, .gens = &s->gens, .metrics = &s->metrics, .pool = &s->pool,
-        .sched = s->sched, .upstream = s->upstream, .store = s->store, .upkeep = s->upkeep,
-        .pipeline = &s->pipeline, .tasks = s->tasks, .admin = s->admin, .auth = s->auth,
-        .dashboard = &s->dashboard, .responses = s->responses, .sessions = s->sessions,
-        .listener = &s->listener, .proc = &s->proc,
+        .loop = s->loop,
+        .gens = &s->gens,
+        .metrics = &s->metrics,
+        .pool = &s->pool,
+        .sched = s->sched,
+        .upstream = s->upstream,
+        .store = s->store,
+        .upkeep = s->upkeep,
+        .pipeline = &s->pipeline,
+        .tasks = s->tasks,
+        .admin = s->admin,
+        .auth = s->auth,
+        .dashboard = &s->dashboard,
+        .responses = s->responses,
+        .sessions = s->sessions,
+        .listener = &s->listener,
+        .proc = &s->proc,
     };
     return 0;
 }

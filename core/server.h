@@ -30,47 +30,47 @@
 
 typedef struct mg_server_s {
     uv_loop_t *loop;
-    char *config_path;          /* owned */
-    mg_gens_t gens;             /* the current generation */
-    mg_listener_t listener;     /* server.listen */
-    mg_listener_t metrics_l;    /* server.metrics_listen */
+    char *config_path;       /* owned */
+    mg_gens_t gens;          /* the current generation */
+    mg_listener_t listener;  /* server.listen */
+    mg_listener_t metrics_l; /* server.metrics_listen */
     int metrics_on;
-    mg_upstream_t *upstream;    /* owned */
-    mg_prober_t *prober;        /* owned: active health and load probes */
-    mg_store_t *store;          /* owned */
-    mg_upkeep_t *upkeep;        /* owned, may be NULL: the database's housekeeping thread */
-    mg_auth_t *auth;            /* owned: customer keys, projects and their quotas */
-    mg_pool_t pool;             /* provider runtime state */
-    mg_sched_t *sched;          /* owned: priority queue and execution slots */
-    mg_pump_t pump;             /* runs the scheduler on the loop */
+    mg_upstream_t *upstream; /* owned */
+    mg_prober_t *prober;     /* owned: active health and load probes */
+    mg_store_t *store;       /* owned */
+    mg_upkeep_t *upkeep;     /* owned, may be NULL: the database's housekeeping thread */
+    mg_auth_t *auth;         /* owned: customer keys, projects and their quotas */
+    mg_pool_t pool;          /* provider runtime state */
+    mg_sched_t *sched;       /* owned: priority queue and execution slots */
+    mg_pump_t pump;          /* runs the scheduler on the loop */
     mg_metrics_t metrics;
-    mg_loopstat_t loopstat;     /* the loop's busy time per iteration, into metrics */
-    mg_memtrim_t memtrim;       /* malloc_trim after bursts of freed client output */
-    uv_prepare_t gc_prepare;    /* Lua collections between requests, once per iteration */
-    mg_userrate_t *userrate;    /* owned: requests per minute per application user */
-    mg_idem_t *idem;            /* owned: idempotency keys and stored answers */
+    mg_loopstat_t loopstat;            /* the loop's busy time per iteration, into metrics */
+    mg_memtrim_t memtrim;              /* malloc_trim after bursts of freed client output */
+    uv_prepare_t gc_prepare;           /* Lua collections between requests, once per iteration */
+    mg_userrate_t *userrate;           /* owned: requests per minute per application user */
+    mg_idem_t *idem;                   /* owned: idempotency keys and stored answers */
     struct mg_resp_store_s *responses; /* owned: stored Responses (/v1/responses) */
-    mg_tasks_t *tasks;          /* owned: async task records */
-    mg_sessions_t *sessions;    /* owned: server-side conversations */
-    mg_admin_t *admin;          /* owned: the admin API */
-    mg_dashboard_t dashboard;   /* the WebUI: files, sessions, live stream */
-    mg_recent_t recent;         /* the last finished requests, for the dashboard */
-    mg_pipeline_t pipeline;     /* inference requests and the calls in flight */
-    mg_api_t api;               /* the listeners' handlers */
-    mg_proc_status_t proc;      /* what /status says of the process */
+    mg_tasks_t *tasks;                 /* owned: async task records */
+    mg_sessions_t *sessions;           /* owned: server-side conversations */
+    mg_admin_t *admin;                 /* owned: the admin API */
+    mg_dashboard_t dashboard;          /* the WebUI: files, sessions, live stream */
+    mg_recent_t recent;                /* the last finished requests, for the dashboard */
+    mg_pipeline_t pipeline;            /* inference requests and the calls in flight */
+    mg_api_t api;                      /* the listeners' handlers */
+    mg_proc_status_t proc;             /* what /status says of the process */
     /* reloads: one at a time; one more when asked while one runs (the last ask wins) */
     int reloading;
-    int reload_again;           /* a SIGHUP or a rebuild came while one ran */
+    int reload_again; /* a SIGHUP or a rebuild came while one ran */
     uv_work_t reload_work;
-    mg_gen_t *reload_gen;       /* built by the worker */
+    mg_gen_t *reload_gen; /* built by the worker */
     char reload_err_buf[1024];
     struct waiter_s *waiters_current; /* told when the running reload ends */
     struct waiter_s *waiters_next;    /* told when the next reload ends */
     /* stop */
-    int stopping_hard;          /* closing everything: dispatch no more */
+    int stopping_hard; /* closing everything: dispatch no more */
     uv_timer_t drain_timer;
     mg_usage_pruner_t usage_pruner; /* old usage events out (obs/usage.h) */
-    uint64_t drain_started;     /* loop time of the stop signal */
+    uint64_t drain_started;         /* loop time of the stop signal */
     uv_signal_t sig_hup, sig_term, sig_int, sig_usr1;
     int exit_code;
 } mg_server_t;

@@ -93,7 +93,6 @@ static const field_t tenant_fields[] = {
     {"name", F_NAME, 0, 0, 0},
 };
 
-
 #define TENANT_JSON_COLUMNS "id, name, created_at"
 static cJSON *tenant_json(int ncols, const char *const *c)
 {
@@ -106,7 +105,7 @@ static cJSON *tenant_json(int ncols, const char *const *c)
     return o;
 }
 
-#define PROJECT_JSON_COLUMNS                                                                       \
+#define PROJECT_JSON_COLUMNS                                                                        \
     "id, tenant_id, name, rpm_limit, tpm_limit, max_concurrency, monthly_limit_micros, created_at," \
     " daily_limit_micros"
 static cJSON *project_json(int ncols, const char *const *c)
@@ -157,8 +156,7 @@ static cJSON *key_json(int ncols, const char *const *c)
     adm_add_json(o, "scopes", c[5], 0);
     adm_add_json(o, "models", c[6], 0);
     adm_add_json(o, "priorities", c[7], 0);
-    for (int i = 0; i < 6; i++)
-        adm_add_int(o, limits[i], c[8 + i]);
+    for (int i = 0; i < 6; i++) adm_add_int(o, limits[i], c[8 + i]);
     adm_add_int(o, "expires_at", c[14]);
     adm_add_json(o, "labels", c[15], 1);
     cJSON_AddBoolToObject(o, "enabled", c[16] && strcmp(c[16], "1") == 0);
@@ -225,12 +223,13 @@ static void tenant_create(admin_t *a)
     }
     adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[2] = {vs.v[0], at};
-    if (adm_tx_write(a, tx, "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)", 2, p, "name") < 0)
+    if (adm_tx_write(a, tx, "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)", 2, p, "name") <
+        0)
         goto out;
     adm_fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
     snprintf(a->target, sizeof(a->target), "tenant:%s", id);
     cJSON *o = adm_tx_json(a, tx, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", id,
-                       tenant_json);
+                           tenant_json);
     if (!o) goto out;
     mg_store_tx_t *t = tx;
     tx = NULL;
@@ -252,13 +251,13 @@ static void tenant_get(admin_t *a, const char *id)
     if (!id && a->scope_tenant) { /* a tenant admin's list is its own tenant */
         adm_fmt_i64(own, sizeof(own), a->scope_tenant);
         const char *p[1] = {own};
-        adm_get_rows(a, NULL, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", NULL,
-                     1, p, tenant_json, "tenant");
+        adm_get_rows(a, NULL, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1", NULL, 1,
+                     p, tenant_json, "tenant");
         return;
     }
     adm_get_rows(a, "SELECT " TENANT_JSON_COLUMNS " FROM tenants WHERE id = ?1",
-             "SELECT " TENANT_JSON_COLUMNS " FROM tenants ORDER BY id", id, 0, NULL, tenant_json,
-             "tenant");
+                 "SELECT " TENANT_JSON_COLUMNS " FROM tenants ORDER BY id", id, 0, NULL,
+                 tenant_json, "tenant");
 }
 
 /* ---- projects -----------------------------------------------------------------------------------
@@ -303,11 +302,13 @@ static int project_name_free(admin_t *a, mg_store_tx_t *tx, const char *tenant, 
 {
     first_t f;
     const char *p[3] = {tenant, name, self ? self : "0"};
-    if (adm_tx_first(a, tx, "SELECT id FROM projects WHERE tenant_id = ?1 AND name = ?2 AND id <> ?3",
-                 3, p, &f) != 0)
+    if (adm_tx_first(a, tx,
+                     "SELECT id FROM projects WHERE tenant_id = ?1 AND name = ?2 AND id <> ?3", 3,
+                     p, &f) != 0)
         return -1;
     if (!f.rows) return 0;
-    adm_set_error(a, 400, "INVALID_REQUEST", "field 'name': the tenant has a project with this name");
+    adm_set_error(a, 400, "INVALID_REQUEST",
+                  "field 'name': the tenant has a project with this name");
     return -1;
 }
 
@@ -321,7 +322,8 @@ static void project_create(admin_t *a)
         goto out;
     }
     if (adm_apply_body(a, project_fields, NFIELDS(project_fields), NULL, &vs) != 0 ||
-        adm_require(a, "tenant_id") != 0 || adm_require(a, "name") != 0 || adm_tx_begin(a, &tx) != 0)
+        adm_require(a, "tenant_id") != 0 || adm_require(a, "name") != 0 ||
+        adm_tx_begin(a, &tx) != 0)
         goto out;
     adm_fmt_i64(tenant, sizeof(tenant), adm_body_id(a, "tenant_id"));
     if (tenant_exists(a, tx, tenant) != 1 ||
@@ -331,15 +333,15 @@ static void project_create(admin_t *a)
     const char *p[8] = {tenant,       vs.v[P_NAME],    vs.v[P_RPM],   vs.v[P_TPM],
                         vs.v[P_CONC], vs.v[P_MONTHLY], vs.v[P_DAILY], at};
     if (adm_tx_write(a, tx,
-                 "INSERT INTO projects(tenant_id, " PROJECT_VAL_COLUMNS ", created_at)"
-                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                 8, p, "name") < 0)
+                     "INSERT INTO projects(tenant_id, " PROJECT_VAL_COLUMNS ", created_at)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     8, p, "name") < 0)
         goto out;
     int64_t pid = mg_store_tx_last_id(tx);
     adm_fmt_i64(id, sizeof(id), pid);
     snprintf(a->target, sizeof(a->target), "project:%s", id);
     cJSON *o = adm_tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
-                       project_json);
+                           project_json);
     mg_store_tx_t *t = tx;
     tx = NULL;
     if (!o || adm_tx_commit(a, t) != 0) {
@@ -406,13 +408,13 @@ static void project_update(admin_t *a, const char *id)
     const char *p[7] = {id,           vs.v[P_NAME],    vs.v[P_RPM],  vs.v[P_TPM],
                         vs.v[P_CONC], vs.v[P_MONTHLY], vs.v[P_DAILY]};
     if (adm_tx_write(a, tx,
-                 "UPDATE projects SET name = ?2, rpm_limit = ?3, tpm_limit = ?4,"
-                 " max_concurrency = ?5, monthly_limit_micros = ?6, daily_limit_micros = ?7"
-                 " WHERE id = ?1",
-                 7, p, "name") < 0)
+                     "UPDATE projects SET name = ?2, rpm_limit = ?3, tpm_limit = ?4,"
+                     " max_concurrency = ?5, monthly_limit_micros = ?6, daily_limit_micros = ?7"
+                     " WHERE id = ?1",
+                     7, p, "name") < 0)
         goto out;
     cJSON *o = adm_tx_json(a, tx, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1", id,
-                       project_json);
+                           project_json);
     mg_store_tx_t *t = tx;
     tx = NULL;
     if (!o || adm_tx_commit(a, t) != 0) {
@@ -434,9 +436,10 @@ static void project_get(admin_t *a, const char *id)
     if (q < 0) return;
     const char *p[1] = {tenant};
     adm_get_rows(a, "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE id = ?1",
-             q ? "SELECT " PROJECT_JSON_COLUMNS " FROM projects WHERE tenant_id = ?1 ORDER BY id"
-               : "SELECT " PROJECT_JSON_COLUMNS " FROM projects ORDER BY id",
-             id, q, p, project_json, "project");
+                 q ? "SELECT " PROJECT_JSON_COLUMNS
+                     " FROM projects WHERE tenant_id = ?1 ORDER BY id"
+                   : "SELECT " PROJECT_JSON_COLUMNS " FROM projects ORDER BY id",
+                 id, q, p, project_json, "project");
 }
 
 /* ---- keys ---------------------------------------------------------------------------------------
@@ -483,7 +486,7 @@ static int key_refs_ok(admin_t *a, mg_store_tx_t *tx, const char *tenant, const 
         }
         if (strcmp(f.v[0], tenant) != 0) {
             adm_set_error(a, 400, "INVALID_REQUEST",
-                      "field 'project_id': the project belongs to another tenant");
+                          "field 'project_id': the project belongs to another tenant");
             return -1;
         }
     }
@@ -495,13 +498,13 @@ static int key_refs_ok(admin_t *a, mg_store_tx_t *tx, const char *tenant, const 
     if (vs->v[K_NAME]) {
         const char *p[3] = {tenant, vs->v[K_NAME], self ? self : "0"};
         if (adm_tx_first(a, tx,
-                     "SELECT id FROM api_keys WHERE tenant_id = ?1 AND name = ?2"
-                     " AND revoked_at IS NULL AND id <> ?3",
-                     3, p, &f) != 0)
+                         "SELECT id FROM api_keys WHERE tenant_id = ?1 AND name = ?2"
+                         " AND revoked_at IS NULL AND id <> ?3",
+                         3, p, &f) != 0)
             return -1;
         if (f.rows) {
             adm_set_error(a, 400, "INVALID_REQUEST",
-                      "field 'name': the tenant has a key with this name");
+                          "field 'name': the tenant has a key with this name");
             return -1;
         }
     }
@@ -514,8 +517,8 @@ static int key_commit(admin_t *a, mg_store_tx_t *tx, const char *id, cJSON **out
 {
     *out = NULL;
     mg_key_record_t *rec = tx_record(a, tx, id);
-    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", id,
-                             key_json)
+    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1",
+                                 id, key_json)
                    : NULL;
     if (!o) {
         mg_key_record_unref(rec);
@@ -576,13 +579,13 @@ static void key_create(admin_t *a)
         goto out;
     adm_fmt_i64(at, sizeof(at), adm_now_s());
     const char *p[4 + K_N] = {tenant, hex, display, at};
-    for (int i = 0; i < K_N; i++)
-        p[4 + i] = vs.v[i];
-    if (adm_tx_write(a, tx,
-                 "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
-                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
-                 " ?17, ?18, ?19)",
-                 4 + K_N, p, "name") < 0)
+    for (int i = 0; i < K_N; i++) p[4 + i] = vs.v[i];
+    if (adm_tx_write(
+            a, tx,
+            "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
+            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
+            " ?17, ?18, ?19)",
+            4 + K_N, p, "name") < 0)
         goto out;
     adm_fmt_i64(id, sizeof(id), mg_store_tx_last_id(tx));
     snprintf(a->target, sizeof(a->target), "key:%s", id);
@@ -603,8 +606,8 @@ static int key_begin(admin_t *a, const char *id, mg_store_tx_t **tx, first_t *f)
 {
     const char *p[1] = {id};
     if (adm_tx_begin(a, tx) != 0) return -1;
-    if (adm_tx_first(a, *tx, "SELECT tenant_id, digest, revoked_at FROM api_keys WHERE id = ?1", 1, p,
-                 f) != 0)
+    if (adm_tx_first(a, *tx, "SELECT tenant_id, digest, revoked_at FROM api_keys WHERE id = ?1", 1,
+                     p, f) != 0)
         goto fail;
     if (!f->rows) {
         adm_set_error(a, 404, "NOT_FOUND", "key %s does not exist", id);
@@ -633,14 +636,14 @@ static void key_update(admin_t *a, const char *id)
         key_refs_ok(a, tx, f.v[0], &vs, id) != 0)
         goto out;
     const char *p[1 + K_N] = {id};
-    for (int i = 0; i < K_N; i++)
-        p[1 + i] = vs.v[i];
-    if (adm_tx_write(a, tx,
-                 "UPDATE api_keys SET project_id = ?2, name = ?3, scopes = ?4, models = ?5,"
-                 " priorities = ?6, rpm_limit = ?7, tpm_limit = ?8, max_concurrency = ?9,"
-                 " max_queued = ?10, daily_limit_micros = ?11, monthly_limit_micros = ?12,"
-                 " expires_at = ?13, labels = ?14, enabled = ?15, application = ?16 WHERE id = ?1",
-                 1 + K_N, p, "name") < 0)
+    for (int i = 0; i < K_N; i++) p[1 + i] = vs.v[i];
+    if (adm_tx_write(
+            a, tx,
+            "UPDATE api_keys SET project_id = ?2, name = ?3, scopes = ?4, models = ?5,"
+            " priorities = ?6, rpm_limit = ?7, tpm_limit = ?8, max_concurrency = ?9,"
+            " max_queued = ?10, daily_limit_micros = ?11, monthly_limit_micros = ?12,"
+            " expires_at = ?13, labels = ?14, enabled = ?15, application = ?16 WHERE id = ?1",
+            1 + K_N, p, "name") < 0)
         goto out;
     cJSON *o;
     mg_store_tx_t *t = tx;
@@ -657,7 +660,8 @@ static void key_set_enabled(admin_t *a, const char *id, int enabled)
     first_t f;
     if (adm_no_body(a) != 0 || key_begin(a, id, &tx, &f) != 0) return;
     const char *p[2] = {id, enabled ? "1" : "0"};
-    if (adm_tx_write(a, tx, "UPDATE api_keys SET enabled = ?2 WHERE id = ?1", 2, p, "enabled") < 0) {
+    if (adm_tx_write(a, tx, "UPDATE api_keys SET enabled = ?2 WHERE id = ?1", 2, p, "enabled") <
+        0) {
         mg_store_tx_rollback(tx);
         return;
     }
@@ -679,8 +683,7 @@ static void key_delete(admin_t *a, const char *id)
         return;
     }
     if (adm_tx_commit(a, tx) != 0) return;
-    if (mg_auth_digest_parse(f.v[1], digest) == 0)
-        adm_fx(a, ADM_FX_REMOVE_KEY, NULL, digest, NULL);
+    if (mg_auth_digest_parse(f.v[1], digest) == 0) adm_fx(a, ADM_FX_REMOVE_KEY, NULL, digest, NULL);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)strtoll(id, NULL, 10));
     cJSON_AddStringToObject(o, "object", "api_key");
@@ -706,18 +709,19 @@ static void key_rotate(admin_t *a, const char *id)
     p[1] = hex;
     p[2] = display;
     p[3] = at;
-    if (adm_tx_write(a, tx,
-                 "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
-                 " SELECT tenant_id, ?2, ?3, ?4, " KEY_VAL_COLUMNS " FROM api_keys WHERE id = ?1",
-                 4, p, "name") < 0)
+    if (adm_tx_write(
+            a, tx,
+            "INSERT INTO api_keys(tenant_id, digest, display, created_at, " KEY_VAL_COLUMNS ")"
+            " SELECT tenant_id, ?2, ?3, ?4, " KEY_VAL_COLUMNS " FROM api_keys WHERE id = ?1",
+            4, p, "name") < 0)
         goto fail;
     adm_fmt_i64(nid, sizeof(nid), mg_store_tx_last_id(tx));
     const char *q[2] = {id, nid};
     if (adm_tx_write(a, tx, "UPDATE api_keys SET replaced_by = ?2 WHERE id = ?1", 2, q, "id") < 0)
         goto fail;
     mg_key_record_t *rec = tx_record(a, tx, nid);
-    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", nid,
-                             key_json)
+    cJSON *o = rec ? adm_tx_json(a, tx, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1",
+                                 nid, key_json)
                    : NULL;
     if (!o || adm_tx_commit(a, tx) != 0) {
         if (!o) mg_store_tx_rollback(tx);
@@ -728,8 +732,7 @@ static void key_rotate(admin_t *a, const char *id)
     snprintf(a->target, sizeof(a->target), "key:%s", id);
     if (mg_auth_digest_parse(f.v[1], old_digest) == 0)
         adm_fx(a, ADM_FX_ROTATE_KEY, rec, old_digest, NULL);
-    else
-        adm_fx(a, ADM_FX_PUT_KEY, rec, NULL, NULL); /* cannot happen: the digest is ours */
+    else adm_fx(a, ADM_FX_PUT_KEY, rec, NULL, NULL); /* cannot happen: the digest is ours */
     cJSON_AddNumberToObject(o, "replaces", (double)strtoll(id, NULL, 10));
     answer_with_key(a, 200, o);
     return;
@@ -740,8 +743,8 @@ fail:
 static void key_get(admin_t *a, const char *id)
 {
     if (id) {
-        adm_get_rows(a, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", NULL, id, 0, NULL,
-                 key_json, "key");
+        adm_get_rows(a, "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE id = ?1", NULL, id, 0,
+                     NULL, key_json, "key");
         return;
     }
     char tenant[24] = "", project[24] = "", revoked[8] = "";
@@ -752,10 +755,10 @@ static void key_get(admin_t *a, const char *id)
     int all = strcmp(revoked, "1") == 0 || strcmp(revoked, "true") == 0;
     const char *p[3] = {qt ? tenant : NULL, qp ? project : NULL, all ? "1" : "0"};
     adm_get_rows(a, NULL,
-             "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE (?1 IS NULL OR tenant_id = ?1)"
-             " AND (?2 IS NULL OR project_id = ?2) AND (?3 = '1' OR revoked_at IS NULL)"
-             " ORDER BY id",
-             NULL, 3, p, key_json, "key");
+                 "SELECT " KEY_JSON_COLUMNS " FROM api_keys WHERE (?1 IS NULL OR tenant_id = ?1)"
+                 " AND (?2 IS NULL OR project_id = ?2) AND (?3 = '1' OR revoked_at IS NULL)"
+                 " ORDER BY id",
+                 NULL, 3, p, key_json, "key");
 }
 
 /* ---- audit trail --------------------------------------------------------------------------------
@@ -786,14 +789,14 @@ static void audit_list(admin_t *a)
     if (strtoll(limit, NULL, 10) > 1000) snprintf(limit, sizeof(limit), "1000");
     const char *p[1] = {limit};
     adm_get_rows(a, NULL, "SELECT " AUDIT_JSON_COLUMNS " FROM audit_logs ORDER BY id DESC LIMIT ?1",
-             NULL, 1, p, audit_json, "record");
+                 NULL, 1, p, audit_json, "record");
 }
 
 /* ---- usage (GET /api/v2/usage) ------------------------------------------------------------------
  */
 
 #define USAGE_JSON_COLUMNS                                                                         \
-    "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id, CASE s.scope WHEN 'tenant' THEN s.id END),"  \
+    "s.scope, s.id, COALESCE(k.tenant_id, p.tenant_id, CASE s.scope WHEN 'tenant' THEN s.id END)," \
     " s.period, s.micros"
 static cJSON *usage_json(int ncols, const char *const *c)
 {
@@ -862,7 +865,7 @@ int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const c
     const char *p[2] = {key, text};
     if (cJSON_IsNull(v))
         return adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, key) < 0 ? -1
-                                                                                           : 0;
+                                                                                              : 0;
     if (mg_settings_check(key, v, text, sizeof(text), err, sizeof(err)) != 0) {
         adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
         return -1;
@@ -956,35 +959,26 @@ static int route_plain(admin_t *a, const char *coll, const char *id)
         put = method_is(a, HTTP_PUT) && id, del = method_is(a, HTTP_DELETE) && id;
     if (strcmp(coll, "tenants") == 0) {
         a->action = get ? (id ? "tenant.get" : "tenant.list") : post ? "tenant.create" : NULL;
-        if (get)
-            tenant_get(a, id);
-        else if (post)
-            tenant_create(a);
+        if (get) tenant_get(a, id);
+        else if (post) tenant_create(a);
     } else if (strcmp(coll, "projects") == 0) {
         a->action = get    ? (id ? "project.get" : "project.list")
                     : post ? "project.create"
                     : put  ? "project.update"
                            : NULL;
-        if (get)
-            project_get(a, id);
-        else if (post)
-            project_create(a);
-        else if (put)
-            project_update(a, id);
+        if (get) project_get(a, id);
+        else if (post) project_create(a);
+        else if (put) project_update(a, id);
     } else {
         a->action = get    ? (id ? "key.get" : "key.list")
                     : post ? "key.create"
                     : put  ? "key.update"
                     : del  ? "key.delete"
                            : NULL;
-        if (get)
-            key_get(a, id);
-        else if (post)
-            key_create(a);
-        else if (put)
-            key_update(a, id);
-        else if (del)
-            key_delete(a, id);
+        if (get) key_get(a, id);
+        else if (post) key_create(a);
+        else if (put) key_update(a, id);
+        else if (del) key_delete(a, id);
     }
     return a->action != NULL;
 }
@@ -992,19 +986,13 @@ static int route_plain(admin_t *a, const char *coll, const char *id)
 /* POST /api/v2/keys/{id}/{disable|enable|rotate}. 1 when one ran. */
 static int route_key_verb(admin_t *a, const char *id, const char *verb)
 {
-    if (strcmp(verb, "disable") == 0)
-        a->action = "key.disable";
-    else if (strcmp(verb, "enable") == 0)
-        a->action = "key.enable";
-    else if (strcmp(verb, "rotate") == 0)
-        a->action = "key.rotate";
-    else
-        return 0;
+    if (strcmp(verb, "disable") == 0) a->action = "key.disable";
+    else if (strcmp(verb, "enable") == 0) a->action = "key.enable";
+    else if (strcmp(verb, "rotate") == 0) a->action = "key.rotate";
+    else return 0;
     if (!method_is(a, HTTP_POST)) return 0;
-    if (verb[0] == 'r')
-        key_rotate(a, id);
-    else
-        key_set_enabled(a, id, verb[0] == 'e');
+    if (verb[0] == 'r') key_rotate(a, id);
+    else key_set_enabled(a, id, verb[0] == 'e');
     return 1;
 }
 
@@ -1036,12 +1024,9 @@ static void route(admin_t *a, const char *coll, const char *id, const char *verb
     if (strcmp(coll, "config") == 0 && !id) {
         int get = method_is(a, HTTP_GET), put = method_is(a, HTTP_PUT);
         a->action = get ? "config.get" : put ? "config.update" : "config.invalid";
-        if (get)
-            config_get(a);
-        else if (put)
-            config_put(a);
-        else
-            adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "use GET or PUT");
+        if (get) config_get(a);
+        else if (put) config_put(a);
+        else adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "use GET or PUT");
         return;
     }
     if (adm_cooldowns_route(a, coll, id, verb)) return;
@@ -1089,7 +1074,7 @@ static int parse_body(admin_t *a, const mg_http_req_t *req)
  */
 
 #define AUDIT_INSERT                                                                               \
-    "INSERT INTO audit_logs(at, actor, action, target, status, request_id, client_addr)"         \
+    "INSERT INTO audit_logs(at, actor, action, target, status, request_id, client_addr)"           \
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 
 typedef struct audit_row_s {
@@ -1104,8 +1089,13 @@ static void audit_row(audit_row_t *r, const char *actor, const char *action, con
     uv_gettimeofday(&tv);
     adm_fmt_i64(r->at, sizeof(r->at), (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000);
     snprintf(r->status, sizeof(r->status), "%d", status);
-    const char *p[7] = {r->at,  actor,      action, target && *target ? target : NULL,
-                        r->status, request_id, addr && *addr ? addr : NULL};
+    const char *p[7] = {r->at,
+                        actor,
+                        action,
+                        target && *target ? target : NULL,
+                        r->status,
+                        request_id,
+                        addr && *addr ? addr : NULL};
     memcpy(r->p, p, sizeof(p));
 }
 
@@ -1137,10 +1127,8 @@ static void audit_sync(admin_t *a)
     audit_row(&r, a->actor, a->action, a->target, a->status, a->request_id, a->peer);
     int rc = mg_store_tx_begin(a->store, &tx, err, sizeof(err));
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
-    if (rc >= 0)
-        rc = mg_store_tx_commit(tx, err, sizeof(err));
-    else
-        mg_store_tx_rollback(tx);
+    if (rc >= 0) rc = mg_store_tx_commit(tx, err, sizeof(err));
+    else mg_store_tx_rollback(tx);
     if (rc < 0)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
@@ -1213,16 +1201,13 @@ static void apply_effects(admin_t *a)
     for (int i = 0; i < a->n_fx; i++) {
         admin_fx_t *fx = &a->fx[i];
         int rc = 0;
-        if (auth && fx->kind == ADM_FX_PUT_KEY)
-            rc = mg_auth_put_key(auth, fx->rec);
-        else if (auth && fx->kind == ADM_FX_REMOVE_KEY)
-            rc = mg_auth_remove_key(auth, fx->digest);
+        if (auth && fx->kind == ADM_FX_PUT_KEY) rc = mg_auth_put_key(auth, fx->rec);
+        else if (auth && fx->kind == ADM_FX_REMOVE_KEY) rc = mg_auth_remove_key(auth, fx->digest);
         else if (auth && fx->kind == ADM_FX_ROTATE_KEY)
             rc = mg_auth_rotate_key(auth, fx->digest, fx->rec);
         else if (auth && fx->kind == ADM_FX_PUT_PROJECT)
             rc = mg_auth_put_project(auth, &fx->project);
-        else if (auth && fx->kind == ADM_FX_PUT_TENANT)
-            rc = mg_auth_put_tenant(auth, &fx->tenant);
+        else if (auth && fx->kind == ADM_FX_PUT_TENANT) rc = mg_auth_put_tenant(auth, &fx->tenant);
         if (rc != 0) auth_resync(a, rc);
         mg_key_record_unref(fx->rec);
         fx->rec = NULL;
@@ -1238,8 +1223,8 @@ static void respond(admin_t *a)
     mg_buf_t text = {0};
     if (mg_json_print(a->answer, &text) != 0) {
         mg_buf_free(&text);
-        mg_answer_error(a->adm->d.metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR",
-                        "out of memory", 0);
+        mg_answer_error(a->adm->d.metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory",
+                        0);
         return;
     }
     double secs = (double)(uv_now(a->adm->d.loop) - req->start_ms) / 1000.0;
@@ -1279,10 +1264,9 @@ static void admin_finish(admin_t *a)
     if (a->req) {
         a->req->on_abort = NULL;
         if (a->code)
-            mg_answer_error(a->adm->d.metrics, a->req, MG_EP_OTHER, a->status, a->code,
-                            a->message, 0);
-        else
-            respond(a);
+            mg_answer_error(a->adm->d.metrics, a->req, MG_EP_OTHER, a->status, a->code, a->message,
+                            0);
+        else respond(a);
     }
     admin_free(a);
 }
@@ -1317,10 +1301,8 @@ static void admin_done(uv_work_t *w, int status)
         mg_authfail_count(&adm->fails, addr, uv_now(adm->d.loop));
     }
     apply_effects(a);
-    if (a->rebuild)
-        adm->d.rebuild(adm->d.rebuild_ud, admin_rebuilt, a);
-    else
-        admin_finish(a);
+    if (a->rebuild) adm->d.rebuild(adm->d.rebuild_ud, admin_rebuilt, a);
+    else admin_finish(a);
     admin_start(adm);
 }
 
@@ -1382,8 +1364,7 @@ void adm_enqueue(mg_admin_t *adm, mg_http_req_t *req, const char *tenant_token)
         adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
     else if (strlen(req->path) >= sizeof(a->path))
         adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
-    else if (parse_body(a, req) != 0)
-        a->action = "admin.invalid";
+    else if (parse_body(a, req) != 0) a->action = "admin.invalid";
     req->on_abort = admin_abort;
     req->hook_data = a;
     admin_t **tail = &adm->queue;

@@ -71,14 +71,14 @@ typedef void (*mg_rebuild_fn)(void *ud, mg_rebuild_done_fn done, void *done_ud);
 typedef struct mg_admin_deps_s {
     uv_loop_t *loop;
     mg_store_t *store;
-    mg_auth_t *auth;           /* committed key and project changes are mirrored here */
+    mg_auth_t *auth; /* committed key and project changes are mirrored here */
     mg_metrics_t *metrics;
-    mg_gens_t *gens;           /* the config requests are checked against */
-    mg_pool_t *pool;           /* the live reads: providers, pools, cooldowns */
-    mg_rebuild_fn rebuild;     /* after a change to providers, models, applications, settings */
+    mg_gens_t *gens;       /* the config requests are checked against */
+    mg_pool_t *pool;       /* the live reads: providers, pools, cooldowns */
+    mg_rebuild_fn rebuild; /* after a change to providers, models, applications, settings */
     void *rebuild_ud;
-    const char *token;         /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
-                                  the admin API is off. Read once: only its digest is kept */
+    const char *token; /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
+                          the admin API is off. Read once: only its digest is kept */
 } mg_admin_deps_t;
 
 /* NULL when out of memory. */
@@ -127,8 +127,8 @@ int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
  * status, the request id and the client's address. Queued for the store's writer thread; a
  * failure is logged at error level ("audit write failed"). Call it before answering (the
  * request is gone afterwards). */
-void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action,
-                    const char *target, int status);
+void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action, const char *target,
+                    int status);
 /* Audit a refused admin token (actor "unauthenticated", action admin.auth_failed, 401). */
 void mg_admin_audit_auth_failed(mg_admin_t *a, const mg_http_req_t *req);
 /* The failed sign-ins per client address (authfail.h), one table for every door to the admin

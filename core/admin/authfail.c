@@ -20,7 +20,8 @@ static const mg_authfail_slot_t *find(const mg_authfail_t *t, const char *addr)
     return NULL;
 }
 
-int mg_authfail_blocked(const mg_authfail_t *t, const char *addr, uint64_t now_ms, uint64_t *retry_ms)
+int mg_authfail_blocked(const mg_authfail_t *t, const char *addr, uint64_t now_ms,
+                        uint64_t *retry_ms)
 {
     const mg_authfail_slot_t *s = find(t, addr);
     if (!s || s->failures < MG_AUTHFAIL_MAX || now_ms >= s->window_start_ms + MG_AUTHFAIL_WINDOW_MS)

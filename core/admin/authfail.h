@@ -16,7 +16,7 @@
 #define MG_AUTHFAIL_SLOTS 256
 
 typedef struct mg_authfail_slot_s {
-    char addr[64];           /* the client address without its port; "" = free */
+    char addr[64]; /* the client address without its port; "" = free */
     uint64_t window_start_ms;
     uint32_t failures;
 } mg_authfail_slot_t;
@@ -29,7 +29,8 @@ typedef struct mg_authfail_s {
 void mg_authfail_addr(const char *peer, char *out, size_t cap);
 
 /* Whether addr is refused now; when it is, *retry_ms says for how long. */
-int mg_authfail_blocked(const mg_authfail_t *t, const char *addr, uint64_t now_ms, uint64_t *retry_ms);
+int mg_authfail_blocked(const mg_authfail_t *t, const char *addr, uint64_t now_ms,
+                        uint64_t *retry_ms);
 
 /* One more failure from addr. */
 void mg_authfail_count(mg_authfail_t *t, const char *addr, uint64_t now_ms);

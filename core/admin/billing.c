@@ -55,8 +55,8 @@ static const char *body_text(admin_t *a, const char *name, size_t max)
         if ((unsigned char)s[i] < 0x20) ok = 0;
     if (ok && strspn(s, " \t") == n) ok = 0;
     if (!ok) {
-        adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': a non-blank string of at most %zu bytes",
-                      name, max);
+        adm_set_error(a, 400, "INVALID_REQUEST",
+                      "field '%s': a non-blank string of at most %zu bytes", name, max);
         return NULL;
     }
     return s;
@@ -99,8 +99,8 @@ static cJSON *id_json(int ncols, const char *const *c)
 /* Whether tenant id exists (1), else 0 with 404 set, -1 on storage errors (set). */
 static int tenant_known(admin_t *a, const char *id)
 {
-    cJSON *list = adm_query_list(a, "SELECT id FROM tenants WHERE id = ?1", 1, (const char *[]){id},
-                                 id_json);
+    cJSON *list =
+        adm_query_list(a, "SELECT id FROM tenants WHERE id = ?1", 1, (const char *[]){id}, id_json);
     if (!list) return -1;
     int n = cJSON_GetArraySize(list);
     cJSON_Delete(list);
@@ -111,7 +111,8 @@ static int tenant_known(admin_t *a, const char *id)
 
 /* ---- JSON views ------------------------------------------------------------------------- */
 
-#define BILLING_COLUMNS "id, billing_mode, require_upstream_usage, daily_limit_micros, monthly_limit_micros"
+#define BILLING_COLUMNS                                                                            \
+    "id, billing_mode, require_upstream_usage, daily_limit_micros, monthly_limit_micros"
 static cJSON *billing_json(int ncols, const char *const *c)
 {
     if (ncols < 5) return NULL;
@@ -126,7 +127,7 @@ static cJSON *billing_json(int ncols, const char *const *c)
 }
 
 #define WALLET_COLUMNS                                                                             \
-    "t.id, COALESCE(w.balance_micros, 0), COALESCE(w.held_micros, 0), COALESCE(w.entries, 0),"    \
+    "t.id, COALESCE(w.balance_micros, 0), COALESCE(w.held_micros, 0), COALESCE(w.entries, 0),"     \
     " COALESCE(w.updated_ms, 0), t.billing_mode"
 static cJSON *wallet_json(int ncols, const char *const *c)
 {
@@ -165,7 +166,7 @@ static cJSON *entry_json(int ncols, const char *const *c)
 }
 
 #define HOLD_COLUMNS                                                                               \
-    "request_id, tenant_id, reserved_micros, state, charged_micros, failure, reason, actor,"      \
+    "request_id, tenant_id, reserved_micros, state, charged_micros, failure, reason, actor,"       \
     " created_ms, ended_ms"
 static cJSON *hold_json(int ncols, const char *const *c)
 {
@@ -277,7 +278,8 @@ out:
     mg_store_tx_rollback(tx);
 }
 
-/* ---- wallet, ledger, holds -------------------------------------------------------------------- */
+/* ---- wallet, ledger, holds --------------------------------------------------------------------
+ */
 
 static void wallet_get(admin_t *a, const char *id)
 {
@@ -354,7 +356,8 @@ static void holds_list(admin_t *a, const char *id)
     adm_set_answer(a, 200, o);
 }
 
-/* ---- release and adjust ------------------------------------------------------------------------ */
+/* ---- release and adjust ------------------------------------------------------------------------
+ */
 
 /* A metering_failed hold released by an administrator, with the reason: its release entry
  * carries the reason and the actor; no token and no charge is invented. */
@@ -368,8 +371,9 @@ static void release_unmetered(admin_t *a, const char *id)
         !(reason = body_text(a, "reason", MAX_REASON)) || adm_tx_begin(a, &tx) != 0)
         goto out;
     snprintf(a->target, sizeof(a->target), "tenant:%s/hold:%.60s", id, rid);
-    if (adm_tx_first(a, tx, "SELECT state FROM ledger_holds WHERE request_id = ?1 AND tenant_id = ?2",
-                     2, (const char *[]){rid, id}, &f) != 0)
+    if (adm_tx_first(a, tx,
+                     "SELECT state FROM ledger_holds WHERE request_id = ?1 AND tenant_id = ?2", 2,
+                     (const char *[]){rid, id}, &f) != 0)
         goto out;
     if (!f.rows) {
         adm_set_error(a, 404, "NOT_FOUND", "tenant %s has no hold for request %s", id, rid);
@@ -435,7 +439,8 @@ out:
     mg_store_tx_rollback(tx);
 }
 
-/* ---- the top-up webhook ------------------------------------------------------------------------ */
+/* ---- the top-up webhook ------------------------------------------------------------------------
+ */
 
 /* Parse "t=<digits>,v1=<hex>[,v1=<hex>...]": 0 with *t and up to 4 signatures, else -1. */
 static int parse_signature(const char *h, int64_t *t, char sigs[4][65], int *n)
@@ -447,8 +452,8 @@ static int parse_signature(const char *h, int64_t *t, char sigs[4][65], int *n)
     for (char *save = NULL, *part = strtok_r(buf, ",", &save); part;
          part = strtok_r(NULL, ",", &save)) {
         while (*part == ' ') part++;
-        if (strncmp(part, "t=", 2) == 0 && part[2] && strspn(part + 2, "0123456789") == strlen(part + 2) &&
-            strlen(part + 2) <= 12)
+        if (strncmp(part, "t=", 2) == 0 && part[2] &&
+            strspn(part + 2, "0123456789") == strlen(part + 2) && strlen(part + 2) <= 12)
             *t = strtoll(part + 2, NULL, 10);
         else if (strncmp(part, "v1=", 3) == 0 && strlen(part + 3) == 64 && *n < 4)
             snprintf(sigs[(*n)++], 65, "%s", part + 3);
@@ -501,8 +506,9 @@ static int webhook_verify(admin_t *a)
                       "missing or malformed Moongate-Signature (t=<unix seconds>,v1=<hex>)");
         return -1;
     }
-    int64_t now = now_ms() / 1000, tol = b->webhook_tolerance_s > 0 ? b->webhook_tolerance_s
-                                                                  : MG_BILLING_TOLERANCE_DEFAULT_S;
+    int64_t now = now_ms() / 1000, tol = b->webhook_tolerance_s > 0
+                                             ? b->webhook_tolerance_s
+                                             : MG_BILLING_TOLERANCE_DEFAULT_S;
     if (t < now - tol || t > now + tol) {
         adm_set_error(a, 401, "AUTH_FAILED",
                       "the signature's timestamp is outside the replay window (%lld s)",
@@ -516,8 +522,7 @@ static int webhook_verify(admin_t *a)
     return 0;
 }
 
-static cJSON *topup_answer(const char *event, const char *tenant, const char *amount,
-                           int duplicate)
+static cJSON *topup_answer(const char *event, const char *tenant, const char *amount, int duplicate)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "topup");
@@ -536,7 +541,8 @@ static void webhook_topup(admin_t *a)
     int64_t tenant, amount;
     const char *event;
     if (webhook_verify(a) != 0 || only_fields(a, allowed) != 0 ||
-        !(event = body_text(a, "id", 128)) || body_int(a, "tenant_id", 1, ADM_MAX_ID, &tenant) != 0 ||
+        !(event = body_text(a, "id", 128)) ||
+        body_int(a, "tenant_id", 1, ADM_MAX_ID, &tenant) != 0 ||
         body_int(a, "amount_micros", 1, 1e15, &amount) != 0)
         return;
     char t[24], amt[24], at[24];
@@ -552,8 +558,7 @@ static void webhook_topup(admin_t *a)
         if (strcmp(f.v[0], t) != 0 || strcmp(f.v[1], amt) != 0)
             adm_set_error(a, 409, "CONFLICT",
                           "event %s was credited already with another tenant or amount", event);
-        else
-            adm_set_answer(a, 200, topup_answer(event, t, amt, 1));
+        else adm_set_answer(a, 200, topup_answer(event, t, amt, 1));
         goto out;
     }
     const char *p[4] = {event, t, amt, at};
@@ -570,7 +575,8 @@ out:
     mg_store_tx_rollback(tx);
 }
 
-/* ---- routing ------------------------------------------------------------------------------------ */
+/* ---- routing ------------------------------------------------------------------------------------
+ */
 
 int adm_billing_route(admin_t *a, const char *coll, const char *id, const char *verb)
 {

@@ -8,7 +8,7 @@
 
 #include "admin/req.h"
 
-#define EVENT_COLUMNS \
+#define EVENT_COLUMNS                                                                              \
     "id, provider_id, consecutive_count, cooldown_seconds, response_summary, started_at, ended_at"
 
 static cJSON *event_json(int ncols, const char *const *c)
@@ -33,7 +33,8 @@ static void history(admin_t *a)
     int by_provider = adm_query_param(a, "provider_id", provider, sizeof(provider));
     const char *p[2] = {limit, provider};
     adm_get_rows(a, NULL,
-                 by_provider ? "SELECT " EVENT_COLUMNS " FROM cooldown_events WHERE provider_id = ?2"
+                 by_provider ? "SELECT " EVENT_COLUMNS
+                               " FROM cooldown_events WHERE provider_id = ?2"
                                " ORDER BY started_at DESC, rowid DESC LIMIT ?1"
                              : "SELECT " EVENT_COLUMNS " FROM cooldown_events"
                                " ORDER BY started_at DESC, rowid DESC LIMIT ?1",

@@ -24,8 +24,8 @@ typedef struct def_kind_s {
     const char *table; /* also the collection name */
     const char *what;  /* "model" */
     /* validate def as name against cfg; on success *out is the JSON as it will serve */
-    int (*build)(const mg_config_t *cfg, const cJSON *def, const char *name, cJSON **out,
-                 char *err, size_t errlen);
+    int (*build)(const mg_config_t *cfg, const cJSON *def, const char *name, cJSON **out, char *err,
+                 size_t errlen);
     /* the JSON of name in cfg, or NULL; *stored = whether it came from the store */
     cJSON *(*find)(const mg_config_t *cfg, const char *name, int *stored);
     cJSON *(*at)(const mg_config_t *cfg, size_t i); /* the i-th, NULL past the end */
@@ -254,11 +254,11 @@ static void def_delete(admin_t *a, const def_kind_t *k, const char *name)
 /* Static action names, per kind and operation. */
 static const char *action_of(const def_kind_t *k, int op)
 {
-    static const char *const names[2][6] = {
-        {"model.list", "model.get", "model.create", "model.update", "model.delete",
-         "model.invalid"},
-        {"application.list", "application.get", "application.create", "application.update",
-         "application.delete", "application.invalid"}};
+    static const char *const names[2][6] = {{"model.list", "model.get", "model.create",
+                                             "model.update", "model.delete", "model.invalid"},
+                                            {"application.list", "application.get",
+                                             "application.create", "application.update",
+                                             "application.delete", "application.invalid"}};
     return names[k == &kinds[0] ? 0 : 1][op];
 }
 
@@ -280,10 +280,8 @@ int adm_defs_route(admin_t *a, const char *coll, const char *name, const char *v
     } else if (get) {
         a->action = action_of(k, 1);
         cJSON *o = k->find(a->gen->cfg, name, &stored);
-        if (o)
-            adm_set_answer(a, 200, o);
-        else
-            adm_set_error(a, 404, "NOT_FOUND", "%s %s does not exist", k->what, name);
+        if (o) adm_set_answer(a, 200, o);
+        else adm_set_error(a, 404, "NOT_FOUND", "%s %s does not exist", k->what, name);
     } else if (post && !name) {
         a->action = action_of(k, 2);
         def_create(a, k);

@@ -136,10 +136,10 @@ static cJSON *provider_json(mg_admin_t *a, const mg_provider_conf_t *p, uint64_t
                             (double)(mg_cooldown_remaining_ms(&st->cooldown, now) / 1000));
     cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);
     if (mg_cooldown_cooling(&st->cooldown, now))
-        cJSON_AddNumberToObject(o, "cooldown_until_ms",
-                                (double)mg_cooldown_until_unix_ms(&st->cooldown, now, mg_unix_ms()));
-    else
-        cJSON_AddNullToObject(o, "cooldown_until_ms");
+        cJSON_AddNumberToObject(
+            o, "cooldown_until_ms",
+            (double)mg_cooldown_until_unix_ms(&st->cooldown, now, mg_unix_ms()));
+    else cJSON_AddNullToObject(o, "cooldown_until_ms");
     cJSON_AddNumberToObject(o, "cooldowns_total", (double)st->cooldowns_total);
     if (hs.window_ttft_ms > 0) cJSON_AddNumberToObject(o, "ttft_ms", hs.window_ttft_ms);
     else cJSON_AddNullToObject(o, "ttft_ms");
@@ -180,7 +180,8 @@ static void handle_admin_providers(mg_admin_t *a, mg_http_req_t *req, const char
     if (id) {
         const mg_provider_conf_t *p = mg_config_provider(cfg, id);
         if (!p) {
-            mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider", 0);
+            mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 404, "NOT_FOUND", "no such provider",
+                            0);
             return;
         }
         mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, provider_json(a, p, uv_now(a->d.loop)));
@@ -270,8 +271,9 @@ static void handle_admin_cooldowns(mg_admin_t *a, mg_http_req_t *req)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "provider_id", p->id);
         cJSON_AddStringToObject(o, "pool", p->pool);
-        cJSON_AddNumberToObject(o, "remaining_seconds",
-                                (double)((mg_cooldown_remaining_ms(&st->cooldown, now) + 999) / 1000));
+        cJSON_AddNumberToObject(
+            o, "remaining_seconds",
+            (double)((mg_cooldown_remaining_ms(&st->cooldown, now) + 999) / 1000));
         cJSON_AddNumberToObject(o, "cooldown_until_ms",
                                 (double)mg_cooldown_until_unix_ms(&st->cooldown, now, now_unix));
         cJSON_AddNumberToObject(o, "consecutive_429", st->cooldown.consecutive_429);

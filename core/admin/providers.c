@@ -27,10 +27,21 @@
 #include "conf/providers.h"
 #include "base/secret.h"
 
-
 /* Provider values: the columns an admin may set (adapter and local go to metadata). */
-enum { PV_NAME, PV_KEY, PV_URL, PV_PREFIX, PV_POOL, PV_RPM, PV_TPM, PV_WEIGHT, PV_COST,
-       PV_ADAPTER, PV_LOCAL, PV_N };
+enum {
+    PV_NAME,
+    PV_KEY,
+    PV_URL,
+    PV_PREFIX,
+    PV_POOL,
+    PV_RPM,
+    PV_TPM,
+    PV_WEIGHT,
+    PV_COST,
+    PV_ADAPTER,
+    PV_LOCAL,
+    PV_N
+};
 
 static const field_t provider_fields[] = {
     {"name", F_NAME, PV_NAME, 0, 0},
@@ -48,8 +59,24 @@ static const field_t provider_fields[] = {
 
 /* A stored row: MG_PROVIDER_COLUMNS, created_at, updated_at, source. */
 #define ROW_COLUMNS MG_PROVIDER_COLUMNS ", created_at, updated_at, source"
-enum { R_ID, R_NAME, R_KEY, R_URL, R_PREFIX, R_POOL, R_STATUS, R_RPM, R_TPM, R_WEIGHT, R_COST,
-       R_META, R_CREATED, R_UPDATED, R_SOURCE, R_N };
+enum {
+    R_ID,
+    R_NAME,
+    R_KEY,
+    R_URL,
+    R_PREFIX,
+    R_POOL,
+    R_STATUS,
+    R_RPM,
+    R_TPM,
+    R_WEIGHT,
+    R_COST,
+    R_META,
+    R_CREATED,
+    R_UPDATED,
+    R_SOURCE,
+    R_N
+};
 
 typedef struct row_s {
     char *c[R_N];
@@ -118,7 +145,8 @@ static cJSON *provider_json(const row_t *r, const char *plain_key)
     cJSON_AddNumberToObject(o, "weight", r->c[R_WEIGHT] ? atof(r->c[R_WEIGHT]) : 1.0);
     cJSON_AddNumberToObject(o, "cost_per_1k_tokens", r->c[R_COST] ? atof(r->c[R_COST]) : 0.0);
     cJSON_AddStringToObject(o, "adapter", cJSON_IsString(ad) ? ad->valuestring : "openai");
-    cJSON_AddBoolToObject(o, "local", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "local")));
+    cJSON_AddBoolToObject(o, "local",
+                          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "local")));
     adm_add_str(o, "created_at", r->c[R_CREATED]);
     adm_add_str(o, "updated_at", r->c[R_UPDATED]);
     cJSON_Delete(meta);
@@ -205,9 +233,16 @@ static void store_provider(admin_t *a, const char *id, vals_t *vs, int create, c
     mg_store_tx_t *tx = NULL;
     char *meta = metadata_json(vs);
     row_t r = {0};
-    const char *p[10] = {id,           vs->v[PV_NAME], vs->v[PV_KEY], vs->v[PV_URL],
-                         vs->v[PV_PREFIX], vs->v[PV_POOL], vs->v[PV_RPM], vs->v[PV_TPM],
-                         vs->v[PV_WEIGHT], vs->v[PV_COST]};
+    const char *p[10] = {id,
+                         vs->v[PV_NAME],
+                         vs->v[PV_KEY],
+                         vs->v[PV_URL],
+                         vs->v[PV_PREFIX],
+                         vs->v[PV_POOL],
+                         vs->v[PV_RPM],
+                         vs->v[PV_TPM],
+                         vs->v[PV_WEIGHT],
+                         vs->v[PV_COST]};
     if (!meta) {
         adm_set_error(a, 500, "INTERNAL_ERROR", "out of memory");
         goto out;
@@ -245,7 +280,7 @@ out:
 static void provider_create(admin_t *a)
 {
     static const char *const defaults[PV_N] = {
-        [PV_PREFIX] = "", [PV_POOL] = "main", [PV_RPM] = "60", [PV_WEIGHT] = "1",
+        [PV_PREFIX] = "", [PV_POOL] = "main",      [PV_RPM] = "60", [PV_WEIGHT] = "1",
         [PV_COST] = "0",  [PV_ADAPTER] = "openai", [PV_LOCAL] = "0"};
     vals_t vs = {0};
     mg_secret_key_t key;
@@ -294,8 +329,7 @@ static int writable_row(admin_t *a, const char *id, row_t *r)
 }
 
 /* Decrypt the row's key; 0, or -1 with the error set. *plain is freed with mg_secret_free. */
-static int row_key(admin_t *a, const mg_secret_key_t *key, const row_t *r, char **plain,
-                   size_t *n)
+static int row_key(admin_t *a, const mg_secret_key_t *key, const row_t *r, char **plain, size_t *n)
 {
     if (mg_secret_decrypt(key, r->c[R_KEY], plain, n) == MG_SECRET_OK) return 0;
     adm_set_error(a, 409, "CONFLICT",
@@ -308,8 +342,8 @@ static int row_key(admin_t *a, const mg_secret_key_t *key, const row_t *r, char 
 /* Row values into vs, in field slots (metadata split into adapter and local). */
 static int row_vals(const row_t *r, vals_t *vs)
 {
-    static const int map[][2] = {{PV_NAME, R_NAME}, {PV_URL, R_URL},     {PV_PREFIX, R_PREFIX},
-                                 {PV_POOL, R_POOL}, {PV_RPM, R_RPM},     {PV_TPM, R_TPM},
+    static const int map[][2] = {{PV_NAME, R_NAME},     {PV_URL, R_URL},  {PV_PREFIX, R_PREFIX},
+                                 {PV_POOL, R_POOL},     {PV_RPM, R_RPM},  {PV_TPM, R_TPM},
                                  {PV_WEIGHT, R_WEIGHT}, {PV_COST, R_COST}};
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (adm_vals_set(vs, map[i][0], r->c[map[i][1]]) != 0) return -1;
@@ -435,18 +469,15 @@ static void provider_test(admin_t *a, const char *id)
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "test_result", mg_ptest_name(t.result));
     cJSON_AddNumberToObject(o, "test_latency_ms", (double)t.latency_ms);
-    if (t.http_status)
-        cJSON_AddNumberToObject(o, "upstream_status", t.http_status);
-    else
-        cJSON_AddNullToObject(o, "upstream_status");
+    if (t.http_status) cJSON_AddNumberToObject(o, "upstream_status", t.http_status);
+    else cJSON_AddNullToObject(o, "upstream_status");
     cJSON_AddStringToObject(o, "message", t.detail);
     adm_set_answer(a, 200, o);
 }
 
 void adm_providers_route(admin_t *a, const char *id, const char *verb)
 {
-    int post = a->method == HTTP_POST, put = a->method == HTTP_PUT,
-        del = a->method == HTTP_DELETE;
+    int post = a->method == HTTP_POST, put = a->method == HTTP_PUT, del = a->method == HTTP_DELETE;
     if (id) snprintf(a->target, sizeof(a->target), "provider:%.140s", id);
     if (!id && post) {
         a->action = "provider.create";

@@ -63,8 +63,7 @@ void adm_fmt_i64(char *buf, size_t cap, int64_t v)
 
 void adm_vals_free(vals_t *vs)
 {
-    for (int i = 0; i < MAX_SLOTS; i++)
-        free(vs->v[i]);
+    for (int i = 0; i < MAX_SLOTS; i++) free(vs->v[i]);
     memset(vs, 0, sizeof(*vs));
 }
 
@@ -203,7 +202,8 @@ static const char *scalar_text(const field_t *f, const cJSON *v, char *buf, size
         adm_fmt_i64(buf, cap, (int64_t)v->valuedouble);
         *text = buf;
     } else if (f->type == F_LIMIT) {
-        if (!adm_is_integer(v, 0, f->max)) return "must be an integer in range"; /* see apply_field */
+        if (!adm_is_integer(v, 0, f->max))
+            return "must be an integer in range"; /* see apply_field */
         adm_fmt_i64(buf, cap, (int64_t)v->valuedouble);
         *text = buf;
     } else if (f->type == F_BOOL) {
@@ -237,8 +237,8 @@ static const char *scalar_text(const field_t *f, const cJSON *v, char *buf, size
         *text = v->valuestring;
     } else {
         int64_t t = adm_is_integer(v, 1, ADM_MAX_ID) ? (int64_t)v->valuedouble
-                    : cJSON_IsString(v)      ? parse_time(v->valuestring)
-                                             : -1;
+                    : cJSON_IsString(v)              ? parse_time(v->valuestring)
+                                                     : -1;
         if (t <= 0) return "must be unix seconds, \"YYYY-MM-DDTHH:MM:SSZ\" or null";
         adm_fmt_i64(buf, cap, t);
         *text = buf;
@@ -254,25 +254,21 @@ static int apply_field(admin_t *a, const field_t *f, const cJSON *v, vals_t *vs)
     const char *text = NULL, *problem;
     int idx = -1, structured = f->type == F_LABELS || f->type == F_SCOPES || f->type == F_MODELS ||
                                f->type == F_PRIOS;
-    if (!structured)
-        problem = scalar_text(f, v, buf, sizeof(buf), &text);
-    else if (f->type == F_LABELS)
-        problem = check_labels(v);
-    else
-        problem = check_string_array(v, MAX_MODELS, a->gen->cfg, f->type, &idx);
+    if (!structured) problem = scalar_text(f, v, buf, sizeof(buf), &text);
+    else if (f->type == F_LABELS) problem = check_labels(v);
+    else problem = check_string_array(v, MAX_MODELS, a->gen->cfg, f->type, &idx);
     if (!problem && f->type == F_ADAPTER && text && !adapter_known(a->gen, text))
         problem = "is not an adapter in adapters/";
     if (problem) {
         if (f->type == F_LIMIT)
-            adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': must be an integer from 0 to %.0f",
-                          f->name, f->max);
+            adm_set_error(a, 400, "INVALID_REQUEST",
+                          "field '%s': must be an integer from 0 to %.0f", f->name, f->max);
         else if (f->type == F_NUMBER)
             adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': must be a number from 0 to %g",
                           f->name, f->max);
         else if (idx >= 0)
             adm_set_error(a, 400, "INVALID_REQUEST", "field '%s[%d]': %s", f->name, idx, problem);
-        else
-            adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': %s", f->name, problem);
+        else adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': %s", f->name, problem);
         return -1;
     }
     if (f->slot < 0) return 0;
@@ -335,7 +331,6 @@ int adm_no_body(admin_t *a)
     return -1;
 }
 
-
 void adm_first_row(void *ud, int ncols, const char *const *cols)
 {
     first_t *f = ud;
@@ -348,7 +343,7 @@ void adm_first_row(void *ud, int ncols, const char *const *cols)
 
 /* Run sql in tx and keep its first row in *f. 0, or -1 with the storage error set. */
 int adm_tx_first(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const char *const *p,
-                    first_t *f)
+                 first_t *f)
 {
     char err[256];
     memset(f, 0, sizeof(*f));
@@ -363,13 +358,13 @@ int adm_tx_first(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const ch
  * 400 naming `field` (the only constraint the caller did not check beforehand is a race on
  * a unique name), anything else 500. */
 int adm_tx_write(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const char *const *p,
-                    const char *field)
+                 const char *field)
 {
     char err[256];
     int rc = mg_store_tx_exec(tx, sql, n, p, NULL, NULL, err, sizeof(err));
     if (rc == MG_STORE_ECONSTRAINT) {
         adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': conflicts with an existing record",
-                  field);
+                      field);
         return -1;
     }
     if (rc < 0) adm_storage_error(a, err);
@@ -391,7 +386,6 @@ int adm_tx_commit(admin_t *a, mg_store_tx_t *tx)
     adm_storage_error(a, err);
     return -1;
 }
-
 
 /* Rows into a JSON array through a row builder (mg_store_query, or inside tx). */
 typedef struct rows_s {
@@ -424,8 +418,7 @@ cJSON *adm_query_list(admin_t *a, const char *sql, int n, const char *const *p, 
 }
 
 /* SELECT one row inside tx as JSON; NULL with the error set on failure or no row. */
-cJSON *adm_tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *id,
-                      row_json_fn fn)
+cJSON *adm_tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *id, row_json_fn fn)
 {
     char err[256];
     rows_t r = {fn, cJSON_CreateArray()};
@@ -446,18 +439,14 @@ cJSON *adm_tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *i
 
 void adm_add_int(cJSON *o, const char *k, const char *v)
 {
-    if (v)
-        cJSON_AddNumberToObject(o, k, (double)strtoll(v, NULL, 10));
-    else
-        cJSON_AddNullToObject(o, k);
+    if (v) cJSON_AddNumberToObject(o, k, (double)strtoll(v, NULL, 10));
+    else cJSON_AddNullToObject(o, k);
 }
 
 void adm_add_str(cJSON *o, const char *k, const char *v)
 {
-    if (v)
-        cJSON_AddStringToObject(o, k, v);
-    else
-        cJSON_AddNullToObject(o, k);
+    if (v) cJSON_AddStringToObject(o, k, v);
+    else cJSON_AddNullToObject(o, k);
 }
 
 /* A JSON text column as a value; fallback (array or object) when absent or malformed. */
@@ -468,10 +457,11 @@ void adm_add_json(cJSON *o, const char *k, const char *v, int object)
     cJSON_AddItemToObject(o, k, j);
 }
 void adm_get_rows(admin_t *a, const char *sql_one, const char *sql_list, const char *id, int n,
-                     const char *const *p, row_json_fn fn, const char *what)
+                  const char *const *p, row_json_fn fn, const char *what)
 {
     const char *pid[1] = {id};
-    cJSON *list = id ? adm_query_list(a, sql_one, 1, pid, fn) : adm_query_list(a, sql_list, n, p, fn);
+    cJSON *list =
+        id ? adm_query_list(a, sql_one, 1, pid, fn) : adm_query_list(a, sql_list, n, p, fn);
     if (!list) return;
     if (!id) {
         cJSON *root = cJSON_CreateObject();
@@ -483,10 +473,8 @@ void adm_get_rows(admin_t *a, const char *sql_one, const char *sql_list, const c
     }
     cJSON *o = cJSON_DetachItemFromArray(list, 0);
     cJSON_Delete(list);
-    if (o)
-        adm_set_answer(a, 200, o);
-    else
-        adm_set_error(a, 404, "NOT_FOUND", "%s %s does not exist", what, id);
+    if (o) adm_set_answer(a, 200, o);
+    else adm_set_error(a, 404, "NOT_FOUND", "%s %s does not exist", what, id);
 }
 
 /* ?name=value from the query string into out (digits only for ids); 1 when present. */
@@ -517,7 +505,7 @@ int adm_query_id(admin_t *a, const char *name, char *out, size_t cap)
     size_t len = strlen(out);
     if (len == 0 || len > 15 || strspn(out, "0123456789") != len) {
         adm_set_error(a, 400, "INVALID_REQUEST", "query parameter '%s' must be a positive integer",
-                  name);
+                      name);
         return -1;
     }
     return 1;

@@ -45,10 +45,10 @@ typedef enum {
 /* The admin API's state (admin.h): what it was given, its queue, the token's digest. */
 struct mg_admin_s {
     mg_admin_deps_t d;
-    struct admin_s *queue;          /* requests waiting for the worker, in order */
-    struct admin_s *running;        /* the one on the worker */
-    char token_digest[65];          /* SHA-256 of the platform admin token; "" = none */
-    mg_authfail_t fails;            /* failed sign-ins per client address */
+    struct admin_s *queue;   /* requests waiting for the worker, in order */
+    struct admin_s *running; /* the one on the worker */
+    char token_digest[65];   /* SHA-256 of the platform admin token; "" = none */
+    mg_authfail_t fails;     /* failed sign-ins per client address */
 };
 
 typedef struct admin_fx_s {
@@ -60,37 +60,37 @@ typedef struct admin_fx_s {
 } admin_fx_t;
 
 typedef struct admin_s {
-    struct mg_admin_s *adm;         /* the admin API's state: loop thread only */
-    mg_store_t *store;              /* the one thing the worker uses of it */
-    mg_http_req_t *req;             /* loop thread only; NULL once the client left */
-    mg_gen_t *gen;                  /* one reference: the config the request is checked against */
-    struct admin_s *next;           /* admin.c's queue: one request in the worker at a time */
+    struct mg_admin_s *adm; /* the admin API's state: loop thread only */
+    mg_store_t *store;      /* the one thing the worker uses of it */
+    mg_http_req_t *req;     /* loop thread only; NULL once the client left */
+    mg_gen_t *gen;          /* one reference: the config the request is checked against */
+    struct admin_s *next;   /* admin.c's queue: one request in the worker at a time */
     uv_work_t work;
-    int method;                     /* llhttp_method_t */
+    int method; /* llhttp_method_t */
     char path[256];
-    char *query;                    /* owned copy, or NULL */
+    char *query; /* owned copy, or NULL */
     char request_id[40];
-    char peer[80];                  /* the client's address */
-    const char *action;             /* static: "key.create", ... */
-    char target[160];               /* "key:12", "provider:p_1a2b", or "" */
-    int status;                     /* the answer's status */
-    cJSON *answer;                  /* owned: the success body */
-    const char *code;               /* static error code, or NULL */
-    char message[320];              /* error message */
-    cJSON *in;                      /* owned: the parsed request body (an object) */
-    char clear_key[64];             /* a key or token shown once: wiped after the answer */
-    char *tenant_token;             /* owned, wiped: a tenant admin token to resolve, or NULL */
-    int64_t scope_tenant;           /* 0 = platform admin; else the only tenant it may touch */
-    char actor[48];                 /* "admin" (platform) or "tenant-admin:<token id>" */
-    int unauthenticated;            /* the token did not resolve: answered 401, audited as
-                                       admin.auth_failed and counted against the address */
-    char *raw_body;                 /* owned: a webhook's body as sent (its signature covers
-                                       these bytes), or NULL */
+    char peer[80];        /* the client's address */
+    const char *action;   /* static: "key.create", ... */
+    char target[160];     /* "key:12", "provider:p_1a2b", or "" */
+    int status;           /* the answer's status */
+    cJSON *answer;        /* owned: the success body */
+    const char *code;     /* static error code, or NULL */
+    char message[320];    /* error message */
+    cJSON *in;            /* owned: the parsed request body (an object) */
+    char clear_key[64];   /* a key or token shown once: wiped after the answer */
+    char *tenant_token;   /* owned, wiped: a tenant admin token to resolve, or NULL */
+    int64_t scope_tenant; /* 0 = platform admin; else the only tenant it may touch */
+    char actor[48];       /* "admin" (platform) or "tenant-admin:<token id>" */
+    int unauthenticated;  /* the token did not resolve: answered 401, audited as
+                             admin.auth_failed and counted against the address */
+    char *raw_body;       /* owned: a webhook's body as sent (its signature covers
+                             these bytes), or NULL */
     size_t raw_len;
-    char signature[320];            /* a webhook's Moongate-Signature header, or "" */
-    admin_fx_t fx[ADM_MAX_FX];      /* effects for the loop thread, in order */
+    char signature[320];       /* a webhook's Moongate-Signature header, or "" */
+    admin_fx_t fx[ADM_MAX_FX]; /* effects for the loop thread, in order */
     int n_fx;
-    int rebuild;                    /* providers changed: the generation must be rebuilt */
+    int rebuild; /* providers changed: the generation must be rebuilt */
     /* with rebuild: the answer made again from the rebuilt generation's config (prev: the
      * worker's answer, to take parts from); NULL = the worker's answer stands */
     cJSON *(*answer_from)(const mg_config_t *cfg, cJSON *prev);
@@ -185,8 +185,7 @@ typedef cJSON *(*row_json_fn)(int ncols, const char *const *cols);
 /* SELECT into a new array (read connection). NULL with the error set on failure. */
 cJSON *adm_query_list(admin_t *a, const char *sql, int n, const char *const *p, row_json_fn fn);
 /* SELECT one row inside tx as JSON; NULL with the error set on failure or no row. */
-cJSON *adm_tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *id,
-                   row_json_fn fn);
+cJSON *adm_tx_json(admin_t *a, mg_store_tx_t *tx, const char *sql, const char *id, row_json_fn fn);
 /* GET one row by id (sql_one, ?1 = id), or a list (sql_list with n params p) as
  * {object: "list", total, data}; 404 "<what> <id> does not exist" when the row is absent. */
 void adm_get_rows(admin_t *a, const char *sql_one, const char *sql_list, const char *id, int n,
@@ -207,8 +206,8 @@ void adm_add_json(cJSON *o, const char *k, const char *v, int object);
 
 /* Any thread: the tenant of a live tenant admin token (its digest looked up on a read
  * connection): 1 with *tenant_id and the token's id, 0 when unknown or revoked, -1 with err. */
-int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id,
-                            char *token_id, size_t cap, char *err, size_t errlen);
+int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id, char *token_id,
+                            size_t cap, char *err, size_t errlen);
 /* Worker: resolve a tenant admin token (a->tenant_token, wiped) to its tenant. 0, or -1
  * with 401 / 500 set. */
 int adm_scope_resolve(admin_t *a);

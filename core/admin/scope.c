@@ -34,8 +34,8 @@ static int token_digest_hex(const char *token, char *hex)
     return 0;
 }
 
-int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id,
-                            char *token_id, size_t cap, char *err, size_t errlen)
+int adm_tenant_token_lookup(mg_store_t *st, const char *token, int64_t *tenant_id, char *token_id,
+                            size_t cap, char *err, size_t errlen)
 {
     char hex[2 * MG_KEY_DIGEST_LEN + 1];
     first_t f;
@@ -61,8 +61,8 @@ int adm_scope_resolve(admin_t *a)
 {
     if (!a->tenant_token) return 0; /* the platform token, checked on the loop */
     char err[256], id[32];
-    int found = adm_tenant_token_lookup(a->store, a->tenant_token, &a->scope_tenant, id,
-                                        sizeof(id), err, sizeof(err));
+    int found = adm_tenant_token_lookup(a->store, a->tenant_token, &a->scope_tenant, id, sizeof(id),
+                                        err, sizeof(err));
     OPENSSL_cleanse(a->tenant_token, strlen(a->tenant_token));
     if (found < 0) {
         adm_storage_error(a, err);
@@ -258,9 +258,8 @@ void adm_admin_tokens_route(admin_t *a, const char *id)
         token_create(a);
     } else if (!id && a->method == HTTP_GET) {
         a->action = "admin_token.list";
-        adm_get_rows(a, NULL,
-                     "SELECT " TOKEN_JSON_COLUMNS " FROM admin_tokens ORDER BY id", NULL, 0,
-                     NULL, token_json, "admin token");
+        adm_get_rows(a, NULL, "SELECT " TOKEN_JSON_COLUMNS " FROM admin_tokens ORDER BY id", NULL,
+                     0, NULL, token_json, "admin token");
     } else if (id && a->method == HTTP_DELETE) {
         a->action = "admin_token.revoke";
         token_revoke(a, id);

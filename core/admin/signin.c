@@ -13,8 +13,8 @@
 typedef struct signin_s {
     uv_work_t work;
     mg_store_t *store;
-    char token[128];          /* wiped as soon as it was looked up */
-    int found;                /* 1, 0, -1 (storage error) */
+    char token[128]; /* wiped as soon as it was looked up */
+    int found;       /* 1, 0, -1 (storage error) */
     int64_t tenant_id;
     char err[256];
     mg_admin_signin_fn done;

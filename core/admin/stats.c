@@ -60,13 +60,15 @@ static int time_param(admin_t *a, const char *name, int64_t *out)
         memmove(p + 1, p + 3, strlen(p + 3) + 1);
     }
     if (sscanf(v, "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &z) == 7 && z == 'Z' && strlen(v) == 20) {
+               &tm.tm_min, &tm.tm_sec, &z) == 7 &&
+        z == 'Z' && strlen(v) == 20) {
         tm.tm_year -= 1900;
         tm.tm_mon -= 1;
         *out = (int64_t)timegm(&tm);
         return 1;
     }
-    adm_set_error(a, 400, "INVALID_REQUEST", "%s must be unix seconds or YYYY-MM-DDTHH:MM:SSZ", name);
+    adm_set_error(a, 400, "INVALID_REQUEST", "%s must be unix seconds or YYYY-MM-DDTHH:MM:SSZ",
+                  name);
     return -1;
 }
 
@@ -114,15 +116,30 @@ static int tenant_filter(admin_t *a, char *buf, size_t cap, const char **out)
 
 /* ---- sums over usage_hourly ---- */
 
-#define SUM_COLUMNS                                                                              \
-    "COALESCE(SUM(requests),0), COALESCE(SUM(errors),0), COALESCE(SUM(cancelled),0),"             \
-    " COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0),"                             \
-    " COALESCE(SUM(cached_read_tokens),0), COALESCE(SUM(cache_write_tokens),0),"                  \
-    " COALESCE(SUM(reasoning_tokens),0), COALESCE(SUM(cache_hits),0),"                            \
-    " COALESCE(SUM(missing_usage),0), COALESCE(SUM(cost_micros),0),"                              \
+#define SUM_COLUMNS                                                                                \
+    "COALESCE(SUM(requests),0), COALESCE(SUM(errors),0), COALESCE(SUM(cancelled),0),"              \
+    " COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0),"                              \
+    " COALESCE(SUM(cached_read_tokens),0), COALESCE(SUM(cache_write_tokens),0),"                   \
+    " COALESCE(SUM(reasoning_tokens),0), COALESCE(SUM(cache_hits),0),"                             \
+    " COALESCE(SUM(missing_usage),0), COALESCE(SUM(cost_micros),0),"                               \
     " COALESCE(SUM(latency_ms_sum),0), COALESCE(SUM(ttft_ms_sum),0), COALESCE(SUM(ttft_count),0)"
 #define N_SUMS 14
-enum { S_REQ, S_ERR, S_CANC, S_IN, S_OUT, S_CR, S_CW, S_REAS, S_HITS, S_MISS, S_COST, S_LAT, S_TTFT, S_TTFTN };
+enum {
+    S_REQ,
+    S_ERR,
+    S_CANC,
+    S_IN,
+    S_OUT,
+    S_CR,
+    S_CW,
+    S_REAS,
+    S_HITS,
+    S_MISS,
+    S_COST,
+    S_LAT,
+    S_TTFT,
+    S_TTFTN
+};
 
 typedef struct {
     char key[160]; /* the group's value ("" for none) */
@@ -217,8 +234,8 @@ static cJSON *totals_json(const int64_t *s)
 }
 
 /* One total over [from, to) as JSON, or NULL (error set). */
-static cJSON *period_json(admin_t *a, int64_t from, int64_t to, const char *tenant,
-                          const char *col, const char *val)
+static cJSON *period_json(admin_t *a, int64_t from, int64_t to, const char *tenant, const char *col,
+                          const char *val)
 {
     groups_t gs = {0};
     if (sums(a, &gs, NULL, col, from, to, tenant, val, 0) != 0) {
@@ -437,7 +454,8 @@ static cJSON *group_json(const group_t *g, const char *group_by)
     const int64_t *s = g->s;
     cJSON *o = totals_json(s);
     int numeric = !strcmp(group_by, "key") || !strcmp(group_by, "project");
-    if (numeric && strcmp(g->key, "0") != 0) cJSON_AddNumberToObject(o, "group", (double)strtoll(g->key, NULL, 10));
+    if (numeric && strcmp(g->key, "0") != 0)
+        cJSON_AddNumberToObject(o, "group", (double)strtoll(g->key, NULL, 10));
     else if (numeric || !g->key[0]) cJSON_AddNullToObject(o, "group");
     else cJSON_AddStringToObject(o, "group", g->key);
     int64_t succeeded = s[S_REQ] - s[S_ERR] - s[S_CANC];
@@ -461,22 +479,26 @@ static cJSON *group_json(const group_t *g, const char *group_by)
     cJSON_AddNumberToObject(prev, "errors", (double)p[S_ERR]);
     cJSON *ch = cJSON_AddObjectToObject(o, "change");
     add_change(ch, "requests", s[S_REQ], p[S_REQ]);
-    add_change(ch, "tokens", s[S_IN] + s[S_CR] + s[S_CW] + s[S_OUT], p[S_IN] + p[S_CR] + p[S_CW] + p[S_OUT]);
+    add_change(ch, "tokens", s[S_IN] + s[S_CR] + s[S_CW] + s[S_OUT],
+               p[S_IN] + p[S_CR] + p[S_CW] + p[S_OUT]);
     add_change(ch, "cost_micros", s[S_COST], p[S_COST]);
     return o;
 }
 
 static void usage_analytics(admin_t *a, const char *tenant)
 {
-    static const char *const by[4][2] = {
-        {"model", "model"}, {"provider", "provider_id"}, {"key", "key_id"}, {"project", "project_id"}};
+    static const char *const by[4][2] = {{"model", "model"},
+                                         {"provider", "provider_id"},
+                                         {"key", "key_id"},
+                                         {"project", "project_id"}};
     char g[16] = "model";
     adm_query_param(a, "group_by", g, sizeof(g));
     const char *col = NULL;
     for (int i = 0; i < 4; i++)
         if (strcmp(g, by[i][0]) == 0) col = by[i][1];
     if (!col) {
-        adm_set_error(a, 400, "INVALID_REQUEST", "group_by must be model, provider, key or project");
+        adm_set_error(a, 400, "INVALID_REQUEST",
+                      "group_by must be model, provider, key or project");
         return;
     }
     int64_t from, to;
@@ -508,7 +530,8 @@ static void usage_analytics(admin_t *a, const char *tenant)
     cJSON_AddNumberToObject(pp, "to", (double)from);
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     for (int i = 0; i < gs.n; i++)
-        if (gs.g[i].s[S_REQ] || gs.g[i].prev[S_REQ]) cJSON_AddItemToArray(data, group_json(&gs.g[i], g));
+        if (gs.g[i].s[S_REQ] || gs.g[i].prev[S_REQ])
+            cJSON_AddItemToArray(data, group_json(&gs.g[i], g));
     adm_set_answer(a, 200, o);
 out:
     free(gs.g);
@@ -516,22 +539,48 @@ out:
 
 /* ---- /usage/events ---- */
 
-#define EVENT_COLUMNS                                                                            \
-    "seq, request_id, at_ms, endpoint, tenant_id, project_id, key_id, application, user_id,"     \
-    " logical_model, actual_model, provider_id, pool, attempts, status, http_status, error_code," \
-    " stream, input_tokens, output_tokens, cached_read_tokens, cache_write_tokens,"               \
-    " reasoning_tokens, input_estimated, output_estimated, latency_ms, ttft_ms, queue_ms,"        \
+#define EVENT_COLUMNS                                                                              \
+    "seq, request_id, at_ms, endpoint, tenant_id, project_id, key_id, application, user_id,"       \
+    " logical_model, actual_model, provider_id, pool, attempts, status, http_status, error_code,"  \
+    " stream, input_tokens, output_tokens, cached_read_tokens, cache_write_tokens,"                \
+    " reasoning_tokens, input_estimated, output_estimated, latency_ms, ttft_ms, queue_ms,"         \
     " cost_micros, price_version, degraded, cancelled"
 
-static const char *const event_names[] = {
-    NULL, "request_id", "at_ms", "endpoint", "tenant_id", "project_id", "key_id", "application",
-    "user", "logical_model", "actual_model", "provider", "pool", "attempts", "status",
-    "http_status", "error_code", "stream", "input_tokens", "output_tokens", "cached_read_tokens",
-    "cache_write_tokens", "reasoning_tokens", "input_estimated", "output_estimated",
-    "latency_ms", "ttft_ms", "queue_ms", "cost_micros", "price_version", "degraded", "cancelled"};
+static const char *const event_names[] = {NULL,
+                                          "request_id",
+                                          "at_ms",
+                                          "endpoint",
+                                          "tenant_id",
+                                          "project_id",
+                                          "key_id",
+                                          "application",
+                                          "user",
+                                          "logical_model",
+                                          "actual_model",
+                                          "provider",
+                                          "pool",
+                                          "attempts",
+                                          "status",
+                                          "http_status",
+                                          "error_code",
+                                          "stream",
+                                          "input_tokens",
+                                          "output_tokens",
+                                          "cached_read_tokens",
+                                          "cache_write_tokens",
+                                          "reasoning_tokens",
+                                          "input_estimated",
+                                          "output_estimated",
+                                          "latency_ms",
+                                          "ttft_ms",
+                                          "queue_ms",
+                                          "cost_micros",
+                                          "price_version",
+                                          "degraded",
+                                          "cancelled"};
 /* text columns (the rest are integers; booleans below) */
-static const char text_cols[] = {0, 1, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1,
-                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0};
+static const char text_cols[] = {0, 1, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0,
+                                 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0};
 
 typedef struct {
     cJSON *data;
@@ -586,7 +635,8 @@ static void usage_events(admin_t *a, const char *tenant)
     events_t e = {cJSON_CreateArray(), 0, limit, ""};
     char err[256];
     if (mg_store_query(a->store,
-                       "SELECT " EVENT_COLUMNS " FROM usage_events WHERE (?1 IS NULL OR tenant_id = ?1)"
+                       "SELECT " EVENT_COLUMNS
+                       " FROM usage_events WHERE (?1 IS NULL OR tenant_id = ?1)"
                        " AND (?2 IS NULL OR at_ms >= ?2) AND (?3 IS NULL OR at_ms < ?3)"
                        " AND (?4 IS NULL OR key_id = ?4) AND (?5 IS NULL OR logical_model = ?5)"
                        " AND (?6 IS NULL OR status = ?6) AND (?7 IS NULL OR seq < ?7)"
@@ -610,8 +660,8 @@ static void usage_events(admin_t *a, const char *tenant)
 int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *verb)
 {
     int stats = strcmp(coll, "stats") == 0;
-    int usage = strcmp(coll, "usage") == 0 && id &&
-                (!strcmp(id, "analytics") || !strcmp(id, "events"));
+    int usage =
+        strcmp(coll, "usage") == 0 && id && (!strcmp(id, "analytics") || !strcmp(id, "events"));
     if (!stats && !usage) return 0;
     if (a->method != HTTP_GET) {
         a->action = "stats.invalid";

@@ -27,13 +27,12 @@ typedef struct view_s {
     const char *const *app_keys; /* the application members this view shows and changes */
 } view_t;
 
-static const char *const quota_settings[] = {"default_max_running_tasks",
-                                             "default_max_queued_tasks",
-                                             "default_requests_per_minute", NULL};
+static const char *const quota_settings[] = {
+    "default_max_running_tasks", "default_max_queued_tasks", "default_requests_per_minute", NULL};
 static const char *const quota_app_keys[] = {"max_running_tasks", "max_queued_tasks", NULL};
 static const char *const policy_settings[] = {"local_first", "allow_smaller_model", NULL};
-static const char *const policy_app_keys[] = {"allowed_priorities", "allowed_models",
-                                              "data_policy", NULL};
+static const char *const policy_app_keys[] = {"allowed_priorities", "allowed_models", "data_policy",
+                                              NULL};
 
 static const view_t views[] = {
     {"quotas", "users", quota_settings, quota_app_keys},
@@ -98,8 +97,7 @@ static int body_ok(admin_t *a, const view_t *v)
             return -1;
         }
         if (!cJSON_IsObject(part)) {
-            adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': must be an object",
-                          part->string);
+            adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': must be an object", part->string);
             return -1;
         }
         cJSON_ArrayForEach(m, part)

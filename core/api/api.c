@@ -250,7 +250,8 @@ static const route_t routes[] = {
 };
 
 /* Whose tasks the caller may see: all of them in open mode, with the platform admin
- * token or a platform admin's dashboard session, else its key's own (0 with *who, or -1 after answering 401). */
+ * token or a platform admin's dashboard session, else its key's own (0 with *who, or -1 after
+ * answering 401). */
 static int task_caller(mg_api_t *s, mg_http_req_t *req, mg_task_caller_t *who)
 {
     who->all = 1;
@@ -300,8 +301,8 @@ static int session_owner(mg_api_t *s, mg_http_req_t *req, mg_session_owner_t *wh
         return -1;
     }
     /* the key's project as the pipeline sees it (its record, before admission) */
-    *who = (mg_session_owner_t){.all = 0, .tenant_id = r.tenant_id,
-                                .project_id = r.rec ? r.rec->project_id : 0};
+    *who = (mg_session_owner_t){
+        .all = 0, .tenant_id = r.tenant_id, .project_id = r.rec ? r.rec->project_id : 0};
     return 0;
 }
 
@@ -319,7 +320,8 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     if (mg_cors_handle(&mg_gens_current(s->gens)->cfg->cors, req, s->metrics)) return;
     size_t path_len = strlen(req->path);
     while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
-    if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] && !strchr(req->path + 10, '/')) {
+    if (strncmp(req->path, "/v1/tasks/", 10) == 0 && req->path[10] &&
+        !strchr(req->path + 10, '/')) {
         handle_tasks(s, req, req->path + 10);
         return;
     }
@@ -334,20 +336,20 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     if (strncmp(req->path, "/v1/models/", 11) == 0 && req->path[11]) {
         if (req->method != HTTP_GET)
             mg_answer_error(s->metrics, req, MG_EP_MODELS, 405, "METHOD_NOT_ALLOWED", "use GET", 0);
-        else
-            handle_model(s, req, req->path + 11);
+        else handle_model(s, req, req->path + 11);
         return;
     }
     if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14]) {
         char *id = req->path + 14, *rest = strchr(id, '/');
-        mg_resp_path_t what = !rest                                ? MG_RESP_ITSELF
+        mg_resp_path_t what = !rest                               ? MG_RESP_ITSELF
                               : strcmp(rest, "/input_items") == 0 ? MG_RESP_INPUT_ITEMS
                               : strcmp(rest, "/cancel") == 0      ? MG_RESP_CANCEL
                                                                   : (mg_resp_path_t)-1;
         if (what != (mg_resp_path_t)-1) {
             char idbuf[128]; /* the path stays whole for the log line */
             size_t n = rest ? (size_t)(rest - id) : strlen(id);
-            snprintf(idbuf, sizeof(idbuf), "%.*s", (int)(n < sizeof(idbuf) ? n : sizeof(idbuf) - 1), id);
+            snprintf(idbuf, sizeof(idbuf), "%.*s", (int)(n < sizeof(idbuf) ? n : sizeof(idbuf) - 1),
+                     id);
             mg_resp_store_handle(s->responses, req, idbuf, what);
             return;
         }
@@ -367,7 +369,7 @@ void mg_api_handle(void *api, mg_http_req_t *req)
         }
         if (req->method != want) {
             mg_answer_error(s->metrics, req, routes[i].ep, 405, "METHOD_NOT_ALLOWED",
-                         routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
+                            routes[i].method == ROUTE_POST ? "use POST" : "use GET", 0);
             return;
         }
         routes[i].fn(s, req);
@@ -387,45 +389,47 @@ static void store_metrics(mg_api_t *s, mg_buf_t *b)
     mg_store_stats_t st;
     mg_store_stats(s->store, &st);
     char text[1400];
-    snprintf(text, sizeof(text),
-             "# HELP moongate_store_queued Writes waiting for the store's writer thread.\n"
-             "# TYPE moongate_store_queued gauge\nmoongate_store_queued %llu\n"
-             "# HELP moongate_store_parked Writes parked on the loop while the write queue is full.\n"
-             "# TYPE moongate_store_parked gauge\nmoongate_store_parked %llu\n"
-             "# HELP moongate_store_writes_total Writes committed.\n"
-             "# TYPE moongate_store_writes_total counter\nmoongate_store_writes_total %llu\n"
-             "# HELP moongate_store_failed_writes_total Writes that could not be stored.\n"
-             "# TYPE moongate_store_failed_writes_total counter\nmoongate_store_failed_writes_total %llu\n"
-             "# HELP moongate_store_commits_total Transactions committed (group commits).\n"
-             "# TYPE moongate_store_commits_total counter\nmoongate_store_commits_total %llu\n"
-             "# HELP moongate_store_busy_retries_total Writer attempts that found the database locked.\n"
-             "# TYPE moongate_store_busy_retries_total counter\nmoongate_store_busy_retries_total %llu\n",
-             (unsigned long long)st.queued, (unsigned long long)st.parked,
-             (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
-             (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
+    snprintf(
+        text, sizeof(text),
+        "# HELP moongate_store_queued Writes waiting for the store's writer thread.\n"
+        "# TYPE moongate_store_queued gauge\nmoongate_store_queued %llu\n"
+        "# HELP moongate_store_parked Writes parked on the loop while the write queue is full.\n"
+        "# TYPE moongate_store_parked gauge\nmoongate_store_parked %llu\n"
+        "# HELP moongate_store_writes_total Writes committed.\n"
+        "# TYPE moongate_store_writes_total counter\nmoongate_store_writes_total %llu\n"
+        "# HELP moongate_store_failed_writes_total Writes that could not be stored.\n"
+        "# TYPE moongate_store_failed_writes_total counter\nmoongate_store_failed_writes_total %llu\n"
+        "# HELP moongate_store_commits_total Transactions committed (group commits).\n"
+        "# TYPE moongate_store_commits_total counter\nmoongate_store_commits_total %llu\n"
+        "# HELP moongate_store_busy_retries_total Writer attempts that found the database locked.\n"
+        "# TYPE moongate_store_busy_retries_total counter\nmoongate_store_busy_retries_total %llu\n",
+        (unsigned long long)st.queued, (unsigned long long)st.parked,
+        (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
+        (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
     mg_buf_append_str(b, text);
     if (!s->upkeep) return;
     mg_upkeep_stats_t u;
     mg_upkeep_stats(s->upkeep, &u);
-    snprintf(text, sizeof(text),
-             "# HELP sidecar_db_size_bytes The SQLite database file's size.\n"
-             "# TYPE sidecar_db_size_bytes gauge\nsidecar_db_size_bytes %lld\n"
-             "# HELP sidecar_db_wal_size_bytes The SQLite WAL file's size.\n"
-             "# TYPE sidecar_db_wal_size_bytes gauge\nsidecar_db_wal_size_bytes %lld\n"
-             "# HELP sidecar_db_integrity_ok The last PRAGMA integrity_check: 1 ok, 0 problems, -1 not run yet.\n"
-             "# TYPE sidecar_db_integrity_ok gauge\nsidecar_db_integrity_ok %d\n"
-             "# HELP moongate_db_checkpoints_total WAL checkpoints that truncated the WAL file.\n"
-             "# TYPE moongate_db_checkpoints_total counter\nmoongate_db_checkpoints_total %llu\n"
-             "# HELP moongate_db_backups_total Online backups by result.\n"
-             "# TYPE moongate_db_backups_total counter\n"
-             "moongate_db_backups_total{result=\"ok\"} %llu\n"
-             "moongate_db_backups_total{result=\"failed\"} %llu\n"
-             "# HELP moongate_db_last_backup_timestamp_seconds When the last backup was written (0: none).\n"
-             "# TYPE moongate_db_last_backup_timestamp_seconds gauge\n"
-             "moongate_db_last_backup_timestamp_seconds %lld\n",
-             (long long)u.db_bytes, (long long)u.wal_bytes, u.integrity_ok,
-             (unsigned long long)u.checkpoints_total, (unsigned long long)u.backups_total,
-             (unsigned long long)u.backup_failures_total, (long long)u.backup_at);
+    snprintf(
+        text, sizeof(text),
+        "# HELP sidecar_db_size_bytes The SQLite database file's size.\n"
+        "# TYPE sidecar_db_size_bytes gauge\nsidecar_db_size_bytes %lld\n"
+        "# HELP sidecar_db_wal_size_bytes The SQLite WAL file's size.\n"
+        "# TYPE sidecar_db_wal_size_bytes gauge\nsidecar_db_wal_size_bytes %lld\n"
+        "# HELP sidecar_db_integrity_ok The last PRAGMA integrity_check: 1 ok, 0 problems, -1 not run yet.\n"
+        "# TYPE sidecar_db_integrity_ok gauge\nsidecar_db_integrity_ok %d\n"
+        "# HELP moongate_db_checkpoints_total WAL checkpoints that truncated the WAL file.\n"
+        "# TYPE moongate_db_checkpoints_total counter\nmoongate_db_checkpoints_total %llu\n"
+        "# HELP moongate_db_backups_total Online backups by result.\n"
+        "# TYPE moongate_db_backups_total counter\n"
+        "moongate_db_backups_total{result=\"ok\"} %llu\n"
+        "moongate_db_backups_total{result=\"failed\"} %llu\n"
+        "# HELP moongate_db_last_backup_timestamp_seconds When the last backup was written (0: none).\n"
+        "# TYPE moongate_db_last_backup_timestamp_seconds gauge\n"
+        "moongate_db_last_backup_timestamp_seconds %lld\n",
+        (long long)u.db_bytes, (long long)u.wal_bytes, u.integrity_ok,
+        (unsigned long long)u.checkpoints_total, (unsigned long long)u.backups_total,
+        (unsigned long long)u.backup_failures_total, (long long)u.backup_at);
     mg_buf_append_str(b, text);
 }
 
@@ -442,8 +446,8 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
     mg_sched_stats(s->sched, &pre);
     s->metrics->memory_reserved_bytes = pre.mem_reserved_bytes;
     mg_pipeline_active_tasks(s->pipeline, mg_metrics_family(s->metrics, MG_FAM_ACTIVE_TASKS));
-    if (mg_metrics_render(s->metrics, s->pool, s->pipeline->in_flight, mg_gens_current(s->gens)->id, uv_now(s->loop), &text,
-                          &len) != 0) {
+    if (mg_metrics_render(s->metrics, s->pool, s->pipeline->in_flight, mg_gens_current(s->gens)->id,
+                          uv_now(s->loop), &text, &len) != 0) {
         mg_http_respond(req, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
     }
@@ -467,17 +471,19 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
              depth);
     mg_buf_append_str(&b, line);
     const mg_config_t *cfg = mg_gens_current(s->gens)->cfg;
-    snprintf(line, sizeof(line),
-             "# HELP moongate_queue_capacity Tasks the queue holds (scheduler.max_queued_tasks).\n"
-             "# TYPE moongate_queue_capacity gauge\nmoongate_queue_capacity %d\n"
-             "# HELP moongate_running_capacity Tasks that run at once (scheduler.max_running_tasks).\n"
-             "# TYPE moongate_running_capacity gauge\nmoongate_running_capacity %d\n",
-             cfg->scheduler.max_queued_tasks, cfg->scheduler.max_running_tasks);
+    snprintf(
+        line, sizeof(line),
+        "# HELP moongate_queue_capacity Tasks the queue holds (scheduler.max_queued_tasks).\n"
+        "# TYPE moongate_queue_capacity gauge\nmoongate_queue_capacity %d\n"
+        "# HELP moongate_running_capacity Tasks that run at once (scheduler.max_running_tasks).\n"
+        "# TYPE moongate_running_capacity gauge\nmoongate_running_capacity %d\n",
+        cfg->scheduler.max_queued_tasks, cfg->scheduler.max_running_tasks);
     mg_buf_append_str(&b, line);
-    snprintf(line, sizeof(line),
-             "# HELP moongate_running_tasks Tasks holding a slot.\n# TYPE moongate_running_tasks gauge\n"
-             "moongate_running_tasks %u\n",
-             ss.running);
+    snprintf(
+        line, sizeof(line),
+        "# HELP moongate_running_tasks Tasks holding a slot.\n# TYPE moongate_running_tasks gauge\n"
+        "moongate_running_tasks %u\n",
+        ss.running);
     mg_buf_append_str(&b, line);
     snprintf(line, sizeof(line),
              "# HELP moongate_backpressure_level 0 normal, 1..3 shedding.\n"

@@ -1,6 +1,6 @@
 /* api: the client-facing HTTP surface: paths routed to their handlers (inference to the
- * pipeline, /v1/tasks to tasks, /v1/sessions to sessions, /api/v2 to the admin API), and the small endpoints the
- * gateway answers itself (health, readiness, status, models, metrics).
+ * pipeline, /v1/tasks to tasks, /v1/sessions to sessions, /api/v2 to the admin API), and the small
+ * endpoints the gateway answers itself (health, readiness, status, models, metrics).
  *
  * The api holds borrowed pointers to what those endpoints read; the composition root
  * (server.c) fills them before the listeners start. Loop thread only. */
@@ -27,11 +27,11 @@
 
 /* The process as /status and /ready tell it (the composition root keeps it current). */
 typedef struct mg_proc_status_s {
-    int64_t started_at;       /* unix seconds */
-    int stopping;             /* draining: not ready */
-    char reload_result[16];   /* "ok" | "failed" */
-    char reload_error[1024];  /* the last failed reload's "FILE:LINE: reason", or "" */
-    int64_t reload_at;        /* unix seconds of the last reload's end */
+    int64_t started_at;      /* unix seconds */
+    int stopping;            /* draining: not ready */
+    char reload_result[16];  /* "ok" | "failed" */
+    char reload_error[1024]; /* the last failed reload's "FILE:LINE: reason", or "" */
+    int64_t reload_at;       /* unix seconds of the last reload's end */
 } mg_proc_status_t;
 
 typedef struct mg_api_s {
@@ -41,16 +41,16 @@ typedef struct mg_api_s {
     mg_pool_t *pool;
     mg_sched_t *sched;
     mg_upstream_t *upstream;
-    mg_store_t *store;          /* NULL: not ready */
-    mg_upkeep_t *upkeep;        /* NULL: no housekeeping thread (its metrics are left out) */
+    mg_store_t *store;   /* NULL: not ready */
+    mg_upkeep_t *upkeep; /* NULL: no housekeeping thread (its metrics are left out) */
     mg_pipeline_t *pipeline;
     mg_tasks_t *tasks;
     mg_sessions_t *sessions;
     mg_admin_t *admin;
-    mg_dashboard_t *dashboard;  /* the WebUI, its sign-in and stream; NULL = none */
-    mg_auth_t *auth;            /* who owns a task */
+    mg_dashboard_t *dashboard;         /* the WebUI, its sign-in and stream; NULL = none */
+    mg_auth_t *auth;                   /* who owns a task */
     struct mg_resp_store_s *responses; /* GET and DELETE /v1/responses/{id} */
-    const mg_listener_t *listener; /* server.listen: its connections */
+    const mg_listener_t *listener;     /* server.listen: its connections */
     const mg_proc_status_t *proc;
 } mg_api_t;
 

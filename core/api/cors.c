@@ -31,12 +31,12 @@ int mg_cors_handle(const mg_cors_conf_t *cors, mg_http_req_t *req, mg_metrics_t 
 {
     const char *origin = cors->n_origins ? mg_http_header(req, "Origin") : NULL;
     if (!origin || strncmp(req->path, "/v1/", 4) != 0) return 0;
-    int preflight = req->method == HTTP_OPTIONS &&
-                    mg_http_header(req, "Access-Control-Request-Method") != NULL;
+    int preflight =
+        req->method == HTTP_OPTIONS && mg_http_header(req, "Access-Control-Request-Method") != NULL;
     if (!allowed(cors, origin) || strlen(origin) > 256) {
         if (!preflight) return 0; /* served as usual; the browser keeps the answer from the page */
-        mg_answer_error(m, req, MG_EP_OTHER, 403, "CORS_REFUSED", "this origin may not call the API",
-                        0);
+        mg_answer_error(m, req, MG_EP_OTHER, 403, "CORS_REFUSED",
+                        "this origin may not call the API", 0);
         return 1;
     }
     char lines[512];

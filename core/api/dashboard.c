@@ -20,11 +20,11 @@
 /* Every file of the page: only this origin's scripts, styles, images and connections.
  * 'unsafe-eval' because Alpine.js evaluates its attribute expressions (its standard build);
  * no inline script and no other origin. */
-#define PAGE_HEADERS                                                                              \
-    "Content-Security-Policy: default-src 'self'; script-src 'self' 'unsafe-eval'; "             \
-    "style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "       \
-    "base-uri 'none'; form-action 'self'\r\n"                                                     \
-    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"                               \
+#define PAGE_HEADERS                                                                               \
+    "Content-Security-Policy: default-src 'self'; script-src 'self' 'unsafe-eval'; "               \
+    "style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "         \
+    "base-uri 'none'; form-action 'self'\r\n"                                                      \
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n"                                 \
     "Referrer-Policy: no-referrer\r\nCache-Control: no-cache\r\n"
 
 static const mg_dashboard_conf_t *conf_of(const mg_dashboard_t *d)
@@ -32,8 +32,8 @@ static const mg_dashboard_conf_t *conf_of(const mg_dashboard_t *d)
     return &mg_gens_current(d->gens)->cfg->dashboard;
 }
 
-int mg_dashboard_init(mg_dashboard_t *d, uv_loop_t *loop, mg_gens_t *gens,
-                      mg_metrics_t *metrics, mg_admin_t *admin, const mg_stream_deps_t *sd)
+int mg_dashboard_init(mg_dashboard_t *d, uv_loop_t *loop, mg_gens_t *gens, mg_metrics_t *metrics,
+                      mg_admin_t *admin, const mg_stream_deps_t *sd)
 {
     memset(d, 0, sizeof(*d));
     d->loop = loop;
@@ -112,7 +112,8 @@ static void answer_session(mg_dashboard_t *d, mg_http_req_t *req, const mg_webse
     char headers[512];
     snprintf(headers, sizeof(headers), "Cache-Control: no-store\r\n%s",
              cookie_headers ? cookie_headers : "");
-    if (rc != 0) mg_answer_error(d->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
+    if (rc != 0)
+        mg_answer_error(d->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "out of memory", 0);
     else mg_answer_json(d->metrics, req, MG_EP_OTHER, 200, headers, text.data, text.len);
     mg_buf_free(&text);
 }
@@ -140,8 +141,8 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
     mg_websession_t *se = NULL;
     if (req && role != MG_ADMIN_NONE)
         se = mg_websession_create(&d->sessions, role, tenant_id,
-                               role == MG_ADMIN_TENANT ? w->token : NULL, dc->session_ttl_s,
-                               mg_unix_ms(), cookie);
+                                  role == MG_ADMIN_TENANT ? w->token : NULL, dc->session_ttl_s,
+                                  mg_unix_ms(), cookie);
     OPENSSL_cleanse(w->token, sizeof(w->token));
     free(w);
     if (!req) return;
@@ -154,7 +155,8 @@ static void signed_in(void *ud, mg_admin_role_t role, int64_t tenant_id)
         return;
     }
     if (!se) {
-        mg_answer_error(d->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR", "cannot make a session", 0);
+        mg_answer_error(d->metrics, req, MG_EP_OTHER, 500, "INTERNAL_ERROR",
+                        "cannot make a session", 0);
         return;
     }
     char set_cookie[256];

@@ -37,7 +37,7 @@ typedef struct mg_dashboard_s {
     mg_gens_t *gens;
     mg_metrics_t *metrics;
     mg_admin_t *admin;
-    mg_webui_t webui;          /* empty when the files were not found (logged at start) */
+    mg_webui_t webui; /* empty when the files were not found (logged at start) */
     mg_websessions_t sessions;
     mg_streams_t streams;
 } mg_dashboard_t;
@@ -45,8 +45,8 @@ typedef struct mg_dashboard_s {
 /* Read the files and make the session table (start-up: blocking). A missing webui/ is
  * logged and leaves the page answering 503; only out of memory fails (-1). sd: what the
  * stream's snapshots read. */
-int mg_dashboard_init(mg_dashboard_t *d, uv_loop_t *loop, mg_gens_t *gens,
-                      mg_metrics_t *metrics, mg_admin_t *admin, const mg_stream_deps_t *sd);
+int mg_dashboard_init(mg_dashboard_t *d, uv_loop_t *loop, mg_gens_t *gens, mg_metrics_t *metrics,
+                      mg_admin_t *admin, const mg_stream_deps_t *sd);
 /* Handle "/" and "/api/dashboard[/...]": 1 when req was one of them (answered), else 0. */
 int mg_dashboard_handle(mg_dashboard_t *d, mg_http_req_t *req);
 /* Handle a request under /api/v2/: with an Authorization header as the admin API does;

@@ -12,15 +12,15 @@
 #include "base/json.h"
 #include "obs/answer.h"
 
-#define REPLAY_NEW 50          /* requests a new stream starts with */
-#define MAX_REQUESTS_TICK 100  /* request events written to one client per tick */
+#define REPLAY_NEW 50         /* requests a new stream starts with */
+#define MAX_REQUESTS_TICK 100 /* request events written to one client per tick */
 #define KEEPALIVE_MS 15000
-#define DROP_AFTER_MS 10000    /* output still queued this long: the client is dropped */
+#define DROP_AFTER_MS 10000 /* output still queued this long: the client is dropped */
 
 struct mg_stream_client_s {
     mg_streams_t *s;
     mg_http_req_t *req;
-    uint64_t serial;           /* its session */
+    uint64_t serial; /* its session */
     mg_admin_role_t role;
     int64_t tenant_id;
     uint64_t last_seq;         /* the last request event considered */
@@ -29,7 +29,7 @@ struct mg_stream_client_s {
     uint64_t stalled_since_ms; /* 0 = writing freely */
     char model[64];            /* request events filtered by: "" = any */
     char provider[64];
-    int errors_only;           /* status >= 400 only */
+    int errors_only; /* status >= 400 only */
     mg_stream_client_t *next;
 };
 
@@ -252,7 +252,8 @@ static void tick_all(mg_streams_t *s, mg_stream_client_t *only)
     for (mg_stream_client_t *c = s->clients, *next; c; c = next) {
         next = c->next;
         if (only && c != only) continue;
-        if (c->role == MG_ADMIN_PLATFORM && !platform.built) snap_build(&platform, platform_snapshot(s));
+        if (c->role == MG_ADMIN_PLATFORM && !platform.built)
+            snap_build(&platform, platform_snapshot(s));
         serve_client(c, &platform, now);
     }
     mg_buf_free(&platform.text);
@@ -321,8 +322,10 @@ static void read_filters(mg_stream_client_t *c, const mg_http_req_t *req)
 {
     char errors[8] = "";
     if (!query_param(req->query, "model", c->model, sizeof(c->model))) c->model[0] = '\0';
-    if (!query_param(req->query, "provider", c->provider, sizeof(c->provider))) c->provider[0] = '\0';
-    c->errors_only = query_param(req->query, "errors", errors, sizeof(errors)) && !strcmp(errors, "1");
+    if (!query_param(req->query, "provider", c->provider, sizeof(c->provider)))
+        c->provider[0] = '\0';
+    c->errors_only =
+        query_param(req->query, "errors", errors, sizeof(errors)) && !strcmp(errors, "1");
 }
 
 void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_websession_t *se)
@@ -342,8 +345,12 @@ void mg_streams_open(mg_streams_t *s, mg_http_req_t *req, const mg_websession_t 
     }
     uint64_t next = s->d.recent->next_seq;
     long long resume = last_event_id(req);
-    *c = (mg_stream_client_t){.s = s, .req = req, .serial = se->serial, .role = se->role,
-                              .tenant_id = se->tenant_id, .last_seq = next > REPLAY_NEW ? next - 1 - REPLAY_NEW : 0,
+    *c = (mg_stream_client_t){.s = s,
+                              .req = req,
+                              .serial = se->serial,
+                              .role = se->role,
+                              .tenant_id = se->tenant_id,
+                              .last_seq = next > REPLAY_NEW ? next - 1 - REPLAY_NEW : 0,
                               .last_write_ms = uv_now(s->loop)};
     if (resume >= 0 && (uint64_t)resume < next) c->last_seq = (uint64_t)resume;
     read_filters(c, req);

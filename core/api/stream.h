@@ -41,9 +41,9 @@ struct mg_proc_status_s;
 /* What the snapshot reads, borrowed. */
 typedef struct mg_stream_deps_s {
     mg_sched_t *sched;
-    mg_pipeline_t *pipeline;          /* in flight */
+    mg_pipeline_t *pipeline; /* in flight */
     mg_recent_t *recent;
-    const mg_listener_t *listener;    /* connections */
+    const mg_listener_t *listener;       /* connections */
     const struct mg_proc_status_s *proc; /* the last reload */
 } mg_stream_deps_t;
 
@@ -54,13 +54,13 @@ typedef struct mg_streams_s {
     uv_loop_t *loop;
     mg_gens_t *gens;
     mg_metrics_t *metrics;
-    mg_admin_t *admin;                /* the provider and pool views */
+    mg_admin_t *admin; /* the provider and pool views */
     mg_websessions_t *sessions;
     uv_timer_t timer;
     int timer_on, stopping;
-    mg_stream_client_t *clients;      /* owned list */
+    mg_stream_client_t *clients; /* owned list */
     int n;
-    uint64_t dropped_total;           /* slow clients dropped */
+    uint64_t dropped_total; /* slow clients dropped */
 } mg_streams_t;
 
 int mg_streams_init(mg_streams_t *s, uv_loop_t *loop, mg_gens_t *gens, mg_metrics_t *metrics,

@@ -58,8 +58,8 @@ static mg_websession_t *free_slot(mg_websessions_t *s, uint64_t now_ms)
 }
 
 mg_websession_t *mg_websession_create(mg_websessions_t *s, mg_admin_role_t role, int64_t tenant_id,
-                                const char *tenant_token, int ttl_s, uint64_t now_ms,
-                                char *cookie)
+                                      const char *tenant_token, int ttl_s, uint64_t now_ms,
+                                      char *cookie)
 {
     if (s->cap <= 0) return NULL;
     char *tok = tenant_token ? strdup(tenant_token) : NULL;

@@ -20,17 +20,17 @@
 #define MG_WEBSESSION_ID_LEN 64 /* hex of 32 random bytes */
 
 typedef struct mg_websession_s {
-    char id_digest[65];        /* SHA-256 hex of the cookie value; "" = a free slot */
+    char id_digest[65]; /* SHA-256 hex of the cookie value; "" = a free slot */
     char csrf[MG_WEBSESSION_ID_LEN + 1];
-    uint64_t expires_ms;       /* unix ms */
+    uint64_t expires_ms; /* unix ms */
     mg_admin_role_t role;
-    int64_t tenant_id;         /* MG_ADMIN_TENANT only */
-    char *tenant_token;        /* owned, wiped on end: MG_ADMIN_TENANT only */
-    uint64_t serial;           /* unique per session: a stream holds it, not the pointer */
+    int64_t tenant_id;  /* MG_ADMIN_TENANT only */
+    char *tenant_token; /* owned, wiped on end: MG_ADMIN_TENANT only */
+    uint64_t serial;    /* unique per session: a stream holds it, not the pointer */
 } mg_websession_t;
 
 typedef struct mg_websessions_s {
-    mg_websession_t *slots;       /* owned, cap of them */
+    mg_websession_t *slots; /* owned, cap of them */
     int cap;
     uint64_t next_serial;
 } mg_websessions_t;
@@ -43,8 +43,8 @@ void mg_websessions_free(mg_websessions_t *s);
 /* A new session (tenant_token copied; NULL for the platform admin) and its cookie value in
  * cookie (MG_WEBSESSION_ID_LEN + 1 bytes). NULL when out of memory or randomness. */
 mg_websession_t *mg_websession_create(mg_websessions_t *s, mg_admin_role_t role, int64_t tenant_id,
-                                const char *tenant_token, int ttl_s, uint64_t now_ms,
-                                char *cookie);
+                                      const char *tenant_token, int ttl_s, uint64_t now_ms,
+                                      char *cookie);
 /* The live session named by req's Cookie header, or NULL (none, unknown, or expired: an
  * expired one is ended). */
 mg_websession_t *mg_websession_find(mg_websessions_t *s, const mg_http_req_t *req, uint64_t now_ms);

@@ -12,17 +12,17 @@
 #include <stddef.h>
 
 typedef struct mg_webui_file_s {
-    char *path;            /* owned: relative, "index.html", "vendor/alpine.min.js" */
-    char *data;            /* owned */
+    char *path; /* owned: relative, "index.html", "vendor/alpine.min.js" */
+    char *data; /* owned */
     size_t len;
-    const char *type;      /* static: its Content-Type */
-    char etag[24];         /* "\"<16 hex of its SHA-256>\"" */
+    const char *type; /* static: its Content-Type */
+    char etag[24];    /* "\"<16 hex of its SHA-256>\"" */
 } mg_webui_file_t;
 
 typedef struct mg_webui_s {
     mg_webui_file_t *files; /* owned */
     size_t n;
-    char dir[512];         /* where they were read from */
+    char dir[512]; /* where they were read from */
 } mg_webui_t;
 
 /* Read the files (blocking: start-up only). 0, or -1 with the reason in err (no index.html

@@ -82,16 +82,13 @@ int mg_arena_on_destroy(mg_arena_t *a, void (*fn)(void *), void *data)
 
 void mg_arena_reset(mg_arena_t *a)
 {
-    for (mg_arena_cleanup_t *c = a->cleanups; c; c = c->next)
-        c->fn(c->data);
+    for (mg_arena_cleanup_t *c = a->cleanups; c; c = c->next) c->fn(c->data);
     a->cleanups = NULL;
     mg_arena_block_t *keep = NULL, *b = a->head;
     while (b) {
         mg_arena_block_t *next = b->next;
-        if (!keep && b->size == a->block_size)
-            keep = b;
-        else
-            free(b);
+        if (!keep && b->size == a->block_size) keep = b;
+        else free(b);
         b = next;
     }
     if (keep) {

@@ -13,8 +13,8 @@ typedef struct mg_arena_block_s mg_arena_block_t;
 typedef struct mg_arena_cleanup_s mg_arena_cleanup_t;
 
 typedef struct mg_arena_s {
-    mg_arena_block_t *head;      /* owned chain of blocks */
-    mg_arena_cleanup_t *cleanups;/* owned list, run newest first */
+    mg_arena_block_t *head;       /* owned chain of blocks */
+    mg_arena_cleanup_t *cleanups; /* owned list, run newest first */
     size_t block_size;
 } mg_arena_t;
 
@@ -32,8 +32,8 @@ typedef struct mg_arena_s {
 #endif
 
 void mg_arena_init(mg_arena_t *a, size_t block_size);
-void *mg_arena_alloc(mg_arena_t *a, size_t n);   /* 16-byte aligned, not zeroed */
-void *mg_arena_calloc(mg_arena_t *a, size_t n);  /* zeroed */
+void *mg_arena_alloc(mg_arena_t *a, size_t n);  /* 16-byte aligned, not zeroed */
+void *mg_arena_calloc(mg_arena_t *a, size_t n); /* zeroed */
 char *mg_arena_strndup(mg_arena_t *a, const char *s, size_t n);
 char *mg_arena_strdup(mg_arena_t *a, const char *s);
 /* Run fn(data) when the arena is destroyed. Returns 0, or -1 when out of memory

@@ -125,8 +125,7 @@ int mg_json_print(const cJSON *v, mg_buf_t *out)
     case cJSON_False: return mg_buf_append(out, "false", 5);
     case cJSON_True: return mg_buf_append(out, "true", 4);
     case cJSON_Number: return mg_json_print_number(v->valuedouble, out);
-    case cJSON_String:
-        return mg_json_print_string(v->valuestring, strlen(v->valuestring), out);
+    case cJSON_String: return mg_json_print_string(v->valuestring, strlen(v->valuestring), out);
     case cJSON_Raw: return mg_buf_append_str(out, v->valuestring ? v->valuestring : "null");
     case cJSON_Array:
     case cJSON_Object: {
@@ -136,7 +135,8 @@ int mg_json_print(const cJSON *v, mg_buf_t *out)
             if (c != v->child && mg_buf_append(out, ",", 1)) return -1;
             if (obj) {
                 const char *k = c->string ? c->string : "";
-                if (mg_json_print_string(k, strlen(k), out) || mg_buf_append(out, ":", 1)) return -1;
+                if (mg_json_print_string(k, strlen(k), out) || mg_buf_append(out, ":", 1))
+                    return -1;
             }
             if (mg_json_print(c, out)) return -1;
         }
@@ -161,8 +161,8 @@ static size_t skip_ws(const char *s, size_t i, size_t n)
 static unsigned quote_or_backslash_mask(const char *p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
     return (unsigned)_mm_movemask_epi8(hit);
 }
 #endif
@@ -330,14 +330,10 @@ static unsigned v_hex4(const unsigned char *p)
     for (int i = 0; i < 4; i++) {
         unsigned char c = p[i];
         unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return 0;
+        if (c >= '0' && c <= '9') d = (unsigned)(c - '0');
+        else if (c >= 'A' && c <= 'F') d = (unsigned)(c - 'A' + 10);
+        else if (c >= 'a' && c <= 'f') d = (unsigned)(c - 'a' + 10);
+        else return 0;
         h = (h << 4) | d;
     }
     return h;
@@ -374,14 +370,12 @@ static int v_escapes(const unsigned char *p, const unsigned char *end)
         case 't':
         case '"':
         case '\\':
-        case '/':
-            break;
+        case '/': break;
         case 'u':
             len = v_utf16(p, end);
             if (!len) return -1;
             break;
-        default:
-            return -1;
+        default: return -1;
         }
         p += len;
     }
@@ -409,25 +403,20 @@ static int v_plain_number(const unsigned char *p, size_t n)
 {
     size_t i = p[0] == '-';
     if (i >= n) return 0;
-    if (p[i] == '0')
-        i++;
+    if (p[i] == '0') i++;
     else if (p[i] >= '1' && p[i] <= '9')
-        while (i < n && p[i] >= '0' && p[i] <= '9')
-            i++;
-    else
-        return 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
+    else return 0;
     if (i < n && p[i] == '.') {
         size_t d = ++i;
-        while (i < n && p[i] >= '0' && p[i] <= '9')
-            i++;
+        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
         if (i == d) return 0;
     }
     if (i < n && (p[i] == 'e' || p[i] == 'E')) {
         i++;
         if (i < n && (p[i] == '+' || p[i] == '-')) i++;
         size_t d = i;
-        while (i < n && p[i] >= '0' && p[i] <= '9')
-            i++;
+        while (i < n && p[i] >= '0' && p[i] <= '9') i++;
         if (i == d) return 0;
     }
     return i == n;
@@ -438,15 +427,13 @@ static int v_plain_number(const unsigned char *p, size_t n)
 static size_t v_number(const vctx_t *v, size_t i)
 {
     size_t run = 0;
-    while (i + run < v->n && v_number_char(v->s[i + run]))
-        run++;
+    while (i + run < v->n && v_number_char(v->s[i + run])) run++;
     if (v_plain_number(v->s + i, run)) return i + run;
     char small[64], *end;
     char *buf = run < sizeof(small) ? small : malloc(run + 1);
     if (!buf) return V_ERR;
     const char *dp = localeconv()->decimal_point;
-    for (size_t k = 0; k < run; k++)
-        buf[k] = v->s[i + k] == '.' ? dp[0] : (char)v->s[i + k];
+    for (size_t k = 0; k < run; k++) buf[k] = v->s[i + k] == '.' ? dp[0] : (char)v->s[i + k];
     buf[run] = '\0';
     (void)strtod(buf, &end);
     size_t used = (size_t)(end - buf);
@@ -498,21 +485,14 @@ static size_t v_value(vctx_t *v, size_t i, int depth)
 {
     if (i >= v->n) return V_ERR;
     switch (v->s[i]) {
-    case 'n':
-        return v_literal(v, i, "null", 4);
-    case 'f':
-        return v_literal(v, i, "false", 5);
-    case 't':
-        return v_literal(v, i, "true", 4);
-    case '"':
-        return v_string(v, i);
+    case 'n': return v_literal(v, i, "null", 4);
+    case 'f': return v_literal(v, i, "false", 5);
+    case 't': return v_literal(v, i, "true", 4);
+    case '"': return v_string(v, i);
     case '[':
-    case '{':
-        return v_container(v, i, depth);
-    case '-':
-        return v_number(v, i);
-    default:
-        return v->s[i] >= '0' && v->s[i] <= '9' ? v_number(v, i) : V_ERR;
+    case '{': return v_container(v, i, depth);
+    case '-': return v_number(v, i);
+    default: return v->s[i] >= '0' && v->s[i] <= '9' ? v_number(v, i) : V_ERR;
     }
 }
 
@@ -550,8 +530,8 @@ int mg_json_check_members(const char *s, size_t n, mg_json_member_cb cb, void *u
 
 static int big_number(const cJSON *v)
 {
-    return cJSON_IsNumber(v) && (v->valuedouble >= EXACT_DOUBLE_LIMIT ||
-                                 v->valuedouble <= -EXACT_DOUBLE_LIMIT);
+    return cJSON_IsNumber(v) &&
+           (v->valuedouble >= EXACT_DOUBLE_LIMIT || v->valuedouble <= -EXACT_DOUBLE_LIMIT);
 }
 
 static int integer_literal(const char *s, size_t n)

@@ -24,14 +24,13 @@ static struct {
     int attached;
     char *buf;
     size_t len, cap;
-    int text;   /* log.format: text */
+    int text; /* log.format: text */
 } g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0};
 
 void mg_log_set_text(int text)
 {
     g_log.text = text;
 }
-
 
 void mg_log_set_level(mg_log_level_t level)
 {
@@ -230,11 +229,14 @@ static void append_escaped(mg_logline_t *l, const char *s, size_t n)
 }
 
 /* Each field is all or nothing: a field that does not fit is dropped whole. */
-#define FIELD_BEGIN(l) size_t mark_ = (l)->len; int ovf_ = (l)->overflow; (l)->overflow = 0
-#define FIELD_END(l)                                                                           \
-    do {                                                                                       \
-        if ((l)->overflow) (l)->len = mark_;                                                   \
-        (l)->overflow |= ovf_;                                                                 \
+#define FIELD_BEGIN(l)                                                                             \
+    size_t mark_ = (l)->len;                                                                       \
+    int ovf_ = (l)->overflow;                                                                      \
+    (l)->overflow = 0
+#define FIELD_END(l)                                                                               \
+    do {                                                                                           \
+        if ((l)->overflow) (l)->len = mark_;                                                       \
+        (l)->overflow |= ovf_;                                                                     \
     } while (0)
 
 /* The "ts" prefix up to the seconds changes once a second: format it once. */
@@ -256,8 +258,8 @@ void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
     int ms = (int)(tv.tv_usec / 1000);
     l->overflow = 0;
     l->len = 0;
-    char frac[8] = {'.', (char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10),
-                    'Z', '"'};
+    char frac[8] = {
+        '.', (char)('0' + ms / 100), (char)('0' + ms / 10 % 10), (char)('0' + ms % 10), 'Z', '"'};
     if (g_log.text) { /* "2026-08-03T06:56:00.123Z info msg key=value ..." */
         append(l, ts_cache.text, strlen(ts_cache.text));
         append(l, frac, 5);

@@ -14,7 +14,12 @@
 #include <stdint.h>
 #include <uv.h>
 
-typedef enum { MG_LOG_DEBUG = 0, MG_LOG_INFO = 1, MG_LOG_WARN = 2, MG_LOG_ERROR = 3 } mg_log_level_t;
+typedef enum {
+    MG_LOG_DEBUG = 0,
+    MG_LOG_INFO = 1,
+    MG_LOG_WARN = 2,
+    MG_LOG_ERROR = 3
+} mg_log_level_t;
 
 /* A line under construction. Start with mg_log_begin, add fields, finish with mg_log_end. */
 typedef struct mg_logline_s {

@@ -17,12 +17,12 @@
 
 typedef struct mg_memtrim_s {
     uv_loop_t *loop;
-    uv_timer_t timer;     /* the quiet second after a burst */
-    uv_work_t work;       /* malloc_trim on the thread pool */
-    size_t freed;         /* bytes noted since the last trim */
-    size_t freed_at_arm;  /* ... when the timer was set */
+    uv_timer_t timer;    /* the quiet second after a burst */
+    uv_work_t work;      /* malloc_trim on the thread pool */
+    size_t freed;        /* bytes noted since the last trim */
+    size_t freed_at_arm; /* ... when the timer was set */
     int open, armed, working;
-    uint64_t trims;       /* malloc_trim runs so far */
+    uint64_t trims; /* malloc_trim runs so far */
 } mg_memtrim_t;
 
 /* Set up on a loop. Returns 0 or a negative libuv error. */

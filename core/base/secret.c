@@ -90,8 +90,7 @@ static long b64_decode(const char *s, size_t len, unsigned char *out)
         long v = b64_group(s + i, pad);
         if (v < 0) return -1;
         unsigned char b[3] = {(unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-        for (size_t k = 0; k < 3 - pad; k++)
-            out[o++] = b[k];
+        for (size_t k = 0; k < 3 - pad; k++) out[o++] = b[k];
     }
     return total;
 }
@@ -342,19 +341,12 @@ void mg_secret_mask(const char *secret, char *out)
 const char *mg_secret_strerror(int code)
 {
     switch (code) {
-    case MG_SECRET_OK:
-        return "ok";
-    case MG_SECRET_EINVAL:
-        return "invalid argument";
-    case MG_SECRET_EFORMAT:
-        return "not a valid encrypted secret token";
-    case MG_SECRET_EAUTH:
-        return "secret failed authentication (wrong key or altered token)";
-    case MG_SECRET_ENOMEM:
-        return "out of memory";
-    case MG_SECRET_ECRYPTO:
-        return "crypto library or random generator failure";
-    default:
-        return "unknown error";
+    case MG_SECRET_OK: return "ok";
+    case MG_SECRET_EINVAL: return "invalid argument";
+    case MG_SECRET_EFORMAT: return "not a valid encrypted secret token";
+    case MG_SECRET_EAUTH: return "secret failed authentication (wrong key or altered token)";
+    case MG_SECRET_ENOMEM: return "out of memory";
+    case MG_SECRET_ECRYPTO: return "crypto library or random generator failure";
+    default: return "unknown error";
     }
 }

@@ -25,7 +25,8 @@ int mg_trace_parse(const char *v, mg_trace_t *t)
     if (n < MG_TRACEPARENT_LEN || v[2] != '-' || v[35] != '-' || v[52] != '-') return -1;
     if (lower_hex(v, 2) < 0 || memcmp(v, "ff", 2) == 0) return -1;
     /* version 00 is exactly 55 characters; a later version may add fields after a '-' */
-    if (memcmp(v, "00", 2) == 0 ? n != MG_TRACEPARENT_LEN : (n > MG_TRACEPARENT_LEN && v[55] != '-'))
+    if (memcmp(v, "00", 2) == 0 ? n != MG_TRACEPARENT_LEN
+                                : (n > MG_TRACEPARENT_LEN && v[55] != '-'))
         return -1;
     if (lower_hex(v + 3, MG_TRACE_ID_HEX) != 1 || lower_hex(v + 36, MG_SPAN_ID_HEX) != 1 ||
         lower_hex(v + 53, 2) < 0)

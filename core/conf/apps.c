@@ -78,7 +78,8 @@ static int data_policy(const cJSON *v, mg_app_conf_t *a, char *err, size_t errle
         if (strcmp(m->string, "allow_cloud") && strcmp(m->string, "sensitive_level"))
             return bad(err, errlen, "data_policy", "knows allow_cloud and sensitive_level only");
     }
-    if (ac && !cJSON_IsBool(ac)) return bad(err, errlen, "data_policy.allow_cloud", "must be true or false");
+    if (ac && !cJSON_IsBool(ac))
+        return bad(err, errlen, "data_policy.allow_cloud", "must be true or false");
     a->has_data_policy = true;
     a->allow_cloud = cJSON_IsTrue(ac);
     return 0;
@@ -87,8 +88,12 @@ static int data_policy(const cJSON *v, mg_app_conf_t *a, char *err, size_t errle
 int mg_app_from_json(const cJSON *def, const char *name, mg_app_conf_t *out, char *err,
                      size_t errlen)
 {
-    static const char *const keys[] = {"name", "max_running_tasks", "max_queued_tasks",
-                                       "allowed_priorities", "allowed_models", "data_policy",
+    static const char *const keys[] = {"name",
+                                       "max_running_tasks",
+                                       "max_queued_tasks",
+                                       "allowed_priorities",
+                                       "allowed_models",
+                                       "data_policy",
                                        NULL};
     memset(out, 0, sizeof(*out));
     out->stored = true;

@@ -73,8 +73,7 @@ int mg_conf_billing_section(yaml_document_t *doc, yaml_node_t *v, const char *fi
         yaml_node_t *val = yaml_document_get_node(doc, p->value);
         const char *key, *text;
         if (scalar(k, &key) != 0) return fail(file, k, err, errlen, "keys must be scalars");
-        if (scalar(val, &text) != 0)
-            return fail(file, val, err, errlen, "values must be scalars");
+        if (scalar(val, &text) != 0) return fail(file, val, err, errlen, "values must be scalars");
         if (strcmp(key, "webhook_secret") == 0) {
             char *s = expand(text);
             if (!s)

@@ -63,10 +63,8 @@ static int fail(loader_t *l, int line, const char *fmt, ...)
 {
     if (!l->err || l->err_len == 0) return -1;
     int n;
-    if (line > 0)
-        n = snprintf(l->err, l->err_len, "%s:%d: ", l->name, line);
-    else
-        n = snprintf(l->err, l->err_len, "%s: ", l->name);
+    if (line > 0) n = snprintf(l->err, l->err_len, "%s:%d: ", l->name, line);
+    else n = snprintf(l->err, l->err_len, "%s: ", l->name);
     if (n < 0 || (size_t)n >= l->err_len) return -1;
     va_list ap;
     va_start(ap, fmt);
@@ -113,8 +111,7 @@ static char *dup_str(loader_t *l, int line, const char *s)
 static const char *shown(const char *s, char *buf, size_t len)
 {
     size_t i = 0;
-    for (; s[i] && i + 4 < len; i++)
-        buf[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
+    for (; s[i] && i + 4 < len; i++) buf[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
     strcpy(buf + i, s[i] ? "..." : "");
     return buf;
 }
@@ -148,8 +145,7 @@ static int sb_add(strbuf_t *b, const char *s, size_t n)
 {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
+        while (cap < b->len + n + 1) cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) return -1;
         b->p = p;
@@ -288,8 +284,7 @@ static int check_keys(loader_t *l, yaml_node_t *map, const char *where, const ch
             return fail(l, line_of(k), "key contains a NUL character %s", where);
         if (!allowed) continue;
         size_t a = 0;
-        while (allowed[a] && strcmp(allowed[a], key))
-            a++;
+        while (allowed[a] && strcmp(allowed[a], key)) a++;
         if (!allowed[a])
             return fail(l, line_of(k), "unknown key '%s' %s", shown(key, buf, sizeof buf), where);
         if (seen & (1ULL << a)) return fail(l, line_of(k), "duplicate key '%s' %s", key, where);
@@ -298,8 +293,7 @@ static int check_keys(loader_t *l, yaml_node_t *map, const char *where, const ch
     if (allowed || n < 2) return 0;
     keyref_t *refs = malloc(n * sizeof *refs);
     if (!refs) return fail(l, line_of(map), "out of memory");
-    for (size_t i = 0; i < n; i++)
-        refs[i] = (keyref_t){scalar_text(node_at(l, start[i].key)), i};
+    for (size_t i = 0; i < n; i++) refs[i] = (keyref_t){scalar_text(node_at(l, start[i].key)), i};
     long dup = first_duplicate(refs, n);
     free(refs);
     if (dup >= 0) {
@@ -563,8 +557,10 @@ static int load_cors(loader_t *l, yaml_node_t *map)
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *e = node_at(l, ov->data.sequence.items.start[i]);
         if (!is_scalar(e) || !valid_origin(scalar_text(e)))
-            return fail(l, line_of(e), "%s.allowed_origins[%zu] must be an origin "
-                        "(scheme://host[:port]) or \"*\"", path, i);
+            return fail(l, line_of(e),
+                        "%s.allowed_origins[%zu] must be an origin "
+                        "(scheme://host[:port]) or \"*\"",
+                        path, i);
         if (!strcmp(scalar_text(e), "*") && c->allow_credentials)
             return fail(l, line_of(e), "%s: \"*\" cannot go with allow_credentials", path);
         if (!(c->origins[c->n_origins++] = dup_str(l, line_of(e), scalar_text(e)))) return -1;
@@ -582,11 +578,17 @@ static int load_dashboard(loader_t *l, yaml_node_t *v, int line)
 
 static int load_server(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"listen",           "metrics_listen",
-                                       "max_body_bytes",   "max_header_bytes",
-                                       "request_read_ms",  "min_body_bytes_per_s",
-                                       "write_timeout_ms", "max_connections",
-                                       "reserved_connections", "cors", NULL};
+    static const char *const keys[] = {"listen",
+                                       "metrics_listen",
+                                       "max_body_bytes",
+                                       "max_header_bytes",
+                                       "request_read_ms",
+                                       "min_body_bytes_per_s",
+                                       "write_timeout_ms",
+                                       "max_connections",
+                                       "reserved_connections",
+                                       "cors",
+                                       NULL};
     int r = want_map(l, v, line, "server", keys);
     if (r <= 0) return r;
     mg_config_t *c = l->cfg;
@@ -647,8 +649,9 @@ static int load_backup(loader_t *l, yaml_node_t *map)
 
 static int load_storage(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"path", "queue_max", "synchronous", "checkpoint_minutes",
-                                       "integrity_check_hours", "backup", NULL};
+    static const char *const keys[] = {
+        "path",   "queue_max", "synchronous", "checkpoint_minutes", "integrity_check_hours",
+        "backup", NULL};
     int r = want_map(l, v, line, "storage", keys);
     if (r <= 0) return r;
     char *sync = NULL;
@@ -692,8 +695,8 @@ static int load_model_tokenizer(loader_t *l, yaml_node_t *v, const char *path, m
     int id = name ? mg_encoding_lookup(name) : mg_encoding_for_model(m->routes[0].model);
     if (name && id < 0 && strcmp(name, "estimate") != 0) {
         char buf[72];
-        fail(l, line_of(v), "%s.tokenizer: '%s' is none of o200k_base, cl100k_base, estimate",
-             path, shown(name, buf, sizeof buf));
+        fail(l, line_of(v), "%s.tokenizer: '%s' is none of o200k_base, cl100k_base, estimate", path,
+             shown(name, buf, sizeof buf));
         free(name);
         return -1;
     }
@@ -761,22 +764,25 @@ static int load_upstream(loader_t *l, yaml_node_t *v, int line)
 
 static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {
-        "connect_ms",     "first_byte_ms",     "idle_ms",      "total_ms",
-        "header_read_ms", "keepalive_idle_ms", "drain_ms",     "queue_ms",
-        "max_queue_ms",   "max_first_byte_ms", "max_total_ms", NULL};
+    static const char *const keys[] = {"connect_ms",        "first_byte_ms",  "idle_ms",
+                                       "total_ms",          "header_read_ms", "keepalive_idle_ms",
+                                       "drain_ms",          "queue_ms",       "max_queue_ms",
+                                       "max_first_byte_ms", "max_total_ms",   NULL};
     int r = want_map(l, v, line, "timeouts", keys);
     if (r <= 0) return r;
     mg_timeouts_conf_t *t = &l->cfg->timeouts;
-    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,      &t->total_ms,
-                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms,     &t->queue_ms,
+    int *dst[] = {&t->connect_ms,     &t->first_byte_ms,     &t->idle_ms,     &t->total_ms,
+                  &t->header_read_ms, &t->keepalive_idle_ms, &t->drain_ms,    &t->queue_ms,
                   &t->max_queue_ms,   &t->max_first_byte_ms, &t->max_total_ms};
     for (size_t i = 0; keys[i]; i++) /* the max_* keys last: 0 means "the limit itself" */
         if (opt_int_field(l, v, "timeouts", keys[i], strncmp(keys[i], "max_", 4) == 0 ? 0 : 1,
                           MAX_TIMEOUT_MS, dst[i]) < 0)
             return -1;
     /* a maximum below its limit would shorten every request that asks for more */
-    const struct { const char *key; int *max, base; } caps[] = {
+    const struct {
+        const char *key;
+        int *max, base;
+    } caps[] = {
         {"max_queue_ms", &t->max_queue_ms, t->queue_ms},
         {"max_first_byte_ms", &t->max_first_byte_ms, t->first_byte_ms},
         {"max_total_ms", &t->max_total_ms, t->total_ms},
@@ -795,8 +801,9 @@ static int load_timeouts(loader_t *l, yaml_node_t *v, int line)
 
 static int load_routing(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"local_first", "queue_timeout_ms", "emergency_rpm_ratio",
-                                       "allow_smaller_model", "panic_threshold", NULL};
+    static const char *const keys[] = {"local_first",         "queue_timeout_ms",
+                                       "emergency_rpm_ratio", "allow_smaller_model",
+                                       "panic_threshold",     NULL};
     int r = want_map(l, v, line, "routing", keys);
     if (r <= 0) return r;
     mg_routing_conf_t *rc = &l->cfg->routing;
@@ -812,19 +819,27 @@ static int load_routing(loader_t *l, yaml_node_t *v, int line)
 
 static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
-                                       "priority_aging_seconds", "reserved_realtime_slots",
-                                       "overflow_status", "backpressure", "vram_bytes",
-                                       "safety_margin_ratio", "priority_weights",
-                                       "min_output_tokens", NULL};
+    static const char *const keys[] = {"max_running_tasks",
+                                       "max_queued_tasks",
+                                       "priority_aging_seconds",
+                                       "reserved_realtime_slots",
+                                       "overflow_status",
+                                       "backpressure",
+                                       "vram_bytes",
+                                       "safety_margin_ratio",
+                                       "priority_weights",
+                                       "min_output_tokens",
+                                       NULL};
     const char *path = "scheduler";
     int r = want_map(l, v, line, path, keys);
     if (r <= 0) return r;
     mg_scheduler_conf_t *sc = &l->cfg->scheduler;
     if (opt_int_field(l, v, path, "max_running_tasks", 1, 1000000, &sc->max_running_tasks) < 0 ||
         opt_int_field(l, v, path, "max_queued_tasks", 0, 10000000, &sc->max_queued_tasks) < 0 ||
-        opt_int_field(l, v, path, "priority_aging_seconds", 0, 86400, &sc->priority_aging_seconds) < 0 ||
-        opt_int_field(l, v, path, "reserved_realtime_slots", 0, 1000000, &sc->reserved_realtime_slots) < 0 ||
+        opt_int_field(l, v, path, "priority_aging_seconds", 0, 86400, &sc->priority_aging_seconds) <
+            0 ||
+        opt_int_field(l, v, path, "reserved_realtime_slots", 0, 1000000,
+                      &sc->reserved_realtime_slots) < 0 ||
         opt_int_field(l, v, path, "overflow_status", 429, 503, &sc->overflow_status) < 0 ||
         opt_int(l, v, path, "vram_bytes", 0, (long long)1 << 50, &sc->vram_bytes) < 0 ||
         opt_positive(l, v, path, "safety_margin_ratio", 0.99, &sc->safety_margin_ratio) < 0 ||
@@ -848,7 +863,8 @@ static int load_scheduler(loader_t *l, yaml_node_t *v, int line)
             char *end;
             long w = strtol(t, &end, 10);
             if (!*t || *end || w < 1 || w > 1000000)
-                return fail(l, line_of(e), "scheduler.priority_weights[%d] must be 1 .. 1000000", i);
+                return fail(l, line_of(e), "scheduler.priority_weights[%d] must be 1 .. 1000000",
+                            i);
             sc->weights[i] = (int)w;
         }
     }
@@ -892,9 +908,13 @@ static int load_idempotency(loader_t *l, yaml_node_t *v, int line)
 
 static int load_breaker(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"consecutive_failures", "error_rate_threshold",
-                                       "min_requests",         "window_seconds",
-                                       "open_duration_seconds", "half_open_max_requests", NULL};
+    static const char *const keys[] = {"consecutive_failures",
+                                       "error_rate_threshold",
+                                       "min_requests",
+                                       "window_seconds",
+                                       "open_duration_seconds",
+                                       "half_open_max_requests",
+                                       NULL};
     const char *path = "circuit_breaker";
     int r = want_map(l, v, line, path, keys);
     if (r <= 0) return r;
@@ -903,24 +923,28 @@ static int load_breaker(loader_t *l, yaml_node_t *v, int line)
         opt_positive(l, v, path, "error_rate_threshold", 1.0, &b->error_rate_threshold) < 0 ||
         opt_int_field(l, v, path, "min_requests", 1, 1000000, &b->min_requests) < 0 ||
         opt_int_field(l, v, path, "window_seconds", 1, 86400, &b->window_seconds) < 0 ||
-        opt_int_field(l, v, path, "open_duration_seconds", 1, 86400, &b->open_duration_seconds) < 0 ||
-        opt_int_field(l, v, path, "half_open_max_requests", 1, 1000, &b->half_open_max_requests) < 0)
+        opt_int_field(l, v, path, "open_duration_seconds", 1, 86400, &b->open_duration_seconds) <
+            0 ||
+        opt_int_field(l, v, path, "half_open_max_requests", 1, 1000, &b->half_open_max_requests) <
+            0)
         return -1;
     return 0;
 }
 
 static int load_health(loader_t *l, yaml_node_t *v, int line)
 {
-    static const char *const keys[] = {"probes", "probe_interval_ms", "probe_timeout_ms",
-                                       "load_interval_ms", "retry_down_ms", NULL};
+    static const char *const keys[] = {"probes",           "probe_interval_ms", "probe_timeout_ms",
+                                       "load_interval_ms", "retry_down_ms",     NULL};
     int r = want_map(l, v, line, "health", keys);
     if (r <= 0) return r;
     mg_health_conf_t *h = &l->cfg->health;
     if (opt_bool(l, v, "health", "probes", &h->probes) < 0 ||
         opt_int_field(l, v, "health", "probe_interval_ms", 100, MAX_TIMEOUT_MS,
                       &h->probe_interval_ms) < 0 ||
-        opt_int_field(l, v, "health", "probe_timeout_ms", 1, MAX_TIMEOUT_MS, &h->probe_timeout_ms) < 0 ||
-        opt_int_field(l, v, "health", "load_interval_ms", 100, MAX_TIMEOUT_MS, &h->load_interval_ms) < 0 ||
+        opt_int_field(l, v, "health", "probe_timeout_ms", 1, MAX_TIMEOUT_MS, &h->probe_timeout_ms) <
+            0 ||
+        opt_int_field(l, v, "health", "load_interval_ms", 100, MAX_TIMEOUT_MS,
+                      &h->load_interval_ms) < 0 ||
         opt_int_field(l, v, "health", "retry_down_ms", 0, MAX_TIMEOUT_MS, &h->retry_down_ms) < 0)
         return -1;
     return 0;
@@ -977,10 +1001,10 @@ static int load_forward(loader_t *l, yaml_node_t *map, const char *path, mg_prov
 
 static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
 {
-    static const char *const keys[] = {"id",        "adapter",   "base_url", "api_key", "pool",
-                                       "rpm_limit", "tpm_limit", "weight",   "local",   "engine",
-                                       "model_prefix", "cost_per_1k_tokens", "stream_usage",
-                                       "forward", NULL};
+    static const char *const keys[] = {
+        "id",           "adapter", "base_url", "api_key", "pool",         "rpm_limit",
+        "tpm_limit",    "weight",  "local",    "engine",  "model_prefix", "cost_per_1k_tokens",
+        "stream_usage", "forward", NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = line_of(v);
@@ -1014,8 +1038,7 @@ static int load_provider(loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf
                         "%s.base_url must not contain spaces, control characters, '?' or '#'",
                         path);
     size_t n = strlen(u);
-    while (n > (size_t)(host - u) && u[n - 1] == '/')
-        u[--n] = '\0';
+    while (n > (size_t)(host - u) && u[n - 1] == '/') u[--n] = '\0';
     if (!*host || *host == '/') return fail(l, f.line, "%s.base_url has no host", path);
 
     if (load_api_key(l, v, path, &p->api_key) < 0) return -1;
@@ -1056,8 +1079,7 @@ static int check_provider_ids(loader_t *l)
     if (c->n_providers < 2) return 0;
     keyref_t *refs = malloc(c->n_providers * sizeof *refs);
     if (!refs) return fail(l, 0, "out of memory");
-    for (size_t i = 0; i < c->n_providers; i++)
-        refs[i] = (keyref_t){c->providers[i].id, i};
+    for (size_t i = 0; i < c->n_providers; i++) refs[i] = (keyref_t){c->providers[i].id, i};
     long dup = first_duplicate(refs, c->n_providers);
     free(refs);
     if (dup < 0) return 0;
@@ -1101,8 +1123,9 @@ static int cmp_provider_ptr(const void *a, const void *b)
 static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_conf_t *r,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"provider", "model", "smaller", "priority",
-                                       "weight_bytes", "kv_cache_per_token_bytes",
+    static const char *const keys[] = {"provider",       "model",
+                                       "smaller",        "priority",
+                                       "weight_bytes",   "kv_cache_per_token_bytes",
                                        "context_window", NULL};
     char buf[72];
     r->line = line_of(v);
@@ -1122,7 +1145,8 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
     if (!r->smaller && (r->weight_bytes || r->kv_cache_per_token_bytes))
         return fail(l, r->line,
                     "%s: weight_bytes and kv_cache_per_token_bytes belong on the model, or on "
-                    "a route with smaller: true", path);
+                    "a route with smaller: true",
+                    path);
     if (!valid_name(r->model))
         return fail(l, r->line,
                     "%s.model '%s' is invalid (no spaces or control characters, at most %d)", path,
@@ -1136,9 +1160,9 @@ static int load_route(loader_t *l, yaml_node_t *v, const char *path, mg_route_co
 static int load_model(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_model_conf_t *m,
                       const mg_provider_conf_t **by_id, size_t n_providers)
 {
-    static const char *const keys[] = {"routes", "max_concurrency", "weight_bytes",
-                                       "kv_cache_per_token_bytes", "tokenizer", "context_window",
-                                       "max_output_tokens", NULL};
+    static const char *const keys[] = {
+        "routes",    "max_concurrency", "weight_bytes",      "kv_cache_per_token_bytes",
+        "tokenizer", "context_window",  "max_output_tokens", NULL};
     char buf[72], path[300];
     m->line = line_of(key);
     const char *name = scalar_text(key);
@@ -1195,8 +1219,7 @@ static int load_models(loader_t *l, yaml_node_t *v, int line)
     if (c->n_providers) {
         by_id = malloc(c->n_providers * sizeof *by_id);
         if (!by_id) return fail(l, line, "out of memory");
-        for (size_t i = 0; i < c->n_providers; i++)
-            by_id[i] = &c->providers[i];
+        for (size_t i = 0; i < c->n_providers; i++) by_id[i] = &c->providers[i];
         qsort(by_id, c->n_providers, sizeof *by_id, cmp_provider_ptr);
     }
     int rc = charge(l, line, n * sizeof *c->models);
@@ -1220,7 +1243,8 @@ static int load_priorities(loader_t *l, yaml_node_t *map, const char *path, unsi
     if (v->type != YAML_SEQUENCE_NODE)
         return fail(l, line, "%s.allowed_priorities must be a list like [P0, P1]", path);
     *out = 0;
-    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
         yaml_node_t *e = node_at(l, *it);
         const char *t = is_scalar(e) ? scalar_text(e) : "";
         if (strlen(t) != 2 || t[0] != 'P' || t[1] < '0' || t[1] > '4')
@@ -1255,9 +1279,9 @@ static int load_allowed_models(loader_t *l, yaml_node_t *map, const char *path, 
 
 static int load_app(loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_conf_t *a)
 {
-    static const char *const keys[] = {"max_running_tasks", "max_queued_tasks",
-                                       "allowed_priorities", "allowed_models", "data_policy",
-                                       NULL};
+    static const char *const keys[] = {"max_running_tasks",  "max_queued_tasks",
+                                       "allowed_priorities", "allowed_models",
+                                       "data_policy",        NULL};
     char path[300];
     a->line = line_of(key);
     a->name = dup_str(l, a->line, scalar_text(key));
@@ -1326,10 +1350,18 @@ static int load_users(loader_t *l, yaml_node_t *v, int line)
 static int load_usage_or_prices(loader_t *l, yaml_node_t *v, int line, int prices)
 {
     char why[320];
-    return mg_conf_usage_section(l->doc, v, prices, l->cfg, &line, why, sizeof why) ? fail(l, line, "%s", why) : 0;
+    return mg_conf_usage_section(l->doc, v, prices, l->cfg, &line, why, sizeof why)
+               ? fail(l, line, "%s", why)
+               : 0;
 }
-static int load_usage(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 0); }
-static int load_prices(loader_t *l, yaml_node_t *v, int line) { return load_usage_or_prices(l, v, line, 1); }
+static int load_usage(loader_t *l, yaml_node_t *v, int line)
+{
+    return load_usage_or_prices(l, v, line, 0);
+}
+static int load_prices(loader_t *l, yaml_node_t *v, int line)
+{
+    return load_usage_or_prices(l, v, line, 1);
+}
 static int load_billing(loader_t *l, yaml_node_t *v, int line)
 {
     (void)line;
@@ -1350,16 +1382,29 @@ static const struct {
     const char *key;
     section_fn load;
 } sections[] = {
-    {"server", load_server},     {"storage", load_storage},   {"tokenizer", load_tokenizer},
-    {"auth", load_auth},         {"lua", load_lua},
-    {"log", load_log},           {"upstream", load_upstream},
-    {"timeouts", load_timeouts}, {"routing", load_routing},
-    {"scheduler", load_scheduler}, {"tasks", load_tasks}, {"idempotency", load_idempotency},
-    {"circuit_breaker", load_breaker}, {"health", load_health},
+    {"server", load_server},
+    {"storage", load_storage},
+    {"tokenizer", load_tokenizer},
+    {"auth", load_auth},
+    {"lua", load_lua},
+    {"log", load_log},
+    {"upstream", load_upstream},
+    {"timeouts", load_timeouts},
+    {"routing", load_routing},
+    {"scheduler", load_scheduler},
+    {"tasks", load_tasks},
+    {"idempotency", load_idempotency},
+    {"circuit_breaker", load_breaker},
+    {"health", load_health},
     {"providers", load_providers},
-    {"models", load_models},     {"applications", load_applications},
-    {"users", load_users},       {"dashboard", load_dashboard}, {"usage", load_usage},
-    {"prices", load_prices},     {"billing", load_billing},   {"context", load_context},
+    {"models", load_models},
+    {"applications", load_applications},
+    {"users", load_users},
+    {"dashboard", load_dashboard},
+    {"usage", load_usage},
+    {"prices", load_prices},
+    {"billing", load_billing},
+    {"context", load_context},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1370,8 +1415,7 @@ static int load_root(loader_t *l, yaml_node_t *root)
     if (root->type != YAML_MAPPING_NODE)
         return fail(l, line_of(root), "the top level must be a mapping of sections");
     const char *keys[N_SECTIONS + 1];
-    for (size_t i = 0; i < N_SECTIONS; i++)
-        keys[i] = sections[i].key;
+    for (size_t i = 0; i < N_SECTIONS; i++) keys[i] = sections[i].key;
     keys[N_SECTIONS] = NULL;
     if (check_keys(l, root, "at top level", keys) < 0) return -1;
     for (size_t i = 0; i < N_SECTIONS; i++) {
@@ -1561,7 +1605,8 @@ static int sidecar_v1_provider(loader_t *l)
         char listen[300];
         snprintf(listen, sizeof(listen), "%s:%s", host && *host ? host : "127.0.0.1",
                  port && *port ? port : "9190");
-        if (!valid_listen(listen)) return fail(l, 0, "SIDECAR_HOST/SIDECAR_PORT give an invalid address");
+        if (!valid_listen(listen))
+            return fail(l, 0, "SIDECAR_HOST/SIDECAR_PORT give an invalid address");
         free(c->listen);
         c->listen = dup_str(l, 0, listen);
         if (!c->listen) return -1;
@@ -1718,8 +1763,8 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
     p->forward = mg_provider_forward_default(p->base_url); /* stored providers do not say */
     cfg->n_providers++; /* counted now so mg_config_free releases a partly copied entry */
     if (!p->id || !p->adapter || !p->base_url || (tmpl->api_key && !p->api_key) || !p->pool ||
-        (tmpl->engine && !p->engine) || (tmpl->model_prefix && !p->model_prefix) ||
-        !p->source || (tmpl->name && !p->name))
+        (tmpl->engine && !p->engine) || (tmpl->model_prefix && !p->model_prefix) || !p->source ||
+        (tmpl->name && !p->name))
         goto oom;
     return 0;
 oom:
@@ -1818,8 +1863,7 @@ void mg_config_link_routes(mg_config_t *cfg)
     free(by_id);
 }
 
-const mg_provider_conf_t *mg_config_route_provider(const mg_config_t *cfg,
-                                                   const mg_route_conf_t *r)
+const mg_provider_conf_t *mg_config_route_provider(const mg_config_t *cfg, const mg_route_conf_t *r)
 {
     int i = r->provider_hint;
     if (i >= 0 && (size_t)i < cfg->n_providers &&

@@ -38,12 +38,12 @@ typedef struct mg_provider_conf_s {
     char *name;         /* owned, may be NULL (= id): the operator's label */
     bool disabled;      /* taken out of routing by an operator (db providers only) */
     double cost_per_1k_tokens; /* currency units per 1,000 tokens, for spend metering */
-    bool no_stream_usage; /* stream_usage: false: the upstream refuses stream_options, so the
-                             gateway never asks it for a usage chunk (counts are its own) */
-    unsigned forward;   /* MG_FORWARD_* bits: request members the gateway reads that this
-                           upstream gets too (forward: [metadata]; default: metadata for
-                           api.openai.com, where it is an OpenAI parameter, none elsewhere) */
-    int line;           /* line of the provider's entry in the file */
+    bool no_stream_usage;      /* stream_usage: false: the upstream refuses stream_options, so the
+                                  gateway never asks it for a usage chunk (counts are its own) */
+    unsigned forward;          /* MG_FORWARD_* bits: request members the gateway reads that this
+                                  upstream gets too (forward: [metadata]; default: metadata for
+                                  api.openai.com, where it is an OpenAI parameter, none elsewhere) */
+    int line;                  /* line of the provider's entry in the file */
 } mg_provider_conf_t;
 
 #define MG_FORWARD_METADATA 1u /* the body's metadata */
@@ -72,51 +72,51 @@ typedef struct mg_route_conf_s {
 } mg_route_conf_t;
 
 typedef struct mg_model_conf_s {
-    char *name;             /* owned; the logical model name clients use */
-    int max_concurrency;    /* running tasks of this model at once, 0 = no own limit */
+    char *name;                         /* owned; the logical model name clients use */
+    int max_concurrency;                /* running tasks of this model at once, 0 = no own limit */
     long long weight_bytes;             /* device memory its weights take while loaded */
     long long kv_cache_per_token_bytes; /* KV cache per token: a task reserves this x
                                            (input + max output tokens) while it runs */
-    mg_route_conf_t *routes; /* owned array */
+    mg_route_conf_t *routes;            /* owned array */
     size_t n_routes;
     int line;
-    bool stored;             /* added through the admin API (models.h), not the file */
-    int tokenizer;           /* 1 + the encoding its prompts are counted with (token/encoding.h:
-                                models.<name>.tokenizer, default by the first route's upstream
-                                model family); 0: none known, estimated from the bytes */
-    int context_window;      /* tokens the model sees at most (prompt + answer); 0: unknown */
-    int max_output_tokens;   /* the output reserve when a request sets no max_tokens; 0: none */
+    bool stored;           /* added through the admin API (models.h), not the file */
+    int tokenizer;         /* 1 + the encoding its prompts are counted with (token/encoding.h:
+                              models.<name>.tokenizer, default by the first route's upstream
+                              model family); 0: none known, estimated from the bytes */
+    int context_window;    /* tokens the model sees at most (prompt + answer); 0: unknown */
+    int max_output_tokens; /* the output reserve when a request sets no max_tokens; 0: none */
 } mg_model_conf_t;
 
 /* server.cors: which web origins may call the client API (/v1/) from a browser. Off (no
  * origin) by default; the admin API never answers cross-origin. */
 typedef struct mg_cors_conf_s {
-    char **origins;          /* owned: exact origins ("https://app.example.com"), or "*" */
+    char **origins; /* owned: exact origins ("https://app.example.com"), or "*" */
     size_t n_origins;
-    bool allow_credentials;  /* Access-Control-Allow-Credentials (never with "*"), default false */
-    int max_age_s;           /* how long a browser keeps a preflight's answer, default 600 */
+    bool allow_credentials; /* Access-Control-Allow-Credentials (never with "*"), default false */
+    int max_age_s;          /* how long a browser keeps a preflight's answer, default 600 */
 } mg_cors_conf_t;
 
 typedef struct mg_timeouts_conf_s {
-    int connect_ms;       /* upstream TCP/TLS connect, default 5000 */
-    int first_byte_ms;    /* request sent -> first response byte, default 60000 */
-    int idle_ms;          /* gap between upstream bytes while streaming, default 30000 */
-    int total_ms;         /* whole upstream exchange, default 600000 */
-    int header_read_ms;   /* client must send complete headers within, default 10000 */
-    int keepalive_idle_ms;/* idle client keep-alive connection closed after, default 75000 */
-    int drain_ms;         /* graceful stop waits this long for in-flight requests, default 30000 */
-    int queue_ms;         /* a task waits in the scheduler's queue at most, default 30000 */
+    int connect_ms;        /* upstream TCP/TLS connect, default 5000 */
+    int first_byte_ms;     /* request sent -> first response byte, default 60000 */
+    int idle_ms;           /* gap between upstream bytes while streaming, default 30000 */
+    int total_ms;          /* whole upstream exchange, default 600000 */
+    int header_read_ms;    /* client must send complete headers within, default 10000 */
+    int keepalive_idle_ms; /* idle client keep-alive connection closed after, default 75000 */
+    int drain_ms;          /* graceful stop waits this long for in-flight requests, default 30000 */
+    int queue_ms;          /* a task waits in the scheduler's queue at most, default 30000 */
     /* what a request's own `timeouts` may raise the limits to (a request may always ask for
        less); 0 in the file = the limit itself, so raising is the operator's opt-in */
-    int max_queue_ms;     /* for timeouts.queue_ms */
-    int max_first_byte_ms;/* for timeouts.first_token_ms */
-    int max_total_ms;     /* for timeouts.inference_ms and total_ms */
+    int max_queue_ms;      /* for timeouts.queue_ms */
+    int max_first_byte_ms; /* for timeouts.first_token_ms */
+    int max_total_ms;      /* for timeouts.inference_ms and total_ms */
 } mg_timeouts_conf_t;
 
 typedef struct mg_routing_conf_s {
-    bool local_first;        /* local providers before cloud ones, default true */
-    int queue_timeout_ms;    /* wait for a rate-limit token at most this long, default 30000
-                                (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
+    bool local_first;           /* local providers before cloud ones, default true */
+    int queue_timeout_ms;       /* wait for a rate-limit token at most this long, default 30000
+                                   (SIDECAR_QUEUE_TIMEOUT seconds overrides the default) */
     double emergency_rpm_ratio; /* share of rpm_limit the emergency channel may use, default 0.1 */
     bool allow_smaller_model;   /* smaller routes for requests that do not say, default false */
     double panic_threshold;     /* below this share of a model's routes healthy (not down),
@@ -140,79 +140,80 @@ typedef struct mg_scheduler_conf_s {
 } mg_scheduler_conf_t;
 
 typedef struct mg_breaker_conf_s {
-    int consecutive_failures;   /* opens after this many in a row, default 3 */
-    double error_rate_threshold;/* or this error rate ... default 0.1 */
-    int min_requests;           /* ... over at least this many requests, default 10 */
-    int window_seconds;         /* ... in this window, default 60 */
-    int open_duration_seconds;  /* stays open this long, default 30 */
-    int half_open_max_requests; /* probes let through when half open, default 1 */
+    int consecutive_failures;    /* opens after this many in a row, default 3 */
+    double error_rate_threshold; /* or this error rate ... default 0.1 */
+    int min_requests;            /* ... over at least this many requests, default 10 */
+    int window_seconds;          /* ... in this window, default 60 */
+    int open_duration_seconds;   /* stays open this long, default 30 */
+    int half_open_max_requests;  /* probes let through when half open, default 1 */
 } mg_breaker_conf_t;
 
 typedef struct mg_health_conf_s {
-    bool probes;             /* active probes on, default true */
-    int probe_interval_ms;   /* GET {base_url}/models every ..., default 60000 */
-    int probe_timeout_ms;    /* default 10000 */
-    int load_interval_ms;    /* engine load (vLLM /metrics, llama.cpp /slots, Ollama /api/ps), default 5000 */
-    int retry_down_ms;       /* a provider down by passive health gets one real request this
-                                often (half open), default 30000, 0 = only probes bring it back */
+    bool probes;           /* active probes on, default true */
+    int probe_interval_ms; /* GET {base_url}/models every ..., default 60000 */
+    int probe_timeout_ms;  /* default 10000 */
+    int load_interval_ms;  /* engine load (vLLM /metrics, llama.cpp /slots, Ollama /api/ps), default
+                              5000 */
+    int retry_down_ms;     /* a provider down by passive health gets one real request this
+                              often (half open), default 30000, 0 = only probes bring it back */
 } mg_health_conf_t;
 
 /* An application (edge PRD 3.2.2): what its requests may do and how many may run. */
 typedef struct mg_app_conf_s {
-    char *name;              /* owned; metadata.application in requests */
-    int max_running_tasks;   /* 0 = no own limit */
-    int max_queued_tasks;    /* 0 = no own limit */
+    char *name;                  /* owned; metadata.application in requests */
+    int max_running_tasks;       /* 0 = no own limit */
+    int max_queued_tasks;        /* 0 = no own limit */
     unsigned allowed_priorities; /* bit n = Pn allowed; all when the key is absent */
-    bool has_data_policy;    /* data_policy given: cloud only with data_policy.allow_cloud */
+    bool has_data_policy;        /* data_policy given: cloud only with data_policy.allow_cloud */
     bool allow_cloud;
-    char **allowed_models;   /* owned list of logical model names; NULL = every model */
+    char **allowed_models; /* owned list of logical model names; NULL = every model */
     size_t n_allowed_models;
     int line;
-    bool stored;             /* added through the admin API (apps.h), not the file */
+    bool stored; /* added through the admin API (apps.h), not the file */
 } mg_app_conf_t;
 
 typedef struct mg_config_s {
-    char *path;              /* owned; file the config came from */
-    char *listen;            /* owned; "host:port" (port 0 = any free port) */
-    char *metrics_listen;    /* owned, may be NULL = no metrics listener */
-    size_t max_body_bytes;   /* request body limit, default 16 MiB */
-    size_t max_header_bytes; /* request line + headers limit, default 16 KiB */
-    int request_read_ms;     /* a client request, head and body, within, default 60000 */
-    int min_body_bytes_per_s;/* a body's average rate after timeouts.header_read_ms of grace,
-                                default 1024, 0 = no rate check */
-    int write_timeout_ms;    /* no progress writing to a client this long closes it, default
-                                30000, 0 = never */
-    int max_connections;     /* client connections on server.listen, default 0 = what the
-                                file descriptor limit allows */
-    int reserved_connections;/* more past max_connections for /api/v2, /health, /ready and
-                                /status, and the metrics listener's cap, default 16 */
-    mg_cors_conf_t cors;     /* server.cors: browsers on other origins calling /v1/ */
-    mg_dashboard_conf_t dashboard; /* dashboard: the WebUI (conf/dashboard.h) */
-    char *storage_path;      /* owned; SQLite file, default data/moongate.db */
-    int storage_queue_max;   /* writes waiting for the store's writer at most
-                                (storage.queue_max), default 4096 */
-    bool storage_synchronous_full; /* storage.synchronous: full (fsync every commit: survives
-                                      power loss) or normal (the default: survives a crash) */
+    char *path;                     /* owned; file the config came from */
+    char *listen;                   /* owned; "host:port" (port 0 = any free port) */
+    char *metrics_listen;           /* owned, may be NULL = no metrics listener */
+    size_t max_body_bytes;          /* request body limit, default 16 MiB */
+    size_t max_header_bytes;        /* request line + headers limit, default 16 KiB */
+    int request_read_ms;            /* a client request, head and body, within, default 60000 */
+    int min_body_bytes_per_s;       /* a body's average rate after timeouts.header_read_ms of grace,
+                                       default 1024, 0 = no rate check */
+    int write_timeout_ms;           /* no progress writing to a client this long closes it, default
+                                       30000, 0 = never */
+    int max_connections;            /* client connections on server.listen, default 0 = what the
+                                       file descriptor limit allows */
+    int reserved_connections;       /* more past max_connections for /api/v2, /health, /ready and
+                                       /status, and the metrics listener's cap, default 16 */
+    mg_cors_conf_t cors;            /* server.cors: browsers on other origins calling /v1/ */
+    mg_dashboard_conf_t dashboard;  /* dashboard: the WebUI (conf/dashboard.h) */
+    char *storage_path;             /* owned; SQLite file, default data/moongate.db */
+    int storage_queue_max;          /* writes waiting for the store's writer at most
+                                       (storage.queue_max), default 4096 */
+    bool storage_synchronous_full;  /* storage.synchronous: full (fsync every commit: survives
+                                       power loss) or normal (the default: survives a crash) */
     int storage_checkpoint_minutes; /* storage.checkpoint_minutes: WAL truncated every N
                                        minutes (0: never), default 60 */
     int storage_integrity_hours;    /* storage.integrity_check_hours (0: never), default 24 */
     char *storage_backup_dir;       /* owned, may be NULL: storage.backup.dir (no backups) */
     int storage_backup_every_hours; /* storage.backup.every_hours, default 24 */
     int storage_backup_keep_days;   /* storage.backup.keep_days, default 7 */
-    char *tokenizer_data_dir; /* owned, may be NULL: tokenizer.data_dir, where the rank files
-                                 are (NULL: token/encoding.h's lookup) */
-    bool auth_enabled;       /* default false */
-    char *default_application; /* owned, may be NULL: auth.default_application, the
-                                application of requests that have none of their own (a key
-                                without one; open mode: a body that names none) */
-    char *policies_dir;      /* owned; default "policies" (relative to the working directory) */
-    char *adapters_dir;      /* owned; default "adapters" */
-    char *lua_dir;           /* owned; default "lua" (the moongate Lua library) */
-    char *log_level;         /* owned; "debug" | "info" | "warn" | "error", default "info" */
-    bool task_events;        /* log every task state change (log.task_events), default true */
-    bool log_text;           /* log.format: text (key=value lines for a terminal); default json */
-    char *log_file;          /* owned, may be NULL: log.file, the file the log is appended to
-                                instead of stdout (reopened on SIGUSR1; read at start) */
+    char *tokenizer_data_dir;       /* owned, may be NULL: tokenizer.data_dir, where the rank files
+                                       are (NULL: token/encoding.h's lookup) */
+    bool auth_enabled;              /* default false */
+    char *default_application;      /* owned, may be NULL: auth.default_application, the
+                                     application of requests that have none of their own (a key
+                                     without one; open mode: a body that names none) */
+    char *policies_dir; /* owned; default "policies" (relative to the working directory) */
+    char *adapters_dir; /* owned; default "adapters" */
+    char *lua_dir;      /* owned; default "lua" (the moongate Lua library) */
+    char *log_level;    /* owned; "debug" | "info" | "warn" | "error", default "info" */
+    bool task_events;   /* log every task state change (log.task_events), default true */
+    bool log_text;      /* log.format: text (key=value lines for a terminal); default json */
+    char *log_file;     /* owned, may be NULL: log.file, the file the log is appended to
+                           instead of stdout (reopened on SIGUSR1; read at start) */
     int tasks_retention_seconds; /* async task records kept this long (tasks.retention_seconds),
                                     default 86400 */
     int idempotency_ttl_seconds; /* a stored answer replays this long (idempotency.ttl_seconds),
@@ -220,8 +221,8 @@ typedef struct mg_config_s {
     int idempotency_max_entries; /* stored answers kept in memory per tenant (auth on) or in
                                     all (auth off), oldest out first; the store keeps the rest
                                     (idempotency.max_entries), default 10000 */
-    mg_billing_conf_t billing; /* billing: the top-up webhook (conf/billing.h) */
-    int max_retries;         /* upstream attempts before the first byte, default 3 */
+    mg_billing_conf_t billing;   /* billing: the top-up webhook (conf/billing.h) */
+    int max_retries;             /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_context_conf_t context; /* context: sessions and budgets (conf/context.h) */
     mg_routing_conf_t routing;
@@ -232,13 +233,13 @@ typedef struct mg_config_s {
     size_t n_providers;
     mg_model_conf_t *models; /* owned array */
     size_t n_models;
-    mg_app_conf_t *apps;     /* owned array */
+    mg_app_conf_t *apps; /* owned array */
     size_t n_apps;
     int user_max_running_tasks; /* per user (metadata.user_id or "user"), 0 = off */
     int user_max_queued_tasks;
-    int user_rpm_limit;         /* requests per minute per user of an application, 0 = off */
-    mg_usage_conf_t usage;      /* usage: (conf/usage.h) */
-    mg_price_t *prices;         /* owned array: prices: and the stored versions (conf/usage.h) */
+    int user_rpm_limit;    /* requests per minute per user of an application, 0 = off */
+    mg_usage_conf_t usage; /* usage: (conf/usage.h) */
+    mg_price_t *prices;    /* owned array: prices: and the stored versions (conf/usage.h) */
     size_t n_prices;
 } mg_config_t;
 

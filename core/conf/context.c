@@ -29,12 +29,11 @@ void mg_context_conf_clear(mg_context_conf_t *c)
 
 int mg_context_policy_known(const char *p)
 {
-    return p && (!strcmp(p, "summary_and_recent") || !strcmp(p, "recent_only") ||
-                 !strcmp(p, "none"));
+    return p &&
+           (!strcmp(p, "summary_and_recent") || !strcmp(p, "recent_only") || !strcmp(p, "none"));
 }
 
-static int fail(const char *name, const yaml_node_t *n, char *err, size_t errlen,
-                const char *what)
+static int fail(const char *name, const yaml_node_t *n, char *err, size_t errlen, const char *what)
 {
     snprintf(err, errlen, "%s:%d: context%s", name, n ? (int)n->start_mark.line + 1 : 0, what);
     return -1;
@@ -143,7 +142,8 @@ int mg_context_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
             return fail(name, k, err, errlen, what);
         }
         if (rc < 0) {
-            snprintf(what, sizeof(what), ".%.60s has an invalid value (see config/moongate.example.yaml)", key);
+            snprintf(what, sizeof(what),
+                     ".%.60s has an invalid value (see config/moongate.example.yaml)", key);
             return fail(name, val, err, errlen, what);
         }
     }

@@ -27,20 +27,20 @@
 #include <yaml.h>
 
 typedef struct mg_context_conf_s {
-    double safety_margin_ratio;   /* 0..0.9, default 0.08 */
-    char default_policy[24];      /* "summary_and_recent" | "recent_only" | "none" */
-    int max_session_messages;     /* default 200 */
-    int session_idle_ttl_minutes; /* default 60 */
-    int session_ttl_minutes;      /* default 1440 */
+    double safety_margin_ratio;     /* 0..0.9, default 0.08 */
+    char default_policy[24];        /* "summary_and_recent" | "recent_only" | "none" */
+    int max_session_messages;       /* default 200 */
+    int session_idle_ttl_minutes;   /* default 60 */
+    int session_ttl_minutes;        /* default 1440 */
     bool enable_prompt_persistence; /* default false: content in memory only */
     long long memory_budget_bytes;  /* default 64 MiB */
-    bool append_user_on_failure;  /* append_on_failure: user_turn */
-    bool busy_reject;             /* busy: reject (409 at once) rather than wait (the default) */
-    char *platform_rules;         /* owned, may be NULL */
-    char *summarizer_model;       /* owned, may be NULL: no summaries (old turns are dropped) */
-    int summary_timeout_ms;       /* default 30000 */
-    int summary_max_tokens;       /* default 512 */
-    char *summary_prompt;         /* owned, may be NULL: the built-in instructions */
+    bool append_user_on_failure;    /* append_on_failure: user_turn */
+    bool busy_reject;               /* busy: reject (409 at once) rather than wait (the default) */
+    char *platform_rules;           /* owned, may be NULL */
+    char *summarizer_model;         /* owned, may be NULL: no summaries (old turns are dropped) */
+    int summary_timeout_ms;         /* default 30000 */
+    int summary_max_tokens;         /* default 512 */
+    char *summary_prompt;           /* owned, may be NULL: the built-in instructions */
 } mg_context_conf_t;
 
 /* The defaults above into c. */

@@ -88,14 +88,13 @@ static int parse_pair(const char *key, yaml_node_t *val, mg_dashboard_conf_t *c,
                key);
 }
 
-int mg_dashboard_conf_parse(yaml_document_t *doc, yaml_node_t *v, mg_dashboard_conf_t *c,
-                            char *msg, size_t cap)
+int mg_dashboard_conf_parse(yaml_document_t *doc, yaml_node_t *v, mg_dashboard_conf_t *c, char *msg,
+                            size_t cap)
 {
     if (v->type == YAML_SCALAR_NODE && (!*(const char *)v->data.scalar.value ||
                                         !strcmp((const char *)v->data.scalar.value, "null")))
         return 0; /* an empty section: the defaults */
-    if (v->type != YAML_MAPPING_NODE)
-        return say(msg, cap, v, "%s must be a mapping", "dashboard");
+    if (v->type != YAML_MAPPING_NODE) return say(msg, cap, v, "%s must be a mapping", "dashboard");
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key);
         yaml_node_t *val = yaml_document_get_node(doc, p->value);

@@ -3,8 +3,8 @@
  *
  *   dashboard:
  *     enabled: true             # GET / redirects to /api/dashboard; false: both answer 404
- *     dir: /usr/share/moongate/webui  # where index.html is; default: <exe>/../share/moongate/webui,
- *                               # else the source tree's webui/ (read once at start)
+ *     dir: /usr/share/moongate/webui  # where index.html is; default:
+ * <exe>/../share/moongate/webui, # else the source tree's webui/ (read once at start)
  *     session_ttl_s: 28800      # a sign-in lasts this long (60..604800)
  *     max_sessions: 64          # signed-in sessions at once (read at start); past them the one
  *                               # closest to its expiry ends (1..4096)
@@ -22,7 +22,7 @@
 
 typedef struct mg_dashboard_conf_s {
     bool enabled;
-    char dir[512];           /* "" = looked up (api/webui.h) */
+    char dir[512]; /* "" = looked up (api/webui.h) */
     int session_ttl_s;
     int max_sessions;
     int max_streams;
@@ -34,7 +34,7 @@ void mg_dashboard_conf_defaults(mg_dashboard_conf_t *c);
 
 /* Read the section's mapping node v of doc into c (defaults already set). 0, or the line
  * of the offending node (> 0) with the reason in msg ("dashboard.max_streams must be ..."). */
-int mg_dashboard_conf_parse(yaml_document_t *doc, yaml_node_t *v, mg_dashboard_conf_t *c,
-                            char *msg, size_t cap);
+int mg_dashboard_conf_parse(yaml_document_t *doc, yaml_node_t *v, mg_dashboard_conf_t *c, char *msg,
+                            size_t cap);
 
 #endif

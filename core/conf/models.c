@@ -95,8 +95,8 @@ static int route_from_json(const cJSON *r, size_t i, const mg_config_t *cfg, mg_
 int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cfg,
                        mg_model_conf_t *out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"name", "routes", "max_concurrency", "weight_bytes",
-                                       "kv_cache_per_token_bytes", NULL};
+    static const char *const keys[] = {
+        "name", "routes", "max_concurrency", "weight_bytes", "kv_cache_per_token_bytes", NULL};
     long long conc;
     memset(out, 0, sizeof(*out));
     out->stored = true;
@@ -109,7 +109,8 @@ int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cf
         goto fail;
     }
     if (opt_int(def, "max_concurrency", 1e6, &conc, err, errlen, "") != 0 ||
-        opt_int(def, "weight_bytes", 1125899906842624.0, &out->weight_bytes, err, errlen, "") != 0 ||
+        opt_int(def, "weight_bytes", 1125899906842624.0, &out->weight_bytes, err, errlen, "") !=
+            0 ||
         opt_int(def, "kv_cache_per_token_bytes", 4294967296.0, &out->kv_cache_per_token_bytes, err,
                 errlen, "") != 0)
         goto fail;
@@ -160,7 +161,8 @@ static void drop_missing_routes(cJSON *def, const mg_config_t *cfg, const char *
 {
     cJSON *routes = cJSON_GetObjectItemCaseSensitive(def, "routes");
     for (int i = cJSON_GetArraySize(routes) - 1; i >= 0; i--) {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(routes, i), "provider");
+        const cJSON *p =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(routes, i), "provider");
         if (cJSON_IsString(p) && mg_config_provider(cfg, p->valuestring)) continue;
         mg_log_msg(MG_LOG_WARN, NULL, "stored model %s: route %d left out (its provider is gone)",
                    name, i);

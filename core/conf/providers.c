@@ -104,7 +104,8 @@ int mg_providers_load(mg_store_t *st, mg_provider_list_t *out, char *err, size_t
     l.out = out;
     char kerr[160];
     l.have_key = mg_secret_key_from_env(&l.key, kerr, sizeof(kerr)) == 0;
-    int rc = mg_store_query(st, "SELECT " MG_PROVIDER_COLUMNS " FROM providers WHERE source = 'db'"
+    int rc = mg_store_query(st,
+                            "SELECT " MG_PROVIDER_COLUMNS " FROM providers WHERE source = 'db'"
                             " ORDER BY created_at, id",
                             0, NULL, load_row, &l, err, errlen);
     mg_secret_key_wipe(&l.key);
@@ -283,8 +284,8 @@ static void token_list_free(token_list_t *t)
 
 /* Re-encrypt one token and store it; 0, or -1 with err set. */
 static int reencrypt_one(mg_store_tx_t *tx, const char *id, const char *token,
-                         const mg_secret_key_t *old_key, const mg_secret_key_t *new_key,
-                         char *err, size_t errlen)
+                         const mg_secret_key_t *old_key, const mg_secret_key_t *new_key, char *err,
+                         size_t errlen)
 {
     char *fresh = NULL;
     int rc = mg_secret_reencrypt(old_key, new_key, token, &fresh);
@@ -301,15 +302,16 @@ static int reencrypt_one(mg_store_tx_t *tx, const char *id, const char *token,
 }
 
 int mg_providers_reencrypt(mg_store_t *st, const mg_secret_key_t *old_key,
-                           const mg_secret_key_t *new_key, size_t *count, char *err,
-                           size_t errlen)
+                           const mg_secret_key_t *new_key, size_t *count, char *err, size_t errlen)
 {
     mg_store_tx_t *tx = NULL;
     token_list_t t = {0};
     *count = 0;
     if (mg_store_tx_begin(st, &tx, err, errlen) != 0) return -1;
     int rc = mg_store_tx_exec(tx, "SELECT id, api_key FROM providers WHERE source = 'db'", 0, NULL,
-                              collect_token, &t, err, errlen) < 0 ? -1 : 0;
+                              collect_token, &t, err, errlen) < 0
+                 ? -1
+                 : 0;
     if (rc == 0 && t.oom) {
         snprintf(err, errlen, "out of memory");
         rc = -1;

@@ -28,7 +28,7 @@ typedef struct mg_provider_list_s {
 
 /* Columns of a providers row, in the order mg_providers_row_conf() expects them. */
 #define MG_PROVIDER_COLUMNS                                                                        \
-    "id, name, api_key, endpoint_url, model_prefix, pool, status, rpm_limit, tpm_limit,"         \
+    "id, name, api_key, endpoint_url, model_prefix, pool, status, rpm_limit, tpm_limit,"           \
     " weight, cost_per_1k_tokens, metadata"
 
 /* Read every stored provider into out (keys decrypted). Rows that cannot be used are
@@ -47,7 +47,7 @@ typedef enum {
 
 typedef struct mg_provider_test_s {
     mg_ptest_result_t result;
-    int http_status;  /* 0 when no answer */
+    int http_status; /* 0 when no answer */
     long latency_ms;
     char detail[160]; /* what happened, for the admin: never the key */
 } mg_provider_test_t;
@@ -61,8 +61,7 @@ void mg_providers_test(const char *endpoint_url, const char *api_key, long timeo
  * decrypted with old_key and encrypted again with new_key, in one transaction: if one does
  * not decrypt, nothing changes. *count = keys re-encrypted. 0, or -1 with err set. */
 int mg_providers_reencrypt(mg_store_t *st, const mg_secret_key_t *old_key,
-                           const mg_secret_key_t *new_key, size_t *count, char *err,
-                           size_t errlen);
+                           const mg_secret_key_t *new_key, size_t *count, char *err, size_t errlen);
 
 /* Short static names: "ok", "api_key_invalid", "cannot_connect", "failed". */
 const char *mg_ptest_name(mg_ptest_result_t r);

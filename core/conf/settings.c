@@ -78,12 +78,10 @@ int mg_settings_check(const char *key, const cJSON *v, char *out, size_t cap, ch
     }
     return 0;
 bad:
-    if (s->type == SET_BOOL)
-        snprintf(err, errlen, "'%s' must be true or false", key);
+    if (s->type == SET_BOOL) snprintf(err, errlen, "'%s' must be true or false", key);
     else if (s->type == SET_INT)
         snprintf(err, errlen, "'%s' must be an integer from %ld to %ld", key, s->lo, s->hi);
-    else
-        snprintf(err, errlen, "'%s' must be one of debug, info, warn, error", key);
+    else snprintf(err, errlen, "'%s' must be one of debug, info, warn, error", key);
     return -1;
 }
 
@@ -117,8 +115,10 @@ static void overlay_row(void *ud, int ncols, const char *const *c)
     cJSON *v = s ? cJSON_Parse(c[1]) : NULL;
     char text[64], err[160];
     if (!s || !v || mg_settings_check(c[0], v, text, sizeof(text), err, sizeof(err)) != 0) {
-        mg_log_msg(MG_LOG_WARN, NULL, "system_config: '%.64s' ignored (not a valid runtime "
-                   "setting)", c[0]);
+        mg_log_msg(MG_LOG_WARN, NULL,
+                   "system_config: '%.64s' ignored (not a valid runtime "
+                   "setting)",
+                   c[0]);
     } else if (apply(o->cfg, s, v) != 0) {
         o->oom = 1;
     }
@@ -145,12 +145,9 @@ cJSON *mg_settings_json(const mg_config_t *cfg, const cJSON *overridden)
     for (size_t i = 0; i < N_SETTINGS; i++) {
         const setting_t *s = &settings[i];
         const char *field = (const char *)cfg + s->offset;
-        if (s->type == SET_BOOL)
-            cJSON_AddBoolToObject(set, s->key, *(const bool *)field);
-        else if (s->type == SET_INT)
-            cJSON_AddNumberToObject(set, s->key, *(const int *)field);
-        else
-            cJSON_AddStringToObject(set, s->key, *(char *const *)field);
+        if (s->type == SET_BOOL) cJSON_AddBoolToObject(set, s->key, *(const bool *)field);
+        else if (s->type == SET_INT) cJSON_AddNumberToObject(set, s->key, *(const int *)field);
+        else cJSON_AddStringToObject(set, s->key, *(char *const *)field);
     }
     cJSON_AddItemToObject(root, "overridden",
                           overridden ? cJSON_Duplicate(overridden, 1) : cJSON_CreateArray());

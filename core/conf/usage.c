@@ -47,7 +47,8 @@ static cJSON *yaml_json(yaml_document_t *doc, yaml_node_t *n, int depth)
     if (n->type == YAML_SCALAR_NODE) return scalar_json(n);
     if (n->type == YAML_SEQUENCE_NODE) {
         cJSON *a = cJSON_CreateArray();
-        for (yaml_node_item_t *i = n->data.sequence.items.start; a && i < n->data.sequence.items.top; i++) {
+        for (yaml_node_item_t *i = n->data.sequence.items.start;
+             a && i < n->data.sequence.items.top; i++) {
             cJSON *v = yaml_json(doc, yaml_document_get_node(doc, *i), depth + 1);
             if (!v) {
                 cJSON_Delete(a);
@@ -58,7 +59,8 @@ static cJSON *yaml_json(yaml_document_t *doc, yaml_node_t *n, int depth)
         return a;
     }
     cJSON *o = cJSON_CreateObject();
-    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; o && p < n->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; o && p < n->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key);
         cJSON *v = yaml_json(doc, yaml_document_get_node(doc, p->value), depth + 1);
         if (!k || k->type != YAML_SCALAR_NODE || !v) {
@@ -134,9 +136,10 @@ static int name_member(const cJSON *o, const char *key, int required, char **out
 static void cfg_version(mg_price_t *p)
 {
     char text[640];
-    int n = snprintf(text, sizeof(text), "%s|%s|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64,
-                     p->provider, p->model, p->input_micros, p->output_micros,
-                     p->cached_input_micros, p->cache_write_micros, p->effective_at);
+    int n = snprintf(text, sizeof(text),
+                     "%s|%s|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64 "|%" PRId64, p->provider,
+                     p->model, p->input_micros, p->output_micros, p->cached_input_micros,
+                     p->cache_write_micros, p->effective_at);
     static const uint8_t key[16] = "moongate-prices";
     uint64_t h[2];
     mg_siphash128(text, n > 0 ? (size_t)n : 0, key, h);
@@ -145,9 +148,14 @@ static void cfg_version(mg_price_t *p)
 
 int mg_price_from_json(const cJSON *o, mg_price_t *out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {"provider", "model", "input_per_1m_micros",
-                                       "output_per_1m_micros", "cached_input_per_1m_micros",
-                                       "cache_write_per_1m_micros", "effective_at", NULL};
+    static const char *const keys[] = {"provider",
+                                       "model",
+                                       "input_per_1m_micros",
+                                       "output_per_1m_micros",
+                                       "cached_input_per_1m_micros",
+                                       "cache_write_per_1m_micros",
+                                       "effective_at",
+                                       NULL};
     memset(out, 0, sizeof(*out));
     if (!cJSON_IsObject(o)) {
         snprintf(err, errlen, "a price must be an object");
@@ -159,25 +167,32 @@ int mg_price_from_json(const cJSON *o, mg_price_t *out, char *err, size_t errlen
         goto bad;
     if (!out->model && !(out->model = strdup("*"))) goto bad;
     out->input_micros = out->output_micros = -1;
-    if (int_member(o, "input_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->input_micros, "price", err, errlen) ||
-        int_member(o, "output_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->output_micros, "price", err, errlen))
+    if (int_member(o, "input_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->input_micros, "price",
+                   err, errlen) ||
+        int_member(o, "output_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->output_micros, "price",
+                   err, errlen))
         goto bad;
     if (out->input_micros < 0 || out->output_micros < 0) {
-        snprintf(err, errlen, "price.input_per_1m_micros and price.output_per_1m_micros are required");
+        snprintf(err, errlen,
+                 "price.input_per_1m_micros and price.output_per_1m_micros are required");
         goto bad;
     }
     out->cached_input_micros = out->cache_write_micros = out->input_micros;
-    if (int_member(o, "cached_input_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->cached_input_micros, "price", err, errlen) ||
-        int_member(o, "cache_write_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->cache_write_micros, "price", err, errlen))
+    if (int_member(o, "cached_input_per_1m_micros", 0, MG_PRICE_MAX_MICROS,
+                   &out->cached_input_micros, "price", err, errlen) ||
+        int_member(o, "cache_write_per_1m_micros", 0, MG_PRICE_MAX_MICROS, &out->cache_write_micros,
+                   "price", err, errlen))
         goto bad;
     const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "effective_at");
     if (cJSON_IsString(at)) {
         out->effective_at = parse_utc(at->valuestring);
         if (out->effective_at < 0) {
-            snprintf(err, errlen, "price.effective_at must be YYYY-MM-DDTHH:MM:SSZ or unix seconds");
+            snprintf(err, errlen,
+                     "price.effective_at must be YYYY-MM-DDTHH:MM:SSZ or unix seconds");
             goto bad;
         }
-    } else if (int_member(o, "effective_at", 0, 253402300799LL, &out->effective_at, "price", err, errlen)) {
+    } else if (int_member(o, "effective_at", 0, 253402300799LL, &out->effective_at, "price", err,
+                          errlen)) {
         goto bad;
     }
     cfg_version(out);
@@ -296,7 +311,8 @@ int mg_conf_usage_section(yaml_document_t *doc, yaml_node_t *v, int is_prices, m
     *line = line_of(v);
     cJSON *j = yaml_json(doc, v, 0);
     if (!j) {
-        snprintf(err, errlen, "%s: nested too deep or out of memory", is_prices ? "prices" : "usage");
+        snprintf(err, errlen, "%s: nested too deep or out of memory",
+                 is_prices ? "prices" : "usage");
         return -1;
     }
     int rc = is_prices ? prices_section(doc, v, j, cfg, line, err, errlen)
@@ -320,8 +336,8 @@ static void load_row(void *ud, int ncols, const char *const *c)
     memset(&p, 0, sizeof(p));
     p.provider = strdup(c[1] ? c[1] : "");
     p.model = strdup(c[2] ? c[2] : "*");
-    int64_t *f[6] = {&p.input_micros, &p.output_micros, &p.cached_input_micros,
-                     &p.cache_write_micros, &p.effective_at, NULL};
+    int64_t *f[6] = {&p.input_micros,       &p.output_micros, &p.cached_input_micros,
+                     &p.cache_write_micros, &p.effective_at,  NULL};
     for (int i = 0; f[i]; i++) *f[i] = c[3 + i] ? strtoll(c[3 + i], NULL, 10) : 0;
     snprintf(p.version, sizeof(p.version), "db-%s", c[0] ? c[0] : "0");
     if (!p.provider || !p.model || mg_prices_add(l->cfg, &p) != 0) {

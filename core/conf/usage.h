@@ -41,14 +41,14 @@ typedef struct mg_usage_conf_s {
 } mg_usage_conf_t;
 
 typedef struct mg_price_s {
-    char *provider;             /* owned */
-    char *model;                /* owned; "*" = every model of the provider */
-    int64_t input_micros;       /* per 1M uncached input tokens */
-    int64_t output_micros;      /* per 1M output tokens (reasoning included) */
-    int64_t cached_input_micros;/* per 1M cached input tokens read */
-    int64_t cache_write_micros; /* per 1M input tokens written to the cache */
-    int64_t effective_at;       /* unix seconds */
-    char version[24];           /* "cfg-<8 hex>" or "db-<id>" */
+    char *provider;              /* owned */
+    char *model;                 /* owned; "*" = every model of the provider */
+    int64_t input_micros;        /* per 1M uncached input tokens */
+    int64_t output_micros;       /* per 1M output tokens (reasoning included) */
+    int64_t cached_input_micros; /* per 1M cached input tokens read */
+    int64_t cache_write_micros;  /* per 1M input tokens written to the cache */
+    int64_t effective_at;        /* unix seconds */
+    char version[24];            /* "cfg-<8 hex>" or "db-<id>" */
 } mg_price_t;
 
 #define MG_PRICE_MAX_MICROS 1000000000000LL /* 1M currency units per 1M tokens */

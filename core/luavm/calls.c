@@ -98,8 +98,8 @@ int mg_gen_route(mg_gen_t *g, const mg_lua_req_t *info, int *req_ref, int attemp
     plan->n = plan->wait_ms = plan->kept = 0;
     mg_treq_t rq = {info, attempt, plan->limit > 0 ? plan->limit : 0};
     long *slots = mg_keep_slots_scratch(g->keep, n > 0 ? n : 1);
-    int keepable = slots && mg_keep_slots_of(g->keep, cands, n, slots) && g->routing_cache &&
-                   !plan->fresh;
+    int keepable =
+        slots && mg_keep_slots_of(g->keep, cands, n, slots) && g->routing_cache && !plan->fresh;
     if (keepable && mg_keep_plan_find(g->keep, g->trace, &rq, cands, n, slots, plan)) {
         plan->kept = 1;
         return 0;
@@ -287,7 +287,6 @@ fail:
     return -1;
 }
 
-
 /* The request fields whose answers may not be kept (the attempt's own). */
 #define ENCODE_UNKEPT ((1u << RF_ATTEMPT) | (1u << RF_PLAN_LIMIT))
 
@@ -302,7 +301,8 @@ int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_r
         if (found != 0) return found > 0 ? 0 : -1;
     }
     int req = mg_gen_req_table(g, info, req_ref);
-    if (a->encode_untraced) return encode_call(g, adapter, req, NULL, p, upstream_model, out, err, errlen);
+    if (a->encode_untraced)
+        return encode_call(g, adapter, req, NULL, p, upstream_model, out, err, errlen);
     int rc = encode_call(g, adapter, req, &rq, p, upstream_model, out, err, errlen);
     uint32_t read;
     mg_trace_end(g->trace, rc != 0, 0, 0, NULL, 0, &read);
@@ -327,8 +327,8 @@ void mg_encoded_free(mg_encoded_t *e)
     e->refusal = refusal;
 }
 
-int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSON **out,
-                  char *err, size_t errlen)
+int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSON **out, char *err,
+                  size_t errlen)
 {
     lua_State *L = g->L;
     int top = lua_gettop(L);

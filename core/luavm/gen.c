@@ -35,8 +35,7 @@ static int check_module_id(lua_State *L, int ref, const char *path, const char *
     else if (strcmp(lua_tostring(L, -1), want) != 0)
         snprintf(err, errlen, "%s: name = \"%s\", but this file is \"%s\" (name = \"%s\")", path,
                  lua_tostring(L, -1), want, want);
-    else
-        rc = 0;
+    else rc = 0;
     lua_pop(L, 1);
     if (rc != 0) return -1;
     mg_lpush_field(L, ref, "version");
@@ -44,15 +43,19 @@ static int check_module_id(lua_State *L, int ref, const char *path, const char *
     lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint) : 0;
     if (!isint || v != MG_LUA_API_VERSION) {
         if (lua_isnil(L, -1)) {
-            snprintf(err, errlen, "%s: the module table needs version = %d (the API version it is "
-                     "written for)", path, MG_LUA_API_VERSION);
+            snprintf(err, errlen,
+                     "%s: the module table needs version = %d (the API version it is "
+                     "written for)",
+                     path, MG_LUA_API_VERSION);
         } else {
             int vt = lua_type(L, -1); /* (lua_tostring only where no metamethod can run) */
-            const char *shown = vt == LUA_TNUMBER || vt == LUA_TSTRING ? lua_tostring(L, -1)
-                                                                      : luaL_typename(L, -1);
+            const char *shown =
+                vt == LUA_TNUMBER || vt == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
             const char *q = vt == LUA_TSTRING ? "\"" : "";
-            snprintf(err, errlen, "%s: version = %s%s%s, but this gateway speaks API version %d "
-                     "(the number; lua/README.md)", path, q, shown, q, MG_LUA_API_VERSION);
+            snprintf(err, errlen,
+                     "%s: version = %s%s%s, but this gateway speaks API version %d "
+                     "(the number; lua/README.md)",
+                     path, q, shown, q, MG_LUA_API_VERSION);
         }
         lua_pop(L, 1);
         return -1;
@@ -260,8 +263,8 @@ static int load_policies(mg_gen_t *g, char *err, size_t errlen)
     lua_pop(L, 1);
     if (check_module_id(L, g->routing_ref, path, "routing", err, errlen) != 0) return -1;
     /* M.cache = false: a policy that keeps state between calls, asked every time */
-    g->routing_cache = mg_lpush_field(L, g->routing_ref, "cache") != LUA_TBOOLEAN ||
-                       lua_toboolean(L, -1);
+    g->routing_cache =
+        mg_lpush_field(L, g->routing_ref, "cache") != LUA_TBOOLEAN || lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (run_selftest(L, g->routing_ref, path, err, errlen) != 0) return -1;
     if (load_cooldown_policy(g, err, errlen) != 0) return -1;
@@ -308,8 +311,8 @@ static int load_library(mg_gen_t *g, char *err, size_t errlen)
 static int make_keep(mg_gen_t *g, char *err, size_t errlen)
 {
     g->keep = mg_keep_new(g->cfg, g->n_adapters);
-    g->trace = g->keep ? mg_trace_new(g->L, mg_keep_slots(g->keep), g->req_dirty_ref, &g->json)
-                       : NULL;
+    g->trace =
+        g->keep ? mg_trace_new(g->L, mg_keep_slots(g->keep), g->req_dirty_ref, &g->json) : NULL;
     if (!g->trace) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -334,7 +337,8 @@ int mg_gen_load_with(const char *config_path, mg_config_extend_fn extend, void *
     }
     g->id = id;
     g->refs = 1;
-    g->routing_ref = g->cooldown_ref = g->context_ref = g->json.null_ref = g->json.array_mt_ref = LUA_NOREF;
+    g->routing_ref = g->cooldown_ref = g->context_ref = g->json.null_ref = g->json.array_mt_ref =
+        LUA_NOREF;
     if (mg_config_load(config_path, &g->cfg, err, errlen) != 0 ||
         (extend && extend(g->cfg, ud, err, errlen) != 0)) {
         mg_gen_unref(g);

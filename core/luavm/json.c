@@ -20,8 +20,7 @@ static void push_json(lua_State *L, const mg_ljson_t *g, const cJSON *v, int dep
         double d = v->valuedouble;
         if (d > -9007199254740992.0 && d < 9007199254740992.0 && d == (double)(long long)d)
             lua_pushinteger(L, (lua_Integer)d);
-        else
-            lua_pushnumber(L, d);
+        else lua_pushnumber(L, d);
     } else if (cJSON_IsString(v)) {
         lua_pushstring(L, v->valuestring);
     } else if (cJSON_IsRaw(v)) {

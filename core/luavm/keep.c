@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLANS_PER_MODEL 4 /* kept plans of one model: its usual request, the exploring one,
-                             a pinned one, ...; the least recently used one goes */
+/* kept plans of one model: its usual request, the exploring one, a pinned one, ...; the least
+ * recently used one goes */
+#define PLANS_PER_MODEL 4
 
 typedef struct span_s {
     const mg_route_conf_t *routes; /* the model's routes array */
@@ -39,7 +40,8 @@ typedef struct answer_s {
 } answer_t;
 
 /* Answers are found by provider through an open-addressing index, not by walking them. */
-#define ANSWER_SLOTS 128 /* a power of two, twice MG_KEEP_ENCODE_MAX: a probe meets an empty one */
+/* a power of two, twice MG_KEEP_ENCODE_MAX: a probe meets an empty one */
+#define ANSWER_SLOTS 128
 
 typedef struct answers_s {
     answer_t e[MG_KEEP_ENCODE_MAX];
@@ -51,16 +53,16 @@ struct mg_keep_s {
     span_t *spans; /* owned, one per model */
     size_t n_spans, last_span;
     size_t n_slots;
-    facts_t *facts; /* owned, per slot */
+    facts_t *facts;                   /* owned, per slot */
     const mg_route_conf_t **route_of; /* owned, per slot: its route */
     span_t **span_at;                 /* owned, per slot: its model's span */
     uint64_t described, kept;
-    uint64_t serials; /* the last serial given */
+    uint64_t serials;    /* the last serial given */
     answers_t **answers; /* owned, per adapter, made on first use */
     size_t n_adapters;
     long *slots; /* owned scratch (mg_keep_slots_scratch) */
     int slots_cap;
-    unsigned *seen;  /* owned, per slot: the mg_keep_slots_of call that saw it last */
+    unsigned *seen; /* owned, per slot: the mg_keep_slots_of call that saw it last */
     unsigned calls;
     mg_replay_scratch_t scratch;
 };
@@ -82,8 +84,8 @@ mg_keep_t *mg_keep_new(const mg_config_t *cfg, size_t n_adapters)
         return NULL;
     }
     for (size_t m = 0, first = 0; m < cfg->n_models; m++) {
-        k->spans[m] = (span_t){.routes = cfg->models[m].routes, .n = cfg->models[m].n_routes,
-                               .first_slot = first};
+        k->spans[m] = (span_t){
+            .routes = cfg->models[m].routes, .n = cfg->models[m].n_routes, .first_slot = first};
         for (size_t i = 0; i < cfg->models[m].n_routes; i++) {
             k->route_of[first + i] = &cfg->models[m].routes[i];
             k->span_at[first + i] = &k->spans[m];
@@ -175,8 +177,7 @@ void mg_keep_facts_put(mg_keep_t *k, long slot, const uint64_t stamp[MG_KEEP_STA
        kept for it (plans' checks, step functions' answers) */
     if (f && f->valid && memcmp(&f->c, c, offsetof(mg_candidate_t, serial)) == 0)
         c->serial = f->c.serial;
-    else
-        c->serial = ++k->serials;
+    else c->serial = ++k->serials;
     if (!f) return;
     f->c = *c;
     memcpy(f->stamp, stamp, sizeof(f->stamp));
@@ -220,8 +221,9 @@ int mg_keep_slots_of(mg_keep_t *k, const mg_candidate_t *cands, int n, long *slo
             sp = span_of(k, cands[i].route);
             slots[i] = sp ? (long)(sp->first_slot + (size_t)(cands[i].route - sp->routes)) : -1;
         }
-        if (slots[i] >= 0 && k->seen[slots[i]] == k->calls) slots[i] = -1; /* given twice: the
-                                                                              second has none */
+        if (slots[i] >= 0 && k->seen[slots[i]] == k->calls)
+            slots[i] = -1; /* given twice: the
+                              second has none */
         if (slots[i] >= 0) k->seen[slots[i]] = k->calls;
         if (slots[i] < 0 || (first && sp != first)) keepable = 0;
         if (!first) first = sp;
@@ -234,8 +236,8 @@ static span_t *span_of_slot(mg_keep_t *k, long slot)
     return slot >= 0 && (size_t)slot < k->n_slots ? k->span_at[slot] : NULL;
 }
 
-int mg_keep_plan_find(mg_keep_t *k, mg_trace_t *t, const mg_treq_t *rq,
-                      const mg_candidate_t *cands, int n, const long *slots, mg_plan_t *plan)
+int mg_keep_plan_find(mg_keep_t *k, mg_trace_t *t, const mg_treq_t *rq, const mg_candidate_t *cands,
+                      int n, const long *slots, mg_plan_t *plan)
 {
     span_t *sp = n > 0 && slots[0] >= 0 ? span_of_slot(k, slots[0]) : NULL;
     if (!sp) return 0;
@@ -272,11 +274,11 @@ static size_t answer_slot(const mg_provider_conf_t *p)
     return (size_t)(h >> 57) & (ANSWER_SLOTS - 1);
 }
 
-int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
-                        const char *model, const mg_treq_t *rq, mg_encoded_t *out, char *err,
-                        size_t errlen)
+int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p, const char *model,
+                        const mg_treq_t *rq, mg_encoded_t *out, char *err, size_t errlen)
 {
-    const answers_t *as = adapter >= 0 && (size_t)adapter < k->n_adapters ? k->answers[adapter] : NULL;
+    const answers_t *as =
+        adapter >= 0 && (size_t)adapter < k->n_adapters ? k->answers[adapter] : NULL;
     if (!as) return 0;
     for (size_t h = answer_slot(p); as->slot[h]; h = (h + 1) & (ANSWER_SLOTS - 1)) {
         const answer_t *a = &as->e[as->slot[h] - 1];
@@ -300,9 +302,8 @@ int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
     return 0;
 }
 
-void mg_keep_encode_put(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
-                        const char *model, uint32_t req_mask, const mg_treq_t *rq,
-                        const mg_encoded_t *enc)
+void mg_keep_encode_put(mg_keep_t *k, int adapter, const mg_provider_conf_t *p, const char *model,
+                        uint32_t req_mask, const mg_treq_t *rq, const mg_encoded_t *enc)
 {
     if (adapter < 0 || (size_t)adapter >= k->n_adapters || enc->body) return;
     answers_t **as = &k->answers[adapter];
@@ -318,7 +319,8 @@ void mg_keep_encode_put(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
     size_t n = 0;
     for (const struct curl_slist *h = enc->headers; h; h = h->next) n++;
     a->headers = n ? calloc(n, sizeof(*a->headers)) : NULL;
-    int ok = a->model && a->path && (!n || a->headers) && mg_treq_key_set(&a->req, req_mask, rq) == 0;
+    int ok =
+        a->model && a->path && (!n || a->headers) && mg_treq_key_set(&a->req, req_mask, rq) == 0;
     for (const struct curl_slist *h = enc->headers; ok && h; h = h->next)
         ok = (a->headers[a->n_headers++] = strdup(h->data)) != NULL;
     if (!ok) {

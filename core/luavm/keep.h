@@ -64,8 +64,8 @@ long *mg_keep_slots_scratch(mg_keep_t *k, int n);
 
 /* A kept plan for this request and these candidates (slots from mg_keep_slots_of): 1 with
  * plan filled, else 0 (ask route()). May call Lua (trace.h: a step's function asked again). */
-int mg_keep_plan_find(mg_keep_t *k, mg_trace_t *t, const mg_treq_t *rq,
-                      const mg_candidate_t *cands, int n, const long *slots, mg_plan_t *plan);
+int mg_keep_plan_find(mg_keep_t *k, mg_trace_t *t, const mg_treq_t *rq, const mg_candidate_t *cands,
+                      int n, const long *slots, mg_plan_t *plan);
 /* Keep entry e (ownership moves) for the model of these slots, in place of its least
  * recently used one. */
 void mg_keep_plan_put(mg_keep_t *k, lua_State *L, const long *slots, int n, mg_tentry_t *e);
@@ -74,14 +74,12 @@ void mg_keep_plan_put(mg_keep_t *k, lua_State *L, const long *slots, int n, mg_t
 
 /* The kept answer of adapter for provider p's upstream model, for this request: 1 with *out
  * (a fresh copy the caller owns), 0 none, -1 out of memory (err set). */
-int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
-                        const char *model, const mg_treq_t *rq, mg_encoded_t *out, char *err,
-                        size_t errlen);
+int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p, const char *model,
+                        const mg_treq_t *rq, mg_encoded_t *out, char *err, size_t errlen);
 /* Keep an answer without a body, made from the request fields in req_mask (best effort: out
  * of memory, or MG_KEEP_ENCODE_MAX answers for the adapter already, keeps nothing). */
 #define MG_KEEP_ENCODE_MAX 64
-void mg_keep_encode_put(mg_keep_t *k, int adapter, const mg_provider_conf_t *p,
-                        const char *model, uint32_t req_mask, const mg_treq_t *rq,
-                        const mg_encoded_t *enc);
+void mg_keep_encode_put(mg_keep_t *k, int adapter, const mg_provider_conf_t *p, const char *model,
+                        uint32_t req_mask, const mg_treq_t *rq, const mg_encoded_t *enc);
 
 #endif

@@ -44,8 +44,7 @@ static void read_error(lua_State *L, char *err, size_t errlen, mg_lrefusal_t *r)
     lua_pop(L, 1);
 }
 
-int mg_lcall_refusal(lua_State *L, int nargs, int nres, char *err, size_t errlen,
-                     mg_lrefusal_t *r)
+int mg_lcall_refusal(lua_State *L, int nargs, int nres, char *err, size_t errlen, mg_lrefusal_t *r)
 {
     if (r) *r = (mg_lrefusal_t){0};
     int base = lua_gettop(L) - nargs;

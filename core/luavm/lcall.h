@@ -19,9 +19,9 @@ int mg_lcall(lua_State *L, int nargs, int nres, char *err, size_t errlen);
 /* An adapter's deliberate refusal of a request (moongate.util.not_for_route /
  * invalid_request raise it as a table { refusal = "...", message = "...", param = "..." }). */
 typedef enum {
-    MG_LREFUSAL_NONE = 0,     /* a plain error, or none */
+    MG_LREFUSAL_NONE = 0,      /* a plain error, or none */
     MG_LREFUSAL_NOT_FOR_ROUTE, /* this route cannot serve the request; another may */
-    MG_LREFUSAL_INVALID,      /* the request itself is invalid: no route is to be tried */
+    MG_LREFUSAL_INVALID,       /* the request itself is invalid: no route is to be tried */
 } mg_lrefusal_kind_t;
 
 typedef struct {
@@ -31,8 +31,7 @@ typedef struct {
 
 /* mg_lcall that also reads a refusal: on error *r says which kind (NONE for an ordinary
  * error) and the refusal's message goes to err. r may be NULL. */
-int mg_lcall_refusal(lua_State *L, int nargs, int nres, char *err, size_t errlen,
-                     mg_lrefusal_t *r);
+int mg_lcall_refusal(lua_State *L, int nargs, int nres, char *err, size_t errlen, mg_lrefusal_t *r);
 
 /* Push the field `name` of the table in the registry at ref (a module table); returns its
  * Lua type. */

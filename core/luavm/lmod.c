@@ -261,8 +261,16 @@ static int l_sort_by(lua_State *L)
     if (keyed) mg_order_sort(items, n, items + n);
     else
         for (size_t i = 0; i < n; i++) items[i] = (mg_order_item_t){.key = 0, .pos = (int)i + 1};
-    mg_order_call_t call = {.weighted = 0, .list = 1, .n = n, .key_kind = kind, .key_fn = 2,
-                            .keys = keys, .draw_id = -1, .limit = -1, .out = items, .out_n = n};
+    mg_order_call_t call = {.weighted = 0,
+                            .list = 1,
+                            .n = n,
+                            .key_kind = kind,
+                            .key_fn = 2,
+                            .keys = keys,
+                            .draw_id = -1,
+                            .limit = -1,
+                            .out = items,
+                            .out_n = n};
     end(L, m, op, &call);
     free(keys);
     push_in_order(L, m, op, 1, items, n);
@@ -322,11 +330,21 @@ static int l_weighted_order(lua_State *L)
         mg_order_weighted(items, n, u, seed, items + n);
         if (keyed) mg_order_then_by(items, n, keys, items + n);
     }
-    mg_order_call_t call = {.weighted = 1, .list = 1, .n = n, .weight_kind = wkind,
-                            .key_kind = kkind, .weight_fn = 2, .key_fn = keyarg,
+    mg_order_call_t call = {.weighted = 1,
+                            .list = 1,
+                            .n = n,
+                            .weight_kind = wkind,
+                            .key_kind = kkind,
+                            .weight_fn = 2,
+                            .key_fn = keyarg,
                             .weights = wkind == MG_SPEC_NONE ? NULL : wcopy,
-                            .keys = keyed ? kcopy : NULL, .draw_id = draw_id, .u = u,
-                            .seed = seed, .limit = (long)limit, .out = items, .out_n = out_n};
+                            .keys = keyed ? kcopy : NULL,
+                            .draw_id = draw_id,
+                            .u = u,
+                            .seed = seed,
+                            .limit = (long)limit,
+                            .out = items,
+                            .out_n = out_n};
     end(L, m, op, &call);
     free(wcopy);
     free(kcopy);

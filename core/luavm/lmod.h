@@ -24,18 +24,18 @@ typedef enum { MG_SPEC_NONE = 0, MG_SPEC_LIST, MG_SPEC_FN } mg_spec_kind_t;
 
 /* One call of weighted_order or sort_by, as the module understood it (for the hooks). */
 typedef struct mg_order_call_s {
-    int weighted;                 /* weighted_order (1) or sort_by (0) */
-    int list;                     /* stack index of the list */
-    size_t n;                     /* its length */
+    int weighted; /* weighted_order (1) or sort_by (0) */
+    int list;     /* stack index of the list */
+    size_t n;     /* its length */
     mg_spec_kind_t weight_kind, key_kind;
-    int weight_fn, key_fn;        /* stack indexes of the functions (MG_SPEC_FN) */
-    const double *weights;        /* n weights as used (NULL: all 1) */
-    const double *keys;           /* n keys as used (NULL: none, or not every value had one) */
-    int draw_id;                  /* the draw's number in the recording; -1: u and seed given */
-    double u;                     /* the first draw */
-    uint64_t seed;                /* the stream of the others */
-    long limit;                   /* -1: none */
-    const mg_order_item_t *out;   /* the result, out_n positions (from 1) into the list */
+    int weight_fn, key_fn;      /* stack indexes of the functions (MG_SPEC_FN) */
+    const double *weights;      /* n weights as used (NULL: all 1) */
+    const double *keys;         /* n keys as used (NULL: none, or not every value had one) */
+    int draw_id;                /* the draw's number in the recording; -1: u and seed given */
+    double u;                   /* the first draw */
+    uint64_t seed;              /* the stream of the others */
+    long limit;                 /* -1: none */
+    const mg_order_item_t *out; /* the result, out_n positions (from 1) into the list */
     size_t out_n;
 } mg_order_call_t;
 
@@ -64,9 +64,9 @@ typedef struct mg_lmod_hooks_s {
 } mg_lmod_hooks_t;
 
 typedef struct mg_lmod_s {
-    mg_ljson_t json;               /* util.null and util.array_mt */
-    const mg_lmod_hooks_t *hooks;  /* borrowed; NULL when nothing is being recorded */
-    mg_order_item_t *scratch;      /* owned: 3 x cap items */
+    mg_ljson_t json;              /* util.null and util.array_mt */
+    const mg_lmod_hooks_t *hooks; /* borrowed; NULL when nothing is being recorded */
+    mg_order_item_t *scratch;     /* owned: 3 x cap items */
     size_t cap;
 } mg_lmod_t;
 

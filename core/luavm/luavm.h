@@ -47,24 +47,24 @@ typedef struct mg_adapter_s {
 typedef struct mg_gen_s {
     unsigned id;
     int refs;
-    lua_State *L;               /* owned */
-    mg_config_t *cfg;           /* owned */
-    mg_adapter_t *adapters;     /* owned array */
+    lua_State *L;           /* owned */
+    mg_config_t *cfg;       /* owned */
+    mg_adapter_t *adapters; /* owned array */
     size_t n_adapters;
-    int *provider_adapter;      /* owned; adapter index for each cfg->providers[i] */
-    int routing_ref;            /* policies/routing.lua module table */
-    int routing_cache;          /* its plans may be kept (M.cache ~= false) */
-    int cooldown_ref;           /* policies/cooldown.lua module table, LUA_NOREF when absent */
-    int context_ref;            /* policies/context.lua module table, LUA_NOREF when absent */
-    mg_ljson_t json;            /* util.null and util.array_mt (json.h) */
+    int *provider_adapter; /* owned; adapter index for each cfg->providers[i] */
+    int routing_ref;       /* policies/routing.lua module table */
+    int routing_cache;     /* its plans may be kept (M.cache ~= false) */
+    int cooldown_ref;      /* policies/cooldown.lua module table, LUA_NOREF when absent */
+    int context_ref;       /* policies/context.lua module table, LUA_NOREF when absent */
+    mg_ljson_t json;       /* util.null and util.array_mt (json.h) */
     int req_fill_ref, req_mt_ref, req_dirty_ref; /* request tables' fill(), metatable, mark */
     int req_free[MG_REQ_FREE_MAX]; /* request tables ready for reuse (mg_gen_req_release) */
     unsigned n_req_free;
-    struct mg_lmod_s *lmod;     /* owned: the moongate module's state (lmod.h) */
-    struct mg_keep_s *keep;     /* owned: what is kept around the Lua calls (keep.h) */
-    struct mg_trace_s *trace;   /* owned: the views and recorder of those calls (trace.h) */
-    size_t gc_base;             /* the state's bytes after its load or last collection (as far as
-                                   mg_gen_collect_between knows) */
+    struct mg_lmod_s *lmod;   /* owned: the moongate module's state (lmod.h) */
+    struct mg_keep_s *keep;   /* owned: what is kept around the Lua calls (keep.h) */
+    struct mg_trace_s *trace; /* owned: the views and recorder of those calls (trace.h) */
+    size_t gc_base;           /* the state's bytes after its load or last collection (as far as
+                                 mg_gen_collect_between knows) */
 } mg_gen_t;
 
 /* Load config file `config_path`, then the Lua library, adapters and policies it
@@ -102,16 +102,16 @@ size_t mg_gen_lua_bytes(const mg_gen_t *g);
 /* The per-request view handed to policies and adapters. */
 typedef struct mg_lua_req_s {
     const char *request_id;
-    const char *endpoint;  /* "chat" | "completions" | "embeddings" */
-    const char *model;     /* logical model name */
+    const char *endpoint; /* "chat" | "completions" | "embeddings" */
+    const char *model;    /* logical model name */
     int stream;
-    long long max_tokens;  /* -1 when not given */
-    long long created;     /* unix seconds */
-    const char *priority;  /* "P0".."P4" */
-    const char *pool;      /* X-Sidecar-Pool, or NULL */
-    const char *pin;       /* pinned provider id, or NULL */
+    long long max_tokens; /* -1 when not given */
+    long long created;    /* unix seconds */
+    const char *priority; /* "P0".."P4" */
+    const char *pool;     /* X-Sidecar-Pool, or NULL */
+    const char *pin;      /* pinned provider id, or NULL */
     int local_only, allow_smaller_model, allow_cloud, local_first;
-    double random;         /* [0,1): the request's draw for randomised policies */
+    double random; /* [0,1): the request's draw for randomised policies */
 } mg_lua_req_t;
 
 /* The request table of a new request; returns a registry reference. The table may be one
@@ -137,26 +137,26 @@ void mg_gen_unref_value(mg_gen_t *g, int ref);
  * the pointers to tell what changed since the route's candidate table was last handed out. */
 typedef struct mg_candidate_s {
     const mg_provider_conf_t *provider;
-    const mg_route_conf_t *route;   /* upstream model, smaller, priority group */
-    int available;                  /* enabled, not down, both breakers let a request through */
+    const mg_route_conf_t *route; /* upstream model, smaller, priority group */
+    int available;                /* enabled, not down, both breakers let a request through */
     int cooling, observing, consecutive_429;
-    int trial;                      /* health down, and its trial request is due (available) */
+    int trial; /* health down, and its trial request is due (available) */
     long long cooldown_remaining_ms;
     int rpm_limit, rpm_used;
     long long tpm_limit, tpm_used;
-    double headroom;                /* 0..1 */
+    double headroom; /* 0..1 */
     int in_flight;
-    const char *health;             /* state name */
-    const char *breaker;            /* the worse of the provider's and the route's breakers */
-    const char *route_breaker;      /* the route's own breaker (NULL = none: nil) */
+    const char *health;        /* state name */
+    const char *breaker;       /* the worse of the provider's and the route's breakers */
+    const char *route_breaker; /* the route's own breaker (NULL = none: nil) */
     int avail_samples, ttft_samples;
-    double success_rate, ttft_ms;   /* < 0 = no samples */
+    double success_rate, ttft_ms; /* < 0 = no samples */
     int load_known, load_running, load_waiting;
-    double load_kv_cache;           /* < 0 = unknown */
-    long keep_slot;                 /* the route's slot in the generation's keep + 1 (facts.c
-                                       says it); 0: not known */
-    uint64_t serial;                /* the description's number (keep.h): two equal non-zero
-                                       serials are the same facts; 0 = compare them */
+    double load_kv_cache; /* < 0 = unknown */
+    long keep_slot;       /* the route's slot in the generation's keep + 1 (facts.c
+                             says it); 0: not known */
+    uint64_t serial;      /* the description's number (keep.h): two equal non-zero
+                             serials are the same facts; 0 = compare them */
 } mg_candidate_t;
 
 /* One entry of a routing plan. */
@@ -200,13 +200,13 @@ int mg_gen_cooldown(mg_gen_t *g, const mg_provider_conf_t *p, int status, const 
 
 /* What policies/context.lua's trim(ctx, budget) is given (lua/README.md, "context"). */
 typedef struct mg_context_in_s {
-    const cJSON *messages;  /* the assembled list */
-    const long *tokens;     /* each message's tokens by the chat rule (token/chat.h) */
-    int first_current;      /* 0-based index of the current request's first message: it and
-                               every later one are protected, as are the leading system ones */
-    int n_leading;          /* the leading system messages (platform, application, summary) */
-    const char *policy;     /* "summary_and_recent" | "recent_only" */
-    int encoding;           /* token/encoding.h id the count function counts with */
+    const cJSON *messages; /* the assembled list */
+    const long *tokens;    /* each message's tokens by the chat rule (token/chat.h) */
+    int first_current;     /* 0-based index of the current request's first message: it and
+                              every later one are protected, as are the leading system ones */
+    int n_leading;         /* the leading system messages (platform, application, summary) */
+    const char *policy;    /* "summary_and_recent" | "recent_only" */
+    int encoding;          /* token/encoding.h id the count function counts with */
 } mg_context_in_t;
 
 /* 1 when the generation has a context policy. */
@@ -219,12 +219,12 @@ int mg_gen_context_trim(mg_gen_t *g, const mg_context_in_t *in, long budget, cJS
 
 typedef struct mg_encoded_s {
     char method[8];
-    char *path;                  /* owned (malloc) */
-    struct curl_slist *headers;  /* owned */
-    cJSON *body;                 /* owned; NULL = send the canonical body */
-    int ndjson;                  /* stream_format == "ndjson" */
-    mg_lrefusal_t refusal;       /* when encode failed: the adapter's refusal, if it was one
-                                    (kept by mg_encoded_free) */
+    char *path;                 /* owned (malloc) */
+    struct curl_slist *headers; /* owned */
+    cJSON *body;                /* owned; NULL = send the canonical body */
+    int ndjson;                 /* stream_format == "ndjson" */
+    mg_lrefusal_t refusal;      /* when encode failed: the adapter's refusal, if it was one
+                                   (kept by mg_encoded_free) */
 } mg_encoded_t;
 
 /* Call adapter.encode(req, route), or give a kept answer of it: an answer without a body
@@ -238,8 +238,8 @@ int mg_gen_encode(mg_gen_t *g, int adapter, const mg_lua_req_t *info, int *req_r
 void mg_encoded_free(mg_encoded_t *e);
 
 /* adapter.decode(req, resp) -> canonical response (*out owned by caller). */
-int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSON **out,
-                  char *err, size_t errlen);
+int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSON **out, char *err,
+                  size_t errlen);
 /* adapter.decode_event(req, data, state) -> array of chunks (*out owned, a cJSON array);
  * *done is set from state.done. */
 int mg_gen_decode_event(mg_gen_t *g, int adapter, int req_ref, int state_ref, const cJSON *data,

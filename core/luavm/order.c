@@ -225,9 +225,8 @@ static size_t draw_in_group(const mg_order_item_t *group, size_t m, double u, in
     return pick;
 }
 
-size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
-                               uint64_t seed, const mg_order_item_t *keys,
-                               mg_order_item_t *tmp)
+size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u, uint64_t seed,
+                               const mg_order_item_t *keys, mg_order_item_t *tmp)
 {
     if (k > n) k = n;
     for (size_t i = 0; i < n; i++)
@@ -251,7 +250,6 @@ size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, doubl
     return k;
 }
 
-
 /* keys sorted by (key, pos): the rank of each distinct key from 0, stored per position
  * (rank_of[pos - 1].pos), and how many items have each rank (keys[rank].pos, overwriting
  * entries already read). Returns the number of ranks. */
@@ -270,8 +268,7 @@ static size_t rank_keys(mg_order_item_t *keys, size_t n, mg_order_item_t *rank_o
     return ranks;
 }
 
-void mg_order_then_by(mg_order_item_t *items, size_t n, mg_order_item_t *keys,
-                      mg_order_item_t *tmp)
+void mg_order_then_by(mg_order_item_t *items, size_t n, mg_order_item_t *keys, mg_order_item_t *tmp)
 {
     /* A counting sort of the sequence by the rank of its key: the keys are sorted once
      * (in position order, the same from one request to the next but for the routes whose

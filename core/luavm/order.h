@@ -71,9 +71,8 @@ void mg_order_weighted(mg_order_item_t *items, size_t n, double u, uint64_t seed
  * n * k steps (a group is gathered once, then drawn from until it is empty) and no
  * logarithm: for a small k, as a request's plan needs no more entries than it can try.
  * Returns min(k, n): the items now in items. tmp has room for n items. */
-size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u,
-                               uint64_t seed, const mg_order_item_t *keys,
-                               mg_order_item_t *tmp);
+size_t mg_order_weighted_first(mg_order_item_t *items, size_t n, size_t k, double u, uint64_t seed,
+                               const mg_order_item_t *keys, mg_order_item_t *tmp);
 
 /* Order the sequence items (as mg_order_weighted drew it, say) by ascending key first:
  * keys[j].key is the key of the item at position j + 1 (keys[j].pos is not read), NaN

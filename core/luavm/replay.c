@@ -60,9 +60,9 @@ static int ref_pos(const mg_tentry_t *e, int n, mg_tref_t r)
 /* The values of one spec (weights: which = 0, keys: 1) into items[i].key (pos i + 1), asking
  * the function again where its memo no longer holds. Returns 1 when every value has one, 0
  * when some key is missing (the keys are then not used), -1 when the function raised. */
-static int spec_values(mg_tentry_t *e, mg_top_t *o, int which, mg_trace_t *t,
-                       const mg_treq_t *rq, const mg_candidate_t *cands, const long *slots,
-                       const int *pos, mg_order_item_t *items)
+static int spec_values(mg_tentry_t *e, mg_top_t *o, int which, mg_trace_t *t, const mg_treq_t *rq,
+                       const mg_candidate_t *cands, const long *slots, const int *pos,
+                       mg_order_item_t *items)
 {
     mg_spec_kind_t kind = which ? o->kkind : o->wkind;
     if (kind != MG_SPEC_FN) {
@@ -140,10 +140,10 @@ static int run_order(mg_tentry_t *e, mg_top_t *o, mg_trace_t *t, const mg_treq_t
 
 /* The steps, in order. */
 static int run_steps(mg_tentry_t *e, mg_trace_t *t, const mg_treq_t *rq,
-                     const mg_candidate_t *cands, int n, const long *slots,
-                     mg_replay_scratch_t *s)
+                     const mg_candidate_t *cands, int n, const long *slots, mg_replay_scratch_t *s)
 {
-    mg_draw_t small[4], *draws = e->n_draws <= 4 ? small : malloc((size_t)e->n_draws * sizeof(*draws));
+    mg_draw_t small[4],
+        *draws = e->n_draws <= 4 ? small : malloc((size_t)e->n_draws * sizeof(*draws));
     if (!draws) return 0;
     int rc = 1;
     for (int k = 0; rc == 1 && k < e->n_ops; k++) {
@@ -186,14 +186,16 @@ int mg_replay_run(mg_tentry_t *e, mg_trace_t *t, const mg_treq_t *rq, const mg_c
     if (e->n_items == 1) { /* (the usual plan of one entry: nothing to deduplicate) */
         int p = ref_pos(e, n, e->items[0].ref);
         if (p >= 0)
-            plan->entries[plan->n++] = (mg_plan_entry_t){p, e->items[0].degraded, e->items[0].emergency};
+            plan->entries[plan->n++] =
+                (mg_plan_entry_t){p, e->items[0].degraded, e->items[0].emergency};
     }
     if (e->n_items > 1) memset(s->seen, 0, (size_t)n);
     for (int k = 0; e->n_items > 1 && k < e->n_items && plan->n < n; k++) {
         int p = ref_pos(e, n, e->items[k].ref);
         if (p < 0 || s->seen[p]) continue;
         s->seen[p] = 1;
-        plan->entries[plan->n++] = (mg_plan_entry_t){p, e->items[k].degraded, e->items[k].emergency};
+        plan->entries[plan->n++] =
+            (mg_plan_entry_t){p, e->items[k].degraded, e->items[k].emergency};
     }
     if (plan->n > 0) plan->wait_ms = 0;
     return 1;

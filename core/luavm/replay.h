@@ -4,9 +4,9 @@
  * value it had then (mg_replay_matches). The answer is then the recorded one, but for what the
  * call left to the moongate module's steps: those run again here, in C, with this request's
  * numbers: its random draws, the functions' answers (kept per function and candidate by
- * trace.c, asked again only when the facts they read changed), the orders themselves (order.c, the code the
- * module runs). What the call read of a step's result must read the same again (the guards);
- * if it does not, the entry does not hold and route() is asked. */
+ * trace.c, asked again only when the facts they read changed), the orders themselves (order.c, the
+ * code the module runs). What the call read of a step's result must read the same again (the
+ * guards); if it does not, the entry does not hold and route() is asked. */
 #ifndef MG_REPLAY_H
 #define MG_REPLAY_H
 

@@ -26,7 +26,7 @@
 #include "luavm/lcall.h"
 
 /* Private keys of views (light userdata: no policy can spell them). */
-static char PRIV_CODE;  /* candidate and place views: their code (below) */
+static char PRIV_CODE; /* candidate and place views: their code (below) */
 /* A view's code: slot + 1 in bits 0-23; for a place view also CODE_PLACE, the place in bits
  * 25-40, the step in bits 41-52 and the low 10 bits of the call's serial in bits 53-62 (a
  * place view kept from a call 1,024 calls ago would pass for one of this call's: views are not
@@ -37,66 +37,101 @@ static char PRIV_CODE;  /* candidate and place views: their code (below) */
 #define SERIAL_BITS 0x3ffu
 #define MEMOS_PER_SLOT 4
 #define MEMO_FIELDS 6
-static char PRIV_REAL;  /* request views: the real request table */
-static char PRIV_CALL;  /* request views: the call's serial */
+static char PRIV_REAL; /* request views: the real request table */
+static char PRIV_CALL; /* request views: the call's serial */
 
-static const char *const cand_names[CF_N] = {
-    "index", "provider", "model", "pool", "local", "smaller", "priority", "weight",
-    "available", "cooling", "cooldown_remaining_ms", "consecutive_429", "observing", "trial",
-    "rpm_limit", "rpm_used", "tpm_limit", "tpm_used", "headroom", "in_flight", "health",
-    "breaker", "route_breaker", "avail_samples", "ttft_samples", "success_rate", "ttft_ms",
-    "load"};
+static const char *const cand_names[CF_N] = {"index",
+                                             "provider",
+                                             "model",
+                                             "pool",
+                                             "local",
+                                             "smaller",
+                                             "priority",
+                                             "weight",
+                                             "available",
+                                             "cooling",
+                                             "cooldown_remaining_ms",
+                                             "consecutive_429",
+                                             "observing",
+                                             "trial",
+                                             "rpm_limit",
+                                             "rpm_used",
+                                             "tpm_limit",
+                                             "tpm_used",
+                                             "headroom",
+                                             "in_flight",
+                                             "health",
+                                             "breaker",
+                                             "route_breaker",
+                                             "avail_samples",
+                                             "ttft_samples",
+                                             "success_rate",
+                                             "ttft_ms",
+                                             "load"};
 
-static const char *const req_names[RF_N] = {
-    "request_id", "endpoint", "model", "stream", "max_tokens", "created", "priority", "pool",
-    "pin", "local_only", "allow_smaller_model", "allow_cloud", "local_first", "random",
-    "attempt", "plan_limit", "body"};
+static const char *const req_names[RF_N] = {"request_id",
+                                            "endpoint",
+                                            "model",
+                                            "stream",
+                                            "max_tokens",
+                                            "created",
+                                            "priority",
+                                            "pool",
+                                            "pin",
+                                            "local_only",
+                                            "allow_smaller_model",
+                                            "allow_cloud",
+                                            "local_first",
+                                            "random",
+                                            "attempt",
+                                            "plan_limit",
+                                            "body"};
 
 /* A step function's answer about a slot's candidate, and the facts of it that it read. */
 typedef struct memo_s {
-    const void *fn;   /* the function (NULL: free) */
-    int fn_ref;       /* a reference holding it while the answer is kept */
-    int n;            /* fields read; MEMO_FIELDS + 1: too many (not kept) */
+    const void *fn; /* the function (NULL: free) */
+    int fn_ref;     /* a reference holding it while the answer is kept */
+    int n;          /* fields read; MEMO_FIELDS + 1: too many (not kept) */
     uint8_t fid[MEMO_FIELDS];
     uint64_t val[MEMO_FIELDS];
-    int other;        /* it read something else (not kept) */
-    int has;          /* it answered a number */
+    int other; /* it read something else (not kept) */
+    int has;   /* it answered a number */
     double value;
-    uint64_t serial;  /* the description it was made from (0: compare the fields) */
+    uint64_t serial;   /* the description it was made from (0: compare the fields) */
     mg_tstate_t state; /* the candidate's state then (CF_STATE_MASK) */
-    unsigned used;    /* when it was last given (the least recent one goes) */
+    unsigned used;     /* when it was last given (the least recent one goes) */
 } memo_t;
 
 struct mg_trace_s {
     lua_State *L;
     const mg_ljson_t *json;
-    int dirty_ref;               /* the request tables' "written by Lua" mark (reqtab.h) */
+    int dirty_ref; /* the request tables' "written by Lua" mark (reqtab.h) */
     size_t n_slots;
-    mg_candidate_t *facts;       /* owned, per slot: what its views show */
-    int *index;                  /* owned, per slot: its view's index */
+    mg_candidate_t *facts;                    /* owned, per slot: what its views show */
+    int *index;                               /* owned, per slot: its view's index */
     const mg_provider_conf_t **view_provider; /* owned, per slot: whose config its view holds */
-    long *pos_of;                /* owned, per slot: its position in the call, -1 */
+    long *pos_of;                             /* owned, per slot: its position in the call, -1 */
     int views_ref, view_mt_ref, req_mt_ref, written_ref, maker_ref, names_ref, places_ref;
     int n_places; /* place views handed out in this call */
     int route_req_mt_ref;
     int n_written;
     mg_lmod_hooks_t hooks;
     /* the call */
-    int active;                  /* a call runs: views answer it */
-    int recording;               /* ... and it is recorded */
+    int active;    /* a call runs: views answer it */
+    int recording; /* ... and it is recorded */
     unsigned serial;
-    int bad;                     /* the recording cannot be followed */
-    int moving;                  /* it read a moving number outside a step */
+    int bad;    /* the recording cannot be followed */
+    int moving; /* it read a moving number outside a step */
     mg_treq_t rq;
     const mg_candidate_t *cands;
     const long *slots;
     int n;
     uint32_t req_mask;
-    uint64_t *cand_mask;         /* owned, per position (CF_ALL bits) */
+    uint64_t *cand_mask; /* owned, per position (CF_ALL bits) */
     int cap;
-    struct memo_s *scope;        /* the answer of the function running, or NULL */
+    struct memo_s *scope; /* the answer of the function running, or NULL */
     long scope_slot;
-    struct memo_s *memos;        /* owned, MEMOS_PER_SLOT per slot */
+    struct memo_s *memos; /* owned, MEMOS_PER_SLOT per slot */
     unsigned memo_clock;
     mg_top_t *ops;
     int n_ops, cap_ops, n_draws;
@@ -323,7 +358,8 @@ static void note_read(mg_trace_t *t, long slot, uint64_t place, int fid)
             return;
         }
         note_guard(t, (int)(place >> 16 & 0xffff), (int)(place & 0xffff), fid);
-        if (fid == CF_LOAD) note_guard(t, (int)(place >> 16 & 0xffff), (int)(place & 0xffff), CF_LOAD_KV);
+        if (fid == CF_LOAD)
+            note_guard(t, (int)(place >> 16 & 0xffff), (int)(place & 0xffff), CF_LOAD_KV);
     } else {
         long pos = slot >= 0 && (size_t)slot < t->n_slots ? t->pos_of[slot] : -1;
         if (pos < 0) {
@@ -374,7 +410,8 @@ static long view_slot(lua_State *L, int idx, uint64_t *place)
     lua_pop(L, 1);
     if (code <= 0) return -1;
     if (code & CODE_PLACE)
-        *place = place_of((unsigned)(code >> 53), (int)(code >> 41 & 0xfff), (int)(code >> 25 & 0xffff));
+        *place =
+            place_of((unsigned)(code >> 53), (int)(code >> 41 & 0xfff), (int)(code >> 25 & 0xffff));
     return (long)(code & (CODE_PLACE - 1)) - 1;
 }
 
@@ -437,8 +474,7 @@ static int view_eq(lua_State *L)
         if (view_ref(t, L, 1, &ra) != 0 || view_ref(t, L, 2, &rb) != 0 ||
             grow((void **)&t->eqs, &t->cap_eqs, t->n_eqs, sizeof(*t->eqs)) != 0)
             t->bad = 1;
-        else
-            t->eqs[t->n_eqs++] = (mg_teq_t){ra, rb, same};
+        else t->eqs[t->n_eqs++] = (mg_teq_t){ra, rb, same};
     }
     lua_pushboolean(L, same);
     return 1;
@@ -629,8 +665,9 @@ mg_trace_t *mg_trace_new(lua_State *L, size_t n_slots, int dirty_ref, const mg_l
     t->written_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_newtable(L);
     t->places_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    t->hooks = (mg_lmod_hooks_t){t, hook_draw, hook_chance, hook_impure, hook_order_begin,
-                                 hook_eval, hook_order_end, hook_push_result};
+    t->hooks =
+        (mg_lmod_hooks_t){t,         hook_draw,      hook_chance,     hook_impure, hook_order_begin,
+                          hook_eval, hook_order_end, hook_push_result};
     return t;
 }
 
@@ -1023,7 +1060,8 @@ static int ask(mg_trace_t *t, lua_State *L, int fn, long slot, int *has, double 
     }
     m->n = scratch.n;
     memcpy(m->fid, scratch.fid, sizeof(m->fid));
-    for (int i = 0; i < m->n; i++) m->val[i] = cand_value(&t->facts[slot], t->index[slot], m->fid[i]);
+    for (int i = 0; i < m->n; i++)
+        m->val[i] = cand_value(&t->facts[slot], t->index[slot], m->fid[i]);
     m->state = mg_tstate_of(&t->facts[slot]);
     m->has = *has;
     m->value = *value;
@@ -1295,8 +1333,8 @@ static mg_tentry_t *make_entry(mg_trace_t *t, int is_list, int wait_ms, const mg
     e->items = malloc((size_t)(n_items ? n_items : 1) * sizeof(*e->items));
     e->guards = malloc((size_t)(t->n_guards ? t->n_guards : 1) * sizeof(*e->guards));
     e->eqs = malloc((size_t)(t->n_eqs ? t->n_eqs : 1) * sizeof(*e->eqs));
-    int ok = e->routes && e->cand_mask && e->cand_vals && e->serial && e->state && e->items && e->guards &&
-             e->eqs;
+    int ok = e->routes && e->cand_mask && e->cand_vals && e->serial && e->state && e->items &&
+             e->guards && e->eqs;
     if (ok && mg_treq_key_set(&e->req, t->req_mask, &t->rq) != 0) ok = 0;
     for (int i = 0; ok && i < n; i++) {
         const mg_candidate_t *c = &t->cands[i];
@@ -1304,7 +1342,8 @@ static mg_tentry_t *make_entry(mg_trace_t *t, int is_list, int wait_ms, const mg
         e->state[i] = mg_tstate_of(c);
         e->cand_mask[i] = (uint32_t)(t->cand_mask[i] & ~(uint64_t)(CF_CONFIG_MASK | CF_STATE_MASK));
         for (int fid = CF_AVAILABLE; fid < CF_ALL; fid++)
-            if (t->cand_mask[i] & (1ull << fid)) e->cand_vals[(size_t)i * CF_ALL + fid] = cand_value(c, i + 1, fid);
+            if (t->cand_mask[i] & (1ull << fid))
+                e->cand_vals[(size_t)i * CF_ALL + fid] = cand_value(c, i + 1, fid);
         e->serial[i] = c->serial;
     }
     if (!ok) {
@@ -1368,7 +1407,7 @@ int mg_trace_answer(mg_trace_t *t, const mg_treq_t *rq, int fn_ref, const void *
     lua_settop(L, top0);
     t->facts[slot] = *c; /* what its view shows now */
     t->index[slot] = pos + 1;
-    t->serial++;         /* places of earlier calls are another call's now */
+    t->serial++; /* places of earlier calls are another call's now */
     t->active = 1;
     t->recording = 0;
     t->rq = *rq;

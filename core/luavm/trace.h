@@ -10,10 +10,11 @@
  * every key. The request's routing fields (pool, pin, local_only,
  * allow_smaller_model, allow_cloud, local_first, plan_limit) sit in its view too and are part
  * of every key (they rarely differ between requests, and a plan mostly depends on them); its
- * other fields are noted when read (and then kept in the view: read once, noted once). The moongate module's ordering steps (lmod.h: draw, chance,
- * weighted_order, sort_by) are recorded too, with the functions they were given; their
- * results are views of "place j of step k", so that what the policy then reads of them is
- * noted against the place, not against whichever route happened to be there.
+ * other fields are noted when read (and then kept in the view: read once, noted once). The moongate
+ * module's ordering steps (lmod.h: draw, chance, weighted_order, sort_by) are recorded too, with
+ * the functions they were given; their results are views of "place j of step k", so that what the
+ * policy then reads of them is noted against the place, not against whichever route happened to be
+ * there.
  *
  * A finished recording becomes an entry (below): the fields read and their values (the key),
  * the steps, the checks on the steps' results (guards), and the plan as places and marks.
@@ -35,11 +36,35 @@
 /* Fields of a candidate view. The config fields come first (CF_WEIGHT the last of them), then
  * the facts; CF_LOAD stands for the load table, whose three numbers are noted as one. */
 enum {
-    CF_INDEX, CF_PROVIDER, CF_MODEL, CF_POOL, CF_LOCAL, CF_SMALLER, CF_PRIORITY, CF_WEIGHT,
-    CF_AVAILABLE, CF_COOLING, CF_COOLDOWN_REMAINING_MS, CF_CONSECUTIVE_429, CF_OBSERVING,
-    CF_TRIAL, CF_RPM_LIMIT, CF_RPM_USED, CF_TPM_LIMIT, CF_TPM_USED, CF_HEADROOM, CF_IN_FLIGHT, CF_HEALTH,
-    CF_BREAKER, CF_ROUTE_BREAKER, CF_AVAIL_SAMPLES, CF_TTFT_SAMPLES, CF_SUCCESS_RATE,
-    CF_TTFT_MS, CF_LOAD, CF_N
+    CF_INDEX,
+    CF_PROVIDER,
+    CF_MODEL,
+    CF_POOL,
+    CF_LOCAL,
+    CF_SMALLER,
+    CF_PRIORITY,
+    CF_WEIGHT,
+    CF_AVAILABLE,
+    CF_COOLING,
+    CF_COOLDOWN_REMAINING_MS,
+    CF_CONSECUTIVE_429,
+    CF_OBSERVING,
+    CF_TRIAL,
+    CF_RPM_LIMIT,
+    CF_RPM_USED,
+    CF_TPM_LIMIT,
+    CF_TPM_USED,
+    CF_HEADROOM,
+    CF_IN_FLIGHT,
+    CF_HEALTH,
+    CF_BREAKER,
+    CF_ROUTE_BREAKER,
+    CF_AVAIL_SAMPLES,
+    CF_TTFT_SAMPLES,
+    CF_SUCCESS_RATE,
+    CF_TTFT_MS,
+    CF_LOAD,
+    CF_N
 };
 /* The load's kv_cache: noted with CF_LOAD (no field of that name). */
 #define CF_LOAD_KV CF_N
@@ -48,15 +73,15 @@ enum {
 /* A candidate's state that changes now and then (not with every request): plain fields of its
  * view, brought up to date at each call, and part of every key (route()'s and its step
  * functions' answers): a read of them costs no call into C. */
-#define CF_STATE_MASK                                                                            \
-    ((1u << CF_AVAILABLE) | (1u << CF_COOLING) | (1u << CF_CONSECUTIVE_429) |                   \
-     (1u << CF_OBSERVING) | (1u << CF_TRIAL) | (1u << CF_RPM_LIMIT) | (1u << CF_TPM_LIMIT) | (1u << CF_HEALTH) |    \
-     (1u << CF_BREAKER) | (1u << CF_ROUTE_BREAKER))
+#define CF_STATE_MASK                                                                              \
+    ((1u << CF_AVAILABLE) | (1u << CF_COOLING) | (1u << CF_CONSECUTIVE_429) |                      \
+     (1u << CF_OBSERVING) | (1u << CF_TRIAL) | (1u << CF_RPM_LIMIT) | (1u << CF_TPM_LIMIT) |       \
+     (1u << CF_HEALTH) | (1u << CF_BREAKER) | (1u << CF_ROUTE_BREAKER))
 /* Facts that move from one request to the next: a plan that read one of them outside a step
  * would hardly ever hold again. */
-#define CF_MOVING_MASK                                                                           \
-    ((1u << CF_COOLDOWN_REMAINING_MS) | (1u << CF_RPM_USED) | (1u << CF_TPM_USED) |             \
-     (1u << CF_HEADROOM) | (1u << CF_IN_FLIGHT) | (1u << CF_AVAIL_SAMPLES) |                    \
+#define CF_MOVING_MASK                                                                             \
+    ((1u << CF_COOLDOWN_REMAINING_MS) | (1u << CF_RPM_USED) | (1u << CF_TPM_USED) |                \
+     (1u << CF_HEADROOM) | (1u << CF_IN_FLIGHT) | (1u << CF_AVAIL_SAMPLES) |                       \
      (1u << CF_TTFT_SAMPLES) | (1u << CF_SUCCESS_RATE) | (1u << CF_TTFT_MS) | (1u << CF_LOAD))
 
 /* A candidate's state fields (CF_STATE_MASK), compared at once. */
@@ -68,9 +93,9 @@ typedef struct mg_tstate_s {
 
 static inline mg_tstate_t mg_tstate_of(const mg_candidate_t *c)
 {
-    return (mg_tstate_t){c->available != 0, c->cooling != 0, c->observing != 0, c->trial != 0,
-                         c->consecutive_429,
-                         c->rpm_limit, c->tpm_limit, c->health, c->breaker, c->route_breaker};
+    return (mg_tstate_t){c->available != 0,  c->cooling != 0, c->observing != 0, c->trial != 0,
+                         c->consecutive_429, c->rpm_limit,    c->tpm_limit,      c->health,
+                         c->breaker,         c->route_breaker};
 }
 
 static inline int mg_tstate_same_str(const char *a, const char *b)
@@ -82,24 +107,39 @@ static inline int mg_tstate_equal(const mg_tstate_t *a, const mg_candidate_t *c)
 {
     return a->available == (c->available != 0) && a->cooling == (c->cooling != 0) &&
            a->observing == (c->observing != 0) && a->trial == (c->trial != 0) &&
-           a->consecutive_429 == c->consecutive_429 &&
-           a->rpm_limit == c->rpm_limit && a->tpm_limit == c->tpm_limit &&
-           mg_tstate_same_str(a->health, c->health) && mg_tstate_same_str(a->breaker, c->breaker) &&
+           a->consecutive_429 == c->consecutive_429 && a->rpm_limit == c->rpm_limit &&
+           a->tpm_limit == c->tpm_limit && mg_tstate_same_str(a->health, c->health) &&
+           mg_tstate_same_str(a->breaker, c->breaker) &&
            mg_tstate_same_str(a->route_breaker, c->route_breaker);
 }
 
 /* Fields of the request view. */
 enum {
-    RF_REQUEST_ID, RF_ENDPOINT, RF_MODEL, RF_STREAM, RF_MAX_TOKENS, RF_CREATED, RF_PRIORITY,
-    RF_POOL, RF_PIN, RF_LOCAL_ONLY, RF_ALLOW_SMALLER, RF_ALLOW_CLOUD, RF_LOCAL_FIRST, RF_RANDOM,
-    RF_ATTEMPT, RF_PLAN_LIMIT, RF_BODY, RF_N
+    RF_REQUEST_ID,
+    RF_ENDPOINT,
+    RF_MODEL,
+    RF_STREAM,
+    RF_MAX_TOKENS,
+    RF_CREATED,
+    RF_PRIORITY,
+    RF_POOL,
+    RF_PIN,
+    RF_LOCAL_ONLY,
+    RF_ALLOW_SMALLER,
+    RF_ALLOW_CLOUD,
+    RF_LOCAL_FIRST,
+    RF_RANDOM,
+    RF_ATTEMPT,
+    RF_PLAN_LIMIT,
+    RF_BODY,
+    RF_N
 };
 /* The request's routing fields: plain fields of a route() call's request view, in every key. */
-#define RF_ROUTING_MASK                                                                          \
-    ((1u << RF_POOL) | (1u << RF_PIN) | (1u << RF_LOCAL_ONLY) | (1u << RF_ALLOW_SMALLER) |       \
+#define RF_ROUTING_MASK                                                                            \
+    ((1u << RF_POOL) | (1u << RF_PIN) | (1u << RF_LOCAL_ONLY) | (1u << RF_ALLOW_SMALLER) |         \
      (1u << RF_ALLOW_CLOUD) | (1u << RF_LOCAL_FIRST) | (1u << RF_PLAN_LIMIT))
 /* The request's own fields: a call that read one is never kept. */
-#define RF_OWN_MASK                                                                              \
+#define RF_OWN_MASK                                                                                \
     ((1u << RF_REQUEST_ID) | (1u << RF_CREATED) | (1u << RF_RANDOM) | (1u << RF_BODY))
 
 /* What a request view answers beside the request's own info. */
@@ -157,14 +197,15 @@ typedef struct mg_treq_key_s {
 } mg_treq_key_t;
 
 /* The boolean request fields, compared at once. */
-#define MG_TREQ_FLAGS                                                                            \
-    ((1u << RF_STREAM) | (1u << RF_LOCAL_ONLY) | (1u << RF_ALLOW_SMALLER) |                     \
+#define MG_TREQ_FLAGS                                                                              \
+    ((1u << RF_STREAM) | (1u << RF_LOCAL_ONLY) | (1u << RF_ALLOW_SMALLER) |                        \
      (1u << RF_ALLOW_CLOUD) | (1u << RF_LOCAL_FIRST))
 
 /* The request's boolean fields as bits at their field numbers. */
 static inline uint32_t mg_treq_flags(const mg_lua_req_t *r)
 {
-    return (uint32_t)(r->stream != 0) << RF_STREAM | (uint32_t)(r->local_only != 0) << RF_LOCAL_ONLY |
+    return (uint32_t)(r->stream != 0) << RF_STREAM |
+           (uint32_t)(r->local_only != 0) << RF_LOCAL_ONLY |
            (uint32_t)(r->allow_smaller_model != 0) << RF_ALLOW_SMALLER |
            (uint32_t)(r->allow_cloud != 0) << RF_ALLOW_CLOUD |
            (uint32_t)(r->local_first != 0) << RF_LOCAL_FIRST;
@@ -196,8 +237,8 @@ typedef enum { MG_TOP_DRAW, MG_TOP_CHANCE, MG_TOP_ORDER } mg_top_kind_t;
 /* A step's last answer for one of its values (replay.c): the candidate and description it
  * was for. */
 typedef struct mg_tlast_s {
-    void *memo;      /* where trace.c keeps that answer (mg_trace_answer's hint) */
-    int pos;         /* -1: none yet */
+    void *memo; /* where trace.c keeps that answer (mg_trace_answer's hint) */
+    int pos;    /* -1: none yet */
     int has;
     double value;
     uint64_t serial; /* 0: not reusable */
@@ -206,24 +247,24 @@ typedef struct mg_tlast_s {
 /* One step: a draw made from the request, a chance() asked of it, or an order. */
 typedef struct mg_top_s {
     mg_top_kind_t kind;
-    int draw;                     /* DRAW: its number; CHANCE, ORDER: the draw used (-1: u and
-                                     seed given) */
-    double p;                     /* CHANCE */
+    int draw; /* DRAW: its number; CHANCE, ORDER: the draw used (-1: u and
+                 seed given) */
+    double p; /* CHANCE */
     int result;
-    int weighted;                 /* ORDER: weighted_order (1) or sort_by (0) */
+    int weighted; /* ORDER: weighted_order (1) or sort_by (0) */
     size_t n;
-    mg_tref_t *refs;              /* owned: the list's n values */
+    mg_tref_t *refs; /* owned: the list's n values */
     mg_spec_kind_t wkind, kkind;
-    double *wvals, *kvals;        /* owned, MG_SPEC_LIST: the values as given */
-    int wfn, kfn;                 /* MG_SPEC_FN: registry references to the functions */
-    const void *wfn_id, *kfn_id;  /* ... and the functions themselves (their answers are kept
-                                     per function and candidate: mg_trace_answer) */
-    mg_tlast_t *wlast, *klast;    /* owned (replay.c, made on first use): per value */
+    double *wvals, *kvals;       /* owned, MG_SPEC_LIST: the values as given */
+    int wfn, kfn;                /* MG_SPEC_FN: registry references to the functions */
+    const void *wfn_id, *kfn_id; /* ... and the functions themselves (their answers are kept
+                                    per function and candidate: mg_trace_answer) */
+    mg_tlast_t *wlast, *klast;   /* owned (replay.c, made on first use): per value */
     double u;
     uint64_t seed;
-    long limit;                   /* -1: none */
+    long limit; /* -1: none */
     size_t out_n;
-    int *out;                     /* owned: positions (into the call's list) of the result */
+    int *out; /* owned: positions (into the call's list) of the result */
 } mg_top_t;
 
 /* Something read of a place of a step's result: its value then. */
@@ -258,13 +299,13 @@ typedef struct mg_tentry_s {
                                        (0: compare the fields) */
     mg_top_t *ops;                  /* owned */
     int n_ops, n_draws;
-    mg_tguard_t *guards;            /* owned */
+    mg_tguard_t *guards; /* owned */
     int n_guards;
-    mg_teq_t *eqs;                  /* owned */
+    mg_teq_t *eqs; /* owned */
     int n_eqs;
-    int is_list;                    /* the plan was a list (else {wait_ms} or {}) */
+    int is_list; /* the plan was a list (else {wait_ms} or {}) */
     int wait_ms;
-    mg_titem_t *items;              /* owned */
+    mg_titem_t *items; /* owned */
     int n_items;
 } mg_tentry_t;
 

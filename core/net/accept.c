@@ -53,8 +53,8 @@ static int listen_socket(const struct sockaddr_storage *ss, int *out)
     if (fd < 0) return uv_translate_sys_error(errno);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* as uv_tcp_bind does */
-    socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                              : sizeof(struct sockaddr_in);
+    socklen_t len =
+        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, BACKLOG) != 0) {
         int err = uv_translate_sys_error(errno);
         close(fd);
@@ -93,9 +93,10 @@ static void report_log(mg_acceptor_t *a)
         snprintf(what, sizeof(what), "%s", strerror(a->last_errno));
         mg_log_begin(&l, MG_LOG_ERROR, "accept_failed");
         mg_log_str(&l, "listener", a->name);
-        mg_log_str(&l, "error", a->last_errno == EMFILE   ? "EMFILE"
-                                : a->last_errno == ENFILE ? "ENFILE"
-                                                          : "other");
+        mg_log_str(&l, "error",
+                   a->last_errno == EMFILE   ? "EMFILE"
+                   : a->last_errno == ENFILE ? "ENFILE"
+                                             : "other");
         mg_log_str(&l, "detail", what);
         mg_log_int(&l, "failures", (int64_t)a->errors_unlogged);
         mg_log_int(&l, "paused_ms", ACCEPT_PAUSE_MS);

@@ -23,7 +23,12 @@ typedef enum {
     MG_READ_TIMEOUT_COUNT
 } mg_read_timeout_t;
 
-typedef enum { MG_ACCEPT_EMFILE = 0, MG_ACCEPT_ENFILE, MG_ACCEPT_OTHER, MG_ACCEPT_ERR_COUNT } mg_accept_err_t;
+typedef enum {
+    MG_ACCEPT_EMFILE = 0,
+    MG_ACCEPT_ENFILE,
+    MG_ACCEPT_OTHER,
+    MG_ACCEPT_ERR_COUNT
+} mg_accept_err_t;
 
 /* What a listener counts: kept by the owner (the metrics), written by the listener. */
 typedef struct mg_conn_stats_s {
@@ -40,18 +45,18 @@ typedef void (*mg_accept_fn)(void *ud, int fd);
 
 typedef struct mg_acceptor_s {
     uv_poll_t poll;
-    uv_timer_t resume;        /* ends a pause after an accept failure */
-    uv_timer_t report;        /* the end of a report window */
-    int fd;                   /* the listening socket, -1 when closed */
-    int open;                 /* the handles above are initialized and not closed */
-    const char *name;         /* static: the listener's name in log lines */
-    mg_conn_stats_t *stats;   /* borrowed, may be NULL */
+    uv_timer_t resume;      /* ends a pause after an accept failure */
+    uv_timer_t report;      /* the end of a report window */
+    int fd;                 /* the listening socket, -1 when closed */
+    int open;               /* the handles above are initialized and not closed */
+    const char *name;       /* static: the listener's name in log lines */
+    mg_conn_stats_t *stats; /* borrowed, may be NULL */
     mg_accept_fn fn;
     void *ud;
     uint64_t refused_unlogged, errors_unlogged; /* since the last report line */
     int last_errno;
-    size_t max_connections;   /* shown in the refusal line */
-    char bound[72];           /* "host:port" actually bound */
+    size_t max_connections; /* shown in the refusal line */
+    char bound[72];         /* "host:port" actually bound */
 } mg_acceptor_t;
 
 /* Bind and listen on "host:port" (port 0: any; "[v6]:port"; "*" or "": every address) and

@@ -63,8 +63,9 @@ void mg_error_respond(mg_http_req_t *req, int status, const char *code, const ch
     mg_buf_t body = {0};
     if (mg_error_body(&body, status, code, message, req->request_id, retry_after_ms) != 0) {
         mg_buf_free(&body);
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"api_error\","
-                                  "\"param\":null,\"code\":\"INTERNAL_ERROR\"}}";
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"api_error\","
+            "\"param\":null,\"code\":\"INTERNAL_ERROR\"}}";
         mg_http_respond(req, 500, "application/json", NULL, oom, sizeof(oom) - 1);
         return;
     }

@@ -62,9 +62,10 @@ size_t mg_fdlimit_connection_cap(size_t configured, size_t reserved, size_t refu
     if (configured > fit) {
         /* honoured: the operator may know better (other limits, few upstream connections) */
         mg_log_int(&l, "fits", (int64_t)fit);
-        mg_log_str(&l, "warning", "server.max_connections is more than the descriptor limit "
-                                  "leaves room for: when descriptors run out, accepting "
-                                  "pauses and the reserve is not guaranteed");
+        mg_log_str(&l, "warning",
+                   "server.max_connections is more than the descriptor limit "
+                   "leaves room for: when descriptors run out, accepting "
+                   "pauses and the reserve is not guaranteed");
     }
     mg_log_end(&l);
     return cap;

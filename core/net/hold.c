@@ -15,15 +15,15 @@
 typedef enum { END_RESPOND, END_STREAM } end_kind_t;
 
 struct mg_hold_s {
-    int pending;          /* commits expected and not yet arrived */
-    int handed;           /* the end was handed over */
-    mg_http_req_t *req;   /* borrowed from the hand-over until sent or aborted */
+    int pending;        /* commits expected and not yet arrived */
+    int handed;         /* the end was handed over */
+    mg_http_req_t *req; /* borrowed from the hand-over until sent or aborted */
     end_kind_t kind;
-    int head;             /* END_STREAM: the stream is still to be opened */
+    int head; /* END_STREAM: the stream is still to be opened */
     int status;
-    char *content_type;   /* owned */
-    char *extra;          /* owned, may be NULL */
-    char *data;           /* owned, may be NULL */
+    char *content_type; /* owned */
+    char *extra;        /* owned, may be NULL */
+    char *data;         /* owned, may be NULL */
     size_t len;
 };
 
@@ -63,8 +63,7 @@ static void send_end(mg_hold_t *h)
         mg_http_respond(req, h->status, h->content_type, h->extra, h->data ? h->data : "", h->len);
     else if (h->head)
         mg_http_stream_open(req, h->status, h->content_type, h->extra, h->data, h->len, 1);
-    else
-        mg_http_stream_send(req, h->data, h->len, 1);
+    else mg_http_stream_send(req, h->data, h->len, 1);
 }
 
 /* Send the end if it may go; free the hold once nothing refers to it. */

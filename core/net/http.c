@@ -51,10 +51,10 @@ typedef enum {
 struct mg_conn_s {
     uv_tcp_t tcp;
     uv_timer_t timer;
-    mg_listener_t *listener;   /* borrowed */
-    mg_conn_t *prev, *next;    /* listener's list */
+    mg_listener_t *listener; /* borrowed */
+    mg_conn_t *prev, *next;  /* listener's list */
     llhttp_t parser;
-    char *in;                  /* owned: unparsed input carried between reads */
+    char *in; /* owned: unparsed input carried between reads */
     size_t in_len, in_off, in_cap;
     mg_http_req_t *req;        /* owned: request being parsed or answered */
     size_t header_bytes;       /* bytes of the current request's head */
@@ -63,24 +63,24 @@ struct mg_conn_s {
     int pumping;               /* inside conn_pump: finish must not re-enter it */
     int reading;
     int closing;
-    int close_after;           /* close once the current response is written */
-    int handles_open;          /* tcp + timer: freed when both closed */
+    int close_after;  /* close once the current response is written */
+    int handles_open; /* tcp + timer: freed when both closed */
     timer_mode_t timer_mode;
-    uint64_t timer_due;        /* loop ms the current mode's deadline falls at (0: none) */
-    uint64_t timer_armed;      /* loop ms the uv timer is set for (0: stopped) */
-    mg_http_req_t *spare;      /* owned: a finished request kept for the next (see req_new) */
-    int got_bytes;             /* bytes of the current request have arrived */
-    int limit_status;          /* 413, 431 or 503 when a parser callback hit a limit */
-    int linger;                /* read and drop input for a while before closing */
-    int reserve;               /* accepted past max_connections: reserve paths only */
-    int refusing;              /* accepted past the reserve: answered 503, closing */
-    mg_http_abort_t abort;     /* what a request in flight is told when the connection ends */
-    int in_body;               /* the head is complete, the body is on its way */
-    uint64_t body_start;       /* loop ms the head was complete */
-    uint64_t write_due;        /* loop ms of the next write-progress check (0: none queued) */
-    uint64_t write_progress;   /* loop ms bytes were last seen leaving the write queue */
-    uint64_t sent_total;       /* bytes ever handed to the socket (written or queued) */
-    uint64_t acked_seen;       /* of those, acknowledged by the client at the last check */
+    uint64_t timer_due;      /* loop ms the current mode's deadline falls at (0: none) */
+    uint64_t timer_armed;    /* loop ms the uv timer is set for (0: stopped) */
+    mg_http_req_t *spare;    /* owned: a finished request kept for the next (see req_new) */
+    int got_bytes;           /* bytes of the current request have arrived */
+    int limit_status;        /* 413, 431 or 503 when a parser callback hit a limit */
+    int linger;              /* read and drop input for a while before closing */
+    int reserve;             /* accepted past max_connections: reserve paths only */
+    int refusing;            /* accepted past the reserve: answered 503, closing */
+    mg_http_abort_t abort;   /* what a request in flight is told when the connection ends */
+    int in_body;             /* the head is complete, the body is on its way */
+    uint64_t body_start;     /* loop ms the head was complete */
+    uint64_t write_due;      /* loop ms of the next write-progress check (0: none queued) */
+    uint64_t write_progress; /* loop ms bytes were last seen leaving the write queue */
+    uint64_t sent_total;     /* bytes ever handed to the socket (written or queued) */
+    uint64_t acked_seen;     /* of those, acknowledged by the client at the last check */
     char last_id[MG_REQUEST_ID_LEN + 1]; /* the last finished request whose answer is queued */
 };
 
@@ -265,10 +265,9 @@ static void mode_expired(mg_conn_t *c, uint64_t now)
             return;
         }
         count_read_timeout(c, total ? MG_READ_TIMEOUT_REQUEST : MG_READ_TIMEOUT_BODY_RATE);
-        send_error_and_close(c, 408, "REQUEST_TIMEOUT",
-                             total ? "request not received in time"
-                                   : "request body arrived too slowly",
-                             0, 1);
+        send_error_and_close(
+            c, 408, "REQUEST_TIMEOUT",
+            total ? "request not received in time" : "request body arrived too slowly", 0, 1);
         return;
     }
     count_read_timeout(c, total ? MG_READ_TIMEOUT_REQUEST : MG_READ_TIMEOUT_HEADERS);
@@ -592,21 +591,21 @@ static size_t format_head(mg_http_req_t *req, char *buf, size_t cap, int status,
     char len_line[64];
     if (content_length >= 0)
         snprintf(len_line, sizeof(len_line), "Content-Length: %lld\r\n", content_length);
-    else
-        snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
+    else snprintf(len_line, sizeof(len_line), "Transfer-Encoding: chunked\r\n");
     char tp[MG_TRACEPARENT_LEN + 32] = "";
     if (req->trace.trace_id[0]) {
         memcpy(tp, "traceparent: ", 13);
         mg_trace_format(&req->trace, tp + 13);
         memcpy(tp + 13 + MG_TRACEPARENT_LEN, "\r\n", 3);
     }
-    int n = snprintf(buf, cap,
-                     "HTTP/1.1 %d %s\r\nServer: moongate\r\nDate: %s\r\nContent-Type: %s\r\n%s"
-                     "X-Request-Id: %s\r\n%s%s%s%s\r\n",
-                     status, mg_http_reason(status), date_header(c->listener),
-                     content_type ? content_type : "application/json", len_line, req->request_id, tp,
-                     keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n",
-                     extra ? extra : "", req->head_lines ? req->head_lines : "");
+    int n =
+        snprintf(buf, cap,
+                 "HTTP/1.1 %d %s\r\nServer: moongate\r\nDate: %s\r\nContent-Type: %s\r\n%s"
+                 "X-Request-Id: %s\r\n%s%s%s%s\r\n",
+                 status, mg_http_reason(status), date_header(c->listener),
+                 content_type ? content_type : "application/json", len_line, req->request_id, tp,
+                 keep ? (req->http10 ? "Connection: keep-alive\r\n" : "") : "Connection: close\r\n",
+                 extra ? extra : "", req->head_lines ? req->head_lines : "");
     return n < 0 ? 0 : ((size_t)n >= cap ? cap - 1 : (size_t)n);
 }
 
@@ -640,7 +639,8 @@ void mg_http_respond(mg_http_req_t *req, int status, const char *content_type,
     char head[2048];
     size_t hl = format_head(req, head, sizeof(head), status, content_type, extra_headers,
                             (long long)body_len);
-    uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl), uv_buf_init((char *)body, (unsigned)body_len)};
+    uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl),
+                        uv_buf_init((char *)body, (unsigned)body_len)};
     req->headers_sent = 1;
     /* HEAD: the headers say what GET would send, the body stays home */
     conn_write(req->conn, bufs, body_len && req->method != HTTP_HEAD ? 2 : 1);
@@ -1076,10 +1076,8 @@ static long parse_input(mg_conn_t *c, const char *data, size_t len)
         send_error_and_close(c, 431, "HEADERS_TOO_LARGE", "request headers too large", 0, 1);
     else if (c->limit_status == 413)
         send_error_and_close(c, 413, "REQUEST_TOO_LARGE", "request body too large", 0, 1);
-    else if (c->limit_status == 503)
-        refuse_request(c);
-    else
-        send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request", 0, 1);
+    else if (c->limit_status == 503) refuse_request(c);
+    else send_error_and_close(c, 400, "INVALID_REQUEST", "malformed HTTP request", 0, 1);
     return -1;
 }
 
@@ -1325,8 +1323,8 @@ static void conn_refuse(mg_conn_t *c)
 static void refuse_request(mg_conn_t *c)
 {
     mg_acceptor_refused(&c->listener->acceptor);
-    send_error_and_close(c, 503, "RESOURCE_EXHAUSTED", "too many connections; retry later",
-                         1000, 0);
+    send_error_and_close(c, 503, "RESOURCE_EXHAUSTED", "too many connections; retry later", 1000,
+                         0);
 }
 
 /* Whether a new connection fits: 0 under max_connections, 1 in the reserve (reserve paths
@@ -1401,7 +1399,8 @@ int mg_listener_start(mg_listener_t *l, uv_loop_t *loop, const char *addr,
     l->rbuf_cap = READ_CHUNK;
     l->rbuf = malloc(l->rbuf_cap);
     if (!l->rbuf) return UV_ENOMEM;
-    int rc = mg_acceptor_open(&l->acceptor, loop, addr, limits->name, limits->stats, on_accepted, l);
+    int rc =
+        mg_acceptor_open(&l->acceptor, loop, addr, limits->name, limits->stats, on_accepted, l);
     if (rc != 0) {
         free(l->rbuf);
         l->rbuf = NULL;

@@ -46,8 +46,9 @@ typedef void (*mg_http_handler_fn)(void *ud, mg_http_req_t *req);
 
 /* Why a request's on_abort hook ran. */
 typedef enum {
-    MG_HTTP_ABORT_GONE = 0, /* the client closed or reset the connection (or the server closed it) */
-    MG_HTTP_ABORT_STALLED,  /* the client took nothing of its answer for write_timeout_ms */
+    MG_HTTP_ABORT_GONE =
+        0,                 /* the client closed or reset the connection (or the server closed it) */
+    MG_HTTP_ABORT_STALLED, /* the client took nothing of its answer for write_timeout_ms */
 } mg_http_abort_t;
 
 /* Where a detached request's answer goes (see mg_http_req_detached). */
@@ -62,32 +63,32 @@ struct mg_http_req_s {
     char *query;               /* arena or NULL */
     mg_http_header_t *headers; /* arena */
     size_t n_headers, cap_headers;
-    char *body;                /* owned (malloc); NUL-terminated; NULL when empty */
+    char *body; /* owned (malloc); NUL-terminated; NULL when empty */
     size_t body_len, body_cap;
     char request_id[MG_REQUEST_ID_LEN + 1];
-    mg_trace_t trace;          /* W3C trace context: the client's traceparent or a new trace,
-                                  and the gateway's span; set when the head is complete (every
-                                  answer head then carries it back as traceparent) */
-    uint64_t start_ms;         /* loop time when the request began */
+    mg_trace_t trace;  /* W3C trace context: the client's traceparent or a new trace,
+                          and the gateway's span; set when the head is complete (every
+                          answer head then carries it back as traceparent) */
+    uint64_t start_ms; /* loop time when the request began */
     int keep_alive;
-    int http10;                /* HTTP/1.0 request: keep-alive must be said explicitly */
-    int headers_sent;          /* response status line and headers written */
+    int http10;       /* HTTP/1.0 request: keep-alive must be said explicitly */
+    int headers_sent; /* response status line and headers written */
     int chunked;
-    const char *head_lines;    /* arena or static, or NULL: "Name: value\r\n" lines every
-                                  answer head of this request carries (CORS), set by the
-                                  handler before it answers */
+    const char *head_lines; /* arena or static, or NULL: "Name: value\r\n" lines every
+                               answer head of this request carries (CORS), set by the
+                               handler before it answers */
     /* Owner hooks, set by the handler. on_abort: the client left before the response
      * was complete; on_drain: the connection's write queue emptied below the
      * high-water mark after mg_http_write_pending() said it was full. */
     void (*on_abort)(void *data);
     void (*on_drain)(void *data);
     void *hook_data;
-    mg_http_abort_t abort;     /* set before on_abort runs */
+    mg_http_abort_t abort; /* set before on_abort runs */
     /* detached requests only (conn == NULL): the answer is collected here */
     mg_http_done_fn done;
     void *done_ud;
     int done_status;
-    char *answer;              /* owned (malloc) */
+    char *answer; /* owned (malloc) */
     size_t answer_len, answer_cap;
 };
 
@@ -100,38 +101,38 @@ struct mg_memtrim_s;
 typedef struct mg_http_limits_s {
     size_t max_body_bytes;
     size_t max_header_bytes;
-    int header_read_ms;        /* the head must arrive within, from the first byte (or connect) */
+    int header_read_ms; /* the head must arrive within, from the first byte (or connect) */
     int keepalive_idle_ms;
-    int request_read_ms;       /* the whole request within, from its first byte (0: no limit;
-                                  checked from header_read_ms on, so never less than that) */
-    int min_body_bytes_per_s;  /* after a grace of header_read_ms from the end of the head, the
-                                  body must keep this average rate (0: no rate check) */
-    int write_timeout_ms;      /* a connection whose queued output makes no progress this
-                                  long is closed (0: never) */
-    size_t max_connections;    /* connections that may ask for anything (0: no cap) */
+    int request_read_ms;         /* the whole request within, from its first byte (0: no limit;
+                                    checked from header_read_ms on, so never less than that) */
+    int min_body_bytes_per_s;    /* after a grace of header_read_ms from the end of the head, the
+                                    body must keep this average rate (0: no rate check) */
+    int write_timeout_ms;        /* a connection whose queued output makes no progress this
+                                    long is closed (0: never) */
+    size_t max_connections;      /* connections that may ask for anything (0: no cap) */
     size_t reserved_connections; /* more past the cap, for reserve_paths only; past both, a
                                     503 and close */
     const char *const *reserve_paths; /* borrowed, NULL-terminated path prefixes, or NULL */
-    const char *name;          /* static: the listener's name in logs and metrics */
-    mg_conn_stats_t *stats;    /* borrowed: where the listener counts, or NULL */
-    struct mg_memtrim_s *trim; /* borrowed: told of freed output buffers, or NULL */
+    const char *name;                 /* static: the listener's name in logs and metrics */
+    mg_conn_stats_t *stats;           /* borrowed: where the listener counts, or NULL */
+    struct mg_memtrim_s *trim;        /* borrowed: told of freed output buffers, or NULL */
 } mg_http_limits_t;
 
 struct mg_listener_s {
-    mg_acceptor_t acceptor;/* the listening socket */
+    mg_acceptor_t acceptor; /* the listening socket */
     uv_loop_t *loop;
     mg_http_limits_t limits;
     mg_http_handler_fn handler;
     void *ud;
-    mg_conn_t *conns;      /* intrusive list of open connections */
-    size_t n_conns;        /* all of them, refusing ones included */
-    size_t n_refusing;     /* of n_conns, refusals (503 past the cap) not yet closing */
-    size_t n_refusals_open;/* refusals whose socket is not closed yet (they linger) */
-    int stopping;          /* no longer accepting; connections close after their response */
-    char bound[72];        /* "host:port" actually bound */
-    char date[40];         /* cached Date header value */
+    mg_conn_t *conns;       /* intrusive list of open connections */
+    size_t n_conns;         /* all of them, refusing ones included */
+    size_t n_refusing;      /* of n_conns, refusals (503 past the cap) not yet closing */
+    size_t n_refusals_open; /* refusals whose socket is not closed yet (they linger) */
+    int stopping;           /* no longer accepting; connections close after their response */
+    char bound[72];         /* "host:port" actually bound */
+    char date[40];          /* cached Date header value */
     uint64_t date_sec;
-    char *rbuf;            /* shared read buffer for connections with nothing pending */
+    char *rbuf; /* shared read buffer for connections with nothing pending */
     size_t rbuf_cap;
 };
 

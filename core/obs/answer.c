@@ -31,8 +31,7 @@ void mg_answer_json(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int s
     mg_http_respond(req, status, "application/json", extra_headers, body, len);
 }
 
-void mg_answer_tree(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int status,
-                    cJSON *obj)
+void mg_answer_tree(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int status, cJSON *obj)
 {
     mg_buf_t text = {0};
     int rc = mg_json_print(obj, &text);

@@ -16,8 +16,7 @@ void mg_answer_json(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int s
                     const char *extra_headers, const char *body, size_t len);
 
 /* The same for a cJSON tree (consumed); 500 when it cannot be printed. */
-void mg_answer_tree(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int status,
-                    cJSON *obj);
+void mg_answer_tree(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int status, cJSON *obj);
 
 /* The gateway's error shape (net/error.h), with Retry-After when retry_after_ms > 0. */
 void mg_answer_error(mg_metrics_t *m, mg_http_req_t *req, mg_endpoint_t ep, int status,

@@ -19,7 +19,8 @@ static uint32_t values_hash(int n, const char *const *values)
     uint32_t h = 2166136261u;
     for (int i = 0; i < n; i++) {
         const char *v = values[i] ? values[i] : NONE;
-        for (size_t k = 0; k < MG_LABEL_MAX - 1 && v[k]; k++) h = (h ^ (unsigned char)v[k]) * 16777619u;
+        for (size_t k = 0; k < MG_LABEL_MAX - 1 && v[k]; k++)
+            h = (h ^ (unsigned char)v[k]) * 16777619u;
         h = (h ^ 0xffu) * 16777619u;
     }
     return h;
@@ -129,7 +130,8 @@ static int sample(mg_buf_t *out, const mg_family_def_t *d, const char *suffix, c
                           d->labels[i], esc);
         }
         if (extra && n < (int)sizeof(line))
-            n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s", d->n_labels ? "," : "", extra);
+            n +=
+                snprintf(line + n, sizeof(line) - (size_t)n, "%s%s", d->n_labels ? "," : "", extra);
         if (n < (int)sizeof(line)) n += snprintf(line + n, sizeof(line) - (size_t)n, "}");
     }
     if (n < (int)sizeof(line)) n += snprintf(line + n, sizeof(line) - (size_t)n, " %s\n", value);

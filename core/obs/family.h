@@ -22,29 +22,29 @@
 typedef enum { MG_FAMILY_COUNTER, MG_FAMILY_GAUGE, MG_FAMILY_HISTOGRAM } mg_family_type_t;
 
 typedef struct mg_family_def_s {
-    const char *name;            /* the metric name (histograms: without _bucket/_sum/_count) */
+    const char *name; /* the metric name (histograms: without _bucket/_sum/_count) */
     const char *help;
     mg_family_type_t type;
     int n_labels;
     const char *labels[MG_FAMILY_LABELS];
-    const double *le;            /* histogram: ascending upper bounds, n_le of them */
+    const double *le; /* histogram: ascending upper bounds, n_le of them */
     int n_le;
-    int max_series;              /* >= 2; the last slot is the "_other" series */
+    int max_series; /* >= 2; the last slot is the "_other" series */
 } mg_family_def_t;
 
 typedef struct mg_series_s {
     uint32_t hash;
     char values[MG_FAMILY_LABELS][MG_LABEL_MAX];
-    double value;                    /* counter, gauge; histogram: the sum */
-    uint64_t count;                  /* histogram: observations */
-    uint64_t buckets[MG_FAMILY_LE];  /* histogram: cumulative counts, per bound */
+    double value;                   /* counter, gauge; histogram: the sum */
+    uint64_t count;                 /* histogram: observations */
+    uint64_t buckets[MG_FAMILY_LE]; /* histogram: cumulative counts, per bound */
 } mg_series_t;
 
 typedef struct mg_family_s {
-    const mg_family_def_t *def;  /* borrowed (static); set by mg_family_bind */
-    mg_series_t *series;         /* owned: def->max_series of them, NULL until first use */
-    int n;                       /* series in use (the "_other" one not counted) */
-    int other;                   /* 1 once the "_other" series took a value */
+    const mg_family_def_t *def; /* borrowed (static); set by mg_family_bind */
+    mg_series_t *series;        /* owned: def->max_series of them, NULL until first use */
+    int n;                      /* series in use (the "_other" one not counted) */
+    int other;                  /* 1 once the "_other" series took a value */
 } mg_family_t;
 
 /* Tie f to its definition (once; later calls do nothing). */

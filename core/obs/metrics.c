@@ -7,13 +7,13 @@
 #include <string.h>
 
 static const double bucket_le[MG_METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                     1,     2.5,  5,     10,   30,  60,  120};
+                                                     1,     2.5,  5,     10,   30,  60,   120};
 
 static const double loop_le[MG_LOOP_BUCKETS] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-                                                 0.0025,  0.005,  0.01,    0.025,  0.1};
+                                                0.0025,  0.005,  0.01,    0.025,  0.1};
 
-static const char *const ep_names[MG_EP_COUNT] = {"chat", "completions", "embeddings", "models",
-                                                   "messages", "other", "responses"};
+static const char *const ep_names[MG_EP_COUNT] = {"chat",     "completions", "embeddings", "models",
+                                                  "messages", "other",       "responses"};
 
 const char *mg_endpoint_name(mg_endpoint_t ep)
 {
@@ -23,89 +23,174 @@ const char *mg_endpoint_name(mg_endpoint_t ep)
 /* ---- the labelled families ----------------------------------------------------------- */
 
 /* The OpenTelemetry GenAI semantic conventions' ExplicitBucketBoundaries. */
-static const double genai_tokens_le[14] = {1,       4,       16,      64,       256,
-                                           1024,    4096,    16384,   65536,    262144,
-                                           1048576, 4194304, 16777216, 67108864};
+static const double genai_tokens_le[14] = {
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864};
 static const double genai_duration_le[14] = {0.01, 0.02, 0.04, 0.08,  0.16,  0.32,  0.64,
                                              1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92};
 static const double genai_ttft_le[16] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
                                          0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0};
-static const double genai_tpot_le[13] = {0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
-                                         0.3,  0.4,   0.5,  0.75,  1.0,  2.5};
+static const double genai_tpot_le[13] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                         0.3,  0.4,   0.5,  0.75,  1.0, 2.5};
 
-#define GENAI_LABELS "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", \
-                     "gen_ai_response_model"
+#define GENAI_LABELS                                                                               \
+    "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model"
 
 static const mg_family_def_t family_defs[MG_FAM_COUNT] = {
     [MG_FAM_REQUESTS] = {"moongate_requests_total",
                          "Inference requests answered, by application, logical model, priority "
                          "and HTTP status.",
-                         MG_FAMILY_COUNTER, 4, {"application", "model", "priority", "status"},
-                         NULL, 0, 256},
+                         MG_FAMILY_COUNTER,
+                         4,
+                         {"application", "model", "priority", "status"},
+                         NULL,
+                         0,
+                         256},
     [MG_FAM_REQUEST_DURATION] = {"moongate_request_duration_seconds",
                                  "Inference requests: time from the request to the end of its "
                                  "answer.",
-                                 MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
-                                 MG_METRICS_BUCKETS, 64},
-    [MG_FAM_QUEUE_TIME] = {"moongate_queue_time_seconds", "Time a task waited for its slot.",
-                           MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
-                           MG_METRICS_BUCKETS, 64},
+                                 MG_FAMILY_HISTOGRAM,
+                                 2,
+                                 {"application", "model"},
+                                 bucket_le,
+                                 MG_METRICS_BUCKETS,
+                                 64},
+    [MG_FAM_QUEUE_TIME] = {"moongate_queue_time_seconds",
+                           "Time a task waited for its slot.",
+                           MG_FAMILY_HISTOGRAM,
+                           2,
+                           {"application", "model"},
+                           bucket_le,
+                           MG_METRICS_BUCKETS,
+                           64},
     [MG_FAM_FIRST_TOKEN] = {"moongate_first_token_latency_seconds",
                             "Streams: time from the request to the first upstream byte.",
-                            MG_FAMILY_HISTOGRAM, 2, {"application", "model"}, bucket_le,
-                            MG_METRICS_BUCKETS, 64},
-    [MG_FAM_TOKENS] = {"moongate_tokens_total", "Tokens metered, by direction (input, output).",
-                       MG_FAMILY_COUNTER, 3, {"application", "model", "direction"}, NULL, 0, 128},
+                            MG_FAMILY_HISTOGRAM,
+                            2,
+                            {"application", "model"},
+                            bucket_le,
+                            MG_METRICS_BUCKETS,
+                            64},
+    [MG_FAM_TOKENS] = {"moongate_tokens_total",
+                       "Tokens metered, by direction (input, output).",
+                       MG_FAMILY_COUNTER,
+                       3,
+                       {"application", "model", "direction"},
+                       NULL,
+                       0,
+                       128},
     [MG_FAM_TOKENS_PER_SECOND] = {"moongate_tokens_per_second",
                                   "Output tokens per second after the first token, moving "
                                   "average over the model's recent streams.",
-                                  MG_FAMILY_GAUGE, 1, {"model"}, NULL, 0, 64},
-    [MG_FAM_ACTIVE_TASKS] = {"moongate_active_tasks", "Tasks holding a slot now.", MG_FAMILY_GAUGE,
-                             2, {"application", "model"}, NULL, 0, 64},
+                                  MG_FAMILY_GAUGE,
+                                  1,
+                                  {"model"},
+                                  NULL,
+                                  0,
+                                  64},
+    [MG_FAM_ACTIVE_TASKS] = {"moongate_active_tasks",
+                             "Tasks holding a slot now.",
+                             MG_FAMILY_GAUGE,
+                             2,
+                             {"application", "model"},
+                             NULL,
+                             0,
+                             64},
     [MG_FAM_DEGRADATION] = {"moongate_degradation_total",
                             "Answers given by a degraded route (fallback, emergency, smaller, "
                             "cloud), by the model asked for and the model that answered.",
-                            MG_FAMILY_COUNTER, 3, {"application", "from_model", "to_model"}, NULL,
-                            0, 64},
+                            MG_FAMILY_COUNTER,
+                            3,
+                            {"application", "from_model", "to_model"},
+                            NULL,
+                            0,
+                            64},
     [MG_FAM_POLICY_BLOCKED] = {"moongate_policy_blocked_total",
                                "Requests refused before any upstream attempt (authentication, "
                                "admission, rates, quotas), by error code.",
-                               MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
-    [MG_FAM_CANCELLATION] = {"moongate_cancellation_total", "Tasks cancelled, by reason.",
-                             MG_FAMILY_COUNTER, 2, {"application", "reason"}, NULL, 0, 64},
+                               MG_FAMILY_COUNTER,
+                               2,
+                               {"application", "reason"},
+                               NULL,
+                               0,
+                               64},
+    [MG_FAM_CANCELLATION] = {"moongate_cancellation_total",
+                             "Tasks cancelled, by reason.",
+                             MG_FAMILY_COUNTER,
+                             2,
+                             {"application", "reason"},
+                             NULL,
+                             0,
+                             64},
     [MG_FAM_COST] = {"moongate_cost_total",
-                      "Spend metered: tokens at the provider's cost_per_1k_tokens (currency units).",
-                      MG_FAMILY_COUNTER, 2, {"application", "model"}, NULL, 0, 64},
+                     "Spend metered: tokens at the provider's cost_per_1k_tokens (currency units).",
+                     MG_FAMILY_COUNTER,
+                     2,
+                     {"application", "model"},
+                     NULL,
+                     0,
+                     64},
     [MG_FAM_SC_LATENCY] = {"sidecar_latency_seconds",
                            "Inference requests: time from the request to the end of its answer.",
-                           MG_FAMILY_HISTOGRAM, 0, {NULL}, bucket_le, MG_METRICS_BUCKETS, 2},
+                           MG_FAMILY_HISTOGRAM,
+                           0,
+                           {NULL},
+                           bucket_le,
+                           MG_METRICS_BUCKETS,
+                           2},
     [MG_FAM_SC_PROVIDER_REQUESTS] = {"sidecar_provider_requests_total",
                                      "Upstream answers by provider, pool and HTTP status code "
                                      "(none: no answer).",
-                                     MG_FAMILY_COUNTER, 3, {"provider_id", "pool", "status_code"},
-                                     NULL, 0, 256},
+                                     MG_FAMILY_COUNTER,
+                                     3,
+                                     {"provider_id", "pool", "status_code"},
+                                     NULL,
+                                     0,
+                                     256},
     [MG_FAM_SC_PROVIDER_LATENCY] = {"sidecar_provider_latency_seconds",
                                     "Upstream attempts: time from sending to the end of the "
                                     "answer.",
-                                    MG_FAMILY_HISTOGRAM, 1, {"provider_id"}, bucket_le,
-                                    MG_METRICS_BUCKETS, 64},
+                                    MG_FAMILY_HISTOGRAM,
+                                    1,
+                                    {"provider_id"},
+                                    bucket_le,
+                                    MG_METRICS_BUCKETS,
+                                    64},
     [MG_FAM_GENAI_TOKENS] = {"gen_ai_client_token_usage",
                              "Tokens per request, by token type (OpenTelemetry "
                              "gen_ai.client.token.usage).",
-                             MG_FAMILY_HISTOGRAM, 5, {GENAI_LABELS, "gen_ai_token_type"},
-                             genai_tokens_le, 14, 128},
+                             MG_FAMILY_HISTOGRAM,
+                             5,
+                             {GENAI_LABELS, "gen_ai_token_type"},
+                             genai_tokens_le,
+                             14,
+                             128},
     [MG_FAM_GENAI_DURATION] = {"gen_ai_server_request_duration_seconds",
                                "Request duration to the last byte (OpenTelemetry "
                                "gen_ai.server.request.duration).",
-                               MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_duration_le, 14, 64},
+                               MG_FAMILY_HISTOGRAM,
+                               4,
+                               {GENAI_LABELS},
+                               genai_duration_le,
+                               14,
+                               64},
     [MG_FAM_GENAI_TTFT] = {"gen_ai_server_time_to_first_token_seconds",
                            "Time to the first token of successful streams (OpenTelemetry "
                            "gen_ai.server.time_to_first_token).",
-                           MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_ttft_le, 16, 64},
+                           MG_FAMILY_HISTOGRAM,
+                           4,
+                           {GENAI_LABELS},
+                           genai_ttft_le,
+                           16,
+                           64},
     [MG_FAM_GENAI_TPOT] = {"gen_ai_server_time_per_output_token_seconds",
                            "Time per output token after the first of successful streams "
                            "(OpenTelemetry gen_ai.server.time_per_output_token).",
-                           MG_FAMILY_HISTOGRAM, 4, {GENAI_LABELS}, genai_tpot_le, 13, 64},
+                           MG_FAMILY_HISTOGRAM,
+                           4,
+                           {GENAI_LABELS},
+                           genai_tpot_le,
+                           13,
+                           64},
 };
 
 mg_family_t *mg_metrics_family(mg_metrics_t *m, mg_family_id_t id)
@@ -339,11 +424,13 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
             total += m->requests[ep][c];
             if (c >= 4) errors += m->requests[ep][c];
         }
-    sb_printf(b, "# HELP sidecar_requests_total Requests answered.\n# TYPE sidecar_requests_total counter\n"
-                 "sidecar_requests_total %llu\n"
-                 "# HELP sidecar_errors_total Requests answered with an error status.\n"
-                 "# TYPE sidecar_errors_total counter\nsidecar_errors_total %llu\n",
-              (unsigned long long)total, (unsigned long long)errors);
+    sb_printf(
+        b,
+        "# HELP sidecar_requests_total Requests answered.\n# TYPE sidecar_requests_total counter\n"
+        "sidecar_requests_total %llu\n"
+        "# HELP sidecar_errors_total Requests answered with an error status.\n"
+        "# TYPE sidecar_errors_total counter\nsidecar_errors_total %llu\n",
+        (unsigned long long)total, (unsigned long long)errors);
     sb_printf(b, "# HELP sidecar_token_bucket_available Requests a provider may still be sent "
                  "in the current 60 s window (+Inf: no rpm_limit).\n"
                  "# TYPE sidecar_token_bucket_available gauge\n");
@@ -351,10 +438,11 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
         int limit = pool->items[i].limiter.rpm.limit;
         int used = mg_limiter_rpm_used(&pool->items[i].limiter, now);
         if (limit > 0)
-            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} %d\n", pool->items[i].id,
-                      used < limit ? limit - used : 0);
+            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} %d\n",
+                      pool->items[i].id, used < limit ? limit - used : 0);
         else
-            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} +Inf\n", pool->items[i].id);
+            sb_printf(b, "sidecar_token_bucket_available{provider_id=\"%s\"} +Inf\n",
+                      pool->items[i].id);
     }
     sb_printf(b, "# HELP moongate_provider_rpm_limit The provider's rpm_limit (0: none).\n"
                  "# TYPE moongate_provider_rpm_limit gauge\n");
@@ -379,12 +467,13 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
     sb_printf(b, "# HELP sidecar_emergency_channel_total Attempts through the emergency channel.\n"
                  "# TYPE sidecar_emergency_channel_total counter\n");
     for (size_t i = 0; i < pool->n; i++)
-        sb_printf(b, "sidecar_emergency_channel_total{provider_id=\"%s\"} %llu\n", pool->items[i].id,
-                  (unsigned long long)pool->items[i].emergency_total);
-    sb_printf(b, "# HELP sidecar_pool_degradation_total Answers given by a degraded route.\n"
-                 "# TYPE sidecar_pool_degradation_total counter\n"
-                 "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"fallback\"} %llu\n"
-                 "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"emergency\"} %llu\n",
+        sb_printf(b, "sidecar_emergency_channel_total{provider_id=\"%s\"} %llu\n",
+                  pool->items[i].id, (unsigned long long)pool->items[i].emergency_total);
+    sb_printf(b,
+              "# HELP sidecar_pool_degradation_total Answers given by a degraded route.\n"
+              "# TYPE sidecar_pool_degradation_total counter\n"
+              "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"fallback\"} %llu\n"
+              "sidecar_pool_degradation_total{from_pool=\"main\",to_pool=\"emergency\"} %llu\n",
               (unsigned long long)m->degraded_total[0], (unsigned long long)m->degraded_total[1]);
     sb_printf(b, "# HELP moongate_degraded_total Answers by degradation kind.\n"
                  "# TYPE moongate_degraded_total counter\n");
@@ -402,8 +491,9 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(b, "moongate_provider_health_trials_total{provider_id=\"%s\"} %llu\n",
                   pool->items[i].id, (unsigned long long)pool->items[i].trials_total);
-    sb_printf(b, "# HELP moongate_provider_breaker_open 1 while the provider's circuit breaker is open.\n"
-                 "# TYPE moongate_provider_breaker_open gauge\n");
+    sb_printf(
+        b, "# HELP moongate_provider_breaker_open 1 while the provider's circuit breaker is open.\n"
+           "# TYPE moongate_provider_breaker_open gauge\n");
     for (size_t i = 0; i < pool->n; i++)
         sb_printf(b, "moongate_provider_breaker_open{provider_id=\"%s\"} %d\n", pool->items[i].id,
                   mg_breaker_state(&pool->items[i].breaker, now) == MG_BREAKER_OPEN);
@@ -467,15 +557,19 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
 {
     sbuf_t b = {malloc(8192), 0, 8192, 0};
     if (!b.buf) return -1;
-    sb_printf(&b, "# HELP moongate_http_requests_total Every answer the API listener gave, by endpoint and status class.\n"
-                  "# TYPE moongate_http_requests_total counter\n");
+    sb_printf(
+        &b,
+        "# HELP moongate_http_requests_total Every answer the API listener gave, by endpoint and status class.\n"
+        "# TYPE moongate_http_requests_total counter\n");
     for (int ep = 0; ep < MG_EP_COUNT; ep++)
         for (int c = 1; c <= 5; c++)
             if (m->requests[ep][c])
                 sb_printf(&b, "moongate_http_requests_total{endpoint=\"%s\",code=\"%dxx\"} %llu\n",
                           ep_names[ep], c, (unsigned long long)m->requests[ep][c]);
-    sb_printf(&b, "# HELP moongate_http_request_duration_seconds Time from request to the end of the response.\n"
-                  "# TYPE moongate_http_request_duration_seconds histogram\n");
+    sb_printf(
+        &b,
+        "# HELP moongate_http_request_duration_seconds Time from request to the end of the response.\n"
+        "# TYPE moongate_http_request_duration_seconds histogram\n");
     for (int ep = 0; ep < MG_EP_COUNT; ep++) {
         if (!m->duration_count[ep]) continue;
         char labels[64];
@@ -483,8 +577,9 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
         histogram(&b, "moongate_http_request_duration_seconds", labels, m->duration_buckets[ep],
                   m->duration_sum[ep], m->duration_count[ep]);
     }
-    sb_printf(&b, "# HELP moongate_first_token_seconds Time from request to the first upstream byte.\n"
-                  "# TYPE moongate_first_token_seconds histogram\n");
+    sb_printf(&b,
+              "# HELP moongate_first_token_seconds Time from request to the first upstream byte.\n"
+              "# TYPE moongate_first_token_seconds histogram\n");
     histogram(&b, "moongate_first_token_seconds", "", m->ttft_buckets, m->ttft_sum, m->ttft_count);
     sb_printf(&b,
               "# HELP moongate_requests_in_flight Proxied requests being answered.\n"
@@ -542,17 +637,19 @@ int mg_metrics_render(const mg_metrics_t *m, mg_pool_t *pool, int in_flight, uns
               "than routing.panic_threshold of a model's routes healthy: down ones tried too).\n"
               "# TYPE moongate_routing_panic_total counter\nmoongate_routing_panic_total %llu\n",
               (unsigned long long)m->routing_panic_total);
-    sb_printf(&b, "# HELP moongate_memory_reserved_bytes KV cache reserved by running tasks.\n"
-                  "# TYPE moongate_memory_reserved_bytes gauge\nmoongate_memory_reserved_bytes %llu\n",
+    sb_printf(&b,
+              "# HELP moongate_memory_reserved_bytes KV cache reserved by running tasks.\n"
+              "# TYPE moongate_memory_reserved_bytes gauge\nmoongate_memory_reserved_bytes %llu\n",
               (unsigned long long)m->memory_reserved_bytes);
     sb_printf(&b, "# HELP moongate_loop_busy_seconds Time the event loop stayed busy in one"
                   " iteration, between two waits for I/O.\n"
                   "# TYPE moongate_loop_busy_seconds histogram\n");
     histogram_with(&b, "moongate_loop_busy_seconds", "", loop_le, MG_LOOP_BUCKETS,
                    m->loop_busy_buckets, m->loop_busy_sum, m->loop_busy_count);
-    sb_printf(&b, "# HELP moongate_loop_busy_max_seconds Longest busy iteration since start.\n"
-                  "# TYPE moongate_loop_busy_max_seconds gauge\n"
-                  "moongate_loop_busy_max_seconds %.6f\n",
+    sb_printf(&b,
+              "# HELP moongate_loop_busy_max_seconds Longest busy iteration since start.\n"
+              "# TYPE moongate_loop_busy_max_seconds gauge\n"
+              "moongate_loop_busy_max_seconds %.6f\n",
               (double)m->loop_busy_max_ns / 1e9);
     render_connections(&b, m);
     render_sidecar(&b, m, pool, now_ms);

@@ -60,8 +60,10 @@ int64_t mg_price_cost(const mg_config_t *cfg, const char *provider, const char *
     if (!pc || pc->cost_per_1k_tokens <= 0) return 0;
     /* currency per 1k tokens -> micros per 1M tokens: x 1e6 (micros) x 1e3 (1k -> 1M) */
     int64_t per_1m = (int64_t)(pc->cost_per_1k_tokens * 1e9 + 0.5);
-    mg_price_t shorthand = {.input_micros = per_1m, .output_micros = per_1m,
-                            .cached_input_micros = per_1m, .cache_write_micros = per_1m};
+    mg_price_t shorthand = {.input_micros = per_1m,
+                            .output_micros = per_1m,
+                            .cached_input_micros = per_1m,
+                            .cache_write_micros = per_1m};
     if (version) *version = "cost_per_1k";
     return mg_price_apply(&shorthand, t);
 }

@@ -15,26 +15,26 @@
 
 typedef struct mg_recent_entry_s {
     uint64_t seq;
-    int64_t at_ms;            /* unix ms when it finished */
+    int64_t at_ms; /* unix ms when it finished */
     char request_id[40];
     char path[32];
-    char model[64];           /* the logical model, or "" */
-    char provider[64];        /* the provider that answered (or was tried last), or "" */
-    char outcome[16];         /* "ok", "error", "cancelled", ... */
-    char error[32];           /* the error code, or "" */
+    char model[64];    /* the logical model, or "" */
+    char provider[64]; /* the provider that answered (or was tried last), or "" */
+    char outcome[16];  /* "ok", "error", "cancelled", ... */
+    char error[32];    /* the error code, or "" */
     int status;
     int stream;
     double duration_ms;
-    double ttft_ms;           /* 0 = no first token */
+    double ttft_ms; /* 0 = no first token */
     int64_t prompt_tokens;
     int64_t completion_tokens;
-    int64_t tenant_id;        /* 0 = no key (open mode) */
+    int64_t tenant_id; /* 0 = no key (open mode) */
     int64_t key_id;
 } mg_recent_entry_t;
 
 typedef struct mg_recent_s {
     mg_recent_entry_t ring[MG_RECENT_CAP];
-    uint64_t next_seq;        /* the sequence number of the next push (starts at 1) */
+    uint64_t next_seq; /* the sequence number of the next push (starts at 1) */
 } mg_recent_t;
 
 void mg_recent_init(mg_recent_t *r);

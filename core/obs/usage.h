@@ -25,16 +25,16 @@
 #include "store/store.h"
 
 typedef struct mg_usage_event_s {
-    const char *request_id;   /* required */
-    int64_t at_ms;            /* unix ms of the call's end */
-    const char *endpoint;     /* "chat", "completions", "embeddings", ... */
+    const char *request_id;                /* required */
+    int64_t at_ms;                         /* unix ms of the call's end */
+    const char *endpoint;                  /* "chat", "completions", "embeddings", ... */
     int64_t tenant_id, project_id, key_id; /* 0: none (auth off, no project) */
     const char *application, *user;        /* NULL: none */
     const char *logical_model, *actual_model, *provider, *pool; /* NULL: none */
     int attempts;
-    const char *status;       /* "succeeded" | "failed" | "cancelled" | "timed_out" */
+    const char *status; /* "succeeded" | "failed" | "cancelled" | "timed_out" */
     int http_status;
-    const char *error_code;   /* NULL on success */
+    const char *error_code; /* NULL on success */
     int stream;
     mg_usage_tokens_t tokens;
     int input_estimated, output_estimated; /* counted by the gateway, not the upstream */
@@ -62,7 +62,7 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
 typedef const mg_usage_conf_t *(*mg_usage_conf_fn)(void *ud);
 typedef struct mg_usage_pruner_s {
     uv_timer_t timer;
-    mg_store_t *store;     /* borrowed */
+    mg_store_t *store; /* borrowed */
     mg_usage_conf_fn conf;
     void *conf_ud;
     int64_t last_interval_ms;

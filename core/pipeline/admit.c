@@ -27,13 +27,14 @@ static int user_rate_refused(call_t *c)
     if (limit <= 0 || !c->user[0]) return 0;
     char key[400];
     int n = snprintf(key, sizeof(key), "%s/%s", c->app ? c->app->name : "", c->user);
-    int rc = mg_userrate_take(c->pl->userrate, key, (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
+    int rc = mg_userrate_take(c->pl->userrate, key,
+                              (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
                               (uint32_t)limit, uv_now(c->pl->loop), &wait_ms);
     if (rc == MG_USERRATE_FULL)
-        call_msg(c, MG_LOG_WARN, "per-user rate: too many active users to track; request not counted");
+        call_msg(c, MG_LOG_WARN,
+                 "per-user rate: too many active users to track; request not counted");
     if (rc != MG_USERRATE_LIMITED) return 0;
-    call_error(c, 429, "RATE_LIMITED", "this user's requests per minute are used up",
-               (int)wait_ms);
+    call_error(c, 429, "RATE_LIMITED", "this user's requests per minute are used up", (int)wait_ms);
     return 1;
 }
 
@@ -110,8 +111,7 @@ mg_step_rc_t step_enqueue(call_t *c)
     }
     if (rc == MG_SCHED_ETOO_LARGE) {
         return call_error(c, 503, "RESOURCE_EXHAUSTED",
-                          "the request needs more device memory than this model can ever have",
-                          0);
+                          "the request needs more device memory than this model can ever have", 0);
     }
     if (rc != MG_SCHED_OK) {
         return call_error(c, 503, "RESOURCE_EXHAUSTED", mg_sched_strerror(rc), 2000);
@@ -235,13 +235,11 @@ static int use_prefixed_model(call_t *c, const mg_provider_conf_t *best, const c
     return 0;
 }
 
-
 /* The smaller route memory admission may move a task to when the model does not fit: the
  * one with the smallest KV cache per token among the smaller routes with their own figures
  * that this request could use (its pinned provider, local ones under local_only). NULL if
  * none. Routing then sees only the routes of that upstream model. */
-static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg,
-                                                   const mg_model_conf_t *m,
+static const mg_route_conf_t *memory_smaller_route(const mg_config_t *cfg, const mg_model_conf_t *m,
                                                    const routing_input_t *in)
 {
     const mg_route_conf_t *best = NULL;
@@ -275,8 +273,7 @@ static void idem_scope(const call_t *c, char *out, size_t cap, char *group, size
     if (!auth) auth = mg_http_header(c->req, "x-api-key");
     char digest[65] = "-";
     if (auth) mg_sha256_hex(auth, strlen(auth), digest);
-    snprintf(out, cap, "app:%.200s/cred:%s", cJSON_IsString(app) ? app->valuestring : "",
-             digest);
+    snprintf(out, cap, "app:%.200s/cred:%s", cJSON_IsString(app) ? app->valuestring : "", digest);
 }
 
 /* What the scheduler did to let the task run: a lower output ceiling (backpressure level 2
@@ -315,8 +312,8 @@ static void on_expire(mg_sched_entry_t *e)
     mg_sched_stats_t st;
     mg_sched_stats(c->pl->sched, &st);
     char msg[160];
-    snprintf(msg, sizeof(msg), "the request waited in the queue past its deadline; queue length: %u",
-             st.queued);
+    snprintf(msg, sizeof(msg),
+             "the request waited in the queue past its deadline; queue length: %u", st.queued);
     c->fail_degraded = NULL;
     call_fail(c, 408, "QUEUE_TIMEOUT", msg, 3000);
 }
@@ -346,13 +343,13 @@ mg_step_rc_t step_idempotency(call_t *c)
     const cJSON *ik = c->body ? cJSON_GetObjectItemCaseSensitive(c->body, "idempotency_key") : NULL;
     const char *ikey = mg_idem_key(req, cJSON_IsString(ik) ? ik->valuestring : NULL);
     if (!ikey) return MG_STEP_NEXT;
-    int stream = c->body ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c->body, "stream"))
-                         : c->fb.stream;
+    int stream =
+        c->body ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c->body, "stream")) : c->fb.stream;
     char key[256], scope[400], group[64];
     snprintf(key, sizeof(key), "%s", ikey);
     idem_scope(c, scope, sizeof(scope), group, sizeof(group));
     mg_idem_t *idem = c->pl->idem;
-    mg_endpoint_t ep = call_client_ep(c); /* the run parses what the client sent */
+    mg_endpoint_t ep = call_client_ep(c);        /* the run parses what the client sent */
     if (c->front_messages) msgs_restore_body(c); /* the run translates it again */
     call_handed_over(c); /* before idem answers req (a replay answers at once) */
     mg_idem_handle(idem, req, ep, scope, group, key, stream);
@@ -449,8 +446,8 @@ mg_step_rc_t step_admit(call_t *c)
     if (by_prefix && use_prefixed_model(c, by_prefix, name) != 0)
         return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     /* the name outlives the request's body (a task's answer is built without its client) */
-    c->client_model = strcmp(name, c->model->name) == 0 ? c->model->name
-                                                        : (c->client_model_owned = strdup(name));
+    c->client_model =
+        strcmp(name, c->model->name) == 0 ? c->model->name : (c->client_model_owned = strdup(name));
     if (!c->client_model) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     set_deadlines(c);
     body_sanitize(c); /* who is asking: the application and user of the PRD's permission model */
@@ -466,7 +463,8 @@ mg_step_rc_t step_admit(call_t *c)
     if (cfg->auth_enabled && mg_auth_admit(c->pl->auth, &c->auth, c->model->name, in->priority,
                                            mg_unix_ms(), c->est_tokens, c->est_cost_micros) != 0) {
         call_error(c, c->auth.status, c->auth.code, c->auth.message, 0);
-        c->error_retry_ms = (long long)c->auth.retry_after_ms; /* a month's wait passes INT_MAX ms */
+        c->error_retry_ms =
+            (long long)c->auth.retry_after_ms; /* a month's wait passes INT_MAX ms */
         return MG_STEP_NEXT;
     }
     return MG_STEP_NEXT;

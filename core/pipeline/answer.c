@@ -26,7 +26,8 @@ cJSON *timing_json(call_t *c, uint64_t now)
 {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddNumberToObject(t, "queue_ms", (double)(long long)ms_since(c->t_start, c->t_dispatch));
-    cJSON_AddNumberToObject(t, "first_token_ms", (double)(long long)ms_since(c->t_start, c->t_first));
+    cJSON_AddNumberToObject(t, "first_token_ms",
+                            (double)(long long)ms_since(c->t_start, c->t_first));
     cJSON_AddNumberToObject(t, "total_ms", (double)(long long)ms_since(c->t_start, now));
     return t;
 }
@@ -174,7 +175,6 @@ static cJSON *usage_json(call_t *c)
     return u;
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* Streaming to the client                                                   */
 /* ------------------------------------------------------------------------ */
@@ -307,8 +307,7 @@ void send_out(call_t *c, int head, int end)
                            c->out.len);
     else if (head)
         mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
-    else
-        mg_http_stream_send(c->req, c->out.data, c->out.len, end);
+    else mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     c->out.len = 0;
 }
 
@@ -332,9 +331,9 @@ static void on_up_read_end(void *ud)
  * it. Most chunks drop nothing and cost one copy. */
 typedef struct {
     mg_buf_t *out;
-    int skip_usage;  /* drop the upstream's usage member (ours replaces it) */
+    int skip_usage; /* drop the upstream's usage member (ours replaces it) */
     int runs;
-    int clash;       /* a member the gateway adds is there already */
+    int clash;               /* a member the gateway adds is there already */
     const char *from, *upto; /* the run not yet copied: [first member's quote, last's end) */
 } raw_copy_t;
 
@@ -454,8 +453,8 @@ void emit_own_usage_chunk(call_t *c)
     snprintf(id, sizeof(id), "%s-%s", c->ep == MG_EP_COMPLETIONS ? "cmpl" : "chatcmpl",
              c->req->request_id);
     cJSON_AddStringToObject(chunk, "id", id);
-    cJSON_AddStringToObject(chunk, "object",
-                            c->ep == MG_EP_COMPLETIONS ? "text_completion" : "chat.completion.chunk");
+    cJSON_AddStringToObject(
+        chunk, "object", c->ep == MG_EP_COMPLETIONS ? "text_completion" : "chat.completion.chunk");
     cJSON_AddNumberToObject(chunk, "created", (double)time(NULL));
     cJSON_AddStringToObject(chunk, "model", c->client_model ? c->client_model : "");
     cJSON_AddItemToObject(chunk, "choices", cJSON_CreateArray());
@@ -559,8 +558,7 @@ int upstream_error_event(call_t *c, const cJSON *err)
     attempt_end(c, ATTEMPT_FAILED);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
         attempt_failed(c, FAIL_ERROR_EVENT);
-    else
-        stream_fail(c, "UPSTREAM_ERROR", text);
+    else stream_fail(c, "UPSTREAM_ERROR", text);
     return 1;
 }
 
@@ -572,8 +570,7 @@ int garbage_event(call_t *c)
     attempt_end(c, ATTEMPT_FAILED);
     if (!c->client_started && c->out.len == 0 && !c->first_chunk_done)
         attempt_failed(c, FAIL_GARBAGE);
-    else
-        stream_fail(c, "UPSTREAM_ERROR", "the provider sent an invalid stream event");
+    else stream_fail(c, "UPSTREAM_ERROR", "the provider sent an invalid stream event");
     return 1;
 }
 
@@ -605,7 +602,8 @@ static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
                       memmem(ev->data, ev->data_len, "\"choices\": []", 13));
     if (usage_only) {
         emit_held_finish(c, 1);
-        if (c->client_include_usage) append_with_client_model(c, &c->out, ev->raw, ev->raw_len, event_lead(ev));
+        if (c->client_include_usage)
+            append_with_client_model(c, &c->out, ev->raw, ev->raw_len, event_lead(ev));
         c->usage_chunk_sent = 1;
         return 0;
     }
@@ -640,8 +638,8 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
     if (flags >= 0) context_take_event(c, ev->data, ev->data_len); /* a session's answer */
     if (flags < 0) {
-        call_msg(c, MG_LOG_WARN, "upstream %s sent a stream event that is not JSON (%zu bytes)", c->provider->id,
-                   ev->data_len);
+        call_msg(c, MG_LOG_WARN, "upstream %s sent a stream event that is not JSON (%zu bytes)",
+                 c->provider->id, ev->data_len);
         return garbage_event(c);
     }
     if (c->responses) flags = MG_CHUNK_ERROR; /* a Responses call takes every chunk as a tree */
@@ -680,8 +678,7 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
                                  &done, err, sizeof(err));
     cJSON_Delete(data);
     if (rc != 0) {
-        call_msg(c, MG_LOG_WARN, "adapter %s decode_event: %s",
-                   c->provider->adapter, err);
+        call_msg(c, MG_LOG_WARN, "adapter %s decode_event: %s", c->provider->adapter, err);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "message", err);
         rc = upstream_error_event(c, e);
@@ -722,8 +719,8 @@ static void on_up_headers(void *ud, int status)
     if (ral) memcpy(c->retry_after, ra, ral);
     c->retry_after[ral] = '\0';
     free(c->error_headers); /* the last attempt's */
-    c->error_headers = status >= 400 ? mg_xfer_take_error_headers(c->xfer, &c->error_headers_len)
-                                     : NULL;
+    c->error_headers =
+        status >= 400 ? mg_xfer_take_error_headers(c->xfer, &c->error_headers_len) : NULL;
     c->resp.len = 0;
     if (status >= 200 && status < 300 && c->stream) {
         /* each attempt's stream is framed afresh, in its adapter's mode: an attempt that
@@ -798,7 +795,8 @@ static void upstream_rejected(call_t *c)
     cJSON *j = c->resp.len ? cJSON_ParseWithLength(c->resp.data, c->resp.len) : NULL;
     const cJSON *err = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
     char codebuf[32], msgbuf[96];
-    const char *msg = cJSON_IsString(err) ? err->valuestring : error_member(err, "message", NULL, 0);
+    const char *msg =
+        cJSON_IsString(err) ? err->valuestring : error_member(err, "message", NULL, 0);
     if (!msg) {
         snprintf(msgbuf, sizeof(msgbuf), "the provider rejected the request (HTTP %d)",
                  c->up_status);
@@ -896,8 +894,7 @@ static mg_step_rc_t tree_answer(call_t *c)
         int rc = mg_gen_decode(c->gen, c->adapter, req_table(c), resp, &decoded, err, sizeof(err));
         cJSON_Delete(resp);
         if (rc != 0) {
-            call_msg(c, MG_LOG_WARN, "adapter %s decode: %s",
-                       c->provider->adapter, err);
+            call_msg(c, MG_LOG_WARN, "adapter %s decode: %s", c->provider->adapter, err);
             return answer_garbage(c);
         }
         resp = decoded;
@@ -1020,8 +1017,8 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
                           : result == MG_XFER_TOTAL_TIMEOUT      ? FAIL_TIMEOUT_TOTAL
                           : result == MG_XFER_IDLE_TIMEOUT       ? FAIL_STALLED
                                                                  : FAIL_BROKEN;
-        call_msg(c, MG_LOG_INFO, "upstream %s attempt failed: %s",
-                   c->provider->id, detail ? detail : "error");
+        call_msg(c, MG_LOG_INFO, "upstream %s attempt failed: %s", c->provider->id,
+                 detail ? detail : "error");
         attempt_failed(c, why);
         return;
     }
@@ -1031,9 +1028,10 @@ static void on_up_done(void *ud, mg_xfer_result_t result, const char *detail)
             int ra = parse_retry_after_ms(c->retry_after);
             if (ra > c->retry_after_ms) c->retry_after_ms = ra;
         }
-        call_msg(c, MG_LOG_INFO, "upstream %s answered %d", c->provider->id,
-                   status);
-        attempt_failed(c, status == 429 ? FAIL_RATE_LIMITED : status >= 500 ? FAIL_SERVER : FAIL_AUTH);
+        call_msg(c, MG_LOG_INFO, "upstream %s answered %d", c->provider->id, status);
+        attempt_failed(c, status == 429   ? FAIL_RATE_LIMITED
+                          : status >= 500 ? FAIL_SERVER
+                                          : FAIL_AUTH);
         return;
     }
     if (status >= 400 && status < 500) {

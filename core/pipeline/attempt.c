@@ -67,30 +67,37 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
                                       c->up_status >= 500 || c->up_status < 400);
     /* a failed connection puts the provider's breaker on the way to open; a failed answer
        only this route's, so that the provider's other models keep serving */
-    mg_pool_breakers_record(ps, mg_pool_route_of(c->pl->pool, c->route),
-                            now, !provider_fault  ? MG_ATTEMPT_OK
-                                 : c->unreachable ? MG_ATTEMPT_UNREACHABLE
-                                                  : MG_ATTEMPT_FAILED);
+    mg_pool_breakers_record(ps, mg_pool_route_of(c->pl->pool, c->route), now,
+                            !provider_fault  ? MG_ATTEMPT_OK
+                            : c->unreachable ? MG_ATTEMPT_UNREACHABLE
+                                             : MG_ATTEMPT_FAILED);
     /* only a stream has a first token; a whole answer's first byte measures the answer */
     int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
-    if (mg_health_record(&ps->health, now, !provider_fault,
-                         (int64_t)(now - c->attempt_start_ms), ttft))
+    if (mg_health_record(&ps->health, now, !provider_fault, (int64_t)(now - c->attempt_start_ms),
+                         ttft))
         mg_persist_health(c->pl->store, ps);
     if (c->up_status >= 400) apply_cooldown_policy(c, ps, now);
     else if (success) mg_cooldown_success(&ps->cooldown, now);
     /* the TPM window learns what the answer really cost */
-    if (c->have_usage) mg_limiter_settle(&ps->limiter, &c->resv, c->prompt_tokens + c->completion_tokens);
+    if (c->have_usage)
+        mg_limiter_settle(&ps->limiter, &c->resv, c->prompt_tokens + c->completion_tokens);
 }
 
 const char *fail_reason_name(fail_kind_t k)
 {
     static const char *const names[] = {
-        [FAIL_NONE] = "none",           [FAIL_CONNECT] = "connect",
-        [FAIL_RATE_LIMITED] = "rate_limited", [FAIL_SERVER] = "http_5xx",
-        [FAIL_AUTH] = "provider_auth",  [FAIL_GARBAGE] = "invalid_answer",
-        [FAIL_TIMEOUT] = "first_byte_timeout", [FAIL_TIMEOUT_TOTAL] = "total_timeout",
-        [FAIL_ADAPTER] = "adapter",     [FAIL_BROKEN] = "connection_broken",
-        [FAIL_STALLED] = "stalled",     [FAIL_ERROR_EVENT] = "error_event",
+        [FAIL_NONE] = "none",
+        [FAIL_CONNECT] = "connect",
+        [FAIL_RATE_LIMITED] = "rate_limited",
+        [FAIL_SERVER] = "http_5xx",
+        [FAIL_AUTH] = "provider_auth",
+        [FAIL_GARBAGE] = "invalid_answer",
+        [FAIL_TIMEOUT] = "first_byte_timeout",
+        [FAIL_TIMEOUT_TOTAL] = "total_timeout",
+        [FAIL_ADAPTER] = "adapter",
+        [FAIL_BROKEN] = "connection_broken",
+        [FAIL_STALLED] = "stalled",
+        [FAIL_ERROR_EVENT] = "error_event",
         [FAIL_REFUSED] = "refused",
     };
     return (size_t)k < sizeof(names) / sizeof(names[0]) ? names[k] : "error";
@@ -119,20 +126,24 @@ static mg_step_rc_t fail_exhausted(call_t *c)
     char msg[160];
     switch (c->last_fail) {
     case FAIL_RATE_LIMITED:
-        return call_error(c, 503, "MODEL_UNAVAILABLE", "every provider for this model is rate limited",
+        return call_error(c, 503, "MODEL_UNAVAILABLE",
+                          "every provider for this model is rate limited",
                           c->retry_after_ms > 0 ? c->retry_after_ms : 5000);
     case FAIL_TIMEOUT:
         return call_error(c, 408, "FIRST_TOKEN_TIMEOUT", "no provider answered in time", 0);
     case FAIL_TIMEOUT_TOTAL:
         return call_error(c, 408, "INFERENCE_TIMEOUT", "the answer did not complete in time", 0);
     case FAIL_NONE:
-        return call_error(c, 503, "MODEL_UNAVAILABLE", "no provider is available for this model", 1000);
+        return call_error(c, 503, "MODEL_UNAVAILABLE", "no provider is available for this model",
+                          1000);
     case FAIL_AUTH:
-        return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider rejected the gateway's credentials", 0);
+        return call_error(c, 502, "MODEL_UNAVAILABLE",
+                          "the provider rejected the gateway's credentials", 0);
     case FAIL_GARBAGE:
         return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider sent an invalid response", 0);
     case FAIL_ADAPTER:
-        return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider adapter could encode the request", 0);
+        return call_error(c, 502, "MODEL_UNAVAILABLE",
+                          "no provider adapter could encode the request", 0);
     case FAIL_SERVER:
         snprintf(msg, sizeof(msg), "the provider failed: it answered HTTP %d", c->up_status);
         return call_error(c, 502, "MODEL_UNAVAILABLE", msg, 0);
@@ -143,10 +154,10 @@ static mg_step_rc_t fail_exhausted(call_t *c)
         return call_error(c, 502, "MODEL_UNAVAILABLE",
                           "the provider stopped sending before its answer was complete", 0);
     case FAIL_ERROR_EVENT:
-        return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's stream began with an error", 0);
+        return call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's stream began with an error",
+                          0);
     case FAIL_CONNECT:
-    default:
-        return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider could be reached", 0);
+    default: return call_error(c, 502, "MODEL_UNAVAILABLE", "no provider could be reached", 0);
     }
 }
 
@@ -164,7 +175,8 @@ static const char *base_head(call_t *c, char *buf)
                                "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
     static const char sse[] = "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
                               "User-Agent: moongate/" MOONGATE_VERSION "\r\nX-Request-Id: ";
-    _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 + 15 + MG_TRACEPARENT_LEN + 2 <= BASE_HEAD_MAX,
+    _Static_assert(sizeof(sse) + MG_REQUEST_ID_LEN + 2 + 15 + MG_TRACEPARENT_LEN + 2 <=
+                       BASE_HEAD_MAX,
                    "BASE_HEAD_MAX");
     const char *head = c->stream ? sse : json;
     size_t n = c->stream ? sizeof(sse) - 1 : sizeof(json) - 1;
@@ -232,9 +244,8 @@ static int reserve_provider(call_t *c, mg_provider_state_t *ps, mg_route_state_t
     if (!c->panic && !mg_health_would_allow(&ps->health, now)) return -1; /* down, no trial due */
     if (!mg_pool_breakers_allow(ps, rs, now)) return -1;
     mg_pool_changed(ps); /* the rate windows, a trial taken */
-    int rc = e->emergency
-                 ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
-                 : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
+    int rc = e->emergency ? mg_limiter_reserve_emergency(&ps->limiter, now, c->est_tokens, &c->resv)
+                          : mg_limiter_reserve(&ps->limiter, now, c->est_tokens, &c->resv);
     if (rc == MG_LIMIT_OK) {
         if (!c->panic && ps->health.state == MG_HEALTH_DOWN) take_trial(c, ps, now);
         return 0;
@@ -399,7 +410,8 @@ static void apply_panic(call_t *c, uint64_t now)
         mg_candidate_t *cd = &c->cands[i];
         const mg_provider_state_t *ps = provider_state(c, cd->provider);
         if (!ps || ps->health.state != MG_HEALTH_DOWN) continue;
-        cd->available = mg_pool_route_available_in_panic(ps, mg_pool_route_of(c->pl->pool, cd->route), now);
+        cd->available =
+            mg_pool_route_available_in_panic(ps, mg_pool_route_of(c->pl->pool, cd->route), now);
         cd->trial = 0;
         cd->serial = 0;
     }
@@ -465,11 +477,11 @@ mg_step_rc_t step_route(call_t *c)
     /* a prefix-served model's routes are the call's own: no plan is kept for them */
     mg_plan_t plan = {.entries = c->plan, .limit = limit, .fresh = c->panic};
     c->route_calls++;
-    if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands,
-                     &plan, err, sizeof(err)) != 0) {
+    if (mg_gen_route(c->gen, &c->lua_info, &c->req_ref, c->route_calls, c->cands, c->n_cands, &plan,
+                     err, sizeof(err)) != 0) {
         call_msg(c, MG_LOG_ERROR, "routing policy: %s", err);
-        return call_error(c, 500, "INTERNAL_ERROR", "the routing policy failed; see the gateway log",
-                          0);
+        return call_error(c, 500, "INTERNAL_ERROR",
+                          "the routing policy failed; see the gateway log", 0);
     }
     c->pl->metrics->routing_plans[plan.kept]++;
     c->plan_n = plan.n;
@@ -548,8 +560,8 @@ static mg_step_rc_t encode_failed(call_t *c, const char *err)
 {
     const mg_lrefusal_t *r = &c->enc.refusal;
     mg_log_msg(r->kind == MG_LREFUSAL_NONE ? MG_LOG_WARN : MG_LOG_INFO, c->req->request_id,
-               "adapter %s encode for provider %s: %s%s", c->provider->adapter,
-               c->provider->id, r->kind == MG_LREFUSAL_NONE ? "" : "refused: ", err);
+               "adapter %s encode for provider %s: %s%s", c->provider->adapter, c->provider->id,
+               r->kind == MG_LREFUSAL_NONE ? "" : "refused: ", err);
     if (r->kind == MG_LREFUSAL_INVALID) {
         unreserve(c);
         c->ended_by = NULL;
@@ -580,7 +592,8 @@ mg_step_rc_t step_encode(call_t *c)
     c->degraded = c->entry_now->degraded;
     c->adapter = c->gen->provider_adapter[pi];
     c->passthrough = c->gen->adapters[c->adapter].passthrough;
-    c->native = c->front_messages && !c->passthrough && c->gen->adapters[c->adapter].entry_anthropic;
+    c->native =
+        c->front_messages && !c->passthrough && c->gen->adapters[c->adapter].entry_anthropic;
     if (c->msgs_lossy && !c->gen->adapters[c->adapter].entry_anthropic) {
         /* the canonical form lacks part of this Messages request: not for this route */
         free(c->refusal_message);
@@ -597,12 +610,12 @@ mg_step_rc_t step_encode(call_t *c)
     if (c->responses && c->passthrough && c->stream && c->provider->no_stream_usage)
         cJSON_DeleteItemFromObjectCaseSensitive(c->body, "stream_options");
     char err[512];
-    if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model,
-                      &c->enc, err, sizeof(err)) != 0)
+    if (mg_gen_encode(c->gen, c->adapter, &c->lua_info, &c->req_ref, c->provider, r->model, &c->enc,
+                      err, sizeof(err)) != 0)
         return encode_failed(c, err);
     c->ndjson = c->enc.ndjson;
     c->up_body.len = 0;
-    int rc = c->enc.body ? mg_json_print(c->enc.body, &c->up_body)
+    int rc = c->enc.body  ? mg_json_print(c->enc.body, &c->up_body)
              : !from_tree ? passthrough_body(c, r->model, &c->up_body)
                           : mg_json_print(c->body, &c->up_body);
     if (rc != 0) {

@@ -14,12 +14,15 @@
 #include <strings.h>
 
 /* Extensions from the edge PRD: accepted from clients, never sent upstream. */
-#define KEY(s) {s, sizeof(s) - 1}
+#define KEY(s)                                                                                     \
+    {                                                                                              \
+        s, sizeof(s) - 1                                                                           \
+    }
 static const struct {
     const char *name;
     size_t len;
-} extension_keys[] = {KEY("priority"), KEY("session_id"),     KEY("idempotency_key"),
-                      KEY("timeouts"), KEY("routing"),        KEY("context_policy"),
+} extension_keys[] = {KEY("priority"),          KEY("session_id"), KEY("idempotency_key"),
+                      KEY("timeouts"),          KEY("routing"),    KEY("context_policy"),
                       KEY("max_output_tokens"), KEY("metadata")};
 #define N_EXTENSIONS (sizeof(extension_keys) / sizeof(extension_keys[0]))
 
@@ -44,9 +47,8 @@ int is_gateway_member(const mg_json_member_t *m)
     static const struct {
         const char *name;
         size_t len;
-    } names[] = {KEY("request_id"), KEY("logical_model"),   KEY("actual_model"),
-                 KEY("timing"),     KEY("degraded"),        KEY("degraded_reason"),
-                 KEY("max_output_tokens")};
+    } names[] = {KEY("request_id"), KEY("logical_model"),   KEY("actual_model"),     KEY("timing"),
+                 KEY("degraded"),   KEY("degraded_reason"), KEY("max_output_tokens")};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (m->key_len == names[i].len && memcmp(m->key, names[i].name, m->key_len) == 0) return 1;
     return 0;
@@ -78,7 +80,6 @@ void set_item(cJSON *obj, const char *key, cJSON *value)
     else cJSON_AddItemToObject(obj, key, value);
 }
 
-
 /* stream_options as the gateway sends it upstream: the last chunk's usage meters the answer. */
 static cJSON *usage_options(void)
 {
@@ -91,9 +92,11 @@ static cJSON *usage_options(void)
 static const char *validate(mg_endpoint_t ep, const cJSON *body)
 {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
-    if (!cJSON_IsString(model) || !model->valuestring[0]) return "'model' must be a non-empty string";
+    if (!cJSON_IsString(model) || !model->valuestring[0])
+        return "'model' must be a non-empty string";
     const cJSON *stream = cJSON_GetObjectItemCaseSensitive(body, "stream");
-    if (stream && !cJSON_IsBool(stream) && !cJSON_IsNull(stream)) return "'stream' must be a boolean";
+    if (stream && !cJSON_IsBool(stream) && !cJSON_IsNull(stream))
+        return "'stream' must be a boolean";
     const cJSON *mot = cJSON_GetObjectItemCaseSensitive(body, "max_output_tokens");
     if (mot && !cJSON_IsNull(mot) && (!cJSON_IsNumber(mot) || mot->valuedouble < 1))
         return "'max_output_tokens' must be a positive integer";
@@ -109,7 +112,8 @@ static const char *validate(mg_endpoint_t ep, const cJSON *body)
         if (!cJSON_IsString(p) && !cJSON_IsArray(p)) return "'prompt' must be a string or an array";
     } else if (ep == MG_EP_EMBEDDINGS) {
         const cJSON *in = cJSON_GetObjectItemCaseSensitive(body, "input");
-        if (!cJSON_IsString(in) && !cJSON_IsArray(in)) return "'input' must be a string or an array";
+        if (!cJSON_IsString(in) && !cJSON_IsArray(in))
+            return "'input' must be a string or an array";
     }
     return NULL;
 }
@@ -120,8 +124,8 @@ static void sanitize(call_t *c)
     cJSON *b = c->body;
     const cJSON *mot = cJSON_GetObjectItemCaseSensitive(b, "max_output_tokens");
     c->mapped_max_tokens = -1;
-    if (cJSON_IsNumber(mot) && c->ep != MG_EP_EMBEDDINGS &&
-        !cJSON_HasObjectItem(b, "max_tokens") && !cJSON_HasObjectItem(b, "max_completion_tokens")) {
+    if (cJSON_IsNumber(mot) && c->ep != MG_EP_EMBEDDINGS && !cJSON_HasObjectItem(b, "max_tokens") &&
+        !cJSON_HasObjectItem(b, "max_completion_tokens")) {
         c->mapped_max_tokens = (long long)mot->valuedouble;
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
@@ -131,11 +135,13 @@ static void sanitize(call_t *c)
     for (size_t i = 0; i < N_EXTENSIONS; i++)
         if (!(engine_priority && strcmp(extension_keys[i].name, "priority") == 0))
             cJSON_DeleteItemFromObjectCaseSensitive(b, extension_keys[i].name);
-    c->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;
+    c->stream =
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "stream")) && c->ep != MG_EP_EMBEDDINGS;
     if (c->stream) {
         const cJSON *so = cJSON_GetObjectItemCaseSensitive(b, "stream_options");
         c->client_include_usage =
-            cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+            cJSON_IsObject(so) &&
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
         set_item(b, "stream_options", usage_options());
     }
 }
@@ -150,12 +156,20 @@ static void sanitize(call_t *c)
  * model, stream and messages pass validate(). Anything else, every error included, takes the
  * tree path as before. A translating adapter gets its tree later (call_tree). */
 
-
 #define FAST_MEMBERS 32
 
 /* The members it reads, first occurrence (what cJSON's lookups find). */
-enum { F_MODEL, F_STREAM, F_SHAPE, F_MAX_TOKENS, F_MAX_COMPLETION, F_STREAM_OPTIONS, F_USER,
-       F_CHOICES, F_N };
+enum {
+    F_MODEL,
+    F_STREAM,
+    F_SHAPE,
+    F_MAX_TOKENS,
+    F_MAX_COMPLETION,
+    F_STREAM_OPTIONS,
+    F_USER,
+    F_CHOICES,
+    F_N
+};
 
 typedef struct {
     const char *keys[F_N];
@@ -405,7 +419,8 @@ typedef struct {
 static int forwarded(const call_t *c, const mg_json_member_t *m)
 {
     if (member_is(m, "metadata")) return (c->provider->forward & MG_FORWARD_METADATA) != 0;
-    if (member_is(m, "priority")) return m->value[0] == '-' || (m->value[0] >= '0' && m->value[0] <= '9');
+    if (member_is(m, "priority"))
+        return m->value[0] == '-' || (m->value[0] >= '0' && m->value[0] <= '9');
     return 0;
 }
 
@@ -415,7 +430,8 @@ static int splice_member(void *ud, const mg_json_member_t *m)
     if ((is_extension(m) && !forwarded(sp->c, m)) || member_is(m, "model") ||
         (sp->c->stream && member_is(m, "stream_options")))
         return 0;
-    if (sp->c->tokens_capped && (member_is(m, "max_tokens") || member_is(m, "max_completion_tokens")))
+    if (sp->c->tokens_capped &&
+        (member_is(m, "max_tokens") || member_is(m, "max_completion_tokens")))
         return 0;
     append_member(sp->out, m, "", ",");
     return 0;
@@ -488,7 +504,8 @@ static const char *priority_of(const cJSON *body, const mg_http_req_t *req, cons
     static const char *const words[] = {"urgent", "high", "normal", "low"};
     const char *h = mg_http_header(req, "X-Priority");
     for (int i = 0; h && i < 5; i++)
-        if (strcasecmp(h, levels[i]) == 0 || (i < 4 && strcasecmp(h, words[i]) == 0)) return levels[i];
+        if (strcasecmp(h, levels[i]) == 0 || (i < 4 && strcasecmp(h, words[i]) == 0))
+            return levels[i];
     return "P2";
 }
 
@@ -522,7 +539,6 @@ static const char *routing_inputs(const cJSON *body, const mg_http_req_t *req, r
     }
     return timeout_inputs(body, in);
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* The step                                                                  */

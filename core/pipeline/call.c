@@ -491,7 +491,8 @@ static void respond_error(call_t *c)
     char extra[160] = "";
     int n = 0;
     if (c->error_retry_ms > 0)
-        n = snprintf(extra, sizeof(extra), "Retry-After: %lld\r\n", (c->error_retry_ms + 999) / 1000);
+        n = snprintf(extra, sizeof(extra), "Retry-After: %lld\r\n",
+                     (c->error_retry_ms + 999) / 1000);
     if (c->fail_degraded)
         snprintf(extra + n, sizeof(extra) - (size_t)n, "X-Sidecar-Degraded: %s\r\n",
                  c->fail_degraded);
@@ -499,7 +500,8 @@ static void respond_error(call_t *c)
     if (c->front_messages) msgs_error_body(c, &body);
     else if (mg_error_body_as(&body, c->status, c->error_passed[1], c->error_code, error_message(c),
                               c->error_passed[2], c->req->request_id,
-                              c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) != 0) {
+                              c->error_retry_ms < INT_MAX ? (int)c->error_retry_ms : INT_MAX) !=
+             0) {
         mg_buf_free(&body);
         mg_error_respond(c->req, 500, "INTERNAL_ERROR", "out of memory", 0, NULL);
         return;
@@ -556,11 +558,8 @@ mg_step_rc_t step_finish(call_t *c)
     if (c->req) {
         char deg[64];
         switch (c->answer_kind) {
-        case ANSWER_NONE:
-            break;
-        case ANSWER_ERROR:
-            respond_error(c);
-            break;
+        case ANSWER_NONE: break;
+        case ANSWER_ERROR: respond_error(c); break;
         case ANSWER_JSON:
             respond_end(c, c->status, degraded_header(c, deg, sizeof(deg)), c->answer.data,
                         c->answer.len);

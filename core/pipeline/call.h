@@ -74,19 +74,19 @@ typedef enum {
  * and is the request log's fail_reason (fail_reason_name). */
 typedef enum {
     FAIL_NONE = 0,
-    FAIL_CONNECT,        /* the provider could not be reached */
-    FAIL_RATE_LIMITED,   /* 429 */
-    FAIL_SERVER,         /* 5xx (the status is c->up_status) */
-    FAIL_AUTH,           /* 401 / 403: the gateway's credentials */
-    FAIL_GARBAGE,        /* an answer that is not the wire format */
-    FAIL_TIMEOUT,        /* no first byte in time */
-    FAIL_TIMEOUT_TOTAL,  /* the inference / total deadline passed */
-    FAIL_ADAPTER,        /* the adapter could not encode the request */
-    FAIL_BROKEN,         /* the connection broke (reset, truncated) before the answer ended */
-    FAIL_STALLED,        /* the answer stopped arriving (idle timeout) before it ended */
-    FAIL_ERROR_EVENT,    /* the stream began with an error event */
-    FAIL_REFUSED,        /* an adapter refused the request as not for its route (call_t's
-                            refusal_message says why) */
+    FAIL_CONNECT,       /* the provider could not be reached */
+    FAIL_RATE_LIMITED,  /* 429 */
+    FAIL_SERVER,        /* 5xx (the status is c->up_status) */
+    FAIL_AUTH,          /* 401 / 403: the gateway's credentials */
+    FAIL_GARBAGE,       /* an answer that is not the wire format */
+    FAIL_TIMEOUT,       /* no first byte in time */
+    FAIL_TIMEOUT_TOTAL, /* the inference / total deadline passed */
+    FAIL_ADAPTER,       /* the adapter could not encode the request */
+    FAIL_BROKEN,        /* the connection broke (reset, truncated) before the answer ended */
+    FAIL_STALLED,       /* the answer stopped arriving (idle timeout) before it ended */
+    FAIL_ERROR_EVENT,   /* the stream began with an error event */
+    FAIL_REFUSED,       /* an adapter refused the request as not for its route (call_t's
+                           refusal_message says why) */
 } fail_kind_t;
 
 /* The log's name of a failure kind ("connect", "http_5xx", ...). */
@@ -94,10 +94,10 @@ const char *fail_reason_name(fail_kind_t k);
 
 /* What finish writes to the client. */
 typedef enum {
-    ANSWER_NONE = 0,  /* nothing: the client left */
-    ANSWER_ERROR,     /* the error in c->error_*: a JSON error answer */
-    ANSWER_JSON,      /* c->answer: a complete JSON body */
-    ANSWER_STREAM,    /* the rest of c->out and the stream's end ([DONE], or the error event) */
+    ANSWER_NONE = 0, /* nothing: the client left */
+    ANSWER_ERROR,    /* the error in c->error_*: a JSON error answer */
+    ANSWER_JSON,     /* c->answer: a complete JSON body */
+    ANSWER_STREAM,   /* the rest of c->out and the stream's end ([DONE], or the error event) */
 } answer_kind_t;
 
 /* What the client asked of routing: priority, pool, pinning, local/smaller/cloud flags. */
@@ -108,7 +108,8 @@ typedef struct {
     int has_pin;
     int local_only;
     int allow_smaller_model; /* -1: the request does not say (routing.allow_smaller_model) */
-    int queue_ms, first_token_ms, inference_ms, total_ms; /* from the body's timeouts, 0 = default */
+    int queue_ms, first_token_ms, inference_ms,
+        total_ms; /* from the body's timeouts, 0 = default */
 } routing_input_t;
 
 /* The body as the fast path read it from the bytes (body.c). */
@@ -127,39 +128,39 @@ typedef struct {
 } fast_body_t;
 
 typedef struct call_s {
-    struct call_s *prev, *next;  /* the pipeline's list of calls in flight */
+    struct call_s *prev, *next; /* the pipeline's list of calls in flight */
     mg_pipeline_t *pl;
-    mg_step_t step;              /* the step the runner calls next (see above) */
-    mg_http_req_t *req;          /* borrowed; NULL once the client left */
-    mg_endpoint_t ep;            /* MG_EP_CHAT for a Messages call too (it runs as chat) */
-    int front_messages;          /* the client spoke Anthropic Messages (messages.c) */
-    char *entry_body;            /* owned: that client's own body (req->body holds the
-                                    canonical one), for req.entry */
+    mg_step_t step;     /* the step the runner calls next (see above) */
+    mg_http_req_t *req; /* borrowed; NULL once the client left */
+    mg_endpoint_t ep;   /* MG_EP_CHAT for a Messages call too (it runs as chat) */
+    int front_messages; /* the client spoke Anthropic Messages (messages.c) */
+    char *entry_body;   /* owned: that client's own body (req->body holds the
+                           canonical one), for req.entry */
     size_t entry_len, entry_cap;
     struct mg_msgs_stream_s *msgs; /* owned: the stream re-framed for that client, or NULL */
-    char *msgs_lossy;            /* owned: what the canonical form of a Messages request left
-                                    out (only an entry_wire = "anthropic" adapter serves it) */
-    int native;                  /* the attempt's upstream speaks the Messages client's wire:
-                                    its answer goes to the client as it is (messages_native.c) */
-    mg_task_t task;              /* the PRD's state machine; every change is logged */
-    mg_sched_entry_t entry;      /* the scheduler's view: queued, then a lease */
-    int queued;                  /* entry is in the queue */
-    mg_gen_t *gen;               /* one reference held */
+    char *msgs_lossy;              /* owned: what the canonical form of a Messages request left
+                                      out (only an entry_wire = "anthropic" adapter serves it) */
+    int native;                    /* the attempt's upstream speaks the Messages client's wire:
+                                      its answer goes to the client as it is (messages_native.c) */
+    mg_task_t task;                /* the PRD's state machine; every change is logged */
+    mg_sched_entry_t entry;        /* the scheduler's view: queued, then a lease */
+    int queued;                    /* entry is in the queue */
+    mg_gen_t *gen;                 /* one reference held */
     /* parse */
     routing_input_t in;
     fast_body_t fb;
-    int fast;                    /* the body was read as bytes (fb), not as a tree */
-    const char *priority;        /* "P0".."P4" (static) */
-    const mg_app_conf_t *app;    /* metadata.application, when configured */
-    char user[128];              /* metadata.user_id or the OpenAI "user" field, or "" */
-    struct call_context_s *ctx;  /* owned, may be NULL: the session and budget (context.c) */
+    int fast;                   /* the body was read as bytes (fb), not as a tree */
+    const char *priority;       /* "P0".."P4" (static) */
+    const mg_app_conf_t *app;   /* metadata.application, when configured */
+    char user[128];             /* metadata.user_id or the OpenAI "user" field, or "" */
+    struct call_context_s *ctx; /* owned, may be NULL: the session and budget (context.c) */
     /* a model served through a provider's model_prefix rather than a logical model */
-    mg_model_conf_t prefixed_model;  /* routes: owned array; name: owned */
-    char *prefixed_upstream;         /* owned: the model name as sent, shared by those routes */
-    const char *prefix;              /* in gen->cfg: the prefix that matched */
-    const mg_model_conf_t *model;/* in gen->cfg, or prefixed_model */
-    cJSON *body;                 /* owned: the sanitized client request; NULL until call_tree()
-                                    after the fast path (see body.c) */
+    mg_model_conf_t prefixed_model; /* routes: owned array; name: owned */
+    char *prefixed_upstream;        /* owned: the model name as sent, shared by those routes */
+    const char *prefix;             /* in gen->cfg: the prefix that matched */
+    const mg_model_conf_t *model;   /* in gen->cfg, or prefixed_model */
+    cJSON *body;                    /* owned: the sanitized client request; NULL until call_tree()
+                                       after the fast path (see body.c) */
     const mg_json_member_t *body_members; /* the fast path's members of req->body (in its
                                              arena), or NULL: passthrough_body scans */
     size_t n_body_members;
@@ -174,102 +175,102 @@ typedef struct call_s {
     long long asked_max_tokens;  /* the client's output ceiling, or -1 (from enqueue on) */
     const mg_route_conf_t *smaller_route; /* memory admission's smaller model, or NULL */
     const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
-    int output_shortened;        /* memory admission lowered max_tokens to fit: degraded */
+    int output_shortened;                 /* memory admission lowered max_tokens to fit: degraded */
     /* the request as Lua sees it; its table (req_ref) is made only when a policy or adapter
        is called for the request: a kept plan and a kept encode answer need none */
-    mg_lua_req_t lua_info;       /* strings: static, in gen or call, or the two below */
+    mg_lua_req_t lua_info; /* strings: static, in gen or call, or the two below */
     char lua_request_id[MG_REQUEST_ID_LEN + 1];
     char lua_pin[160];
-    int req_ref, state_ref;      /* Lua registry references in gen (-1: none yet) */
+    int req_ref, state_ref; /* Lua registry references in gen (-1: none yet) */
     /* routing: four arrays in routing_buf, one entry per route of the model */
-    void *routing_buf;           /* owned; kept with a spare call (see call.c) */
-    size_t routing_cap;          /* routes routing_buf has room for */
-    mg_candidate_t *cands;       /* in routing_buf */
-    int *cand_route;             /* in routing_buf: candidate -> route index */
+    void *routing_buf;     /* owned; kept with a spare call (see call.c) */
+    size_t routing_cap;    /* routes routing_buf has room for */
+    mg_candidate_t *cands; /* in routing_buf */
+    int *cand_route;       /* in routing_buf: candidate -> route index */
     int n_cands;
-    int described;               /* the candidates were described for the next route step
-                                    already; their fill_candidates answer is route_limit */
+    int described; /* the candidates were described for the next route step
+                      already; their fill_candidates answer is route_limit */
     int route_limit;
-    int panic;                   /* too few healthy routes: down ones are tried too */
-    mg_plan_entry_t *plan;       /* in routing_buf: the current plan */
-    unsigned char *tried;        /* in routing_buf: per candidate, attempted in this request */
+    int panic;             /* too few healthy routes: down ones are tried too */
+    mg_plan_entry_t *plan; /* in routing_buf: the current plan */
+    unsigned char *tried;  /* in routing_buf: per candidate, attempted in this request */
     int plan_n, plan_next;
-    int plan_limit;              /* the plan's req.plan_limit (0: none) */
+    int plan_limit;                   /* the plan's req.plan_limit (0: none) */
     const mg_plan_entry_t *entry_now; /* the plan entry reserved for the attempt to come */
-    mg_encoded_t enc;            /* encode -> send: the adapter's request (owned until sent) */
-    mg_buf_t up_body;            /* encode -> send: its body (moved into the transfer) */
-    int route_calls;             /* times routing.route() was asked */
-    int attempts;                /* upstream attempts started */
-    int limited;                 /* plan entries refused by a rate limit in this pass */
-    uint64_t limited_until_ms;   /* loop time the earliest of them frees up */
-    uint64_t deadline_ms;        /* loop time after which the request stops waiting */
-    int queue_ms;                /* effective timeouts: the request's, capped by the config */
+    mg_encoded_t enc;                 /* encode -> send: the adapter's request (owned until sent) */
+    mg_buf_t up_body;                 /* encode -> send: its body (moved into the transfer) */
+    int route_calls;                  /* times routing.route() was asked */
+    int attempts;                     /* upstream attempts started */
+    int limited;                      /* plan entries refused by a rate limit in this pass */
+    uint64_t limited_until_ms;        /* loop time the earliest of them frees up */
+    uint64_t deadline_ms;             /* loop time after which the request stops waiting */
+    int queue_ms;                     /* effective timeouts: the request's, capped by the config */
     int first_token_ms;
     int inference_ms;
-    uint64_t total_deadline_ms;  /* loop time the whole request must end by */
-    int own_first_token;         /* the client set a first-token deadline below the configured
-                                    one: its firing is the client's doing, not the provider's */
-    int own_total;               /* the same for the inference / total deadline */
-    uv_timer_t *wait_timer;      /* owned (freed in its close callback) */
-    int64_t est_tokens;          /* reserved against TPM limits */
-    int64_t est_cost_micros;     /* the estimated cost held against spend limits and wallets */
-    struct wallet_op_s *wallet;  /* the prepaid reservation (wallet.c), or NULL; not owned
-                                    while its store write is pending (see wallet_finish) */
-    int64_t prompt_count;        /* the body's tokens by the model's encoding, -1: not counted
-                                    (prompt_estimate in admit.c) */
-    mg_auth_result_t auth;       /* the caller's identity and key/project reservation */
-    mg_limiter_resv_t resv;      /* the current attempt's reservation */
-    const char *degraded;        /* static: how the current attempt is degraded, or NULL */
-    const char *fail_degraded;   /* static: X-Sidecar-Degraded on an error answer, or NULL */
+    uint64_t total_deadline_ms; /* loop time the whole request must end by */
+    int own_first_token;        /* the client set a first-token deadline below the configured
+                                   one: its firing is the client's doing, not the provider's */
+    int own_total;              /* the same for the inference / total deadline */
+    uv_timer_t *wait_timer;     /* owned (freed in its close callback) */
+    int64_t est_tokens;         /* reserved against TPM limits */
+    int64_t est_cost_micros;    /* the estimated cost held against spend limits and wallets */
+    struct wallet_op_s *wallet; /* the prepaid reservation (wallet.c), or NULL; not owned
+                                   while its store write is pending (see wallet_finish) */
+    int64_t prompt_count;       /* the body's tokens by the model's encoding, -1: not counted
+                                   (prompt_estimate in admit.c) */
+    mg_auth_result_t auth;      /* the caller's identity and key/project reservation */
+    mg_limiter_resv_t resv;     /* the current attempt's reservation */
+    const char *degraded;       /* static: how the current attempt is degraded, or NULL */
+    const char *fail_degraded;  /* static: X-Sidecar-Degraded on an error answer, or NULL */
     uint64_t attempt_start_ms;
     char up_span[MG_SPAN_ID_HEX + 1]; /* the last attempt's span id (its traceparent upstream) */
-    const char *cancel_reason;   /* static: why the task was cancelled, or NULL */
-    uint64_t cancel_ns, released_ns; /* when it was cancelled and when its slot came back */
+    const char *cancel_reason;        /* static: why the task was cancelled, or NULL */
+    uint64_t cancel_ns, released_ns;  /* when it was cancelled and when its slot came back */
     /* the current attempt */
     mg_xfer_t *xfer;
     const mg_provider_conf_t *provider;
-    const mg_route_conf_t *route;   /* the attempt's route, in gen->cfg or prefixed_model */
+    const mg_route_conf_t *route; /* the attempt's route, in gen->cfg or prefixed_model */
     const char *upstream_model;
-    const char *client_model;    /* the request's "model" as the client sent it (the answers'
-                                    "model"; the upstream's is "actual_model"): the model's
-                                    name or client_model_owned */
-    char *client_model_owned;    /* owned, may be NULL: a name that is not the model's */
-    mg_buf_t client_model_json;  /* the client's name as a JSON string, made at first use */
-    int rename_model;            /* the attempt's upstream model is not the client's name */
+    const char *client_model;   /* the request's "model" as the client sent it (the answers'
+                                   "model"; the upstream's is "actual_model"): the model's
+                                   name or client_model_owned */
+    char *client_model_owned;   /* owned, may be NULL: a name that is not the model's */
+    mg_buf_t client_model_json; /* the client's name as a JSON string, made at first use */
+    int rename_model;           /* the attempt's upstream model is not the client's name */
     size_t model_key_at, model_value_at; /* where the last chunk had "model" and its value
                                             (append_with_client_model), 0: not known */
     int adapter, passthrough, ndjson;
     int up_status;
-    int paused_by_client;        /* the attempt's upstream was paused: the client read slower
-                                    than the upstream sent */
-    int unreachable;             /* the connection failed: a fault of the provider, not the route */
+    int paused_by_client; /* the attempt's upstream was paused: the client read slower
+                             than the upstream sent */
+    int unreachable;      /* the connection failed: a fault of the provider, not the route */
     char retry_after[32];
-    char *error_headers;         /* owned: an error answer's headers, for the cooldown policy */
+    char *error_headers; /* owned: an error answer's headers, for the cooldown policy */
     size_t error_headers_len;
-    mg_buf_t resp;               /* owned: response body (non-stream) or error body */
+    mg_buf_t resp; /* owned: response body (non-stream) or error body */
     mg_sse_parser_t sse;
     int sse_ready;
-    mg_chunk_memo_t chunk_memo;  /* owned: passthrough streams' last chunk scanned in full */
+    mg_chunk_memo_t chunk_memo; /* owned: passthrough streams' last chunk scanned in full */
     /* stream state */
     int client_started;
     int first_chunk_done;
-    cJSON *held_finish;          /* owned: the finish_reason chunk, waiting for usage */
-    mg_buf_t held_raw;           /* owned: the same for passthrough streams, as upstream bytes */
-    int held_raw_first;          /* the held raw chunk is also the first one (needs metadata) */
+    cJSON *held_finish; /* owned: the finish_reason chunk, waiting for usage */
+    mg_buf_t held_raw;  /* owned: the same for passthrough streams, as upstream bytes */
+    int held_raw_first; /* the held raw chunk is also the first one (needs metadata) */
     int upstream_done;
-    int stop_stream;             /* the stream was ended early by the gateway */
-    mg_buf_t out;                /* owned: SSE bytes batched for the client */
+    int stop_stream; /* the stream was ended early by the gateway */
+    mg_buf_t out;    /* owned: SSE bytes batched for the client */
     /* the end (finish) */
     answer_kind_t answer_kind;
-    mg_buf_t answer;             /* owned: ANSWER_JSON's body */
-    char *error_message;         /* owned: ANSWER_ERROR's message, or the stream's error
-                                    event's (made only when the call fails) */
-    char *error_passed[3];       /* owned: an upstream error passed on as it was: its code,
-                                    type and param (NULL: the gateway's own, null) */
-    long long error_retry_ms;    /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
+    mg_buf_t answer;          /* owned: ANSWER_JSON's body */
+    char *error_message;      /* owned: ANSWER_ERROR's message, or the stream's error
+                                 event's (made only when the call fails) */
+    char *error_passed[3];    /* owned: an upstream error passed on as it was: its code,
+                                 type and param (NULL: the gateway's own, null) */
+    long long error_retry_ms; /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
     /* accounting */
     int have_usage;
-    int charged;                 /* charge_spend ran (it charges once) */
+    int charged; /* charge_spend ran (it charges once) */
     long long prompt_tokens, completion_tokens;
     /* the usage's cache and reasoning details, as reported (meter.c turns them into
        mutually exclusive billing buckets, obs/price.h) */
@@ -285,23 +286,23 @@ typedef struct call_s {
                                      by charge_spend (NULL: none) */
     long long chunks;
     fail_kind_t last_fail;
-    char *refusal_message;       /* owned: the last "not for this route" refusal's reason */
-    char refusal_param[128];     /* the request field it named ("" = none) */
+    char *refusal_message;   /* owned: the last "not for this route" refusal's reason */
+    char refusal_param[128]; /* the request field it named ("" = none) */
     int retry_after_ms;
     uint64_t t_start, t_dispatch, t_first; /* uv_hrtime() ns */
     int status;
     const char *outcome;
     const char *error_code;
-    const char *ended_by;        /* static: "client" | "upstream" when that side ended a call
-                                    that did not succeed; NULL: the gateway did */
+    const char *ended_by;          /* static: "client" | "upstream" when that side ended a call
+                                      that did not succeed; NULL: the gateway did */
     struct resp_call_s *responses; /* owned: a Responses API call's front end (responses_call.c),
                                     NULL for the other endpoints; c->ep is then MG_EP_CHAT,
                                     the engine's side of it */
 } call_t;
 
 /* A message about the call, with its request and trace ids (base/log.h). */
-#define call_msg(c, level, ...)                                                                 \
-    mg_log_msg_traced((level), (c)->req ? (c)->req->request_id : NULL,                          \
+#define call_msg(c, level, ...)                                                                    \
+    mg_log_msg_traced((level), (c)->req ? (c)->req->request_id : NULL,                             \
                       (c)->req ? (c)->req->trace.trace_id : NULL, __VA_ARGS__)
 
 /* ---- call.c: the runner, the lifecycle, finish --------------------------------------- */

@@ -31,16 +31,16 @@ typedef struct {
 typedef struct call_context_s {
     char session_id[MG_SESSION_ID_LEN + 2]; /* one longer than an id: too long is no id */
     int has_session_id;
-    int64_t project_id;     /* the caller's key's project (read before admission ends the
-                               borrow of its record) */
+    int64_t project_id; /* the caller's key's project (read before admission ends the
+                           borrow of its record) */
     char policy[24];
-    mg_session_t *session;  /* held (holder = the call) until context_end */
-    mg_session_t *waiting_on; /* the session this call waits for, or NULL */
+    mg_session_t *session;      /* held (holder = the call) until context_end */
+    mg_session_t *waiting_on;   /* the session this call waits for, or NULL */
     mg_session_waiter_t waiter; /* its place in that session's list */
-    cJSON *turn_in;         /* owned: the request's own non-system messages */
+    cJSON *turn_in;             /* owned: the request's own non-system messages */
     int rewritten;
     long input_tokens, budget; /* the report; budget -1: none */
-    cJSON *steps;           /* owned: the trimming steps that ran */
+    cJSON *steps;              /* owned: the trimming steps that ran */
     /* the streamed answer */
     mg_buf_t content, reasoning;
     int has_content;
@@ -182,8 +182,8 @@ static void split_plain(const cJSON *msgs, int *n_leading, int *first_current)
 /* The list's tokens, each message's into tokens[] (may be NULL). known[i] >= 0 (known may
  * be NULL, or shorter: n_known) is message i's count already: the session's turns were
  * counted when they were appended, and are not counted again. */
-static long count_known(const mg_encoding_t *e, const cJSON *msgs, long *tokens,
-                        const long *known, int n_known)
+static long count_known(const mg_encoding_t *e, const cJSON *msgs, long *tokens, const long *known,
+                        int n_known)
 {
     long n = MG_CHAT_TOKENS_REPLY;
     int i = 0;
@@ -206,16 +206,16 @@ static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int 
                 long n, long budget)
 {
     call_context_t *x = c->ctx;
-    const char *policy = x->policy[0]                            ? x->policy
-                         : x->session && x->session->policy      ? x->session->policy
-                                                                 : c->gen->cfg->context.default_policy;
-    if (!strcmp(policy, "none")) return too_large(c, n, budget, "context_policy none does not trim");
+    const char *policy = x->policy[0]                       ? x->policy
+                         : x->session && x->session->policy ? x->session->policy
+                                                            : c->gen->cfg->context.default_policy;
+    if (!strcmp(policy, "none"))
+        return too_large(c, n, budget, "context_policy none does not trim");
     mg_context_in_t in = {*msgs, tokens, first_current, n_leading, policy, c->model->tokenizer - 1};
     cJSON *out = NULL, *steps = NULL;
     char err[400] = "";
     int rc = mg_gen_context_trim(c->gen, &in, budget, &out, &steps, err, sizeof(err));
-    if (rc < 0)
-        mg_log_msg(MG_LOG_WARN, c->req->request_id, "context policy: %s", err);
+    if (rc < 0) mg_log_msg(MG_LOG_WARN, c->req->request_id, "context policy: %s", err);
     long after = out ? count_all(encoding_of(c), out, NULL) : -1;
     if (rc != 0 || after < 0 || after > budget) {
         cJSON_Delete(out);
@@ -272,18 +272,19 @@ static int take_session(call_t *c)
 {
     call_context_t *x = c->ctx;
     mg_session_owner_t who = {.all = 1};
-    if (c->gen->cfg->auth_enabled)
-        who = (mg_session_owner_t){0, c->auth.tenant_id, x->project_id};
-    mg_session_t *s = c->pl->sessions && x->session_id[0] && strlen(x->session_id) <= MG_SESSION_ID_LEN
-                          ? mg_sessions_find(c->pl->sessions, x->session_id, &who,
-                                             &c->gen->cfg->context, (int64_t)mg_unix_ms())
-                          : NULL;
+    if (c->gen->cfg->auth_enabled) who = (mg_session_owner_t){0, c->auth.tenant_id, x->project_id};
+    mg_session_t *s =
+        c->pl->sessions && x->session_id[0] && strlen(x->session_id) <= MG_SESSION_ID_LEN
+            ? mg_sessions_find(c->pl->sessions, x->session_id, &who, &c->gen->cfg->context,
+                               (int64_t)mg_unix_ms())
+            : NULL;
     if (!s) {
         call_error(c, 404, "SESSION_NOT_FOUND", "no such session", 0);
         return -1;
     }
     if (s->holder && s->holder != c) {
-        if (c->gen->cfg->context.busy_reject || arm(c, on_wait_timeout, (uint64_t)c->queue_ms) != 0) {
+        if (c->gen->cfg->context.busy_reject ||
+            arm(c, on_wait_timeout, (uint64_t)c->queue_ms) != 0) {
             busy(c, 0);
             return -1;
         }
@@ -488,8 +489,8 @@ static void append_message(call_t *c, const cJSON *m, int64_t now)
     const mg_encoding_t *e = encoding_of(c);
     long tokens = e ? mg_chat_message_tokens(e, m) : -1;
     if (text)
-        mg_sessions_append(c->pl->sessions, c->ctx->session, text, tokens, e ? c->model->tokenizer - 1 : -1,
-                           now);
+        mg_sessions_append(c->pl->sessions, c->ctx->session, text, tokens,
+                           e ? c->model->tokenizer - 1 : -1, now);
     free(text);
 }
 
@@ -506,8 +507,9 @@ void context_end(call_t *c)
     if (x->waiting_on) mg_session_unwait(x->waiting_on, &x->waiter);
     if (x->session) {
         int ok = succeeded(c);
-        cJSON *answer = !ok ? NULL : c->answer_kind == ANSWER_JSON ? answer_message(c)
-                                                                   : streamed_message(x);
+        cJSON *answer = !ok                             ? NULL
+                        : c->answer_kind == ANSWER_JSON ? answer_message(c)
+                                                        : streamed_message(x);
         int64_t now = (int64_t)mg_unix_ms();
         if ((ok && answer) || c->gen->cfg->context.append_user_on_failure) {
             for (const cJSON *m = x->turn_in ? x->turn_in->child : NULL; m; m = m->next)
@@ -540,7 +542,8 @@ static cJSON *report_json(const call_context_t *x)
     else cJSON_AddNullToObject(r, "input_tokens");
     if (x->budget > 0) cJSON_AddNumberToObject(r, "budget", (double)x->budget);
     else cJSON_AddNullToObject(r, "budget");
-    cJSON_AddItemToObject(r, "trimmed", x->steps ? cJSON_Duplicate(x->steps, 1) : cJSON_CreateArray());
+    cJSON_AddItemToObject(r, "trimmed",
+                          x->steps ? cJSON_Duplicate(x->steps, 1) : cJSON_CreateArray());
     cJSON_AddBoolToObject(r, "summary_used", x->session && x->session->summary);
     return r;
 }

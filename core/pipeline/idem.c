@@ -33,9 +33,9 @@ typedef struct waiter_s {
 
 typedef struct run_s {
     struct mg_idem_s *m;
-    mg_idem_entry_t *e;   /* pending, owned by the cache; e->owner is this run */
+    mg_idem_entry_t *e; /* pending, owned by the cache; e->owner is this run */
     run_state_t state;
-    waiter_t *waiters;    /* owned list */
+    waiter_t *waiters; /* owned list */
     mg_endpoint_t ep;
     int stream;
     char id[65];
@@ -43,20 +43,20 @@ typedef struct run_s {
     char run_id[MG_REQUEST_ID_LEN + 1]; /* the request id the run answers with */
     /* the answer (RUN_COMMIT and after a found LOOKUP) */
     int status, answer_stream;
-    char *body;           /* owned until handed to the cache */
+    char *body; /* owned until handed to the cache */
     size_t len;
     int64_t expires_ms;
-    uv_work_t work;       /* RUN_LOOKUP */
+    uv_work_t work; /* RUN_LOOKUP */
     int64_t lookup_now_ms;
     int found;
 } run_t;
 
 struct mg_idem_s {
-    mg_store_t *store;    /* borrowed; NULL = answers are kept in memory only */
+    mg_store_t *store; /* borrowed; NULL = answers are kept in memory only */
     uv_loop_t *loop;
-    mg_handle_fn run;     /* the pipeline's entry point, for the detached run */
+    mg_handle_fn run; /* the pipeline's entry point, for the detached run */
     void *run_ud;
-    int stopped;          /* the process is closing: no new run */
+    int stopped; /* the process is closing: no new run */
     mg_idem_cache_t cache;
     int ttl_s;
 };
@@ -323,8 +323,9 @@ static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, con
                               " expires_ms, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                               6, p, on_committed, r) == 0)
             return;
-        mg_log_msg(MG_LOG_ERROR, NULL, "idempotency: the store is not writable; replay after a"
-                                       " restart cannot be promised");
+        mg_log_msg(MG_LOG_ERROR, NULL,
+                   "idempotency: the store is not writable; replay after a"
+                   " restart cannot be promised");
     }
     if (!r->body) {
         run_abandon(r);
@@ -431,7 +432,8 @@ void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const ch
         return;
     }
     if (e) { /* its twin is running (or committing): wait for that answer */
-        if (add_waiter(e->owner, req) != 0) mg_http_respond(req, 500, "application/json", NULL, "{}", 2);
+        if (add_waiter(e->owner, req) != 0)
+            mg_http_respond(req, 500, "application/json", NULL, "{}", 2);
         return;
     }
     e = mg_idem_cache_add(&m->cache, id, group);

@@ -27,9 +27,9 @@ typedef struct mg_idem_s mg_idem_t;
 
 /* What idempotency works with, borrowed for its life. */
 typedef struct mg_idem_deps_s {
-    mg_store_t *store;  /* NULL: answers are kept in memory only */
+    mg_store_t *store; /* NULL: answers are kept in memory only */
     uv_loop_t *loop;
-    mg_handle_fn run;   /* the pipeline's entry point: runs a key's request once, detached */
+    mg_handle_fn run; /* the pipeline's entry point: runs a key's request once, detached */
     void *run_ud;
 } mg_idem_deps_t;
 

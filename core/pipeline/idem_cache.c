@@ -16,7 +16,7 @@ struct mg_idem_group_s {
     mg_idem_group_t *hnext;
     mg_idem_entry_t *oldest, *newest; /* done entries */
     size_t n_done;
-    int64_t stored_until_ms;  /* records not in memory may be live until then */
+    int64_t stored_until_ms; /* records not in memory may be live until then */
     char name[];
 };
 
@@ -51,10 +51,22 @@ static int grow(void ***buckets, size_t *n, size_t count, const mg_idem_cache_t 
     return 0;
 }
 
-static const char *entry_name(void *e) { return ((mg_idem_entry_t *)e)->id; }
-static void **entry_link(void *e) { return (void **)&((mg_idem_entry_t *)e)->hnext; }
-static const char *group_name(void *g) { return ((mg_idem_group_t *)g)->name; }
-static void **group_link(void *g) { return (void **)&((mg_idem_group_t *)g)->hnext; }
+static const char *entry_name(void *e)
+{
+    return ((mg_idem_entry_t *)e)->id;
+}
+static void **entry_link(void *e)
+{
+    return (void **)&((mg_idem_entry_t *)e)->hnext;
+}
+static const char *group_name(void *g)
+{
+    return ((mg_idem_group_t *)g)->name;
+}
+static void **group_link(void *g)
+{
+    return (void **)&((mg_idem_group_t *)g)->hnext;
+}
 
 int mg_idem_cache_init(mg_idem_cache_t *c, int max_per_group)
 {
@@ -158,8 +170,8 @@ mg_idem_entry_t *mg_idem_cache_find(mg_idem_cache_t *c, const char *id, int64_t 
 mg_idem_entry_t *mg_idem_cache_add(mg_idem_cache_t *c, const char *id, const char *group)
 {
     mg_idem_group_t *g = group_get(c, group);
-    if (!g || grow((void ***)&c->buckets, &c->n_buckets, c->n_entries, c, entry_name,
-                   entry_link) != 0)
+    if (!g ||
+        grow((void ***)&c->buckets, &c->n_buckets, c->n_entries, c, entry_name, entry_link) != 0)
         return NULL;
     mg_idem_entry_t *e = calloc(1, sizeof(*e));
     if (!e) return NULL;

@@ -21,9 +21,9 @@
 typedef struct mg_idem_group_s mg_idem_group_t;
 
 typedef struct mg_idem_entry_s {
-    struct mg_idem_entry_s *hnext;        /* the id's hash chain */
-    struct mg_idem_entry_s *prev, *next;  /* the group's done entries, oldest first */
-    struct mg_idem_entry_s *eprev, *enext;/* all done entries in completion order (expiry) */
+    struct mg_idem_entry_s *hnext;         /* the id's hash chain */
+    struct mg_idem_entry_s *prev, *next;   /* the group's done entries, oldest first */
+    struct mg_idem_entry_s *eprev, *enext; /* all done entries in completion order (expiry) */
     mg_idem_group_t *group;
     char id[65];
     int done;           /* the answer is stored and replayable */
@@ -42,7 +42,7 @@ typedef struct mg_idem_cache_s {
     mg_idem_entry_t *oldest, *newest; /* all done entries, completion order */
     int max_per_group;
     uint64_t evicted_total;
-    uint8_t key[16];    /* SipHash key */
+    uint8_t key[16]; /* SipHash key */
 } mg_idem_cache_t;
 
 /* Empty cache keeping at most max_per_group done entries per group. 0 or -1 (no memory). */

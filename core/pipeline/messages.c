@@ -84,10 +84,10 @@ int msgs_answer(call_t *c)
  * OpenAI one of the same name), or NULL. */
 static const char *anthropic_type(const char *t)
 {
-    static const char *const names[] = {"invalid_request_error", "authentication_error",
-                                        "permission_error", "not_found_error", "request_too_large",
-                                        "rate_limit_error", "api_error", "overloaded_error",
-                                        "billing_error", "timeout_error"};
+    static const char *const names[] = {
+        "invalid_request_error", "authentication_error", "permission_error", "not_found_error",
+        "request_too_large",     "rate_limit_error",     "api_error",        "overloaded_error",
+        "billing_error",         "timeout_error"};
     for (size_t i = 0; t && i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(t, names[i]) == 0) return names[i];
     return NULL;
@@ -97,10 +97,8 @@ void msgs_error_body(call_t *c, mg_buf_t *body)
 {
     const char *msg = c->error_message ? c->error_message : "out of memory";
     const char *passed = anthropic_type(c->error_passed[1]);
-    if (passed)
-        mg_msgs_error_body_typed(body, passed, c->error_code, msg, c->req->request_id);
-    else
-        mg_msgs_error_body(body, c->status, c->error_code, msg, c->req->request_id);
+    if (passed) mg_msgs_error_body_typed(body, passed, c->error_code, msg, c->req->request_id);
+    else mg_msgs_error_body(body, c->status, c->error_code, msg, c->req->request_id);
 }
 
 /* c->out (canonical SSE) re-framed as Anthropic events, in place. With `end` the call's
@@ -111,7 +109,8 @@ void msgs_reframe(call_t *c, int end)
         c->msgs = calloc(1, sizeof(*c->msgs));
         char id[96];
         msgs_message_id(c, id, sizeof(id));
-        if (!c->msgs || mg_msgs_stream_init(c->msgs, id, c->client_model, c->entry.input_tokens) != 0) {
+        if (!c->msgs ||
+            mg_msgs_stream_init(c->msgs, id, c->client_model, c->entry.input_tokens) != 0) {
             free(c->msgs);
             c->msgs = NULL;
             c->out.len = 0;

@@ -104,12 +104,14 @@ static int tree_event(call_t *c, const mg_sse_event_t *ev, const type_scan_t *t)
     if (type_is(t, "message_start")) {
         cJSON *msg = cJSON_GetObjectItemCaseSensitive(d, "message");
         take_usage(c, cJSON_GetObjectItemCaseSensitive(msg, "usage"), 1);
-        c->completion_tokens = 0; /* message_start's output count is provisional: message_delta has the real one */
+        c->completion_tokens =
+            0; /* message_start's output count is provisional: message_delta has the real one */
         c->have_usage = 0;
         set_model(c, msg);
         mg_buf_t text = {0};
         mg_json_print(d, &text);
-        out_anthropic_event(c, t->type, t->len, text.data ? text.data : "{}", text.len ? text.len : 2);
+        out_anthropic_event(c, t->type, t->len, text.data ? text.data : "{}",
+                            text.len ? text.len : 2);
         mg_buf_free(&text);
         c->first_chunk_done = 1;
     } else {
@@ -141,7 +143,8 @@ mg_step_rc_t msgs_native_answer(call_t *c)
 {
     cJSON *resp = cJSON_ParseWithLength(c->resp.data ? c->resp.data : "", c->resp.len);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(resp, "type");
-    if (!cJSON_IsObject(resp) || !cJSON_IsString(type) || strcmp(type->valuestring, "message") != 0) {
+    if (!cJSON_IsObject(resp) || !cJSON_IsString(type) ||
+        strcmp(type->valuestring, "message") != 0) {
         cJSON_Delete(resp);
         return answer_garbage(c);
     }

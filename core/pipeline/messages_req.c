@@ -58,8 +58,10 @@ static int plain_text(const cJSON *v, mg_buf_t *out, why_t *w, const char *what)
     for (const cJSON *b = v->child; b; b = b->next) {
         const char *t = type_of(b), *text = str_of(b, "text");
         if (!t || strcmp(t, "text") != 0 || !text) {
-            lossy(w, "%s: a '%s' block cannot be sent to a Chat Completions route; only text "
-                     "blocks can", what, t ? t : "untyped");
+            lossy(w,
+                  "%s: a '%s' block cannot be sent to a Chat Completions route; only text "
+                  "blocks can",
+                  what, t ? t : "untyped");
             continue;
         }
         if ((!first && mg_buf_append(out, "\n", 1)) || mg_buf_append_str(out, text)) return -2;
@@ -147,8 +149,10 @@ static int user_turn(const cJSON *content, cJSON *msgs, why_t *w)
         } else if (t && strcmp(t, "tool_result") == 0) {
             rc = tool_message(b, msgs, w);
         } else {
-            lossy(w, "a '%s' block in a user message cannot be sent to a Chat Completions route "
-                     "(text, image and tool_result can)", t ? t : "untyped");
+            lossy(w,
+                  "a '%s' block in a user message cannot be sent to a Chat Completions route "
+                  "(text, image and tool_result can)",
+                  t ? t : "untyped");
         }
     }
     int n = cJSON_GetArraySize(parts);
@@ -206,8 +210,10 @@ static int assistant_turn(const cJSON *content, cJSON *msgs, why_t *w)
             if (!tc) rc = -1;
             else cJSON_AddItemToArray(calls, tc);
         } else if (!t || (strcmp(t, "thinking") != 0 && strcmp(t, "redacted_thinking") != 0)) {
-            lossy(w, "a '%s' block in an assistant message cannot be sent to a Chat Completions "
-                     "route (text, tool_use and thinking can)", t ? t : "untyped");
+            lossy(w,
+                  "a '%s' block in an assistant message cannot be sent to a Chat Completions "
+                  "route (text, tool_use and thinking can)",
+                  t ? t : "untyped");
         }
     }
     if (rc == 0) {
@@ -229,7 +235,8 @@ static int assistant_turn(const cJSON *content, cJSON *msgs, why_t *w)
 static int messages(const cJSON *in, cJSON *msgs, why_t *w)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(in, "messages");
-    if (!cJSON_IsArray(list) || !list->child) return refuse(w, "messages: must be a non-empty array");
+    if (!cJSON_IsArray(list) || !list->child)
+        return refuse(w, "messages: must be a non-empty array");
     for (const cJSON *m = list->child; m; m = m->next) {
         const char *role = str_of(m, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
@@ -279,8 +286,10 @@ static int tools(const cJSON *in, cJSON *out, why_t *w)
     for (const cJSON *t = list->child; t; t = t->next) {
         const char *type = type_of(t), *name = str_of(t, "name");
         if (type && strcmp(type, "custom") != 0) {
-            lossy(w, "tools: the server tool '%s' cannot be run by a Chat Completions route; only "
-                     "client tools (name, description, input_schema) can", type);
+            lossy(w,
+                  "tools: the server tool '%s' cannot be run by a Chat Completions route; only "
+                  "client tools (name, description, input_schema) can",
+                  type);
             continue;
         }
         if (!name) return refuse(w, "tools: each tool needs a name");
@@ -288,7 +297,8 @@ static int tools(const cJSON *in, cJSON *out, why_t *w)
         cJSON_AddStringToObject(f, "type", "function");
         cJSON *fn = cJSON_AddObjectToObject(f, "function");
         cJSON_AddStringToObject(fn, "name", name);
-        if (str_of(t, "description")) cJSON_AddStringToObject(fn, "description", str_of(t, "description"));
+        if (str_of(t, "description"))
+            cJSON_AddStringToObject(fn, "description", str_of(t, "description"));
         const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
         if (schema) cJSON_AddItemToObject(fn, "parameters", cJSON_Duplicate(schema, 1));
         cJSON_AddItemToArray(fns, f);
@@ -320,8 +330,9 @@ static int tool_choice(const cJSON *in, cJSON *out, why_t *w)
 /* Members carried over as they are: sampling, streaming, and the gateway's extensions
  * (which the parse step then reads and strips like on any chat request). */
 static const char *const same_members[] = {
-    "model", "max_tokens", "stream", "temperature", "top_p", "top_k", "metadata",
-    "priority", "session_id", "idempotency_key", "timeouts", "routing", "context_policy",
+    "model",    "max_tokens", "stream",         "temperature", "top_p",
+    "top_k",    "metadata",   "priority",       "session_id",  "idempotency_key",
+    "timeouts", "routing",    "context_policy",
 };
 
 static int translate(const cJSON *in, int count_only, cJSON *out, why_t *w)

@@ -18,7 +18,8 @@ int mg_msgs_usage(const cJSON *usage, mg_msgs_usage_t *u)
     long long prompt = num_of(usage, "prompt_tokens"), out = num_of(usage, "completion_tokens");
     if (prompt < 0 && out < 0) return 0;
     const cJSON *details = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details");
-    long long read = num_of(details, "cached_tokens"), write = num_of(usage, "cache_creation_input_tokens");
+    long long read = num_of(details, "cached_tokens"),
+              write = num_of(usage, "cache_creation_input_tokens");
     u->cache_read = read > 0 ? read : 0;
     u->cache_write = write > 0 ? write : 0;
     u->input = prompt > 0 ? prompt - u->cache_read - u->cache_write : 0;
@@ -44,8 +45,13 @@ int mg_msgs_usage_print(const mg_msgs_usage_t *u, mg_buf_t *out)
  * NULL. */
 static const char *anthropic_reason(const char *s)
 {
-    static const char *const names[] = {"end_turn", "max_tokens", "stop_sequence", "tool_use",
-                                        "refusal", "pause_turn", "model_context_window_exceeded"};
+    static const char *const names[] = {"end_turn",
+                                        "max_tokens",
+                                        "stop_sequence",
+                                        "tool_use",
+                                        "refusal",
+                                        "pause_turn",
+                                        "model_context_window_exceeded"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(s, names[i]) == 0) return names[i];
     return NULL;
@@ -90,16 +96,19 @@ static void thinking_blocks(const cJSON *msg, cJSON *content)
     }
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
     if (!cJSON_IsString(r)) r = cJSON_GetObjectItemCaseSensitive(msg, "reasoning");
-    if (cJSON_IsString(r) && r->valuestring[0]) add_text_block(content, "thinking", "thinking", r->valuestring);
+    if (cJSON_IsString(r) && r->valuestring[0])
+        add_text_block(content, "thinking", "thinking", r->valuestring);
 }
 
 static void text_blocks(const cJSON *msg, cJSON *content)
 {
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
-    if (cJSON_IsString(c) && c->valuestring[0]) add_text_block(content, "text", "text", c->valuestring);
+    if (cJSON_IsString(c) && c->valuestring[0])
+        add_text_block(content, "text", "text", c->valuestring);
     for (const cJSON *p = cJSON_IsArray(c) ? c->child : NULL; p; p = p->next) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
-        if (cJSON_IsString(t) && t->valuestring[0]) add_text_block(content, "text", "text", t->valuestring);
+        if (cJSON_IsString(t) && t->valuestring[0])
+            add_text_block(content, "text", "text", t->valuestring);
     }
 }
 
@@ -125,12 +134,14 @@ static void tool_blocks(const cJSON *msg, cJSON *content)
         }
         cJSON_AddStringToObject(b, "name", cJSON_IsString(name) ? name->valuestring : "");
         cJSON *input = NULL;
-        if (cJSON_IsString(args)) input = args->valuestring[0] ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
+        if (cJSON_IsString(args))
+            input = args->valuestring[0] ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
         else if (cJSON_IsObject(args)) input = cJSON_Duplicate(args, 1);
         if (!cJSON_IsObject(input)) {
             cJSON_Delete(input);
             input = cJSON_CreateObject();
-            if (cJSON_IsString(args)) cJSON_AddStringToObject(input, "arguments", args->valuestring);
+            if (cJSON_IsString(args))
+                cJSON_AddStringToObject(input, "arguments", args->valuestring);
         }
         cJSON_AddItemToObject(b, "input", input);
         cJSON_AddItemToArray(content, b);
@@ -175,19 +186,24 @@ int mg_msgs_answer(const char *json, size_t n, const char *id, const char *model
 
 const char *mg_msgs_error_type(int status, const char *code)
 {
-    if (code && (strcmp(code, "MODEL_UNAVAILABLE") == 0 || strcmp(code, "RESOURCE_EXHAUSTED") == 0 ||
-                 strcmp(code, "QUEUE_FULL") == 0))
+    if (code && (strcmp(code, "MODEL_UNAVAILABLE") == 0 ||
+                 strcmp(code, "RESOURCE_EXHAUSTED") == 0 || strcmp(code, "QUEUE_FULL") == 0))
         return "overloaded_error";
     switch (status) {
-    case 400: case 405: case 409: case 422: return "invalid_request_error";
+    case 400:
+    case 405:
+    case 409:
+    case 422: return "invalid_request_error";
     case 401: return "authentication_error";
     case 402: return "billing_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
-    case 408: case 504: return "timeout_error";
+    case 408:
+    case 504: return "timeout_error";
     case 413: return "request_too_large";
     case 429: return "rate_limit_error";
-    case 503: case 529: return "overloaded_error";
+    case 503:
+    case 529: return "overloaded_error";
     default: return status >= 400 && status < 500 ? "invalid_request_error" : "api_error";
     }
 }
@@ -199,8 +215,8 @@ int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *
                                     request_id);
 }
 
-int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code,
-                             const char *message, const char *request_id)
+int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code, const char *message,
+                             const char *request_id)
 {
     mg_buf_t msg = {0};
     if (code) {

@@ -55,8 +55,8 @@ int mg_msgs_error_body(mg_buf_t *out, int status, const char *code, const char *
                        const char *request_id);
 
 /* The same with Anthropic's error type given. */
-int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code,
-                             const char *message, const char *request_id);
+int mg_msgs_error_body_typed(mg_buf_t *out, const char *type, const char *code, const char *message,
+                             const char *request_id);
 
 /* Every answer head of req carries "request-id: <the request id>", the header Anthropic's
  * SDKs read (X-Request-Id stays too). */

@@ -125,7 +125,8 @@ static void block_delta(mg_buf_t *out, int index, const char *delta_type, const 
 {
     mg_buf_t lit = {0};
     mg_json_print_string(text, strlen(text), &lit);
-    block_delta_json(out, index, delta_type, key, lit.data ? lit.data : "\"\"", lit.data ? lit.len : 2);
+    block_delta_json(out, index, delta_type, key, lit.data ? lit.data : "\"\"",
+                     lit.data ? lit.len : 2);
     mg_buf_free(&lit);
 }
 
@@ -186,7 +187,8 @@ static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg
         mg_buf_append_str(&m, ",\"name\":");
         put_str(&m, name ? name : "");
         mg_buf_append_str(&m, ",\"input\":{}");
-        s->tool_block[ti] = (short)open_block(s, MG_MSGS_TOOL, "tool_use", m.data ? m.data : "", out);
+        s->tool_block[ti] =
+            (short)open_block(s, MG_MSGS_TOOL, "tool_use", m.data ? m.data : "", out);
         s->open_tool = ti;
         mg_buf_free(&m);
     }
@@ -198,7 +200,8 @@ static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg
     else if (cJSON_IsObject(args)) { /* an engine that sends the arguments as an object */
         mg_buf_t a = {0};
         mg_json_print(args, &a);
-        if (a.len > 2) block_delta(out, s->tool_block[ti], "input_json_delta", "partial_json", a.data);
+        if (a.len > 2)
+            block_delta(out, s->tool_block[ti], "input_json_delta", "partial_json", a.data);
         mg_buf_free(&a);
     }
 }
@@ -276,15 +279,16 @@ static void stream_end(mg_msgs_stream_t *s, mg_buf_t *out)
 typedef struct {
     const char *val; /* the member's value */
     size_t len;
-    int other;       /* a member this path does not handle */
+    int other; /* a member this path does not handle */
 } pick_t;
 
 /* A value that says nothing: null, "", [] or {}. */
 static int is_empty_value(const mg_json_member_t *m)
 {
     return (m->value_len == 4 && memcmp(m->value, "null", 4) == 0) ||
-           (m->value_len == 2 && (memcmp(m->value, "\"\"", 2) == 0 || memcmp(m->value, "[]", 2) == 0 ||
-                                  memcmp(m->value, "{}", 2) == 0));
+           (m->value_len == 2 &&
+            (memcmp(m->value, "\"\"", 2) == 0 || memcmp(m->value, "[]", 2) == 0 ||
+             memcmp(m->value, "{}", 2) == 0));
 }
 
 static int key_is(const mg_json_member_t *m, const char *k)

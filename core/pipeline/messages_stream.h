@@ -28,24 +28,30 @@
 
 #define MG_MSGS_TOOLS_MAX 64 /* tool calls of one answer with a block of their own */
 
-typedef enum { MG_MSGS_NONE, MG_MSGS_TEXT, MG_MSGS_THINKING, MG_MSGS_TOOL, MG_MSGS_REDACTED } mg_msgs_block_t;
+typedef enum {
+    MG_MSGS_NONE,
+    MG_MSGS_TEXT,
+    MG_MSGS_THINKING,
+    MG_MSGS_TOOL,
+    MG_MSGS_REDACTED
+} mg_msgs_block_t;
 
 typedef struct mg_msgs_stream_s {
-    char id[96];                 /* "msg_<request id>" */
-    char *model;                 /* owned: the client's model name */
-    mg_msgs_usage_t usage;       /* the upstream's counts, else fallback's */
+    char id[96];           /* "msg_<request id>" */
+    char *model;           /* owned: the client's model name */
+    mg_msgs_usage_t usage; /* the upstream's counts, else fallback's */
     int have_usage;
-    mg_msgs_usage_t fallback;    /* set by the caller before the end: the call's counts */
-    int started, ended;          /* message_start sent; message_stop or error sent */
-    mg_msgs_block_t open;        /* the open block's kind */
-    int open_index;              /* its index */
-    int open_tool;               /* the canonical index of the open tool call */
-    int next_index;              /* the next block's index */
+    mg_msgs_usage_t fallback;            /* set by the caller before the end: the call's counts */
+    int started, ended;                  /* message_start sent; message_stop or error sent */
+    mg_msgs_block_t open;                /* the open block's kind */
+    int open_index;                      /* its index */
+    int open_tool;                       /* the canonical index of the open tool call */
+    int next_index;                      /* the next block's index */
     short tool_block[MG_MSGS_TOOLS_MAX]; /* canonical tool index -> block index, -1: none yet */
-    const char *stop_reason;     /* static, NULL until a finish_reason came */
-    char *stop_sequence;         /* owned, or NULL */
-    mg_buf_t line;               /* owned: an unfinished line of the input */
-    mg_buf_t data;               /* owned: the current event's data */
+    const char *stop_reason;             /* static, NULL until a finish_reason came */
+    char *stop_sequence;                 /* owned, or NULL */
+    mg_buf_t line;                       /* owned: an unfinished line of the input */
+    mg_buf_t data;                       /* owned: the current event's data */
 } mg_msgs_stream_t;
 
 /* A new stream for message `id`, answering as `model`; input_estimate is message_start's

@@ -14,8 +14,7 @@
 #include "token/registry.h"
 #include "token/tokenize.h"
 
-void call_tokens(const call_t *c, mg_usage_tokens_t *t, int *input_estimated,
-                 int *output_estimated)
+void call_tokens(const call_t *c, mg_usage_tokens_t *t, int *input_estimated, int *output_estimated)
 {
     memset(t, 0, sizeof(*t));
     if (input_estimated) *input_estimated = !c->have_usage;
@@ -33,7 +32,8 @@ void call_tokens(const call_t *c, mg_usage_tokens_t *t, int *input_estimated,
     t->cached_read = cached;
     t->cache_write = written;
     t->output = c->completion_tokens > 0 ? c->completion_tokens : 0;
-    t->reasoning = c->reasoning_tokens > 0 && c->reasoning_tokens <= t->output ? c->reasoning_tokens : 0;
+    t->reasoning =
+        c->reasoning_tokens > 0 && c->reasoning_tokens <= t->output ? c->reasoning_tokens : 0;
 }
 
 int64_t call_cost_micros(const call_t *c, const char **version)
@@ -105,8 +105,7 @@ static void estimate_answer(call_t *c)
 
 void meter_finish(call_t *c, int answer_pending)
 {
-    if (c->metered || !c->routed || !c->req || !c->gen->cfg->usage.enabled || !c->pl->store)
-        return;
+    if (c->metered || !c->routed || !c->req || !c->gen->cfg->usage.enabled || !c->pl->store) return;
     c->metered = 1;
     estimate_answer(c);
     uint64_t now = uv_hrtime();

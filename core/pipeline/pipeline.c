@@ -13,7 +13,7 @@ static void on_client_abort(void *data)
 {
     call_t *c = data;
     int stalled = c->req->abort == MG_HTTP_ABORT_STALLED; /* took nothing for write_timeout_ms */
-    c->pl->metrics->cancelled_by[c->queued  ? MG_CANCEL_QUEUED
+    c->pl->metrics->cancelled_by[c->queued ? MG_CANCEL_QUEUED
                                  : stalled ? MG_CANCEL_CLIENT_STALLED
                                            : MG_CANCEL_CLIENT]++;
     call_cancelled(c, stalled ? "client_stalled" : "client_disconnected");

@@ -1,8 +1,8 @@
 /* pipeline: an inference request (POST /v1/chat/completions, /v1/completions,
- * /v1/embeddings, /v1/responses and Anthropic's /v1/messages through their front ends) from its parsed HTTP request to the end of its answer, through the named
- * steps of call.h: parse → identify → idempotency → admit → enqueue → route → reserve →
- * encode → send → stream → finish. A client that leaves at any point aborts the upstream
- * transfer at once.
+ * /v1/embeddings, /v1/responses and Anthropic's /v1/messages through their front ends) from its
+ * parsed HTTP request to the end of its answer, through the named steps of call.h: parse → identify
+ * → idempotency → admit → enqueue → route → reserve → encode → send → stream → finish. A client
+ * that leaves at any point aborts the upstream transfer at once.
  *
  * The pipeline holds what the steps use, borrowed from the composition root (server.c),
  * which fills every field before the first request and keeps them alive until the last
@@ -35,21 +35,21 @@ struct mg_resp_store_s;
 typedef struct mg_pipeline_s {
     /* borrowed */
     uv_loop_t *loop;
-    mg_gens_t *gens;           /* the generation a new call takes */
-    mg_pool_t *pool;           /* provider runtime state */
+    mg_gens_t *gens; /* the generation a new call takes */
+    mg_pool_t *pool; /* provider runtime state */
     mg_sched_t *sched;
     mg_pump_t *pump;
     mg_upstream_t *upstream;
     mg_auth_t *auth;
     mg_userrate_t *userrate;
     mg_metrics_t *metrics;
-    mg_store_t *store;         /* cooldowns and health are persisted here; NULL = not */
-    struct mg_idem_s *idem;    /* requests with an idempotency key are handed over */
-    mg_recent_t *recent;       /* finished requests go here for the dashboard; NULL = not */
+    mg_store_t *store;                 /* cooldowns and health are persisted here; NULL = not */
+    struct mg_idem_s *idem;            /* requests with an idempotency key are handed over */
+    mg_recent_t *recent;               /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
-    mg_sessions_t *sessions;   /* requests with a session_id are answered on its history */
+    mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */
     /* the pipeline's own */
-    struct call_s *calls;      /* in flight */
+    struct call_s *calls; /* in flight */
     int in_flight;
 } mg_pipeline_t;
 

@@ -21,18 +21,18 @@
 typedef enum { PREV_NONE = 0, PREV_WAITING, PREV_FOUND, PREV_MISSING } prev_state_t;
 
 typedef struct resp_call_s {
-    cJSON *req;              /* owned: the client's Responses body */
-    char id[64];             /* "resp_" + the request id's hex */
-    int64_t created_at;      /* unix seconds */
-    int store;               /* store: keep the Response (default true) */
-    int had_instructions;    /* the chat body's first message is the instructions' */
-    char prev_id[96];        /* previous_response_id, or "" */
+    cJSON *req;           /* owned: the client's Responses body */
+    char id[64];          /* "resp_" + the request id's hex */
+    int64_t created_at;   /* unix seconds */
+    int store;            /* store: keep the Response (default true) */
+    int had_instructions; /* the chat body's first message is the instructions' */
+    char prev_id[96];     /* previous_response_id, or "" */
     prev_state_t prev;
-    mg_resp_lookup_t *lookup;        /* in flight while PREV_WAITING */
+    mg_resp_lookup_t *lookup;         /* in flight while PREV_WAITING */
     char *prev_scope, *prev_messages; /* owned, PREV_FOUND */
-    char scope[128];         /* the caller's (after identify) */
-    mg_resp_out_t *out;      /* owned: the answer, made at its first chunk */
-    mg_buf_t prompt;         /* owned: the chat messages printed (responses_prompt) */
+    char scope[128];                  /* the caller's (after identify) */
+    mg_resp_out_t *out;               /* owned: the answer, made at its first chunk */
+    mg_buf_t prompt;                  /* owned: the chat messages printed (responses_prompt) */
 } resp_call_t;
 
 void responses_free(call_t *c)
@@ -102,8 +102,7 @@ int responses_parse(call_t *c)
         return refuse(c, 400, "INVALID_REQUEST", err.message, err.param);
     c->body = chat;
     c->ep = MG_EP_CHAT; /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
-    r->had_instructions =
-        cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->req, "instructions"));
+    r->had_instructions = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->req, "instructions"));
     r->store = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r->req, "store"));
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(r->req, "previous_response_id");
     if (!cJSON_IsString(prev)) {
@@ -125,8 +124,7 @@ int responses_parse(call_t *c)
 mg_step_rc_t responses_identified(call_t *c)
 {
     resp_call_t *r = c->responses;
-    mg_resp_scope(c->gen->cfg->auth_enabled ? &c->auth : NULL, c->req, r->scope,
-                  sizeof(r->scope));
+    mg_resp_scope(c->gen->cfg->auth_enabled ? &c->auth : NULL, c->req, r->scope, sizeof(r->scope));
     if (!r->prev_id[0]) return MG_STEP_NEXT;
     if (r->prev != PREV_FOUND || strcmp(r->prev_scope, r->scope) != 0) {
         char msg[200];

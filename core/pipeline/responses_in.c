@@ -175,7 +175,8 @@ static int function_call_item(const cJSON *item, const char *where, cJSON *msgs,
     const char *call_id = str_of(item, "call_id"), *name = str_of(item, "name");
     const char *args = str_of(item, "arguments");
     if (!call_id || !name || !args)
-        return refuse(err, where, "a function_call needs 'call_id', 'name' and 'arguments' strings");
+        return refuse(err, where,
+                      "a function_call needs 'call_id', 'name' and 'arguments' strings");
     cJSON *m = assistant_for_call(msgs);
     cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
     if (!calls) calls = cJSON_AddArrayToObject(m, "tool_calls");
@@ -217,7 +218,8 @@ static int input_to_messages(const cJSON *input, cJSON *msgs, mg_resp_error_t *e
         cJSON_AddItemToArray(msgs, m);
         return 0;
     }
-    if (!cJSON_IsArray(input)) return refuse(err, "input", "'input' must be a string or an array of items");
+    if (!cJSON_IsArray(input))
+        return refuse(err, "input", "'input' must be a string or an array of items");
     int i = 0;
     for (const cJSON *item = input->child; item; item = item->next, i++) {
         char where[48];
@@ -320,10 +322,12 @@ static int text_to_chat(const cJSON *text, cJSON *chat, mg_resp_error_t *err)
         return 0;
     }
     if (strcmp(type, "json_schema") != 0)
-        return refuse(err, "text.format.type", "'text.format.type' must be text, json_object or json_schema");
+        return refuse(err, "text.format.type",
+                      "'text.format.type' must be text, json_object or json_schema");
     const cJSON *schema = get(f, "schema");
     if (!str_of(f, "name") || !cJSON_IsObject(schema))
-        return refuse(err, "text.format", "a json_schema format needs a 'name' and a 'schema' object");
+        return refuse(err, "text.format",
+                      "a json_schema format needs a 'name' and a 'schema' object");
     cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
     cJSON_AddStringToObject(rf, "type", "json_schema");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
@@ -342,15 +346,37 @@ static int text_to_chat(const cJSON *text, cJSON *chat, mg_resp_error_t *err)
 /* Copied to the chat body as they are: the same parameter in both APIs, or the gateway's
  * extensions (the parse step takes those out as for every request). */
 static const char *const same_keys[] = {
-    "temperature", "top_p",    "parallel_tool_calls", "user",     "safety_identifier",
-    "prompt_cache_key", "service_tier", "stream", "metadata", "priority",
-    "session_id", "idempotency_key", "timeouts", "routing", "context_policy",
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "stream",
+    "metadata",
+    "priority",
+    "session_id",
+    "idempotency_key",
+    "timeouts",
+    "routing",
+    "context_policy",
 };
 
 /* Read here, and not sent on (the gateway's own or the echo's). */
 static const char *const own_keys[] = {
-    "model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",
-    "reasoning", "store", "previous_response_id", "stream_options", "max_tool_calls",
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "text",
+    "max_output_tokens",
+    "reasoning",
+    "store",
+    "previous_response_id",
+    "stream_options",
+    "max_tool_calls",
 };
 
 static int in_list(const char *k, const char *const *list, size_t n)
@@ -367,12 +393,13 @@ static int refused_param(const cJSON *v, mg_resp_error_t *err)
     const char *k = v->string;
     if (is_absent(v)) return 0;
     if (strcmp(k, "background") == 0 && cJSON_IsFalse(v)) return 0;
-    if (strcmp(k, "truncation") == 0 && cJSON_IsString(v) && strcmp(v->valuestring, "disabled") == 0)
+    if (strcmp(k, "truncation") == 0 && cJSON_IsString(v) &&
+        strcmp(v->valuestring, "disabled") == 0)
         return 0;
     if (strcmp(k, "include") == 0 && cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0) return 0;
     if (strcmp(k, "top_logprobs") == 0 && cJSON_IsNumber(v) && v->valuedouble == 0) return 0;
-    static const char *const known[] = {"background", "truncation", "include", "top_logprobs",
-                                        "conversation", "prompt"};
+    static const char *const known[] = {"background",   "truncation",   "include",
+                                        "top_logprobs", "conversation", "prompt"};
     if (IN(k, known))
         return refuse(err, k, "'%s' cannot be honoured when the route is a chat engine", k);
     return refuse(err, k, "unknown parameter: '%s'", k);
@@ -391,15 +418,19 @@ static int check_types(const cJSON *req, mg_resp_error_t *err)
     if (!is_absent(mot) && (!cJSON_IsNumber(mot) || mot->valuedouble < 1))
         return refuse(err, "max_output_tokens", "'max_output_tokens' must be a positive integer");
     const cJSON *store = get(req, "store"), *stream = get(req, "stream");
-    if (!is_absent(store) && !cJSON_IsBool(store)) return refuse(err, "store", "'store' must be a boolean");
-    if (!is_absent(stream) && !cJSON_IsBool(stream)) return refuse(err, "stream", "'stream' must be a boolean");
+    if (!is_absent(store) && !cJSON_IsBool(store))
+        return refuse(err, "store", "'store' must be a boolean");
+    if (!is_absent(stream) && !cJSON_IsBool(stream))
+        return refuse(err, "stream", "'stream' must be a boolean");
     const cJSON *prev = get(req, "previous_response_id");
     if (!is_absent(prev) && !cJSON_IsString(prev))
         return refuse(err, "previous_response_id", "'previous_response_id' must be a string");
     const cJSON *r = get(req, "reasoning");
-    if (!is_absent(r) && !cJSON_IsObject(r)) return refuse(err, "reasoning", "'reasoning' must be an object");
+    if (!is_absent(r) && !cJSON_IsObject(r))
+        return refuse(err, "reasoning", "'reasoning' must be an object");
     const cJSON *meta = get(req, "metadata");
-    if (!is_absent(meta) && !cJSON_IsObject(meta)) return refuse(err, "metadata", "'metadata' must be an object");
+    if (!is_absent(meta) && !cJSON_IsObject(meta))
+        return refuse(err, "metadata", "'metadata' must be an object");
     return 0;
 }
 
@@ -515,7 +546,8 @@ static cJSON *content_parts(const cJSON *content, const char *role)
     if (cJSON_IsString(content)) {
         parts = cJSON_CreateArray();
         cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "type", strcmp(role, "assistant") == 0 ? "output_text" : "input_text");
+        cJSON_AddStringToObject(p, "type",
+                                strcmp(role, "assistant") == 0 ? "output_text" : "input_text");
         cJSON_AddStringToObject(p, "text", content->valuestring);
         cJSON_AddItemToArray(parts, p);
     } else {
@@ -558,8 +590,8 @@ cJSON *mg_resp_input_items(const cJSON *req, const char *suffix)
     for (cJSON *it = items->child; it; it = it->next, n++) {
         if (cJSON_IsString(get(it, "id"))) continue;
         const char *type = str_of(it, "type");
-        const char *kind = !type || strcmp(type, "message") == 0 ? "msg"
-                           : strcmp(type, "function_call") == 0  ? "fc"
+        const char *kind = !type || strcmp(type, "message") == 0       ? "msg"
+                           : strcmp(type, "function_call") == 0        ? "fc"
                            : strcmp(type, "function_call_output") == 0 ? "fco"
                                                                        : "item";
         char id[128];
@@ -595,17 +627,21 @@ cJSON *mg_resp_skeleton(const cJSON *req)
     cJSON *reasoning = cJSON_CreateObject();
     const cJSON *r = get(req, "reasoning");
     const cJSON *effort = get(r, "effort"), *summary = get(r, "summary");
-    cJSON_AddItemToObject(reasoning, "effort", is_absent(effort) ? cJSON_CreateNull() : dup(effort));
-    cJSON_AddItemToObject(reasoning, "summary", is_absent(summary) ? cJSON_CreateNull() : dup(summary));
+    cJSON_AddItemToObject(reasoning, "effort",
+                          is_absent(effort) ? cJSON_CreateNull() : dup(effort));
+    cJSON_AddItemToObject(reasoning, "summary",
+                          is_absent(summary) ? cJSON_CreateNull() : dup(summary));
     cJSON_AddItemToObject(o, "reasoning", reasoning);
     echo(o, req, "store", cJSON_CreateTrue());
     echo(o, req, "temperature", cJSON_CreateNumber(1));
     cJSON *text = cJSON_CreateObject();
     const cJSON *t = get(req, "text");
     const cJSON *fmt = get(t, "format"), *verb = get(t, "verbosity");
-    if (is_absent(fmt)) cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
+    if (is_absent(fmt))
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
     else cJSON_AddItemToObject(text, "format", dup(fmt));
-    cJSON_AddItemToObject(text, "verbosity", is_absent(verb) ? cJSON_CreateString("medium") : dup(verb));
+    cJSON_AddItemToObject(text, "verbosity",
+                          is_absent(verb) ? cJSON_CreateString("medium") : dup(verb));
     cJSON_AddItemToObject(o, "text", text);
     echo(o, req, "tool_choice", cJSON_CreateString("auto"));
     echo(o, req, "tools", cJSON_CreateArray());

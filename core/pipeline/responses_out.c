@@ -19,29 +19,29 @@ typedef enum { IT_REASONING, IT_MESSAGE, IT_CALL } item_kind_t;
 typedef struct {
     item_kind_t kind;
     int open;
-    int cut;         /* closed by the engine's token limit or filter: status "incomplete" */
-    int chat_index;  /* a tool call's index in the engine's tool_calls */
+    int cut;        /* closed by the engine's token limit or filter: status "incomplete" */
+    int chat_index; /* a tool call's index in the engine's tool_calls */
     char id[96];
-    char *call_id;   /* owned: a tool call's id */
-    char *name;      /* owned: a tool call's function */
-    mg_buf_t text;   /* reasoning, content or arguments so far */
+    char *call_id; /* owned: a tool call's id */
+    char *name;    /* owned: a tool call's function */
+    mg_buf_t text; /* reasoning, content or arguments so far */
 } item_t;
 
 struct mg_resp_out_s {
     char id[80];
-    const char *suffix;   /* in id: what follows "resp_", for the item ids */
+    const char *suffix; /* in id: what follows "resp_", for the item ids */
     int64_t created_at;
-    char *model;          /* owned */
-    cJSON *skeleton;      /* owned */
-    long long seq;        /* the next event's sequence_number */
-    int started;          /* response.created went out */
-    item_t *items;        /* owned, in output order */
+    char *model;     /* owned */
+    cJSON *skeleton; /* owned */
+    long long seq;   /* the next event's sequence_number */
+    int started;     /* response.created went out */
+    item_t *items;   /* owned, in output order */
     int n_items, cap_items;
     int reasoning_at, message_at; /* the open one's index in items, or -1 */
-    char finish[32];      /* the engine's finish_reason */
+    char finish[32];              /* the engine's finish_reason */
     long long in_tok, out_tok, cached_tok, reasoning_tok;
     int have_usage;
-    cJSON *final;         /* owned: the Response at the end */
+    cJSON *final; /* owned: the Response at the end */
 };
 
 mg_resp_out_t *mg_resp_out_new(const char *id, int64_t created_at, const char *model,
@@ -420,8 +420,8 @@ static void take_usage(mg_resp_out_t *o, const cJSON *u)
     o->have_usage = 1;
     o->in_tok = count_of(u, "prompt_tokens");
     o->out_tok = count_of(u, "completion_tokens");
-    o->cached_tok = count_of(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
-                             "cached_tokens");
+    o->cached_tok =
+        count_of(cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"), "cached_tokens");
     o->reasoning_tok = count_of(cJSON_GetObjectItemCaseSensitive(u, "completion_tokens_details"),
                                 "reasoning_tokens");
 }

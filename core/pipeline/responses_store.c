@@ -24,14 +24,14 @@ typedef struct {
 typedef struct rec_s {
     struct rec_s *next;
     mg_resp_store_t *rs;
-    char *id;     /* owned */
+    char *id; /* owned */
     texts_t t;
     int committing; /* its write is queued: it leaves memory when that commits */
 } rec_t;
 
 struct mg_resp_store_s {
     mg_resp_store_deps_t d;
-    rec_t *recs;   /* owned, newest first */
+    rec_t *recs; /* owned, newest first */
     int n_recs;
 };
 
@@ -137,7 +137,8 @@ void mg_resp_scope(const mg_auth_result_t *auth, const mg_http_req_t *req, char 
 {
     if (auth) {
         /* the key's record holds its project until admission fills project_id (auth.h) */
-        long long project = auth->rec ? (long long)auth->rec->project_id : (long long)auth->project_id;
+        long long project =
+            auth->rec ? (long long)auth->rec->project_id : (long long)auth->project_id;
         snprintf(out, cap, "tenant:%lld/project:%lld", (long long)auth->tenant_id, project);
         return;
     }
@@ -278,7 +279,8 @@ mg_resp_lookup_t *mg_resp_store_get(mg_resp_store_t *rs, const char *id, mg_resp
     snprintf(l->id, sizeof(l->id), "%s", id);
     const rec_t *r = strlen(id) < sizeof(l->id) ? rec_find(rs, id) : NULL;
     if (r) {
-        lookup_row(l, 4, (const char *const[]){r->t.scope, r->t.response, r->t.input, r->t.messages});
+        lookup_row(l, 4,
+                   (const char *const[]){r->t.scope, r->t.response, r->t.input, r->t.messages});
         if (!l->found) {
             free(l);
             return NULL;
@@ -306,14 +308,14 @@ void mg_resp_lookup_cancel(mg_resp_lookup_t *l)
 
 typedef struct {
     mg_resp_store_t *rs;
-    mg_http_req_t *req;   /* NULL once the client left */
+    mg_http_req_t *req; /* NULL once the client left */
     mg_resp_lookup_t *lookup;
     char scope[128];
     char id[96];
     mg_resp_path_t what;
     /* GET .../input_items */
     int limit, asc;
-    char after[96];       /* "": from the first */
+    char after[96]; /* "": from the first */
 } api_call_t;
 
 /* The value of key in a query string ("a=1&b=2") into buf; 1 when present. */
@@ -442,7 +444,8 @@ static void api_found(void *ud, const mg_resp_record_t *rec)
     } else if (a->what == MG_RESP_CANCEL) {
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST",
                         "Only background responses can be cancelled, and this one ran in the"
-                        " foreground (background is not supported by the chat bridge).", 0);
+                        " foreground (background is not supported by the chat bridge).",
+                        0);
     } else if (a->what == MG_RESP_INPUT_ITEMS) {
         mg_answer_tree(rs->d.metrics, req, MG_EP_RESPONSES, 200, items_page(a, rec->input));
     } else {
@@ -468,12 +471,13 @@ void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *i
     }
     api_call_t *a = calloc(1, sizeof(*a));
     if (!a) {
-        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory",
+                        0);
         return;
     }
     a->what = what;
-    const char *bad = what == MG_RESP_INPUT_ITEMS ? list_params(a, req->query ? req->query : "")
-                                                  : NULL;
+    const char *bad =
+        what == MG_RESP_INPUT_ITEMS ? list_params(a, req->query ? req->query : "") : NULL;
     if (bad) {
         free(a);
         mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 400, "INVALID_REQUEST", bad, 0);
@@ -495,7 +499,8 @@ void mg_resp_store_handle(mg_resp_store_t *rs, mg_http_req_t *req, const char *i
     a->lookup = mg_resp_store_get(rs, id, api_found, a);
     if (!a->lookup) {
         free(a);
-        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory", 0);
+        mg_answer_error(rs->d.metrics, req, MG_EP_RESPONSES, 500, "INTERNAL_ERROR", "out of memory",
+                        0);
         return;
     }
     req->on_abort = on_api_abort;

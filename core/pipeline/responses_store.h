@@ -30,12 +30,12 @@
 typedef struct mg_resp_store_s mg_resp_store_t;
 
 typedef struct mg_resp_store_deps_s {
-    mg_store_t *store;     /* NULL: memory only */
+    mg_store_t *store; /* NULL: memory only */
     uv_loop_t *loop;
-    mg_auth_t *auth;       /* GET and DELETE authenticate like any inference call */
+    mg_auth_t *auth; /* GET and DELETE authenticate like any inference call */
     mg_metrics_t *metrics;
-    mg_gens_t *gens;       /* whether auth is on */
-    int retention_s;       /* 0: MG_RESP_RETENTION_DEFAULT_S */
+    mg_gens_t *gens; /* whether auth is on */
+    int retention_s; /* 0: MG_RESP_RETENTION_DEFAULT_S */
 } mg_resp_store_deps_t;
 
 /* Before the loop runs (expired rows are deleted, through the writer). NULL: no memory. */

@@ -55,7 +55,8 @@ static void on_summary_done(void *ud, const mg_http_req_t *req, int status, cons
     cJSON *resp = status == 200 ? cJSON_ParseWithLength(body, len) : NULL;
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(resp, "choices");
     const cJSON *msg = cJSON_IsArray(choices) && choices->child
-                           ? cJSON_GetObjectItemCaseSensitive(choices->child, "message") : NULL;
+                           ? cJSON_GetObjectItemCaseSensitive(choices->child, "message")
+                           : NULL;
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(msg, "content");
     int ok = cJSON_IsString(text) && text->valuestring[0];
     if (!ok)
@@ -102,7 +103,8 @@ static char *summary_body(const mg_context_conf_t *cc, const mg_session_t *s, si
     cJSON_AddItemToArray(msgs, u);
     cJSON_AddNumberToObject(b, "max_tokens", cc->summary_max_tokens);
     cJSON_AddStringToObject(b, "priority", "P4");
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(b, "timeouts"), "total_ms", cc->summary_timeout_ms);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(b, "timeouts"), "total_ms",
+                            cc->summary_timeout_ms);
     char *text = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     mg_buf_free(&t);
@@ -116,10 +118,10 @@ void summary_maybe_start(call_t *c, mg_session_t *s, int trimmed)
     if (!trimmed && s->n_msgs * 4 < (size_t)s->max_messages * 3) return;
     size_t cut = summary_cut(s);
     char *body = cut ? summary_body(cc, s, cut) : NULL;
-    mg_http_req_t *dreq = body ? mg_http_req_detached(HTTP_POST, "/v1/chat/completions", body,
-                                                      strlen(body), c->req, uv_now(c->pl->loop),
-                                                      on_summary_done, c->pl->sessions)
-                               : NULL;
+    mg_http_req_t *dreq =
+        body ? mg_http_req_detached(HTTP_POST, "/v1/chat/completions", body, strlen(body), c->req,
+                                    uv_now(c->pl->loop), on_summary_done, c->pl->sessions)
+             : NULL;
     free(body);
     if (!dreq) return;
     mg_sessions_summary_started(s, dreq->request_id, s->msgs[cut - 1].seq);
@@ -127,4 +129,3 @@ void summary_maybe_start(call_t *c, mg_session_t *s, int trimmed)
                cut, dreq->request_id);
     mg_pipeline_handle(c->pl, dreq, MG_EP_CHAT); /* may end at once: on_summary_done */
 }
-

@@ -20,21 +20,21 @@
 typedef struct task_rec_s {
     struct task_rec_s *next;
     char id[MG_REQUEST_ID_LEN + 1];
-    char *model;      /* owned */
-    char state[16];   /* QUEUED until done, then a terminal state name */
-    char *reason;     /* owned, may be NULL */
+    char *model;    /* owned */
+    char state[16]; /* QUEUED until done, then a terminal state name */
+    char *reason;   /* owned, may be NULL */
     int http_status;
-    char *result;     /* owned: the answer's JSON, NULL while running */
+    char *result; /* owned: the answer's JSON, NULL while running */
     int64_t created_ms, finished_ms;
-    int64_t key_id;   /* the submitter's key; 0 = none (open mode) */
+    int64_t key_id; /* the submitter's key; 0 = none (open mode) */
 } task_rec_t;
 
 struct mg_tasks_s {
-    mg_store_t *store;          /* borrowed; NULL = records in memory only */
+    mg_store_t *store; /* borrowed; NULL = records in memory only */
     uv_loop_t *loop;
     mg_metrics_t *metrics;
-    mg_handle_fn run;           /* the pipeline's entry point */
-    mg_task_view_fn in_flight;  /* the pipeline's view of a request in flight */
+    mg_handle_fn run;          /* the pipeline's entry point */
+    mg_task_view_fn in_flight; /* the pipeline's view of a request in flight */
     void *pipeline;
     task_rec_t *head;
     int count;
@@ -90,8 +90,15 @@ static void persist(mg_tasks_t *t, const task_rec_t *r)
     snprintf(finished, sizeof(finished), "%lld", (long long)r->finished_ms);
     char key[24];
     snprintf(key, sizeof(key), "%lld", (long long)r->key_id);
-    const char *p[9] = {r->id,   r->model,  r->state, r->reason, r->finished_ms ? status : NULL,
-                        r->result, created, r->finished_ms ? finished : NULL, r->key_id ? key : NULL};
+    const char *p[9] = {r->id,
+                        r->model,
+                        r->state,
+                        r->reason,
+                        r->finished_ms ? status : NULL,
+                        r->result,
+                        created,
+                        r->finished_ms ? finished : NULL,
+                        r->key_id ? key : NULL};
     mg_store_write(t->store,
                    "INSERT INTO tasks(id, model, state, reason, http_status, result, created_ms,"
                    " finished_ms, key_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
@@ -149,11 +156,12 @@ mg_tasks_t *mg_tasks_open(const mg_tasks_deps_t *d, int retention_s)
     snprintf(since, sizeof(since), "%lld", (long long)(now - (int64_t)retention_s * 1000));
     const char *p[1] = {since};
     load_ctx_t lc = {t, NULL};
-    if (mg_store_query(t->store,
-                       "SELECT id, model, state, reason, http_status, result, created_ms,"
-                       " finished_ms, key_id FROM tasks WHERE created_ms >= ?1 ORDER BY created_ms DESC"
-                       " LIMIT 10000",
-                       1, p, load_row, &lc, err, sizeof(err)) != 0)
+    if (mg_store_query(
+            t->store,
+            "SELECT id, model, state, reason, http_status, result, created_ms,"
+            " finished_ms, key_id FROM tasks WHERE created_ms >= ?1 ORDER BY created_ms DESC"
+            " LIMIT 10000",
+            1, p, load_row, &lc, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot read async tasks: %s", err);
     /* a task that was queued or running when the process stopped will never finish */
     for (task_rec_t *r = t->head; r; r = r->next) {
@@ -194,7 +202,8 @@ static const char *state_for(int status, const char *body)
 }
 
 /* The detached request's answer: the task is over. */
-static void on_task_done(void *ud, const mg_http_req_t *req, int status, const char *body, size_t len)
+static void on_task_done(void *ud, const mg_http_req_t *req, int status, const char *body,
+                         size_t len)
 {
     mg_tasks_t *t = ud;
     task_rec_t *r = rec_find(t, req->request_id);
@@ -266,9 +275,10 @@ void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req, int64_t key_id)
     mg_json_print(body, &text);
     task_rec_t *r = calloc(1, sizeof(*r));
     /* the task carries the submitter's headers: its key, X-Priority, X-Sidecar-* */
-    mg_http_req_t *dreq = r ? mg_http_req_detached(HTTP_POST, "/v1/tasks", text.data ? text.data : "",
-                                                   text.len, req, uv_now(t->loop), on_task_done, t)
-                            : NULL;
+    mg_http_req_t *dreq =
+        r ? mg_http_req_detached(HTTP_POST, "/v1/tasks", text.data ? text.data : "", text.len, req,
+                                 uv_now(t->loop), on_task_done, t)
+          : NULL;
     if (r) r->model = strdup(model->valuestring);
     cJSON_Delete(body);
     mg_buf_free(&text);
@@ -290,8 +300,7 @@ void mg_tasks_submit(mg_tasks_t *t, mg_http_req_t *req, int64_t key_id)
     respond_task(t, req, r, 202);
 }
 
-void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id,
-                     const mg_task_caller_t *who)
+void mg_tasks_handle(mg_tasks_t *t, mg_http_req_t *req, const char *id, const mg_task_caller_t *who)
 {
     if (t->in_flight(t->pipeline, req, id, who) == 0) return; /* in flight: answered there */
     task_rec_t *r = rec_find(t, id);

@@ -32,7 +32,7 @@ typedef int (*mg_task_view_fn)(void *pipeline, mg_http_req_t *req, const char *i
                                const mg_task_caller_t *who);
 
 typedef struct mg_tasks_deps_s {
-    mg_store_t *store;         /* NULL: records in memory only */
+    mg_store_t *store; /* NULL: records in memory only */
     uv_loop_t *loop;
     mg_metrics_t *metrics;
     mg_handle_fn run;          /* the pipeline's entry point, ud = pipeline */

@@ -22,8 +22,7 @@
 
 void mg_outcome_window_clear(mg_outcome_window_t *w)
 {
-    for (int i = 0; i < MG_OUTCOME_BUCKETS_MAX; i++)
-        w->b[i] = (mg_outcome_bucket_t){.idx = NO_IDX};
+    for (int i = 0; i < MG_OUTCOME_BUCKETS_MAX; i++) w->b[i] = (mg_outcome_bucket_t){.idx = NO_IDX};
 }
 
 void mg_outcome_window_init(mg_outcome_window_t *w, int n, uint64_t width_ms)
@@ -44,10 +43,8 @@ void mg_outcome_window_add(mg_outcome_window_t *w, uint64_t now_ms, int ok, int6
     uint64_t idx = now_ms / w->width_ms;
     mg_outcome_bucket_t *b = &w->b[idx % (uint64_t)w->n];
     if (b->idx != idx) *b = (mg_outcome_bucket_t){.idx = idx};
-    if (ok)
-        b->ok++;
-    else
-        b->fail++;
+    if (ok) b->ok++;
+    else b->fail++;
     if (ttft_ms >= 0) {
         b->ttft_n++;
         b->ttft_sum_ms += (uint64_t)ttft_ms;
@@ -172,10 +169,8 @@ static void breaker_window_shape(const mg_breaker_config_t *cfg, int *n, uint64_
 void mg_breaker_init(mg_breaker_t *b, const mg_breaker_config_t *cfg)
 {
     memset(b, 0, sizeof(*b));
-    if (cfg)
-        b->cfg = *cfg;
-    else
-        mg_breaker_config_default(&b->cfg);
+    if (cfg) b->cfg = *cfg;
+    else mg_breaker_config_default(&b->cfg);
     int n;
     uint64_t width;
     breaker_window_shape(&b->cfg, &n, &width);
@@ -217,12 +212,9 @@ mg_breaker_state_t mg_breaker_state(const mg_breaker_t *b, uint64_t now_ms)
 const char *mg_breaker_state_name(mg_breaker_state_t s)
 {
     switch (s) {
-    case MG_BREAKER_CLOSED:
-        return "closed";
-    case MG_BREAKER_OPEN:
-        return "open";
-    case MG_BREAKER_HALF_OPEN:
-        return "half_open";
+    case MG_BREAKER_CLOSED: return "closed";
+    case MG_BREAKER_OPEN: return "open";
+    case MG_BREAKER_HALF_OPEN: return "half_open";
     }
     return "unknown";
 }
@@ -260,12 +252,9 @@ static void breaker_close(mg_breaker_t *b)
 int mg_breaker_would_allow(const mg_breaker_t *b, uint64_t now_ms)
 {
     switch (mg_breaker_state(b, now_ms)) {
-    case MG_BREAKER_CLOSED:
-        return 1;
-    case MG_BREAKER_OPEN:
-        return 0;
-    case MG_BREAKER_HALF_OPEN:
-        break;
+    case MG_BREAKER_CLOSED: return 1;
+    case MG_BREAKER_OPEN: return 0;
+    case MG_BREAKER_HALF_OPEN: break;
     }
     if (b->state == MG_BREAKER_OPEN) return 1; /* just turned half open: no probe out */
     return b->probes < breaker_max_probes(b) || breaker_probes_stale(b, now_ms);
@@ -320,12 +309,9 @@ int mg_breaker_record(mg_breaker_t *b, uint64_t now_ms, int failure)
 {
     breaker_advance(b, now_ms);
     switch (b->state) {
-    case MG_BREAKER_CLOSED:
-        return breaker_record_closed(b, now_ms, failure);
-    case MG_BREAKER_OPEN:
-        return 0;
-    case MG_BREAKER_HALF_OPEN:
-        break;
+    case MG_BREAKER_CLOSED: return breaker_record_closed(b, now_ms, failure);
+    case MG_BREAKER_OPEN: return 0;
+    case MG_BREAKER_HALF_OPEN: break;
     }
     if (failure) {
         breaker_open(b, now_ms);
@@ -392,10 +378,8 @@ static int health_recent_cap(const mg_health_t *h)
 void mg_health_init(mg_health_t *h, const mg_health_config_t *cfg)
 {
     memset(h, 0, sizeof(*h));
-    if (cfg)
-        h->cfg = *cfg;
-    else
-        mg_health_config_default(&h->cfg);
+    if (cfg) h->cfg = *cfg;
+    else mg_health_config_default(&h->cfg);
     h->state = MG_HEALTH_HEALTHY;
     h->last_latency_ms = -1;
     h->last_ttft_ms = -1;
@@ -478,12 +462,9 @@ static mg_health_state_t health_next(const mg_health_t *h, uint64_t now_ms)
     int recover = h->consecutive_successes >= cfg->recover_consecutive && total > 0 &&
                   rate > cfg->recover_rate;
     switch (h->state) {
-    case MG_HEALTH_HEALTHY:
-        return down ? MG_HEALTH_DOWN : degrade ? MG_HEALTH_DEGRADED : h->state;
-    case MG_HEALTH_DEGRADED:
-        return down ? MG_HEALTH_DOWN : recover ? MG_HEALTH_HEALTHY : h->state;
-    case MG_HEALTH_DOWN:
-        return recover ? MG_HEALTH_HEALTHY : h->state;
+    case MG_HEALTH_HEALTHY: return down ? MG_HEALTH_DOWN : degrade ? MG_HEALTH_DEGRADED : h->state;
+    case MG_HEALTH_DEGRADED: return down ? MG_HEALTH_DOWN : recover ? MG_HEALTH_HEALTHY : h->state;
+    case MG_HEALTH_DOWN: return recover ? MG_HEALTH_HEALTHY : h->state;
     }
     return h->state;
 }
@@ -624,12 +605,9 @@ void mg_health_recent(const mg_health_t *h, uint64_t now_ms, mg_health_snapshot_
 const char *mg_health_state_name(mg_health_state_t s)
 {
     switch (s) {
-    case MG_HEALTH_HEALTHY:
-        return "healthy";
-    case MG_HEALTH_DEGRADED:
-        return "degraded";
-    case MG_HEALTH_DOWN:
-        return "down";
+    case MG_HEALTH_HEALTHY: return "healthy";
+    case MG_HEALTH_DEGRADED: return "degraded";
+    case MG_HEALTH_DOWN: return "down";
     }
     return "unknown";
 }

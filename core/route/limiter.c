@@ -66,10 +66,8 @@ static uint64_t rpm_at(const mg_rpm_window_t *w, int i)
     int lo = 0, hi = w->n_runs - 1;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rpm_run(w, mid)->end > seq)
-            hi = mid;
-        else
-            lo = mid + 1;
+        if (rpm_run(w, mid)->end > seq) hi = mid;
+        else lo = mid + 1;
     }
     return rpm_run(w, lo)->t;
 }
@@ -88,10 +86,8 @@ static int rpm_first_in_window(const mg_rpm_window_t *w, uint64_t now_ms)
     int lo = 0, hi = w->n_runs;
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        if (rpm_run(w, mid)->t + MG_LIMIT_WINDOW_MS > now_ms)
-            hi = mid;
-        else
-            lo = mid + 1;
+        if (rpm_run(w, mid)->t + MG_LIMIT_WINDOW_MS > now_ms) hi = mid;
+        else lo = mid + 1;
     }
     return lo == w->n_runs ? rpm_count(w) : (int)(rpm_start(w, lo) - w->first);
 }
@@ -122,8 +118,7 @@ static int rpm_expire(mg_rpm_window_t *w, uint64_t now_ms)
 {
     if (w->n_runs == 0) return 0;
     uint64_t now = rpm_now(w, now_ms);
-    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= now)
-        rpm_drop_oldest_run(w);
+    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= now) rpm_drop_oldest_run(w);
     return rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= now ? 0 : rpm_count(w);
 }
 
@@ -132,8 +127,7 @@ static int rpm_resize(mg_rpm_window_t *w, int cap)
 {
     mg_rpm_run_t *runs = malloc((size_t)cap * sizeof(*runs));
     if (!runs) return -1;
-    for (int j = 0; j < w->n_runs; j++)
-        runs[j] = *rpm_run(w, j);
+    for (int j = 0; j < w->n_runs; j++) runs[j] = *rpm_run(w, j);
     free(w->runs);
     w->runs = runs;
     w->cap = cap;
@@ -146,8 +140,7 @@ static int rpm_resize(mg_rpm_window_t *w, int cap)
 static int rpm_room(mg_rpm_window_t *w, uint64_t t)
 {
     if (w->n_runs < w->cap) return 0;
-    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= t)
-        rpm_drop_oldest_run(w);
+    while (w->n_runs > 1 && rpm_run(w, 0)->t + MG_LIMIT_WINDOW_MS <= t) rpm_drop_oldest_run(w);
     if (w->n_runs < w->cap) return 0;
     int cap = w->cap ? 2 * w->cap : RPM_MIN_RUNS;
     return rpm_resize(w, cap);
@@ -276,8 +269,7 @@ uint64_t mg_rpm_emergency_next_ms(const mg_rpm_window_t *w, uint64_t now_ms)
 void mg_rpm_undo(mg_rpm_window_t *w, uint64_t at_ms)
 {
     int j = w->n_runs - 1;
-    while (j >= 0 && rpm_run(w, j)->t > at_ms)
-        j--;
+    while (j >= 0 && rpm_run(w, j)->t > at_ms) j--;
     if (j < 0 || rpm_run(w, j)->t != at_ms) return;
     for (int k = j; k < w->n_runs; k++) /* one admission fewer from run j on */
         rpm_run(w, k)->end--;
@@ -328,8 +320,7 @@ static mg_tpm_bucket_t *tpm_bucket_of(mg_tpm_window_t *w, uint64_t sec)
 void mg_tpm_init(mg_tpm_window_t *w, int64_t limit)
 {
     memset(w, 0, sizeof(*w));
-    for (int i = 0; i < MG_TPM_BUCKETS; i++)
-        w->b[i].sec = TPM_NO_SEC;
+    for (int i = 0; i < MG_TPM_BUCKETS; i++) w->b[i].sec = TPM_NO_SEC;
     w->b[0].sec = 0; /* cur_sec starts at 0 and slot 0 holds it */
     w->limit = limit > 0 ? limit : 0;
 }

@@ -39,9 +39,9 @@ typedef struct mg_rpm_run_s {
 typedef struct mg_rpm_window_s {
     mg_rpm_run_t *runs; /* owned ring of cap runs, oldest at head; grows as needed */
     int cap, head, n_runs;
-    uint64_t first;     /* number of the oldest admission kept */
-    uint64_t next;      /* number the next admission gets: next - first are kept, <= limit */
-    int limit;          /* admissions allowed per 60 s; 0 = unlimited (no log) */
+    uint64_t first;         /* number of the oldest admission kept */
+    uint64_t next;          /* number the next admission gets: next - first are kept, <= limit */
+    int limit;              /* admissions allowed per 60 s; 0 = unlimited (no log) */
     double emergency_ratio; /* share of limit for emergency admissions (default 0.1) */
 } mg_rpm_window_t;
 
@@ -165,7 +165,7 @@ uint64_t mg_tpm_next_ms(mg_tpm_window_t *w, uint64_t now_ms, int64_t tokens);
 /* Provider limiter: RPM and TPM together                                    */
 
 typedef struct mg_limiter_s {
-    mg_rpm_window_t rpm; /* owned */
+    mg_rpm_window_t rpm;       /* owned */
     mg_rpm_window_t emergency; /* owned: emergency admissions only, limit = the emergency cap.
                                   Counted apart: a provider that answered 429 usually filled
                                   much of its window, and the channel must still open. */

@@ -26,10 +26,11 @@ void mg_persist_cooldown(mg_store_t *st, const mg_provider_state_t *ps, int cons
     snprintf(until_s, sizeof(until_s), "%llu", (unsigned long long)until);
     snprintf(summary, sizeof(summary), "HTTP %d", status);
     const char *ev[5] = {id, ps->id, n, secs, summary};
-    mg_store_write(st,
-                   "INSERT INTO cooldown_events(id, provider_id, consecutive_count, cooldown_seconds,"
-                   " response_summary) VALUES (?1, ?2, ?3, ?4, ?5)",
-                   5, ev);
+    mg_store_write(
+        st,
+        "INSERT INTO cooldown_events(id, provider_id, consecutive_count, cooldown_seconds,"
+        " response_summary) VALUES (?1, ?2, ?3, ?4, ?5)",
+        5, ev);
     const char *row[3] = {ps->id, until_s, n};
     mg_store_write(st,
                    "INSERT INTO provider_state(provider_id, cooldown_until_ms, consecutive_429)"
@@ -90,7 +91,8 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
     mg_pool_changed(ps);
     if (cols[1] || cols[2]) { /* a provider_state row */
         uint64_t until = cols[1] ? strtoull(cols[1], NULL, 10) : 0;
-        mg_cooldown_restore(&ps->cooldown, r->now_ms, r->unix_ms, until, cols[2] ? atoi(cols[2]) : 0, 0);
+        mg_cooldown_restore(&ps->cooldown, r->now_ms, r->unix_ms, until,
+                            cols[2] ? atoi(cols[2]) : 0, 0);
     }
     int state = cols[3] ? mg_health_state_from_name(cols[3]) : -1;
     if (state >= 0) mg_health_restore(&ps->health, (mg_health_state_t)state, r->now_ms);

@@ -133,8 +133,8 @@ static int route_add(mg_route_set_t *set, const mg_route_set_t *old, const mg_ro
 }
 
 /* The routes of cfg, each (provider, model) pair once however many models list it. */
-static int route_set_build(mg_route_set_t *set, const mg_route_set_t *old,
-                           const mg_config_t *cfg, const mg_breaker_config_t *bc)
+static int route_set_build(mg_route_set_t *set, const mg_route_set_t *old, const mg_config_t *cfg,
+                           const mg_breaker_config_t *bc)
 {
     size_t max = 0, size = 4;
     for (size_t m = 0; m < cfg->n_models; m++) max += cfg->models[m].n_routes;

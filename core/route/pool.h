@@ -24,11 +24,11 @@
 #include "route/limiter.h"
 
 typedef struct mg_engine_load_s {
-    int known;        /* the engine reported load at least once */
-    int running;      /* requests being generated */
-    int waiting;      /* requests queued in the engine */
-    double kv_cache;  /* KV-cache usage 0..1, or -1 when unknown */
-    uint64_t at_ms;   /* when it was read */
+    int known;       /* the engine reported load at least once */
+    int running;     /* requests being generated */
+    int waiting;     /* requests queued in the engine */
+    double kv_cache; /* KV-cache usage 0..1, or -1 when unknown */
+    uint64_t at_ms;  /* when it was read */
 } mg_engine_load_t;
 
 typedef struct mg_provider_state_s {
@@ -48,9 +48,9 @@ typedef struct mg_provider_state_s {
     mg_breaker_t breaker;
     mg_health_t health;
     mg_engine_load_t load;
-    int probe_in_flight;       /* an active probe is running */
+    int probe_in_flight; /* an active probe is running */
     uint64_t last_probe_ms;
-    uint32_t version;          /* bumped by every change routing can see (mg_pool_changed) */
+    uint32_t version;               /* bumped by every change routing can see (mg_pool_changed) */
     const mg_provider_conf_t *conf; /* its entry in the config last synced: compared, never
                                        read (the request path's lookup, mg_pool_get_at) */
 } mg_provider_state_t;
@@ -71,7 +71,7 @@ typedef struct mg_route_state_s {
 typedef struct mg_route_set_s {
     mg_route_state_t *items; /* owned array */
     size_t n;
-    uint32_t *slots;         /* owned, mask + 1 of them: index into items + 1, 0 = empty */
+    uint32_t *slots; /* owned, mask + 1 of them: index into items + 1, 0 = empty */
     size_t mask;
     const mg_route_conf_t **confs; /* owned, n_confs of them: the config's routes by slot */
     uint32_t *state_of;            /* owned, n_confs of them: the index into items of each */
@@ -82,7 +82,7 @@ typedef struct mg_pool_s {
     mg_provider_state_t *items; /* owned array */
     size_t n;
     mg_route_set_t routes;
-    uint32_t epoch;             /* bumped by every sync: the arrays above are new */
+    uint32_t epoch; /* bumped by every sync: the arrays above are new */
 } mg_pool_t;
 
 /* Say that provider state s changed in a way routing can see: in_flight, the rate windows,

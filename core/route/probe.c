@@ -64,11 +64,11 @@ struct probe_slot_s {
 struct mg_prober_s {
     mg_probe_deps_t d;
     uv_timer_t timer;
-    probe_slot_t *slots;    /* owned list */
+    probe_slot_t *slots;     /* owned list */
     probe_slot_t **by_index; /* owned: the slot of each provider of generation index_gen, by
                                 its index in that config (a tick is then linear in providers) */
     size_t n_index;
-    unsigned index_gen;     /* 0 = none */
+    unsigned index_gen; /* 0 = none */
 };
 
 static load_kind_t load_kind_of(const mg_provider_conf_t *pc, const probe_slot_t *sl)
@@ -84,12 +84,9 @@ static load_kind_t load_kind_of(const mg_provider_conf_t *pc, const probe_slot_t
 static const char *load_path(load_kind_t k)
 {
     switch (k) {
-    case LOAD_LLAMA_SLOTS:
-        return "/slots";
-    case LOAD_OLLAMA:
-        return "/api/ps";
-    default:
-        return "/metrics";
+    case LOAD_LLAMA_SLOTS: return "/slots";
+    case LOAD_OLLAMA: return "/api/ps";
+    default: return "/metrics";
     }
 }
 
@@ -110,18 +107,12 @@ static void probe_free(probe_t *p)
 static const char *result_name(mg_xfer_result_t r)
 {
     switch (r) {
-    case MG_XFER_OK:
-        return "ok";
-    case MG_XFER_CONNECT_ERROR:
-        return "connect_error";
-    case MG_XFER_FIRST_BYTE_TIMEOUT:
-        return "first_byte_timeout";
-    case MG_XFER_IDLE_TIMEOUT:
-        return "idle_timeout";
-    case MG_XFER_TOTAL_TIMEOUT:
-        return "total_timeout";
-    default:
-        return "error";
+    case MG_XFER_OK: return "ok";
+    case MG_XFER_CONNECT_ERROR: return "connect_error";
+    case MG_XFER_FIRST_BYTE_TIMEOUT: return "first_byte_timeout";
+    case MG_XFER_IDLE_TIMEOUT: return "idle_timeout";
+    case MG_XFER_TOTAL_TIMEOUT: return "total_timeout";
+    default: return "error";
     }
 }
 
@@ -171,16 +162,11 @@ static void health_done(probe_t *p, mg_provider_state_t *ps, mg_xfer_result_t r)
 static int parse_load(load_kind_t k, const char *buf, size_t len, mg_engine_load_t *out)
 {
     switch (k) {
-    case LOAD_VLLM:
-        return mg_probe_parse_vllm_metrics(buf, len, out);
-    case LOAD_LLAMA_METRICS:
-        return mg_probe_parse_llamacpp_metrics(buf, len, out);
-    case LOAD_LLAMA_SLOTS:
-        return mg_probe_parse_llamacpp_slots(buf, len, out);
-    case LOAD_OLLAMA:
-        return mg_probe_parse_ollama_ps(buf, len, out);
-    default:
-        return -1;
+    case LOAD_VLLM: return mg_probe_parse_vllm_metrics(buf, len, out);
+    case LOAD_LLAMA_METRICS: return mg_probe_parse_llamacpp_metrics(buf, len, out);
+    case LOAD_LLAMA_SLOTS: return mg_probe_parse_llamacpp_slots(buf, len, out);
+    case LOAD_OLLAMA: return mg_probe_parse_ollama_ps(buf, len, out);
+    default: return -1;
     }
 }
 
@@ -218,10 +204,8 @@ static void probe_finish(probe_t *p, mg_xfer_result_t r)
     sync_in_flight(pr, p->slot);
     mg_provider_state_t *ps = mg_pool_get(pr->d.pool, p->slot->id);
     if (ps) {
-        if (p->kind == PROBE_HEALTH)
-            health_done(p, ps, r);
-        else
-            load_done(p, ps, r);
+        if (p->kind == PROBE_HEALTH) health_done(p, ps, r);
+        else load_done(p, ps, r);
     }
     probe_free(p);
 }
@@ -240,8 +224,7 @@ static int on_probe_data(void *ud, const char *data, size_t len)
     size_t take = len < room ? len : room;
     if (p->len + take > p->cap) {
         size_t cap = p->cap ? p->cap : 4096;
-        while (cap < p->len + take)
-            cap *= 2;
+        while (cap < p->len + take) cap *= 2;
         if (cap > MG_PROBE_MAX_BODY) cap = MG_PROBE_MAX_BODY;
         char *nb = realloc(p->buf, cap);
         if (!nb) {
@@ -433,8 +416,7 @@ static void on_tick(uv_timer_t *t)
     const mg_config_t *cfg = g->cfg;
     uint64_t now = uv_now(pr->d.loop);
     index_slots(pr, g);
-    for (probe_slot_t *sl = pr->slots; sl; sl = sl->next)
-        sl->seen = 0;
+    for (probe_slot_t *sl = pr->slots; sl; sl = sl->next) sl->seen = 0;
     for (size_t i = 0; i < pr->n_index; i++) {
         const mg_provider_conf_t *pc = &cfg->providers[i];
         probe_slot_t *sl = pr->by_index[i];

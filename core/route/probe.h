@@ -59,8 +59,8 @@ typedef struct mg_prober_s mg_prober_t;
 /* What the prober works with, borrowed for its life. */
 typedef struct mg_probe_deps_s {
     uv_loop_t *loop;
-    mg_pool_t *pool;            /* provider state: health, breaker, load */
-    mg_gens_t *gens;            /* the current generation's providers are probed */
+    mg_pool_t *pool; /* provider state: health, breaker, load */
+    mg_gens_t *gens; /* the current generation's providers are probed */
     mg_upstream_t *upstream;
     /* a provider's health state changed */
     void (*health_changed)(void *ud, const mg_provider_state_t *ps);

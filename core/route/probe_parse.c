@@ -20,8 +20,7 @@ static int is_space(char c)
 
 static size_t skip_space(const char *s, size_t i, size_t len)
 {
-    while (i < len && is_space(s[i]))
-        i++;
+    while (i < len && is_space(s[i])) i++;
     return i;
 }
 
@@ -84,10 +83,8 @@ static size_t labels_end(const char *s, size_t i, size_t e)
     for (i++; i < e; i++) {
         char c = s[i];
         if (quoted) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                quoted = 0;
+            if (c == '\\') i++;
+            else if (c == '"') quoted = 0;
         } else if (c == '"') {
             quoted = 1;
         } else if (c == '}') {
@@ -103,8 +100,7 @@ static int prom_line(const char *s, size_t i, size_t e, mg_prom_sample_t *out)
     i = skip_space(s, i, e);
     if (i >= e || !name_start(s[i])) return -1; /* blank, comment or junk */
     out->name = s + i;
-    while (i < e && name_char(s[i]))
-        i++;
+    while (i < e && name_char(s[i])) i++;
     out->name_len = (size_t)(s + i - out->name);
     out->labels = NULL;
     out->labels_len = 0;
@@ -118,8 +114,7 @@ static int prom_line(const char *s, size_t i, size_t e, mg_prom_sample_t *out)
     if (i >= e || !is_space(s[i])) return -1;
     i = skip_space(s, i, e);
     size_t v = i;
-    while (i < e && !is_space(s[i]))
-        i++;
+    while (i < e && !is_space(s[i])) i++;
     char num[64];
     size_t n = i - v;
     if (n == 0 || n >= sizeof(num)) return -1;
@@ -268,4 +263,3 @@ int mg_probe_parse_ollama_ps(const char *json, size_t len, mg_engine_load_t *out
     cJSON_Delete(j);
     return 0;
 }
-

@@ -26,8 +26,7 @@ void mg_pump_run(mg_pump_t *p)
     uint64_t deadline;
     if (!p->stopped && mg_sched_next_deadline(p->sched, &deadline) == 0 && deadline > 0)
         uv_timer_start(&p->timer, on_timer, deadline > now ? deadline - now : 0, 0);
-    else
-        uv_timer_stop(&p->timer);
+    else uv_timer_stop(&p->timer);
 }
 
 void mg_pump_kick(mg_pump_t *p)

@@ -142,8 +142,7 @@ static int heap_reserve(heap_t *h, size_t want)
 {
     if (want <= h->cap) return 0;
     size_t cap = h->cap ? h->cap : 8;
-    while (cap < want)
-        cap *= 2;
+    while (cap < want) cap *= 2;
     hnode_t *v = realloc(h->v, cap * sizeof(*v));
     if (!v) return -1;
     h->v = v;
@@ -165,10 +164,8 @@ static void heap_remove(heap_t *h, size_t i)
     if (i == h->n) return;
     hnode_t old = h->v[i];
     hset(h, i, h->v[h->n]);
-    if (hless(&h->v[i], &old))
-        heap_up(h, i);
-    else
-        heap_down(h, i);
+    if (hless(&h->v[i], &old)) heap_up(h, i);
+    else heap_down(h, i);
 }
 
 static void heap_rekey(heap_t *h, size_t i, uint64_t k0, uint64_t k1)
@@ -176,10 +173,8 @@ static void heap_rekey(heap_t *h, size_t i, uint64_t k0, uint64_t k1)
     hnode_t old = h->v[i];
     h->v[i].k0 = k0;
     h->v[i].k1 = k1;
-    if (hless(&h->v[i], &old))
-        heap_up(h, i);
-    else
-        heap_down(h, i);
+    if (hless(&h->v[i], &old)) heap_up(h, i);
+    else heap_down(h, i);
 }
 
 /* ---- priorities and results ---------------------------------------------------------- */
@@ -214,15 +209,11 @@ const char *mg_priority_name(mg_priority_t p)
 const char *mg_sched_strerror(int rc)
 {
     switch (rc) {
-    case MG_SCHED_OK:
-        return "OK";
-    case MG_SCHED_EQUEUE_FULL:
-        return "QUEUE_FULL";
+    case MG_SCHED_OK: return "OK";
+    case MG_SCHED_EQUEUE_FULL: return "QUEUE_FULL";
     case MG_SCHED_EOVERLOAD:
-    case MG_SCHED_ETOO_LARGE:
-        return "RESOURCE_EXHAUSTED";
-    default:
-        return "INTERNAL_ERROR";
+    case MG_SCHED_ETOO_LARGE: return "RESOURCE_EXHAUSTED";
+    default: return "INTERNAL_ERROR";
     }
 }
 
@@ -423,8 +414,7 @@ static void gate_let_out(mg_sched_t *s, mg_sched_gate_t *g)
 /* Memory was freed: every flow waiting for it is considered again. */
 static void mem_refill(mg_sched_t *s)
 {
-    while (s->memgate.parked.n)
-        gate_let_out(s, &s->memgate);
+    while (s->memgate.parked.n) gate_let_out(s, &s->memgate);
 }
 
 static void gate_put(mg_sched_t *s, mg_sched_gate_t *g)
@@ -616,10 +606,8 @@ static void flow_destroy(mg_sched_t *s, mg_sched_flow_t *f)
 {
     heap_remove(flow_heap(s, f), f->node.hidx);
     if (f->parked_on) gate_sync(s, f->parked_on);
-    if (f->aprev)
-        f->aprev->anext = f->anext;
-    else
-        *f->anchor = f->anext;
+    if (f->aprev) f->aprev->anext = f->anext;
+    else *f->anchor = f->anext;
     if (f->anext) f->anext->aprev = f->aprev;
     for (int i = 0; i < MG_GATE_KIND_COUNT; i++)
         if (f->gate[i]) f->gate[i]->nflows--;
@@ -787,10 +775,8 @@ static void entry_append(mg_sched_flow_t *f, mg_sched_entry_t *e)
     e->flow_ = f;
     e->next_ = NULL;
     e->prev_ = f->tail;
-    if (f->tail)
-        f->tail->next_ = e;
-    else
-        f->head = e;
+    if (f->tail) f->tail->next_ = e;
+    else f->head = e;
     f->tail = e;
 }
 
@@ -802,14 +788,10 @@ static void entry_leave(mg_sched_t *s, mg_sched_entry_t *e)
         heap_remove(&s->deadlines, e->dl_index_);
         e->dl_index_ = NO_INDEX;
     }
-    if (e->prev_)
-        e->prev_->next_ = e->next_;
-    else
-        f->head = e->next_;
-    if (e->next_)
-        e->next_->prev_ = e->prev_;
-    else
-        f->tail = e->prev_;
+    if (e->prev_) e->prev_->next_ = e->next_;
+    else f->head = e->next_;
+    if (e->next_) e->next_->prev_ = e->prev_;
+    else f->tail = e->prev_;
     e->prev_ = e->next_ = NULL;
     e->flow_ = NULL;
     count_queued(s, e, 0);
@@ -853,10 +835,8 @@ static void lease_take(mg_sched_t *s, mg_sched_entry_t *e)
     l->sched = s;
     l->realtime = e->priority == MG_PRIO_P0;
     s->running++;
-    if (l->realtime)
-        s->running_rt++;
-    else
-        gate_take(s, &s->nonrt);
+    if (l->realtime) s->running_rt++;
+    else gate_take(s, &s->nonrt);
     for (int i = 0; i < MG_GATE_KIND_COUNT; i++) {
         l->gate[i] = e->gate[i];
         if (l->gate[i]) gate_take(s, l->gate[i]);
@@ -893,10 +873,8 @@ int mg_sched_release(mg_sched_lease_t *l)
     mg_sched_t *s = l->sched;
     l->held = 0;
     s->running--;
-    if (l->realtime)
-        s->running_rt--;
-    else
-        gate_put(s, &s->nonrt);
+    if (l->realtime) s->running_rt--;
+    else gate_put(s, &s->nonrt);
     for (int i = 0; i < MG_GATE_KIND_COUNT; i++)
         if (l->gate[i]) gate_put(s, l->gate[i]);
     if (l->mem_bytes) {

@@ -76,10 +76,12 @@ static const char *read_spec(const cJSON *body, const mg_config_t *cfg, mg_sessi
     spec->system = opt_str(body, "system", &bad_type);
     spec->policy = opt_str(body, "context_policy", &bad_type);
     if (bad_type) return "'model', 'system' and 'context_policy' must be strings";
-    if (spec->model && !mg_config_model(cfg, spec->model)) return "'model' is not a model of this gateway";
+    if (spec->model && !mg_config_model(cfg, spec->model))
+        return "'model' is not a model of this gateway";
     if (spec->policy && !mg_context_policy_known(spec->policy))
         return "'context_policy' must be summary_and_recent, recent_only or none";
-    long long mm = pos_int(body, "max_messages", 100000), mt = pos_int(body, "max_tokens", 100000000);
+    long long mm = pos_int(body, "max_messages", 100000),
+              mt = pos_int(body, "max_tokens", 100000000);
     long long ttl = pos_int(body, "ttl_seconds", 10ll * 365 * 86400);
     long long idle = pos_int(body, "idle_timeout_seconds", 10ll * 365 * 86400);
     if (mm < 0 || mt < 0 || ttl < 0 || idle < 0)
@@ -103,8 +105,8 @@ static const char *read_spec(const cJSON *body, const mg_config_t *cfg, mg_sessi
 static void create(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg, mg_http_req_t *req,
                    const mg_session_owner_t *owner)
 {
-    cJSON *body = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len)
-                                : cJSON_CreateObject();
+    cJSON *body =
+        req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : cJSON_CreateObject();
     if (!cJSON_IsObject(body)) {
         cJSON_Delete(body);
         bad(m, req, "the body must be a JSON object");
@@ -113,7 +115,8 @@ static void create(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg, mg
     mg_session_spec_t spec;
     char *meta = NULL;
     const char *problem = read_spec(body, cfg, &spec, &meta);
-    mg_session_t *x = problem ? NULL : mg_sessions_create(s, owner, &spec, &cfg->context, mg_unix_ms());
+    mg_session_t *x =
+        problem ? NULL : mg_sessions_create(s, owner, &spec, &cfg->context, mg_unix_ms());
     cJSON_Delete(body);
     free(meta);
     if (problem) bad(m, req, problem);
@@ -186,8 +189,8 @@ static void messages(mg_metrics_t *m, mg_http_req_t *req, const mg_session_t *x)
     mg_answer_tree(m, req, MG_EP_OTHER, 200, root);
 }
 
-void mg_sessions_http(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg,
-                      mg_http_req_t *req, const char *rest, const mg_session_owner_t *owner)
+void mg_sessions_http(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg, mg_http_req_t *req,
+                      const char *rest, const mg_session_owner_t *owner)
 {
     if (!*rest) {
         if (req->method != HTTP_POST)

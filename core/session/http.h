@@ -20,8 +20,8 @@
 
 /* Answer req, whose path is /v1/sessions followed by `rest` ("", "/{id}" or
  * "/{id}/messages"), for owner. */
-void mg_sessions_http(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg,
-                      mg_http_req_t *req, const char *rest, const mg_session_owner_t *owner);
+void mg_sessions_http(mg_sessions_t *s, mg_metrics_t *m, const mg_config_t *cfg, mg_http_req_t *req,
+                      const char *rest, const mg_session_owner_t *owner);
 
 /* The session as GET /v1/sessions/{id} shows it. */
 cJSON *mg_session_json(const mg_session_t *x);

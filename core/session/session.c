@@ -24,7 +24,7 @@ static const char *const TRIM_STEPS[] = {"compress_tool_results", "drop_oldest_t
 struct mg_sessions_s {
     uint64_t trims[N_TRIM_STEPS];
     uint64_t too_large, summaries[2]; /* summaries: failed, ok */
-    mg_store_t *store;          /* borrowed; NULL or !persist: memory only */
+    mg_store_t *store;                /* borrowed; NULL or !persist: memory only */
     int persist;
     mg_session_t *buckets[N_BUCKETS];
     mg_session_t *lru_head, *lru_tail;
@@ -134,8 +134,8 @@ static void persist_session(mg_sessions_t *s, const mg_session_t *x)
     snprintf(created, sizeof(created), "%lld", (long long)x->created_ms);
     snprintf(active, sizeof(active), "%lld", (long long)x->last_active_ms);
     snprintf(expires, sizeof(expires), "%lld", (long long)mg_session_expires_ms(x));
-    const char *p[8] = {x->id, tenant, project, settings ? settings : "{}", x->summary,
-                        created, active, expires};
+    const char *p[8] = {x->id,      tenant,  project, settings ? settings : "{}",
+                        x->summary, created, active,  expires};
     if (mg_store_write(s->store,
                        "INSERT INTO sessions(id, tenant_id, project_id, settings, summary,"
                        " created_ms, last_active_ms, expires_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)"
@@ -361,9 +361,10 @@ mg_session_t *mg_sessions_create(mg_sessions_t *s, const mg_session_owner_t *own
     x->idle_s = spec->idle_s > 0 ? spec->idle_s : conf->session_idle_ttl_minutes * 60;
     x->created_ms = x->last_active_ms = now_ms;
     x->next_seq = 1;
-    x->bytes = sizeof(*x) + (x->system ? strlen(x->system) : 0) +
-               (x->metadata ? strlen(x->metadata) : 0);
-    if ((spec->model && *spec->model && !x->model) || (spec->system && *spec->system && !x->system) ||
+    x->bytes =
+        sizeof(*x) + (x->system ? strlen(x->system) : 0) + (x->metadata ? strlen(x->metadata) : 0);
+    if ((spec->model && *spec->model && !x->model) ||
+        (spec->system && *spec->system && !x->system) ||
         (spec->policy && *spec->policy && !x->policy) ||
         (spec->metadata && *spec->metadata && !x->metadata)) {
         session_free(x);
@@ -556,10 +557,11 @@ void mg_sessions_metrics(const mg_sessions_t *s, mg_buf_t *out)
                  TRIM_STEPS[i], (unsigned long long)s->trims[i]);
         mg_buf_append_str(out, line);
     }
-    snprintf(line, sizeof(line),
-             "# HELP moongate_context_too_large_total Requests refused as CONTEXT_TOO_LARGE.\n"
-             "# TYPE moongate_context_too_large_total counter\nmoongate_context_too_large_total %llu\n",
-             (unsigned long long)s->too_large);
+    snprintf(
+        line, sizeof(line),
+        "# HELP moongate_context_too_large_total Requests refused as CONTEXT_TOO_LARGE.\n"
+        "# TYPE moongate_context_too_large_total counter\nmoongate_context_too_large_total %llu\n",
+        (unsigned long long)s->too_large);
     mg_buf_append_str(out, line);
     mg_buf_append_str(out, "# HELP moongate_session_summaries_total Summary calls that ended, by "
                            "outcome.\n# TYPE moongate_session_summaries_total counter\n");

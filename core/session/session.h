@@ -36,34 +36,34 @@ typedef struct mg_session_owner_s {
 } mg_session_owner_t;
 
 typedef struct mg_session_msg_s {
-    int64_t seq;        /* 1, 2, ... in the session: the messages' cursor */
+    int64_t seq; /* 1, 2, ... in the session: the messages' cursor */
     int64_t created_ms;
-    long tokens;        /* by the chat rule (token/chat.h), -1: not counted (no encoding) */
-    int encoding;       /* the encoding id tokens was counted with (token/encoding.h); -1: not
-                           known (read back from the store: counted again when used) */
-    char *json;         /* owned: the message object as JSON text */
+    long tokens;  /* by the chat rule (token/chat.h), -1: not counted (no encoding) */
+    int encoding; /* the encoding id tokens was counted with (token/encoding.h); -1: not
+                     known (read back from the store: counted again when used) */
+    char *json;   /* owned: the message object as JSON text */
 } mg_session_msg_t;
 
 /* A request waiting for a held session (context.busy: wait), in the order they came. */
 typedef struct mg_session_waiter_s {
     struct mg_session_waiter_s *next;
-    void *ud;           /* the waiting request */
+    void *ud; /* the waiting request */
 } mg_session_waiter_t;
 
 typedef struct mg_session_s {
-    struct mg_session_s *hnext;            /* hash chain */
+    struct mg_session_s *hnext;               /* hash chain */
     struct mg_session_s *lru_prev, *lru_next; /* most recently used first */
     char id[MG_SESSION_ID_LEN + 1];
-    int64_t tenant_id, project_id;         /* the owner */
-    char *model;        /* owned, may be NULL: the default model of its requests */
-    char *system;       /* owned, may be NULL: the application's system prompt */
-    char *policy;       /* owned, may be NULL: its context_policy */
-    char *metadata;     /* owned, may be NULL: a JSON object as text */
-    int max_messages;   /* kept at most (the oldest dropped past it) */
-    long long max_tokens; /* the history's token budget (0: the model's alone) */
+    int64_t tenant_id, project_id; /* the owner */
+    char *model;                   /* owned, may be NULL: the default model of its requests */
+    char *system;                  /* owned, may be NULL: the application's system prompt */
+    char *policy;                  /* owned, may be NULL: its context_policy */
+    char *metadata;                /* owned, may be NULL: a JSON object as text */
+    int max_messages;              /* kept at most (the oldest dropped past it) */
+    long long max_tokens;          /* the history's token budget (0: the model's alone) */
     int ttl_s, idle_s;
     int64_t created_ms, last_active_ms;
-    char *summary;      /* owned, may be NULL: what replaced the earlier turns */
+    char *summary;          /* owned, may be NULL: what replaced the earlier turns */
     mg_session_msg_t *msgs; /* owned array, oldest first */
     size_t n_msgs, cap_msgs;
     int64_t next_seq;

@@ -34,14 +34,14 @@
  * the parameters' text. */
 typedef struct write_job_s {
     struct write_job_s *next;
-    const char *sql;       /* in the job's allocation */
+    const char *sql; /* in the job's allocation */
     int nparams;
-    const char **params;   /* in the job's allocation; entries may be NULL */
-    mg_store_done_fn done; /* may be NULL */
+    const char **params;        /* in the job's allocation; entries may be NULL */
+    mg_store_done_fn done;      /* may be NULL */
     mg_store_rows_fn done_rows; /* instead of done: the outcome and the rows changed */
     void *ud;
-    int rc;                /* the outcome, set by the writer */
-    int64_t rows;          /* rows the statement changed (sqlite3_changes), set by the writer */
+    int rc;       /* the outcome, set by the writer */
+    int64_t rows; /* rows the statement changed (sqlite3_changes), set by the writer */
 } write_job_t;
 
 typedef struct {
@@ -55,9 +55,9 @@ typedef struct {
 #define CHECKPOINT_PAGES 4000
 
 struct mg_store_s {
-    sqlite3 *db;         /* migrations, then the writer thread's connection */
+    sqlite3 *db; /* migrations, then the writer thread's connection */
     struct {
-        char *sql;       /* owned */
+        char *sql; /* owned */
         sqlite3_stmt *st;
     } stmts[STMT_CACHE]; /* the writer's prepared statements */
     int next_stmt;       /* the slot replaced next */
@@ -69,24 +69,24 @@ struct mg_store_s {
     pthread_t writer;
     int writer_running;
     pthread_mutex_t mu;
-    pthread_cond_t cv;       /* work queued or stopping */
-    pthread_cond_t done_cv;  /* a batch committed */
-    pthread_cond_t room_cv;  /* the queue has room (writers on other threads wait for it) */
-    job_list_t queue;        /* guarded by mu; at most queue_max jobs, but see detach */
-    job_list_t done;         /* guarded by mu: finished jobs whose callbacks are due */
-    job_list_t parked;       /* the loop thread's: writes waiting for room, in order */
+    pthread_cond_t cv;               /* work queued or stopping */
+    pthread_cond_t done_cv;          /* a batch committed */
+    pthread_cond_t room_cv;          /* the queue has room (writers on other threads wait for it) */
+    job_list_t queue;                /* guarded by mu; at most queue_max jobs, but see detach */
+    job_list_t done;                 /* guarded by mu: finished jobs whose callbacks are due */
+    job_list_t parked;               /* the loop thread's: writes waiting for room, in order */
     unsigned long handed, committed; /* jobs handed to the writer / finished by it */
     int stopping;
     /* the loop the callbacks run on */
     uv_loop_t *loop;
-    uv_async_t *async;       /* the writer wakes the loop with it; owned, freed in its close
-                                callback (it may outlive the store by a loop iteration) */
-    int attached;            /* async is live (guarded by mu) */
-    int loop_known;          /* loop_thread is set (attached once) */
+    uv_async_t *async; /* the writer wakes the loop with it; owned, freed in its close
+                          callback (it may outlive the store by a loop iteration) */
+    int attached;      /* async is live (guarded by mu) */
+    int loop_known;    /* loop_thread is set (attached once) */
     pthread_t loop_thread;
-    mg_store_stats_t stats;  /* guarded by mu; queued/parked filled in by mg_store_stats */
-    sqlite3 *admin_db;   /* synchronous admin transactions; opened on first use */
-    mg_store_tx_t *tx;   /* the open admin transaction, or NULL */
+    mg_store_stats_t stats; /* guarded by mu; queued/parked filled in by mg_store_stats */
+    sqlite3 *admin_db;      /* synchronous admin transactions; opened on first use */
+    mg_store_tx_t *tx;      /* the open admin transaction, or NULL */
 };
 
 struct mg_store_tx_s {
@@ -527,7 +527,8 @@ int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     pthread_cond_init(&s->room_cv, NULL);
-    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+    if (sqlite3_open_v2(path, &s->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
         snprintf(err, errlen, "%s: %s", path, s->db ? sqlite3_errmsg(s->db) : "cannot open");
         mg_store_close(s);
@@ -536,9 +537,10 @@ int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t
     /* migrations wait for a lock as long as admin transactions do; the writer thread's
        attempts wait busy_wait_ms each and are retried (writer_begin) */
     sqlite3_busy_timeout(s->db, 5000);
-    const char *pragmas = opts && opts->synchronous_full
-                              ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
-                              : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;";
+    const char *pragmas =
+        opts && opts->synchronous_full
+            ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"
+            : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;";
     if (exec(s->db, pragmas, err, errlen) != 0 || migrate(s, err, errlen) != 0) {
         char tmp[512];
         snprintf(tmp, sizeof(tmp), "%s", err);
@@ -863,13 +865,13 @@ static int submit(mg_store_t *s, write_job_t *j)
     if (on_loop_thread(s)) {
         if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max))
             list_push(&s->parked, j); /* after the others: the order is kept */
-        else
-            hand_over(s, j); /* detached (shutdown): no more parking, the bound is waived */
+        else hand_over(s, j); /* detached (shutdown): no more parking, the bound is waived */
         pthread_mutex_unlock(&s->mu);
         return 0;
     }
     /* any other thread may wait for room */
-    while (s->queue.n >= (uint64_t)s->queue_max && !s->stopping) pthread_cond_wait(&s->room_cv, &s->mu);
+    while (s->queue.n >= (uint64_t)s->queue_max && !s->stopping)
+        pthread_cond_wait(&s->room_cv, &s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
         free(j);
@@ -969,13 +971,14 @@ void mg_store_stats(mg_store_t *s, mg_store_stats_t *out)
 }
 
 int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
-                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
-                   char *err, size_t errlen)
+                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                   size_t errlen)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = -1;
-    if (sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+    if (sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
         sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "%s", db ? sqlite3_errmsg(db) : "cannot open");
         goto out;
@@ -1010,8 +1013,8 @@ out:
 static int admin_db_open(mg_store_t *s, char *err, size_t errlen)
 {
     if (s->admin_db) return 0;
-    if (sqlite3_open_v2(s->path, &s->admin_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(s->path, &s->admin_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
         snprintf(err, errlen, "%s", s->admin_db ? sqlite3_errmsg(s->admin_db) : "cannot open");
         sqlite3_close(s->admin_db);
         s->admin_db = NULL;
@@ -1051,8 +1054,8 @@ int mg_store_tx_begin(mg_store_t *s, mg_store_tx_t **out, char *err, size_t errl
 }
 
 int mg_store_tx_exec(mg_store_tx_t *tx, const char *sql, int nparams, const char *const *params,
-                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
-                     char *err, size_t errlen)
+                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                     size_t errlen)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(tx->db, sql, -1, &st, NULL) != SQLITE_OK) {

@@ -105,13 +105,13 @@ void mg_store_flush(mg_store_t *s);
 
 /* Counters of the write path (a consistent snapshot). */
 typedef struct mg_store_stats_s {
-    uint64_t queued;          /* writes waiting for the writer now */
-    uint64_t parked;          /* writes parked on the loop side now (the queue was full) */
-    uint64_t writes_total;    /* writes committed */
-    uint64_t failed_total;    /* writes that failed (not in the database) */
-    uint64_t batches_total;   /* transactions committed */
+    uint64_t queued;             /* writes waiting for the writer now */
+    uint64_t parked;             /* writes parked on the loop side now (the queue was full) */
+    uint64_t writes_total;       /* writes committed */
+    uint64_t failed_total;       /* writes that failed (not in the database) */
+    uint64_t batches_total;      /* transactions committed */
     uint64_t busy_retries_total; /* BEGIN or COMMIT attempts that found the database locked */
-    uint64_t largest_batch;   /* most writes in one transaction */
+    uint64_t largest_batch;      /* most writes in one transaction */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 
@@ -119,8 +119,8 @@ void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
  * (start-up restore, admin reads off the loop). For each row, cb gets the column
  * values as text (NULL for SQL NULL). Returns 0 or -1 with err set. */
 int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
-                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
-                   char *err, size_t errlen);
+                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                   size_t errlen);
 
 /* ---- synchronous admin transactions ----
  * Operator-driven changes (tenants, projects, keys) run synchronously on the caller's
@@ -147,8 +147,8 @@ int mg_store_tx_begin(mg_store_t *s, mg_store_tx_t **out, char *err, size_t errl
  * MG_STORE_ECONSTRAINT / MG_STORE_ERROR with err set; the transaction stays open either
  * way (the caller decides to roll back). */
 int mg_store_tx_exec(mg_store_tx_t *tx, const char *sql, int nparams, const char *const *params,
-                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
-                     char *err, size_t errlen);
+                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                     size_t errlen);
 
 /* Rowid of the last row inserted through tx's connection. */
 int64_t mg_store_tx_last_id(const mg_store_tx_t *tx);

@@ -35,7 +35,8 @@ int mg_store_backup(const char *db_path, const char *dest, char *err, size_t err
     snprintf(tmp, sizeof(tmp), "%s.tmp", dest);
     sqlite3 *src = NULL, *dst = NULL;
     int rc = -1;
-    if (sqlite3_open_v2(db_path, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(db_path, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
         snprintf(err, errlen, "%s: %s", db_path, src ? sqlite3_errmsg(src) : "cannot open");
         goto out;
     }
@@ -95,7 +96,8 @@ static void measure(mg_upkeep_t *u)
 static sqlite3 *open_db(const mg_upkeep_t *u)
 {
     sqlite3 *db = NULL;
-    if (sqlite3_open_v2(u->db_path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(u->db_path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
         mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: cannot open %s: %s", u->db_path,
                    db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
@@ -136,8 +138,9 @@ static void integrity(mg_upkeep_t *u, sqlite3 *db)
         sqlite3_free(msg);
         return; /* not run is not a finding: the gauge keeps its last value */
     }
-    if (!ok) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: integrity_check found problems in %s",
-                        u->db_path);
+    if (!ok)
+        mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: integrity_check found problems in %s",
+                   u->db_path);
     pthread_mutex_lock(&u->mu);
     u->stats.integrity_ok = ok;
     u->stats.integrity_at = (int64_t)time(NULL);
@@ -159,8 +162,7 @@ static void prune_backups(const mg_upkeep_t *u, time_t now)
         char path[4096];
         struct stat st;
         snprintf(path, sizeof(path), "%s/%s", u->backup_dir, e->d_name);
-        if (stat(path, &st) == 0 && now - st.st_mtime > (time_t)u->conf.backup_keep_s)
-            unlink(path);
+        if (stat(path, &st) == 0 && now - st.st_mtime > (time_t)u->conf.backup_keep_s) unlink(path);
     }
     closedir(d);
 }

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 typedef struct mg_upkeep_conf_s {
-    int64_t checkpoint_s;   /* wal_checkpoint(TRUNCATE) every N seconds; 0: never */
-    int64_t integrity_s;    /* PRAGMA integrity_check every N seconds (first one at start); 0: never */
+    int64_t checkpoint_s; /* wal_checkpoint(TRUNCATE) every N seconds; 0: never */
+    int64_t integrity_s; /* PRAGMA integrity_check every N seconds (first one at start); 0: never */
     const char *backup_dir; /* online backups go here; NULL: no backups */
     int64_t backup_every_s; /* one backup every N seconds (first one at start) */
     int64_t backup_keep_s;  /* backups older than this are deleted after each backup */
@@ -29,7 +29,7 @@ typedef struct mg_upkeep_stats_s {
     uint64_t checkpoints_total; /* truncating checkpoints completed */
     uint64_t backups_total;     /* backups written */
     uint64_t backup_failures_total;
-    int64_t backup_at;          /* unix seconds of the last backup written (0: none) */
+    int64_t backup_at; /* unix seconds of the last backup written (0: none) */
 } mg_upkeep_stats_t;
 
 typedef struct mg_upkeep_s mg_upkeep_t;

@@ -138,10 +138,8 @@ static size_t table_lower(const level_table_t *t, int64_t id)
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (t->e[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (t->e[mid].id < id) lo = mid + 1;
+        else hi = mid;
     }
     return lo;
 }
@@ -157,8 +155,7 @@ static int table_reserve(level_table_t *t, size_t more)
 {
     if (t->n + more <= t->cap) return 0;
     size_t cap = t->cap ? t->cap : 16;
-    while (cap < t->n + more)
-        cap *= 2;
+    while (cap < t->n + more) cap *= 2;
     level_entry_t *e = realloc(t->e, cap * sizeof(*e));
     if (!e) return -1;
     t->e = e;
@@ -188,8 +185,7 @@ static mg_auth_level_t *table_take(level_table_t *t, int64_t id)
 
 static void table_free(level_table_t *t)
 {
-    for (size_t i = 0; i < t->n; i++)
-        level_unref(t->e[i].lv);
+    for (size_t i = 0; i < t->n; i++) level_unref(t->e[i].lv);
     free(t->e);
     memset(t, 0, sizeof(*t));
 }
@@ -291,10 +287,8 @@ int mg_auth_priorities_parse(const char *json, uint8_t *bits)
     cJSON_ArrayForEach(it, a)
     {
         int p = cJSON_IsString(it) ? priority_level(it->valuestring) : -1;
-        if (p < 0)
-            rc = -1;
-        else
-            b |= (uint8_t)MG_PRIORITY_BIT(p);
+        if (p < 0) rc = -1;
+        else b |= (uint8_t)MG_PRIORITY_BIT(p);
     }
     cJSON_Delete(a);
     if (rc == 0 && b) *bits = b;
@@ -359,10 +353,8 @@ mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols)
         const cJSON *it;
         cJSON_ArrayForEach(it, models)
         {
-            if (!cJSON_IsString(it))
-                ok = 0;
-            else
-                names[i++] = it->valuestring;
+            if (!cJSON_IsString(it)) ok = 0;
+            else names[i++] = it->valuestring;
         }
         t.n_models = (uint16_t)n;
         t.models = names;
@@ -407,12 +399,11 @@ void mg_auth_memory(const mg_auth_t *a, mg_auth_memory_t *m)
     memset(m, 0, sizeof(*m));
     m->keys = a->ix.n;
     m->index_bytes = mg_key_index_memory(&a->ix);
-    m->level_bytes = table_bytes(&a->keys, sizeof(mg_auth_level_t), &m->windows, &m->window_bytes) +
-                     table_bytes(&a->projects, sizeof(project_level_t), &m->windows,
-                                 &m->window_bytes) +
-                     table_bytes(&a->tenants, sizeof(tenant_level_t), &m->windows,
-                                 &m->window_bytes) +
-                     a->holds.cap * sizeof(mg_spend_hold_t);
+    m->level_bytes =
+        table_bytes(&a->keys, sizeof(mg_auth_level_t), &m->windows, &m->window_bytes) +
+        table_bytes(&a->projects, sizeof(project_level_t), &m->windows, &m->window_bytes) +
+        table_bytes(&a->tenants, sizeof(tenant_level_t), &m->windows, &m->window_bytes) +
+        a->holds.cap * sizeof(mg_spend_hold_t);
 }
 
 /* Rows gathered by the load queries. */
@@ -498,8 +489,7 @@ static void load_tenant_row(void *ud, int ncols, const char *const *cols)
 
 static void load_free(load_t *l)
 {
-    for (size_t i = 0; i < l->n; i++)
-        mg_key_record_unref(l->recs[i]);
+    for (size_t i = 0; i < l->n; i++) mg_key_record_unref(l->recs[i]);
     free(l->recs);
     free(l->projects);
     free(l->tenants);
@@ -513,10 +503,8 @@ static mg_auth_level_t *carry_level(level_table_t *to, const level_table_t *from
     if (lv) return lv; /* a duplicate row: the first one wins */
     if (table_reserve(to, 1) != 0) return NULL;
     lv = table_find(from, id);
-    if (lv)
-        lv->refs++;
-    else if (!(lv = level_new(id, kind)))
-        return NULL;
+    if (lv) lv->refs++;
+    else if (!(lv = level_new(id, kind))) return NULL;
     table_insert(to, lv);
     return lv;
 }
@@ -659,8 +647,7 @@ static uint64_t until_period_end(uint64_t now_ms, int monthly)
 
 /* The UTC day (days since 1970) and month (year * 12 + month) of a unix time in ms, and
  * their names in the store ("d:2026-11-30", "m:2026-11"). */
-static void spend_period(uint64_t now_ms, int32_t *day, int32_t *month, char *dname,
-                         char *mname)
+static void spend_period(uint64_t now_ms, int32_t *day, int32_t *month, char *dname, char *mname)
 {
     time_t now = (time_t)(now_ms / 1000);
     struct tm tm;
@@ -702,8 +689,7 @@ static int check_limit(mg_auth_level_t *lv, size_t i, int64_t limit, int monthly
     out->retry_after_ms = until_period_end(now_ms, monthly);
     out->level = level_name(i);
     const char *what = i == 1 && monthly ? "quota" : "spend limit";
-    if (spent >= limit)
-        snprintf(msg, sizeof(msg), "%s %s %s is reached", whose[i], period, what);
+    if (spent >= limit) snprintf(msg, sizeof(msg), "%s %s %s is reached", whose[i], period, what);
     else
         snprintf(msg, sizeof(msg),
                  "%s %s %s would be passed by this request's estimated cost (%lld micros;"
@@ -713,8 +699,8 @@ static int check_limit(mg_auth_level_t *lv, size_t i, int64_t limit, int monthly
 }
 
 /* The daily and monthly limits of one level. */
-static int check_spend(mg_auth_t *a, mg_auth_level_t *lv, size_t i, int64_t daily,
-                       int64_t monthly, int64_t est, uint64_t now_ms, mg_auth_result_t *out)
+static int check_spend(mg_auth_t *a, mg_auth_level_t *lv, size_t i, int64_t daily, int64_t monthly,
+                       int64_t est, uint64_t now_ms, mg_auth_result_t *out)
 {
     level_roll(lv, now_ms);
     int64_t held = mg_spend_held(&a->holds, (mg_spend_scope_t)i, lv->id);
@@ -744,8 +730,7 @@ static int check_spends(mg_auth_t *a, mg_auth_level_t **lv, size_t n, mg_auth_le
  * hold must go from where it was put). 0 or -1 (out of memory: nothing held). */
 static int spend_hold(mg_auth_t *a, mg_auth_result_t *r, int64_t est)
 {
-    mg_auth_level_t *lv[3] = {r->levels[0], r->n_levels > 1 ? r->levels[1] : NULL,
-                              r->tenant_level};
+    mg_auth_level_t *lv[3] = {r->levels[0], r->n_levels > 1 ? r->levels[1] : NULL, r->tenant_level};
     if (est <= 0) return 0;
     for (size_t i = 0; i < 3; i++) {
         r->spend_hold_ids[i] = lv[i] ? lv[i]->id : 0;
@@ -920,11 +905,9 @@ static const char *presented_key(const mg_http_req_t *req, size_t *n)
     if (h && strncasecmp(h, "Bearer ", 7) == 0) k = h + 7;
     if (!k || !*k) k = mg_http_header(req, "x-api-key");
     if (!k) return NULL;
-    while (*k == ' ' || *k == '\t')
-        k++;
+    while (*k == ' ' || *k == '\t') k++;
     size_t len = strlen(k);
-    while (len > 0 && (k[len - 1] == ' ' || k[len - 1] == '\t'))
-        len--;
+    while (len > 0 && (k[len - 1] == ' ' || k[len - 1] == '\t')) len--;
     *n = len;
     return len ? k : NULL;
 }
@@ -995,7 +978,7 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
 /* The charge's store rows (scope "key" or "project", both periods per level) as one
  * upsert, so that one commit callback covers all of them. */
 #define SPEND_UPSERT_HEAD "INSERT INTO spend(scope, id, period, micros) VALUES "
-#define SPEND_UPSERT_TAIL \
+#define SPEND_UPSERT_TAIL                                                                          \
     " ON CONFLICT(scope, id, period) DO UPDATE SET micros = micros + excluded.micros"
 
 /* The levels a result charges: key, project (or NULL), tenant (or NULL). */
@@ -1006,8 +989,8 @@ static void charged_levels(const mg_auth_result_t *r, mg_auth_level_t **lv)
     lv[2] = r->tenant_level;
 }
 
-static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros,
-                         const char *dname, const char *mname, mg_store_done_fn done, void *ud)
+static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros, const char *dname,
+                         const char *mname, mg_store_done_fn done, void *ud)
 {
     /* ?1 micros, ?2 day, ?3 month, then per level ?(4+2n) scope and ?(5+2n) id */
     char sql[sizeof(SPEND_UPSERT_HEAD) + sizeof(SPEND_UPSERT_TAIL) + 3 * 64 * 2];
@@ -1023,8 +1006,9 @@ static int persist_spend(mg_auth_t *a, const mg_auth_result_t *r, int64_t micros
         p[3 + 2 * n] = level_name(i);
         p[4 + 2 * n] = ids[n];
         int s_ = (int)(4 + 2 * n), id_ = s_ + 1;
-        len += (size_t)snprintf(sql + len, sizeof(sql) - len, "%s(?%d, ?%d, ?2, ?1), (?%d, ?%d, ?3, ?1)",
-                                n ? ", " : "", s_, id_, s_, id_);
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len,
+                                "%s(?%d, ?%d, ?2, ?1), (?%d, ?%d, ?3, ?1)", n ? ", " : "", s_, id_,
+                                s_, id_);
         n++;
     }
     snprintf(sql + len, sizeof(sql) - len, "%s", SPEND_UPSERT_TAIL);
@@ -1090,8 +1074,9 @@ static int load_spend(mg_auth_t *a, mg_store_t *st, char *err, size_t errlen)
     spend_load_t sl = {a, (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000};
     spend_period(sl.now_ms, &day, &month, dname, mname);
     const char *p[2] = {dname, mname};
-    return mg_store_query(st, "SELECT scope, id, period, micros FROM spend WHERE period IN (?1, ?2)",
-                          2, p, load_spend_row, &sl, err, errlen);
+    return mg_store_query(st,
+                          "SELECT scope, id, period, micros FROM spend WHERE period IN (?1, ?2)", 2,
+                          p, load_spend_row, &sl, err, errlen);
 }
 
 /* ---- changes after an admin commit ----------------------------------------------------------- */
@@ -1159,8 +1144,7 @@ int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_k
     mg_key_record_t *rec = mg_key_record_new(tmpl);
     mg_auth_level_t *fresh = rec && !lv ? level_new(tmpl->id, 0) : NULL;
     mg_auth_level_t *target = lv ? lv : fresh;
-    int rc = rec && target && level_set_key_limits(target, tmpl) == 0 ? MG_KEYS_OK
-                                                                       : MG_KEYS_ENOMEM;
+    int rc = rec && target && level_set_key_limits(target, tmpl) == 0 ? MG_KEYS_OK : MG_KEYS_ENOMEM;
     if (rc == MG_KEYS_OK) rc = mg_key_index_replace(&a->ix, old_digest, rec);
     if (rc != MG_KEYS_OK) {
         mg_key_record_unref(rec);
@@ -1168,7 +1152,7 @@ int mg_auth_rotate_key(mg_auth_t *a, const unsigned char *old_digest, const mg_k
         return rc;
     }
     /* the new id takes over the old key's level (its window and leases) */
-    if (lv) table_take(&a->keys, old_id); /* its table reference moves with it */
+    if (lv) table_take(&a->keys, old_id);        /* its table reference moves with it */
     level_unref(table_take(&a->keys, tmpl->id)); /* a stale level under the new id, if any */
     target->id = tmpl->id;
     table_insert(&a->keys, target);

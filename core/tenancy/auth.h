@@ -100,8 +100,8 @@ typedef struct mg_auth_result_s {
     /* identity, when allowed */
     int64_t key_id;
     int64_t tenant_id;
-    int64_t project_id;  /* 0 = the key has no project */
-    uint32_t max_queued; /* the key's cap on tasks waiting in the scheduler; 0 = none */
+    int64_t project_id;         /* 0 = the key has no project */
+    uint32_t max_queued;        /* the key's cap on tasks waiting in the scheduler; 0 = none */
     const mg_key_record_t *rec; /* authenticated, not yet admitted: the key's record, borrowed
                                    from the index until mg_auth_admit (in the same loop turn) */
     char key_display[MG_KEY_DISPLAY_MAX]; /* "mg-…a1b2c3": safe to log */
@@ -110,14 +110,14 @@ typedef struct mg_auth_result_s {
     mg_auth_level_t *levels[2]; /* one reference each; key first, project second */
     size_t n_levels;
     mg_auth_level_t *tenant_level; /* one reference, or NULL (the tenant has no row) */
-    int64_t spend_hold_micros; /* the estimated cost held at the key, project and tenant */
-    int64_t spend_hold_ids[3]; /* where it is held: key, project, tenant ids (0: none) */
-    int spend_held;            /* 1 while that hold stands (until charge or release); a
-                                  result holding spend must be released before mg_auth_free */
-    int prepaid;               /* the tenant bills prepaid (tenancy/wallet.h) */
+    int64_t spend_hold_micros;     /* the estimated cost held at the key, project and tenant */
+    int64_t spend_hold_ids[3];     /* where it is held: key, project, tenant ids (0: none) */
+    int spend_held;                /* 1 while that hold stands (until charge or release); a
+                                      result holding spend must be released before mg_auth_free */
+    int prepaid;                   /* the tenant bills prepaid (tenancy/wallet.h) */
     int require_upstream_usage;
-    mg_auth_t *auth;           /* borrowed: the state the hold is in */
-    int held; /* 1 from a granted check until mg_auth_release() */
+    mg_auth_t *auth; /* borrowed: the state the hold is in */
+    int held;        /* 1 from a granted check until mg_auth_release() */
 } mg_auth_result_t;
 
 /* ---- lifecycle ---- */
@@ -209,10 +209,10 @@ void mg_auth_set_spend(mg_auth_t *a, int64_t key_id, int64_t project_id, int64_t
 
 /* Charge a granted request's cost (micros > 0) to its key, project and tenant for the
  * periods of now_ms (unix ms), in memory at once and in the store through its writer thread,
- * as one write; the request's spend hold goes at the same moment (also for micros <= 0). done (may be NULL) gets that write's outcome once it committed (store.h: on the
- * loop thread, later). Returns 1 when the write was queued (done will be called), 0 when
- * nothing was to be written (no store, nothing charged), -1 when the write could not be
- * queued (logged; done is never called). */
+ * as one write; the request's spend hold goes at the same moment (also for micros <= 0). done (may
+ * be NULL) gets that write's outcome once it committed (store.h: on the loop thread, later).
+ * Returns 1 when the write was queued (done will be called), 0 when nothing was to be written (no
+ * store, nothing charged), -1 when the write could not be queued (logged; done is never called). */
 int mg_auth_charge(mg_auth_t *a, mg_auth_result_t *r, int64_t micros, uint64_t now_ms,
                    mg_store_done_fn done, void *ud);
 

@@ -144,8 +144,7 @@ mg_key_record_t *mg_key_record_new(const mg_key_record_t *tmpl)
     rec->size = (uint32_t)size;
     const char **models = (const char **)(rec + 1);
     char *p = (char *)(models + rec->n_models);
-    for (size_t i = 0; i < rec->n_models; i++)
-        models[i] = pack_string(&p, tmpl->models[i]);
+    for (size_t i = 0; i < rec->n_models; i++) models[i] = pack_string(&p, tmpl->models[i]);
     rec->models = rec->n_models ? models : NULL;
     rec->application = tmpl->application ? pack_string(&p, tmpl->application) : NULL;
     return rec;
@@ -215,8 +214,7 @@ static size_t find_slot(const mg_key_index_t *ix, const unsigned char *digest)
 static void place(mg_key_slot_t *slots, size_t cap, uint64_t h, mg_key_record_t *rec)
 {
     size_t mask = cap - 1, i = h & mask;
-    while (slots[i].hash != 0)
-        i = (i + 1) & mask;
+    while (slots[i].hash != 0) i = (i + 1) & mask;
     slots[i].hash = h;
     slots[i].rec = rec;
 }
@@ -241,8 +239,7 @@ static void erase_slot(mg_key_index_t *ix, size_t i)
 static size_t cap_for(size_t n)
 {
     size_t cap = MIN_CAP;
-    while (cap / 4 * 3 < n)
-        cap *= 2;
+    while (cap / 4 * 3 < n) cap *= 2;
     return cap;
 }
 
@@ -399,14 +396,10 @@ size_t mg_key_index_memory(const mg_key_index_t *ix)
 const char *mg_key_result_name(mg_key_result_t r)
 {
     switch (r) {
-    case MG_KEY_OK:
-        return "ok";
-    case MG_KEY_UNKNOWN:
-        return "unknown";
-    case MG_KEY_EXPIRED:
-        return "expired";
-    case MG_KEY_DISABLED:
-        return "disabled";
+    case MG_KEY_OK: return "ok";
+    case MG_KEY_UNKNOWN: return "unknown";
+    case MG_KEY_EXPIRED: return "expired";
+    case MG_KEY_DISABLED: return "disabled";
     }
     return "unknown";
 }

@@ -107,11 +107,11 @@ typedef struct mg_key_index_s {
     mg_key_slot_t *slots; /* owned; capacity is a power of two */
     size_t cap;
     size_t n;
-    uint64_t seed; /* random per index: slot positions cannot be predicted */
-    void *md_ctx;  /* EVP_MD_CTX, reused by lookups */
-    void *md;      /* EVP_MD (SHA-256), fetched once */
-    uint8_t tag_key[16];   /* random per index: the SipHash key of the seen keys' tags */
-    mg_key_seen_t *seen;   /* owned, MG_KEY_SEEN_SLOTS entries */
+    uint64_t seed;       /* random per index: slot positions cannot be predicted */
+    void *md_ctx;        /* EVP_MD_CTX, reused by lookups */
+    void *md;            /* EVP_MD (SHA-256), fetched once */
+    uint8_t tag_key[16]; /* random per index: the SipHash key of the seen keys' tags */
+    mg_key_seen_t *seen; /* owned, MG_KEY_SEEN_SLOTS entries */
 } mg_key_index_t;
 
 /* ---- keys ---- */

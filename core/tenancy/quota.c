@@ -210,8 +210,7 @@ static int refuse(mg_quota_res_t *res, size_t level, mg_quota_limit_t limit, int
 /* Undo levels [0, upto) of a reservation in progress, last first. */
 static void rollback(mg_quota_res_t *res, size_t upto, uint64_t est)
 {
-    while (upto-- > 0)
-        level_untake(res->levels[upto], res->at_s[upto], est);
+    while (upto-- > 0) level_untake(res->levels[upto], res->at_s[upto], est);
 }
 
 /* Reject what cannot be reserved at all: bad arguments (MG_QUOTA_EINVAL), an estimate
@@ -249,8 +248,7 @@ int mg_quota_reserve(mg_quota_level_t **levels, size_t n, uint64_t now_ms, uint6
     int rc = check_levels(levels, n, est_tokens, res);
     if (rc != MG_QUOTA_OK) return rc;
     uint64_t now_s = now_ms / 1000;
-    for (size_t i = 0; i < n; i++)
-        level_advance(levels[i], now_s);
+    for (size_t i = 0; i < n; i++) level_advance(levels[i], now_s);
     for (size_t i = 0; i < n; i++) {
         mg_quota_level_t *lv = levels[i];
         mg_quota_limit_t lim = level_check(lv, est_tokens);
@@ -318,14 +316,10 @@ void mg_quota_level_usage(mg_quota_level_t *lv, uint64_t now_ms, uint32_t *reque
 const char *mg_quota_limit_name(mg_quota_limit_t limit)
 {
     switch (limit) {
-    case MG_QUOTA_NONE:
-        return "none";
-    case MG_QUOTA_RPM:
-        return "rpm";
-    case MG_QUOTA_TPM:
-        return "tpm";
-    case MG_QUOTA_CONCURRENCY:
-        return "concurrency";
+    case MG_QUOTA_NONE: return "none";
+    case MG_QUOTA_RPM: return "rpm";
+    case MG_QUOTA_TPM: return "tpm";
+    case MG_QUOTA_CONCURRENCY: return "concurrency";
     }
     return "none";
 }

@@ -85,7 +85,7 @@ typedef struct mg_quota_level_s {
 typedef struct mg_quota_res_s {
     mg_quota_level_t *levels[MG_QUOTA_MAX_LEVELS]; /* borrowed */
     size_t n;
-    uint64_t at_s[MG_QUOTA_MAX_LEVELS];    /* second the request was counted in, per level */
+    uint64_t at_s[MG_QUOTA_MAX_LEVELS];       /* second the request was counted in, per level */
     uint64_t win_serial[MG_QUOTA_MAX_LEVELS]; /* serial of the window counted in; 0 = none */
     uint64_t tokens;  /* tokens currently counted for it (estimate, then actual) */
     uint8_t held;     /* 1 after a successful reserve */

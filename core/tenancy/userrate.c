@@ -9,10 +9,10 @@
 /* A user is known by a seeded 64-bit hash of its name only: among the few thousand users of
  * one minute a collision (two users sharing a window) has a chance of about 1 in 10^10. */
 typedef struct entry_s {
-    uint64_t hash;             /* 0 = never used */
-    uint64_t last_s;           /* second of the newest request */
-    uint32_t total;            /* sum of count[] for the seconds in the window */
-    uint16_t count[WINDOW_S];  /* requests per second, ring indexed by second % 60 */
+    uint64_t hash;            /* 0 = never used */
+    uint64_t last_s;          /* second of the newest request */
+    uint32_t total;           /* sum of count[] for the seconds in the window */
+    uint16_t count[WINDOW_S]; /* requests per second, ring indexed by second % 60 */
 } entry_t;
 
 struct mg_userrate_s {
@@ -23,7 +23,8 @@ struct mg_userrate_s {
 mg_userrate_t *mg_userrate_new(void)
 {
     mg_userrate_t *u = calloc(1, sizeof(*u));
-    if (u && RAND_bytes((unsigned char *)&u->seed, sizeof(u->seed)) != 1) u->seed = 0x9e3779b97f4a7c15ULL;
+    if (u && RAND_bytes((unsigned char *)&u->seed, sizeof(u->seed)) != 1)
+        u->seed = 0x9e3779b97f4a7c15ULL;
     return u;
 }
 
@@ -86,8 +87,8 @@ static entry_t *entry_for(mg_userrate_t *u, const char *key, size_t n, uint64_t 
     return reuse;
 }
 
-int mg_userrate_take(mg_userrate_t *u, const char *user, size_t n, uint32_t limit,
-                     uint64_t now_ms, uint64_t *retry_after_ms)
+int mg_userrate_take(mg_userrate_t *u, const char *user, size_t n, uint32_t limit, uint64_t now_ms,
+                     uint64_t *retry_after_ms)
 {
     uint64_t now_s = now_ms / 1000;
     *retry_after_ms = 0;

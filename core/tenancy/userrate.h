@@ -30,8 +30,8 @@ enum {
 };
 
 /* Count one request of `user` (any bytes up to n) at now_ms against limit per 60 s. */
-int mg_userrate_take(mg_userrate_t *u, const char *user, size_t n, uint32_t limit,
-                     uint64_t now_ms, uint64_t *retry_after_ms);
+int mg_userrate_take(mg_userrate_t *u, const char *user, size_t n, uint32_t limit, uint64_t now_ms,
+                     uint64_t *retry_after_ms);
 
 /* Users with a request in the last minute (tests, metrics). */
 size_t mg_userrate_active(const mg_userrate_t *u, uint64_t now_ms);

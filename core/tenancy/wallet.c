@@ -13,17 +13,17 @@
  * wallet's held figure), inserted only when the wallet's available amount covers it. ?3 is
  * the estimate; a wallet at zero covers nothing, not even a free request. */
 #define RESERVE_SQL                                                                                \
-    "INSERT INTO ledger_holds(request_id, tenant_id, reserved_micros, state, created_ms)"         \
+    "INSERT INTO ledger_holds(request_id, tenant_id, reserved_micros, state, created_ms)"          \
     " SELECT ?1, CAST(?2 AS INTEGER), CAST(?3 AS INTEGER), 'held', CAST(?4 AS INTEGER)"            \
     " WHERE (SELECT balance_micros - held_micros FROM wallets"                                     \
     "        WHERE tenant_id = CAST(?2 AS INTEGER)) >= MAX(CAST(?3 AS INTEGER), 1)"
 
 #define SETTLE_SQL                                                                                 \
-    "UPDATE ledger_holds SET state = 'settled', charged_micros = CAST(?2 AS INTEGER),"            \
+    "UPDATE ledger_holds SET state = 'settled', charged_micros = CAST(?2 AS INTEGER),"             \
     " ended_ms = CAST(?3 AS INTEGER) WHERE request_id = ?1 AND state = 'held'"
 
 #define RELEASE_SQL                                                                                \
-    "UPDATE ledger_holds SET state = 'released', ended_ms = CAST(?2 AS INTEGER)"                  \
+    "UPDATE ledger_holds SET state = 'released', ended_ms = CAST(?2 AS INTEGER)"                   \
     " WHERE request_id = ?1 AND state = 'held'"
 
 #define METERING_FAILED_SQL                                                                        \
@@ -185,8 +185,7 @@ long mg_wallet_check(mg_store_t *st, FILE *out, long *wallets, long *entries, ch
     check_t c = {out, NULL, 0, 0};
     for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
         c.rule = checks[i].rule;
-        if (mg_store_query(st, checks[i].sql, 0, NULL, on_problem, &c, err, errlen) != 0)
-            return -1;
+        if (mg_store_query(st, checks[i].sql, 0, NULL, on_problem, &c, err, errlen) != 0) return -1;
     }
     if (wallets) {
         if (mg_store_query(st, "SELECT COUNT(*) FROM wallets", 0, NULL, on_count, &c, err,

@@ -12,7 +12,10 @@
 
 #include "base/crypto.h"
 
-#define SPECIAL(s, id) {s, sizeof(s) - 1, id}
+#define SPECIAL(s, id)                                                                             \
+    {                                                                                              \
+        s, sizeof(s) - 1, id                                                                       \
+    }
 
 static const mg_special_t o200k_special[] = {
     SPECIAL("<|endoftext|>", 199999),
@@ -69,15 +72,16 @@ const char *mg_encoding_sha256(int id)
 static int of_family(const char *s, const char *family)
 {
     size_t n = strlen(family);
-    return strncmp(s, family, n) == 0 && (s[n] == '\0' || s[n] == '-' || s[n] == '.' || s[n] == ':');
+    return strncmp(s, family, n) == 0 &&
+           (s[n] == '\0' || s[n] == '-' || s[n] == '.' || s[n] == ':');
 }
 
 int mg_encoding_for_model(const char *model)
 {
     static const char *const o200k[] = {"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5",
-                                        "o1", "o3", "o4", NULL};
-    static const char *const cl100k[] = {"gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3",
-                                         "text-embedding-ada-002", NULL};
+                                        "o1",     "o3",         "o4",      NULL};
+    static const char *const cl100k[] = {
+        "gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3", "text-embedding-ada-002", NULL};
     if (!model) return -1;
     const char *slash = strrchr(model, '/'); /* "openai/gpt-4o" as some providers name it */
     if (slash) model = slash + 1;
@@ -157,8 +161,8 @@ int mg_encoding_load(int id, const char *dir, mg_encoding_t **out, char *err, si
     if (!text) return -1;
     mg_sha256_hex(text, len, digest);
     if (strcmp(digest, d->sha256) != 0) {
-        snprintf(err, errlen, "%s: SHA-256 %s, expected %s (run scripts/setup again)", path,
-                 digest, d->sha256);
+        snprintf(err, errlen, "%s: SHA-256 %s, expected %s (run scripts/setup again)", path, digest,
+                 d->sha256);
         free(text);
         return -1;
     }

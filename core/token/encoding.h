@@ -33,9 +33,9 @@ typedef struct {
 /* A loaded encoding. Read-only after mg_encoding_load. */
 typedef struct mg_encoding {
     mg_encoding_id_t id;
-    const char *name;   /* static */
+    const char *name; /* static */
     mg_pretok_t pattern;
-    mg_ranks_t *ranks;  /* owned */
+    mg_ranks_t *ranks;           /* owned */
     const mg_special_t *special; /* static, n_special entries */
     size_t n_special;
 } mg_encoding_t;

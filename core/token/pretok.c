@@ -93,8 +93,7 @@ static size_t punct(const uint8_t *s, size_t n, size_t p, mg_uclass_t c0, int sl
     size_t q = p, len;
     if (s[p] == ' ' && p + 1 < n && mg_uclass_in(class_at(s, n, p + 1, &len), MG_UC_SET_PUNCT))
         q = p + 1;
-    else if (!mg_uclass_in(c0, MG_UC_SET_PUNCT))
-        return 0;
+    else if (!mg_uclass_in(c0, MG_UC_SET_PUNCT)) return 0;
     size_t i = run_of(s, n, q, MG_UC_SET_PUNCT);
     while (i < n && (s[i] == '\r' || s[i] == '\n' || (slash && s[i] == '/'))) i++;
     return i;

@@ -40,8 +40,8 @@ typedef struct {
 } line_t;
 
 /* Split the text into lines; *lines is malloc'd. Returns the count, or -1 with err. */
-static long split_lines(const char *text, size_t len, line_t **lines, uint32_t *max_rank,
-                        char *err, size_t errlen)
+static long split_lines(const char *text, size_t len, line_t **lines, uint32_t *max_rank, char *err,
+                        size_t errlen)
 {
     size_t cap = 1024, n = 0;
     line_t *v = malloc(cap * sizeof(*v));

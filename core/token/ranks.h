@@ -15,14 +15,14 @@
 
 /* The fields are read by the inline lookups below; nothing outside ranks.c writes them. */
 typedef struct mg_ranks {
-    uint64_t *slots;       /* owned; mask + 1 entries: (tag24 << 40 | len8 << 32 | rank + 1), 0 empty */
+    uint64_t *slots; /* owned; mask + 1 entries: (tag24 << 40 | len8 << 32 | rank + 1), 0 empty */
     uint64_t mask;
-    uint8_t *blob;         /* owned; the bytes of every token, by rank */
-    uint32_t *off;         /* owned; token r is blob[off[r] .. off[r + 1]) (empty: no such rank) */
-    uint32_t *pair;        /* owned; 65536 entries: the rank of the two bytes (a << 8 | b), or NONE */
-    uint32_t n_ranks;      /* highest rank + 1 */
-    uint32_t n_tokens;     /* ranks present */
-    uint32_t max_len;      /* the longest token, bytes (at most 255) */
+    uint8_t *blob;     /* owned; the bytes of every token, by rank */
+    uint32_t *off;     /* owned; token r is blob[off[r] .. off[r + 1]) (empty: no such rank) */
+    uint32_t *pair;    /* owned; 65536 entries: the rank of the two bytes (a << 8 | b), or NONE */
+    uint32_t n_ranks;  /* highest rank + 1 */
+    uint32_t n_tokens; /* ranks present */
+    uint32_t max_len;  /* the longest token, bytes (at most 255) */
     uint32_t byte_rank[256];
 } mg_ranks_t;
 

@@ -4,8 +4,7 @@
 
 static mg_encoding_t *loaded[MG_ENC_COUNT];
 
-int mg_token_registry_load(const char *dir, const int want[MG_ENC_COUNT], char *err,
-                           size_t errlen)
+int mg_token_registry_load(const char *dir, const int want[MG_ENC_COUNT], char *err, size_t errlen)
 {
     int rc = 0;
     for (int i = 0; i < MG_ENC_COUNT; i++) {

@@ -12,8 +12,7 @@
 /* Load the encodings whose want[id] is set from dir (mg_encoding_data_dir resolves it).
  * Blocking file I/O: call before the loop runs. Already loaded ones stay. Returns 0, or -1
  * with the reason of the first failure in err (the others loaded stay usable). */
-int mg_token_registry_load(const char *dir, const int want[MG_ENC_COUNT], char *err,
-                           size_t errlen);
+int mg_token_registry_load(const char *dir, const int want[MG_ENC_COUNT], char *err, size_t errlen);
 
 /* The loaded encoding id, or NULL when it is not loaded (or id is no encoding). */
 const mg_encoding_t *mg_token_registry_get(int id);

@@ -47,15 +47,12 @@ static pos_t scan_escape(pos_t p, pos_t end)
     case 'f':
     case 'n':
     case 'r':
-    case 't':
-        return p + 2;
+    case 't': return p + 2;
     case 'u':
         /* a lone surrogate escape is JSON (JSON.parse takes it); only the digits are checked */
-        return end - p >= 6 && is_hex(p[2]) && is_hex(p[3]) && is_hex(p[4]) && is_hex(p[5])
-                   ? p + 6
-                   : NULL;
-    default:
-        return NULL;
+        return end - p >= 6 && is_hex(p[2]) && is_hex(p[3]) && is_hex(p[4]) && is_hex(p[5]) ? p + 6
+                                                                                            : NULL;
+    default: return NULL;
     }
 }
 
@@ -92,8 +89,8 @@ static pos_t scan_utf8(pos_t p, pos_t end)
 static inline unsigned stop_mask(pos_t p)
 {
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i hit = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+    __m128i hit =
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
     hit = _mm_or_si128(hit, _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
     return (unsigned)_mm_movemask_epi8(hit);
 }
@@ -108,8 +105,7 @@ static inline pos_t find_stop(pos_t p, pos_t end)
         if (m) return p + __builtin_ctz(m);
     }
 #endif
-    while (p < end && !STR_STOP(*p))
-        p++;
+    while (p < end && !STR_STOP(*p)) p++;
     return p;
 }
 
@@ -121,12 +117,9 @@ static pos_t scan_string_rest(pos_t p, pos_t end)
         p = find_stop(p, end);
         if (p == end) return NULL;
         if (*p == '"') return p + 1;
-        if (*p == '\\')
-            p = scan_escape(p, end);
-        else if (*p >= 0x80)
-            p = scan_utf8(p, end);
-        else
-            return NULL; /* a raw control byte */
+        if (*p == '\\') p = scan_escape(p, end);
+        else if (*p >= 0x80) p = scan_utf8(p, end);
+        else return NULL; /* a raw control byte */
         if (!p) return NULL;
     }
 }
@@ -156,19 +149,16 @@ static pos_t scan_number(pos_t p)
     if (*p == '-') p++;
     if (!is_digit(*p)) return NULL;
     if (*p++ != '0')
-        while (is_digit(*p))
-            p++;
+        while (is_digit(*p)) p++;
     if (*p == '.') {
         if (!is_digit(*++p)) return NULL;
-        while (is_digit(*p))
-            p++;
+        while (is_digit(*p)) p++;
     }
     if ((*p | 0x20) == 'e') {
         p++;
         if (*p == '+' || *p == '-') p++;
         if (!is_digit(*p)) return NULL;
-        while (is_digit(*p))
-            p++;
+        while (is_digit(*p)) p++;
     }
     return p;
 }
@@ -180,15 +170,15 @@ static inline int key_flag(pos_t k, size_t n, unsigned char v)
 {
     if (n == 13) return v == '"' && memcmp(k, "finish_reason", 13) == 0 ? MG_CHUNK_FINISH : 0;
     if (k[0] == 'u') return v == '{' && memcmp(k, "usage", 5) == 0 ? MG_CHUNK_USAGE : 0;
-    if (k[0] == 'e') return (v == '{' || v == '"') && memcmp(k, "error", 5) == 0 ? MG_CHUNK_ERROR : 0;
+    if (k[0] == 'e')
+        return (v == '{' || v == '"') && memcmp(k, "error", 5) == 0 ? MG_CHUNK_ERROR : 0;
     return 0;
 }
 
 /* Whitespace needs no bound either: the closing brace is not whitespace. */
 #define SKIP_WS(p)                                                                                 \
     do {                                                                                           \
-        while (ws_byte[*(p)])                                                                      \
-            (p)++;                                                                                 \
+        while (ws_byte[*(p)]) (p)++;                                                               \
     } while (0)
 
 /* One pass, a state per label: `value` at a value, `key` at a member's key, `next` just past
@@ -207,8 +197,7 @@ static inline int key_flag(pos_t k, size_t n, unsigned char v)
 static int scan_full(const char *s, size_t n, mg_chunk_memo_t *rec)
 {
     pos_t p = (pos_t)s, end = p + n;
-    while (end > p && ws_byte[end[-1]])
-        end--;
+    while (end > p && ws_byte[end[-1]]) end--;
     if (end == p || end[-1] != '}') return -1; /* a chunk is an object */
     pos_t last = end - 1;
     uint64_t is_obj[MG_CHUNK_MAX_DEPTH / 64];
@@ -235,7 +224,7 @@ value: /* p at a value, p <= last */
         close_ch = obj ? '}' : ']';
         {
             uint64_t bit = (uint64_t)1 << (depth & 63), *w = &is_obj[depth >> 6];
-            *w = (*w & ~bit) | (bit & (uint64_t)-(int64_t)obj);
+            *w = (*w & ~bit) | (bit & (uint64_t) - (int64_t)obj);
         }
         depth++;
         p++;
@@ -322,8 +311,7 @@ static size_t common_prefix(pos_t a, size_t an, pos_t b, size_t bn)
         if (same != 0xFFFF) return i + (size_t)__builtin_ctz(~same);
     }
 #endif
-    while (i < n && a[i] == b[i])
-        i++;
+    while (i < n && a[i] == b[i]) i++;
     return i;
 }
 
@@ -346,8 +334,7 @@ static int scan_against(const mg_chunk_memo_t *m, const char *s, size_t n)
         ci += k;
         if (ti == tn && ci == n) return m->flags;
         if (ti == tn || ci == n) return CANNOT_TELL;
-        while (i < m->n_strings && m->close[i] < ti)
-            i++;
+        while (i < m->n_strings && m->close[i] < ti) i++;
         if (i == m->n_strings || m->open[i] >= ti) return CANNOT_TELL;
         size_t open = ci - (ti - m->open[i]); /* that string's opening quote in s */
         pos_t e = scan_string(c + open + 1, c + n);

@@ -36,10 +36,10 @@ int mg_chunk_scan(const char *s, size_t n);
 #define MG_CHUNK_MEMO_STRINGS 32
 #define MG_CHUNK_MEMO_MAX 4096
 typedef struct mg_chunk_memo_s {
-    char *text;        /* owned (malloc): the template, a valid chunk; len 0: none */
+    char *text; /* owned (malloc): the template, a valid chunk; len 0: none */
     size_t len, cap;
-    int flags;         /* its MG_CHUNK_* flags */
-    int n_strings;     /* its first value strings (not keys), by their quotes' offsets */
+    int flags;     /* its MG_CHUNK_* flags */
+    int n_strings; /* its first value strings (not keys), by their quotes' offsets */
     uint32_t open[MG_CHUNK_MEMO_STRINGS], close[MG_CHUNK_MEMO_STRINGS];
 } mg_chunk_memo_t;
 

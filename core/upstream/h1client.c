@@ -128,7 +128,7 @@ struct mg_h1_s {
 };
 
 struct mg_h1_xfer_s {
-    int kind;   /* MG_XFER_KIND_H1: upstream.c dispatches on this first member */
+    int kind; /* MG_XFER_KIND_H1: upstream.c dispatches on this first member */
     mg_h1_t *c;
     mg_h1_xfer_t *prev, *next;
     host_t *host;
@@ -180,10 +180,8 @@ static void list_push(conn_t **head, conn_t *cn)
 static void list_remove(conn_t *cn)
 {
     if (!cn->list) return;
-    if (cn->prev)
-        cn->prev->next = cn->next;
-    else
-        *cn->list = cn->next;
+    if (cn->prev) cn->prev->next = cn->next;
+    else *cn->list = cn->next;
     if (cn->next) cn->next->prev = cn->prev;
     cn->list = NULL;
     cn->prev = cn->next = NULL;
@@ -192,8 +190,7 @@ static void list_remove(conn_t *cn)
 static uint32_t hash_bytes(const char *s, size_t n)
 {
     uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
     return h;
 }
 
@@ -206,8 +203,7 @@ static char *put_uint(char *p, size_t v)
         tmp[n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    while (n)
-        *p++ = tmp[--n];
+    while (n) *p++ = tmp[--n];
     return p;
 }
 
@@ -253,8 +249,7 @@ static int url_parse(const char *s, url_t *u)
     u->v6 = *p == '[';
     if (u->v6) {
         u->host = ++p;
-        while (*p && *p != ']')
-            p++;
+        while (*p && *p != ']') p++;
         if (*p != ']') return -1;
         u->host_len = (size_t)(p++ - u->host);
     } else {
@@ -289,14 +284,11 @@ static int header_classify_n(const char *s, size_t n, unsigned *seen)
     if (n < 2) return HDR_DROP;
     const char *colon = memchr(s, ':', n);
     size_t nl = colon ? (size_t)(colon - s) : n - 1;
-    if (nl == 4 && strncasecmp(s, "host", 4) == 0)
-        *seen |= SEEN_HOST;
-    else if (nl == 14 && strncasecmp(s, "content-length", 14) == 0)
-        *seen |= SEEN_CL;
+    if (nl == 4 && strncasecmp(s, "host", 4) == 0) *seen |= SEEN_HOST;
+    else if (nl == 14 && strncasecmp(s, "content-length", 14) == 0) *seen |= SEEN_CL;
     if (!colon) return s[n - 1] == ';' ? HDR_EMPTY : HDR_DROP;
     const char *v = colon + 1, *end = s + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
+    while (v < end && (*v == ' ' || *v == '\t')) v++;
     return v == end ? HDR_DROP : HDR_SEND;
 }
 
@@ -581,10 +573,8 @@ static void xfer_end(mg_h1_xfer_t *x, mg_xfer_result_t res, const char *detail, 
 {
     mg_h1_t *c = x->c;
     x->ended = 1;
-    if (x->prev)
-        x->prev->next = x->next;
-    else
-        c->xfers = x->next;
+    if (x->prev) x->prev->next = x->next;
+    else c->xfers = x->next;
     if (x->next) x->next->prev = x->prev;
     c->n_active--;
     if (notify && x->cbs.on_done) {
@@ -610,10 +600,8 @@ static void xfer_complete(mg_h1_xfer_t *x, conn_t *cn, int reusable)
     int keep = reusable && !cn->writing && llhttp_should_keep_alive(&cn->parser);
     xfer_detach(x);
     cn->pend_off = cn->pend_len = 0;
-    if (keep)
-        pool_put(cn);
-    else
-        conn_close(cn);
+    if (keep) pool_put(cn);
+    else conn_close(cn);
     xfer_end(x, MG_XFER_OK, NULL, 1);
 }
 
@@ -650,10 +638,8 @@ static void conn_timer_at(conn_t *cn, uint64_t due)
 
 static void conn_rearm(conn_t *cn)
 {
-    if (cn->state == C_IDLE)
-        conn_timer_at(cn, cn->idle_due);
-    else if (cn->x)
-        conn_timer_at(cn, xfer_next_due(cn->x, cn));
+    if (cn->state == C_IDLE) conn_timer_at(cn, cn->idle_due);
+    else if (cn->x) conn_timer_at(cn, xfer_next_due(cn->x, cn));
 }
 
 /* A synchronous error, reported from the next timer run (never inside start). */
@@ -692,10 +678,8 @@ static void conn_on_timer(uv_timer_t *t)
     uint64_t now = uv_now(t->loop);
     cn->timer_due = 0;
     if (cn->state == C_IDLE) {
-        if (now >= cn->idle_due)
-            conn_close(cn);
-        else
-            conn_rearm(cn);
+        if (now >= cn->idle_due) conn_close(cn);
+        else conn_rearm(cn);
         return;
     }
     mg_h1_xfer_t *x = cn->x;
@@ -705,16 +689,13 @@ static void conn_on_timer(uv_timer_t *t)
         cn->deferred_err = 0;
         if (cn->state == C_RESOLVING)
             xfer_fail(x, MG_XFER_CONNECT_ERROR, "could not resolve the upstream host");
-        else
-            conn_connect_failed(cn, err);
+        else conn_connect_failed(cn, err);
         return;
     }
     mg_xfer_result_t res;
     const char *detail;
-    if (xfer_expired(x, cn, now, &res, &detail))
-        xfer_fail(x, res, detail);
-    else
-        conn_rearm(cn);
+    if (xfer_expired(x, cn, now, &res, &detail)) xfer_fail(x, res, detail);
+    else conn_rearm(cn);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -806,10 +787,8 @@ static void conn_on_written(uv_write_t *w, int status)
     cn->writing = 0;
     if (status == 0 || cn->state != C_ACTIVE) return;
     mg_h1_xfer_t *x = cn->x;
-    if (cn->reused && !cn->got_bytes && !x->retried)
-        xfer_retry(x);
-    else
-        xfer_fail(x, MG_XFER_ERROR, "could not send the request upstream");
+    if (cn->reused && !cn->got_bytes && !x->retried) xfer_retry(x);
+    else xfer_fail(x, MG_XFER_ERROR, "could not send the request upstream");
 }
 
 /* Send the request: uv_try_write, then queue whatever the socket did not take. */
@@ -823,8 +802,7 @@ static int conn_send(conn_t *cn)
     if (n == UV_EAGAIN) n = 0;
     if (n < 0) return n;
     size_t left = (size_t)n;
-    while (i < nb && left >= b[i].len)
-        left -= b[i++].len;
+    while (i < nb && left >= b[i].len) left -= b[i++].len;
     if (i == nb) return 0;
     b[i].base += left;
     b[i].len -= left;
@@ -892,8 +870,7 @@ static void host_release_waiters(host_t *h, int status)
 {
     h->batch = h->waiters;
     h->waiters = NULL;
-    for (conn_t *cn = h->batch; cn; cn = cn->next)
-        cn->list = &h->batch;
+    for (conn_t *cn = h->batch; cn; cn = cn->next) cn->list = &h->batch;
     conn_t *cn;
     while ((cn = h->batch) != NULL) {
         list_remove(cn);
@@ -953,10 +930,8 @@ static int xfer_connect(mg_h1_xfer_t *x)
     uint64_t now = uv_now(c->loop);
     x->connect_due = x->connect_ms > 0 ? now + (uint64_t)x->connect_ms : 0;
     x->addr_tries = 0;
-    if (host_has_addrs(h, now))
-        conn_connect(cn, h->preferred < h->n_addrs ? h->preferred : 0);
-    else
-        host_resolve(h, cn);
+    if (host_has_addrs(h, now)) conn_connect(cn, h->preferred < h->n_addrs ? h->preferred : 0);
+    else host_resolve(h, cn);
     conn_rearm(cn);
     return 0;
 }
@@ -1170,10 +1145,8 @@ static void conn_feed_eof(conn_t *cn)
     x->busy++;
     llhttp_errno_t e = llhttp_finish(&cn->parser);
     if (!x->ended) {
-        if (e == HPE_PAUSED && cn->msg_done)
-            xfer_complete(x, cn, 0);
-        else
-            xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection mid-response");
+        if (e == HPE_PAUSED && cn->msg_done) xfer_complete(x, cn, 0);
+        else xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection mid-response");
     }
     xfer_unbusy(x);
 }
@@ -1182,14 +1155,11 @@ static void conn_read_error(conn_t *cn, int err)
 {
     mg_h1_xfer_t *x = cn->x;
     int gone = err == UV_EOF || err == UV_ECONNRESET || err == UV_EPIPE;
-    if (gone && cn->reused && !cn->got_bytes && !x->retried)
-        xfer_retry(x);
-    else if (err == UV_EOF && cn->got_bytes)
-        conn_feed_eof(cn);
+    if (gone && cn->reused && !cn->got_bytes && !x->retried) xfer_retry(x);
+    else if (err == UV_EOF && cn->got_bytes) conn_feed_eof(cn);
     else if (err == UV_EOF)
         xfer_fail(x, MG_XFER_ERROR, "upstream closed the connection without a response");
-    else
-        xfer_fail(x, MG_XFER_ERROR, uv_strerror(err));
+    else xfer_fail(x, MG_XFER_ERROR, uv_strerror(err));
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -1263,11 +1233,9 @@ void mg_h1_close(mg_h1_t *c)
 {
     if (c->closing) return;
     c->closing = 1;
-    while (c->xfers)
-        mg_h1_cancel(c->xfers);
+    while (c->xfers) mg_h1_cancel(c->xfers);
     for (host_t *h = c->hosts; h; h = h->next) {
-        while (h->idle)
-            conn_close(h->idle);
+        while (h->idle) conn_close(h->idle);
         if (h->resolving) uv_cancel((uv_req_t *)&h->gai);
     }
     client_maybe_free(c);
@@ -1300,10 +1268,8 @@ int mg_h1_start(mg_h1_t *c, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, v
     host_t *h = NULL;
     if (!c->closing && method_ok(method) && url_parse(o->url, &u) == 0) h = host_get(c, &u);
     mg_h1_xfer_t *x = NULL;
-    if (h)
-        x = xfer_alloc(h, method, &u, o->headers, o->extra_head, o->body, o->body_len);
-    else
-        free(o->body);
+    if (h) x = xfer_alloc(h, method, &u, o->headers, o->extra_head, o->body, o->body_len);
+    else free(o->body);
     curl_slist_free_all(o->headers);
     if (!x) return -1;
     xfer_init(x, c, h, o, cbs, ud);
@@ -1348,9 +1314,7 @@ char *mg_h1_take_error_headers(mg_h1_xfer_t *x, size_t *len)
 const char *mg_h1_header(const mg_h1_xfer_t *x, const char *name)
 {
     const char *v = NULL;
-    if (strcasecmp(name, "retry-after") == 0)
-        v = x->retry_after;
-    else if (strcasecmp(name, "content-type") == 0)
-        v = x->content_type;
+    if (strcasecmp(name, "retry-after") == 0) v = x->retry_after;
+    else if (strcasecmp(name, "content-type") == 0) v = x->content_type;
     return v && v[0] ? v : NULL;
 }

@@ -15,7 +15,7 @@
 #define MG_HEADERS_MAX 8192
 
 typedef struct mg_headers_s {
-    char *data;        /* owned (malloc), NULL until the first pair */
+    char *data; /* owned (malloc), NULL until the first pair */
     size_t len, cap;
     size_t pair_start; /* where the pair being fed starts */
     int in_value;      /* the name of that pair is complete */

@@ -51,8 +51,7 @@ static int buf_reserve(mg_sse_parser_t *p, size_t need)
 {
     if (need <= p->cap) return 0;
     size_t cap = p->cap ? p->cap : 256;
-    while (cap < need)
-        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     char *nb = realloc(p->buf, cap);
     if (!nb) return -1;
     p->buf = nb;
@@ -218,10 +217,8 @@ static int sse_scan(mg_sse_parser_t *p, const char *s, size_t n, size_t from, in
         if (t == n) break;
         size_t end = t + 1;
         if (s[t] == '\r') {
-            if (end < n)
-                end += s[end] == '\n';
-            else if (!final)
-                break;
+            if (end < n) end += s[end] == '\n';
+            else if (!final) break;
         }
         if (t > pos) {
             if (block_line(p, &b, s + pos, t - pos)) return -1;
@@ -365,8 +362,7 @@ static int nd_emit(const char *line, size_t raw_len, mg_sse_event_cb cb, void *u
     size_t len = raw_len - 1;
     if (len > 0 && line[len - 1] == '\r') len--;
     size_t i = 0;
-    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
-        i++;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
     if (i == len) return 0;
     mg_sse_event_t ev = {line, len, NULL, 0, line, raw_len};
     return cb(ud, &ev);

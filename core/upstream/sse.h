@@ -36,7 +36,7 @@ typedef int (*mg_sse_event_cb)(void *ud, const mg_sse_event_t *ev);
 
 typedef struct mg_sse_parser_s {
     mg_sse_mode_t mode;
-    char *buf;        /* owned; partial event carried between feeds */
+    char *buf; /* owned; partial event carried between feeds */
     size_t len, cap;
     size_t max_event; /* an event larger than this is an error (default 4 MiB) */
 } mg_sse_parser_t;

@@ -22,16 +22,16 @@
 
 struct mg_upstream_s {
     uv_loop_t *loop;
-    mg_h1_t *h1;                    /* owned: the plain-HTTP client */
+    mg_h1_t *h1; /* owned: the plain-HTTP client */
     CURLM *multi;
     uv_timer_t timer;
     CURL *easy_pool[EASY_POOL_MAX]; /* owned idle easy handles */
     size_t n_easy_pool;
-    mg_xfer_t *xfers;               /* intrusive list of live transfers */
+    mg_xfer_t *xfers; /* intrusive list of live transfers */
     size_t n_active;
     int closing;
-    int in_action;                  /* inside curl: add/remove must wait */
-    mg_xfer_t **deferred;           /* owned array: transfers to add or remove later */
+    int in_action;        /* inside curl: add/remove must wait */
+    mg_xfer_t **deferred; /* owned array: transfers to add or remove later */
     size_t n_deferred, cap_deferred;
 };
 
@@ -40,21 +40,21 @@ struct mg_xfer_s {
     mg_upstream_t *up;
     mg_xfer_t *prev, *next;
     CURL *easy;
-    struct curl_slist *headers;   /* owned */
-    char *body;                   /* owned */
-    uv_timer_t timer;             /* first-byte / idle deadline */
+    struct curl_slist *headers; /* owned */
+    char *body;                 /* owned */
+    uv_timer_t timer;           /* first-byte / idle deadline */
     mg_xfer_cbs_t cbs;
     void *ud;
     int first_byte_ms, idle_ms;
     int got_headers;
-    int added;                    /* handed to curl */
-    int deferred;                 /* on up->deferred */
-    int cancelled;                /* no more user callbacks */
-    int timed_out;                /* mg_xfer_result_t of our own timer, 0 if none */
+    int added;     /* handed to curl */
+    int deferred;  /* on up->deferred */
+    int cancelled; /* no more user callbacks */
+    int timed_out; /* mg_xfer_result_t of our own timer, 0 if none */
     int paused;
     char retry_after[32];
     char content_type[96];
-    int status;     /* of the status line being read (a 1xx is followed by another) */
+    int status;        /* of the status line being read (a 1xx is followed by another) */
     mg_headers_t errh; /* an error answer's headers (headers.h) */
 };
 
@@ -481,8 +481,8 @@ static int curl_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_
     return 0;
 }
 
-int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs,
-                  void *ud, mg_xfer_t **out)
+int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *o, const mg_xfer_cbs_t *cbs, void *ud,
+                  mg_xfer_t **out)
 {
     if (strncmp(o->url, "http://", 7) == 0)
         return mg_h1_start(up->h1, o, cbs, ud, (mg_h1_xfer_t **)out);

@@ -33,15 +33,15 @@ typedef enum {
 } mg_xfer_result_t;
 
 typedef struct mg_xfer_opts_s {
-    const char *method;          /* "POST" or "GET" */
-    const char *url;             /* copied by curl */
-    struct curl_slist *headers;  /* ownership moves to the transfer */
-    const char *extra_head;      /* NULL, or the caller's own header lines, sent after
-                                    `headers` as they are: each ends in CRLF, none is Host or
-                                    Content-Length or has an empty value (the caller built
-                                    them; they are not checked). Borrowed: the per-request
-                                    ones cost no list nodes and no scan. */
-    char *body;                  /* ownership moves to the transfer (malloc); may be NULL */
+    const char *method;         /* "POST" or "GET" */
+    const char *url;            /* copied by curl */
+    struct curl_slist *headers; /* ownership moves to the transfer */
+    const char *extra_head;     /* NULL, or the caller's own header lines, sent after
+                                   `headers` as they are: each ends in CRLF, none is Host or
+                                   Content-Length or has an empty value (the caller built
+                                   them; they are not checked). Borrowed: the per-request
+                                   ones cost no list nodes and no scan. */
+    char *body;                 /* ownership moves to the transfer (malloc); may be NULL */
     size_t body_len;
     int connect_timeout_ms;
     int first_byte_timeout_ms;
@@ -74,8 +74,8 @@ size_t mg_upstream_active(const mg_upstream_t *up);
 
 /* Start a transfer. Returns 0 and sets *out, or a negative value (then no callback
  * will ever fire and opts' owned members have been freed). */
-int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *opts, const mg_xfer_cbs_t *cbs,
-                  void *ud, mg_xfer_t **out);
+int mg_xfer_start(mg_upstream_t *up, const mg_xfer_opts_t *opts, const mg_xfer_cbs_t *cbs, void *ud,
+                  mg_xfer_t **out);
 /* Abort the transfer; safe from inside its own callbacks. No callback fires after. */
 void mg_xfer_cancel(mg_xfer_t *x);
 /* Resume a transfer paused by on_data returning 1. */

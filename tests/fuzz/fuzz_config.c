@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mg_config_free(cfg);
         return 0;
     }
-    if (cfg) __builtin_trap();                           /* a failure hands out nothing */
+    if (cfg) __builtin_trap();                            /* a failure hands out nothing */
     if (strncmp(err, "f.yaml", 6) != 0) __builtin_trap(); /* and says where */
     if (!memchr(err, '\0', sizeof(err))) __builtin_trap();
     return 0;

@@ -83,7 +83,7 @@ typedef struct {
     mg_sse_parser_t *p; /* the parser on the heap; NULL once the callback freed it */
     int stop_at;        /* 0-based event that stops the feed, -1: none */
     int stop_val;
-    int free_at_stop;   /* the stopping callback frees the parser (else it is kept) */
+    int free_at_stop; /* the stopping callback frees the parser (else it is kept) */
     int stopped;
 } run_t;
 
@@ -164,7 +164,7 @@ static void run(run_t *r, mg_sse_mode_t mode, size_t max_event, const char *in, 
     }
     if (r->stopped) {
         CHECK(r->rc == stop_val);
-        if (!r->p) return; /* freed by the callback: not one more look at it */
+        if (!r->p) return;             /* freed by the callback: not one more look at it */
         CHECK(mg_sse_pending(p) == 0); /* a stop leaves nothing held */
         mg_sse_free(p);
         free(p);
@@ -184,8 +184,7 @@ static void run(run_t *r, mg_sse_mode_t mode, size_t max_event, const char *in, 
  * terminator, or 0 when the line is unterminated or ends in a '\r' that is the last byte. */
 static size_t ref_line(const char *s, size_t n, size_t i, size_t *le)
 {
-    while (i < n && s[i] != '\r' && s[i] != '\n')
-        i++;
+    while (i < n && s[i] != '\r' && s[i] != '\n') i++;
     *le = i;
     if (i == n) return 0;
     if (s[i] == '\n') return i + 1;
@@ -220,8 +219,7 @@ static void ref_sse(run_t *r, size_t max, const char *s, size_t n)
         }
         if (line[0] == ':') continue;
         size_t colon = 0;
-        while (colon < len && line[colon] != ':')
-            colon++;
+        while (colon < len && line[colon] != ':') colon++;
         const char *v = line + (colon < len ? colon + 1 : len);
         size_t vlen = (size_t)(line + len - v);
         if (vlen && v[0] == ' ') {
@@ -249,8 +247,7 @@ static void ref_ndjson(run_t *r, size_t max, const char *s, size_t n)
     size_t i = 0;
     while (i < n) {
         size_t j = i;
-        while (j < n && s[j] != '\n')
-            j++;
+        while (j < n && s[j] != '\n') j++;
         if (j == n) break;
         if (j + 1 - i > max) {
             r->rc = -1;
@@ -260,8 +257,7 @@ static void ref_ndjson(run_t *r, size_t max, const char *s, size_t n)
         size_t len = j - i;
         if (len && s[j - 1] == '\r') len--;
         size_t k = 0;
-        while (k < len && (s[i + k] == ' ' || s[i + k] == '\t' || s[i + k] == '\r'))
-            k++;
+        while (k < len && (s[i + k] == ' ' || s[i + k] == '\t' || s[i + k] == '\r')) k++;
         if (k < len) {
             put_event(&r->rec, s + i, len, NULL, 0, s + i, j + 1 - i);
             r->events++;
@@ -320,10 +316,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
         run(&pieces, mode, max_event, in, n, step, vary, -1, 0, 0);
         run(&bytes, mode, max_event, in, n, 1, 0, -1, 0, 0);
         memset(&ref, 0, sizeof(ref));
-        if (mode == MG_SSE_MODE_SSE)
-            ref_sse(&ref, max_event ? max_event : (size_t)4 << 20, in, n);
-        else
-            ref_ndjson(&ref, max_event ? max_event : (size_t)4 << 20, in, n);
+        if (mode == MG_SSE_MODE_SSE) ref_sse(&ref, max_event ? max_event : (size_t)4 << 20, in, n);
+        else ref_ndjson(&ref, max_event ? max_event : (size_t)4 << 20, in, n);
         same(&whole, &ref);
         same(&pieces, &ref);
         same(&bytes, &ref);

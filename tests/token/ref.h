@@ -43,11 +43,26 @@ typedef struct {
     int n;
 } ref_alt_t;
 
-#define ONE(set) {R_CLASS, set, 1, 1}
-#define OPT(set) {R_CLASS, set, 0, 1}
-#define STAR(set) {R_CLASS, set, 0, -1}
-#define PLUS(set) {R_CLASS, set, 1, -1}
-#define CONTR(min) {R_CONTRACTION, 0, min, 1}
+#define ONE(set)                                                                                   \
+    {                                                                                              \
+        R_CLASS, set, 1, 1                                                                         \
+    }
+#define OPT(set)                                                                                   \
+    {                                                                                              \
+        R_CLASS, set, 0, 1                                                                         \
+    }
+#define STAR(set)                                                                                  \
+    {                                                                                              \
+        R_CLASS, set, 0, -1                                                                        \
+    }
+#define PLUS(set)                                                                                  \
+    {                                                                                              \
+        R_CLASS, set, 1, -1                                                                        \
+    }
+#define CONTR(min)                                                                                 \
+    {                                                                                              \
+        R_CONTRACTION, 0, min, 1                                                                   \
+    }
 
 /* cl100k: (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *         \s*[\r\n]+|\s+(?!\S)|\s+ */
@@ -94,7 +109,8 @@ static long ref_contraction(const uint8_t *s, size_t n, size_t i)
         size_t k = 0, at = i + 1;
         for (; forms[f][k]; k++, at++) {
             if (at >= n) break;
-            if ((s[at] | 0x20) == forms[f][k] && ((s[at] >= 'a' && s[at] <= 'z') || (s[at] >= 'A' && s[at] <= 'Z')))
+            if ((s[at] | 0x20) == forms[f][k] &&
+                ((s[at] >= 'a' && s[at] <= 'z') || (s[at] >= 'A' && s[at] <= 'Z')))
                 continue;
             if (forms[f][k] == 's' && at + 1 < n && s[at] == 0xC5 && s[at + 1] == 0xBF) {
                 at++;
@@ -166,7 +182,8 @@ static size_t ref_bpe(const mg_ranks_t *t, const uint8_t *s, size_t n, uint32_t 
         memmove(start + at + 1, start + at + 2, (m - at - 2) * sizeof(*start));
         m--;
     }
-    for (size_t i = 0; i + 1 < m; i++) out[i] = mg_ranks_find(t, s + start[i], start[i + 1] - start[i]);
+    for (size_t i = 0; i + 1 < m; i++)
+        out[i] = mg_ranks_find(t, s + start[i], start[i + 1] - start[i]);
     free(start);
     return m - 1;
 }
@@ -183,7 +200,8 @@ static size_t ref_tokenize(const mg_encoding_t *e, const uint8_t *text, size_t l
         uint32_t sp_id = 0;
         for (size_t i = p; special && i < n && stop == n; i++) {
             for (size_t j = 0; j < e->n_special; j++) {
-                if (n - i >= e->special[j].len && !memcmp(s + i, e->special[j].text, e->special[j].len)) {
+                if (n - i >= e->special[j].len &&
+                    !memcmp(s + i, e->special[j].text, e->special[j].len)) {
                     stop = i, sp_len = e->special[j].len, sp_id = e->special[j].id;
                     break;
                 }

@@ -44,8 +44,7 @@ static int copy_file(const char *from, const char *to)
     }
     char buf[8192];
     size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-        fwrite(buf, 1, n, out);
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0) fwrite(buf, 1, n, out);
     fclose(in);
     return fclose(out);
 }
@@ -63,12 +62,9 @@ static int copy_tree(const char *from, const char *to)
         snprintf(a, sizeof(a), "%s/%s", from, e->d_name);
         snprintf(b, sizeof(b), "%s/%s", to, e->d_name);
         struct stat st;
-        if (stat(a, &st) != 0)
-            rc = -1;
-        else if (S_ISDIR(st.st_mode))
-            rc = copy_tree(a, b);
-        else if (S_ISREG(st.st_mode))
-            rc = copy_file(a, b);
+        if (stat(a, &st) != 0) rc = -1;
+        else if (S_ISDIR(st.st_mode)) rc = copy_tree(a, b);
+        else if (S_ISREG(st.st_mode)) rc = copy_file(a, b);
     }
     closedir(d);
     return rc;
@@ -287,8 +283,7 @@ static int route_order(mg_gen_t *g, const mg_lua_req_t *info, int rr, const mg_c
     return plan.n;
 }
 
-static mg_route_conf_t test_routes[3] = {
-    {.model = "up-a"}, {.model = "up-b"}, {.model = "up-c"}};
+static mg_route_conf_t test_routes[3] = {{.model = "up-a"}, {.model = "up-b"}, {.model = "up-c"}};
 
 static int make_cands(mg_gen_t *g, mg_candidate_t *c, const int *avail)
 {
@@ -310,8 +305,13 @@ static int make_cands(mg_gen_t *g, mg_candidate_t *c, const int *avail)
 
 static int route(mg_gen_t *g, const char *model, const int *avail, int *order)
 {
-    mg_lua_req_t info = {.request_id = "req-route", .endpoint = "chat", .model = model, .stream = 1,
-                         .max_tokens = 100, .created = 1700000000, .allow_cloud = 1};
+    mg_lua_req_t info = {.request_id = "req-route",
+                         .endpoint = "chat",
+                         .model = model,
+                         .stream = 1,
+                         .max_tokens = 100,
+                         .created = 1700000000,
+                         .allow_cloud = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     int n = make_cands(g, c, avail);
@@ -322,7 +322,6 @@ static int route(mg_gen_t *g, const char *model, const int *avail, int *order)
     mg_gen_unref_value(g, rr);
     return rc;
 }
-
 
 /* Keep the compiler quiet about helpers a test file does not use. */
 static inline void luavm_fixture_used(void)

@@ -88,7 +88,8 @@ static void test_emfile_pauses_then_accepts(void)
     setrlimit(RLIMIT_NOFILE, &E.saved);
     CHECK_EQ_INT(E.accepted, N_CLIENTS);
     uint64_t fails = E.stats.accept_errors[MG_ACCEPT_EMFILE];
-    if (fails < 1 || fails > 10) fprintf(stderr, "  EMFILE failures: %llu\n", (unsigned long long)fails);
+    if (fails < 1 || fails > 10)
+        fprintf(stderr, "  EMFILE failures: %llu\n", (unsigned long long)fails);
     CHECK(fails >= 1);
     CHECK(fails <= 10); /* a pause of 100 ms per failure over 350 ms; a spin counts thousands */
     CHECK_EQ_INT(E.stats.accept_errors[MG_ACCEPT_OTHER], 0);

@@ -8,8 +8,7 @@
 static int header_count(const struct curl_slist *h)
 {
     int n = 0;
-    for (; h; h = h->next)
-        n++;
+    for (; h; h = h->next) n++;
     return n;
 }
 
@@ -28,7 +27,12 @@ static void test_encode_openai(void)
     const mg_provider_conf_t *oa = mg_config_provider(G->cfg, "oa");
     const mg_provider_conf_t *nokey = mg_config_provider(G->cfg, "oa-nokey");
     for (int i = 0; i < 3; i++) {
-        mg_lua_req_t info = {.request_id = "req-e", .endpoint = endpoints[i], .model = "m", .stream = i == 0, .max_tokens = -1, .created = 1};
+        mg_lua_req_t info = {.request_id = "req-e",
+                             .endpoint = endpoints[i],
+                             .model = "m",
+                             .stream = i == 0,
+                             .max_tokens = -1,
+                             .created = 1};
         int rr = mg_gen_req_new(G, &info);
         mg_encoded_t e;
         err[0] = '\0';
@@ -49,7 +53,12 @@ static void test_encode_openai(void)
         mg_gen_unref_value(G, rr);
     }
     /* an endpoint the adapter does not know: its error comes back */
-    mg_lua_req_t info = {.request_id = "req-e", .endpoint = "audio", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
+    mg_lua_req_t info = {.request_id = "req-e",
+                         .endpoint = "audio",
+                         .model = "m",
+                         .stream = 0,
+                         .max_tokens = -1,
+                         .created = 1};
     int rr = mg_gen_req_new(G, &info);
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(G, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), -1);
@@ -65,7 +74,12 @@ static void test_encode_ollama(void)
 {
     int a = adapter_of(G, "ol");
     const mg_provider_conf_t *ol = mg_config_provider(G->cfg, "ol");
-    mg_lua_req_t info = {.request_id = "req-o", .endpoint = "chat", .model = "m", .stream = 1, .max_tokens = -1, .created = 1};
+    mg_lua_req_t info = {.request_id = "req-o",
+                         .endpoint = "chat",
+                         .model = "m",
+                         .stream = 1,
+                         .max_tokens = -1,
+                         .created = 1};
     int rr = mg_gen_req_new(G, &info);
     cJSON *body = cJSON_Parse("{\"model\":\"up-c\",\"messages\":[{\"role\":\"user\",\"content\":"
                               "\"hi\"}],\"max_tokens\":5,\"temperature\":0.5,\"stream\":true}");
@@ -94,7 +108,12 @@ static void test_encode_ollama(void)
     mg_encoded_free(&e);
     /* non-stream: stream is explicitly false (Ollama streams by default) */
     mg_gen_unref_value(G, rr);
-    mg_lua_req_t info2 = {.request_id = "req-o2", .endpoint = "embeddings", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
+    mg_lua_req_t info2 = {.request_id = "req-o2",
+                          .endpoint = "embeddings",
+                          .model = "m",
+                          .stream = 0,
+                          .max_tokens = -1,
+                          .created = 1};
     rr = mg_gen_req_new(G, &info2);
     cJSON_Delete(body);
     body = cJSON_Parse("{\"input\":[]}");
@@ -110,7 +129,12 @@ static void test_encode_ollama(void)
     mg_gen_unref_value(G, rr);
     cJSON_Delete(body);
     /* a part Ollama cannot take: refused as not for this route, with its reason and param */
-    mg_lua_req_t info3 = {.request_id = "req-o3", .endpoint = "chat", .model = "m", .stream = 0, .max_tokens = -1, .created = 1};
+    mg_lua_req_t info3 = {.request_id = "req-o3",
+                          .endpoint = "chat",
+                          .model = "m",
+                          .stream = 0,
+                          .max_tokens = -1,
+                          .created = 1};
     rr = mg_gen_req_new(G, &info3);
     body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\","
                        "\"content\":[{\"type\":\"text\",\"text\":\"b\"},{\"type\":\"audio\"}]}]}");
@@ -165,7 +189,12 @@ static void test_encode_rejects_bad_results(void)
     const mg_provider_conf_t *oa = mg_config_provider(g->cfg, "oa");
     const char *bad[] = {"method", "nopath", "crlf", "colon", "notable", "badbody", "tblerr"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = bad[i], .stream = 0, .max_tokens = -1, .created = 1};
+        mg_lua_req_t info = {.request_id = "r",
+                             .endpoint = "chat",
+                             .model = bad[i],
+                             .stream = 0,
+                             .max_tokens = -1,
+                             .created = 1};
         int rr = mg_gen_req_new(g, &info);
         mg_encoded_t e;
         err[0] = '\0';
@@ -178,7 +207,12 @@ static void test_encode_rejects_bad_results(void)
         CHECK_EQ_INT(lua_gettop(g->L), 0);
         mg_gen_unref_value(g, rr);
     }
-    mg_lua_req_t info = {.request_id = "r", .endpoint = "chat", .model = "ok", .stream = 0, .max_tokens = -1, .created = 1};
+    mg_lua_req_t info = {.request_id = "r",
+                         .endpoint = "chat",
+                         .model = "ok",
+                         .stream = 0,
+                         .max_tokens = -1,
+                         .created = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up", &e, err, sizeof(err)), 0);
@@ -196,7 +230,12 @@ static void test_encode_rejects_bad_results(void)
 static cJSON *decode_fixture(const char *endpoint, const char *file, cJSON *req_body)
 {
     int a = adapter_of(G, "ol");
-    mg_lua_req_t info = {.request_id = "req-dec", .endpoint = endpoint, .model = "m", .stream = 0, .max_tokens = -1, .created = 1700000000};
+    mg_lua_req_t info = {.request_id = "req-dec",
+                         .endpoint = endpoint,
+                         .model = "m",
+                         .stream = 0,
+                         .max_tokens = -1,
+                         .created = 1700000000};
     int rr = mg_gen_req_new(G, &info);
     if (req_body) mg_gen_req_set_body(G, rr, req_body);
     cJSON *resp = fixture(file);
@@ -218,10 +257,8 @@ static const char *jstr(const cJSON *o, const char *path)
     snprintf(buf, sizeof(buf), "%s", path);
     const cJSON *cur = o;
     for (char *tok = strtok(buf, "."); tok && cur; tok = strtok(NULL, ".")) {
-        if (cJSON_IsArray(cur))
-            cur = cJSON_GetArrayItem(cur, atoi(tok));
-        else
-            cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        if (cJSON_IsArray(cur)) cur = cJSON_GetArrayItem(cur, atoi(tok));
+        else cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
     }
     static char out[1024];
     if (!cur) return "(missing)";
@@ -309,7 +346,12 @@ static void test_decode_ollama(void)
     cJSON_Delete(rb);
     /* an error object from Ollama is an adapter error */
     int a = adapter_of(G, "ol");
-    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "r", .endpoint = "chat", .model = "m", .stream = 0, .max_tokens = -1, .created = 1});
+    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "r",
+                                               .endpoint = "chat",
+                                               .model = "m",
+                                               .stream = 0,
+                                               .max_tokens = -1,
+                                               .created = 1});
     cJSON *resp = cJSON_Parse("{\"error\":\"model 'x' not found\"}");
     cJSON *out = (cJSON *)1;
     CHECK_EQ_INT(mg_gen_decode(G, a, rr, resp, &out, err, sizeof(err)), -1);
@@ -332,7 +374,12 @@ static void run_stream(const char *endpoint, const char *file, stream_t *st)
     memset(st, 0, sizeof(*st));
     st->chunks = cJSON_CreateArray();
     int a = adapter_of(G, "ol");
-    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "req-s", .endpoint = endpoint, .model = "m", .stream = 1, .max_tokens = -1, .created = 1700000001});
+    int rr = mg_gen_req_new(G, &(mg_lua_req_t){.request_id = "req-s",
+                                               .endpoint = endpoint,
+                                               .model = "m",
+                                               .stream = 1,
+                                               .max_tokens = -1,
+                                               .created = 1700000001});
     int state = mg_gen_table_new(G);
     char p[512];
     snprintf(p, sizeof(p), "%s/tests/fixtures/ollama/%s", MG_SOURCE_DIR, file);
@@ -357,8 +404,7 @@ static void run_stream(const char *endpoint, const char *file, stream_t *st)
         CHECK(cJSON_IsArray(out));
         if (done && !st->done_at) st->done_at = lineno;
         cJSON *c;
-        while ((c = cJSON_DetachItemFromArray(out, 0)))
-            cJSON_AddItemToArray(st->chunks, c);
+        while ((c = cJSON_DetachItemFromArray(out, 0))) cJSON_AddItemToArray(st->chunks, c);
         cJSON_Delete(out);
     }
     free(text);
@@ -384,10 +430,8 @@ static void test_decode_event_chat_stream(void)
         const char *content = jstr(c, "choices.0.delta.content");
         if (strcmp(content, "(missing)") != 0)
             strncat(text, content, sizeof(text) - strlen(text) - 1);
-        if (i == 0)
-            CHECK_STR(jstr(c, "choices.0.delta.role"), "assistant");
-        else
-            CHECK_STR(jstr(c, "choices.0.delta.role"), "(missing)");
+        if (i == 0) CHECK_STR(jstr(c, "choices.0.delta.role"), "assistant");
+        else CHECK_STR(jstr(c, "choices.0.delta.role"), "(missing)");
         if (i < n - 1) {
             /* explicitly null, not absent, on every non-final chunk */
             CHECK_STR(jstr(c, "choices.0.finish_reason"), "(null)");

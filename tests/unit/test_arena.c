@@ -123,8 +123,7 @@ static void test_calloc_and_strings(void)
     unsigned char *z = mg_arena_calloc(&a, 200);
     CHECK(z != NULL);
     int nonzero = 0;
-    for (int i = 0; z && i < 200; i++)
-        nonzero += z[i] != 0;
+    for (int i = 0; z && i < 200; i++) nonzero += z[i] != 0;
     CHECK_EQ_INT(nonzero, 0);
     char *s = mg_arena_strndup(&a, "hello world", 5);
     CHECK_STR(s, "hello");
@@ -202,8 +201,7 @@ static void test_cleanup_sees_arena_memory(void)
     mg_arena_init(&a, 64);
     char *s = mg_arena_strdup(&a, "still here");
     CHECK_EQ_INT(mg_arena_on_destroy(&a, read_arena_string, s), 0);
-    for (int i = 0; i < 20; i++)
-        mg_arena_alloc(&a, 60); /* push it out of the head block */
+    for (int i = 0; i < 20; i++) mg_arena_alloc(&a, 60); /* push it out of the head block */
     seen[0] = '\0';
     mg_arena_destroy(&a);
     CHECK_STR(seen, "still here");

@@ -2,12 +2,12 @@
  * with SQL (as the admin API does) and loaded with mg_auth_load. The matrix: no key,
  * unknown, expired, disabled, revoked -> 401; scope, model, priority -> 403; key RPM, TPM
  * and project limits -> 429 with a retry; a project refusal rolls back the key level;
- * release exactly once; spend limits metered, persisted and reset per period; rotation and reloads keep
- * exactly one of the two keys valid and carry the rate-limit window; last_used_at is
- * written through the writer thread; keys come from Authorization: Bearer or x-api-key.
- * Memory: a key or project without rpm/tpm limits holds no rate window; a policy update
- * that sets the first limit starts enforcing it, changing a limit keeps the window's
- * counts, lifting the limits frees the window even while a granted result holds the level. */
+ * release exactly once; spend limits metered, persisted and reset per period; rotation and reloads
+ * keep exactly one of the two keys valid and carry the rate-limit window; last_used_at is written
+ * through the writer thread; keys come from Authorization: Bearer or x-api-key. Memory: a key or
+ * project without rpm/tpm limits holds no rate window; a policy update that sets the first limit
+ * starts enforcing it, changing a limit keeps the window's counts, lifting the limits frees the
+ * window even while a granted result holds the level. */
 #include "tenancy/auth.h"
 #include "mgtest.h"
 #include "store/store.h"
@@ -445,7 +445,7 @@ static void test_spend_reservation(void)
     CHECK(strstr(r2.message, "in flight hold 600") != NULL);
     CHECK(r2.retry_after_ms >= 1000 && r2.retry_after_ms <= 86400000);
     CHECK_EQ_INT(admit_cost(a, k, t, 1001, &r2), 429); /* alone above the limit */
-    mg_auth_release(&r1); /* failed: nothing charged, the hold goes */
+    mg_auth_release(&r1);                              /* failed: nothing charged, the hold goes */
     CHECK_EQ_INT(mg_auth_spend_held(a, 0, id), 0);
     CHECK_EQ_INT(admit_cost(a, k, t, 600, &r2), 0);
     mg_auth_charge(a, &r2, 300, t, NULL, NULL); /* the actual cost replaces the estimate */
@@ -556,8 +556,8 @@ static int put_limits(mg_auth_t *a, int64_t id, const char *rpm, const char *tpm
     char sid[24];
     snprintf(sid, sizeof(sid), "%lld", (long long)id);
     const char *p[4] = {sid, rpm, tpm, conc};
-    sql("UPDATE api_keys SET rpm_limit = ?2, tpm_limit = ?3, max_concurrency = ?4 WHERE id = ?1",
-        4, p);
+    sql("UPDATE api_keys SET rpm_limit = ?2, tpm_limit = ?3, max_concurrency = ?4 WHERE id = ?1", 4,
+        p);
     mg_key_record_t *rec = record_of(id);
     int rc = rec ? mg_auth_put_key(a, rec) : -1;
     mg_key_record_unref(rec);
@@ -606,8 +606,7 @@ static void test_put_key_adds_limit(void)
     mg_auth_t *a = load();
     mg_auth_result_t r;
     uint64_t t = now_ms();
-    for (int i = 0; i < 5; i++)
-        CHECK_EQ_INT(try_key(a, k, t, &r), 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(try_key(a, k, t, &r), 0);
     CHECK_EQ_INT(put_limits(a, id, "2", "0", "0"), 0);
     CHECK_EQ_INT(windows(a), 1);
     /* counting starts with the limit: the five earlier requests were not counted */
@@ -824,8 +823,7 @@ static void test_parsers(void)
     CHECK_EQ_INT(mg_auth_scopes_parse("[\"root\"]", &s), -1);
     unsigned char d[MG_KEY_DIGEST_LEN], e[MG_KEY_DIGEST_LEN];
     char hex[65];
-    for (int i = 0; i < MG_KEY_DIGEST_LEN; i++)
-        d[i] = (unsigned char)(i * 7 + 3);
+    for (int i = 0; i < MG_KEY_DIGEST_LEN; i++) d[i] = (unsigned char)(i * 7 + 3);
     mg_auth_digest_hex(d, hex);
     CHECK_EQ_INT(mg_auth_digest_parse(hex, e), 0);
     CHECK(memcmp(d, e, sizeof(d)) == 0);

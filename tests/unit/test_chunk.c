@@ -96,7 +96,8 @@ static void test_truncated(void)
     size_t n = strlen(full);
     int wrong = 0;
     for (size_t k = 0; k < n - 1; k++) /* the last byte is a trailing space */
-        if (scan_exact(full, k) != -1 && wrong++ == 0) fprintf(stderr, "  prefix %zu accepted\n", k);
+        if (scan_exact(full, k) != -1 && wrong++ == 0)
+            fprintf(stderr, "  prefix %zu accepted\n", k);
     CHECK_EQ_INT(wrong, 0);
     CHECK_EQ_INT(scan_exact(full, n - 1), MG_CHUNK_FINISH);
     CHECK_EQ_INT(scan_exact(full, n), MG_CHUNK_FINISH);
@@ -163,21 +164,21 @@ static void test_refused(void)
         "{\"a\":\"unterminated}",
         "{\"a\":\"ends in a backslash\\",
         "{\"a\":1}\x0b",
-        "\xef\xbb\xbf{\"a\":1}", /* a BOM */
-        "{\"a\":\"\x80\"}",          /* a lone continuation byte */
-        "{\"a\":\"\xc0\x80\"}",      /* overlong */
-        "{\"a\":\"\xc1\xbf\"}",      /* overlong */
-        "{\"a\":\"\xe0\x80\x80\"}",  /* overlong */
-        "{\"a\":\"\xed\xa0\x80\"}",  /* an encoded surrogate */
+        "\xef\xbb\xbf{\"a\":1}",        /* a BOM */
+        "{\"a\":\"\x80\"}",             /* a lone continuation byte */
+        "{\"a\":\"\xc0\x80\"}",         /* overlong */
+        "{\"a\":\"\xc1\xbf\"}",         /* overlong */
+        "{\"a\":\"\xe0\x80\x80\"}",     /* overlong */
+        "{\"a\":\"\xed\xa0\x80\"}",     /* an encoded surrogate */
         "{\"a\":\"\xf0\x80\x80\x80\"}", /* overlong */
         "{\"a\":\"\xf4\x90\x80\x80\"}", /* past U+10FFFF */
         "{\"a\":\"\xf5\x80\x80\x80\"}",
         "{\"a\":\"\xff\"}",
-        "{\"a\":\"\xc3\"}",           /* cut: the quote is no continuation */
+        "{\"a\":\"\xc3\"}", /* cut: the quote is no continuation */
         "{\"a\":\"\xe2\x82\"}",
         "{\"a\":\"\xe2\x28\xa1\"}",
-        "{\"\xc3\":1}",               /* in a key too */
-        "{\"a\":1}\xc3\xa9",          /* outside strings */
+        "{\"\xc3\":1}",      /* in a key too */
+        "{\"a\":1}\xc3\xa9", /* outside strings */
     };
     int wrong = 0;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -199,7 +200,8 @@ static void test_accepted(void)
         "{\"a\":1e+05}",
         "{\"a\":123456789012345678901234567890}",
         "{\"a\":[true,false,null,{},[],\"\",0]}",
-        "{\"a\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\\uD83D\\uDE00\\ud800\"}", /* lone surrogate escape */
+        "{\"a\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\\uD83D\\uDE00\\ud800\"}", /* lone surrogate
+                                                                                 escape */
         "{\"a\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xef\xbf\xbf \xf4\x8f\xbf\xbf \xed\x9f\xbf\"}",
         "{\"a\":\"\xe2\x80\xa8\"}", /* U+2028 raw: JSON, not JavaScript source */
         "{\"a\":\"\x7f\"}",         /* DEL is not a control character to JSON */
@@ -219,9 +221,10 @@ static void test_string_bytes_at_every_offset(void)
         const char *piece;
         int ok;
     } pieces[] = {
-        {"\xc3\xa9", 1}, {"\xe2\x82\xac", 1}, {"\xf0\x9f\x98\x80", 1}, {"\\u00e9", 1},
-        {"\\n", 1},      {"\xc3", 0},         {"\xed\xa0\x80", 0},     {"\x1f", 0},
-        {"\\q", 0},      {"\\u00", 0},        {"\"", 0},
+        {"\xc3\xa9", 1},     {"\xe2\x82\xac", 1}, {"\xf0\x9f\x98\x80", 1},
+        {"\\u00e9", 1},      {"\\n", 1},          {"\xc3", 0},
+        {"\xed\xa0\x80", 0}, {"\x1f", 0},         {"\\q", 0},
+        {"\\u00", 0},        {"\"", 0},
     };
     int wrong = 0;
     char buf[128];
@@ -256,7 +259,8 @@ static void test_depth(void)
     }
     /* objects and arrays alternating across the 64-level words of the nesting bits */
     size_t n = 0;
-    for (int i = 0; i < 200; i++) n += (size_t)snprintf(s + n, cap - n, i % 3 ? "{\"k\":" : "{\"k\":[");
+    for (int i = 0; i < 200; i++)
+        n += (size_t)snprintf(s + n, cap - n, i % 3 ? "{\"k\":" : "{\"k\":[");
     n += (size_t)snprintf(s + n, cap - n, "1");
     for (int i = 199; i >= 0; i--) n += (size_t)snprintf(s + n, cap - n, i % 3 ? "}" : "]}");
     CHECK_EQ_INT(scan_exact(s, n), 0);
@@ -273,7 +277,8 @@ static int tree_flags(const cJSON *v)
         if (c->string && strcmp(c->string, "finish_reason") == 0 && cJSON_IsString(c))
             f |= MG_CHUNK_FINISH;
         if (c->string && strcmp(c->string, "usage") == 0 && cJSON_IsObject(c)) f |= MG_CHUNK_USAGE;
-        if (c->string && strcmp(c->string, "error") == 0 && (cJSON_IsObject(c) || cJSON_IsString(c)))
+        if (c->string && strcmp(c->string, "error") == 0 &&
+            (cJSON_IsObject(c) || cJSON_IsString(c)))
             f |= MG_CHUNK_ERROR;
         f |= tree_flags(c);
     }

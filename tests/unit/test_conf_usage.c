@@ -37,7 +37,8 @@ static void test_usage_section(void)
         CHECK_EQ_INT(c->n_prices, 0);
         mg_config_free(c);
     }
-    c = load("usage:\n  enabled: false\n  retention_days: 7\n  prune_batch: 50\n  prune_interval_s: 3\n");
+    c = load(
+        "usage:\n  enabled: false\n  retention_days: 7\n  prune_batch: 50\n  prune_interval_s: 3\n");
     CHECK(c != NULL);
     if (c) {
         CHECK(!c->usage.enabled);
@@ -54,14 +55,15 @@ static void test_usage_section(void)
 
 static void test_prices_section(void)
 {
-    const char *y = "prices:\n"
-                    "  - provider: a\n"
-                    "    model: m\n"
-                    "    input_per_1m_micros: 2500000\n"
-                    "    output_per_1m_micros: 10000000\n"
-                    "    cached_input_per_1m_micros: 1250000\n"
-                    "    effective_at: 2026-01-01T00:00:00Z\n"
-                    "  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 2, effective_at: 100 }\n";
+    const char *y =
+        "prices:\n"
+        "  - provider: a\n"
+        "    model: m\n"
+        "    input_per_1m_micros: 2500000\n"
+        "    output_per_1m_micros: 10000000\n"
+        "    cached_input_per_1m_micros: 1250000\n"
+        "    effective_at: 2026-01-01T00:00:00Z\n"
+        "  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 2, effective_at: 100 }\n";
     mg_config_t *c = load(y), *again = load(y);
     CHECK(c != NULL && again != NULL);
     if (c && again) {
@@ -81,15 +83,25 @@ static void test_prices_section(void)
     }
     mg_config_free(c);
     mg_config_free(again);
-    const char *e = load_err("prices:\n  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 1 }\n"
-                             "  - { provider: a, input_per_1m_micros: -5, output_per_1m_micros: 1 }\n");
-    CHECK(strstr(e, "t.yaml:3:") != NULL && strstr(e, "prices[1]") && strstr(e, "input_per_1m_micros"));
-    CHECK(strstr(load_err("prices:\n  - { input_per_1m_micros: 1, output_per_1m_micros: 1 }\n"), "price.provider") != NULL);
-    CHECK(strstr(load_err("prices:\n  - { provider: a, output_per_1m_micros: 1 }\n"), "required") != NULL);
-    CHECK(strstr(load_err("prices:\n  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 1, effective_at: soon }\n"),
-                 "effective_at") != NULL);
-    CHECK(strstr(load_err("prices:\n  - { provider: a, input_per_1m_micros: '1', output_per_1m_micros: 1 }\n"),
-                 "input_per_1m_micros") != NULL); /* a quoted number is a string */
+    const char *e =
+        load_err("prices:\n  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 1 }\n"
+                 "  - { provider: a, input_per_1m_micros: -5, output_per_1m_micros: 1 }\n");
+    CHECK(strstr(e, "t.yaml:3:") != NULL && strstr(e, "prices[1]") &&
+          strstr(e, "input_per_1m_micros"));
+    CHECK(strstr(load_err("prices:\n  - { input_per_1m_micros: 1, output_per_1m_micros: 1 }\n"),
+                 "price.provider") != NULL);
+    CHECK(strstr(load_err("prices:\n  - { provider: a, output_per_1m_micros: 1 }\n"), "required") !=
+          NULL);
+    CHECK(
+        strstr(
+            load_err(
+                "prices:\n  - { provider: a, input_per_1m_micros: 1, output_per_1m_micros: 1, effective_at: soon }\n"),
+            "effective_at") != NULL);
+    CHECK(
+        strstr(
+            load_err(
+                "prices:\n  - { provider: a, input_per_1m_micros: '1', output_per_1m_micros: 1 }\n"),
+            "input_per_1m_micros") != NULL); /* a quoted number is a string */
     CHECK(strstr(load_err("prices: { provider: a }\n"), "list") != NULL);
 }
 

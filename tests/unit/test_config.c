@@ -687,8 +687,7 @@ static void test_load_file(void)
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL);
     if (f) {
-        for (int i = 0; i < 4 * 1024 * 1024 / 8; i++)
-            fputs("# 45678\n", f);
+        for (int i = 0; i < 4 * 1024 * 1024 / 8; i++) fputs("# 45678\n", f);
         fclose(f);
         CHECK_EQ_INT(mg_config_load(path, &c, err, sizeof err), 0);
         mg_config_free(c);
@@ -743,15 +742,19 @@ static void test_context_section(void)
         CHECK_EQ_INT(c->context.summary_max_tokens, 64);
         mg_config_free(c);
     }
-    CHECK_STR(parse_err("context:\n  default_policy: magic\n"),
-              "t.yaml:2: context.default_policy has an invalid value (see config/moongate.example.yaml)");
-    CHECK_STR(parse_err("context:\n  safety_margin_ratio: 0.95\n"),
-              "t.yaml:2: context.safety_margin_ratio has an invalid value (see config/moongate.example.yaml)");
-    CHECK_STR(parse_err("context:\n  colour: red\n"), "t.yaml:2: context.colour is not a known key");
+    CHECK_STR(
+        parse_err("context:\n  default_policy: magic\n"),
+        "t.yaml:2: context.default_policy has an invalid value (see config/moongate.example.yaml)");
+    CHECK_STR(
+        parse_err("context:\n  safety_margin_ratio: 0.95\n"),
+        "t.yaml:2: context.safety_margin_ratio has an invalid value (see config/moongate.example.yaml)");
+    CHECK_STR(parse_err("context:\n  colour: red\n"),
+              "t.yaml:2: context.colour is not a known key");
     CHECK_STR(parse_err("context: 3\n"), "t.yaml:1: context must be a mapping");
-    c = parse_ok("providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
-                 "models:\n  m:\n    context_window: 4096\n    max_output_tokens: 256\n"
-                 "    routes: [{provider: p, model: x}, {provider: p, model: y, context_window: 2048}]\n");
+    c = parse_ok(
+        "providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"
+        "models:\n  m:\n    context_window: 4096\n    max_output_tokens: 256\n"
+        "    routes: [{provider: p, model: x}, {provider: p, model: y, context_window: 2048}]\n");
     if (c) {
         CHECK_EQ_INT(c->models[0].routes[0].context_window, 0);
         CHECK_EQ_INT(c->models[0].routes[1].context_window, 2048);
@@ -794,29 +797,30 @@ static void test_example_file(void)
 /* The sections pools, scheduling and tenancy added: values, defaults and errors. */
 static void test_operational_sections(void)
 {
-    mg_config_t *c = parse_ok("providers:\n"
-                              "  - { id: p, adapter: openai, base_url: http://h/v1, engine: vllm,\n"
-                              "      model_prefix: \"nv/\" }\n"
-                              "models:\n"
-                              "  m:\n"
-                              "    max_concurrency: 2\n"
-                              "    kv_cache_per_token_bytes: 131072\n"
-                              "    routes: [ { provider: p, model: x, smaller: true, priority: 3 } ]\n"
-                              "scheduler:\n"
-                              "  max_running_tasks: 4\n"
-                              "  overflow_status: 503\n"
-                              "  priority_weights: [9, 8, 7, 6, 5]\n"
-                              "  vram_bytes: 24000000000\n"
-                              "routing: { local_first: false, queue_timeout_ms: 1500 }\n"
-                              "circuit_breaker: { consecutive_failures: 5 }\n"
-                              "health: { probes: false }\n"
-                              "tasks: { retention_seconds: 120 }\n"
-                              "idempotency: { ttl_seconds: 60 }\n"
-                              "applications:\n"
-                              "  sec: { max_running_tasks: 2, allowed_priorities: [P0, P1],\n"
-                              "         allowed_models: [m1, m2],\n"
-                              "         data_policy: { allow_cloud: false } }\n"
-                              "users: { default_max_running_tasks: 1 }\n");
+    mg_config_t *c =
+        parse_ok("providers:\n"
+                 "  - { id: p, adapter: openai, base_url: http://h/v1, engine: vllm,\n"
+                 "      model_prefix: \"nv/\" }\n"
+                 "models:\n"
+                 "  m:\n"
+                 "    max_concurrency: 2\n"
+                 "    kv_cache_per_token_bytes: 131072\n"
+                 "    routes: [ { provider: p, model: x, smaller: true, priority: 3 } ]\n"
+                 "scheduler:\n"
+                 "  max_running_tasks: 4\n"
+                 "  overflow_status: 503\n"
+                 "  priority_weights: [9, 8, 7, 6, 5]\n"
+                 "  vram_bytes: 24000000000\n"
+                 "routing: { local_first: false, queue_timeout_ms: 1500 }\n"
+                 "circuit_breaker: { consecutive_failures: 5 }\n"
+                 "health: { probes: false }\n"
+                 "tasks: { retention_seconds: 120 }\n"
+                 "idempotency: { ttl_seconds: 60 }\n"
+                 "applications:\n"
+                 "  sec: { max_running_tasks: 2, allowed_priorities: [P0, P1],\n"
+                 "         allowed_models: [m1, m2],\n"
+                 "         data_policy: { allow_cloud: false } }\n"
+                 "users: { default_max_running_tasks: 1 }\n");
     CHECK(c != NULL);
     if (c) {
         CHECK_STR(c->providers[0].engine, "vllm");
@@ -859,9 +863,12 @@ static void test_operational_sections(void)
     }
     CHECK(strstr(parse_err("scheduler:\n  overflow_status: 500\n"), "429 or 503") != NULL);
     CHECK(strstr(parse_err("scheduler:\n  priority_weights: [1]\n"), "5 integers") != NULL);
-    CHECK(strstr(parse_err("applications:\n  a: { allowed_priorities: [P9] }\n"), "P0..P4") != NULL);
-    CHECK(strstr(parse_err("applications:\n  a: { allowed_models: m1 }\n"), "list of model names") != NULL);
-    CHECK(strstr(parse_err("providers:\n  - { id: p, adapter: openai, base_url: http://h, engine: x }\n"),
+    CHECK(strstr(parse_err("applications:\n  a: { allowed_priorities: [P9] }\n"), "P0..P4") !=
+          NULL);
+    CHECK(strstr(parse_err("applications:\n  a: { allowed_models: m1 }\n"),
+                 "list of model names") != NULL);
+    CHECK(strstr(parse_err(
+                     "providers:\n  - { id: p, adapter: openai, base_url: http://h, engine: x }\n"),
                  "engine") != NULL);
 }
 
@@ -921,8 +928,10 @@ static void test_storage_upkeep_and_log_file(void)
         CHECK_STR(c->log_file, "/var/log/moongate/moongate.log");
         mg_config_free(c);
     }
-    CHECK(strstr(parse_err("storage:\n  backup: { every_hours: 1 }\n"), "storage.backup is missing required key 'dir'") != NULL);
-    CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, keep_days: 0 }\n"), "keep_days") != NULL);
+    CHECK(strstr(parse_err("storage:\n  backup: { every_hours: 1 }\n"),
+                 "storage.backup is missing required key 'dir'") != NULL);
+    CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, keep_days: 0 }\n"), "keep_days") !=
+          NULL);
     CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, wat: 1 }\n"), "wat") != NULL);
 }
 
@@ -962,7 +971,8 @@ static void test_memory_degrade_knobs(void)
                            "      kv_cache_per_token_bytes: 5 } ]\n"),
                  "smaller: true") != NULL);
     CHECK(strstr(parse_err("scheduler: { min_output_tokens: -1 }\n"), "min_output_tokens") != NULL);
-    CHECK(strstr(parse_err("routing: { allow_smaller_model: 3 }\n"), "allow_smaller_model") != NULL);
+    CHECK(strstr(parse_err("routing: { allow_smaller_model: 3 }\n"), "allow_smaller_model") !=
+          NULL);
 }
 
 /* models.<name>.tokenizer: named, "estimate", or by the first route's upstream family. */

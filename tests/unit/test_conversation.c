@@ -71,7 +71,7 @@ static void test_expiry(void)
     mg_sessions_touch(s, x, 18000);
     CHECK_EQ_INT((int)(mg_session_expires_ms(x) / 1000), 28);
     CHECK(mg_sessions_find(s, id, &alice, &c, 28000) == NULL); /* idle */
-    CHECK_EQ_INT((int)mg_sessions_count(s), 0); /* and swept by that find */
+    CHECK_EQ_INT((int)mg_sessions_count(s), 0);                /* and swept by that find */
     /* ttl wins over activity */
     x = mg_sessions_create(s, &alice, &spec, &c, 0);
     for (int t = 5000; t < 100000; t += 5000) mg_sessions_touch(s, x, t);
@@ -184,8 +184,9 @@ static void test_persistence(void)
     int rows = -1;
     char e2[256];
     void count_cb(void *ud, int n, const char *const *cols);
-    mg_store_query(st, "SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) FROM session_messages)",
-                   0, NULL, count_cb, &rows, e2, sizeof(e2));
+    mg_store_query(
+        st, "SELECT (SELECT COUNT(*) FROM sessions) + (SELECT COUNT(*) FROM session_messages)", 0,
+        NULL, count_cb, &rows, e2, sizeof(e2));
     CHECK_EQ_INT(rows, 0);
     mg_store_close(st);
 }
@@ -212,8 +213,9 @@ static void test_chat_tokens(void)
     CHECK_EQ_INT((int)mg_chat_message_tokens(e, m), 3 + 1 + 1);
     cJSON *named = cJSON_Parse("{\"role\":\"user\",\"name\":\"bob\",\"content\":\"hello\"}");
     CHECK_EQ_INT((int)mg_chat_message_tokens(e, named), 3 + 1 + 1 + 1 + 1);
-    cJSON *parts = cJSON_Parse("{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hello\"},"
-                               "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}");
+    cJSON *parts =
+        cJSON_Parse("{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hello\"},"
+                    "{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}");
     CHECK_EQ_INT((int)mg_chat_message_tokens(e, parts), 5);
     cJSON *list = cJSON_Parse("[{\"role\":\"user\",\"content\":\"hello\"},"
                               "{\"role\":\"user\",\"content\":\"hello\"}]");

@@ -62,8 +62,7 @@ static void test_request_id_unique(void)
     int thin_positions = 0;
     for (int k = 4; k < MG_REQUEST_ID_LEN; k++) {
         int distinct = 0;
-        for (int v = 0; v < 16; v++)
-            distinct += seen[k][v] > 0;
+        for (int v = 0; v < 16; v++) distinct += seen[k][v] > 0;
         if (distinct < 16) thin_positions++;
     }
     CHECK_EQ_INT(thin_positions, 0);
@@ -133,7 +132,8 @@ static void *sha_in_thread(void *arg)
     char out[66];
     for (int i = 0; i < 2000; i++) {
         mg_sha256_hex("abc", 3, out);
-        *bad += strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") != 0;
+        *bad +=
+            strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") != 0;
     }
     return NULL;
 }

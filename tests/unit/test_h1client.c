@@ -163,10 +163,8 @@ static void sconn_close(sconn_t *c, int reset)
         }
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, sconn_closed);
-    if (reset)
-        uv_tcp_close_reset(&c->tcp, sconn_closed);
-    else
-        uv_close((uv_handle_t *)&c->tcp, sconn_closed);
+    if (reset) uv_tcp_close_reset(&c->tcp, sconn_closed);
+    else uv_close((uv_handle_t *)&c->tcp, sconn_closed);
 }
 
 static void on_swrite(uv_write_t *w, int status)
@@ -215,8 +213,7 @@ static void on_step_timer(uv_timer_t *t)
         c->script = NULL;
         sconn_close(c, 1);
         break;
-    case S_HOLD:
-        break;
+    case S_HOLD: break;
     }
 }
 
@@ -369,8 +366,7 @@ static void server_stop(void)
 {
     uv_close((uv_handle_t *)&SV.tcp, NULL);
     if (SV.port6) uv_close((uv_handle_t *)&SV.tcp6, NULL);
-    while (SV.conns)
-        sconn_close(SV.conns, 0);
+    while (SV.conns) sconn_close(SV.conns, 0);
     free(SV.last_body);
     SV.last_body = NULL;
 }
@@ -718,9 +714,8 @@ static void test_content_length_and_post(void)
     CHECK(run_until(is_done, &xh, 2000));
     expect_result(&xh, MG_XFER_OK);
     CHECK_STR(xh.data, "POST {} x-test=extra");
-    CHECK(strstr(SV.last_head,
-                 "\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\n"
-                 "X-Test: extra\r\nX-Last: 1\r\nContent-Length: 2\r\n") != NULL);
+    CHECK(strstr(SV.last_head, "\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\n"
+                               "X-Test: extra\r\nX-Last: 1\r\nContent-Length: 2\r\n") != NULL);
     /* a POST without a body sends Content-Length: 0 */
     rec_t e;
     xopt_t o2 = {"POST", NULL, NULL, 0, 0, 0, 0};
@@ -742,10 +737,8 @@ static void test_content_length_and_post(void)
     o.url = url;
     for (int i = 0; i < 40; i++) {
         char line[32];
-        if (i % 10 == 9)
-            snprintf(line, sizeof(line), "X-Gone-%d:", i);
-        else
-            snprintf(line, sizeof(line), "X-H%d: v%d", i, i);
+        if (i % 10 == 9) snprintf(line, sizeof(line), "X-Gone-%d:", i);
+        else snprintf(line, sizeof(line), "X-H%d: v%d", i, i);
         o.headers = curl_slist_append(o.headers, line);
     }
     rec_t m;
@@ -757,14 +750,12 @@ static void test_content_length_and_post(void)
     CHECK(strstr(SV.last_head, "\r\nX-H38: v38\r\n\r\n") != NULL);
     CHECK(strstr(SV.last_head, "X-Gone") == NULL);
     int lines = 0;
-    for (const char *q = SV.last_head; (q = strstr(q, "\r\nX-H")) != NULL; q++)
-        lines++;
+    for (const char *q = SV.last_head; (q = strstr(q, "\r\nX-H")) != NULL; q++) lines++;
     CHECK_EQ_INT(lines, 36);
     /* a big body (written in two pieces, head and body) arrives whole */
     size_t n = 300000;
     char *big = malloc(n + 1);
-    for (size_t i = 0; i < n; i++)
-        big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
     big[n] = '\0';
     rec_t b;
     xopt_t o3 = {"POST", big, NULL, 0, 0, 0, 0};
@@ -1065,8 +1056,7 @@ static void test_connect_errors(void)
     if (dt < 180 || dt > 1500)
         fprintf(stderr, "  connect timeout after %llu ms\n", (unsigned long long)dt);
     CHECK(dt >= 180 && dt <= 1500);
-    for (int i = 0; i < 3; i++)
-        close(fill[i]);
+    for (int i = 0; i < 3; i++) close(fill[i]);
     close(lfd);
     teardown();
 }
@@ -1445,8 +1435,7 @@ static void test_concurrent_and_close(void)
     mg_h1_close(C);
     C = NULL;
     run_for(150);
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ_INT(s[i].done_calls, 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(s[i].done_calls, 0);
     teardown();
 }
 

@@ -46,8 +46,7 @@ static void test_outcome_window_expiry(void)
 static double backoff(int n)
 {
     double s = 30;
-    for (int i = 1; i < n && s < 600; i++)
-        s *= 2;
+    for (int i = 1; i < n && s < 600; i++) s *= 2;
     return s < 600 ? s : 600;
 }
 
@@ -232,8 +231,7 @@ static void test_breaker_error_rate_threshold(void)
     mg_breaker_t b;
     mg_breaker_init(&b, NULL);
     /* 8 ok + 1 failure = 9 outcomes: under min_requests */
-    for (int i = 0; i < 8; i++)
-        mg_breaker_record(&b, T0 + (uint64_t)i, 0);
+    for (int i = 0; i < 8; i++) mg_breaker_record(&b, T0 + (uint64_t)i, 0);
     CHECK_EQ_INT(mg_breaker_record(&b, T0 + 8, 1), 0);
     /* a success never trips, even at 10 outcomes */
     CHECK_EQ_INT(mg_breaker_record(&b, T0 + 9, 0), 0);
@@ -241,8 +239,7 @@ static void test_breaker_error_rate_threshold(void)
     CHECK_EQ_INT(mg_breaker_record(&b, T0 + 10, 1), 1);
 
     mg_breaker_init(&b, NULL);
-    for (int i = 0; i < 9; i++)
-        mg_breaker_record(&b, T0, 0);
+    for (int i = 0; i < 9; i++) mg_breaker_record(&b, T0, 0);
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 1); /* 1/10 = exactly the threshold */
 
     mg_breaker_config_t cfg;
@@ -250,8 +247,7 @@ static void test_breaker_error_rate_threshold(void)
     cfg.consecutive_failures = 0; /* rate rule only */
     cfg.error_rate_threshold = 0.25;
     mg_breaker_init(&b, &cfg);
-    for (int i = 0; i < 8; i++)
-        mg_breaker_record(&b, T0, 0);
+    for (int i = 0; i < 8; i++) mg_breaker_record(&b, T0, 0);
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 0); /* 1/9 */
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 0); /* 2/10 */
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 1); /* 3/11 = 0.2727 >= 0.25: trips */
@@ -265,8 +261,7 @@ static void test_breaker_rate_just_below_and_at(void)
     cfg.error_rate_threshold = 0.25;
     mg_breaker_t b;
     mg_breaker_init(&b, &cfg);
-    for (int i = 0; i < 9; i++)
-        mg_breaker_record(&b, T0, 0);
+    for (int i = 0; i < 9; i++) mg_breaker_record(&b, T0, 0);
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 0); /* 1/10 */
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 1), 0); /* 2/11 = 0.18 */
     CHECK_EQ_INT(mg_breaker_record(&b, T0, 0), 0); /* 2/12 */
@@ -285,8 +280,7 @@ static void test_breaker_window_expiry(void)
     cfg.min_requests = 4;
     mg_breaker_t a, b;
     mg_breaker_init(&a, &cfg);
-    for (int i = 0; i < 3; i++)
-        mg_breaker_record(&a, T0, 1); /* bucket 1000 */
+    for (int i = 0; i < 3; i++) mg_breaker_record(&a, T0, 1); /* bucket 1000 */
     b = a;
     /* counted up to the end of bucket 1059 */
     CHECK_EQ_INT(mg_breaker_record(&a, T0 + 59999, 1), 1);
@@ -302,8 +296,7 @@ static void test_breaker_probe_slots(void)
     cfg.half_open_max_requests = 2;
     mg_breaker_t b;
     mg_breaker_init(&b, &cfg);
-    for (int i = 0; i < 3; i++)
-        mg_breaker_record(&b, T0, 1);
+    for (int i = 0; i < 3; i++) mg_breaker_record(&b, T0, 1);
     uint64_t ho = T0 + 30000;
     CHECK_EQ_INT(mg_breaker_allow(&b, ho), 1);
     CHECK_EQ_INT(mg_breaker_allow(&b, ho), 1);
@@ -367,14 +360,12 @@ static void test_breaker_set_config(void)
 
 static void fail_n(mg_health_t *h, uint64_t t, int n, int *changes)
 {
-    for (int i = 0; i < n; i++)
-        *changes += mg_health_record(h, t, 0, 5, -1);
+    for (int i = 0; i < n; i++) *changes += mg_health_record(h, t, 0, 5, -1);
 }
 
 static void ok_n(mg_health_t *h, uint64_t t, int n, int *changes)
 {
-    for (int i = 0; i < n; i++)
-        *changes += mg_health_record(h, t, 1, 50, 20);
+    for (int i = 0; i < n; i++) *changes += mg_health_record(h, t, 1, 50, 20);
 }
 
 static void test_health_consecutive_thresholds(void)
@@ -526,8 +517,7 @@ static void test_health_probe_results(void)
     mg_health_t h;
     int ch = 0;
     mg_health_init(&h, NULL);
-    for (int i = 0; i < 10; i++)
-        ch += mg_health_probe_result(&h, T0 + (uint64_t)i * 60000, 0);
+    for (int i = 0; i < 10; i++) ch += mg_health_probe_result(&h, T0 + (uint64_t)i * 60000, 0);
     CHECK_EQ_INT(ch, 2); /* degraded at 5, down at 10 */
     CHECK_EQ_INT(h.state, MG_HEALTH_DOWN);
     CHECK_EQ_INT(h.last_latency_ms, -1);
@@ -559,8 +549,7 @@ static void test_health_snapshot_and_recent(void)
     CHECK_EQ_INT(s.avail_samples, 0);
     CHECK_EQ_INT(s.last_latency_ms, -1);
     /* 50 failures then 100 successes with TTFT 10..: recent sees the last 100 */
-    for (int i = 0; i < 50; i++)
-        mg_health_record(&h, T0 + (uint64_t)i, 0, 7, -1);
+    for (int i = 0; i < 50; i++) mg_health_record(&h, T0 + (uint64_t)i, 0, 7, -1);
     for (int i = 0; i < 100; i++)
         mg_health_record(&h, T0 + 100 + (uint64_t)i, 1, 300 + i, i % 2 ? 100 : 200);
     mg_health_snapshot(&h, T0 + 1000, &s);

@@ -270,8 +270,7 @@ static void handler(void *ud, mg_http_req_t *req)
         echo(req);
     } else if (strcmp(p, "/big") == 0) {
         char *b = malloc(BIG_BYTES);
-        for (size_t i = 0; i < BIG_BYTES; i++)
-            b[i] = (char)('A' + (i % 23));
+        for (size_t i = 0; i < BIG_BYTES; i++) b[i] = (char)('A' + (i % 23));
         mg_http_respond(req, 200, "application/octet-stream", NULL, b, BIG_BYTES);
         free(b);
     } else if (strcmp(p, "/flood") == 0) {
@@ -325,9 +324,12 @@ static void walk_close(uv_handle_t *h, void *arg)
 
 static mg_http_limits_t default_limits(void)
 {
-    mg_http_limits_t l = {.max_body_bytes = 1024 * 1024, .max_header_bytes = 8192,
-                          .header_read_ms = 2000, .keepalive_idle_ms = 2000,
-                          .request_read_ms = 10000, .min_body_bytes_per_s = 1024};
+    mg_http_limits_t l = {.max_body_bytes = 1024 * 1024,
+                          .max_header_bytes = 8192,
+                          .header_read_ms = 2000,
+                          .keepalive_idle_ms = 2000,
+                          .request_read_ms = 10000,
+                          .min_body_bytes_per_s = 1024};
     return l;
 }
 
@@ -494,8 +496,7 @@ static const char *resp_header(const resp_t *r, const char *name, char *out, siz
         p += 2;
         if (strncasecmp(p, name, nl) == 0 && p[nl] == ':') {
             const char *v = p + nl + 1;
-            while (*v == ' ')
-                v++;
+            while (*v == ' ') v++;
             const char *e = strstr(v, "\r\n");
             size_t len = e ? (size_t)(e - v) : strlen(v);
             if (len >= cap) len = cap - 1;
@@ -554,8 +555,7 @@ static int cli_response(cli_t *c, resp_t *r)
             if (cli_need(c, size + 2) != 0) return -1;
             if (c->buf[size] != '\r' || c->buf[size + 1] != '\n') return -1;
             if (r->body_len + size + 1 > body_cap) { /* geometric: ASan's realloc always copies */
-                while (r->body_len + size + 1 > body_cap)
-                    body_cap = body_cap * 2 + 4096;
+                while (r->body_len + size + 1 > body_cap) body_cap = body_cap * 2 + 4096;
                 r->body = realloc(r->body, body_cap);
             }
             memcpy(r->body + r->body_len, c->buf, size);
@@ -812,8 +812,7 @@ static void sc_bodies(void)
     resp_free(&r);
     size_t n = 100000;
     char *big = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
     char head[128];
     snprintf(head, sizeof(head), "PUT /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", n);
     CHECK_EQ_INT(cli_sends(&c, head), 0);
@@ -1053,10 +1052,8 @@ static void sc_header_timeout(void)
         cli_sends(&c, "GET /echo HTTP/1.1\r\n");
         for (int i = 0; i < 25 && !answered; i++) {
             struct pollfd pf = {c.fd, POLLIN, 0};
-            if (poll(&pf, 1, 40) > 0)
-                answered = now_ms();
-            else if (cli_sends(&c, "X") != 0)
-                break;
+            if (poll(&pf, 1, 40) > 0) answered = now_ms();
+            else if (cli_sends(&c, "X") != 0) break;
         }
         expect_error_and_close(&c, 408, "REQUEST_TIMEOUT");
         uint64_t dt = (answered ? answered : now_ms()) - t0;
@@ -1362,8 +1359,7 @@ static void sc_chunked_response(void)
     if (roundtrip(&c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n", &r, 200) == 0) {
         CHECK_EQ_INT(r.body_len, BIG_BYTES);
         int bad = 0;
-        for (size_t i = 0; i < r.body_len; i++)
-            bad += r.body[i] != (char)('A' + (i % 23));
+        for (size_t i = 0; i < r.body_len; i++) bad += r.body[i] != (char)('A' + (i % 23));
         CHECK_EQ_INT(bad, 0);
     }
     resp_free(&r);
@@ -1407,10 +1403,8 @@ static void sc_idle_while_writing(void)
     resp_t r;
     cli_sends(&c, "GET /big HTTP/1.1\r\nHost: t\r\n\r\n");
     usleep(500000); /* most of the 4 MiB waits in the server's write queue meanwhile */
-    if (cli_response(&c, &r) == 0)
-        CHECK_EQ_INT(r.body_len, BIG_BYTES);
-    else
-        CHECK(!"big response");
+    if (cli_response(&c, &r) == 0) CHECK_EQ_INT(r.body_len, BIG_BYTES);
+    else CHECK(!"big response");
     resp_free(&r);
     /* the client read everything just now: the connection must still take a request */
     int ok = cli_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n") == 0 &&
@@ -1443,7 +1437,8 @@ static void sc_protocol_corners(void)
                       200) == 0) {
             const char *got = ev(&r, "x-test");
             if (strcmp(got, "padded") != 0)
-                fprintf(stderr, "  regression: header value keeps trailing whitespace: [%s]\n", got);
+                fprintf(stderr, "  regression: header value keeps trailing whitespace: [%s]\n",
+                        got);
             CHECK_STR(got, "padded");
             CHECK(strncmp(got, "padded", 6) == 0);
         }
@@ -1531,8 +1526,7 @@ static void sc_pipelined_backlog(void)
              "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
              n);
     char *body = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        body[i] = (char)('0' + i % 10);
+    for (size_t i = 0; i < n; i++) body[i] = (char)('0' + i % 10);
     CHECK_EQ_INT(cli_sends(&c, head), 0);
     CHECK_EQ_INT(cli_send(&c, body, n), 0);
     resp_t r;
@@ -1547,10 +1541,8 @@ static void sc_pipelined_backlog(void)
         CHECK(!"big pipelined response");
     }
     resp_free(&r);
-    if (cli_response(&c, &r) == 0)
-        CHECK_STR(ev(&r, "query"), "last=1");
-    else
-        CHECK(!"last pipelined response");
+    if (cli_response(&c, &r) == 0) CHECK_STR(ev(&r, "query"), "last=1");
+    else CHECK(!"last pipelined response");
     resp_free(&r);
     free(body);
     cli_close(&c);
@@ -1806,7 +1798,8 @@ static void sc_max_connections(void)
     for (int i = 0; i < 50 && !served; i++) {
         cli_t c;
         if (cli_open(&c) != 0) break;
-        if (cli_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n") == 0 && cli_response(&c, &r) == 0)
+        if (cli_sends(&c, "GET /echo HTTP/1.1\r\nHost: t\r\n\r\n") == 0 &&
+            cli_response(&c, &r) == 0)
             served = r.status == 200;
         resp_free(&r);
         cli_close(&c);
@@ -1842,10 +1835,8 @@ static void sc_refusal_bound(void)
     int answered = 0, closed = 0;
     for (int i = 0; i < MG_HTTP_REFUSING_MAX + 4; i++) {
         if (cli_open(&c[i]) != 0) return;
-        if (cli_response(&c[i], &r) == 0 && r.status == 503)
-            answered++;
-        else if (cli_eof(&c[i]) == 1 || c[i].len == 0)
-            closed++;
+        if (cli_response(&c[i], &r) == 0 && r.status == 503) answered++;
+        else if (cli_eof(&c[i]) == 1 || c[i].len == 0) closed++;
         resp_free(&r);
     }
     CHECK_EQ_INT(answered, MG_HTTP_REFUSING_MAX);

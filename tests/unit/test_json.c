@@ -42,7 +42,8 @@ static void test_numbers(void)
 static void test_strings(void)
 {
     mg_buf_t b = {0};
-    const char in[] = "a\"b\\c\nd\te\x01" "f\xc3\xa9";
+    const char in[] = "a\"b\\c\nd\te\x01"
+                      "f\xc3\xa9";
     mg_json_print_string(in, sizeof(in) - 1, &b);
     CHECK_STR(b.data, "\"a\\\"b\\\\c\\nd\\te\\u0001f\xc3\xa9\"");
     mg_buf_free(&b);
@@ -50,7 +51,8 @@ static void test_strings(void)
 
 static void test_tree_round_trip(void)
 {
-    const char *text = "{\"a\":[1,2.5,\"x\",true,false,null,{}],\"b\":{\"c\":[]},\"d\":\"\\u00e9\"}";
+    const char *text =
+        "{\"a\":[1,2.5,\"x\",true,false,null,{}],\"b\":{\"c\":[]},\"d\":\"\\u00e9\"}";
     cJSON *j = cJSON_Parse(text);
     char *out = print(j);
     CHECK_STR(out, "{\"a\":[1,2.5,\"x\",true,false,null,{}],\"b\":{\"c\":[]},\"d\":\"\xc3\xa9\"}");
@@ -126,9 +128,9 @@ static void test_members(void)
 static void test_members_malformed(void)
 {
     members_t c;
-    const char *bad[] = {"",          "[1,2]",         "{\"a\":1",       "{\"a\" 1}",
-                         "{\"a\":}",  "{\"a\":[1,2}",  "{\"a\":\"x}",    "{\"a\":1} x",
-                         "<html>",    "{a:1}",         "{\"a\":1,}",     "{\"a\":{\"b\":1]}"};
+    const char *bad[] = {"",         "[1,2]",        "{\"a\":1",    "{\"a\" 1}",
+                         "{\"a\":}", "{\"a\":[1,2}", "{\"a\":\"x}", "{\"a\":1} x",
+                         "<html>",   "{a:1}",        "{\"a\":1,}",  "{\"a\":{\"b\":1]}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = scan(bad[i], &c);
         if (rc != -1) fprintf(stderr, "  accepted: %s\n", bad[i]);
@@ -288,8 +290,7 @@ static void test_check_members(void)
     const char *no[] = {
         "{\"a\":tru}",           "[1]", "\"s\"",       "{\"a\":1} x", "{\"a\":1}\f", "{\"a\":\f1}",
         "\xEF\xBB\xBF{\"a\":1}", "",    "{\"a\":[1,]}"};
-    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-        CHECK_EQ_INT(check_scan(no[i], &c), -1);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) CHECK_EQ_INT(check_scan(no[i], &c), -1);
     /* a callback's stop comes back */
     memset(&c, 0, sizeof(c));
     c.n = 8;
@@ -302,10 +303,8 @@ static void test_check_nesting(void)
     char buf[2100];
     for (int depth = 998; depth <= 1002; depth++) {
         size_t n = 0;
-        for (int i = 0; i < depth; i++)
-            buf[n++] = '[';
-        for (int i = 0; i < depth; i++)
-            buf[n++] = ']';
+        for (int i = 0; i < depth; i++) buf[n++] = '[';
+        for (int i = 0; i < depth; i++) buf[n++] = ']';
         CHECK(check_like_cjson(buf, n));
     }
 }
@@ -323,10 +322,24 @@ static unsigned rnd(unsigned n)
 static void gen_value(mg_buf_t *b, int depth)
 {
     static const char *const good[] = {
-        "null",        "true",      "false",          "0",           "-1",
-        "12.5",        "1e3",       "-0.0E-2",        "01",          "1.",
-        "\"\"",        "\"ab\"",    "\"\\n\\t\\\"\"", "\"\\u00e9\"", "\"\\ud83d\\ude00\"",
-        "\"\\uzz00\"", "\"a\\\\\"", "\"\x01\"",
+        "null",
+        "true",
+        "false",
+        "0",
+        "-1",
+        "12.5",
+        "1e3",
+        "-0.0E-2",
+        "01",
+        "1.",
+        "\"\"",
+        "\"ab\"",
+        "\"\\n\\t\\\"\"",
+        "\"\\u00e9\"",
+        "\"\\ud83d\\ude00\"",
+        "\"\\uzz00\"",
+        "\"a\\\\\"",
+        "\"\x01\"",
         /* past 16 bytes: escapes on and across the scan's 16-byte steps */
         "\"0123456789abcde\\\"fghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP\"",
         "\"0123456789abcdefghijklmnopqrstu\\\\\"",
@@ -338,10 +351,8 @@ static void gen_value(mg_buf_t *b, int depth)
     int kind = depth > 4 ? 0 : (int)rnd(4);
     mg_buf_append_str(b, ws[rnd(7)]);
     if (kind <= 1) {
-        if (rnd(16))
-            mg_buf_append_str(b, good[rnd(sizeof(good) / sizeof(good[0]))]);
-        else
-            mg_buf_append_str(b, bad[rnd(sizeof(bad) / sizeof(bad[0]))]);
+        if (rnd(16)) mg_buf_append_str(b, good[rnd(sizeof(good) / sizeof(good[0]))]);
+        else mg_buf_append_str(b, bad[rnd(sizeof(bad) / sizeof(bad[0]))]);
     } else {
         int obj = kind == 3, n = (int)rnd(4);
         mg_buf_append_str(b, obj ? "{" : "[");
@@ -367,12 +378,8 @@ static void damage(mg_buf_t *b)
     if (!b->len) return;
     size_t at = rnd((unsigned)b->len);
     switch (rnd(4)) {
-    case 0:
-        b->data[at] = bytes[rnd(sizeof(bytes) - 1)];
-        break; /* replace */
-    case 1:
-        b->len = at;
-        break; /* truncate */
+    case 0: b->data[at] = bytes[rnd(sizeof(bytes) - 1)]; break; /* replace */
+    case 1: b->len = at; break;                                 /* truncate */
     case 2:
         memmove(b->data + at, b->data + at + 1, b->len - at - 1);
         b->len--;
@@ -391,8 +398,7 @@ static void test_check_random(void)
         mg_buf_t b = {0};
         gen_value(&b, 0);
         int hits = (int)rnd(3);
-        for (int i = 0; i < hits; i++)
-            damage(&b);
+        for (int i = 0; i < hits; i++) damage(&b);
         if (b.len && !check_like_cjson(b.data, b.len)) differ++;
         /* where the one-pass scan accepts, it sees what mg_json_members sees */
         members_t c1, c2;

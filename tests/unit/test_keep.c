@@ -50,9 +50,15 @@ static int call(mg_gen_t *g, const mg_lua_req_t *info, int attempt, int limit, i
 
 static mg_lua_req_t a_request(const char *model)
 {
-    return (mg_lua_req_t){.request_id = "req-keep", .endpoint = "chat", .model = model,
-                          .max_tokens = -1, .created = 1, .priority = "P2", .allow_cloud = 1,
-                          .local_first = 1, .random = 0.25};
+    return (mg_lua_req_t){.request_id = "req-keep",
+                          .endpoint = "chat",
+                          .model = model,
+                          .max_tokens = -1,
+                          .created = 1,
+                          .priority = "P2",
+                          .allow_cloud = 1,
+                          .local_first = 1,
+                          .random = 0.25};
 }
 
 /* ---- the views -------------------------------------------------------------------------- */
@@ -110,15 +116,16 @@ static void test_views(void)
     c[2].load_waiting = 3;
     CHECK_EQ_INT(route_views(g, "m", c, 3, order, NULL, NULL), 3);
     /* a route keeps one view; each call shows its facts; the config fields are the route's */
-    lua_expect(g,
-               "local a, b = lists[1], lists[2]\n"
-               "return tostring(a[1] == b[1] and rawequal(a[3], b[3])) .. ' ' ..\n"
-               "  b[1].in_flight .. ' ' .. tostring(b[1].available) .. ' ' ..\n"
-               "  b[1].breaker .. ' ' .. b[1].route_breaker .. ' ' .. tostring(b[2].route_breaker) ..\n"
-               "  ' ' .. tostring(b[3].success_rate) .. ' ' .. b[3].provider .. ' ' .. b[3].pool ..\n"
-               "  ' ' .. tostring(b[2].success_rate) .. ' ' .. b[3].load.waiting .. ' ' ..\n"
-               "  tostring(b[1].weight) .. ' ' .. tostring(b[3]['local'])",
-               "true 9 false open open nil 0.5 ol fallback nil 3 1.0 true");
+    lua_expect(
+        g,
+        "local a, b = lists[1], lists[2]\n"
+        "return tostring(a[1] == b[1] and rawequal(a[3], b[3])) .. ' ' ..\n"
+        "  b[1].in_flight .. ' ' .. tostring(b[1].available) .. ' ' ..\n"
+        "  b[1].breaker .. ' ' .. b[1].route_breaker .. ' ' .. tostring(b[2].route_breaker) ..\n"
+        "  ' ' .. tostring(b[3].success_rate) .. ' ' .. b[3].provider .. ' ' .. b[3].pool ..\n"
+        "  ' ' .. tostring(b[2].success_rate) .. ' ' .. b[3].load.waiting .. ' ' ..\n"
+        "  tostring(b[1].weight) .. ' ' .. tostring(b[3]['local'])",
+        "true 9 false open open nil 0.5 ol fallback nil 3 1.0 true");
     /* pairs() gives every field; the request view gives the request's */
     lua_expect(g,
                "local n, seen = 0, {}\n"
@@ -342,8 +349,8 @@ static const char *stepping_routing =
 /* clang-format on */
 
 /* The plan of a fresh call (route() itself) and of a kept one: the same, entry for entry. */
-static void same_as_fresh(mg_gen_t *g, const mg_lua_req_t *req, int limit,
-                          const mg_candidate_t *c, int n, int *kept_count)
+static void same_as_fresh(mg_gen_t *g, const mg_lua_req_t *req, int limit, const mg_candidate_t *c,
+                          int n, int *kept_count)
 {
     mg_plan_entry_t a[12], b[12];
     int kept;
@@ -463,8 +470,8 @@ static void write_mixed_config(void)
                       i == 8 ? ", smaller: true" : "");
     n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, "  alike:\n    routes:\n");
     for (int i = 0; i < 5; i++)
-        n += snprintf(yaml + n, sizeof(yaml) - (size_t)n,
-                      "      - { provider: p%d, model: a%d }\n", i, i);
+        n += snprintf(yaml + n, sizeof(yaml) - (size_t)n, "      - { provider: p%d, model: a%d }\n",
+                      i, i);
     write_text("moongate.yaml", yaml);
 }
 
@@ -523,8 +530,12 @@ static void test_shipped_policy_kept_plans_are_its_plans(void)
         mg_candidate_t *c = is_mixed ? mixed : alike;
         if (round % 4 < 2) move_facts(g, name, c, &seed, 0);
         uint64_t z = mg_splitmix64(&seed);
-        mg_lua_req_t info = {.request_id = "req-twin", .endpoint = "chat", .model = name,
-                             .max_tokens = -1, .created = 1, .allow_cloud = z % 9 != 0,
+        mg_lua_req_t info = {.request_id = "req-twin",
+                             .endpoint = "chat",
+                             .model = name,
+                             .max_tokens = -1,
+                             .created = 1,
+                             .allow_cloud = z % 9 != 0,
                              .local_first = (z >> 4) % 5 != 0,
                              .allow_smaller_model = (z >> 8) % 3 == 0,
                              .local_only = (z >> 12) % 17 == 0,
@@ -544,8 +555,7 @@ static void test_shipped_policy_kept_plans_are_its_plans(void)
 static int header_count(const struct curl_slist *h)
 {
     int n = 0;
-    for (; h; h = h->next)
-        n++;
+    for (; h; h = h->next) n++;
     return n;
 }
 
@@ -599,8 +609,12 @@ static void test_encode_answers(void)
         {"chat", 1, oa, "up-a", "/chat/up-a/2/s"},
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-        mg_lua_req_t info = {.request_id = "req-m", .endpoint = steps[i].endpoint, .model = "m",
-                             .stream = steps[i].stream, .max_tokens = -1, .created = 1};
+        mg_lua_req_t info = {.request_id = "req-m",
+                             .endpoint = steps[i].endpoint,
+                             .model = "m",
+                             .stream = steps[i].stream,
+                             .max_tokens = -1,
+                             .created = 1};
         int rr = mg_gen_req_new(g, &info);
         char model[16]; /* a fresh copy each time: the answers are found by the text */
         snprintf(model, sizeof(model), "%s", steps[i].model);
@@ -623,8 +637,12 @@ static void test_encode_answers(void)
         char model[24], first[64] = "";
         snprintf(model, sizeof(model), "many-%d", i);
         for (int round = 0; round < 2; round++) {
-            mg_lua_req_t info = {.request_id = "req-f", .endpoint = "chat", .model = "m",
-                                 .stream = i % 2, .max_tokens = -1, .created = 1};
+            mg_lua_req_t info = {.request_id = "req-f",
+                                 .endpoint = "chat",
+                                 .model = "m",
+                                 .stream = i % 2,
+                                 .max_tokens = -1,
+                                 .created = 1};
             int rr = mg_gen_req_new(g, &info);
             mg_encoded_t e;
             CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, model, &e, err, sizeof(err)), 0);
@@ -638,8 +656,8 @@ static void test_encode_answers(void)
     CHECK_EQ_INT(kept, 64 - 6);
     CHECK_EQ_INT(fresh, 70 - (64 - 6));
     /* a request without a table yet: a kept answer makes none, a call makes it */
-    mg_lua_req_t info = {.request_id = "req-l", .endpoint = "chat", .model = "m",
-                         .max_tokens = -1, .created = 1};
+    mg_lua_req_t info = {
+        .request_id = "req-l", .endpoint = "chat", .model = "m", .max_tokens = -1, .created = 1};
     int rr = -1;
     mg_encoded_t e;
     CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), 0);
@@ -671,8 +689,8 @@ static void test_encode_own_fields(void)
     const mg_provider_conf_t *oa = mg_config_provider(g->cfg, "oa");
     const char *ids[] = {"req-1", "req-2", "req-3"};
     for (int i = 0; i < 3; i++) {
-        mg_lua_req_t info = {.request_id = ids[i], .endpoint = "chat", .model = "m",
-                             .max_tokens = -1, .created = 1};
+        mg_lua_req_t info = {
+            .request_id = ids[i], .endpoint = "chat", .model = "m", .max_tokens = -1, .created = 1};
         int rr = -1;
         mg_encoded_t e;
         CHECK_EQ_INT(mg_gen_encode(g, a, &info, &rr, oa, "up-a", &e, err, sizeof(err)), 0);

@@ -52,19 +52,16 @@ static void test_generate_format(void)
         CHECK_EQ_INT(strlen(keys[i]), 43);
         CHECK(strncmp(keys[i], "mg-", 3) == 0);
         CHECK(mg_key_is_well_formed(keys[i], strlen(keys[i])));
-        for (int c = 3; c < MG_KEY_LEN; c++)
-            counts[(unsigned char)keys[i][c]]++;
+        for (int c = 3; c < MG_KEY_LEN; c++) counts[(unsigned char)keys[i][c]]++;
     }
     int dup = 0;
     for (int i = 0; i < N; i++)
-        for (int j = i + 1; j < N; j++)
-            dup += strcmp(keys[i], keys[j]) == 0;
+        for (int j = i + 1; j < N; j++) dup += strcmp(keys[i], keys[j]) == 0;
     CHECK_EQ_INT(dup, 0);
     /* 80,000 characters over 62 symbols: about 1290 each; every symbol in a wide band */
     const char *alpha = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     int used = 0, out_of_band = 0;
-    for (int c = 0; c < 256; c++)
-        used += counts[c] > 0;
+    for (int c = 0; c < 256; c++) used += counts[c] > 0;
     for (const char *p = alpha; *p; p++)
         out_of_band += counts[(unsigned char)*p] < 1050 || counts[(unsigned char)*p] > 1550;
     CHECK_EQ_INT(used, 62);
@@ -406,8 +403,7 @@ static void test_100k(void)
     CHECK_EQ_INT(ix.n, N);
     CHECK(ix.n * 4 <= ix.cap * 3);
     mg_key_record_t *r = NULL;
-    for (int i = 0; i < N; i++)
-        bad += lookup(&ix, keys[i], 0, &r) != MG_KEY_OK || r->id != i;
+    for (int i = 0; i < N; i++) bad += lookup(&ix, keys[i], 0, &r) != MG_KEY_OK || r->id != i;
     CHECK_EQ_INT(bad, 0);
     char stranger[MG_KEY_LEN + 1];
     for (int i = 0; i < 10000; i++) {
@@ -453,8 +449,7 @@ static void test_collisions(void)
     memset(absent, 0xab, 32);
     absent[31] = 200;
     CHECK_EQ_INT(mg_key_index_lookup_digest(&ix, absent, 0, &r), MG_KEY_UNKNOWN);
-    for (int i = 1; i < N; i += 3)
-        CHECK_EQ_INT(mg_key_index_remove(&ix, d[i]), MG_KEYS_OK);
+    for (int i = 1; i < N; i += 3) CHECK_EQ_INT(mg_key_index_remove(&ix, d[i]), MG_KEYS_OK);
     for (int i = 0; i < N; i++)
         CHECK_EQ_INT(mg_key_index_lookup_digest(&ix, d[i], 0, NULL),
                      i % 3 == 1 ? MG_KEY_UNKNOWN : MG_KEY_OK);
@@ -479,8 +474,7 @@ static void test_random_model(void)
     int present[U] = {0};
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < U; i++) {
-        for (int b = 0; b < 32; b++)
-            d[i][b] = (unsigned char)xorshift(&rng);
+        for (int b = 0; b < 32; b++) d[i][b] = (unsigned char)xorshift(&rng);
         if (i % 3) memcpy(d[i], d[i - i % 3], 8); /* groups of three share a hash */
     }
     mg_key_index_t ix;

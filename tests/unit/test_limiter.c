@@ -28,8 +28,7 @@ static void test_rpm_exact_limit_then_refusal(void)
 {
     mg_rpm_window_t w;
     CHECK_EQ_INT(mg_rpm_init(&w, 5), 0);
-    for (int i = 0; i < 5; i++)
-        CHECK_EQ_INT(mg_rpm_try(&w, T0 + (uint64_t)i), 1);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(mg_rpm_try(&w, T0 + (uint64_t)i), 1);
     CHECK_EQ_INT(mg_rpm_used(&w, T0 + 4), 5);
     CHECK_EQ_INT(mg_rpm_try(&w, T0 + 5), 0);
     CHECK_EQ_INT(mg_rpm_try(&w, T0 + 59999), 0); /* oldest is 59999 ms old */
@@ -65,8 +64,7 @@ static void test_rpm_unlimited(void)
 {
     mg_rpm_window_t w;
     CHECK_EQ_INT(mg_rpm_init(&w, 0), 0);
-    for (int i = 0; i < 1000; i++)
-        CHECK_EQ_INT(mg_rpm_try(&w, T0), 1);
+    for (int i = 0; i < 1000; i++) CHECK_EQ_INT(mg_rpm_try(&w, T0), 1);
     CHECK_EQ_INT(mg_rpm_used(&w, T0), 0);
     CHECK_EQ_INT(mg_rpm_next_ms(&w, T0), T0);
     CHECK_EQ_INT(mg_rpm_emergency_limit(&w), 0);
@@ -88,10 +86,8 @@ static void test_rpm_emergency_cap(void)
     }
     /* 100/min: 10 emergency admissions in the window, counted with normal ones */
     mg_rpm_init(&w, 100);
-    for (int i = 0; i < 7; i++)
-        CHECK_EQ_INT(mg_rpm_try(&w, T0 + (uint64_t)i * 1000), 1);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(mg_rpm_try_emergency(&w, T0 + 10000), 1);
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(mg_rpm_try(&w, T0 + (uint64_t)i * 1000), 1);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(mg_rpm_try_emergency(&w, T0 + 10000), 1);
     CHECK_EQ_INT(mg_rpm_try_emergency(&w, T0 + 10000), 0);
     CHECK_EQ_INT(mg_rpm_used(&w, T0 + 10000), 10);
     CHECK_EQ_INT(mg_rpm_try(&w, T0 + 10000), 1); /* the normal limit still has room */
@@ -126,13 +122,11 @@ static void test_rpm_set_limit_keeps_history(void)
 {
     mg_rpm_window_t w;
     mg_rpm_init(&w, 5);
-    for (int i = 0; i < 5; i++)
-        mg_rpm_try(&w, T0 + (uint64_t)i * 1000);
+    for (int i = 0; i < 5; i++) mg_rpm_try(&w, T0 + (uint64_t)i * 1000);
     CHECK_EQ_INT(mg_rpm_try(&w, T0 + 5000), 0);
     CHECK_EQ_INT(mg_rpm_set_limit(&w, 8), 0);
     CHECK_EQ_INT(mg_rpm_used(&w, T0 + 5000), 5);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(mg_rpm_try(&w, T0 + 5000), 1);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(mg_rpm_try(&w, T0 + 5000), 1);
     CHECK_EQ_INT(mg_rpm_try(&w, T0 + 5000), 0);
     /* shrink to 3: the newest three (all at T0+5000) decide */
     CHECK_EQ_INT(mg_rpm_set_limit(&w, 3), 0);
@@ -397,8 +391,7 @@ static int tpm_random_sequence(int64_t limit, int n_arrivals)
 static void test_tpm_brute_force_random(void)
 {
     int bad = 0;
-    for (int k = 0; k < 200; k++)
-        bad += tpm_random_sequence(100 + (int64_t)(rng() % 5000), 300);
+    for (int k = 0; k < 200; k++) bad += tpm_random_sequence(100 + (int64_t)(rng() % 5000), 300);
     CHECK_EQ_INT(bad, 0);
     CHECK(tpm_refusals > 5000);
 }
@@ -444,7 +437,7 @@ static void test_limiter_emergency(void)
 {
     mg_limiter_t l;
     mg_limiter_resv_t r;
-    mg_limiter_init(&l, 30, 0); /* emergency cap 3, counted apart from normal traffic */
+    mg_limiter_init(&l, 30, 0);  /* emergency cap 3, counted apart from normal traffic */
     for (int i = 0; i < 20; i++) /* a busy window (the provider then answered 429) */
         CHECK_EQ_INT(mg_limiter_reserve(&l, T0, 1, &r), MG_LIMIT_OK);
     for (int i = 0; i < 3; i++)
@@ -464,8 +457,7 @@ static void test_limiter_unlimited_and_headroom(void)
     mg_limiter_t l;
     mg_limiter_resv_t r;
     mg_limiter_init(&l, 0, 0);
-    for (int i = 0; i < 50; i++)
-        CHECK_EQ_INT(mg_limiter_reserve(&l, T0 + 500, 10, &r), 0);
+    for (int i = 0; i < 50; i++) CHECK_EQ_INT(mg_limiter_reserve(&l, T0 + 500, 10, &r), 0);
     CHECK_EQ_INT(mg_limiter_rpm_used(&l, T0 + 500), 50); /* counted by the buckets */
     CHECK(mg_limiter_headroom(&l, T0 + 500) == 1.0);
     mg_limiter_cancel(&l, &r);

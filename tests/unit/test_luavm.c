@@ -292,8 +292,13 @@ static void test_refcount(void)
     CHECK_EQ_INT(g->refs, 1);
     /* still fully usable after the first reference went */
     lua_expect(g, "return require('moongate').json_encode({1, 2})", "[1,2]");
-    mg_lua_req_t info = {.request_id = "req-1", .endpoint = "chat", .model = "m", .stream = 0,
-                         .max_tokens = -1, .created = 1, .allow_cloud = 1};
+    mg_lua_req_t info = {.request_id = "req-1",
+                         .endpoint = "chat",
+                         .model = "m",
+                         .stream = 0,
+                         .max_tokens = -1,
+                         .created = 1,
+                         .allow_cloud = 1};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     const char *ids[] = {"oa", "oa-nokey", "ol"};
@@ -350,10 +355,15 @@ static void test_req_recycled(void)
     mg_gen_t *g = load();
     CHECK(g != NULL);
     if (!g) return;
-    mg_lua_req_t a = {.request_id = "req-a", .endpoint = "chat", .model = "m", .max_tokens = 5,
-                      .created = 1, .pin = "oa", .pool = "fallback"};
-    mg_lua_req_t b = {.request_id = "req-b", .endpoint = "chat", .model = "m", .max_tokens = -1,
-                      .created = 2};
+    mg_lua_req_t a = {.request_id = "req-a",
+                      .endpoint = "chat",
+                      .model = "m",
+                      .max_tokens = 5,
+                      .created = 1,
+                      .pin = "oa",
+                      .pool = "fallback"};
+    mg_lua_req_t b = {
+        .request_id = "req-b", .endpoint = "chat", .model = "m", .max_tokens = -1, .created = 2};
     int r = mg_gen_req_new(g, &a);
     cJSON *body = cJSON_Parse("{\"messages\": []}");
     mg_gen_req_set_body(g, r, body);
@@ -442,7 +452,6 @@ static void test_collect_between(void)
 }
 
 /* ---- JSON <-> Lua ---------------------------------------------------------------------- */
-
 
 /* JSON text -> Lua -> JSON; returns the printed result (malloc) or NULL. */
 static char *round_trip(const char *json)
@@ -566,8 +575,9 @@ static void test_json_big_integers(void)
     cJSON_AddItemToObject(j, "neg", cJSON_CreateRaw("-9223372036854775807"));
     mg_lua_push_json(G, j);
     lua_setglobal(G->L, "probe");
-    lua_expect(G, "return math.type(probe.seed) .. ' ' .. tostring(probe.seed + 1) .. ' ' .. "
-                  "tostring(probe.neg)",
+    lua_expect(G,
+               "return math.type(probe.seed) .. ' ' .. tostring(probe.seed + 1) .. ' ' .. "
+               "tostring(probe.neg)",
                "integer 9007199254740994 -9223372036854775807");
     lua_State *L = G->L;
     luaL_dostring(L, "return { seed = probe.seed, small = 2^53 - 1 | 0, neg = probe.neg }");
@@ -656,15 +666,20 @@ static void test_route_default_policy(void)
  * one), and the default policy's plan stops there: the first entries of the full plan. */
 static void test_route_plan_limit(void)
 {
-    mg_lua_req_t info = {.request_id = "req-limit", .endpoint = "chat", .model = "m",
-                         .max_tokens = 100, .created = 1700000000, .allow_cloud = 1,
+    mg_lua_req_t info = {.request_id = "req-limit",
+                         .endpoint = "chat",
+                         .model = "m",
+                         .max_tokens = 100,
+                         .created = 1700000000,
+                         .allow_cloud = 1,
                          .random = 0.37};
     int rr = mg_gen_req_new(G, &info);
     mg_candidate_t c[3];
     int all[3] = {1, 1, 1};
     make_cands(G, c, all);
     mg_plan_entry_t full[3], cut[3], again[3];
-    mg_plan_t p_full = {.entries = full, .limit = 0}, p_cut = {.entries = cut, .limit = 2}, p_again = {.entries = again, .limit = 0};
+    mg_plan_t p_full = {.entries = full, .limit = 0}, p_cut = {.entries = cut, .limit = 2},
+              p_again = {.entries = again, .limit = 0};
     CHECK_EQ_INT(mg_gen_route(G, &info, &rr, 1, c, 3, &p_full, err, sizeof(err)), 0);
     CHECK_EQ_INT(mg_gen_route(G, &info, &rr, 2, c, 3, &p_cut, err, sizeof(err)), 0);
     lua_rawgeti(G->L, LUA_REGISTRYINDEX, rr);
@@ -745,7 +760,12 @@ static void test_route_custom_policy(void)
                "1:oa:up-a:main:false:1.0:true:1 2:oa-nokey:up-b:main:false:1.0:false:4 "
                "3:ol:up-c:fallback:true:2.5:true:7");
     /* max_tokens -1 leaves req.max_tokens nil */
-    mg_lua_req_t info = {.request_id = "req-x", .endpoint = "embeddings", .model = "inspect", .stream = 0, .max_tokens = -1, .created = 5};
+    mg_lua_req_t info = {.request_id = "req-x",
+                         .endpoint = "embeddings",
+                         .model = "inspect",
+                         .stream = 0,
+                         .max_tokens = -1,
+                         .created = 5};
     int rr = mg_gen_req_new(g, &info);
     mg_candidate_t c[3];
     make_cands(g, c, all);
@@ -754,7 +774,12 @@ static void test_route_custom_policy(void)
     lua_expect(g, "return tostring(seen_req.max_tokens) .. ' ' .. tostring(seen_req.stream)",
                "nil false");
     /* n smaller than what the policy returns: never more than n written */
-    mg_lua_req_t dup = {.request_id = "req-y", .endpoint = "chat", .model = "dup", .stream = 0, .max_tokens = -1, .created = 5};
+    mg_lua_req_t dup = {.request_id = "req-y",
+                        .endpoint = "chat",
+                        .model = "dup",
+                        .stream = 0,
+                        .max_tokens = -1,
+                        .created = 5};
     rr = mg_gen_req_new(g, &dup);
     int small[1] = {-1};
     CHECK_EQ_INT(route_order(g, &dup, rr, c, 1, small, err, sizeof(err)), 1);
@@ -799,33 +824,34 @@ static void test_sort_primitives(void)
                "same false");
     /* with a limit: that many distinct values, by key first (NaN last), the first drawn
        with u; 0 = none; a limit at or past the length = the full order */
-    lua_expect(G,
-               "local m = require('moongate')\n"
-               "local l, w, keys = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 0, 1 }, { 2, 1, 2, 1, 0 / 0 }\n"
-               "local key_of = { a = 2, b = 1, c = 2, d = 1, e = 1000 }\n"
-               "for seed = 1, 30 do\n"
-               "  for _, k in ipairs({ false, true }) do\n"
-               "    for limit = 0, 6 do\n"
-               "      local got = m.weighted_order(l, w, seed / 31, seed, k and keys or nil, limit)\n"
-               "      if #got ~= math.min(limit, 5) then return 'length ' .. #got end\n"
-               "      local seen = {}\n"
-               "      for i, v in ipairs(got) do\n"
-               "        if seen[v] then return 'twice ' .. v end\n"
-               "        seen[v] = true\n"
-               "        if k and i > 1 and key_of[v] < key_of[got[i - 1]] then return 'keys ' .. table.concat(got) end\n"
-               "      end\n"
-               "      if k and limit > 0 and got[1] ~= 'b' and limit < 5 then return 'first ' .. got[1] end\n"
-               "    end\n"
-               "    local full = table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil))\n"
-               "    if table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil, 5)) ~= full then\n"
-               "      return 'full'\n"
-               "    end\n"
-               "  end\n"
-               "end\n"
-               "local neg = pcall(m.weighted_order, l, w, 0.5, 7, nil, -1)\n"
-               "local frac = pcall(m.weighted_order, l, w, 0.5, 7, nil, 1.5)\n"
-               "return 'drawn ' .. tostring(neg) .. ' ' .. tostring(frac)",
-               "drawn false false");
+    lua_expect(
+        G,
+        "local m = require('moongate')\n"
+        "local l, w, keys = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 0, 1 }, { 2, 1, 2, 1, 0 / 0 }\n"
+        "local key_of = { a = 2, b = 1, c = 2, d = 1, e = 1000 }\n"
+        "for seed = 1, 30 do\n"
+        "  for _, k in ipairs({ false, true }) do\n"
+        "    for limit = 0, 6 do\n"
+        "      local got = m.weighted_order(l, w, seed / 31, seed, k and keys or nil, limit)\n"
+        "      if #got ~= math.min(limit, 5) then return 'length ' .. #got end\n"
+        "      local seen = {}\n"
+        "      for i, v in ipairs(got) do\n"
+        "        if seen[v] then return 'twice ' .. v end\n"
+        "        seen[v] = true\n"
+        "        if k and i > 1 and key_of[v] < key_of[got[i - 1]] then return 'keys ' .. table.concat(got) end\n"
+        "      end\n"
+        "      if k and limit > 0 and got[1] ~= 'b' and limit < 5 then return 'first ' .. got[1] end\n"
+        "    end\n"
+        "    local full = table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil))\n"
+        "    if table.concat(m.weighted_order(l, w, seed / 31, seed, k and keys or nil, 5)) ~= full then\n"
+        "      return 'full'\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "local neg = pcall(m.weighted_order, l, w, 0.5, 7, nil, -1)\n"
+        "local frac = pcall(m.weighted_order, l, w, 0.5, 7, nil, 1.5)\n"
+        "return 'drawn ' .. tostring(neg) .. ' ' .. tostring(frac)",
+        "drawn false false");
 }
 
 /* The module's request draws (moongate.draw, draw:chance) and the ordering functions given
@@ -833,52 +859,54 @@ static void test_sort_primitives(void)
  * they stand for (u, seed from the request's random number as order.h says). */
 static void test_module_draws_and_functions(void)
 {
-    lua_expect(G,
-               "local m = require('moongate')\n"
-               "local function splitmix(s)\n"
-               "  s = s + 0x9E3779B97F4A7C15\n"
-               "  local z = s\n"
-               "  z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9\n"
-               "  z = (z ~ (z >> 27)) * 0x94D049BB133111EB\n"
-               "  return s, z ~ (z >> 31)\n"
-               "end\n"
-               "local l, w = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 1, 1 }\n"
-               "local weight = { a = 1, b = 3, c = 2, d = 1, e = 1 }\n"
-               "for k = 0, 99 do\n"
-               "  local r = (k + 0.5) / 100\n"
-               "  local d = m.draw({ random = r })\n"
-               "  local explore = d:chance(0.05)\n"
-               "  if explore ~= (r < 0.05) then return 'chance at ' .. r end\n"
-               "  local u = explore and r / 0.05 or (r - 0.05) / 0.95\n"
-               "  local _, seed = splitmix(math.floor(r * 2 ^ 53))\n"
-               "  local want = table.concat(m.weighted_order(l, w, u, seed))\n"
-               "  local got = table.concat(m.weighted_order(l, function(v) return weight[v] end, d))\n"
-               "  if got ~= want then return r .. ': ' .. got .. ' ~= ' .. want end\n"
-               "end\n"
-               "local d = m.draw({ random = 0.3 })\n"
-               "local a = table.concat(m.weighted_order(l, w, d))\n"
-               "local b = table.concat(m.weighted_order(l, w, d)) -- the stream's next numbers\n"
-               "local bad = m.draw({ random = 7 }) -- outside [0, 1): 0\n"
-               "local x = table.concat(m.weighted_order(l, nil, bad))\n"
-               "local y = table.concat(m.weighted_order(l, nil, 0, select(2, splitmix(0))))\n"
-               "return 'same ' .. tostring(a ~= b) .. ' ' .. tostring(x == y)",
-               "same true true");
+    lua_expect(
+        G,
+        "local m = require('moongate')\n"
+        "local function splitmix(s)\n"
+        "  s = s + 0x9E3779B97F4A7C15\n"
+        "  local z = s\n"
+        "  z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9\n"
+        "  z = (z ~ (z >> 27)) * 0x94D049BB133111EB\n"
+        "  return s, z ~ (z >> 31)\n"
+        "end\n"
+        "local l, w = { 'a', 'b', 'c', 'd', 'e' }, { 1, 3, 2, 1, 1 }\n"
+        "local weight = { a = 1, b = 3, c = 2, d = 1, e = 1 }\n"
+        "for k = 0, 99 do\n"
+        "  local r = (k + 0.5) / 100\n"
+        "  local d = m.draw({ random = r })\n"
+        "  local explore = d:chance(0.05)\n"
+        "  if explore ~= (r < 0.05) then return 'chance at ' .. r end\n"
+        "  local u = explore and r / 0.05 or (r - 0.05) / 0.95\n"
+        "  local _, seed = splitmix(math.floor(r * 2 ^ 53))\n"
+        "  local want = table.concat(m.weighted_order(l, w, u, seed))\n"
+        "  local got = table.concat(m.weighted_order(l, function(v) return weight[v] end, d))\n"
+        "  if got ~= want then return r .. ': ' .. got .. ' ~= ' .. want end\n"
+        "end\n"
+        "local d = m.draw({ random = 0.3 })\n"
+        "local a = table.concat(m.weighted_order(l, w, d))\n"
+        "local b = table.concat(m.weighted_order(l, w, d)) -- the stream's next numbers\n"
+        "local bad = m.draw({ random = 7 }) -- outside [0, 1): 0\n"
+        "local x = table.concat(m.weighted_order(l, nil, bad))\n"
+        "local y = table.concat(m.weighted_order(l, nil, 0, select(2, splitmix(0))))\n"
+        "return 'same ' .. tostring(a ~= b) .. ' ' .. tostring(x == y)",
+        "same true true");
     /* keys as a function: nil for some value means the keys are not used */
-    lua_expect(G,
-               "local m = require('moongate')\n"
-               "local l = { 'a', 'b', 'c' }\n"
-               "local key = { a = 3, b = 1, c = 2 }\n"
-               "local s1 = table.concat(m.sort_by(l, function(v) return key[v] end))\n"
-               "local s2 = table.concat(m.sort_by(l, function(v) if v ~= 'b' then return key[v] end end))\n"
-               "local s3 = table.concat(m.sort_by(l, nil))\n"
-               "local d1, d2 = m.draw({ random = 0.6 }), m.draw({ random = 0.6 })\n"
-               "local w1 = table.concat(m.weighted_order(l, nil, d1, function(v) return key[v] end))\n"
-               "local w2 = table.concat(m.weighted_order(l, nil, d2, function(v) return false end))\n"
-               "local ok1 = pcall(m.weighted_order, l, function() return 'x' end, m.draw({}))\n"
-               "local ok2 = pcall(m.sort_by, l, 'x')\n"
-               "return s1 .. ' ' .. s2 .. ' ' .. s3 .. ' ' .. w1 .. ' ' .. #w2 .. ' ' ..\n"
-               "  tostring(ok1) .. ' ' .. tostring(ok2)",
-               "bca abc abc bca 3 false false");
+    lua_expect(
+        G,
+        "local m = require('moongate')\n"
+        "local l = { 'a', 'b', 'c' }\n"
+        "local key = { a = 3, b = 1, c = 2 }\n"
+        "local s1 = table.concat(m.sort_by(l, function(v) return key[v] end))\n"
+        "local s2 = table.concat(m.sort_by(l, function(v) if v ~= 'b' then return key[v] end end))\n"
+        "local s3 = table.concat(m.sort_by(l, nil))\n"
+        "local d1, d2 = m.draw({ random = 0.6 }), m.draw({ random = 0.6 })\n"
+        "local w1 = table.concat(m.weighted_order(l, nil, d1, function(v) return key[v] end))\n"
+        "local w2 = table.concat(m.weighted_order(l, nil, d2, function(v) return false end))\n"
+        "local ok1 = pcall(m.weighted_order, l, function() return 'x' end, m.draw({}))\n"
+        "local ok2 = pcall(m.sort_by, l, 'x')\n"
+        "return s1 .. ' ' .. s2 .. ' ' .. s3 .. ' ' .. w1 .. ' ' .. #w2 .. ' ' ..\n"
+        "  tostring(ok1) .. ' ' .. tostring(ok2)",
+        "bca abc abc bca 3 false false");
 }
 
 int main(void)

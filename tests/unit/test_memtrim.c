@@ -10,7 +10,7 @@ typedef struct {
     mg_memtrim_t mt;
     uv_timer_t tick;
     int ticks;
-    int note_ticks;     /* ticks (100 ms apart) on which 1 MiB more is noted */
+    int note_ticks; /* ticks (100 ms apart) on which 1 MiB more is noted */
     uint64_t trims_during_burst;
     int done;
 } env_t;

@@ -35,23 +35,26 @@ static char *at(const cJSON *root, const char *path)
     return v ? cJSON_PrintUnformatted(v) : strdup("(absent)");
 }
 
-#define CHECK_AT(root, path, json)                                                             \
-    do {                                                                                       \
-        char *s_ = at(root, path);                                                             \
-        CHECK_STR(s_, json);                                                                   \
-        free(s_);                                                                              \
+#define CHECK_AT(root, path, json)                                                                 \
+    do {                                                                                           \
+        char *s_ = at(root, path);                                                                 \
+        CHECK_STR(s_, json);                                                                       \
+        free(s_);                                                                                  \
     } while (0)
 
 static void test_request_text_system_and_sampling(void)
 {
     char err[300];
     int rc;
-    cJSON *t = translate("{\"model\":\"m\",\"max_tokens\":10,\"system\":[{\"type\":\"text\",\"text\":\"a\"},"
-                         "{\"type\":\"text\",\"text\":\"b\"}],\"temperature\":0.5,\"stop_sequences\":[\"X\"],"
-                         "\"priority\":\"P1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-                         0, &rc, err, sizeof(err));
+    cJSON *t = translate(
+        "{\"model\":\"m\",\"max_tokens\":10,\"system\":[{\"type\":\"text\",\"text\":\"a\"},"
+        "{\"type\":\"text\",\"text\":\"b\"}],\"temperature\":0.5,\"stop_sequences\":[\"X\"],"
+        "\"priority\":\"P1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+        0, &rc, err, sizeof(err));
     CHECK_EQ_INT(rc, 0);
-    CHECK_AT(t, "messages", "[{\"role\":\"system\",\"content\":\"a\\nb\"},{\"role\":\"user\",\"content\":\"hi\"}]");
+    CHECK_AT(
+        t, "messages",
+        "[{\"role\":\"system\",\"content\":\"a\\nb\"},{\"role\":\"user\",\"content\":\"hi\"}]");
     CHECK_AT(t, "stop", "[\"X\"]");
     CHECK_AT(t, "temperature", "0.5");
     CHECK_AT(t, "priority", "\"P1\"");
@@ -73,15 +76,19 @@ static void test_request_images_and_tools(void)
         "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"auto\",\"disable_parallel_tool_use\":true}}",
         0, &rc, err, sizeof(err));
     CHECK_EQ_INT(rc, 0);
-    CHECK_AT(t, "messages.0.content",
-             "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,QUJD\"}},"
-             "{\"type\":\"image_url\",\"image_url\":{\"url\":\"https://x/y.png\"}},{\"type\":\"text\",\"text\":\"what\"}]");
-    CHECK_AT(t, "messages.1",
-             "{\"role\":\"assistant\",\"content\":\"let me\",\"tool_calls\":[{\"id\":\"tu1\",\"type\":\"function\","
-             "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}");
+    CHECK_AT(
+        t, "messages.0.content",
+        "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,QUJD\"}},"
+        "{\"type\":\"image_url\",\"image_url\":{\"url\":\"https://x/y.png\"}},{\"type\":\"text\",\"text\":\"what\"}]");
+    CHECK_AT(
+        t, "messages.1",
+        "{\"role\":\"assistant\",\"content\":\"let me\",\"tool_calls\":[{\"id\":\"tu1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}");
     CHECK_AT(t, "messages.2", "{\"role\":\"tool\",\"tool_call_id\":\"tu1\",\"content\":\"ok\"}");
     CHECK_AT(t, "messages.3", "{\"role\":\"user\",\"content\":\"next\"}");
-    CHECK_AT(t, "tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]");
+    CHECK_AT(
+        t, "tools",
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]");
     CHECK_AT(t, "tool_choice", "\"auto\"");
     CHECK_AT(t, "parallel_tool_calls", "false");
     cJSON_Delete(t);
@@ -95,9 +102,12 @@ static void test_request_refusals(void)
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens"},
         {"{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "model"},
         {"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[]}", "non-empty"},
-        {"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "'user' or 'assistant'"},
-        {"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"file\"}}]}]}", "source"},
-        {"{\"model\":\"m\",\"max_tokens\":1,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "only text"},
+        {"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}",
+         "'user' or 'assistant'"},
+        {"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"file\"}}]}]}",
+         "source"},
+        {"{\"model\":\"m\",\"max_tokens\":1,\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+         "only text"},
         {"[1]", "JSON object"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -111,7 +121,8 @@ static void test_request_refusals(void)
     }
     char err[300];
     int rc;
-    cJSON *t = translate("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 1, &rc, err, sizeof(err));
+    cJSON *t = translate("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                         1, &rc, err, sizeof(err));
     CHECK_EQ_INT(rc, 0); /* count_tokens needs no max_tokens */
     cJSON_Delete(t);
 }
@@ -160,16 +171,18 @@ static void test_answer(void)
     mg_msgs_usage_t fb = {0, 0, 0, 0};
     mg_buf_t out = {0};
     CHECK_EQ_INT(mg_msgs_answer(chat, strlen(chat), "msg_1", "claude", &fb, &out), 0);
-    CHECK_STR(out.data,
-              "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":["
-              "{\"type\":\"thinking\",\"thinking\":\"t\",\"signature\":\"S+/=\"},{\"type\":\"redacted_thinking\",\"data\":\"R\"},"
-              "{\"type\":\"text\",\"text\":\"hi\"},{\"type\":\"tool_use\",\"id\":\"c1\",\"name\":\"f\",\"input\":{\"a\":[1]}}],"
-              "\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":4,"
-              "\"cache_creation_input_tokens\":2,\"cache_read_input_tokens\":8}}");
+    CHECK_STR(
+        out.data,
+        "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":["
+        "{\"type\":\"thinking\",\"thinking\":\"t\",\"signature\":\"S+/=\"},{\"type\":\"redacted_thinking\",\"data\":\"R\"},"
+        "{\"type\":\"text\",\"text\":\"hi\"},{\"type\":\"tool_use\",\"id\":\"c1\",\"name\":\"f\",\"input\":{\"a\":[1]}}],"
+        "\"stop_reason\":\"tool_use\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":4,"
+        "\"cache_creation_input_tokens\":2,\"cache_read_input_tokens\":8}}");
     mg_buf_free(&out);
 
     /* vLLM's matched stop string, no usage: the call's counts */
-    const char *stop = "{\"choices\":[{\"finish_reason\":\"stop\",\"stop_reason\":\"END\",\"message\":{\"content\":\"a\"}}]}";
+    const char *stop =
+        "{\"choices\":[{\"finish_reason\":\"stop\",\"stop_reason\":\"END\",\"message\":{\"content\":\"a\"}}]}";
     mg_msgs_usage_t calls = {3, 1, 0, 0};
     CHECK_EQ_INT(mg_msgs_answer(stop, strlen(stop), "m", "x", &calls, &out), 0);
     CHECK(strstr(out.data, "\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\"") != NULL);
@@ -188,8 +201,10 @@ static void test_stop_reasons(void)
         {"{\"finish_reason\":\"content_filter\"}", "refusal", NULL},
         {"{\"finish_reason\":\"stop\",\"stop_reason\":\"###\"}", "stop_sequence", "###"},
         {"{\"finish_reason\":\"stop\",\"stop_reason\":\"pause_turn\"}", "pause_turn", NULL},
-        {"{\"finish_reason\":\"length\",\"stop_reason\":\"model_context_window_exceeded\"}", "model_context_window_exceeded", NULL},
-        {"{\"finish_reason\":\"stop\",\"stop_reason\":128001}", "end_turn", NULL}, /* vLLM: a token id */
+        {"{\"finish_reason\":\"length\",\"stop_reason\":\"model_context_window_exceeded\"}",
+         "model_context_window_exceeded", NULL},
+        {"{\"finish_reason\":\"stop\",\"stop_reason\":128001}", "end_turn",
+         NULL}, /* vLLM: a token id */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         cJSON *ch = cJSON_Parse(cases[i][0]);
@@ -205,8 +220,9 @@ static void test_error_body(void)
 {
     mg_buf_t b = {0};
     mg_msgs_error_body(&b, 404, "MODEL_NOT_FOUND", "model 'x' does not \"exist\"", "req-1");
-    CHECK_STR(b.data, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":"
-                      "\"MODEL_NOT_FOUND: model 'x' does not \\\"exist\\\"\"},\"request_id\":\"req-1\"}");
+    CHECK_STR(b.data,
+              "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\",\"message\":"
+              "\"MODEL_NOT_FOUND: model 'x' does not \\\"exist\\\"\"},\"request_id\":\"req-1\"}");
     mg_buf_free(&b);
     CHECK_STR(mg_msgs_error_type(503, "MODEL_UNAVAILABLE"), "overloaded_error");
     CHECK_STR(mg_msgs_error_type(429, "QUEUE_FULL"), "overloaded_error");
@@ -255,7 +271,7 @@ static void event_types(const char *sse, mg_buf_t *types)
     }
 }
 
-#define CHUNK(delta, finish)                                                                   \
+#define CHUNK(delta, finish)                                                                        \
     "{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":" delta \
     ",\"finish_reason\":" finish "}]}"
 
@@ -266,10 +282,15 @@ static void test_stream_tools(void)
         CHUNK("{\"reasoning_content\":\"hmm\",\"tool_calls\":[]}", "null"),
         CHUNK("{\"reasoning_signature\":\"SIG+/=\"}", "null"),
         CHUNK("{\"content\":\"I will\",\"tool_calls\":[]}", "null"),
-        CHUNK("{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}", "null"),
-        CHUNK("{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"x\\\"\"}}]}", "null"),
+        CHUNK(
+            "{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}",
+            "null"),
+        CHUNK("{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"x\\\"\"}}]}",
+              "null"),
         CHUNK("{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]}", "null"),
-        CHUNK("{\"tool_calls\":[{\"index\":1,\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}", "null"),
+        CHUNK(
+            "{\"tool_calls\":[{\"index\":1,\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}",
+            "null"),
         CHUNK("{}", "\"tool_calls\""),
         "{\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7}}",
         "[DONE]",
@@ -291,17 +312,28 @@ static void test_stream_tools(void)
     }
     mg_buf_t types = {0};
     event_types(first.data, &types);
-    CHECK_STR(types.data,
-              "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
-              "content_block_stop[0] content_block_start[1] content_block_delta[1] content_block_stop[1] "
-              "content_block_start[2] content_block_delta[2] content_block_delta[2] content_block_stop[2] "
-              "content_block_start[3] content_block_delta[3] content_block_stop[3] message_delta message_stop ");
-    CHECK(strstr(first.data, "\"delta\":{\"type\":\"signature_delta\",\"signature\":\"SIG+/=\"}") != NULL);
-    CHECK(strstr(first.data, "\"content_block\":{\"type\":\"tool_use\",\"id\":\"b\",\"name\":\"g\",\"input\":{}}") != NULL);
+    CHECK_STR(
+        types.data,
+        "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
+        "content_block_stop[0] content_block_start[1] content_block_delta[1] content_block_stop[1] "
+        "content_block_start[2] content_block_delta[2] content_block_delta[2] content_block_stop[2] "
+        "content_block_start[3] content_block_delta[3] content_block_stop[3] message_delta message_stop ");
+    CHECK(strstr(first.data, "\"delta\":{\"type\":\"signature_delta\",\"signature\":\"SIG+/=\"}") !=
+          NULL);
+    CHECK(
+        strstr(
+            first.data,
+            "\"content_block\":{\"type\":\"tool_use\",\"id\":\"b\",\"name\":\"g\",\"input\":{}}") !=
+        NULL);
     CHECK(strstr(first.data, "\"partial_json\":\"{\\\"x\\\"\"") != NULL);
     CHECK(strstr(first.data, "\"partial_json\":\"\"") == NULL); /* no empty deltas */
-    CHECK(strstr(first.data, "\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":9,\"output_tokens\":7") != NULL);
-    CHECK(strstr(first.data, "\"usage\":{\"input_tokens\":5,\"output_tokens\":0}") != NULL); /* message_start's estimate */
+    CHECK(
+        strstr(
+            first.data,
+            "\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":9,\"output_tokens\":7") !=
+        NULL);
+    CHECK(strstr(first.data, "\"usage\":{\"input_tokens\":5,\"output_tokens\":0}") !=
+          NULL); /* message_start's estimate */
     mg_buf_free(&types);
     mg_buf_free(&first);
     mg_buf_free(&in);
@@ -319,8 +351,9 @@ static void test_stream_error_and_fallback(void)
     mg_msgs_stream_t s;
     mg_msgs_stream_init(&s, "msg_2", "m", 0);
     mg_msgs_stream_feed(&s, in.data, in.len, &out);
-    CHECK(strstr(out.data, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                           "\"message\":\"UPSTREAM_ERROR: broke\"}}\n\n") != NULL);
+    CHECK(strstr(out.data,
+                 "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                 "\"message\":\"UPSTREAM_ERROR: broke\"}}\n\n") != NULL);
     CHECK(strstr(out.data, "message_stop") == NULL);
     CHECK(strstr(out.data, "content_block_stop") == NULL);
     mg_msgs_stream_free(&s);
@@ -357,12 +390,15 @@ static void test_stream_text_bytes(void)
     mg_msgs_stream_t s;
     mg_msgs_stream_init(&s, "msg_4", "m", 0);
     mg_msgs_stream_feed(&s, in.data, in.len, &out);
-    CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\\"b\\u00e9\\n\"}") != NULL);
+    CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"a\\\"b\\u00e9\\n\"}") !=
+          NULL);
     CHECK(strstr(out.data, "\"delta\":{\"type\":\"text_delta\",\"text\":\"c\xc3\xa9\"}") != NULL);
     mg_buf_t types = {0};
     event_types(out.data, &types);
-    CHECK_STR(types.data, "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
-                          "content_block_stop[0] message_delta message_stop ");
+    CHECK_STR(
+        types.data,
+        "message_start ping content_block_start[0] content_block_delta[0] content_block_delta[0] "
+        "content_block_stop[0] message_delta message_stop ");
     mg_buf_free(&types);
     mg_msgs_stream_free(&s);
     mg_buf_free(&in);

@@ -62,8 +62,7 @@ static size_t parse_name(const char *p, int allow_colon)
 {
     size_t n = 0;
     if (!name_start((unsigned char)p[0]) || (!allow_colon && p[0] == ':')) return 0;
-    while (name_char((unsigned char)p[n]) && (allow_colon || p[n] != ':'))
-        n++;
+    while (name_char((unsigned char)p[n]) && (allow_colon || p[n] != ':')) n++;
     return n;
 }
 
@@ -152,8 +151,7 @@ static void parse_comment(expo_t *e, int lineno, const char *line)
     p++;
     static const char *const types[] = {"counter", "gauge", "histogram", "summary", "untyped"};
     int ok = 0;
-    for (int i = 0; i < 5; i++)
-        ok |= strcmp(p, types[i]) == 0;
+    for (int i = 0; i < 5; i++) ok |= strcmp(p, types[i]) == 0;
     if (!ok) expo_error(e, lineno, line, "unknown TYPE");
     snprintf(f->type, sizeof(f->type), "%s", p);
 }
@@ -213,8 +211,7 @@ static void parse_sample(expo_t *e, int lineno, const char *line)
                 if (strcmp(s->lname[k], s->lname[s->n_labels]) == 0)
                     expo_error(e, lineno, line, "repeated label name");
             s->n_labels++;
-            if (*p == ',')
-                p++;
+            if (*p == ',') p++;
             else if (*p != '}') {
                 expo_error(e, lineno, line, "expected , or }");
                 return;
@@ -298,12 +295,9 @@ static void expo_parse(expo_t *e, const char *text, size_t len)
         } else {
             memcpy(line, p, n);
             line[n] = '\0';
-            if (n == 0)
-                expo_error(e, lineno, line, "empty line");
-            else if (line[0] == '#')
-                parse_comment(e, lineno, line);
-            else
-                parse_sample(e, lineno, line);
+            if (n == 0) expo_error(e, lineno, line, "empty line");
+            else if (line[0] == '#') parse_comment(e, lineno, line);
+            else parse_sample(e, lineno, line);
         }
         p += n + 1;
     }
@@ -449,7 +443,8 @@ static void test_render_empty_is_valid(void)
     /* every family name has the moongate_ prefix, sidecar_ for the Sidecar ADR names or
        gen_ai_ for the OpenTelemetry GenAI conventions */
     for (int i = 0; i < E.n_fam; i++)
-        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0 || strncmp(E.fam[i].name, "sidecar_", 8) == 0 ||
+        CHECK(strncmp(E.fam[i].name, "moongate_", 9) == 0 ||
+              strncmp(E.fam[i].name, "sidecar_", 8) == 0 ||
               strncmp(E.fam[i].name, "gen_ai_", 7) == 0);
     free(out);
     mg_pool_free(&pool);
@@ -474,9 +469,9 @@ static void test_render_full_is_valid_and_correct(void)
     m.tokens_completion_total = 567;
     m.reloads_ok = 4;
     m.reloads_failed = 1;
-    mg_metrics_loop_busy(&m, 30000);    /* 30 us: in every bucket */
-    mg_metrics_loop_busy(&m, 1000000);  /* 1 ms: exactly on a bound */
-    mg_metrics_loop_busy(&m, 7500000);  /* 7.5 ms */
+    mg_metrics_loop_busy(&m, 30000);     /* 30 us: in every bucket */
+    mg_metrics_loop_busy(&m, 1000000);   /* 1 ms: exactly on a bound */
+    mg_metrics_loop_busy(&m, 7500000);   /* 7.5 ms */
     mg_metrics_loop_busy(&m, 250000000); /* 250 ms: beyond every finite bucket */
     m.cancelled_by[MG_CANCEL_CLIENT_STALLED] = 6;
     m.conns[MG_LISTENER_API].open = 12;
@@ -539,8 +534,8 @@ static void test_render_full_is_valid_and_correct(void)
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "1") == 3); /* le is inclusive */
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "120") == 3);
     CHECK(value_of(&E, b, "endpoint", "chat", "le", "+Inf") == 4);
-    CHECK(value_of(&E, "moongate_http_request_duration_seconds_count", "endpoint", "chat", NULL, NULL) ==
-          4);
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_count", "endpoint", "chat", NULL,
+                   NULL) == 4);
     double sum =
         value_of(&E, "moongate_http_request_duration_seconds_sum", "endpoint", "chat", NULL, NULL);
     CHECK(fabs(sum - 501.203) < 1e-6);
@@ -570,13 +565,15 @@ static void test_render_full_is_valid_and_correct(void)
                    NULL) == 0);
 
     /* the listeners' connections */
-    CHECK(value_of(&E, "moongate_cancellations_total", "reason", "client_stalled", NULL, NULL) == 6);
+    CHECK(value_of(&E, "moongate_cancellations_total", "reason", "client_stalled", NULL, NULL) ==
+          6);
     CHECK(value_of(&E, "moongate_connections_open", "listener", "api", NULL, NULL) == 12);
     CHECK(value_of(&E, "moongate_connections_open", "listener", "metrics", NULL, NULL) == 1);
     CHECK(value_of(&E, "moongate_connections_max", "listener", "api", NULL, NULL) == 15);
     CHECK(value_of(&E, "moongate_connections_refused_total", "listener", "api", NULL, NULL) == 185);
     CHECK(value_of(&E, "moongate_accept_errors_total", "listener", "api", "error", "EMFILE") == 42);
-    CHECK(value_of(&E, "moongate_accept_errors_total", "listener", "metrics", "error", "ENFILE") == 0);
+    CHECK(value_of(&E, "moongate_accept_errors_total", "listener", "metrics", "error", "ENFILE") ==
+          0);
     const char *ct = "moongate_client_timeouts_total";
     CHECK(value_of(&E, ct, "listener", "api", "reason", "min_body_rate") == 15);
     CHECK(value_of(&E, ct, "listener", "api", "reason", "header_read") == 0);
@@ -603,12 +600,16 @@ static void test_large_counts_exact(void)
 {
     mg_metrics_t m;
     memset(&m, 0, sizeof(m));
-    mg_call_obs_t big = {.ep = MG_EP_CHAT, .model = "m", .status = 200, .attempts = 1,
-                         .duration_s = 1, .first_token_s = -1, .prompt_tokens = 12345678901234LL};
+    mg_call_obs_t big = {.ep = MG_EP_CHAT,
+                         .model = "m",
+                         .status = 200,
+                         .attempts = 1,
+                         .duration_s = 1,
+                         .first_token_s = -1,
+                         .prompt_tokens = 12345678901234LL};
     mg_metrics_call(&m, &big);
     m.cancelled_total = 10000000;
-    for (int i = 0; i < 3; i++)
-        mg_metrics_request(&m, MG_EP_COMPLETIONS, 200, 0.7);
+    for (int i = 0; i < 3; i++) mg_metrics_request(&m, MG_EP_COMPLETIONS, 200, 0.7);
     mg_pool_t pool;
     mg_pool_init(&pool);
     char *out = NULL;
@@ -617,13 +618,14 @@ static void test_large_counts_exact(void)
     if (!out) return;
     expo_parse(&E, out, len);
     CHECK_EQ_INT(E.errors, 0);
-    CHECK(strstr(out, "moongate_tokens_total{application=\"_none\",model=\"m\",direction=\"input\"} "
-                      "12345678901234\n") != NULL);
+    CHECK(strstr(out,
+                 "moongate_tokens_total{application=\"_none\",model=\"m\",direction=\"input\"} "
+                 "12345678901234\n") != NULL);
     CHECK(strstr(out, "moongate_cancelled_total 10000000\n") != NULL);
-    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions", "le",
-                   "0.5") == 0);
-    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions", "le",
-                   "1") == 3);
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions",
+                   "le", "0.5") == 0);
+    CHECK(value_of(&E, "moongate_http_request_duration_seconds_bucket", "endpoint", "completions",
+                   "le", "1") == 3);
     /* completions, the two always rendered, and the big call's duration, sidecar latency,
        GenAI duration and (input and output) token histograms */
     CHECK_EQ_INT(check_histograms(&E), 8);
@@ -632,17 +634,25 @@ static void test_large_counts_exact(void)
     mg_metrics_free(&m);
 }
 
-
 /* The labelled families: every value as the calls made it, the OpenTelemetry bucket bounds,
  * escaping, and the bound on the series ("_other" past it). */
 static void test_labelled_families(void)
 {
     mg_metrics_t m;
     memset(&m, 0, sizeof(m));
-    mg_call_obs_t ok = {.ep = MG_EP_CHAT, .application = "shop", .model = "general-chat",
-                        .priority = "P1", .provider_kind = "openai", .upstream_model = "qwen3",
-                        .status = 200, .stream = 1, .attempts = 1, .duration_s = 2.0,
-                        .first_token_s = 0.001, .prompt_tokens = 64, .completion_tokens = 11};
+    mg_call_obs_t ok = {.ep = MG_EP_CHAT,
+                        .application = "shop",
+                        .model = "general-chat",
+                        .priority = "P1",
+                        .provider_kind = "openai",
+                        .upstream_model = "qwen3",
+                        .status = 200,
+                        .stream = 1,
+                        .attempts = 1,
+                        .duration_s = 2.0,
+                        .first_token_s = 0.001,
+                        .prompt_tokens = 64,
+                        .completion_tokens = 11};
     mg_metrics_call(&m, &ok);
     ok.duration_s = 3.0; /* TPOT (3 - 1) / 10 = 0.2; tokens/s 10 / 2 = 5, averaged with 5 */
     ok.first_token_s = 1.0;
@@ -651,9 +661,15 @@ static void test_labelled_families(void)
     degraded.degraded = "fallback";
     degraded.upstream_model = "small\"q";
     mg_metrics_call(&m, &degraded);
-    mg_call_obs_t blocked = {.ep = MG_EP_CHAT, .application = "shop", .model = "general-chat",
-                             .priority = "P2", .status = 401, .blocked_reason = "AUTH_FAILED",
-                             .duration_s = 0.001, .first_token_s = -1, .prompt_tokens = 5};
+    mg_call_obs_t blocked = {.ep = MG_EP_CHAT,
+                             .application = "shop",
+                             .model = "general-chat",
+                             .priority = "P2",
+                             .status = 401,
+                             .blocked_reason = "AUTH_FAILED",
+                             .duration_s = 0.001,
+                             .first_token_s = -1,
+                             .prompt_tokens = 5};
     mg_metrics_call(&m, &blocked);
     mg_call_obs_t cancelled = ok;
     cancelled.status = 499;
@@ -667,8 +683,12 @@ static void test_labelled_families(void)
     for (int i = 0; i < 400; i++) {
         char name[32];
         snprintf(name, sizeof(name), "m%d", i);
-        mg_call_obs_t one = {.ep = MG_EP_CHAT, .model = name, .priority = "P2", .status = 404,
-                             .duration_s = 0.001, .first_token_s = -1};
+        mg_call_obs_t one = {.ep = MG_EP_CHAT,
+                             .model = name,
+                             .priority = "P2",
+                             .status = 404,
+                             .duration_s = 0.001,
+                             .first_token_s = -1};
         mg_metrics_call(&m, &one);
     }
     mg_pool_t pool;
@@ -695,9 +715,12 @@ static void test_labelled_families(void)
     CHECK(value_of(&E, d, "model", "general-chat", "le", "5") == 5);
     CHECK(value_of(&E, "moongate_first_token_latency_seconds_count", "model", "general-chat", NULL,
                    NULL) == 4);
-    CHECK(value_of(&E, "moongate_queue_time_seconds_bucket", "model", "general-chat", "le", "0.025") == 1);
-    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "input") == 64 * 4);
-    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "output") == 44);
+    CHECK(value_of(&E, "moongate_queue_time_seconds_bucket", "model", "general-chat", "le",
+                   "0.025") == 1);
+    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "input") ==
+          64 * 4);
+    CHECK(value_of(&E, "moongate_tokens_total", "model", "general-chat", "direction", "output") ==
+          44);
     /* 10 tokens in 1.999 s first, then 5/s twice (the cancelled one does not count) */
     CHECK(fabs(value_of(&E, "moongate_tokens_per_second", "model", "general-chat", NULL, NULL) -
                (10 / 1.999 * 0.64 + 5 * 0.36)) < 1e-9);
@@ -714,25 +737,29 @@ static void test_labelled_families(void)
     CHECK(value_of(&E, pr, "provider_id", "p1", "status_code", "429") == 1);
     CHECK(value_of(&E, pr, "provider_id", "p1", "status_code", "200") == 1);
     CHECK(value_of(&E, pr, "pool", "main", "status_code", "none") == 1);
-    CHECK(value_of(&E, "sidecar_provider_latency_seconds_bucket", "provider_id", "p1", "le", "1") == 2);
-    CHECK(fabs(value_of(&E, "sidecar_provider_latency_seconds_sum", "provider_id", "p1", NULL, NULL) -
-               2.01) < 1e-9);
+    CHECK(value_of(&E, "sidecar_provider_latency_seconds_bucket", "provider_id", "p1", "le", "1") ==
+          2);
+    CHECK(
+        fabs(value_of(&E, "sidecar_provider_latency_seconds_sum", "provider_id", "p1", NULL, NULL) -
+             2.01) < 1e-9);
     /* the GenAI conventions: labels, the spec's bounds (a first token of exactly 1 ms is in
        the first bucket), token types; the refused and the unknown-model calls are not there */
     const char *tt = "gen_ai_server_time_to_first_token_seconds_bucket";
     CHECK(value_of(&E, tt, "gen_ai_request_model", "general-chat", "le", "0.001") == 1);
     CHECK(value_of(&E, tt, "gen_ai_response_model", "qwen3", "le", "1") == 2);
     CHECK(find(&E, tt, "le", "0.005", "gen_ai_operation_name", "chat") != NULL);
-    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket", "gen_ai_response_model",
-                   "qwen3", "le", "0.2") == 2);
-    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket", "gen_ai_response_model",
-                   "qwen3", "le", "0.15") == 0);
-    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "input", "le", "64") == 2);
-    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "output", "le", "16") == 2);
-    CHECK(value_of(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_provider_name", "openai",
-                   "gen_ai_response_model", "qwen3") == 3);
-    CHECK(find(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_request_model", "m0", NULL,
-               NULL) == NULL);
+    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket",
+                   "gen_ai_response_model", "qwen3", "le", "0.2") == 2);
+    CHECK(value_of(&E, "gen_ai_server_time_per_output_token_seconds_bucket",
+                   "gen_ai_response_model", "qwen3", "le", "0.15") == 0);
+    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "input", "le",
+                   "64") == 2);
+    CHECK(value_of(&E, "gen_ai_client_token_usage_bucket", "gen_ai_token_type", "output", "le",
+                   "16") == 2);
+    CHECK(value_of(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_provider_name",
+                   "openai", "gen_ai_response_model", "qwen3") == 3);
+    CHECK(find(&E, "gen_ai_server_request_duration_seconds_count", "gen_ai_request_model", "m0",
+               NULL, NULL) == NULL);
     free(out);
 done:
     mg_pool_free(&pool);

@@ -206,8 +206,8 @@ static void test_weighted_first_properties(void)
         }
         size_t k = (size_t)(mg_splitmix64(&seed) % (n + 3));
         double u = mg_unit_double(mg_splitmix64(&seed));
-        size_t got = mg_order_weighted_first(items, n, k, u, mg_splitmix64(&seed),
-                                             keyed ? keys : NULL, tmp);
+        size_t got =
+            mg_order_weighted_first(items, n, k, u, mg_splitmix64(&seed), keyed ? keys : NULL, tmp);
         int ok = got == (k < n ? k : n);
         unsigned char taken[N_MAX] = {0};
         for (size_t m = 0; ok && m < got; m++) {
@@ -219,9 +219,9 @@ static void test_weighted_first_properties(void)
             for (size_t j = 0; ok && j < n; j++) {
                 if (taken[j] || j == (size_t)pos - 1) continue;
                 int c = key_cmp(keyed ? keys[j].key : 0, key);
-                if (c < 0) ok = 0;               /* a smaller key was left */
+                if (c < 0) ok = 0; /* a smaller key was left */
                 else if (c == 0 && !weighted && (in[j].key > 0 || (int)j + 1 < pos))
-                    ok = 0;                       /* a weighted one, or an earlier one, was left */
+                    ok = 0; /* a weighted one, or an earlier one, was left */
             }
             taken[pos - 1] = 1;
         }
@@ -240,8 +240,8 @@ static void test_weighted_first_draws_follow_weights(void)
     const int N = 4000;
     for (int i = 0; i < N; i++) {
         for (int j = 0; j < 4; j++) items[j] = (mg_order_item_t){w[j], j + 1};
-        size_t got = mg_order_weighted_first(items, 4, 2, (i + 0.5) / N, mg_splitmix64(&seed),
-                                             NULL, tmp);
+        size_t got =
+            mg_order_weighted_first(items, 4, 2, (i + 0.5) / N, mg_splitmix64(&seed), NULL, tmp);
         CHECK(got == 2);
         first[items[0].pos - 1]++;
         if (items[0].pos == 2) second_of_2[items[1].pos - 1]++;

@@ -188,8 +188,7 @@ static void test_sync_keeps_state_by_id(void)
         CHECK(mg_pool_available(d, 0));
     }
     /* the state array follows the new config's order */
-    for (size_t i = 0; i < p.n; i++)
-        CHECK_STR(p.items[i].id, ids2[i]);
+    for (size_t i = 0; i < p.n; i++) CHECK_STR(p.items[i].id, ids2[i]);
 
     /* syncing the same config again changes nothing */
     CHECK_EQ_INT(mg_pool_sync(&p, c2), 0);
@@ -367,7 +366,7 @@ static void test_route_probe_slots(void)
         mg_pool_breakers_record(ps, b, t, MG_ATTEMPT_FAILED);
     }
     CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_OPEN); /* no model serves */
-    t += 1000; /* both routes half open */
+    t += 1000;                                                          /* both routes half open */
     CHECK_EQ_INT(mg_pool_provider_breaker(&p, ps, t), MG_BREAKER_HALF_OPEN);
     CHECK(mg_pool_breakers_allow(ps, a, t));
     mg_pool_breakers_record(ps, a, t, MG_ATTEMPT_UNREACHABLE); /* probe slot back, route untried */

@@ -204,8 +204,7 @@ static void collect(void *ud, const mg_prom_sample_t *s)
     snprintf(v->names[v->n], sizeof(v->names[0]), "%.*s", (int)s->name_len, s->name);
     if (s->labels)
         snprintf(v->labels[v->n], sizeof(v->labels[0]), "%.*s", (int)s->labels_len, s->labels);
-    else
-        snprintf(v->labels[v->n], sizeof(v->labels[0]), "-");
+    else snprintf(v->labels[v->n], sizeof(v->labels[0]), "-");
     v->values[v->n] = s->value;
     v->n++;
 }
@@ -436,8 +435,7 @@ static void test_garbage(void)
                              LLAMA_SLOTS,  LLAMA_SLOTS_OLD, OLLAMA_PS};
     for (size_t s = 0; s < sizeof(samples) / sizeof(samples[0]); s++) {
         size_t n = strlen(samples[s]);
-        for (size_t k = 0; k <= n; k++)
-            all_parsers(samples[s], k);
+        for (size_t k = 0; k <= n; k++) all_parsers(samples[s], k);
     }
     /* random mutations of the samples: flipped bytes, NULs, quotes, braces, newlines */
     const char specials[] = "\"{}\\\n\r\0 #:[],";
@@ -459,8 +457,7 @@ static void test_garbage(void)
     for (int round = 0; round < 500; round++) {
         char buf[512];
         size_t n = rng() % sizeof(buf);
-        for (size_t i = 0; i < n; i++)
-            buf[i] = (char)(rng() & 0xff);
+        for (size_t i = 0; i < n; i++) buf[i] = (char)(rng() & 0xff);
         all_parsers(buf, n);
     }
     /* a very long line and a very long value token */

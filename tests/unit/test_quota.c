@@ -249,15 +249,13 @@ static void test_window_edges(void)
     CHECK_EQ_INT(mg_quota_level_init(&u, 0, 0, 0), 0);
     mg_quota_level_t *lu[] = {&u};
     int refused = 0;
-    for (int i = 0; i < 10000; i++)
-        refused += hit(lu, 1, (uint64_t)i * 7, 1000) != MG_QUOTA_OK;
+    for (int i = 0; i < 10000; i++) refused += hit(lu, 1, (uint64_t)i * 7, 1000) != MG_QUOTA_OK;
     CHECK_EQ_INT(refused, 0);
     /* a sliding (not fixed) window: 60 per minute spread evenly never trips at 60 */
     mg_quota_level_t s;
     CHECK_EQ_INT(mg_quota_level_init(&s, 60, 0, 0), 0);
     mg_quota_level_t *ls[] = {&s};
-    for (int i = 0; i < 600; i++)
-        refused += hit(ls, 1, 100000 + (uint64_t)i * 1000, 0) != 0;
+    for (int i = 0; i < 600; i++) refused += hit(ls, 1, 100000 + (uint64_t)i * 1000, 0) != 0;
     CHECK_EQ_INT(refused, 0);
     CHECK_EQ_INT(hit(ls, 1, 100000 + 599 * 1000 + 1, 0), MG_QUOTA_REFUSED);
     free2(&a, &s);

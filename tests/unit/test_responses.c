@@ -59,10 +59,11 @@ static void test_string_input_and_instructions(void)
     CHECK(at(chat, "max_output_tokens") == NULL);
     CHECK(at(chat, "temperature")->valuedouble == 0.5);
     CHECK(cJSON_IsTrue(at(chat, "stream")));
-    CHECK_STR(str(chat, "priority"), "P1");      /* the gateway's, taken out later */
-    CHECK_STR(str(chat, "metadata.a"), "b");     /* read by the parse step, stripped */
+    CHECK_STR(str(chat, "priority"), "P1");  /* the gateway's, taken out later */
+    CHECK_STR(str(chat, "metadata.a"), "b"); /* read by the parse step, stripped */
     CHECK_STR(str(chat, "reasoning_effort"), "low");
-    CHECK(at(chat, "store") == NULL && at(chat, "input") == NULL && at(chat, "instructions") == NULL);
+    CHECK(at(chat, "store") == NULL && at(chat, "input") == NULL &&
+          at(chat, "instructions") == NULL);
     cJSON *turn = mg_resp_turn_messages(chat, 1);
     CHECK_EQ_INT(cJSON_GetArraySize(turn), 1);
     CHECK_STR(str(turn, "0.content"), "hi");
@@ -133,7 +134,8 @@ static void test_refused_with_param(void)
         {"{\"model\":\"m\",\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0]"},
         {"{\"model\":\"m\",\"input\":\"x\",\"background\":true}", "background"},
         {"{\"model\":\"m\",\"input\":\"x\",\"truncation\":\"auto\"}", "truncation"},
-        {"{\"model\":\"m\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}", "include"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"include\":[\"reasoning.encrypted_content\"]}",
+         "include"},
         {"{\"model\":\"m\",\"input\":\"x\",\"prompt\":{\"id\":\"p\"}}", "prompt"},
         {"{\"model\":\"m\",\"input\":\"x\",\"top_logprobs\":3}", "top_logprobs"},
         {"{\"model\":\"m\",\"input\":\"x\",\"bogus\":1}", "bogus"},
@@ -143,8 +145,10 @@ static void test_refused_with_param(void)
         {"{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"file_id\":\"f\"}]}]}",
          "input[0].content[0]"},
         {"{\"model\":\"m\",\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0]"},
-        {"{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"}}", "tool_choice"},
-        {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"}}",
+         "tool_choice"},
+        {"{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}",
+         "text.format"},
         {"{\"model\":\"\",\"input\":\"x\"}", "model"},
         {"{\"model\":\"m\"}", "input"},
     };
@@ -158,9 +162,10 @@ static void test_refused_with_param(void)
     }
     /* their do-nothing values pass */
     mg_resp_error_t err;
-    cJSON *chat = chat_of("{\"model\":\"m\",\"input\":\"x\",\"background\":false,\"truncation\":\"disabled\","
-                          "\"include\":[],\"top_logprobs\":0,\"conversation\":null}",
-                          &err);
+    cJSON *chat =
+        chat_of("{\"model\":\"m\",\"input\":\"x\",\"background\":false,\"truncation\":\"disabled\","
+                "\"include\":[],\"top_logprobs\":0,\"conversation\":null}",
+                &err);
     CHECK(chat != NULL);
     cJSON_Delete(chat);
 }
@@ -221,10 +226,11 @@ static void test_input_items(void)
     CHECK_STR(str(items, "0.id"), "msg_abc_in0");
     cJSON_Delete(items);
     cJSON_Delete(req);
-    req = cJSON_Parse("{\"model\":\"m\",\"input\":[{\"role\":\"assistant\",\"content\":\"a\"},"
-                      "{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c\",\"name\":\"f\","
-                      "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c\","
-                      "\"output\":\"o\"}]}");
+    req =
+        cJSON_Parse("{\"model\":\"m\",\"input\":[{\"role\":\"assistant\",\"content\":\"a\"},"
+                    "{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c\",\"name\":\"f\","
+                    "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c\","
+                    "\"output\":\"o\"}]}");
     items = mg_resp_input_items(req, "abc");
     CHECK_EQ_INT(cJSON_GetArraySize(items), 3);
     CHECK_STR(str(items, "0.content.0.type"), "output_text");
@@ -291,22 +297,25 @@ static void test_text_stream_sequence(void)
 {
     mg_resp_out_t *o = new_out();
     mg_buf_t out = {0};
-    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}", &out);
+    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}",
+         &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}]}", &out);
     /* vLLM's empty tool_calls and empty content make nothing */
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\",\"tool_calls\":[]}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}", &out);
-    feed(o, "{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
-            "\"prompt_tokens_details\":{\"cached_tokens\":1}}}", &out);
+    feed(o,
+         "{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
+         "\"prompt_tokens_details\":{\"cached_tokens\":1}}}",
+         &out);
     const cJSON *final = mg_resp_out_end(o, &out);
     cJSON *evs = parse_events(&out);
     CHECK(evs != NULL);
-    static const char *const want[] = {
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
-        "response.output_text.done", "response.content_part.done", "response.output_item.done",
-        "response.completed"};
+    static const char *const want[] = {"response.created",           "response.in_progress",
+                                       "response.output_item.added", "response.content_part.added",
+                                       "response.output_text.delta", "response.output_text.delta",
+                                       "response.output_text.done",  "response.content_part.done",
+                                       "response.output_item.done",  "response.completed"};
     CHECK_EQ_INT(cJSON_GetArraySize(evs), 10);
     for (int i = 0; i < 10; i++) {
         CHECK(type_at(evs, i, want[i]));
@@ -339,15 +348,23 @@ static void test_tool_calls_interleaved(void)
     mg_buf_t out = {0};
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hmm\"}}]}", &out);
     feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}", &out);
-    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"ca\","
-            "\"function\":{\"name\":\"a\",\"arguments\":\"\"}},{\"index\":1,\"id\":\"cb\","
-            "\"function\":{\"name\":\"b\",\"arguments\":\"{\\\"y\\\"\"}}]}}]}", &out);
-    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
-            "\"function\":{\"arguments\":\"{\\\"x\\\":1}\"}}]}}]}", &out);
-    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,"
-            "\"function\":{\"arguments\":\":2}\"}}]}}]}", &out);
-    feed(o, "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":2,\"id\":\"cc\","
-            "\"function\":{\"name\":\"c\"}}]},\"finish_reason\":\"tool_calls\"}]}", &out);
+    feed(o,
+         "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"ca\","
+         "\"function\":{\"name\":\"a\",\"arguments\":\"\"}},{\"index\":1,\"id\":\"cb\","
+         "\"function\":{\"name\":\"b\",\"arguments\":\"{\\\"y\\\"\"}}]}}]}",
+         &out);
+    feed(o,
+         "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,"
+         "\"function\":{\"arguments\":\"{\\\"x\\\":1}\"}}]}}]}",
+         &out);
+    feed(o,
+         "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,"
+         "\"function\":{\"arguments\":\":2}\"}}]}}]}",
+         &out);
+    feed(o,
+         "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":2,\"id\":\"cc\","
+         "\"function\":{\"name\":\"c\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+         &out);
     const cJSON *final = mg_resp_out_end(o, &out);
     cJSON *evs = parse_events(&out);
     CHECK(evs != NULL);
@@ -379,7 +396,7 @@ static void test_tool_calls_interleaved(void)
             }
             if (strcmp(t, "response.function_call_arguments.done") == 0) {
                 done = i;
-                CHECK_STR(str(e, "arguments"), str(output, item == 2 ? "2.arguments"
+                CHECK_STR(str(e, "arguments"), str(output, item == 2   ? "2.arguments"
                                                            : item == 3 ? "3.arguments"
                                                                        : "4.arguments"));
                 CHECK_STR(sum.data ? sum.data : "", str(e, "arguments"));
@@ -393,9 +410,12 @@ static void test_tool_calls_interleaved(void)
     for (const cJSON *e = evs->child; e; e = e->next, i++) {
         const char *t = str(e, "type");
         const char *type = str(e, "item.type");
-        if (strcmp(t, "response.output_item.done") == 0 && strcmp(type, "reasoning") == 0) rs_done = i;
-        if (strcmp(t, "response.output_item.added") == 0 && strcmp(type, "message") == 0) msg_added = i;
-        if (strcmp(t, "response.output_item.done") == 0 && strcmp(type, "message") == 0) msg_done = i;
+        if (strcmp(t, "response.output_item.done") == 0 && strcmp(type, "reasoning") == 0)
+            rs_done = i;
+        if (strcmp(t, "response.output_item.added") == 0 && strcmp(type, "message") == 0)
+            msg_added = i;
+        if (strcmp(t, "response.output_item.done") == 0 && strcmp(type, "message") == 0)
+            msg_done = i;
         if (strcmp(t, "response.output_item.added") == 0 && strcmp(type, "function_call") == 0 &&
             fc_added < 0)
             fc_added = i;
@@ -428,7 +448,8 @@ static void test_completion_and_incomplete(void)
     CHECK_STR(str(r, "output.0.type"), "reasoning");
     CHECK_STR(str(r, "output.1.content.0.text"), "cut");
     CHECK_STR(str(r, "output.1.status"), "incomplete"); /* the message the limit cut */
-    CHECK_EQ_INT((int)at(at(at(r, "usage"), "output_tokens_details"), "reasoning_tokens")->valuedouble, 2);
+    CHECK_EQ_INT(
+        (int)at(at(at(r, "usage"), "output_tokens_details"), "reasoning_tokens")->valuedouble, 2);
     CHECK_STR(str(r, "tool_choice"), "auto");
     CHECK_STR(str(r, "text.format.type"), "text");
     CHECK(cJSON_IsTrue(at(r, "store")));

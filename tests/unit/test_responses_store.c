@@ -80,7 +80,7 @@ static void test_with_store(void)
     CHECK_STR(s.input, "[\"in\"]");
     mg_store_flush(st);
     for (int i = 0; i < 20; i++) uv_run(&loop, UV_RUN_NOWAIT); /* the commit's callback */
-    s = lookup(rs, &loop, "resp_1"); /* from the database */
+    s = lookup(rs, &loop, "resp_1");                           /* from the database */
     CHECK_EQ_INT(s.found, 1);
     CHECK_STR(s.scope, "cred:a");
     CHECK_STR(s.messages, "[1]");

@@ -1,7 +1,8 @@
 /* Unit tests for core/sched/sched.c: priority order, weighted shares, aging, P4 idle-only,
  * reserved realtime slots, global/model/app/user caps and the head-of-line rule, leases
  * released exactly once on every path, queue deadlines, backpressure levels, memory
- * admission and its degrade steps (shorter output, smaller model), and a randomized run checked step by step against a brute-force scheduler. */
+ * admission and its degrade steps (shorter output, smaller model), and a randomized run checked
+ * step by step against a brute-force scheduler. */
 #include "mgtest.h"
 #include "sched/sched.h"
 
@@ -123,8 +124,7 @@ static void test_order_by_priority(void)
     mg_sched_config_t c = base_config();
     mg_sched_t *s = new_sched(&c);
     mg_sched_entry_t e[4];
-    for (int p = 3; p >= 0; p--)
-        CHECK_EQ_INT(put(s, &e[p], p, NULL, NULL, NULL, 1000), 0);
+    for (int p = 3; p >= 0; p--) CHECK_EQ_INT(put(s, &e[p], p, NULL, NULL, NULL, 1000), 0);
     CHECK(mg_sched_peek(s) == &e[0]);
     CHECK_EQ_INT(mg_sched_queued(s), 4);
     for (int p = 0; p < 4; p++) {
@@ -132,8 +132,7 @@ static void test_order_by_priority(void)
         CHECK_EQ_INT(mg_sched_queued(s), 3 - p);
     }
     CHECK(mg_sched_dispatch(s, 1000) == NULL);
-    for (int p = 0; p < 4; p++)
-        CHECK_EQ_INT(mg_sched_release(&e[p].lease), 0);
+    for (int p = 0; p < 4; p++) CHECK_EQ_INT(mg_sched_release(&e[p].lease), 0);
     CHECK_EQ_INT(mg_sched_queued(NULL), 0);
     mg_sched_free(s);
 }
@@ -316,8 +315,7 @@ static void test_reserved_slots(void)
         CHECK(d != NULL && d->priority == MG_PRIO_P1);
     }
     CHECK(mg_sched_dispatch(s, 0) == NULL);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(put(s, &rt[i], MG_PRIO_P0, NULL, NULL, NULL, 1), 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(put(s, &rt[i], MG_PRIO_P0, NULL, NULL, NULL, 1), 0);
     CHECK(mg_sched_dispatch(s, 1) == &rt[0]);
     CHECK(mg_sched_dispatch(s, 1) == &rt[1]);
     CHECK(mg_sched_dispatch(s, 1) == NULL); /* 8 of 8 */
@@ -343,10 +341,8 @@ static void test_reserved_slots(void)
     mg_sched_stats(s, &st);
     CHECK_EQ_INT(st.running, 7);
     CHECK_EQ_INT(st.queued_by_prio[MG_PRIO_P4], 3);
-    for (int i = 0; i < 10; i++)
-        mg_sched_release(&low[i].lease);
-    for (int i = 0; i < 3; i++)
-        mg_sched_release(&rt[i].lease);
+    for (int i = 0; i < 10; i++) mg_sched_release(&low[i].lease);
+    for (int i = 0; i < 3; i++) mg_sched_release(&rt[i].lease);
     CHECK_EQ_INT(running(s), 0);
     mg_sched_free(s);
 }
@@ -358,16 +354,13 @@ static void test_global_cap(void)
     c.reserved_realtime_slots = 0;
     mg_sched_t *s = new_sched(&c);
     mg_sched_entry_t e[5];
-    for (int i = 0; i < 5; i++)
-        CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P0, NULL, NULL, NULL, 0), 0);
-    for (int i = 0; i < 3; i++)
-        CHECK(mg_sched_dispatch(s, 0) == &e[i]);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P0, NULL, NULL, NULL, 0), 0);
+    for (int i = 0; i < 3; i++) CHECK(mg_sched_dispatch(s, 0) == &e[i]);
     CHECK(mg_sched_dispatch(s, 0) == NULL);
     CHECK_EQ_INT(mg_sched_release(&e[1].lease), 0);
     CHECK(mg_sched_dispatch(s, 0) == &e[3]);
     CHECK(mg_sched_dispatch(s, 0) == NULL);
-    for (int i = 0; i < 5; i++)
-        mg_sched_release(&e[i].lease);
+    for (int i = 0; i < 5; i++) mg_sched_release(&e[i].lease);
     CHECK(mg_sched_dispatch(s, 0) == &e[4]);
     mg_sched_release(&e[4].lease);
     mg_sched_free(s);
@@ -423,8 +416,7 @@ static void test_app_caps(void)
     mg_sched_gate_limits(s, office, 2, 3);
     mg_sched_gate_limits(s, doc, 1, 30);
     mg_sched_entry_t o[4], d1;
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(put(s, &o[i], MG_PRIO_P2, NULL, office, NULL, 0), 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(put(s, &o[i], MG_PRIO_P2, NULL, office, NULL, 0), 0);
     CHECK_EQ_INT(put(s, &o[3], MG_PRIO_P2, NULL, office, NULL, 0), MG_SCHED_EQUEUE_FULL);
     CHECK_EQ_INT(o[3].queued_, 0);
     CHECK_EQ_INT(put(s, &d1, MG_PRIO_P3, NULL, doc, NULL, 0), 0);
@@ -477,8 +469,7 @@ static void test_queue_full(void)
     c.max_queued = 4;
     mg_sched_t *s = new_sched(&c);
     mg_sched_entry_t e[6];
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P1, NULL, NULL, NULL, 0), 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P1, NULL, NULL, NULL, 0), 0);
     /* full: QUEUE_FULL for every priority (not the level-3 rejection) */
     CHECK_EQ_INT(put(s, &e[4], MG_PRIO_P0, NULL, NULL, NULL, 0), MG_SCHED_EQUEUE_FULL);
     CHECK_EQ_INT(put(s, &e[4], MG_PRIO_P3, NULL, NULL, NULL, 0), MG_SCHED_EQUEUE_FULL);
@@ -681,13 +672,11 @@ static void test_backpressure_queue_and_memory(void)
     c.max_queued = 20;
     mg_sched_t *s = new_sched(&c);
     mg_sched_entry_t q[20], x;
-    for (int i = 0; i < 14; i++)
-        CHECK_EQ_INT(put(s, &q[i], MG_PRIO_P0, NULL, NULL, NULL, 0), 0);
+    for (int i = 0; i < 14; i++) CHECK_EQ_INT(put(s, &q[i], MG_PRIO_P0, NULL, NULL, NULL, 0), 0);
     /* nothing dispatched: 14/20 queued = 0.70 */
     CHECK_EQ_INT(mg_sched_level(s), 1);
     CHECK_EQ_INT(put(s, &x, MG_PRIO_P4, NULL, NULL, NULL, 0), MG_SCHED_EOVERLOAD);
-    for (int i = 14; i < 19; i++)
-        CHECK_EQ_INT(put(s, &q[i], MG_PRIO_P1, NULL, NULL, NULL, 0), 0);
+    for (int i = 14; i < 19; i++) CHECK_EQ_INT(put(s, &q[i], MG_PRIO_P1, NULL, NULL, NULL, 0), 0);
     CHECK_EQ_INT(mg_sched_level(s), 3); /* 19/20 */
     CHECK_EQ_INT(put(s, &x, MG_PRIO_P2, NULL, NULL, NULL, 0), MG_SCHED_EOVERLOAD);
     mg_sched_free(s);
@@ -841,7 +830,8 @@ static void test_fit_output(void)
     /* shorter: 500 tokens fit, 100 are input, so 400 (2 x 500 = 1000: exactly full) */
     CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 100, 1000, 256, &out), 0);
     CHECK_EQ_INT(out, 400);
-    CHECK_EQ_INT(mg_sched_fit_output(999, 2, 100, 1000, 256, &out), 0); /* 499 tokens: rounds down */
+    CHECK_EQ_INT(mg_sched_fit_output(999, 2, 100, 1000, 256, &out),
+                 0); /* 499 tokens: rounds down */
     CHECK_EQ_INT(out, 399);
     /* the floor: 256 fit exactly, 255 do not */
     CHECK_EQ_INT(mg_sched_fit_output(1000, 2, 244, 1000, 256, &out), 0);
@@ -864,8 +854,9 @@ static void test_fit_output(void)
     CHECK_EQ_INT(mg_sched_fit_output(UINT64_MAX, 8, 1000, 4000, 256, &out), 0);
     CHECK_EQ_INT(out, 4000);
     /* big figures do not overflow */
-    CHECK_EQ_INT(mg_sched_fit_output(UINT64_C(1) << 40, UINT64_C(1) << 32, UINT32_MAX, UINT32_MAX,
-                                     1, &out), MG_SCHED_ETOO_LARGE);
+    CHECK_EQ_INT(
+        mg_sched_fit_output(UINT64_C(1) << 40, UINT64_C(1) << 32, UINT32_MAX, UINT32_MAX, 1, &out),
+        MG_SCHED_ETOO_LARGE);
 }
 
 /* Dispatch degrades before it waits: shorter output, then the smaller model (as asked,
@@ -895,9 +886,9 @@ static void test_memory_degrade(void)
         uint32_t got;
         uint64_t bytes;
     } t[] = {
-        {50, 100, 0, 0, 0, 100, 300},                                 /* fits as asked */
-        {50, 300, 100, 0, MG_SCHED_SHORTER, 150, 400},                /* 200 tokens fit on m */
-        {100, 300, 150, 1, MG_SCHED_SMALLER, 300, 400},               /* m: 100 < 150; sm as asked */
+        {50, 100, 0, 0, 0, 100, 300},                   /* fits as asked */
+        {50, 300, 100, 0, MG_SCHED_SHORTER, 150, 400},  /* 200 tokens fit on m */
+        {100, 300, 150, 1, MG_SCHED_SMALLER, 300, 400}, /* m: 100 < 150; sm as asked */
         {100, 400, 150, 1, MG_SCHED_SMALLER | MG_SCHED_SHORTER, 300, 400}, /* sm, shorter */
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -957,8 +948,7 @@ static void test_reconfigure(void)
     c.reserved_realtime_slots = 1;
     mg_sched_t *s = new_sched(&c);
     mg_sched_entry_t e[3];
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P2, NULL, NULL, NULL, 0), 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(put(s, &e[i], MG_PRIO_P2, NULL, NULL, NULL, 0), 0);
     CHECK(mg_sched_dispatch(s, 0) == &e[0]);
     CHECK(mg_sched_dispatch(s, 0) == NULL);
     c.max_running = 4;
@@ -968,8 +958,7 @@ static void test_reconfigure(void)
     CHECK(mg_sched_dispatch(s, 0) == &e[2]);
     c.reserved_realtime_slots = 4;
     CHECK_EQ_INT(mg_sched_reconfigure(s, &c), MG_SCHED_EINVAL);
-    for (int i = 0; i < 3; i++)
-        mg_sched_release(&e[i].lease);
+    for (int i = 0; i < 3; i++) mg_sched_release(&e[i].lease);
     mg_sched_free(s);
 }
 
@@ -984,8 +973,7 @@ static void test_free_detaches(void)
     CHECK_EQ_INT(put(s, &e[1], MG_PRIO_P1, NULL, NULL, NULL, 0), 0);
     CHECK_EQ_INT(put(s, &e[2], MG_PRIO_P4, NULL, NULL, u, 0), 0);
     mg_sched_free(s);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(e[i].queued_, 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(e[i].queued_, 0);
 }
 
 /* ---- randomized run against a brute-force scheduler ------------------------------- */
@@ -1140,8 +1128,7 @@ static void rig_release(rig_t *r)
     unsigned at = rnd(r, R_ENTRIES);
     mg_sched_entry_t *e = &r->e[at];
     if (rnd(r, 8))
-        for (unsigned k = 0; k < R_ENTRIES && !e->lease.held; k++)
-            e = &r->e[(at + k) % R_ENTRIES];
+        for (unsigned k = 0; k < R_ENTRIES && !e->lease.held; k++) e = &r->e[(at + k) % R_ENTRIES];
     int held = e->lease.held;
     int rc = mg_sched_release(&e->lease);
     CHECK_EQ_INT(rc, held ? 0 : 1);
@@ -1190,8 +1177,7 @@ static void rig_check_counts(rig_t *r)
     count_held(r, &h);
     for (int k = 0; k < R_MODELS; k++)
         CHECK_EQ_INT(mg_sched_gate_running(r->model[k]), h.model[k + 1]);
-    for (int k = 0; k < R_APPS; k++)
-        CHECK_EQ_INT(mg_sched_gate_running(r->app[k]), h.app[k + 1]);
+    for (int k = 0; k < R_APPS; k++) CHECK_EQ_INT(mg_sched_gate_running(r->app[k]), h.app[k + 1]);
     for (int k = 0; k < R_USERS; k++)
         CHECK_EQ_INT(mg_sched_gate_running(r->user[k]), h.user[k + 1]);
     CHECK_EQ_INT(st.mem_reserved_bytes, h.mem);
@@ -1229,16 +1215,11 @@ static void run_rig(unsigned seed, uint64_t aging_ms)
     for (int step = 0; step < R_STEPS && mg_test_failures_ == failures_before; step++) {
         r.now += rnd(&r, 50);
         unsigned op = rnd(&r, 100);
-        if (op < 40)
-            rig_enqueue(&r);
-        else if (op < 65)
-            rig_dispatch(&r, caps_m, caps_a);
-        else if (op < 87)
-            rig_release(&r);
-        else if (op < 95)
-            rig_cancel(&r);
-        else
-            rig_expire(&r);
+        if (op < 40) rig_enqueue(&r);
+        else if (op < 65) rig_dispatch(&r, caps_m, caps_a);
+        else if (op < 87) rig_release(&r);
+        else if (op < 95) rig_cancel(&r);
+        else rig_expire(&r);
         if (step % 97 == 0) rig_check_counts(&r);
     }
     rig_check_counts(&r);
@@ -1247,8 +1228,7 @@ static void run_rig(unsigned seed, uint64_t aging_ms)
             "%ld refused\n",
             seed, r.dispatched, r.released, r.cancelled, r.expired, r.refused);
     CHECK(r.dispatched > 1000 && r.cancelled > 100 && r.expired > 100);
-    for (int i = 0; i < R_ENTRIES; i++)
-        mg_sched_release(&r.e[i].lease);
+    for (int i = 0; i < R_ENTRIES; i++) mg_sched_release(&r.e[i].lease);
     CHECK_EQ_INT(running(r.s), 0);
     mg_sched_free(r.s);
 }

@@ -48,8 +48,7 @@ static void test_key_parse(void)
     CHECK_EQ_INT(k.bytes[0], 0xf0);
     CHECK_EQ_INT(k.bytes[31], 0xff);
     mg_secret_key_wipe(&k);
-    for (size_t i = 0; i < sizeof(k.bytes); i++)
-        CHECK_EQ_INT(k.bytes[i], 0);
+    for (size_t i = 0; i < sizeof(k.bytes); i++) CHECK_EQ_INT(k.bytes[i], 0);
 }
 
 static void test_key_parse_errors(void)
@@ -86,8 +85,7 @@ static void test_key_parse_errors(void)
     CHECK(strstr(err, "empty") != NULL && strstr(err, "moongate keygen") != NULL);
     CHECK_EQ_INT(mg_secret_key_parse_hex(NULL, "K", &k, NULL, 0), MG_SECRET_EINVAL);
     /* the key is untouched by every failure */
-    for (size_t i = 0; i < sizeof(k.bytes); i++)
-        CHECK_EQ_INT(k.bytes[i], 0x5a);
+    for (size_t i = 0; i < sizeof(k.bytes); i++) CHECK_EQ_INT(k.bytes[i], 0x5a);
 }
 
 static void test_key_from_env(void)
@@ -139,11 +137,9 @@ static void test_round_trip(void)
     round_trip(&k, NULL, 0);
     /* every length up to 100 covers all three base64 paddings */
     unsigned char buf[100];
-    for (size_t i = 0; i < sizeof(buf); i++)
-        buf[i] = (unsigned char)(i * 37 + 11);
+    for (size_t i = 0; i < sizeof(buf); i++) buf[i] = (unsigned char)(i * 37 + 11);
     buf[5] = 0; /* binary secrets with NUL bytes survive */
-    for (size_t n = 0; n <= sizeof(buf); n++)
-        round_trip(&k, buf, n);
+    for (size_t n = 0; n <= sizeof(buf); n++) round_trip(&k, buf, n);
     /* the largest accepted size, and one past it */
     char *big = calloc(MG_SECRET_MAX_PLAIN + 1, 1);
     char *token = NULL;
@@ -176,8 +172,7 @@ static void test_nonce_differs(void)
     mg_secret_key_t k = parse_key(KEY_A);
     enum { N = 200 };
     char *t[N];
-    for (int i = 0; i < N; i++)
-        CHECK_EQ_INT(mg_secret_encrypt(&k, "same", 4, &t[i]), 0);
+    for (int i = 0; i < N; i++) CHECK_EQ_INT(mg_secret_encrypt(&k, "same", 4, &t[i]), 0);
     int same_nonce = 0, same_token = 0;
     for (int i = 0; i < N; i++)
         for (int j = i + 1; j < N; j++) {
@@ -187,8 +182,7 @@ static void test_nonce_differs(void)
         }
     CHECK_EQ_INT(same_nonce, 0);
     CHECK_EQ_INT(same_token, 0);
-    for (int i = 0; i < N; i++)
-        free(t[i]);
+    for (int i = 0; i < N; i++) free(t[i]);
 }
 
 /* Flip each bit of each character of a token of an n-byte secret: never decrypts. */
@@ -225,8 +219,7 @@ static void test_tamper_bits(void)
 {
     mg_secret_key_t k = parse_key(KEY_A);
     /* 28 + n bytes: n = 0, 1, 2 give "==", "=" and no padding */
-    for (size_t n = 0; n <= 2; n++)
-        tamper_every_bit(&k, n);
+    for (size_t n = 0; n <= 2; n++) tamper_every_bit(&k, n);
     tamper_every_bit(&k, 40);
 }
 
@@ -313,8 +306,7 @@ static void check_mask(const char *secret, const char *want)
 static void test_mask(void)
 {
     char nv[71] = "nvapi-";
-    for (int i = 0; i < 60; i++)
-        nv[6 + i] = 'Q';
+    for (int i = 0; i < 60; i++) nv[6 + i] = 'Q';
     memcpy(nv + 66, "a1b2", 5);
     check_mask(nv, "nvapi-*****-a1b2"); /* the ADR's example */
     check_mask("sk-proj-abcdefghijklmnopqrstuvwxyz0123456789", "sk-pro*****-6789");
@@ -336,8 +328,7 @@ static void test_mask_budget(void)
 {
     char s[301], out[MG_SECRET_MASK_MAX];
     for (size_t len = 1; len <= 300; len++) {
-        for (size_t i = 0; i < len; i++)
-            s[i] = (char)('a' + (i * 7 + len) % 26);
+        for (size_t i = 0; i < len; i++) s[i] = (char)('a' + (i * 7 + len) % 26);
         s[len] = '\0';
         mg_secret_mask(s, out);
         const char *stars = strstr(out, "*****");

@@ -144,8 +144,7 @@ static int split_mismatches(mg_sse_mode_t mode, size_t max_event, const char *s,
     }
     size_t *bytes = calloc(n + 1, sizeof(size_t)); /* n + 1: never a zero-size block */
     if (!bytes) return bad + 1;
-    for (size_t i = 0; i < n; i++)
-        bytes[i] = i + 1;
+    for (size_t i = 0; i < n; i++) bytes[i] = i + 1;
     run_cuts(&r, mode, max_event, s, n, bytes, (int)n - 1);
     if (!runs_equal(&whole, &r) && bad++ == 0) fprintf(stderr, "  byte-by-byte feed differs\n");
     log_free(&r.log);
@@ -214,8 +213,7 @@ static void test_sse_mixed_whole(void)
     CHECK_EQ_INT(r.pending, strlen("data: tail"));
     /* every byte is in some raw or pending */
     size_t sum = r.pending;
-    for (int i = 0; i < r.log.n; i++)
-        sum += r.log.ev[i].raw_len;
+    for (int i = 0; i < r.log.n; i++) sum += r.log.ev[i].raw_len;
     CHECK_EQ_INT(sum, strlen(MIXED));
     log_free(&r.log);
 }
@@ -664,8 +662,8 @@ static int still_poisoned(const mg_sse_parser_t *p)
 /* Feeds s in pieces ending at cuts[] to a heap parser whose callback stops at event k; returns
  * the feed's result at the stop (0 if the stream had fewer events). The parser is not touched
  * by this driver after the stop either. */
-static int feed_until_freed(mg_sse_mode_t mode, const char *s, const size_t *cuts, int ncuts,
-                            int k, int stop_val, int free_it, int *events)
+static int feed_until_freed(mg_sse_mode_t mode, const char *s, const size_t *cuts, int ncuts, int k,
+                            int stop_val, int free_it, int *events)
 {
     owner_t o = {malloc(sizeof(mg_sse_parser_t)), 0, k, stop_val, free_it, 0};
     mg_sse_init(o.p, mode);
@@ -724,8 +722,7 @@ static void test_stop_and_free_everywhere(void)
         const char *s = streams[m];
         size_t n = strlen(s);
         size_t *bytes = malloc(n * sizeof(size_t));
-        for (size_t i = 0; i < n; i++)
-            bytes[i] = i + 1;
+        for (size_t i = 0; i < n; i++) bytes[i] = i + 1;
         int bad = 0;
         for (int k = 1; k <= n_events[m]; k++) {
             for (int v = 0; v < 2; v++) {
@@ -733,10 +730,11 @@ static void test_stop_and_free_everywhere(void)
                 for (size_t i = 0; i < n; i++) {
                     size_t cuts[1] = {i};
                     for (int f = 0; f < 2; f++) {
-                        int rc = feed_until_freed(mode, s, cuts, i ? 1 : 0, k, stop_val, f, &events);
+                        int rc =
+                            feed_until_freed(mode, s, cuts, i ? 1 : 0, k, stop_val, f, &events);
                         if ((rc != stop_val || events != k) && bad++ == 0)
-                            fprintf(stderr, "  mode %d stop at %d, split %zu: rc %d, %d events\n", m,
-                                    k, i, rc, events);
+                            fprintf(stderr, "  mode %d stop at %d, split %zu: rc %d, %d events\n",
+                                    m, k, i, rc, events);
                     }
                 }
                 int rc = feed_until_freed(mode, s, bytes, (int)n - 1, k, stop_val, 0, &events);

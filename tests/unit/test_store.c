@@ -209,8 +209,7 @@ static void test_open_errors(void)
     snprintf(junk, sizeof(junk), "%s/junk.db", tmpdir);
     f = fopen(junk, "w");
     if (f) {
-        for (int i = 0; i < 200; i++)
-            fputs("this is not an SQLite database file\n", f);
+        for (int i = 0; i < 200; i++) fputs("this is not an SQLite database file\n", f);
         fclose(f);
     }
     s = (mg_store_t *)1;
@@ -243,14 +242,16 @@ static void test_writer_thread(void)
         snprintf(key, sizeof(key), "k%03d", i);
         snprintf(val, sizeof(val), "%d", i);
         const char *p[3] = {key, val, i % 2 ? NULL : "even"};
-        CHECK_EQ_INT(mg_store_write(s, "INSERT INTO system_config(key, value, description) "
-                                       "VALUES (?1, ?2, COALESCE(?3, 'odd'))",
+        CHECK_EQ_INT(mg_store_write(s,
+                                    "INSERT INTO system_config(key, value, description) "
+                                    "VALUES (?1, ?2, COALESCE(?3, 'odd'))",
                                     3, p),
                      0);
     }
     /* a later write to the same key wins: order is kept */
     const char *upd[2] = {"k000", "changed"};
-    CHECK_EQ_INT(mg_store_write(s, "UPDATE system_config SET value = ?2 WHERE key = ?1", 2, upd), 0);
+    CHECK_EQ_INT(mg_store_write(s, "UPDATE system_config SET value = ?2 WHERE key = ?1", 2, upd),
+                 0);
     mg_store_flush(s);
     int rows = 0;
     CHECK_EQ_INT(mg_store_query(s, "SELECT key FROM system_config", 0, NULL, count_rows, &rows, err,
@@ -262,12 +263,12 @@ static void test_writer_thread(void)
     /* a bad statement is reported, not fatal, and later writes still land */
     CHECK_EQ_INT(mg_store_write(s, "INSERT INTO no_such_table VALUES (1)", 0, NULL), 0);
     const char *p2[2] = {"after", "1"};
-    CHECK_EQ_INT(mg_store_write(s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, p2), 0);
+    CHECK_EQ_INT(mg_store_write(s, "INSERT INTO system_config(key, value) VALUES (?1, ?2)", 2, p2),
+                 0);
     mg_store_close(s); /* close commits what is queued */
     CHECK_STR(query1(path, "SELECT value FROM system_config WHERE key='after'"), "1");
     remove_tmpdir();
 }
-
 
 /* ---- the write path ------------------------------------------------------------------ */
 
@@ -303,10 +304,10 @@ static int run_until(uv_loop_t *loop, int *count, int target, int timeout_ms)
 typedef struct {
     const char *path;
     int calls;
-    int inside_write;   /* set while mg_store_write_cb runs */
-    int called_inside;  /* a callback ran inside mg_store_write_cb */
+    int inside_write;  /* set while mg_store_write_cb runs */
+    int called_inside; /* a callback ran inside mg_store_write_cb */
     int order_ok;
-    int seen_missing;   /* a callback whose row another connection could not read */
+    int seen_missing; /* a callback whose row another connection could not read */
     int rcs[64];
 } cb_state_t;
 
@@ -550,8 +551,9 @@ static void test_failed_statement_alone(void)
     CHECK_EQ_INT(st.rcs[1], 0);
     CHECK_EQ_INT(st.rcs[2], MG_STORE_ECONSTRAINT);
     CHECK_EQ_INT(st.rcs[3], 0);
-    CHECK_STR(query1(path, "SELECT group_concat(key) FROM (SELECT key FROM system_config ORDER BY key)"),
-              "after,dup,warmup");
+    CHECK_STR(
+        query1(path, "SELECT group_concat(key) FROM (SELECT key FROM system_config ORDER BY key)"),
+        "after,dup,warmup");
     mg_store_stats_t ss;
     mg_store_stats(s, &ss);
     CHECK_EQ_INT(ss.failed_total, 1);
@@ -604,7 +606,8 @@ static void test_callback_survives_sigkill(void)
         uv_loop_init(&loop);
         char err[256];
         mg_store_t *s = NULL;
-        if (mg_store_open(path, &s, err, sizeof(err)) != 0 || mg_store_attach(s, &loop) != 0) _exit(3);
+        if (mg_store_open(path, &s, err, sizeof(err)) != 0 || mg_store_attach(s, &loop) != 0)
+            _exit(3);
         int calls = 0;
         for (int i = 0; i < 200; i++) {
             char key[16];

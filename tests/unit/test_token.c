@@ -32,10 +32,10 @@ static int ids_are(int e, const char *text, unsigned flags, const uint32_t *want
     mg_token_ids_free(&got);
     return ok;
 }
-#define IDS(e, text, flags, ...)                                                              \
-    do {                                                                                      \
-        const uint32_t want_[] = {__VA_ARGS__};                                               \
-        CHECK(ids_are(e, text, flags, want_, sizeof(want_) / sizeof(want_[0])));              \
+#define IDS(e, text, flags, ...)                                                                   \
+    do {                                                                                           \
+        const uint32_t want_[] = {__VA_ARGS__};                                                    \
+        CHECK(ids_are(e, text, flags, want_, sizeof(want_) / sizeof(want_[0])));                   \
     } while (0)
 
 /* Decode ids back to bytes (tests only): a malloc'd buffer of *len bytes. */
@@ -89,7 +89,10 @@ static void test_tiktoken_vectors(void)
     IDS(c, "today\n \n", 0, 31213, 27907);
     IDS(c, "today\n  \n", 0, 31213, 14211);
     /* test_basic_encode */
-    IDS(c, " \xc2\x85" "0", 0, 220, 126, 227, 15);
+    IDS(c,
+        " \xc2\x85"
+        "0",
+        0, 220, 126, 227, 15);
     /* test_encode_empty */
     CHECK_EQ_INT(mg_tokenize_count(enc[c], "", 0, 0), 0);
     /* test_encode_surrogate_pairs: a lone surrogate is replaced (here: its CESU bytes are
@@ -116,8 +119,8 @@ static void test_tiktoken_vectors(void)
             CHECK(roundtrips(e, big));
             free(big);
         }
-        const char *vals[] = {"hello", "hello ", "hello  ", " hello", " hello ", " hello  ",
-                              "hello world", "请考试我的软件！12345"};
+        const char *vals[] = {"hello",   "hello ",   "hello  ",     " hello",
+                              " hello ", " hello  ", "hello world", "请考试我的软件！12345"};
         for (size_t i = 0; i < 8; i++) CHECK(roundtrips(e, vals[i]));
     }
     /* test_special_token: recognised only when allowed */
@@ -170,8 +173,12 @@ static void test_pretok_pieces(void)
     /* o200k: case runs, marks, slashes */
     pieces(MG_PRETOK_O200K, "HTTPServer getHTTP CamelCase a//b\n", out);
     CHECK_STR(out, "HTTPServer| get|HTTP| Camel|Case| a|//|b|\n");
-    pieces(MG_PRETOK_O200K, "\xcc\x81" "abc \xcc\x81", out); /* U+0301 before letters, alone */
-    CHECK_STR(out, "\xcc\x81" "abc| \xcc\x81");
+    pieces(MG_PRETOK_O200K,
+           "\xcc\x81"
+           "abc \xcc\x81",
+           out); /* U+0301 before letters, alone */
+    CHECK_STR(out, "\xcc\x81"
+                   "abc| \xcc\x81");
     /* contractions: cl100k cuts them off, o200k keeps them on the word, any case, long s */
     pieces(MG_PRETOK_CL100K, "DON'T we'LL it'\xc5\xbf", out);
     CHECK_STR(out, "DON|'T| we|'LL| it|'\xc5\xbf");
@@ -188,11 +195,17 @@ static void test_utf8_repair(void)
     struct {
         const char *in, *out;
     } cases[] = {
-        {"a\x80" "b", "a\xef\xbf\xbd" "b"},
-        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},   /* overlong */
-        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},   /* surrogate */
-        {"\xf0\x9f\x91", "\xef\xbf\xbd"},                           /* truncated: one */
-        {"\xf0\x9f\x91" "x", "\xef\xbf\xbd" "x"},
+        {"a\x80"
+         "b",
+         "a\xef\xbf\xbd"
+         "b"},
+        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+        {"\xf0\x9f\x91", "\xef\xbf\xbd"},                         /* truncated: one */
+        {"\xf0\x9f\x91"
+         "x",
+         "\xef\xbf\xbd"
+         "x"},
         {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
         {"\xc3\xa9\xff", "\xc3\xa9\xef\xbf\xbd"},
     };

@@ -16,9 +16,11 @@ static void test_parse_valid(void)
     CHECK_STR(t.parent_id, SPAN);
     CHECK_STR(t.flags, "01");
     /* surrounding blanks (OWS) and a later version's extra fields are accepted */
-    CHECK_EQ_INT(mg_trace_parse(" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\t", &t), 0);
+    CHECK_EQ_INT(mg_trace_parse(" 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\t", &t),
+                 0);
     CHECK_STR(t.flags, "00");
-    CHECK_EQ_INT(mg_trace_parse("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz", &t), 0);
+    CHECK_EQ_INT(mg_trace_parse("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz", &t),
+                 0);
 }
 
 static void test_parse_invalid(void)

@@ -99,7 +99,8 @@ static void test_backup_failure_leaves_nothing(void)
     CHECK(access(dest, F_OK) != 0);
 }
 
-static void wait_stats(mg_upkeep_t *u, mg_upkeep_stats_t *st, int (*done)(const mg_upkeep_stats_t *))
+static void wait_stats(mg_upkeep_t *u, mg_upkeep_stats_t *st,
+                       int (*done)(const mg_upkeep_stats_t *))
 {
     for (int i = 0; i < 100; i++) { /* at most 10 s */
         mg_upkeep_stats(u, st);
@@ -138,8 +139,11 @@ static void test_upkeep_thread(void)
     mg_store_write(s, "CREATE TABLE upkeep_probe(id TEXT PRIMARY KEY)", 0, none);
     write_rows(s, 0, 500);
     mg_store_flush(s);
-    mg_upkeep_conf_t c = {.checkpoint_s = 1, .integrity_s = 3600, .backup_dir = dir,
-                          .backup_every_s = 3600, .backup_keep_s = 86400};
+    mg_upkeep_conf_t c = {.checkpoint_s = 1,
+                          .integrity_s = 3600,
+                          .backup_dir = dir,
+                          .backup_every_s = 3600,
+                          .backup_keep_s = 86400};
     mg_upkeep_t *u = mg_upkeep_start(db, &c);
     CHECK(u != NULL);
     if (!u) return;

@@ -139,10 +139,8 @@ static void sconn_close(sconn_t *c, int reset)
     sconn_unlink(c);
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, sconn_closed);
-    if (reset)
-        uv_tcp_close_reset(&c->tcp, sconn_closed);
-    else
-        uv_close((uv_handle_t *)&c->tcp, sconn_closed);
+    if (reset) uv_tcp_close_reset(&c->tcp, sconn_closed);
+    else uv_close((uv_handle_t *)&c->tcp, sconn_closed);
 }
 
 static void on_swrite(uv_write_t *w, int status)
@@ -184,8 +182,7 @@ static void on_step_timer(uv_timer_t *t)
         c->script = NULL;
         sconn_close(c, 1);
         break;
-    case S_HOLD:
-        break;
+    case S_HOLD: break;
     }
 }
 
@@ -325,8 +322,7 @@ static void server_start(void)
 static void server_stop(void)
 {
     uv_close((uv_handle_t *)&SV.tcp, NULL);
-    while (SV.conns)
-        sconn_close(SV.conns, 0);
+    while (SV.conns) sconn_close(SV.conns, 0);
     free(SV.last_body);
     SV.last_body = NULL;
 }
@@ -597,8 +593,7 @@ static void test_get_and_post(void)
     /* a big body arrives whole */
     size_t n = 300000;
     char *big = malloc(n + 1);
-    for (size_t i = 0; i < n; i++)
-        big[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
     big[n] = '\0';
     rec_t b;
     memset(&b, 0, sizeof(b));
@@ -944,8 +939,7 @@ static void test_concurrent_and_close(void)
     mg_upstream_close(UP);
     UP = NULL;
     run_for(150);
-    for (int i = 0; i < 3; i++)
-        CHECK_EQ_INT(s[i].done_calls, 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(s[i].done_calls, 0);
     teardown();
 }
 
@@ -975,7 +969,8 @@ typedef struct {
     int *events, *freed;
 } owner_t;
 
-static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events, int *freed);
+static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events,
+                        int *freed);
 
 static void owner_free(owner_t *o, int cancel)
 {
@@ -1017,13 +1012,15 @@ static void ow_done(void *ud, mg_xfer_result_t result, const char *detail)
 
 static const mg_xfer_cbs_t OWNER_CBS = {ow_headers, ow_data, ow_done, ow_read_end};
 
-static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events, int *freed)
+static void owner_start(const char *path, int use_curl, int free_on, int chain, int *events,
+                        int *freed)
 {
     owner_t *o = calloc(1, sizeof(*o));
     *o = (owner_t){NULL, use_curl, free_on, chain, events, freed};
     char url[128];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", SV.port, path);
-    mg_xfer_opts_t opts = {.method = "GET", .url = url, .connect_timeout_ms = 2000, .total_timeout_ms = 5000};
+    mg_xfer_opts_t opts = {
+        .method = "GET", .url = url, .connect_timeout_ms = 2000, .total_timeout_ms = 5000};
     int rc = use_curl ? curl_start(UP, &opts, &OWNER_CBS, o, &o->x)
                       : mg_xfer_start(UP, &opts, &OWNER_CBS, o, &o->x);
     CHECK_EQ_INT(rc, 0);

@@ -25,14 +25,14 @@ static long long q(const char *sql)
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
         sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
         v = sqlite3_column_int64(st, 0);
-    else
-        fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
+    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
 }
 
-static mg_usage_event_t ev(const char *id, int64_t at_ms, const char *status, int64_t in, int64_t out)
+static mg_usage_event_t ev(const char *id, int64_t at_ms, const char *status, int64_t in,
+                           int64_t out)
 {
     mg_usage_event_t e;
     memset(&e, 0, sizeof(e));
@@ -85,26 +85,44 @@ static void test_events_and_rollups(void)
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 5);
     CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 5);
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_hourly"), 4); /* hours 0 (p1, ''), 1, 24 */
-    CHECK_EQ_INT(q("SELECT requests FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
-    CHECK_EQ_INT(q("SELECT errors FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 1);
-    CHECK_EQ_INT(q("SELECT input_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 11);
-    CHECK_EQ_INT(q("SELECT cached_read_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 6);
-    CHECK_EQ_INT(q("SELECT cache_hits FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
+    CHECK_EQ_INT(
+        q("SELECT requests FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
+    CHECK_EQ_INT(
+        q("SELECT errors FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 1);
+    CHECK_EQ_INT(
+        q("SELECT input_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"),
+        11);
+    CHECK_EQ_INT(
+        q("SELECT cached_read_tokens FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"),
+        6);
+    CHECK_EQ_INT(
+        q("SELECT cache_hits FROM usage_hourly WHERE hour = 1767225600 AND provider_id = 'p1'"), 2);
     CHECK_EQ_INT(q("SELECT SUM(cost_micros) FROM usage_hourly"), 15 + 1 + 150 + 2 + 0);
     CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'latency'"), 5);
     CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'ttft'"), 4); /* d had none */
     CHECK_EQ_INT(q("SELECT bin FROM usage_hist WHERE kind = 'latency' LIMIT 1"), mg_usage_bin(100));
     /* the ADR's tables: only events with a provider (pool) */
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM provider_usage_logs"), 3);
-    CHECK_EQ_INT(q("SELECT request_count FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 2);
-    CHECK_EQ_INT(q("SELECT prompt_tokens FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 11 + 6);
-    CHECK_EQ_INT(q("SELECT avg_latency_ms FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"), 100);
-    CHECK_EQ_INT(q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 3);
-    CHECK_EQ_INT(q("SELECT total_errors FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 1);
+    CHECK_EQ_INT(
+        q("SELECT request_count FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"),
+        2);
+    CHECK_EQ_INT(
+        q("SELECT prompt_tokens FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"),
+        11 + 6);
+    CHECK_EQ_INT(
+        q("SELECT avg_latency_ms FROM provider_usage_logs WHERE hour_bucket = '2026-01-01T00:00:00Z'"),
+        100);
+    CHECK_EQ_INT(
+        q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 3);
+    CHECK_EQ_INT(
+        q("SELECT total_errors FROM daily_stats WHERE date = '2026-01-01' AND pool = 'main'"), 1);
     CHECK_EQ_INT(q("SELECT total_cost_micros FROM daily_stats WHERE date = '2026-01-01'"), 166);
-    CHECK_EQ_INT(q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-02' AND pool = 'fallback'"), 1);
+    CHECK_EQ_INT(
+        q("SELECT total_requests FROM daily_stats WHERE date = '2026-01-02' AND pool = 'fallback'"),
+        1);
     /* pruning: events before the cut go in batches of prune_batch; buckets stay */
-    mg_usage_conf_t u = {.enabled = true, .retention_days = 1, .prune_batch = 2, .prune_interval_s = 1};
+    mg_usage_conf_t u = {
+        .enabled = true, .retention_days = 1, .prune_batch = 2, .prune_interval_s = 1};
     char cut[24], batch[16];
     mg_usage_prune_params(&u, T0 + DAY + HOUR, cut, batch); /* cut = T0 + 1 h */
     const char *p[2] = {cut, batch};
@@ -145,12 +163,30 @@ static void test_prices(void)
 {
     mg_provider_conf_t provs[2] = {{.id = "p1"}, {.id = "short", .cost_per_1k_tokens = 0.002}};
     mg_price_t prices[3] = {
-        {.provider = "p1", .model = "m", .input_micros = 1000000, .output_micros = 2000000,
-         .cached_input_micros = 100000, .cache_write_micros = 1250000, .effective_at = 0, .version = "v1"},
-        {.provider = "p1", .model = "m", .input_micros = 3000000, .output_micros = 3000000,
-         .cached_input_micros = 3, .cache_write_micros = 3, .effective_at = 1000, .version = "v2"},
-        {.provider = "p1", .model = "*", .input_micros = 7, .output_micros = 7,
-         .cached_input_micros = 7, .cache_write_micros = 7, .effective_at = 0, .version = "any"},
+        {.provider = "p1",
+         .model = "m",
+         .input_micros = 1000000,
+         .output_micros = 2000000,
+         .cached_input_micros = 100000,
+         .cache_write_micros = 1250000,
+         .effective_at = 0,
+         .version = "v1"},
+        {.provider = "p1",
+         .model = "m",
+         .input_micros = 3000000,
+         .output_micros = 3000000,
+         .cached_input_micros = 3,
+         .cache_write_micros = 3,
+         .effective_at = 1000,
+         .version = "v2"},
+        {.provider = "p1",
+         .model = "*",
+         .input_micros = 7,
+         .output_micros = 7,
+         .cached_input_micros = 7,
+         .cache_write_micros = 7,
+         .effective_at = 0,
+         .version = "any"},
     };
     mg_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -163,9 +199,11 @@ static void test_prices(void)
     /* before v2: v1; 1000 + 1000 + 200 + 12.5 -> ceil 2213 */
     CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &t, 999, &v), 2213);
     CHECK_STR(v, "v1");
-    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &t, 1000, &v), 4501); /* 3000 + 1500 + ceil(0.006 + 0.00003) */
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "m", &t, 1000, &v),
+                 4501); /* 3000 + 1500 + ceil(0.006 + 0.00003) */
     CHECK_STR(v, "v2");
-    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "other", &t, 5000, &v), 1); /* 3510 x 7 / 1e6 -> ceil 1 */
+    CHECK_EQ_INT(mg_price_cost(&cfg, "p1", "other", &t, 5000, &v),
+                 1); /* 3510 x 7 / 1e6 -> ceil 1 */
     CHECK_STR(v, "any");
     /* the shorthand: 0.002 per 1k tokens = 2 micros a token, every kind alike */
     CHECK_EQ_INT(mg_price_cost(&cfg, "short", "x", &t, 0, &v), (1000 + 500 + 2000 + 10) * 2);

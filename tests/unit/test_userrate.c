@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int take(mg_userrate_t *u, const char *user, uint32_t limit, uint64_t now_ms,
-                uint64_t *wait)
+static int take(mg_userrate_t *u, const char *user, uint32_t limit, uint64_t now_ms, uint64_t *wait)
 {
     return mg_userrate_take(u, user, strlen(user), limit, now_ms, wait);
 }
@@ -46,7 +45,7 @@ static void test_bounded(void)
         ok += rc == MG_USERRATE_OK;
         full += rc == MG_USERRATE_FULL;
     }
-    CHECK(full >= 5000);  /* never more users tracked than the table holds */
+    CHECK(full >= 5000); /* never more users tracked than the table holds */
     CHECK(ok <= MG_USERRATE_MAX);
     CHECK(mg_userrate_active(u, t) == (size_t)ok);
     /* a minute later their slots are reused */

@@ -157,8 +157,8 @@ static void test_reserve_settle_release(void)
     CHECK_EQ_INT(reserve(1, "r2", 500), 0); /* available 400 */
     CHECK_EQ_INT(reserve(1, "r3", 400), 1); /* exactly what is available */
     CHECK_EQ_INT(held(1), 1000);
-    CHECK_EQ_INT(reserve(1, "r4", 0), 0);   /* available 0: even a free request waits */
-    CHECK_EQ_INT(balance(1), 1000);         /* holds do not move the balance */
+    CHECK_EQ_INT(reserve(1, "r4", 0), 0); /* available 0: even a free request waits */
+    CHECK_EQ_INT(balance(1), 1000);       /* holds do not move the balance */
     /* settled above its estimate: the balance pays what it cost */
     CHECK_EQ_INT(settle("r1", 700), 1);
     CHECK_EQ_INT(balance(1), 300);
@@ -181,24 +181,28 @@ static void test_metering_failed_held_until_released_with_reason(void)
     CHECK_EQ_INT(topup("ev2", 2, 500), 1);
     CHECK_EQ_INT(reserve(2, "m1", 200), 1);
     CHECK_EQ_INT(metering_failed("m1"), 1);
-    CHECK_EQ_INT(held(2), 200);              /* still held */
-    CHECK_EQ_INT(settle("m1", 10), 0);       /* and not settled by the request path */
+    CHECK_EQ_INT(held(2), 200);        /* still held */
+    CHECK_EQ_INT(settle("m1", 10), 0); /* and not settled by the request path */
     CHECK_EQ_INT(release("m1"), 0);
-    CHECK_EQ_INT(reserve(2, "m2", 301), 0);  /* available 300 */
+    CHECK_EQ_INT(reserve(2, "m2", 301), 0); /* available 300 */
     const char *none[1] = {"m1"};
     CHECK(sql("UPDATE ledger_holds SET state = 'released_unmetered' WHERE request_id = ?1", 1,
               none) == MG_STORE_ECONSTRAINT); /* without a reason */
     const char *blank[2] = {"m1", "   "};
     CHECK(sql("UPDATE ledger_holds SET state = 'released_unmetered', reason = ?2"
-              " WHERE request_id = ?1", 2, blank) == MG_STORE_ECONSTRAINT);
+              " WHERE request_id = ?1",
+              2, blank) == MG_STORE_ECONSTRAINT);
     const char *why[2] = {"m1", "provider invoice shows no charge"};
     CHECK_EQ_INT(sql("UPDATE ledger_holds SET state = 'released_unmetered', reason = ?2,"
                      " actor = 'admin' WHERE request_id = ?1 AND state = 'metering_failed'",
-                     2, why), 1);
+                     2, why),
+                 1);
     CHECK_EQ_INT(held(2), 0);
     CHECK_EQ_INT(balance(2), 500); /* nothing charged, nothing invented */
     CHECK_EQ_INT(value("SELECT amount_micros FROM ledger_entries WHERE request_id = ?1 AND"
-                       " kind = 'release' AND reason IS NOT NULL", "m1"), 0);
+                       " kind = 'release' AND reason IS NOT NULL",
+                       "m1"),
+                 0);
     CHECK(sql("UPDATE ledger_holds SET state = 'held' WHERE request_id = ?1", 1, none) ==
           MG_STORE_ECONSTRAINT);
     CHECK_EQ_INT(problems(), 0);
@@ -218,12 +222,16 @@ static void test_entries_immutable_topups_idempotent(void)
     CHECK_EQ_INT(balance(1), before);
     /* an adjustment needs its source id; a reserve needs its request id */
     CHECK(sql("INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros, at_ms)"
-              " VALUES (1, 'adjustment', 5, 0, 1)", 0, NULL) == MG_STORE_ECONSTRAINT);
+              " VALUES (1, 'adjustment', 5, 0, 1)",
+              0, NULL) == MG_STORE_ECONSTRAINT);
     CHECK(sql("INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros, at_ms)"
-              " VALUES (1, 'reserve', 0, 5, 1)", 0, NULL) == MG_STORE_ECONSTRAINT);
+              " VALUES (1, 'reserve', 0, 5, 1)",
+              0, NULL) == MG_STORE_ECONSTRAINT);
     CHECK_EQ_INT(sql("INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros,"
                      " source_id, reason, at_ms) VALUES (1, 'adjustment', -50, 0, 'adj-1',"
-                     " 'goodwill reversal', 1)", 0, NULL), 1);
+                     " 'goodwill reversal', 1)",
+                     0, NULL),
+                 1);
     CHECK_EQ_INT(balance(1), before - 50);
     CHECK_EQ_INT(problems(), 0);
 }
@@ -282,14 +290,17 @@ static void test_random_mix_matches_model(void)
 static void test_check_finds_tampering(void)
 {
     CHECK_EQ_INT(problems(), 0);
-    CHECK_EQ_INT(sql("UPDATE wallets SET balance_micros = balance_micros + 1 WHERE tenant_id = 1",
-                     0, NULL), 1);
+    CHECK_EQ_INT(
+        sql("UPDATE wallets SET balance_micros = balance_micros + 1 WHERE tenant_id = 1", 0, NULL),
+        1);
     CHECK(problems() >= 1);
     CHECK_EQ_INT(sql("UPDATE wallets SET balance_micros = balance_micros - 1,"
-                     " held_micros = held_micros + 7 WHERE tenant_id = 1", 0, NULL), 1);
+                     " held_micros = held_micros + 7 WHERE tenant_id = 1",
+                     0, NULL),
+                 1);
     CHECK(problems() >= 2); /* held differs from the entries and from the open holds */
-    CHECK_EQ_INT(sql("UPDATE wallets SET held_micros = held_micros - 7 WHERE tenant_id = 1", 0,
-                     NULL), 1);
+    CHECK_EQ_INT(
+        sql("UPDATE wallets SET held_micros = held_micros - 7 WHERE tenant_id = 1", 0, NULL), 1);
     CHECK_EQ_INT(problems(), 0);
 }
 
@@ -300,7 +311,9 @@ static void test_recover_marks_open_holds(void)
     CHECK_EQ_INT(mg_wallet_recover(st, 5000), 0);
     mg_store_flush(st);
     CHECK_EQ_INT(value("SELECT COUNT(*) FROM ledger_holds WHERE request_id = ?1 AND"
-                       " state = 'metering_failed'", "open1"), 1);
+                       " state = 'metering_failed'",
+                       "open1"),
+                 1);
     CHECK_EQ_INT(held(4), 30);
     CHECK_EQ_INT(problems(), 0);
 }
@@ -313,10 +326,10 @@ static void test_cost_rounding(void)
     mg_cost_rate_t r = mg_cost_rate_of(&p);
     CHECK_EQ_INT(mg_cost_micros(r, 1000, 0), 2000);
     CHECK_EQ_INT(mg_cost_micros(r, 600, 400), 2000);
-    CHECK_EQ_INT(mg_cost_micros(r, 1, 0), 2);       /* 1.999.. rounds up */
-    p.cost_per_1k_tokens = 0.0001;                  /* 0.1 micro a token */
+    CHECK_EQ_INT(mg_cost_micros(r, 1, 0), 2); /* 1.999.. rounds up */
+    p.cost_per_1k_tokens = 0.0001;            /* 0.1 micro a token */
     r = mg_cost_rate_of(&p);
-    CHECK_EQ_INT(mg_cost_micros(r, 1, 0), 1);       /* a priced request never costs nothing */
+    CHECK_EQ_INT(mg_cost_micros(r, 1, 0), 1); /* a priced request never costs nothing */
     CHECK_EQ_INT(mg_cost_micros(r, 0, 0), 0);
     CHECK_EQ_INT(mg_cost_micros(r, -5, -5), 0);
     CHECK_EQ_INT(mg_cost_micros(mg_cost_rate_of(NULL), 1000, 1000), 0);

@@ -15,7 +15,8 @@ typedef struct {
     char names[2][32], values[2][512];
 } fake_t;
 
-static mg_http_req_t *fake(fake_t *f, const char *n1, const char *v1, const char *n2, const char *v2)
+static mg_http_req_t *fake(fake_t *f, const char *n1, const char *v1, const char *n2,
+                           const char *v2)
 {
     memset(f, 0, sizeof(*f));
     const char *n[2] = {n1, n2}, *v[2] = {v1, v2};

@@ -15,6 +15,7 @@
 #include "conf/dashboard.h"
 #include "conf/usage.h"
 #include "conf/context.h"
+#include "conf/cluster.h"
 
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
@@ -225,6 +226,7 @@ typedef struct mg_config_s {
     int max_retries;             /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
     mg_context_conf_t context; /* context: sessions and budgets (conf/context.h) */
+    mg_cluster_conf_t cluster; /* cluster: node id, Redis, PostgreSQL (conf/cluster.h) */
     mg_routing_conf_t routing;
     mg_scheduler_conf_t scheduler;
     mg_breaker_conf_t breaker;

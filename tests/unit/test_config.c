@@ -1021,6 +1021,47 @@ static void test_down_trials_and_panic(void)
     CHECK(strstr(parse_err("health: {retry_down_ms: -1}\n"), "retry_down_ms") != NULL);
 }
 
+/* cluster: urls from the environment, never shown in errors; node_id defaults to host:port. */
+static void test_cluster_section(void)
+{
+    mg_config_t *cfg = parse_ok("server:\n  listen: 127.0.0.1:8123\n");
+    CHECK(cfg != NULL);
+    if (cfg) {
+        CHECK(cfg->cluster.redis.url == NULL && cfg->cluster.postgres.url == NULL);
+        const char *colon = strrchr(cfg->cluster.node_id, ':');
+        CHECK(colon && !strcmp(colon, ":8123") && colon > cfg->cluster.node_id);
+        mg_config_free(cfg);
+    }
+    setenv("MGT_REDIS_URL", "redis://:hunter2@127.0.0.1:6390/1", 1);
+    cfg = parse_ok("cluster:\n  node_id: edge-1\n  redis:\n    url: ${MGT_REDIS_URL}\n"
+                   "    timeout_ms: 20\n  postgres:\n    url: postgres://u@127.0.0.1/db\n"
+                   "    pool_size: 3\n");
+    CHECK(cfg != NULL);
+    if (cfg) {
+        CHECK_STR(cfg->cluster.node_id, "edge-1");
+        CHECK_STR(cfg->cluster.redis.url, "redis://:hunter2@127.0.0.1:6390/1");
+        CHECK_STR(cfg->cluster.redis.key_prefix, "moongate:");
+        CHECK(cfg->cluster.redis.timeout_ms == 20 && cfg->cluster.redis.pool_size == 2);
+        CHECK_STR(cfg->cluster.postgres.url, "postgres://u@127.0.0.1/db");
+        CHECK(cfg->cluster.postgres.pool_size == 3);
+        mg_config_free(cfg);
+    }
+    setenv("MGT_REDIS_URL", "http://:hunter2@127.0.0.1/", 1);
+    const char *e = parse_err("cluster:\n  redis:\n    url: ${MGT_REDIS_URL}\n");
+    CHECK_STR(e, "t.yaml:2: cluster.redis.url must start with redis:// or unix:");
+    CHECK(strstr(e, "hunter2") == NULL);
+    unsetenv("MGT_REDIS_URL");
+    CHECK_STR(parse_err("cluster:\n  redis: {timeout_ms: 5}\n"),
+              "t.yaml:2: cluster.redis is missing required key 'url'");
+    CHECK_STR(parse_err("cluster:\n  postgres: {url: mysql://x}\n"),
+              "t.yaml:2: cluster.postgres.url must be a postgres:// or postgresql:// URL or "
+              "key=value connection string");
+    CHECK_STR(parse_err("cluster:\n  node_id: \"a b\"\n"),
+              "t.yaml:1: cluster.node_id must be 1-128 letters, digits or . _ : - characters");
+    CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", size: 2}\n"),
+              "t.yaml:2: unknown key 'size' in cluster.redis");
+}
+
 int main(void)
 {
     MG_RUN(test_down_trials_and_panic);
@@ -1046,5 +1087,6 @@ int main(void)
     MG_RUN(test_context_section);
     MG_RUN(test_operational_sections);
     MG_RUN(test_memory_degrade_knobs);
+    MG_RUN(test_cluster_section);
     return mg_test_summary();
 }

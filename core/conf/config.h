@@ -20,6 +20,8 @@
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
 #define MG_DEFAULT_METRICS_LISTEN "127.0.0.1:9191"
 #define MG_DEFAULT_MAX_BODY_BYTES (16u * 1024u * 1024u)
+/* the answer's tokens assumed for admission (TPM, spend) when a request sets no max_tokens */
+#define MG_DEFAULT_OUTPUT_ESTIMATE 256
 
 typedef struct mg_provider_conf_s {
     char *id;           /* owned; unique across providers */

@@ -169,6 +169,11 @@ int64_t prompt_count(call_t *c)
     return c->prompt_count = n;
 }
 
+int64_t output_estimate(const call_t *c)
+{
+    return c->max_tokens > 0 ? c->max_tokens : MG_DEFAULT_OUTPUT_ESTIMATE;
+}
+
 /* The prompt's tokens for admission: counted when a decision takes them, otherwise body
  * bytes / bytes_per_token, which costs nothing. */
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
@@ -456,7 +461,7 @@ mg_step_rc_t step_admit(call_t *c)
     if (in->allow_smaller_model) c->smaller_route = memory_smaller_route(cfg, c->model, in);
     /* TPM reservation: the prompt (counted, or guessed from its bytes) plus the answer's
      * ceiling */
-    c->est_tokens = prompt_estimate(c, 4) + (c->max_tokens > 0 ? c->max_tokens : 256);
+    c->est_tokens = prompt_estimate(c, 4) + output_estimate(c);
     set_lua_info(c);
     if (alloc_routing(c) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     if (cfg->auth_enabled) c->est_cost_micros = call_estimated_cost(c);

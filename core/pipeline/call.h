@@ -434,6 +434,8 @@ mg_step_rc_t step_admit(call_t *c);
 /* The prompt's tokens: counted with the model's encoding when a decision takes them (once per
  * call, kept in prompt_count), else the body's bytes / bytes_per_token. */
 int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
+/* The answer's tokens admission reserves: max_tokens, else MG_DEFAULT_OUTPUT_ESTIMATE. */
+int64_t output_estimate(const call_t *c);
 /* The bytes that are the prompt: the body, or a Responses call's chat messages (a previous
  * response's conversation included, which its body only names). c->req must be set. */
 const char *prompt_bytes(call_t *c, size_t *len);

@@ -388,7 +388,7 @@ mg_step_rc_t step_context(call_t *c)
         return MG_STEP_AGAIN;
     }
     if (rc == 0 && c->prompt_count != before && c->prompt_count >= 0) /* TPM: what is sent */
-        c->est_tokens = c->prompt_count + (c->max_tokens > 0 ? c->max_tokens : 256);
+        c->est_tokens = c->prompt_count + output_estimate(c);
     if (rc == 0 && c->ctx && c->ctx->session)
         summary_maybe_start(c, c->ctx->session, c->ctx->steps && c->ctx->steps->child);
     return MG_STEP_NEXT;

@@ -39,7 +39,7 @@ int64_t call_estimated_cost(call_t *c)
 {
     const mg_config_t *cfg = c->gen->cfg;
     mg_cost_rate_t rate = mg_cost_model_ceiling(cfg, c->model);
-    int64_t out = c->ep == MG_EP_EMBEDDINGS ? 0 : c->max_tokens > 0 ? c->max_tokens : 256;
+    int64_t out = c->ep == MG_EP_EMBEDDINGS ? 0 : output_estimate(c);
     return mg_cost_micros(rate, prompt_estimate(c, 4), out);
 }
 

@@ -857,27 +857,9 @@ static void config_get(admin_t *a)
     cJSON_Delete(keys);
 }
 
-/* PUT {key: value | null, ...}: every member validated first, then one transaction; null
- * removes the override (the config file's value comes back). */
-int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const cJSON *v)
-{
-    char text[64], err[256];
-    const char *p[2] = {key, text};
-    if (cJSON_IsNull(v))
-        return adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, key) < 0 ? -1
-                                                                                              : 0;
-    if (mg_settings_check(key, v, text, sizeof(text), err, sizeof(err)) != 0) {
-        adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
-        return -1;
-    }
-    return adm_tx_write(a, tx,
-                        "INSERT INTO system_config(key, value) VALUES (?1, ?2)"
-                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
-                        " updated_at = datetime('now')",
-                        2, p, key) < 0
-               ? -1
-               : 0;
-}
+/* PUT {key: value | null, ...}: every member validated first (adm_setting_write_tx, in
+ * admin/defs.c), then one transaction; null removes the override (the config file's value
+ * comes back). */
 
 /* The config view after the rebuild: the new generation's settings. */
 static cJSON *config_view(const mg_config_t *cfg, cJSON *prev)
@@ -893,8 +875,7 @@ static void config_put(admin_t *a)
     const cJSON *m;
     char text[64], err[256];
     mg_store_tx_t *tx = NULL;
-    cJSON_ArrayForEach(m, a->in)
-    {
+    cJSON_ArrayForEach(m, a->in) {
         if (cJSON_IsNull(m) && mg_settings_known(m->string)) continue;
         if (mg_settings_check(m->string, m, text, sizeof(text), err, sizeof(err)) != 0) {
             adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
@@ -902,8 +883,7 @@ static void config_put(admin_t *a)
         }
     }
     if (adm_tx_begin(a, &tx) != 0) return;
-    cJSON_ArrayForEach(m, a->in)
-    {
+    cJSON_ArrayForEach(m, a->in) {
         if (adm_setting_write_tx(a, tx, m->string, m) != 0) {
             mg_store_tx_rollback(tx);
             return;

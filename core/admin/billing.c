@@ -79,8 +79,7 @@ static int body_int(admin_t *a, const char *name, double lo, double hi, int64_t 
 static int only_fields(admin_t *a, const char *const *allowed)
 {
     const cJSON *it;
-    cJSON_ArrayForEach(it, a->in)
-    {
+    cJSON_ArrayForEach(it, a->in) {
         int known = 0;
         for (const char *const *k = allowed; *k && !known; k++) known = strcmp(*k, it->string) == 0;
         if (!known) {

@@ -18,6 +18,7 @@
 #include "admin/req.h"
 #include "conf/apps.h"
 #include "conf/models.h"
+#include "conf/settings.h"
 
 /* What differs between the kinds. */
 typedef struct def_kind_s {
@@ -215,8 +216,7 @@ static void def_update(admin_t *a, const def_kind_t *k, const char *name)
     cJSON *def = NULL;
     const cJSON *m;
     if (stored_only(a, k, name, &def) != 0) return;
-    cJSON_ArrayForEach(m, a->in)
-    {
+    cJSON_ArrayForEach(m, a->in) {
         if (strcmp(m->string, "name") == 0) {
             adm_set_error(a, 400, "INVALID_REQUEST", "field 'name': cannot be changed");
             break;
@@ -296,4 +296,25 @@ int adm_defs_route(admin_t *a, const char *coll, const char *name, const char *v
         adm_set_error(a, 405, "METHOD_NOT_ALLOWED", "method not allowed on this admin endpoint");
     }
     return 1;
+}
+
+/* One setting override written in tx (null removes it), validated first: 400 when invalid. */
+int adm_setting_write_tx(admin_t *a, mg_store_tx_t *tx, const char *key, const cJSON *v)
+{
+    char text[64], err[256];
+    const char *p[2] = {key, text};
+    if (cJSON_IsNull(v))
+        return adm_tx_write(a, tx, "DELETE FROM system_config WHERE key = ?1", 1, p, key) < 0 ? -1
+                                                                                              : 0;
+    if (mg_settings_check(key, v, text, sizeof(text), err, sizeof(err)) != 0) {
+        adm_set_error(a, 400, "INVALID_REQUEST", "field %s", err);
+        return -1;
+    }
+    return adm_tx_write(a, tx,
+                        "INSERT INTO system_config(key, value) VALUES (?1, ?2)"
+                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value,"
+                        " updated_at = datetime('now')",
+                        2, p, key) < 0
+               ? -1
+               : 0;
 }

@@ -136,8 +136,7 @@ static const char *check_string_array(const cJSON *v, size_t max_n, const mg_con
     int i = 0;
     const cJSON *it;
     if ((size_t)cJSON_GetArraySize(v) > max_n) return "has too many entries";
-    cJSON_ArrayForEach(it, v)
-    {
+    cJSON_ArrayForEach(it, v) {
         *bad_index = i++;
         if (!cJSON_IsString(it) || !good_name(it->valuestring, 256)) return "must be a string";
         if (type == F_SCOPES && !mg_key_scope_bit(it->valuestring))
@@ -158,8 +157,7 @@ static const char *check_labels(const cJSON *v)
     if (!cJSON_IsObject(v)) return "must be an object of strings";
     if (cJSON_GetArraySize(v) > MAX_LABELS) return "has too many labels";
     const cJSON *it;
-    cJSON_ArrayForEach(it, v)
-    {
+    cJSON_ArrayForEach(it, v) {
         if (!good_name(it->string, 64)) return "has an invalid label name";
         if (!cJSON_IsString(it) || strlen(it->valuestring) > 256) return "values must be strings";
     }
@@ -292,8 +290,7 @@ oom:
 int adm_apply_body(admin_t *a, const field_t *fs, size_t n, const char *fixed, vals_t *vs)
 {
     const cJSON *m;
-    cJSON_ArrayForEach(m, a->in)
-    {
+    cJSON_ArrayForEach(m, a->in) {
         const field_t *f = field_find(fs, n, m->string);
         if (!f) {
             adm_set_error(a, 400, "INVALID_REQUEST", "unknown field '%.64s'", m->string);

@@ -89,8 +89,7 @@ static cJSON *policies_after(const mg_config_t *cfg, cJSON *prev)
 static int body_ok(admin_t *a, const view_t *v)
 {
     const cJSON *part, *m;
-    cJSON_ArrayForEach(part, a->in)
-    {
+    cJSON_ArrayForEach(part, a->in) {
         int settings = strcmp(part->string, v->section) == 0;
         if (!settings && strcmp(part->string, "applications") != 0) {
             adm_set_error(a, 400, "INVALID_REQUEST", "unknown field '%.64s'", part->string);
@@ -100,8 +99,7 @@ static int body_ok(admin_t *a, const view_t *v)
             adm_set_error(a, 400, "INVALID_REQUEST", "field '%s': must be an object", part->string);
             return -1;
         }
-        cJSON_ArrayForEach(m, part)
-        {
+        cJSON_ArrayForEach(m, part) {
             if (settings ? listed(v->settings, m->string) : cJSON_IsObject(m)) continue;
             adm_set_error(a, 400, "INVALID_REQUEST", "field '%s.%.64s': %s", part->string,
                           m->string, settings ? "unknown" : "must be an object");
@@ -116,16 +114,14 @@ static int put_app(admin_t *a, const view_t *v, mg_store_tx_t *tx, const cJSON *
 {
     cJSON *def = NULL;
     const cJSON *m;
-    cJSON_ArrayForEach(m, patch)
-    {
+    cJSON_ArrayForEach(m, patch) {
         if (listed(v->app_keys, m->string)) continue;
         adm_set_error(a, 400, "INVALID_REQUEST", "field 'applications.%s.%.64s': unknown",
                       patch->string, m->string);
         return -1;
     }
     if (adm_app_stored_def(a, patch->string, &def) != 0) return -1;
-    cJSON_ArrayForEach(m, patch)
-    {
+    cJSON_ArrayForEach(m, patch) {
         cJSON_DeleteItemFromObjectCaseSensitive(def, m->string);
         if (!cJSON_IsNull(m)) cJSON_AddItemToObject(def, m->string, cJSON_Duplicate(m, 1));
     }
@@ -141,14 +137,12 @@ static void view_put(admin_t *a, const view_t *v)
     const cJSON *apps = cJSON_GetObjectItemCaseSensitive(a->in, "applications");
     const cJSON *m;
     if (body_ok(a, v) != 0 || adm_tx_begin(a, &tx) != 0) return;
-    cJSON_ArrayForEach(m, settings)
-    {
+    cJSON_ArrayForEach(m, settings) {
         char key[96];
         snprintf(key, sizeof(key), "%s.%s", v->section, m->string);
         if (adm_setting_write_tx(a, tx, key, m) != 0) goto fail;
     }
-    cJSON_ArrayForEach(m, apps)
-    {
+    cJSON_ArrayForEach(m, apps) {
         if (put_app(a, v, tx, m) != 0) goto fail;
     }
     if (adm_tx_commit(a, tx) != 0) return;

@@ -38,8 +38,7 @@ static int priorities(const cJSON *v, unsigned *out, char *err, size_t errlen)
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
         return bad(err, errlen, "allowed_priorities", "must be a non-empty list of P0..P4");
     *out = 0;
-    cJSON_ArrayForEach(it, v)
-    {
+    cJSON_ArrayForEach(it, v) {
         const char *t = cJSON_IsString(it) ? it->valuestring : "";
         if (strlen(t) != 2 || t[0] != 'P' || t[1] < '0' || t[1] > '4')
             return bad(err, errlen, "allowed_priorities", "must be a non-empty list of P0..P4");
@@ -57,8 +56,7 @@ static int models(const cJSON *v, mg_app_conf_t *a, char *err, size_t errlen)
     a->allowed_models = calloc(n ? n : 1, sizeof(*a->allowed_models));
     if (!a->allowed_models) return bad(err, errlen, "allowed_models", "out of memory");
     const cJSON *it;
-    cJSON_ArrayForEach(it, v)
-    {
+    cJSON_ArrayForEach(it, v) {
         if (!cJSON_IsString(it) || !*it->valuestring || strlen(it->valuestring) > 256)
             return bad(err, errlen, "allowed_models", "must be a list of model names");
         if (!(a->allowed_models[a->n_allowed_models] = strdup(it->valuestring)))
@@ -73,8 +71,7 @@ static int data_policy(const cJSON *v, mg_app_conf_t *a, char *err, size_t errle
     if (!v || cJSON_IsNull(v)) return 0;
     const cJSON *m, *ac = cJSON_GetObjectItemCaseSensitive(v, "allow_cloud");
     if (!cJSON_IsObject(v)) return bad(err, errlen, "data_policy", "must be an object");
-    cJSON_ArrayForEach(m, v)
-    {
+    cJSON_ArrayForEach(m, v) {
         if (strcmp(m->string, "allow_cloud") && strcmp(m->string, "sensitive_level"))
             return bad(err, errlen, "data_policy", "knows allow_cloud and sensitive_level only");
     }
@@ -103,8 +100,7 @@ int mg_app_from_json(const cJSON *def, const char *name, mg_app_conf_t *out, cha
         snprintf(err, errlen, "the definition must be a JSON object");
         return -1;
     }
-    cJSON_ArrayForEach(m, def)
-    {
+    cJSON_ArrayForEach(m, def) {
         int known = 0;
         for (size_t i = 0; keys[i]; i++) known |= strcmp(keys[i], m->string) == 0;
         if (!known) {

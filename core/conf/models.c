@@ -42,8 +42,7 @@ static int only_keys(const cJSON *o, const char *const *keys, const char *path, 
                      size_t errlen)
 {
     const cJSON *m;
-    cJSON_ArrayForEach(m, o)
-    {
+    cJSON_ArrayForEach(m, o) {
         int known = 0;
         for (size_t i = 0; keys[i]; i++) known |= strcmp(keys[i], m->string) == 0;
         if (!known) {

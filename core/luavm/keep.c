@@ -295,7 +295,9 @@ int mg_keep_encode_find(mg_keep_t *k, int adapter, const mg_provider_conf_t *p, 
             if (ok) out->headers = nl;
         }
         if (ok) return 1;
-        mg_encoded_free(out);
+        free(out->path);
+        curl_slist_free_all(out->headers);
+        memset(out, 0, sizeof(*out));
         snprintf(err, errlen, "out of memory");
         return -1;
     }

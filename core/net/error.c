@@ -51,24 +51,3 @@ int mg_error_body_as(mg_buf_t *out, int status, const char *type, const char *co
     }
     return mg_buf_append(out, "}}", 2);
 }
-
-void mg_error_respond(mg_http_req_t *req, int status, const char *code, const char *message,
-                      int retry_after_ms, const char *extra_headers)
-{
-    char head[512] = "";
-    int n = 0;
-    if (retry_after_ms > 0)
-        n = snprintf(head, sizeof(head), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
-    if (extra_headers) snprintf(head + n, sizeof(head) - (size_t)n, "%s", extra_headers);
-    mg_buf_t body = {0};
-    if (mg_error_body(&body, status, code, message, req->request_id, retry_after_ms) != 0) {
-        mg_buf_free(&body);
-        static const char oom[] =
-            "{\"error\":{\"message\":\"out of memory\",\"type\":\"api_error\","
-            "\"param\":null,\"code\":\"INTERNAL_ERROR\"}}";
-        mg_http_respond(req, 500, "application/json", NULL, oom, sizeof(oom) - 1);
-        return;
-    }
-    mg_http_respond(req, status, "application/json", head[0] ? head : NULL, body.data, body.len);
-    mg_buf_free(&body);
-}

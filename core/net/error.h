@@ -6,12 +6,12 @@
  * (`message`, `type`, `param` and `code` always present, as the OpenAI OpenAPI schema
  * requires), with `Retry-After` in whole seconds when retry_after_ms > 0. The type comes
  * from the status through one table (mg_error_type). The same body is the error event that
- * ends a stream whose first byte already reached the client. */
+ * ends a stream whose first byte already reached the client. An answer that is only this
+ * error is written by mg_error_respond (net/http.h). */
 #ifndef MG_NET_ERROR_H
 #define MG_NET_ERROR_H
 
 #include "base/json.h"
-#include "net/http.h"
 
 /* The OpenAI error type of an HTTP status. */
 const char *mg_error_type(int status);
@@ -26,11 +26,5 @@ int mg_error_body(mg_buf_t *out, int status, const char *code, const char *messa
 int mg_error_body_as(mg_buf_t *out, int status, const char *type, const char *code,
                      const char *message, const char *param, const char *request_id,
                      int retry_after_ms);
-
-/* Answer req with the error body: Retry-After when retry_after_ms > 0, then extra_headers
- * (NULL or preformatted "Name: value\r\n" lines). The request is gone afterwards. Logs and
- * counts nothing: that is the caller's finish. */
-void mg_error_respond(mg_http_req_t *req, int status, const char *code, const char *message,
-                      int retry_after_ms, const char *extra_headers);
 
 #endif

@@ -748,6 +748,27 @@ static void send_error_and_close(mg_conn_t *c, int status, const char *code, con
     mg_error_respond(req, status, code, msg, retry_after_ms, NULL);
 }
 
+void mg_error_respond(mg_http_req_t *req, int status, const char *code, const char *message,
+                      int retry_after_ms, const char *extra_headers)
+{
+    char head[512] = "";
+    int n = 0;
+    if (retry_after_ms > 0)
+        n = snprintf(head, sizeof(head), "Retry-After: %d\r\n", (retry_after_ms + 999) / 1000);
+    if (extra_headers) snprintf(head + n, sizeof(head) - (size_t)n, "%s", extra_headers);
+    mg_buf_t body = {0};
+    if (mg_error_body(&body, status, code, message, req->request_id, retry_after_ms) != 0) {
+        mg_buf_free(&body);
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"api_error\","
+            "\"param\":null,\"code\":\"INTERNAL_ERROR\"}}";
+        mg_http_respond(req, 500, "application/json", NULL, oom, sizeof(oom) - 1);
+        return;
+    }
+    mg_http_respond(req, status, "application/json", head[0] ? head : NULL, body.data, body.len);
+    mg_buf_free(&body);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Requests and parsing                                                      */
 /* ------------------------------------------------------------------------ */

@@ -193,4 +193,10 @@ void mg_http_set_close(mg_http_req_t *req);
 /* The standard reason phrase for a status code. */
 const char *mg_http_reason(int status);
 
+/* Answer req with the error body of net/error.h: Retry-After when retry_after_ms > 0, then
+ * extra_headers (NULL or preformatted "Name: value\r\n" lines). The request is gone afterwards.
+ * Logs and counts nothing: that is the caller's finish. */
+void mg_error_respond(mg_http_req_t *req, int status, const char *code, const char *message,
+                      int retry_after_ms, const char *extra_headers);
+
 #endif

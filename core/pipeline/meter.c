@@ -80,8 +80,7 @@ static long long answer_output_tokens(const call_t *c)
     cJSON *a = c->answer.len ? cJSON_ParseWithLength(c->answer.data, c->answer.len) : NULL;
     long long n = 0;
     const cJSON *ch;
-    cJSON_ArrayForEach(ch, cJSON_GetObjectItemCaseSensitive(a, "choices"))
-    {
+    cJSON_ArrayForEach(ch, cJSON_GetObjectItemCaseSensitive(a, "choices")) {
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
         const cJSON *t = msg ? cJSON_GetObjectItemCaseSensitive(msg, "content")
                              : cJSON_GetObjectItemCaseSensitive(ch, "text");

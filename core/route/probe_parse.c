@@ -237,8 +237,7 @@ int mg_probe_parse_llamacpp_slots(const char *json, size_t len, mg_engine_load_t
     }
     int busy = 0;
     const cJSON *slot;
-    cJSON_ArrayForEach(slot, j)
-    {
+    cJSON_ArrayForEach(slot, j) {
         if (cJSON_IsObject(slot) && slot_busy(slot)) busy++;
     }
     cJSON_Delete(j);

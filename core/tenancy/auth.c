@@ -284,8 +284,7 @@ int mg_auth_priorities_parse(const char *json, uint8_t *bits)
     int rc = cJSON_IsArray(a) ? 0 : -1;
     uint8_t b = 0;
     const cJSON *it;
-    cJSON_ArrayForEach(it, a)
-    {
+    cJSON_ArrayForEach(it, a) {
         int p = cJSON_IsString(it) ? priority_level(it->valuestring) : -1;
         if (p < 0) rc = -1;
         else b |= (uint8_t)MG_PRIORITY_BIT(p);
@@ -301,8 +300,7 @@ int mg_auth_scopes_parse(const char *json, uint32_t *bits)
     cJSON *a = json ? cJSON_Parse(json) : NULL;
     int rc = cJSON_IsArray(a) ? 0 : -1;
     const cJSON *it;
-    cJSON_ArrayForEach(it, a)
-    {
+    cJSON_ArrayForEach(it, a) {
         uint32_t bit = cJSON_IsString(it) ? mg_key_scope_bit(it->valuestring) : 0;
         if (!bit) rc = -1;
         *bits |= bit;
@@ -351,8 +349,7 @@ mg_key_record_t *mg_auth_record_from_row(int ncols, const char *const *cols)
     if (n >= 0 && n <= UINT16_MAX && (n == 0 || names)) {
         int i = 0, ok = 1;
         const cJSON *it;
-        cJSON_ArrayForEach(it, models)
-        {
+        cJSON_ArrayForEach(it, models) {
             if (!cJSON_IsString(it)) ok = 0;
             else names[i++] = it->valuestring;
         }

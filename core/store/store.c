@@ -221,11 +221,11 @@ static const char *const migrations[] = {
      * the newest-first cursor. Token columns are mutually exclusive billing buckets: input
      * is the uncached input (OpenAI's cached_tokens already taken out of prompt_tokens),
      * cached_read and cache_write apart. Times are unix ms, hours and days UTC. A trigger
-     * keeps the roll-ups in the event's own transaction, only for rows really inserted:
-     * usage_hourly (per tenant, project, key, provider and logical model: what analytics
-     * read), usage_hist (latency and TTFT histograms, log2 bins of ms, for percentiles),
-     * the ADR's provider_usage_logs (per provider and actual model, now unique per model
-     * too) and daily_stats (per pool). Pruning raw events never touches them. */
+     * (until migration 17; now obs/usage_rollup.c) keeps the roll-ups in the event's own
+     * transaction, only for rows really inserted: usage_hourly (per tenant, project, key, provider
+     * and logical model: what analytics read), usage_hist (latency and TTFT histograms, log2 bins
+     * of ms, for percentiles), the ADR's provider_usage_logs (per provider and actual model, now
+     * unique per model too) and daily_stats (per pool). Pruning raw events never touches them. */
     "CREATE TABLE usage_events ("
     " seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, at_ms INTEGER NOT NULL,"
     " endpoint TEXT NOT NULL, tenant_id INTEGER, project_id INTEGER, key_id INTEGER,"

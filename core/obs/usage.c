@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "obs/usage_rollup.h"
 
 int mg_usage_bin(int64_t ms)
 {
@@ -74,7 +75,7 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
     p[32] = e->ttft_ms >= 0 ? NUM(mg_usage_bin(e->ttft_ms)) : NULL;
 #undef NUM
 #undef ID
-    int rc = mg_store_write_cb(st, INSERT_SQL, 33, p, done, ud);
+    int rc = mg_store_write_agg(st, INSERT_SQL, MG_UP_NPARAMS, p, &mg_usage_rollup, done, ud);
     if (rc != 0)
         mg_log_msg(MG_LOG_ERROR, e->request_id, "usage: the event could not be queued (lost)");
     return rc;

@@ -3,9 +3,10 @@
  *
  * One event per request that reached routing, whatever its endpoint and outcome, keyed by
  * its request id: the write is INSERT OR IGNORE, so a retried or replayed write never
- * doubles it. The store's migration 13 has the table and the trigger that keeps the hourly
- * and daily roll-ups in the same transaction as the event (store/store.c); every chart and
- * stats call reads those, never the raw events.
+ * doubles it. The store's migration 13 has the tables; the hourly and daily roll-ups are
+ * summed per batch by the writer thread in C and written in the same transaction as the
+ * events (obs/usage_rollup.h); every chart and stats call reads those, never the raw
+ * events.
  *
  * Durable (what a client may rely on): the pipeline holds the last bytes of an answer until
  * the transaction with its event committed (net/hold.h), so a client that received its

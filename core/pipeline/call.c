@@ -192,8 +192,10 @@ static void call_unlink(call_t *c)
 }
 
 /* What the answer cost, in micros of the currency (call_cost_micros: the versioned price in
- * force, else cost_per_1k_tokens), charged once to the caller's key and
- * project for their spend limits, when the upstream reported usage. Called before the
+ * force, else cost_per_1k_tokens), charged once to the caller's key, project and tenant for
+ * their spend limits: on the upstream's usage, or when it reported none on the gateway's
+ * count (meter.c's estimate, the event flagged estimated; as wallets settle), so an
+ * upstream that omits usage never makes requests free. Called before the
  * answer's end is sent: the hold it returns (NULL: nothing to wait for) releases that end
  * once the charge is durable (net/hold.h), so a client that saw its whole answer never
  * loses its spend record. Without a client (cancelled) the charge is fire and forget. */
@@ -201,7 +203,7 @@ mg_hold_t *charge_spend(call_t *c)
 {
     mg_hold_t *event_hold = c->end_hold; /* the usage event's (meter.c): one hold for both */
     c->end_hold = NULL;
-    if (c->charged || !c->have_usage || !c->auth.held) return event_hold;
+    if (c->charged || !c->auth.held) return event_hold;
     int64_t micros = call_cost_micros(c, NULL); /* the price version in force (obs/price.h) */
     if (micros <= 0) return event_hold;
     c->charged = 1;
@@ -232,10 +234,8 @@ static void call_free(call_t *c)
         c->req->on_drain = NULL;
     }
     pl->in_flight--;
-    if (c->have_usage) {
-        mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
-        charge_spend(c); /* when no end was sent (the client left): nothing is held */
-    }
+    if (c->have_usage) mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
+    charge_spend(c); /* when no end was sent (the client left): nothing is held */
     wallet_finish(c);
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);

@@ -1,9 +1,9 @@
 /* meter: a finished call's usage event and its cost; see call.h and obs/usage.h.
  *
  * Built on the loop at the call's one finish from what the call knows, handed to the
- * store's writer (obs/usage.c: INSERT OR IGNORE, roll-ups by trigger in the same
- * transaction). The answer's last bytes wait for that commit (net/hold.h), which is what
- * makes "the client saw its whole answer" imply "its event is in the database". */
+ * store's writer (obs/usage.c: INSERT OR IGNORE; obs/usage_rollup.c: the roll-ups, summed per
+ * batch, in the same transaction). The answer's last bytes wait for that commit (net/hold.h), which
+ * is what makes "the client saw its whole answer" imply "its event is in the database". */
 #include "pipeline/call.h"
 
 #include <string.h>

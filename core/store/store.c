@@ -40,8 +40,9 @@ typedef struct write_job_s {
     mg_store_done_fn done;      /* may be NULL */
     mg_store_rows_fn done_rows; /* instead of done: the outcome and the rows changed */
     void *ud;
-    int rc;       /* the outcome, set by the writer */
-    int64_t rows; /* rows the statement changed (sqlite3_changes), set by the writer */
+    int rc;                    /* the outcome, set by the writer */
+    int64_t rows;              /* rows the statement changed (sqlite3_changes), set by the writer */
+    const mg_store_agg_t *agg; /* may be NULL: the roll-up that sums this write's row */
 } write_job_t;
 
 typedef struct {
@@ -59,10 +60,15 @@ struct mg_store_s {
     struct {
         char *sql; /* owned */
         sqlite3_stmt *st;
-    } stmts[STMT_CACHE]; /* the writer's prepared statements */
-    int next_stmt;       /* the slot replaced next */
-    int wal_pages;       /* the WAL's size after the writer's last commit (writer thread) */
-    char *path;          /* owned */
+    } stmts[STMT_CACHE];                /* the writer's prepared statements */
+    int next_stmt;                      /* the slot replaced next */
+    sqlite3_stmt *begin_st, *commit_st; /* the writer's BEGIN IMMEDIATE and COMMIT */
+    struct {
+        const mg_store_agg_t *agg;
+        void *state;
+    } aggs[MG_STORE_AGG_MAX]; /* the writer's roll-ups (mg_store_write_agg) */
+    int wal_pages;            /* the WAL's size after the writer's last commit (writer thread) */
+    char *path;               /* owned */
     int version;
     int queue_max;
     int busy_wait_ms;
@@ -215,11 +221,11 @@ static const char *const migrations[] = {
      * the newest-first cursor. Token columns are mutually exclusive billing buckets: input
      * is the uncached input (OpenAI's cached_tokens already taken out of prompt_tokens),
      * cached_read and cache_write apart. Times are unix ms, hours and days UTC. A trigger
-     * keeps the roll-ups in the event's own transaction, only for rows really inserted:
-     * usage_hourly (per tenant, project, key, provider and logical model: what analytics
-     * read), usage_hist (latency and TTFT histograms, log2 bins of ms, for percentiles),
-     * the ADR's provider_usage_logs (per provider and actual model, now unique per model
-     * too) and daily_stats (per pool). Pruning raw events never touches them. */
+     * (until migration 17; now obs/usage_rollup.c) keeps the roll-ups in the event's own
+     * transaction, only for rows really inserted: usage_hourly (per tenant, project, key, provider
+     * and logical model: what analytics read), usage_hist (latency and TTFT histograms, log2 bins
+     * of ms, for percentiles), the ADR's provider_usage_logs (per provider and actual model, now
+     * unique per model too) and daily_stats (per pool). Pruning raw events never touches them. */
     "CREATE TABLE usage_events ("
     " seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, at_ms INTEGER NOT NULL,"
     " endpoint TEXT NOT NULL, tenant_id INTEGER, project_id INTEGER, key_id INTEGER,"
@@ -438,6 +444,12 @@ static const char *const migrations[] = {
     "CREATE TABLE session_messages ("
     " session_id TEXT NOT NULL, seq INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
     " tokens INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (session_id, seq));",
+    /* 17: the usage roll-ups are summed in C per batch by the writer (obs/usage_rollup.h:
+     * one UPSERT per touched bucket instead of four per event, same numbers), and the
+     * events' tenant index goes: the events listing walks seq newest first (its filters are
+     * optional, so no index fits them), the pruner uses idx_usage_events_at */
+    "DROP TRIGGER usage_events_rollup;"
+    "DROP INDEX idx_usage_events_tenant;",
 };
 
 static void *writer_main(void *arg);
@@ -661,16 +673,60 @@ static void note_busy(mg_store_t *s, const char *what, uint64_t since_ns, uint64
     }
 }
 
-/* Run sql (BEGIN IMMEDIATE or COMMIT) until it is not refused for a lock: each attempt waits
- * busy_wait_ms in SQLite's busy handler. Returns the final SQLite code. */
-static int exec_until_unlocked(mg_store_t *s, const char *sql)
+/* Run the prepared BEGIN IMMEDIATE or COMMIT (*st, prepared from sql on first use) until it
+ * is not refused for a lock: each attempt waits busy_wait_ms in SQLite's busy handler.
+ * Returns the final SQLite code (SQLITE_OK when it ran). */
+static int exec_until_unlocked(mg_store_t *s, sqlite3_stmt **st, const char *sql)
 {
+    if (!*st &&
+        sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) != SQLITE_OK)
+        return sqlite3_errcode(s->db);
     uint64_t since = uv_hrtime(), logged = 0;
     for (;;) {
-        int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+        int rc = sqlite3_step(*st);
+        sqlite3_reset(*st);
+        if (rc == SQLITE_DONE || rc == SQLITE_ROW) return SQLITE_OK;
         if (!is_busy(rc)) return rc;
         note_busy(s, sql, since, &logged);
     }
+}
+
+/* ---- roll-ups summed in C (mg_store_write_agg) ---- */
+
+/* The writer's state for agg, created on first use; NULL when out of memory or all slots
+ * are taken (the batch then rolls back: its rows would miss their sums). */
+static void *agg_state(mg_store_t *s, const mg_store_agg_t *agg)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX; i++) {
+        if (s->aggs[i].agg == agg) return s->aggs[i].state;
+        if (s->aggs[i].agg) continue;
+        void *state = agg->create();
+        if (!state) return NULL;
+        s->aggs[i].agg = agg;
+        s->aggs[i].state = state;
+        return state;
+    }
+    mg_log_msg(MG_LOG_ERROR, NULL, "store: more than %d roll-ups", MG_STORE_AGG_MAX);
+    return NULL;
+}
+
+static void aggs_reset(mg_store_t *s)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        s->aggs[i].agg->reset(s->aggs[i].state);
+}
+
+static int aggs_flush(mg_store_t *s)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        if (s->aggs[i].agg->flush(s->aggs[i].state, s->db) != 0) return -1;
+    return 0;
+}
+
+static void aggs_destroy(mg_store_t *s)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        s->aggs[i].agg->destroy(s->aggs[i].state);
 }
 
 /* One write inside the open transaction: 0, MG_STORE_ECONSTRAINT or MG_STORE_ERROR. */
@@ -730,11 +786,12 @@ static int run_job(mg_store_t *s, write_job_t *j)
  * says whether its statement ran), -1 when nothing of it is in the database. */
 static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen)
 {
-    int rc = exec_until_unlocked(s, "BEGIN IMMEDIATE");
+    int rc = exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE");
     if (rc != SQLITE_OK) {
         snprintf(why, whylen, "BEGIN: %s", sqlite3_errmsg(s->db));
         return -1;
     }
+    aggs_reset(s);
     for (write_job_t *j = batch; j; j = j->next) {
         j->rc = run_job(s, j);
         /* an I/O error, a full disk or memory may roll the whole transaction back */
@@ -742,9 +799,22 @@ static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen
             snprintf(why, whylen, "the transaction was rolled back: %s", sqlite3_errmsg(s->db));
             return -1;
         }
+        if (j->agg && j->rc == 0 && j->rows > 0) {
+            void *state = agg_state(s, j->agg);
+            if (!state) {
+                snprintf(why, whylen, "no memory for a roll-up");
+                goto rollback;
+            }
+            j->agg->add(state, j->nparams, j->params);
+        }
     }
-    if (exec_until_unlocked(s, "COMMIT") == SQLITE_OK) return 0;
+    if (aggs_flush(s) != 0) {
+        snprintf(why, whylen, "roll-ups: %s", sqlite3_errmsg(s->db));
+        goto rollback;
+    }
+    if (exec_until_unlocked(s, &s->commit_st, "COMMIT") == SQLITE_OK) return 0;
     snprintf(why, whylen, "COMMIT: %s", sqlite3_errmsg(s->db));
+rollback:
     if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return -1;
 }
@@ -895,6 +965,15 @@ int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char 
     write_job_t *j = job_new(sql, nparams, params, NULL, ud);
     if (!j) return -1;
     j->done_rows = done;
+    return submit(s, j);
+}
+
+int mg_store_write_agg(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                       const mg_store_agg_t *agg, mg_store_done_fn done, void *ud)
+{
+    write_job_t *j = job_new(sql, nparams, params, done, ud);
+    if (!j) return -1;
+    j->agg = agg;
     return submit(s, j);
 }
 
@@ -1136,6 +1215,9 @@ void mg_store_close(mg_store_t *s)
         sqlite3_finalize(s->stmts[i].st);
         free(s->stmts[i].sql);
     }
+    sqlite3_finalize(s->begin_st);
+    sqlite3_finalize(s->commit_st);
+    aggs_destroy(s);
     deliver(&s->done); /* the writer is gone: no lock needed */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

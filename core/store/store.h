@@ -47,6 +47,7 @@
 #include <uv.h>
 
 typedef struct mg_store_s mg_store_t;
+struct sqlite3;
 
 typedef struct mg_store_opts_s {
     int queue_max;        /* writes waiting for the writer at most (>= 1); 0: the default */
@@ -96,6 +97,25 @@ typedef void (*mg_store_rows_fn)(void *ud, int rc, int64_t rows);
  * same promises as mg_store_write_cb; done may not be NULL. */
 int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char *const *params,
                         mg_store_rows_fn done, void *ud);
+/* A roll-up the writer keeps in C instead of a trigger: the writes that name it (below)
+ * are summed per batch on the writer thread, and the sums are written by one UPSERT per
+ * touched bucket just before the batch's COMMIT, in the same transaction (so the roll-ups
+ * are exactly as durable as the rows they sum, and a batch that does not commit adds
+ * nothing). `add` sees only writes whose statement changed a row (an INSERT OR IGNORE that
+ * ignored a replay adds nothing); their parameters stay valid until `flush` returned.
+ * The state is the writer's: created on first use, destroyed by mg_store_close. */
+typedef struct mg_store_agg_s {
+    void *(*create)(void);
+    void (*destroy)(void *state);
+    void (*reset)(void *state); /* a batch, or its retry, begins */
+    void (*add)(void *state, int nparams, const char *const *params);
+    int (*flush)(void *state, struct sqlite3 *db); /* the sums; 0, or -1: roll back */
+} mg_store_agg_t;
+/* mg_store_write_cb whose row is also summed by agg (a static table; at most
+ * MG_STORE_AGG_MAX different ones per store). */
+#define MG_STORE_AGG_MAX 4
+int mg_store_write_agg(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                       const mg_store_agg_t *agg, mg_store_done_fn done, void *ud);
 /* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
 

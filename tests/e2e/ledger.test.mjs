@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { adminCall, startEnv, postJson, postStream, gatewayBin, waitFor } from './lib/harness.mjs';
+import { adminCall, startEnv, postJson, postStream, gatewayBin, sqliteRows, waitFor } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-ledger-e2e-token-77aa01';
 const SECRET = 'whsec-ledger-e2e-0123456789';
@@ -424,6 +424,26 @@ describe('spend limits', () => {
         const tday = usage.json.data.find((u) => u.scope === 'tenant' && u.id === t && u.period.startsWith('d:'));
         assert.equal(tday.spent_micros, 3 * (3 + 5) * PER_TOKEN, 'the tenant counts both keys');
         assert.equal(day.spent_micros, 2 * (3 + 5) * PER_TOKEN);
+    });
+
+    test('an upstream without usage: the spend settles on the tokenizer count, the event says estimated', async () => {
+        const t = await tenant('nousage-spend');
+        const k = await key({ tenant_id: t });
+        const r = await postJson(`${env.api}/chat/completions`, chatBody({ model: 'nousage' }), { headers: auth(k) });
+        assert.equal(r.status, 200, r.text);
+        const ev = sqliteRows(env.config.storage.path,
+            `SELECT input_estimated, output_estimated, input_tokens, output_tokens, cost_micros FROM usage_events WHERE request_id = '${r.headers.get('x-request-id')}'`);
+        assert.equal(ev.length, 1);
+        assert.equal(ev[0].input_estimated, 1);
+        assert.equal(ev[0].output_estimated, 1);
+        assert.ok(ev[0].input_tokens > 0 && ev[0].output_tokens > 0, JSON.stringify(ev[0]));
+        assert.equal(ev[0].cost_micros, (ev[0].input_tokens + ev[0].output_tokens) * PER_TOKEN);
+        const usage = await admin('GET', `usage?tenant_id=${t}`);
+        const day = usage.json.data?.find((u) => u.scope === 'key' && u.id === k.id && u.period.startsWith('d:'));
+        assert.ok(day, usage.text);
+        assert.equal(day.spent_micros, ev[0].cost_micros, 'the spend counter moved by the estimated cost');
+        const tday = usage.json.data.find((u) => u.scope === 'tenant' && u.id === t && u.period.startsWith('d:'));
+        assert.equal(tday.spent_micros, ev[0].cost_micros);
     });
 
     test('check-ledger passes on the live store after everything above (tampering: test_wallet)', async () => {

@@ -289,6 +289,10 @@ describe('retention', () => {
         const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
         query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
         const oldHour = Math.floor(old / 3600000) * 3600;
+        /* the writer sums events into their buckets in C (obs/usage_rollup.h); rows written
+           behind its back get the bucket it would have written */
+        query(`INSERT INTO usage_hourly(hour, tenant_id, project_id, key_id, provider_id, model, requests, input_tokens)
+            VALUES (${oldHour}, 0, 0, 1, '', '', 5, 50)`);
         const buckets = query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n;
         assert.equal(query(`SELECT SUM(requests) AS n FROM usage_hourly WHERE hour = ${oldHour}`)[0].n, 5, 'rolled up');
         const fresh = query(`SELECT COUNT(*) AS n FROM usage_events WHERE at_ms >= ${Date.now() - 86400000}`)[0].n;

@@ -2,8 +2,9 @@
  * (store.c migration 13): an event written through the writer thread lands once (a retried
  * write of the same request id changes nothing, buckets included); the hourly buckets, the
  * histograms, the provider buckets and the daily roll-up sum the events across hours and
- * days; pruning deletes old events in batches and leaves the buckets; the histogram bins;
- * the price in force and the cost arithmetic (ceil, versions, the cost_per_1k shorthand). */
+ * days, and summed per batch they equal the per-event sums; pruning deletes old events in batches
+ * and leaves the buckets; the histogram bins; the price in force and the cost arithmetic (ceil,
+ * versions, the cost_per_1k shorthand). */
 #include "mgtest.h"
 #include "obs/price.h"
 #include "obs/usage.h"
@@ -15,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[64], path[128];
+static char dir[64], path[160];
 
 static long long q(const char *sql)
 {
@@ -217,12 +218,157 @@ static void test_prices(void)
     CHECK(mg_price_apply(&prices[0], &huge) > 0);
 }
 
+/* ---- the roll-ups summed per batch (obs/usage_rollup.h) ---- */
+
+#define N_EVENTS 120
+
+/* The i-th of a varied set: two tenants, keys and models, a provider or none, every pool,
+ * every outcome, with and without a first token, over three days. */
+static mg_usage_event_t varied(int i, char *id, size_t idlen)
+{
+    static const char *const statuses[] = {"succeeded", "failed", "cancelled", "timed_out",
+                                           "succeeded"};
+    static const char *const pools[] = {"main", "fallback", NULL};
+    snprintf(id, idlen, "v%d", i);
+    mg_usage_event_t e =
+        ev(id, T0 + (int64_t)(i % 7) * 11 * HOUR + i, statuses[i % 5], 10 + i, i % 4);
+    e.tenant_id = 1 + i % 2;
+    e.project_id = i % 3;
+    e.key_id = 5 + i % 2;
+    e.logical_model = i % 3 ? "chat" : "embed";
+    e.actual_model = i % 4 ? "up-chat" : NULL;
+    e.provider = i % 6 ? (i % 2 ? "p1" : "p2") : NULL;
+    e.pool = pools[i % 3];
+    e.tokens.cached_read = i % 5 ? 0 : i;
+    e.tokens.cache_write = i % 3;
+    e.tokens.reasoning = i % 2;
+    e.output_estimated = i % 8 == 0;
+    e.latency_ms = 3 + i * 17;
+    e.ttft_ms = i % 4 ? i * 3 : -1;
+    e.cost_micros = 1000 + i * 7;
+    return e;
+}
+
+/* Every roll-up row of the database at p as one text (without the created_at stamps). */
+static char *dump_rollups(const char *p)
+{
+    static const char *const sql[] = {
+        "SELECT * FROM usage_hourly ORDER BY 1, 2, 3, 4, 5, 6",
+        "SELECT * FROM usage_hist ORDER BY 1, 2, 3, 4, 5, 6, 7, 8",
+        "SELECT id, provider_id, model, prompt_tokens, completion_tokens, total_tokens, cost,"
+        " request_count, error_count, avg_latency_ms, hour_bucket, cost_micros, cached_read_tokens,"
+        " cache_write_tokens, latency_ms_sum FROM provider_usage_logs ORDER BY id",
+        "SELECT id, date, pool, total_requests, total_errors, total_tokens, total_cost,"
+        " total_cost_micros FROM daily_stats ORDER BY id",
+    };
+    size_t cap = 1 << 16, len = 0;
+    char *out = calloc(1, cap);
+    sqlite3 *db = NULL;
+    if (!out || sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return out;
+    for (size_t t = 0; t < sizeof(sql) / sizeof(sql[0]); t++) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db, sql[t], -1, &st, NULL) != SQLITE_OK) continue;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            for (int c = 0; c < sqlite3_column_count(st); c++) {
+                const char *v = (const char *)sqlite3_column_text(st, c);
+                size_t n = strlen(v ? v : "NULL") + 2;
+                if (len + n + 1 > cap) {
+                    char *bigger = realloc(out, cap *= 2);
+                    if (!bigger) break;
+                    out = bigger;
+                }
+                len += (size_t)snprintf(out + len, cap - len, "%s%c", v ? v : "NULL",
+                                        c + 1 < sqlite3_column_count(st) ? '|' : '\n');
+            }
+        }
+        sqlite3_finalize(st);
+        len += (size_t)snprintf(out + len, cap - len, "--\n");
+    }
+    sqlite3_close(db);
+    return out;
+}
+
+/* The same N events, once one per transaction (what the per-event trigger summed), once
+ * in one batch (queued while another connection held the write lock): equal roll-ups,
+ * and those equal the sums of the raw events. */
+static void test_batch_rollups_equal_per_event(void)
+{
+    char one_path[160], batch_path[160], err[256], id[16];
+    snprintf(one_path, sizeof(one_path), "%s/one.db", dir);
+    snprintf(batch_path, sizeof(batch_path), "%s/batch.db", dir);
+    mg_store_t *one = NULL, *batch = NULL;
+    CHECK(mg_store_open(one_path, &one, err, sizeof(err)) == 0);
+    CHECK(mg_store_open(batch_path, &batch, err, sizeof(err)) == 0);
+    if (!one || !batch) return;
+    for (int i = 0; i < N_EVENTS; i++) {
+        mg_usage_event_t e = varied(i, id, sizeof(id));
+        CHECK(mg_usage_write(one, &e, NULL, NULL) == 0);
+        mg_store_flush(one);
+    }
+    sqlite3 *lock = NULL;
+    CHECK(sqlite3_open(batch_path, &lock) == SQLITE_OK);
+    CHECK(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+    /* a first write the writer takes alone and waits with on the lock: every event queued
+       after it is seen busy goes into the next batch, whole */
+    CHECK(mg_store_write(batch, "DELETE FROM usage_hourly WHERE 0", 0, NULL) == 0);
+    mg_store_stats_t bs;
+    for (int i = 0; i < 500; i++) {
+        mg_store_stats(batch, &bs);
+        if (bs.busy_retries_total > 0) break;
+        usleep(10000);
+    }
+    CHECK(bs.busy_retries_total > 0);
+    for (int i = 0; i < N_EVENTS; i++) {
+        mg_usage_event_t e = varied(i, id, sizeof(id));
+        CHECK(mg_usage_write(batch, &e, NULL, NULL) == 0);
+    }
+    mg_usage_event_t replay = varied(3, id, sizeof(id)); /* ignored: adds nothing */
+    CHECK(mg_usage_write(batch, &replay, NULL, NULL) == 0);
+    sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(lock);
+    mg_store_flush(batch);
+    mg_store_stats(batch, &bs);
+    CHECK(bs.largest_batch == N_EVENTS + 1); /* all of them and the replay, in one batch */
+    mg_store_close(one);
+    mg_store_close(batch);
+    char *a = dump_rollups(one_path), *b = dump_rollups(batch_path);
+    CHECK(a && b && strlen(a) > 1000);
+    CHECK(a && b && strcmp(a, b) == 0);
+    free(a);
+    free(b);
+    /* and the batch's buckets are the raw events' sums */
+    snprintf(path, sizeof(path), "%s", batch_path);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), N_EVENTS);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), N_EVENTS);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM (SELECT at_ms / 3600000 * 3600 AS h,"
+                   " COALESCE(tenant_id, 0) AS t, COALESCE(project_id, 0) AS pr,"
+                   " COALESCE(key_id, 0) AS k, COALESCE(provider_id, '') AS pv,"
+                   " COALESCE(logical_model, '') AS m, COUNT(*) AS n, SUM(input_tokens) AS i,"
+                   " SUM(output_tokens) AS o, SUM(cost_micros) AS c, SUM(latency_ms) AS l,"
+                   " SUM(status IN ('failed','timed_out')) AS e, SUM(ttft_ms IS NOT NULL) AS tc"
+                   " FROM usage_events GROUP BY 1, 2, 3, 4, 5, 6) x JOIN usage_hourly u"
+                   " ON u.hour = x.h AND u.tenant_id = x.t AND u.project_id = x.pr"
+                   " AND u.key_id = x.k AND u.provider_id = x.pv AND u.model = x.m"
+                   " WHERE u.requests = x.n AND u.input_tokens = x.i AND u.output_tokens = x.o"
+                   " AND u.cost_micros = x.c AND u.latency_ms_sum = x.l AND u.errors = x.e"
+                   " AND u.ttft_count = x.tc"),
+                 q("SELECT COUNT(*) FROM usage_hourly"));
+    CHECK_EQ_INT(q("SELECT SUM(request_count) FROM provider_usage_logs"),
+                 q("SELECT COUNT(*) FROM usage_events WHERE provider_id IS NOT NULL"));
+    CHECK_EQ_INT(q("SELECT SUM(total_cost_micros) FROM daily_stats"),
+                 q("SELECT SUM(cost_micros) FROM usage_events WHERE pool IS NOT NULL"));
+    CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'ttft'"),
+                 q("SELECT COUNT(*) FROM usage_events WHERE ttft_ms IS NOT NULL"));
+    snprintf(path, sizeof(path), "%s/m.db", dir);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/mg-usage-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(path, sizeof(path), "%s/m.db", dir);
     MG_RUN(test_events_and_rollups);
+    MG_RUN(test_batch_rollups_equal_per_event);
     MG_RUN(test_bins);
     MG_RUN(test_prices);
     char cmd[160];

@@ -1,0 +1,399 @@
+/* usage_rollup: the usage events' buckets summed per batch; see usage_rollup.h.
+ *
+ * A batch is small (the events queued while the previous commit ran), so each kind of
+ * bucket is a plain array searched linearly. Strings point into the batch's write jobs,
+ * which live until the flush returned (store.h), so nothing is copied. */
+#include "obs/usage_rollup.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* usage_hourly's and usage_hist's key */
+typedef struct {
+    int64_t hour, tenant, project, key;
+    const char *provider, *model; /* '' rather than NULL */
+} hour_key_t;
+
+/* usage_hourly's sums, in the table's column order */
+enum {
+    H_REQUESTS,
+    H_ERRORS,
+    H_CANCELLED,
+    H_INPUT,
+    H_OUTPUT,
+    H_CACHED_READ,
+    H_CACHE_WRITE,
+    H_REASONING,
+    H_CACHE_HITS,
+    H_MISSING_USAGE,
+    H_COST,
+    H_LATENCY_SUM,
+    H_TTFT_SUM,
+    H_TTFT_COUNT,
+    H_N
+};
+
+typedef struct {
+    hour_key_t k;
+    int64_t v[H_N];
+} hourly_t;
+
+typedef struct {
+    hour_key_t k;
+    const char *kind; /* "latency" or "ttft" */
+    int64_t bin, n;
+} hist_t;
+
+/* provider_usage_logs: per provider, actual model and hour */
+typedef struct {
+    const char *provider, *model;
+    int64_t hour;
+    int64_t prompt, completion, cost, requests, errors, latency, cached_read, cache_write;
+} provider_t;
+
+/* daily_stats: per UTC day and pool */
+typedef struct {
+    int64_t day;
+    const char *pool;
+    int64_t requests, errors, tokens, cost;
+} daily_t;
+
+#define ARRAY(T)                                                                                   \
+    struct {                                                                                       \
+        T *a;                                                                                      \
+        int n, cap;                                                                                \
+    }
+
+typedef struct {
+    ARRAY(hourly_t) hourly;
+    ARRAY(hist_t) hist;
+    ARRAY(provider_t) providers;
+    ARRAY(daily_t) daily;
+    int failed; /* out of memory in this batch: its flush fails (the batch rolls back) */
+    sqlite3 *db;
+    sqlite3_stmt *hourly_st, *hist_st, *provider_st, *daily_st;
+} rollup_t;
+
+/* A new zeroed element at the end of an array (a, n, cap), or NULL. */
+static void *push(void **a, int *n, int *cap, size_t size)
+{
+    if (*n == *cap) {
+        int ncap = *cap ? *cap * 2 : 16;
+        void *na = realloc(*a, (size_t)ncap * size);
+        if (!na) return NULL;
+        *a = na;
+        *cap = ncap;
+    }
+    void *e = (char *)*a + (size_t)(*n)++ * size;
+    memset(e, 0, size);
+    return e;
+}
+#define PUSH(arr) push((void **)&(arr).a, &(arr).n, &(arr).cap, sizeof(*(arr).a))
+
+static int64_t num(const char *const *p, int i)
+{
+    return p[i] ? strtoll(p[i], NULL, 10) : 0;
+}
+
+static const char *str_or(const char *const *p, int i, const char *dflt)
+{
+    return p[i] ? p[i] : dflt;
+}
+
+static int same_hour_key(const hour_key_t *a, const hour_key_t *b)
+{
+    return a->hour == b->hour && a->tenant == b->tenant && a->project == b->project &&
+           a->key == b->key && strcmp(a->provider, b->provider) == 0 &&
+           strcmp(a->model, b->model) == 0;
+}
+
+static hourly_t *hourly_at(rollup_t *r, const hour_key_t *k)
+{
+    for (int i = 0; i < r->hourly.n; i++)
+        if (same_hour_key(&r->hourly.a[i].k, k)) return &r->hourly.a[i];
+    hourly_t *h = PUSH(r->hourly);
+    if (h) h->k = *k;
+    return h;
+}
+
+static int hist_add(rollup_t *r, const hour_key_t *k, const char *kind, int64_t bin)
+{
+    for (int i = 0; i < r->hist.n; i++) {
+        hist_t *h = &r->hist.a[i];
+        if (h->bin == bin && strcmp(h->kind, kind) == 0 && same_hour_key(&h->k, k)) {
+            h->n++;
+            return 0;
+        }
+    }
+    hist_t *h = PUSH(r->hist);
+    if (!h) return -1;
+    *h = (hist_t){*k, kind, bin, 1};
+    return 0;
+}
+
+static provider_t *provider_at(rollup_t *r, const char *provider, const char *model, int64_t hour)
+{
+    for (int i = 0; i < r->providers.n; i++) {
+        provider_t *p = &r->providers.a[i];
+        if (p->hour == hour && strcmp(p->provider, provider) == 0 && strcmp(p->model, model) == 0)
+            return p;
+    }
+    provider_t *p = PUSH(r->providers);
+    if (p) *p = (provider_t){.provider = provider, .model = model, .hour = hour};
+    return p;
+}
+
+static daily_t *daily_at(rollup_t *r, int64_t day, const char *pool)
+{
+    for (int i = 0; i < r->daily.n; i++)
+        if (r->daily.a[i].day == day && strcmp(r->daily.a[i].pool, pool) == 0)
+            return &r->daily.a[i];
+    daily_t *d = PUSH(r->daily);
+    if (d) *d = (daily_t){.day = day, .pool = pool};
+    return d;
+}
+
+/* ---- the table's functions ---- */
+
+static void *rollup_create(void)
+{
+    return calloc(1, sizeof(rollup_t));
+}
+
+static void rollup_reset(void *state)
+{
+    rollup_t *r = state;
+    r->hourly.n = r->hist.n = r->providers.n = r->daily.n = 0;
+    r->failed = 0;
+}
+
+static void rollup_destroy(void *state)
+{
+    rollup_t *r = state;
+    if (!r) return;
+    sqlite3_finalize(r->hourly_st);
+    sqlite3_finalize(r->hist_st);
+    sqlite3_finalize(r->provider_st);
+    sqlite3_finalize(r->daily_st);
+    free(r->hourly.a);
+    free(r->hist.a);
+    free(r->providers.a);
+    free(r->daily.a);
+    free(r);
+}
+
+static void rollup_add(void *state, int nparams, const char *const *p)
+{
+    rollup_t *r = state;
+    if (nparams < MG_UP_NPARAMS) return;
+    int64_t at_ms = num(p, MG_UP_AT_MS), hour = at_ms / 3600000 * 3600;
+    const char *status = str_or(p, MG_UP_STATUS, "");
+    int failed = strcmp(status, "failed") == 0 || strcmp(status, "timed_out") == 0;
+    int64_t in = num(p, MG_UP_INPUT), out = num(p, MG_UP_INPUT + 1), cr = num(p, MG_UP_INPUT + 2),
+            cw = num(p, MG_UP_INPUT + 3), reasoning = num(p, MG_UP_INPUT + 4),
+            cost = num(p, MG_UP_COST), latency = num(p, MG_UP_LATENCY);
+    hour_key_t k = {hour,
+                    num(p, MG_UP_TENANT),
+                    num(p, MG_UP_PROJECT),
+                    num(p, MG_UP_KEY),
+                    str_or(p, MG_UP_PROVIDER, ""),
+                    str_or(p, MG_UP_LOGICAL_MODEL, "")};
+    hourly_t *h = hourly_at(r, &k);
+    if (!h) goto oom;
+    h->v[H_REQUESTS]++;
+    h->v[H_ERRORS] += failed;
+    h->v[H_CANCELLED] += strcmp(status, "cancelled") == 0;
+    h->v[H_INPUT] += in;
+    h->v[H_OUTPUT] += out;
+    h->v[H_CACHED_READ] += cr;
+    h->v[H_CACHE_WRITE] += cw;
+    h->v[H_REASONING] += reasoning;
+    h->v[H_CACHE_HITS] += cr > 0;
+    h->v[H_MISSING_USAGE] +=
+        strcmp(status, "succeeded") == 0 && (num(p, MG_UP_INPUT_EST) || num(p, MG_UP_OUTPUT_EST));
+    h->v[H_COST] += cost;
+    h->v[H_LATENCY_SUM] += latency;
+    h->v[H_TTFT_SUM] += num(p, MG_UP_TTFT);
+    h->v[H_TTFT_COUNT] += p[MG_UP_TTFT] != NULL;
+    if (hist_add(r, &k, "latency", num(p, MG_UP_LATENCY_BIN)) != 0) goto oom;
+    if (p[MG_UP_TTFT_BIN] && hist_add(r, &k, "ttft", num(p, MG_UP_TTFT_BIN)) != 0) goto oom;
+    if (p[MG_UP_PROVIDER]) {
+        provider_t *pv =
+            provider_at(r, p[MG_UP_PROVIDER], str_or(p, MG_UP_ACTUAL_MODEL, "unknown"), hour);
+        if (!pv) goto oom;
+        pv->prompt += in + cr + cw;
+        pv->completion += out;
+        pv->cost += cost;
+        pv->requests++;
+        pv->errors += failed;
+        pv->latency += latency;
+        pv->cached_read += cr;
+        pv->cache_write += cw;
+    }
+    const char *pool = str_or(p, MG_UP_POOL, "");
+    if (strcmp(pool, "main") == 0 || strcmp(pool, "fallback") == 0) {
+        daily_t *d = daily_at(r, at_ms / 1000 / 86400, pool);
+        if (!d) goto oom;
+        d->requests++;
+        d->errors += failed;
+        d->tokens += in + cr + cw + out;
+        d->cost += cost;
+    }
+    return;
+oom:
+    r->failed = 1;
+}
+
+/* ---- the flush: one UPSERT per bucket ---- */
+
+static const char *const HOURLY_SQL =
+    "INSERT INTO usage_hourly VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
+    " ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+    " ON CONFLICT DO UPDATE SET requests = requests + excluded.requests,"
+    " errors = errors + excluded.errors, cancelled = cancelled + excluded.cancelled,"
+    " input_tokens = input_tokens + excluded.input_tokens,"
+    " output_tokens = output_tokens + excluded.output_tokens,"
+    " cached_read_tokens = cached_read_tokens + excluded.cached_read_tokens,"
+    " cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,"
+    " reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,"
+    " cache_hits = cache_hits + excluded.cache_hits,"
+    " missing_usage = missing_usage + excluded.missing_usage,"
+    " cost_micros = cost_micros + excluded.cost_micros,"
+    " latency_ms_sum = latency_ms_sum + excluded.latency_ms_sum,"
+    " ttft_ms_sum = ttft_ms_sum + excluded.ttft_ms_sum,"
+    " ttft_count = ttft_count + excluded.ttft_count";
+
+static const char *const HIST_SQL =
+    "INSERT INTO usage_hist VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    " ON CONFLICT DO UPDATE SET n = n + excluded.n";
+
+/* the ADR's columns: cost in currency units beside the exact micros, the average latency
+ * as the integer quotient of the sums (what the per-event trigger left after N events) */
+static const char *const PROVIDER_SQL =
+    "INSERT INTO provider_usage_logs(id, provider_id, model, prompt_tokens, completion_tokens,"
+    " total_tokens, cost, request_count, error_count, avg_latency_ms, hour_bucket, cost_micros,"
+    " cached_read_tokens, cache_write_tokens, latency_ms_sum)"
+    " SELECT ?1 || '|' || ?2 || '|' || h, ?1, ?2, ?3, ?4, ?3 + ?4, ?5 / 1e6, ?6, ?7, ?8 / ?6, h,"
+    " ?5, ?9, ?10, ?8 FROM (SELECT strftime('%Y-%m-%dT%H:00:00Z', ?11, 'unixepoch') AS h)"
+    " WHERE true ON CONFLICT(provider_id, model, hour_bucket) DO UPDATE SET"
+    " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+    " completion_tokens = completion_tokens + excluded.completion_tokens,"
+    " total_tokens = total_tokens + excluded.total_tokens,"
+    " cost_micros = cost_micros + excluded.cost_micros,"
+    " cost = (cost_micros + excluded.cost_micros) / 1e6,"
+    " request_count = request_count + excluded.request_count,"
+    " error_count = error_count + excluded.error_count,"
+    " cached_read_tokens = cached_read_tokens + excluded.cached_read_tokens,"
+    " cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,"
+    " latency_ms_sum = latency_ms_sum + excluded.latency_ms_sum,"
+    " avg_latency_ms = (latency_ms_sum + excluded.latency_ms_sum)"
+    " / (request_count + excluded.request_count)";
+
+static const char *const DAILY_SQL =
+    "INSERT INTO daily_stats(id, date, pool, total_requests, total_errors, total_tokens,"
+    " total_cost, total_cost_micros)"
+    " SELECT d || '|' || ?2, d, ?2, ?3, ?4, ?5, ?6 / 1e6, ?6"
+    " FROM (SELECT date(?1, 'unixepoch') AS d) WHERE true"
+    " ON CONFLICT(date, pool) DO UPDATE SET total_requests = total_requests + excluded.total_requests,"
+    " total_errors = total_errors + excluded.total_errors,"
+    " total_tokens = total_tokens + excluded.total_tokens,"
+    " total_cost_micros = total_cost_micros + excluded.total_cost_micros,"
+    " total_cost = (total_cost_micros + excluded.total_cost_micros) / 1e6";
+
+static int prepare(sqlite3 *db, sqlite3_stmt **st, const char *sql)
+{
+    if (*st) return 0;
+    return sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) == SQLITE_OK ? 0
+                                                                                             : -1;
+}
+
+/* Step a bound statement once and reset it: 0 or -1. */
+static int run(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void bind_hour_key(sqlite3_stmt *st, const hour_key_t *k)
+{
+    sqlite3_bind_int64(st, 1, k->hour);
+    sqlite3_bind_int64(st, 2, k->tenant);
+    sqlite3_bind_int64(st, 3, k->project);
+    sqlite3_bind_int64(st, 4, k->key);
+    sqlite3_bind_text(st, 5, k->provider, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, k->model, -1, SQLITE_STATIC);
+}
+
+static int flush_hourly(rollup_t *r)
+{
+    for (int i = 0; i < r->hourly.n; i++) {
+        const hourly_t *h = &r->hourly.a[i];
+        bind_hour_key(r->hourly_st, &h->k);
+        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(r->hourly_st, 7 + c, h->v[c]);
+        if (run(r->hourly_st) != 0) return -1;
+    }
+    for (int i = 0; i < r->hist.n; i++) {
+        const hist_t *h = &r->hist.a[i];
+        bind_hour_key(r->hist_st, &h->k);
+        sqlite3_bind_text(r->hist_st, 7, h->kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(r->hist_st, 8, h->bin);
+        sqlite3_bind_int64(r->hist_st, 9, h->n);
+        if (run(r->hist_st) != 0) return -1;
+    }
+    return 0;
+}
+
+static int flush_pools(rollup_t *r)
+{
+    sqlite3_stmt *st = r->provider_st;
+    for (int i = 0; i < r->providers.n; i++) {
+        const provider_t *p = &r->providers.a[i];
+        sqlite3_bind_text(st, 1, p->provider, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, p->model, -1, SQLITE_STATIC);
+        int64_t v[] = {p->prompt,  p->completion,  p->cost,        p->requests, p->errors,
+                       p->latency, p->cached_read, p->cache_write, p->hour};
+        for (int c = 0; c < 9; c++) sqlite3_bind_int64(st, 3 + c, v[c]);
+        if (run(st) != 0) return -1;
+    }
+    st = r->daily_st;
+    for (int i = 0; i < r->daily.n; i++) {
+        const daily_t *d = &r->daily.a[i];
+        sqlite3_bind_int64(st, 1, d->day * 86400);
+        sqlite3_bind_text(st, 2, d->pool, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, d->requests);
+        sqlite3_bind_int64(st, 4, d->errors);
+        sqlite3_bind_int64(st, 5, d->tokens);
+        sqlite3_bind_int64(st, 6, d->cost);
+        if (run(st) != 0) return -1;
+    }
+    return 0;
+}
+
+static int rollup_flush(void *state, sqlite3 *db)
+{
+    rollup_t *r = state;
+    if (r->failed) return -1;
+    if (!r->hourly.n) return 0;
+    if (prepare(db, &r->hourly_st, HOURLY_SQL) != 0 || prepare(db, &r->hist_st, HIST_SQL) != 0 ||
+        prepare(db, &r->provider_st, PROVIDER_SQL) != 0 ||
+        prepare(db, &r->daily_st, DAILY_SQL) != 0)
+        return -1;
+    int rc = flush_hourly(r) == 0 && flush_pools(r) == 0 ? 0 : -1;
+    /* the bound strings die with the batch's jobs */
+    sqlite3_clear_bindings(r->hourly_st);
+    sqlite3_clear_bindings(r->hist_st);
+    sqlite3_clear_bindings(r->provider_st);
+    sqlite3_clear_bindings(r->daily_st);
+    return rc;
+}
+
+const mg_store_agg_t mg_usage_rollup = {
+    .create = rollup_create,
+    .destroy = rollup_destroy,
+    .reset = rollup_reset,
+    .add = rollup_add,
+    .flush = rollup_flush,
+};

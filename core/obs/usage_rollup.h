@@ -1,0 +1,41 @@
+/* usage_rollup: the usage events' roll-ups, summed in C on the store's writer thread.
+ *
+ * Every usage event (usage.c) is written with mg_store_write_agg and this table: for each
+ * event really inserted in a batch (not a replay the INSERT OR IGNORE ignored), its figures
+ * are added to the batch's buckets in memory, and before the batch commits each touched
+ * bucket gets one UPSERT, in the same transaction: usage_hourly (per hour, tenant,
+ * project, key, provider and logical model), usage_hist (latency and TTFT log2 bins of
+ * the same key), the ADR's provider_usage_logs (per provider, actual model and hour) and
+ * daily_stats (per day and pool). The numbers are those the per-event trigger of migration
+ * 13 gave (migration 17 drops it): a batch of N events adds what N single-event
+ * transactions would. It reads the event's parameters in the order of usage.c's INSERT. */
+#ifndef MG_OBS_USAGE_ROLLUP_H
+#define MG_OBS_USAGE_ROLLUP_H
+
+#include "store/store.h"
+
+extern const mg_store_agg_t mg_usage_rollup;
+
+/* The parameter positions of usage.c's INSERT the roll-ups read (0-based). */
+enum {
+    MG_UP_AT_MS = 1,
+    MG_UP_TENANT = 3,
+    MG_UP_PROJECT = 4,
+    MG_UP_KEY = 5,
+    MG_UP_LOGICAL_MODEL = 8,
+    MG_UP_ACTUAL_MODEL = 9,
+    MG_UP_PROVIDER = 10,
+    MG_UP_POOL = 11,
+    MG_UP_STATUS = 13,
+    MG_UP_INPUT = 17, /* then output, cached_read, cache_write, reasoning */
+    MG_UP_INPUT_EST = 22,
+    MG_UP_OUTPUT_EST = 23,
+    MG_UP_LATENCY = 24,
+    MG_UP_TTFT = 25,
+    MG_UP_COST = 27,
+    MG_UP_LATENCY_BIN = 31,
+    MG_UP_TTFT_BIN = 32,
+    MG_UP_NPARAMS = 33,
+};
+
+#endif

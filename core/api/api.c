@@ -314,6 +314,31 @@ static void handle_sessions(mg_api_t *s, mg_http_req_t *req, const char *rest)
     mg_sessions_http(s->sessions, s->metrics, mg_gens_current(s->gens)->cfg, req, rest, &who);
 }
 
+/* The admin API (/api/v2/) and the dashboard: 1 when req was theirs (answered or taken). */
+static int admin_route(mg_api_t *s, mg_http_req_t *req)
+{
+    if (strncmp(req->path, "/api/v2/", 8) == 0) {
+        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
+        else mg_admin_handle(s->admin, req);
+        return 1;
+    }
+    return s->dashboard && mg_dashboard_handle(s->dashboard, req);
+}
+
+void mg_api_handle_admin(void *api, mg_http_req_t *req)
+{
+    mg_api_t *s = api;
+    size_t path_len = strlen(req->path);
+    while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
+    if (admin_route(s, req)) return;
+    if (strcmp(req->path, "/health") == 0) { /* a health check of the admin port itself */
+        mg_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        return;
+    }
+    mg_answer_error(s->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND",
+                    "no such endpoint (this is the admin listener, server.admin_listen)", 0);
+}
+
 void mg_api_handle(void *api, mg_http_req_t *req)
 {
     mg_api_t *s = api;
@@ -354,12 +379,7 @@ void mg_api_handle(void *api, mg_http_req_t *req)
             return;
         }
     }
-    if (strncmp(req->path, "/api/v2/", 8) == 0) {
-        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
-        else mg_admin_handle(s->admin, req);
-        return;
-    }
-    if (s->dashboard && mg_dashboard_handle(s->dashboard, req)) return;
+    if (!s->admin_apart && admin_route(s, req)) return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;

@@ -576,10 +576,38 @@ static int load_dashboard(loader_t *l, yaml_node_t *v, int line)
     return at ? fail(l, at, "%s", msg) : 0;
 }
 
+/* server.admin_listen: the admin API and the dashboard on a listener of their own (then not
+ * on server.listen); null or "" keeps them on server.listen. */
+static int load_admin_listen(loader_t *l, yaml_node_t *v)
+{
+    mg_config_t *c = l->cfg;
+    field_t f;
+    field_get(l, v, "server", "admin_listen", &f);
+    if (!f.val || is_null(f.val)) return 0;
+    char *s = NULL, buf[72];
+    if (field_string(l, &f, &s) < 0) return -1;
+    free(c->admin_listen);
+    c->admin_listen = *s ? s : NULL;
+    if (!*s) free(s);
+    if (!c->admin_listen) return 0;
+    if (!valid_listen(c->admin_listen))
+        return fail(l, f.line,
+                    "server.admin_listen: invalid address '%s' (expected host:port, port 0-65535, "
+                    "IPv6 as [addr]:port)",
+                    shown(c->admin_listen, buf, sizeof buf));
+    if (listen_port(c->admin_listen) != 0 &&
+        (!strcmp(c->admin_listen, c->listen) ||
+         (c->metrics_listen && !strcmp(c->admin_listen, c->metrics_listen))))
+        return fail(l, f.line,
+                    "server.admin_listen must differ from server.listen and server.metrics_listen");
+    return 0;
+}
+
 static int load_server(loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"listen",
                                        "metrics_listen",
+                                       "admin_listen",
                                        "max_body_bytes",
                                        "max_header_bytes",
                                        "request_read_ms",
@@ -621,6 +649,8 @@ static int load_server(loader_t *l, yaml_node_t *v, int line)
             !strcmp(c->metrics_listen, c->listen))
             return fail(l, f.line, "server.metrics_listen must differ from server.listen");
     }
+
+    if (load_admin_listen(l, v) < 0) return -1;
 
     long long n = (long long)c->max_body_bytes;
     if (opt_int(l, v, "server", "max_body_bytes", KIB, GIB, &n) < 0) return -1;
@@ -1722,6 +1752,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->path);
     free(cfg->listen);
     free(cfg->metrics_listen);
+    free(cfg->admin_listen);
     free(cfg->storage_path);
     free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);

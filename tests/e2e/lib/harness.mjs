@@ -326,6 +326,7 @@ export async function startGateway(configPath, { env = {}, timeoutMs = 15000, cw
     });
     gw.port = portOf(listening.listen);
     gw.metricsPort = listening.metrics_listen ? portOf(listening.metrics_listen) : null;
+    gw.adminPort = listening.admin_listen ? portOf(listening.admin_listen) : null; // server.admin_listen
     if (!gw.port) throw new Error(`cannot read port from listening line ${JSON.stringify(listening)}`);
     gw.base = `http://127.0.0.1:${gw.port}`;
     return gw;

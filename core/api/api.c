@@ -142,6 +142,14 @@ static void handle_status(mg_api_t *s, mg_http_req_t *req)
     cJSON_AddNumberToObject(root, "connections", (double)s->listener->n_conns);
     cJSON_AddNumberToObject(root, "upstream_transfers", (double)mg_upstream_active(s->upstream));
     cJSON_AddNumberToObject(root, "uptime_s", (double)(time(NULL) - s->proc->started_at));
+    if (s->store) { /* the disk full: serving goes on, the writes wait in memory */
+        mg_store_stats_t st;
+        mg_store_stats(s->store, &st);
+        cJSON *so = cJSON_AddObjectToObject(root, "store");
+        cJSON_AddBoolToObject(so, "disk_full", st.disk_full);
+        cJSON_AddNumberToObject(so, "queued", (double)st.queued);
+        cJSON_AddNumberToObject(so, "parked", (double)st.parked);
+    }
     mg_sched_stats_t ss;
     mg_sched_stats(s->sched, &ss);
     cJSON *sc = cJSON_AddObjectToObject(root, "scheduler");
@@ -426,6 +434,19 @@ static void store_metrics(mg_api_t *s, mg_buf_t *b)
         (unsigned long long)st.queued, (unsigned long long)st.parked,
         (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
         (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
+    mg_buf_append_str(b, text);
+    snprintf(text, sizeof(text),
+             "# HELP moongate_store_disk_full 1 while the disk is full and the writer holds its "
+             "writes in memory.\n"
+             "# TYPE moongate_store_disk_full gauge\nmoongate_store_disk_full %d\n"
+             "# HELP moongate_store_disk_full_total Times the store found the disk full.\n"
+             "# TYPE moongate_store_disk_full_total counter\nmoongate_store_disk_full_total %llu\n"
+             "# HELP moongate_store_refused_writes_total Writes refused while the disk was full "
+             "(past the bound of held writes).\n"
+             "# TYPE moongate_store_refused_writes_total counter\n"
+             "moongate_store_refused_writes_total %llu\n",
+             st.disk_full, (unsigned long long)st.disk_full_episodes_total,
+             (unsigned long long)st.refused_while_full_total);
     mg_buf_append_str(b, text);
     if (!s->upkeep) return;
     mg_upkeep_stats_t u;

@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CONFIG ?= config/moongate.yaml
 JOBS ?= 2
 
-.PHONY: all setup build run test asan fuzz bench package format format-check clean
+.PHONY: all setup build run test asan fuzz bench trials package format format-check clean
 
 all: build
 
@@ -40,6 +40,11 @@ fuzz:
 bench: build
 	@bench/run
 	@bench/micro
+
+# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load, upstream
+# faults), a table on stdout; TRIALS_SHORT=1 for the short form.
+trials: build
+	@MOONGATE_BIN=$(BUILD)/moongate node bench/trials.mjs
 
 # The Debian package (build-pkg/moongate_<version>_<arch>.deb): a Release build, CPack.
 package: setup

@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 CONFIG ?= config/moongate.yaml
 JOBS ?= 2
 
-.PHONY: all setup build run test asan fuzz bench package format format-check clean
+.PHONY: all setup build run test asan fuzz bench trials package format format-check clean
 
 all: build
 
@@ -29,7 +29,8 @@ asan:
 
 # The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
-# FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead.
+# FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
+# h1client, http, json and codec the other parsers (tests/fuzz/README.md).
 FUZZ_TIME ?= 60
 FUZZ_TARGET ?= sse
 fuzz:
@@ -40,6 +41,11 @@ fuzz:
 bench: build
 	@bench/run
 	@bench/micro
+
+# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load, upstream
+# faults), a table on stdout; TRIALS_SHORT=1 for the short form.
+trials: build
+	@MOONGATE_BIN=$(BUILD)/moongate node bench/trials.mjs
 
 # The Debian package (build-pkg/moongate_<version>_<arch>.deb): a Release build, CPack.
 package: setup

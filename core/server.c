@@ -291,6 +291,7 @@ static void close_everything(mg_server_t *s)
     mg_dashboard_close(&s->dashboard);
     mg_listener_close(&s->listener);
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
+    if (s->admin_on) mg_listener_close(&s->admin_l);
     mg_memtrim_close(&s->memtrim);
     mg_probe_stop(s->prober);
     s->prober = NULL;
@@ -314,7 +315,8 @@ static void on_drain_tick(uv_timer_t *t)
 {
     mg_server_t *s = t->data;
     uint64_t waited = uv_now(s->loop) - s->drain_started;
-    size_t busy = mg_listener_busy(&s->listener);
+    size_t busy =
+        mg_listener_busy(&s->listener) + (s->admin_on ? mg_listener_busy(&s->admin_l) : 0);
     if (busy == 0 && s->pipeline.in_flight == 0) {
         mg_log_msg(MG_LOG_INFO, NULL, "drained; stopping");
         s->exit_code = 0;
@@ -338,6 +340,7 @@ void mg_server_stop(mg_server_t *s)
                s->pipeline.in_flight);
     mg_listener_stop(&s->listener);
     if (s->metrics_on) mg_listener_stop(&s->metrics_l);
+    if (s->admin_on) mg_listener_stop(&s->admin_l);
     mg_dashboard_stop(&s->dashboard); /* its streams would hold the drain up */
     mg_probe_stop(s->prober);         /* background work ends with the serving */
     s->prober = NULL;
@@ -551,6 +554,27 @@ static int start_services(mg_server_t *s)
     return 0;
 }
 
+/* server.admin_listen: the admin API and the dashboard there, no longer on server.listen.
+ * Read at start, like the other listen addresses. */
+static int start_admin_listener(mg_server_t *s, const mg_config_t *cfg, const mg_http_limits_t *lim)
+{
+    if (!cfg->admin_listen) return 0;
+    mg_http_limits_t alim = *lim;
+    alim.reserve_paths = NULL;
+    alim.name = "admin";
+    alim.stats = &s->metrics.conns[MG_LISTENER_ADMIN];
+    int rc = mg_listener_start(&s->admin_l, s->loop, cfg->admin_listen, &alim, mg_api_handle_admin,
+                               &s->api);
+    if (rc != 0) {
+        fprintf(stderr, "moongate: %s: cannot listen on %s: %s\n", cfg->path, cfg->admin_listen,
+                uv_strerror(rc));
+        return -1;
+    }
+    s->admin_on = 1;
+    s->api.admin_apart = 1;
+    return 0;
+}
+
 static int start_listeners(mg_server_t *s)
 {
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
@@ -562,6 +586,7 @@ static int start_listeners(mg_server_t *s)
                 uv_strerror(rc));
         return -1;
     }
+    if (start_admin_listener(s, cfg, &lim) != 0) return -1;
     if (!cfg->metrics_listen) return 0;
     mg_http_limits_t mlim = lim;
     mlim.max_body_bytes = 4096;
@@ -636,6 +661,7 @@ int mg_server_run(mg_server_t *s)
     mg_log_begin(&l, MG_LOG_INFO, "listening");
     mg_log_str(&l, "listen", s->listener.bound);
     mg_log_str(&l, "metrics_listen", s->metrics_on ? s->metrics_l.bound : NULL);
+    mg_log_str(&l, "admin_listen", s->admin_on ? s->admin_l.bound : NULL);
     mg_log_str(&l, "config", cfg->path);
     mg_log_int(&l, "generation", mg_gens_current(&s->gens)->id);
     mg_log_int(&l, "providers", (int64_t)cfg->n_providers);

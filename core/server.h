@@ -35,6 +35,8 @@ typedef struct mg_server_s {
     mg_listener_t listener;  /* server.listen */
     mg_listener_t metrics_l; /* server.metrics_listen */
     int metrics_on;
+    mg_listener_t admin_l; /* server.admin_listen */
+    int admin_on;
     mg_upstream_t *upstream; /* owned */
     mg_prober_t *prober;     /* owned: active health and load probes */
     mg_store_t *store;       /* owned */

@@ -142,6 +142,14 @@ static void handle_status(mg_api_t *s, mg_http_req_t *req)
     cJSON_AddNumberToObject(root, "connections", (double)s->listener->n_conns);
     cJSON_AddNumberToObject(root, "upstream_transfers", (double)mg_upstream_active(s->upstream));
     cJSON_AddNumberToObject(root, "uptime_s", (double)(time(NULL) - s->proc->started_at));
+    if (s->store) { /* the disk full: serving goes on, the writes wait in memory */
+        mg_store_stats_t st;
+        mg_store_stats(s->store, &st);
+        cJSON *so = cJSON_AddObjectToObject(root, "store");
+        cJSON_AddBoolToObject(so, "disk_full", st.disk_full);
+        cJSON_AddNumberToObject(so, "queued", (double)st.queued);
+        cJSON_AddNumberToObject(so, "parked", (double)st.parked);
+    }
     mg_sched_stats_t ss;
     mg_sched_stats(s->sched, &ss);
     cJSON *sc = cJSON_AddObjectToObject(root, "scheduler");
@@ -314,6 +322,31 @@ static void handle_sessions(mg_api_t *s, mg_http_req_t *req, const char *rest)
     mg_sessions_http(s->sessions, s->metrics, mg_gens_current(s->gens)->cfg, req, rest, &who);
 }
 
+/* The admin API (/api/v2/) and the dashboard: 1 when req was theirs (answered or taken). */
+static int admin_route(mg_api_t *s, mg_http_req_t *req)
+{
+    if (strncmp(req->path, "/api/v2/", 8) == 0) {
+        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
+        else mg_admin_handle(s->admin, req);
+        return 1;
+    }
+    return s->dashboard && mg_dashboard_handle(s->dashboard, req);
+}
+
+void mg_api_handle_admin(void *api, mg_http_req_t *req)
+{
+    mg_api_t *s = api;
+    size_t path_len = strlen(req->path);
+    while (path_len > 1 && req->path[path_len - 1] == '/') req->path[--path_len] = '\0';
+    if (admin_route(s, req)) return;
+    if (strcmp(req->path, "/health") == 0) { /* a health check of the admin port itself */
+        mg_http_respond(req, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        return;
+    }
+    mg_answer_error(s->metrics, req, MG_EP_OTHER, 404, "NOT_FOUND",
+                    "no such endpoint (this is the admin listener, server.admin_listen)", 0);
+}
+
 void mg_api_handle(void *api, mg_http_req_t *req)
 {
     mg_api_t *s = api;
@@ -354,12 +387,7 @@ void mg_api_handle(void *api, mg_http_req_t *req)
             return;
         }
     }
-    if (strncmp(req->path, "/api/v2/", 8) == 0) {
-        if (s->dashboard) mg_dashboard_admin(s->dashboard, req); /* Bearer or session cookie */
-        else mg_admin_handle(s->admin, req);
-        return;
-    }
-    if (s->dashboard && mg_dashboard_handle(s->dashboard, req)) return;
+    if (!s->admin_apart && admin_route(s, req)) return;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(routes[i].path, req->path) != 0) continue;
         int want = routes[i].method == ROUTE_POST ? HTTP_POST : HTTP_GET;
@@ -406,6 +434,19 @@ static void store_metrics(mg_api_t *s, mg_buf_t *b)
         (unsigned long long)st.queued, (unsigned long long)st.parked,
         (unsigned long long)st.writes_total, (unsigned long long)st.failed_total,
         (unsigned long long)st.batches_total, (unsigned long long)st.busy_retries_total);
+    mg_buf_append_str(b, text);
+    snprintf(text, sizeof(text),
+             "# HELP moongate_store_disk_full 1 while the disk is full and the writer holds its "
+             "writes in memory.\n"
+             "# TYPE moongate_store_disk_full gauge\nmoongate_store_disk_full %d\n"
+             "# HELP moongate_store_disk_full_total Times the store found the disk full.\n"
+             "# TYPE moongate_store_disk_full_total counter\nmoongate_store_disk_full_total %llu\n"
+             "# HELP moongate_store_refused_writes_total Writes refused while the disk was full "
+             "(past the bound of held writes).\n"
+             "# TYPE moongate_store_refused_writes_total counter\n"
+             "moongate_store_refused_writes_total %llu\n",
+             st.disk_full, (unsigned long long)st.disk_full_episodes_total,
+             (unsigned long long)st.refused_while_full_total);
     mg_buf_append_str(b, text);
     if (!s->upkeep) return;
     mg_upkeep_stats_t u;

@@ -50,12 +50,16 @@ typedef struct mg_api_s {
     mg_dashboard_t *dashboard;         /* the WebUI, its sign-in and stream; NULL = none */
     mg_auth_t *auth;                   /* who owns a task */
     struct mg_resp_store_s *responses; /* GET and DELETE /v1/responses/{id} */
-    const mg_listener_t *listener;     /* server.listen: its connections */
+    int admin_apart; /* server.admin_listen is set: admin API and dashboard only there */
+    const mg_listener_t *listener; /* server.listen: its connections */
     const mg_proc_status_t *proc;
 } mg_api_t;
 
 /* The listener handler for server.listen (ud = the mg_api_t). */
 void mg_api_handle(void *api, mg_http_req_t *req);
+/* The listener handler for server.admin_listen: the admin API and the dashboard only (with
+ * admin_apart set, server.listen answers them 404). */
+void mg_api_handle_admin(void *api, mg_http_req_t *req);
 /* The listener handler for server.metrics_listen. */
 void mg_api_handle_metrics(void *api, mg_http_req_t *req);
 

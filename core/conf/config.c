@@ -418,6 +418,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->path);
     free(cfg->listen);
     free(cfg->metrics_listen);
+    free(cfg->admin_listen);
     free(cfg->storage_path);
     free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);

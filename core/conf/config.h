@@ -179,6 +179,7 @@ typedef struct mg_config_s {
     char *path;                     /* owned; file the config came from */
     char *listen;                   /* owned; "host:port" (port 0 = any free port) */
     char *metrics_listen;           /* owned, may be NULL = no metrics listener */
+    char *admin_listen;             /* owned, may be NULL = the admin API and dashboard on listen */
     size_t max_body_bytes;          /* request body limit, default 16 MiB */
     size_t max_header_bytes;        /* request line + headers limit, default 16 KiB */
     int request_read_ms;            /* a client request, head and body, within, default 60000 */

@@ -77,10 +77,39 @@ int conf_section_dashboard(conf_loader_t *l, yaml_node_t *v, int line)
     return at ? conf_fail(l, at, "%s", msg) : 0;
 }
 
+/* server.admin_listen: the admin API and the dashboard on a listener of their own (then not
+ * on server.listen); null or "" keeps them on server.listen. */
+static int load_admin_listen(conf_loader_t *l, yaml_node_t *v)
+{
+    mg_config_t *c = l->cfg;
+    conf_field_t f;
+    conf_field_get(l, v, "server", "admin_listen", &f);
+    if (!f.val || conf_is_null(f.val)) return 0;
+    char *s = NULL, buf[72];
+    if (conf_field_string(l, &f, &s) < 0) return -1;
+    free(c->admin_listen);
+    c->admin_listen = *s ? s : NULL;
+    if (!*s) free(s);
+    if (!c->admin_listen) return 0;
+    if (!conf_valid_listen(c->admin_listen))
+        return conf_fail(l, f.line,
+                         "server.admin_listen: invalid address '%s' (expected host:port, port "
+                         "0-65535, IPv6 as [addr]:port)",
+                         conf_shown(c->admin_listen, buf, sizeof buf));
+    if (conf_listen_port(c->admin_listen) != 0 &&
+        (!strcmp(c->admin_listen, c->listen) ||
+         (c->metrics_listen && !strcmp(c->admin_listen, c->metrics_listen))))
+        return conf_fail(
+            l, f.line,
+            "server.admin_listen must differ from server.listen and server.metrics_listen");
+    return 0;
+}
+
 int conf_section_server(conf_loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"listen",
                                        "metrics_listen",
+                                       "admin_listen",
                                        "max_body_bytes",
                                        "max_header_bytes",
                                        "request_read_ms",
@@ -124,6 +153,8 @@ int conf_section_server(conf_loader_t *l, yaml_node_t *v, int line)
             !strcmp(c->metrics_listen, c->listen))
             return conf_fail(l, f.line, "server.metrics_listen must differ from server.listen");
     }
+
+    if (load_admin_listen(l, v) < 0) return -1;
 
     long long n = (long long)c->max_body_bytes;
     if (conf_opt_int(l, v, "server", "max_body_bytes", KIB, GIB, &n) < 0) return -1;

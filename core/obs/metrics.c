@@ -512,7 +512,7 @@ static void render_sidecar(sbuf_t *b, const mg_metrics_t *m, mg_pool_t *pool, ui
 /* The listeners' connections: open, the cap, refusals, accept failures, timeouts. */
 static void render_connections(sbuf_t *b, const mg_metrics_t *m)
 {
-    static const char *const names[MG_LISTENER_COUNT] = {"api", "metrics"};
+    static const char *const names[MG_LISTENER_COUNT] = {"api", "metrics", "admin"};
     static const char *const accept_errors[MG_ACCEPT_ERR_COUNT] = {"EMFILE", "ENFILE", "other"};
     static const char *const read_timeouts[MG_READ_TIMEOUT_COUNT] = {"header_read", "request_read",
                                                                      "min_body_rate"};

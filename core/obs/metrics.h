@@ -19,7 +19,12 @@
 #include "route/pool.h"
 
 /* The listeners whose connections are counted. */
-typedef enum { MG_LISTENER_API = 0, MG_LISTENER_METRICS, MG_LISTENER_COUNT } mg_listener_id_t;
+typedef enum {
+    MG_LISTENER_API = 0,
+    MG_LISTENER_METRICS,
+    MG_LISTENER_ADMIN, /* server.admin_listen, when set */
+    MG_LISTENER_COUNT
+} mg_listener_id_t;
 
 #define MG_METRICS_BUCKETS 14
 #define MG_LOOP_BUCKETS 10 /* event-loop busy stretches: 50 us .. 100 ms */

@@ -137,7 +137,9 @@ void meter_finish(call_t *c, int answer_pending)
     char rb[32];
     e.degraded = c->status < 400 ? degraded_reason(c, rb, sizeof(rb)) : NULL;
     e.cancelled = strcmp(e.status, "cancelled") == 0;
-    mg_hold_t *h = answer_pending ? mg_hold_new() : NULL;
+    /* the disk full: the event waits in memory, the answer does not wait for it */
+    int full = c->pl->store && mg_store_disk_full(c->pl->store);
+    mg_hold_t *h = answer_pending && !full ? mg_hold_new() : NULL;
     if (h) mg_hold_expect(h);
     if (mg_usage_write(c->pl->store, &e, h ? mg_hold_committed : NULL, h) != 0 && h)
         mg_hold_unexpect(h);

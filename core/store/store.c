@@ -782,22 +782,33 @@ static int run_job(mg_store_t *s, write_job_t *j)
     return rc;
 }
 
+/* The writer's last failure was the disk (or its quota) full. */
+static int disk_is_full(mg_store_t *s)
+{
+    int e = sqlite3_extended_errcode(s->db);
+    return (e & 0xff) == SQLITE_FULL || e == SQLITE_IOERR_WRITE || e == SQLITE_IOERR_FSYNC ||
+           e == SQLITE_IOERR_TRUNCATE;
+}
+
 /* One attempt at the batch as one transaction. Returns 0 when committed (each job's rc
- * says whether its statement ran), -1 when nothing of it is in the database. */
+ * says whether its statement ran), -1 when nothing of it is in the database, -2 when that is
+ * because the disk is full. */
 static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen)
 {
     int rc = exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE");
     if (rc != SQLITE_OK) {
         snprintf(why, whylen, "BEGIN: %s", sqlite3_errmsg(s->db));
-        return -1;
+        return disk_is_full(s) ? -2 : -1;
     }
     aggs_reset(s);
     for (write_job_t *j = batch; j; j = j->next) {
         j->rc = run_job(s, j);
         /* an I/O error, a full disk or memory may roll the whole transaction back */
-        if (j->rc != 0 && sqlite3_get_autocommit(s->db)) {
+        if (j->rc != 0 && (sqlite3_get_autocommit(s->db) || disk_is_full(s))) {
             snprintf(why, whylen, "the transaction was rolled back: %s", sqlite3_errmsg(s->db));
-            return -1;
+            int full = disk_is_full(s);
+            if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return full ? -2 : -1;
         }
         if (j->agg && j->rc == 0 && j->rows > 0) {
             void *state = agg_state(s, j->agg);
@@ -814,13 +825,60 @@ static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen
     }
     if (exec_until_unlocked(s, &s->commit_st, "COMMIT") == SQLITE_OK) return 0;
     snprintf(why, whylen, "COMMIT: %s", sqlite3_errmsg(s->db));
-rollback:
+rollback:;
+    int full = disk_is_full(s); /* SQLITE_FULL from any statement of the batch */
     if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return -1;
+    return full ? -2 : -1;
 }
 
-/* Commit the batch, retrying while locked (exec_until_unlocked) and three times after any
- * other failure; then its writes fail. */
+/* The disk is full: hold the batch (it stays whole, in order; the queue behind it fills and
+ * the loop's writes park, within their bounds) and try it again every second until it
+ * commits, or the store stops (then its writes are lost, and said so). 0 when committed. */
+static int hold_while_full(mg_store_t *s, write_job_t *batch, char *why, size_t whylen)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stats.disk_full = 1;
+    s->stats.disk_full_episodes_total++;
+    /* the answers waiting for these commits (net/hold.h) go now: the writes are held in memory
+       and land when the disk has room (durability is waived while full, and said so); a
+       write whose caller needs its rows still waits */
+    for (write_job_t *j = batch; j; j = j->next) {
+        write_job_t *early = j->done ? calloc(1, sizeof(*early)) : NULL;
+        if (!early) continue;
+        early->done = j->done;
+        early->ud = j->ud;
+        j->done = NULL;
+        list_push(&s->done, early);
+    }
+    if (s->attached) uv_async_send(s->async);
+    pthread_mutex_unlock(&s->mu);
+    mg_log_msg(MG_LOG_ERROR, NULL,
+               "store: the disk is full (%s); holding the writes in memory until it has room", why);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        int w = 0; /* cv also wakes for every write queued: wait the whole second */
+        while (!s->stopping && w != ETIMEDOUT) w = pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        int rc = try_batch(s, batch, why, whylen);
+        if (rc == 0 || stopping || rc == -1) {
+            pthread_mutex_lock(&s->mu);
+            s->stats.disk_full = 0;
+            pthread_mutex_unlock(&s->mu);
+            if (rc == 0)
+                mg_log_msg(MG_LOG_WARN, NULL,
+                           "store: the disk has room again; the held writes are committed");
+            else mg_log_msg(MG_LOG_ERROR, NULL, "store: the held writes are lost (%s)", why);
+            return rc == 0 ? 0 : -1;
+        }
+    }
+}
+
+/* Commit the batch, retrying while locked (exec_until_unlocked), while the disk is full
+ * (hold_while_full) and three times after any other failure; then its writes fail. */
 static void commit_batch(mg_store_t *s, write_job_t *batch)
 {
     char why[256] = "";
@@ -829,7 +887,10 @@ static void commit_batch(mg_store_t *s, write_job_t *batch)
             struct timespec pause = {0, 100 * 1000 * 1000};
             nanosleep(&pause, NULL);
         }
-        if (try_batch(s, batch, why, sizeof(why)) == 0) return;
+        int rc = try_batch(s, batch, why, sizeof(why));
+        if (rc == 0) return;
+        if (rc == -2 && hold_while_full(s, batch, why, sizeof(why)) == 0) return;
+        if (rc == -2) break;
         mg_log_msg(MG_LOG_ERROR, NULL, "store: a batch of writes did not commit (%s)%s", why,
                    attempt < 3 ? "; retrying" : "; its writes are lost");
     }
@@ -919,6 +980,9 @@ static void unpark(mg_store_t *s, int all)
         hand_over(s, list_pop(&s->parked));
 }
 
+/* While the disk is full, writes park on the loop up to this many, then are refused. */
+#define PARKED_MAX_WHILE_FULL 65536
+
 static int on_loop_thread(const mg_store_t *s)
 {
     return s->loop_known && pthread_equal(pthread_self(), s->loop_thread);
@@ -928,6 +992,12 @@ static int submit(mg_store_t *s, write_job_t *j)
 {
     pthread_mutex_lock(&s->mu);
     if (s->stopping || !s->writer_running) {
+        pthread_mutex_unlock(&s->mu);
+        free(j);
+        return -1;
+    }
+    if (s->stats.disk_full && (!on_loop_thread(s) || s->parked.n >= PARKED_MAX_WHILE_FULL)) {
+        s->stats.refused_while_full_total++; /* bounded memory: refused, not queued */
         pthread_mutex_unlock(&s->mu);
         free(j);
         return -1;
@@ -1038,6 +1108,14 @@ void mg_store_flush(mg_store_t *s)
     unsigned long target = s->handed;
     while (s->writer_running && s->committed < target) pthread_cond_wait(&s->done_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
+}
+
+int mg_store_disk_full(mg_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int full = s->stats.disk_full;
+    pthread_mutex_unlock(&s->mu);
+    return full;
 }
 
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out)

@@ -125,15 +125,22 @@ void mg_store_flush(mg_store_t *s);
 
 /* Counters of the write path (a consistent snapshot). */
 typedef struct mg_store_stats_s {
-    uint64_t queued;             /* writes waiting for the writer now */
-    uint64_t parked;             /* writes parked on the loop side now (the queue was full) */
-    uint64_t writes_total;       /* writes committed */
-    uint64_t failed_total;       /* writes that failed (not in the database) */
-    uint64_t batches_total;      /* transactions committed */
-    uint64_t busy_retries_total; /* BEGIN or COMMIT attempts that found the database locked */
-    uint64_t largest_batch;      /* most writes in one transaction */
+    uint64_t queued;                   /* writes waiting for the writer now */
+    uint64_t parked;                   /* writes parked on the loop side now (the queue was full) */
+    uint64_t writes_total;             /* writes committed */
+    uint64_t failed_total;             /* writes that failed (not in the database) */
+    uint64_t batches_total;            /* transactions committed */
+    uint64_t busy_retries_total;       /* BEGIN or COMMIT attempts that found the database locked */
+    uint64_t largest_batch;            /* most writes in one transaction */
+    int disk_full;                     /* the writer holds a batch until the disk has room */
+    uint64_t disk_full_episodes_total; /* times the disk was found full */
+    uint64_t refused_while_full_total; /* writes refused while full (the parked bound, or a
+                                          write from another thread: it fails at once) */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
+/* The writer found the disk full and holds its writes in memory (until it has room): a write's
+ * callback then runs once it is held, rc 0, not once it is durable. */
+int mg_store_disk_full(mg_store_t *s);
 
 /* Run a read query synchronously on the caller's thread with its own connection
  * (start-up restore, admin reads off the loop). For each row, cb gets the column

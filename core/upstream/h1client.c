@@ -1028,6 +1028,7 @@ static int p_on_headers_complete(llhttp_t *p)
     conn_t *cn = p->data;
     mg_h1_xfer_t *x = cn->x;
     int status = (int)p->status_code;
+    if (status < 100) return -1; /* "HTTP/1.1 0 x" is no status at all */
     if (status < 200) {
         if (status == 101) return -1; /* we never ask to switch protocols */
         cn->in_1xx = 1;               /* interim: the real response follows */
@@ -1046,6 +1047,9 @@ static int p_on_body(llhttp_t *p, const char *at, size_t len)
     conn_t *cn = p->data;
     mg_h1_xfer_t *x = cn->x;
     if (len == 0) return 0;
+    /* an interim (1xx) answer has no body: bytes there are not the final answer's (fuzz_h1client)
+     */
+    if (!x->got_headers) return -1;
     if (x->idle_ms > 0) x->activity_due = uv_now(x->c->loop) + (uint64_t)x->idle_ms;
     int pause = x->cbs.on_data ? x->cbs.on_data(x->ud, at, len) : 0;
     if (x->ended) return HPE_PAUSED;

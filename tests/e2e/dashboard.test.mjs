@@ -555,7 +555,8 @@ describe('config', () => {
         for (const [yaml, want] of cases) {
             const f = path.join(dir, 'bad.yaml');
             fs.writeFileSync(f, yaml);
-            const r = spawnSync(path.join(REPO_ROOT, 'build/moongate'), ['--check', '-c', f], { encoding: 'utf8' });
+            const r = spawnSync(gatewayBin(), ['--check', '-c', f], { encoding: 'utf8' });
+            assert.equal(r.error, undefined, 'the gateway binary runs');
             assert.notEqual(r.status, 0, yaml);
             assert.match(r.stderr + r.stdout, want, yaml);
         }

@@ -31,6 +31,9 @@ before(async () => {
             ...c,
             auth: { enabled: true },
             health: { probes: false },
+            // every failover request must try up-fail-1 first, however the four interleave
+            // (a slow build used to open its route's breaker after three, before the fourth)
+            circuit_breaker: { consecutive_failures: 1000, min_requests: 1000000 },
             billing: { webhook_secret: '${LEDGER_TOPUP_SECRET}', webhook_tolerance_s: 300 },
             providers: c.providers.map((p) => (p.id.startsWith('mock-openai') ? { ...p, cost_per_1k_tokens: 1 } : p)),
             models: {

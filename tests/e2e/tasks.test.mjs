@@ -171,6 +171,11 @@ describe('async tasks (POST /v1/tasks)', () => {
             const r = await conn.readResponse();
             assert.equal(r.status, 202);
             assert.equal(r.statusText, 'Accepted');
+            // its task ends before the next test scripts the mock (a slow build's upstream call
+            // used to arrive after that script and take its one delay)
+            const id = r.json().task_id;
+            await waitFor(async () => ['SUCCEEDED', 'FAILED'].includes((await getTask(id)).json.status),
+                { timeoutMs: 10000, what: 'the first task to end' });
         } finally {
             conn.close();
         }

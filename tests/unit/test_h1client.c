@@ -86,6 +86,9 @@ static const script_t scripts[] = {
               {S_END, 0, NULL}}},
     {"/continue", {{S_WRITE, 0, "HTTP/1.1 100 Continue\r\nRetry-After: 99\r\n\r\n"},
                    {S_WRITE, 10, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}, {S_END, 0, NULL}}},
+    {"/1xx-body", {{S_WRITE, 0, "HTTP/1.1 100 Continue\r\nContent-Length: 2\r\n\r\nxx"
+                                "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx"}, {S_END, 0, NULL}}},
+    {"/status-0", {{S_WRITE, 0, "HTTP/1.1 000 Zero\r\nContent-Length: 1\r\n\r\nx"}, {S_END, 0, NULL}}},
     {"/204", {{S_WRITE, 0, "HTTP/1.1 204 No Content\r\n\r\n"}, {S_END, 0, NULL}}},
     {"/head", {{S_WRITE, 0, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"}, {S_END, 0, NULL}}},
     {"/truncated", {{S_WRITE, 0, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"},
@@ -1502,6 +1505,23 @@ static int bench_keepalive(int n)
     return mg_test_summary();
 }
 
+/* Found by fuzz_h1client: an interim answer's body bytes reached on_data before on_headers,
+ * as if they were the final answer's; and a status below 100 was taken for an interim one. */
+static void test_interim_body_and_status_zero(void)
+{
+    setup();
+    rec_t a, z;
+    run_one(&a, "/1xx-body", NULL);
+    expect_result(&a, MG_XFER_ERROR);
+    CHECK_EQ_INT(a.headers_calls, 0);
+    CHECK_EQ_INT(a.data_calls, 0);
+    run_one(&z, "/status-0", NULL);
+    expect_result(&z, MG_XFER_ERROR);
+    CHECK_EQ_INT(z.headers_calls, 0);
+    CHECK_EQ_INT(z.data_calls, 0);
+    teardown();
+}
+
 int main(void)
 {
     const char *bench = getenv("H1_BENCH");
@@ -1512,6 +1532,7 @@ int main(void)
     MG_RUN(test_concurrent_use_two_connections);
     MG_RUN(test_pool_limits);
     MG_RUN(test_stale_connection_retry);
+    MG_RUN(test_interim_body_and_status_zero);
     MG_RUN(test_connect_errors);
     MG_RUN(test_first_byte_timeout);
     MG_RUN(test_idle_timeout);

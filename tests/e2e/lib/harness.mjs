@@ -326,6 +326,7 @@ export async function startGateway(configPath, { env = {}, timeoutMs = 15000, cw
     });
     gw.port = portOf(listening.listen);
     gw.metricsPort = listening.metrics_listen ? portOf(listening.metrics_listen) : null;
+    gw.adminPort = listening.admin_listen ? portOf(listening.admin_listen) : null; // server.admin_listen
     if (!gw.port) throw new Error(`cannot read port from listening line ${JSON.stringify(listening)}`);
     gw.base = `http://127.0.0.1:${gw.port}`;
     return gw;
@@ -448,10 +449,16 @@ export class Gateway {
         return (await this.getJson('/metrics', this.metricsPort)).text;
     }
 
-    close() {
-        return killChild(this.child, 3000);
+    /** Stop the gateway; under a sanitizer build (make asan) a report on its stderr (an error,
+     * a leak at exit) fails the test file that ran it. */
+    async close() {
+        await killChild(this.child, 3000);
+        const report = SANITIZER_REPORT.exec(this.stderr);
+        if (report) throw new Error(`the gateway's sanitizer report:\n${this.stderr.slice(report.index, report.index + 4000)}`);
     }
 }
+
+const SANITIZER_REPORT = /(ERROR: (Address|Leak)Sanitizer|runtime error: |UndefinedBehaviorSanitizer)/;
 
 // ---------------------------------------------------------------------------
 // the whole environment of one test file

@@ -1378,6 +1378,12 @@ static int load_context(loader_t *l, yaml_node_t *v, int line)
     return mg_context_conf_load(l->doc, v, l->name, &l->cfg->context, l->err, l->err_len);
 }
 
+static int load_protocols(loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_protocols_conf_load(l->doc, v, l->name, &l->cfg->protocols, l->err, l->err_len);
+}
+
 static const struct {
     const char *key;
     section_fn load;
@@ -1405,6 +1411,7 @@ static const struct {
     {"prices", load_prices},
     {"billing", load_billing},
     {"context", load_context},
+    {"protocols", load_protocols},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -1472,6 +1479,7 @@ static int set_defaults(loader_t *l, const char *name)
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
     mg_context_conf_defaults(&c->context);
+    (void)mg_protocols_conf_defaults(&c->protocols); /* out of memory: no allowlist */
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
@@ -1726,6 +1734,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);
     mg_context_conf_clear(&cfg->context);
+    mg_protocols_conf_clear(&cfg->protocols);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

@@ -309,6 +309,7 @@ void send_out(call_t *c, int head, int end)
         mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
     else mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     c->out.len = 0;
+    c->last_client_write_ms = uv_now(c->pl->loop);
 }
 
 static void flush_out(call_t *c)

@@ -264,9 +264,9 @@ function M.encode(req, route)
     local entry = req.entry
     local native = type(entry) == "table" and entry.wire == "anthropic"
     local headers = { ["anthropic-version"] = DEFAULT_VERSION }
-    if native then -- the client's anthropic-* headers the core hands over (its allowlist)
+    if native then -- the client's headers the core hands over (protocols.forward_headers)
         for name, v in pairs(entry.headers or {}) do
-            if type(name) == "string" and name:match("^anthropic%-") and type(v) == "string" then
+            if type(name) == "string" and type(v) == "string" then
                 headers[name] = v
             end
         end

@@ -27,6 +27,7 @@
 #include "conf/providers.h"
 #include "conf/settings.h"
 #include "net/fdlimit.h"
+#include "pipeline/ping.h"
 #include "pipeline/responses_store.h"
 #include "route/persist.h"
 #include "sched/setup.h"
@@ -287,6 +288,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->drain_timer, NULL);
     mg_usage_pruner_stop(&s->usage_pruner);
     mg_pump_close(&s->pump);
+    mg_ping_stop(&s->pipeline);
     mg_idem_stop(s->idem);
     mg_dashboard_close(&s->dashboard);
     mg_listener_close(&s->listener);
@@ -510,6 +512,7 @@ static int start_services(mg_server_t *s)
         .metrics = &s->metrics,
         .store = s->store,
     };
+    mg_ping_start(&s->pipeline);
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     s->pipeline.idem = s->idem;

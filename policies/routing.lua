@@ -28,8 +28,11 @@
 --   6. priority    the route's priority group, lower first.
 --   7. pools       the start pool (req.pool, default "main") before the other one. In the
 --                  main pool a weighted random order, weight = weight * headroom; in the
---                  fallback pool the least busy (in_flight) first. Fallback routes say
---                  degraded = "fallback" unless the client asked to start there.
+--                  fallback pool the least busy (in_flight, plus the engine's own waiting
+--                  requests) first. Fallback routes say degraded = "fallback" unless the
+--                  client asked to start there.
+--   7b. load       the engine's own signals (c.load, read by the load probes) prefer the
+--                  idle engine: its share is multiplied by M.load_factor(c.load).
 --   8. adaptive    in a group whose routes all have 5 availability or 3 TTFT samples, the
 --                  better success rate first (5-point steps), then the lower time to first
 --                  token (10% steps); ties keep rule 7's order. One request in 20 skips this
@@ -48,7 +51,7 @@
 -- selftest() run first, and if either fails nothing changes. For example:
 --   * no exploration:             EXPLORE_ONE_IN = 0;
 --   * wait longer for main:       raise RECOVERY_WAIT_MS;
---   * prefer idle local engines:  in share(), divide by 1 + c.load.waiting when c.load is set;
+--   * ignore the engines' load:   make M.load_factor return 1;
 --   * batch work never degrades:  in route(), return {} for req.priority == "P4" when the
 --                                 plan's first entry says degraded.
 -- Keep it a pure function of its arguments (no I/O, no clock, no state kept between calls):
@@ -104,15 +107,31 @@ local function group_rank(req, c)
     return ((cloud * 2 + smaller) * 100000 + (tonumber(c.priority) or 0)) * 2 + other_pool -- 6
 end
 
+-- Rule 7b: what the engine itself says of its load (c.load: vLLM /metrics, llama.cpp /slots,
+-- Ollama /api/ps), as a factor of its share: 1 for an idle engine, 1 / (1 + running +
+-- 2 * waiting) for a busy one (a queued request costs more than a running one: it waits for
+-- all of them), halved again when its KV cache is over 90% full (new requests will preempt).
+-- 1 when the engine reports nothing.
+function M.load_factor(load)
+    if type(load) ~= "table" then return 1 end
+    local running, waiting = tonumber(load.running) or 0, tonumber(load.waiting) or 0
+    local f = 1 / (1 + math.max(running, 0) + 2 * math.max(waiting, 0))
+    if (tonumber(load.kv_cache) or 0) > 0.9 then f = f / 2 end
+    return f
+end
+
 -- Rule 7, main pool: a route's share of the traffic.
 local function share(c)
-    local s = (tonumber(c.weight) or 1) * (tonumber(c.headroom) or 1)
+    local s = (tonumber(c.weight) or 1) * (tonumber(c.headroom) or 1) * M.load_factor(c.load)
     return s > 0 and s or 0
 end
 
--- Rule 7, fallback pool: how busy a route is.
+-- Rule 7, fallback pool: how busy a route is: requests in flight through us, plus what the
+-- engine says it runs and queues for others.
 local function busy(c)
-    return c.in_flight or 0
+    local load = c.load
+    if type(load) ~= "table" then return c.in_flight or 0 end
+    return (c.in_flight or 0) + (tonumber(load.waiting) or 0) + (tonumber(load.running) or 0) / 1000
 end
 
 -- Rule 8: a route's preference as one number, smaller first, or nil while it has too few

@@ -64,6 +64,12 @@ static int load_context(conf_loader_t *l, yaml_node_t *v, int line)
     return mg_context_conf_load(l->doc, v, l->name, &l->cfg->context, l->err, l->err_len);
 }
 
+static int load_protocols(conf_loader_t *l, yaml_node_t *v, int line)
+{
+    (void)line;
+    return mg_protocols_conf_load(l->doc, v, l->name, &l->cfg->protocols, l->err, l->err_len);
+}
+
 /* cluster: (conf/cluster.c) */
 static int load_cluster(conf_loader_t *l, yaml_node_t *v, int line)
 {
@@ -97,6 +103,7 @@ static const struct {
     {"prices", load_prices},
     {"billing", load_billing},
     {"context", load_context},
+    {"protocols", load_protocols},
     {"cluster", load_cluster},
 };
 
@@ -166,6 +173,7 @@ static int set_defaults(conf_loader_t *l, const char *name)
     c->task_events = true;
     c->tasks_retention_seconds = 86400;
     mg_context_conf_defaults(&c->context);
+    (void)mg_protocols_conf_defaults(&c->protocols); /* out of memory: no allowlist */
     mg_cluster_conf_defaults(&c->cluster);
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
@@ -423,6 +431,7 @@ void mg_config_free(mg_config_t *cfg)
     free(cfg->storage_backup_dir);
     free(cfg->tokenizer_data_dir);
     mg_context_conf_clear(&cfg->context);
+    mg_protocols_conf_clear(&cfg->protocols);
     mg_cluster_conf_clear(&cfg->cluster);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);

@@ -114,6 +114,9 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
     mg_lpush_field(L, a->ref, "entry_wire");
     a->entry_anthropic = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "anthropic") == 0;
     lua_pop(L, 1);
+    mg_lpush_field(L, a->ref, "stream_eof");
+    a->stream_eof = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     if (!a->probe_path) return -1;
     if (!a->passthrough) {
         const char *need[] = {"decode", "decode_event"};

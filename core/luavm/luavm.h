@@ -38,6 +38,8 @@ typedef struct mg_adapter_s {
     int entry_anthropic; /* M.entry_wire == "anthropic": it sends a Messages client's own body
                             (req.entry), so what the canonical form cannot carry still reaches
                             its upstream */
+    int stream_eof;      /* M.stream_eof: its streams have no end marker; decode_event gets
+                            util.null once at a clean end of the upstream's stream */
     int encode_untraced; /* its encode() read the request's own fields: its answers are never
                             kept, so it gets the plain request table (keep.h) */
 } mg_adapter_t;

@@ -309,6 +309,7 @@ void send_out(call_t *c, int head, int end)
         mg_http_stream_open(c->req, 200, "text/event-stream", extra, c->out.data, c->out.len, end);
     else mg_http_stream_send(c->req, c->out.data, c->out.len, end);
     c->out.len = 0;
+    c->last_client_write_ms = uv_now(c->pl->loop);
 }
 
 static void flush_out(call_t *c)
@@ -665,11 +666,10 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     return 0;
 }
 
-/* Translating adapter: each event decoded by Lua into canonical chunks. */
-static int translated_event(call_t *c, const mg_sse_event_t *ev)
+/* Translating adapter: one event (owned `data`, JSON null for a stream_eof adapter's clean
+ * end) decoded by Lua into canonical chunks. */
+static int translated_data(call_t *c, cJSON *data)
 {
-    cJSON *data = cJSON_ParseWithLength(ev->data, ev->data_len);
-    if (!data) return garbage_event(c);
     cJSON *chunks = NULL;
     int done = 0;
     char err[512];
@@ -696,6 +696,24 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
     cJSON_Delete(chunks);
     if (done) c->upstream_done = 1;
     return 0;
+}
+
+static int translated_event(call_t *c, const mg_sse_event_t *ev)
+{
+    cJSON *data = cJSON_ParseWithLength(ev->data, ev->data_len);
+    if (!data) return garbage_event(c);
+    return translated_data(c, data);
+}
+
+/* An upstream wire without an end marker (M.stream_eof): its adapter is told of the clean
+ * end, so it can close the answer. 1 = the call went on (an error end). */
+static int translated_eof(call_t *c)
+{
+    if (c->passthrough || c->native || c->upstream_done || c->stop_stream) return 0;
+    if (!c->gen->adapters[c->adapter].stream_eof) return 0;
+    cJSON *null = cJSON_CreateNull();
+    if (!null) return 0;
+    return translated_data(c, null);
 }
 
 static int on_stream_event(void *ud, const mg_sse_event_t *ev)
@@ -920,6 +938,7 @@ static mg_step_rc_t stream_end(call_t *c)
         /* NDJSON's last line may come without its newline */
         if (mg_sse_feed(&c->sse, "\n", 1, on_stream_event, c) > 0) return MG_STEP_DONE;
     }
+    if (translated_eof(c) > 0) return MG_STEP_DONE;
     /* [DONE] (or the adapter's done), or a finish_reason for every choice: an upstream that
        then closes without [DONE] gave a complete answer */
     if (c->upstream_done || c->finishes >= c->n_choices) {

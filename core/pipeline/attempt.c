@@ -7,6 +7,7 @@
  * failure says). */
 #include "pipeline/call.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,8 +532,32 @@ static mg_step_rc_t entry_dropped(call_t *c)
     return MG_STEP_NEXT;
 }
 
-/* The anthropic-* headers an Anthropic upstream gets as the client sent them. */
-static const char *const entry_headers[] = {"anthropic-version", "anthropic-beta"};
+/* The client's headers on the adapter's allowlist (protocols.forward_headers), names in
+ * lower case, a header sent twice joined with ", ". */
+static void add_allowed_headers(call_t *c, cJSON *h)
+{
+    const mg_header_allow_t *a = mg_protocols_allow(&c->gen->cfg->protocols, c->provider->adapter);
+    for (size_t i = 0; a && i < c->req->n_headers; i++) {
+        const mg_http_header_t *hd = &c->req->headers[i];
+        if (!mg_header_allowed(a, hd->name)) continue;
+        char name[128];
+        size_t n = 0;
+        for (; hd->name[n] && n < sizeof(name) - 1; n++)
+            name[n] = (char)tolower((unsigned char)hd->name[n]);
+        name[n] = '\0';
+        cJSON *had = cJSON_GetObjectItemCaseSensitive(h, name);
+        if (cJSON_IsString(had)) {
+            size_t len = strlen(had->valuestring) + strlen(hd->value) + 3;
+            char *joined = malloc(len);
+            if (!joined) continue;
+            snprintf(joined, len, "%s, %s", had->valuestring, hd->value);
+            cJSON_ReplaceItemInObjectCaseSensitive(h, name, cJSON_CreateString(joined));
+            free(joined);
+        } else {
+            cJSON_AddStringToObject(h, name, hd->value);
+        }
+    }
+}
 
 /* req.entry for a translating adapter: the Messages client's own body and headers, so that
  * an adapter speaking Anthropic upstream sends them as they were (thinking signatures, cache
@@ -543,11 +568,7 @@ static void set_entry(call_t *c)
     cJSON_AddStringToObject(e, "wire", "anthropic");
     cJSON *body = c->entry_body ? cJSON_ParseWithLength(c->entry_body, c->entry_len) : NULL;
     cJSON_AddItemToObject(e, "body", body ? body : cJSON_CreateObject());
-    cJSON *h = cJSON_AddObjectToObject(e, "headers");
-    for (size_t i = 0; i < sizeof(entry_headers) / sizeof(entry_headers[0]); i++) {
-        const char *v = mg_http_header(c->req, entry_headers[i]);
-        if (v) cJSON_AddStringToObject(h, entry_headers[i], v);
-    }
+    add_allowed_headers(c, cJSON_AddObjectToObject(e, "headers"));
     mg_gen_req_set_entry(c->gen, req_table(c), e);
     cJSON_Delete(e);
 }

@@ -258,8 +258,10 @@ typedef struct call_s {
     mg_buf_t held_raw;  /* owned: the same for passthrough streams, as upstream bytes */
     int held_raw_first; /* the held raw chunk is also the first one (needs metadata) */
     int upstream_done;
-    int stop_stream; /* the stream was ended early by the gateway */
-    mg_buf_t out;    /* owned: SSE bytes batched for the client */
+    int stop_stream;               /* the stream was ended early by the gateway */
+    uint64_t last_client_write_ms; /* loop time of the last bytes of the stream sent */
+    int pings;                     /* keep-alives sent on the stream (ping.h) */
+    mg_buf_t out;                  /* owned: SSE bytes batched for the client */
     /* the end (finish) */
     answer_kind_t answer_kind;
     mg_buf_t answer;          /* owned: ANSWER_JSON's body */

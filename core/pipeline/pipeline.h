@@ -51,6 +51,7 @@ typedef struct mg_pipeline_s {
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;
+    uv_timer_t ping_timer; /* keep-alives on silent streams (ping.h) */
 } mg_pipeline_t;
 
 /* Answer an inference request for endpoint ep (an mg_handle_fn with ud = the pipeline). */

@@ -58,10 +58,10 @@ describe("an operator's edits", function()
         assert.same({ cooldown_s = 60 }, cooldown.on_response(provider, 429, {}, state(2)))
     end)
 
-    it("prefer idle local engines: the share divided by 1 + the engine's waiting requests", function()
+    it("ignore the engines' load: make M.load_factor return 1", function()
         local routing = patched("policies/routing.lua",
-            "    local s = (tonumber(c.weight) or 1) * (tonumber(c.headroom) or 1)",
-            "    local s = (tonumber(c.weight) or 1) * (tonumber(c.headroom) or 1) / (1 + (c.load and c.load.waiting or 0))")
+            '    if type(load) ~= "table" then return 1 end',
+            "    do return 1 end")
         local function engines(busy_waiting)
             local base = { model = "m", pool = "main", ["local"] = true, smaller = false,
                            priority = 0, weight = 1, available = true, cooling = false,
@@ -84,11 +84,11 @@ describe("an operator's edits", function()
             end
             return n / 1000
         end
-        -- a busy engine with 9 waiting gets a tenth of the idle one's share
-        assert.near(10 / 11, firsts(routing, 9), 0.03)
+        -- edited: the load is not looked at
+        assert.near(0.5, firsts(routing, 9), 0.03)
         assert.near(0.5, firsts(routing, 0), 0.03)
-        -- the shipped policy does not look at the load
-        assert.near(0.5, firsts(dofile("policies/routing.lua"), 9), 0.03)
+        -- the shipped policy prefers the idle engine: shares 1/2 and 1/(1 + 4 + 18)
+        assert.near(0.5 / (0.5 + 1 / 23), firsts(dofile("policies/routing.lua"), 9), 0.03)
     end)
 end)
 

@@ -163,6 +163,34 @@ describe("policies/routing.lua", function()
         end)
     end)
 
+    describe("the engines' own load (c.load) prefers the idle engine", function()
+        local N = 1000
+
+        it("load_factor: 1 idle or unknown, less per running and twice per waiting request", function()
+            assert.equal(1, routing.load_factor(nil))
+            assert.equal(1, routing.load_factor({ running = 0, waiting = 0, kv_cache = 0 }))
+            assert.equal(0.5, routing.load_factor({ running = 1, waiting = 0, kv_cache = 0.2 }))
+            assert.equal(1 / 7, routing.load_factor({ running = 2, waiting = 2, kv_cache = 0.5 }))
+            assert.equal(0.25, routing.load_factor({ running = 1, waiting = 0, kv_cache = 0.95 }))
+        end)
+
+        it("an idle engine gets most of the traffic beside a queueing one", function()
+            local first = draws(routing, N, function()
+                return { cand(1, "busy", { load = { running = 4, waiting = 2, kv_cache = 0.5 } }),
+                         cand(2, "idle", { load = { running = 0, waiting = 0, kv_cache = 0 } }) }
+            end)
+            -- shares 1/9 and 1: the idle engine first 90% of the time
+            assert.near(0.9, (first.idle or 0) / N, 0.04)
+        end)
+
+        it("fallback pool: the engine with fewer waiting requests first", function()
+            local plan = routing.route(req_with({ pool = "fallback" }), {
+                cand(1, "a", { pool = "fallback", load = { running = 1, waiting = 3, kv_cache = 0 } }),
+                cand(2, "b", { pool = "fallback", load = { running = 1, waiting = 0, kv_cache = 0 } }) })
+            assert.same({ "b", "a" }, providers(plan))
+        end)
+    end)
+
     describe("main pool: weighted by headroom * weight", function()
         local N = 1000
 

@@ -2,8 +2,9 @@
 // Scriptable mock model engine for moongate's end-to-end tests.
 //
 // It speaks the OpenAI wire (/v1/models, /v1/chat/completions, /v1/completions,
-// /v1/embeddings), Anthropic's Messages API (/v1/messages) and Ollama's native API (/api/chat, /api/generate, /api/embed,
-// /api/tags) in their documented shapes, with deterministic canned answers, and it
+// /v1/embeddings), Anthropic's Messages API (/v1/messages), Ollama's native API (/api/chat, /api/generate, /api/embed,
+// /api/tags) and Triton's generate extension (/v2/models/{model}/generate and
+// generate_stream, /v2/health/ready) in their documented shapes, with deterministic canned answers, and it
 // records every request it sees. Tests script failures through a small control API:
 //
 //   POST /__mock/script   {model?, path?, method?, times?, action: {...}} (or an array of them)
@@ -686,7 +687,44 @@ function promptTokensAnthropic(body) {
     return Math.max(n, 1);
 }
 
+/**
+ * Triton's generate extension (POST /v2/models/{model}/generate and generate_stream), as a
+ * TensorRT-LLM ensemble answers it: {model_name, model_version, text_output}; the stream is
+ * one SSE `data:` answer per piece and simply ends (no end marker). action.finish_reason /
+ * action.token_counts add the vLLM backend's optional finish_reason and num_*_tokens outputs
+ * (on the last piece of a stream). max_tokens below the piece count cuts the answer.
+ * action.error_after_chunks: a stream's {"error": ...} event after that many pieces.
+ */
+function tritonGenerate(ctx) {
+    const { body, action, model } = ctx;
+    const { n } = pieceCount(action, body.max_tokens);
+    const pieces = contentPieces(model, n);
+    const base = { model_name: model, model_version: '1' };
+    const counts = (i) => (action.token_counts
+        ? { num_input_tokens: wordCount(String(body.text_input ?? '')) || 1, num_output_tokens: i } : {});
+    const finish = (last) => (last && action.finish_reason ? { finish_reason: action.finish_reason } : {});
+    if (!ctx.stream) {
+        return { status: 200, json: { ...base, text_output: pieces.join(''), ...finish(true), ...counts(n) } };
+    }
+    const content = pieces.map((p, i) => {
+        const last = i === pieces.length - 1;
+        return `data: ${JSON.stringify({ ...base, text_output: p, ...finish(last), ...(last ? counts(n) : {}) })}\n\n`;
+    });
+    if (action.error_after_chunks !== undefined) {
+        content.splice(action.error_after_chunks, content.length,
+            `data: ${JSON.stringify({ error: 'mock triton: inference failed' })}\n\n`);
+    }
+    return { status: 200, stream: true, format: 'sse', lead: [], content, tail: [] };
+}
+
+/** The model of a Triton path (/v2/models/{model}/...), or null. */
+function tritonModel(path) {
+    const m = /^\/v2\/models\/([^/]+)\/(generate|generate_stream)$/.exec(path);
+    return m ? { model: decodeURIComponent(m[1]), stream: m[2] === 'generate_stream' } : null;
+}
+
 const ROUTES = {
+    'GET /v2/health/ready': () => ({ status: 200, text: '', contentType: 'text/plain' }),
     'POST /v1/messages': anthropicMessages,
     'GET /v1/models': openaiModels,
     'GET /metrics': vllmMetrics,
@@ -703,7 +741,7 @@ const ROUTES = {
 };
 
 function isOllamaPath(path) {
-    return path.startsWith('/api/');
+    return path.startsWith('/api/') || path.startsWith('/v2/'); /* Triton's errors: {"error": text} too */
 }
 
 /** An error body in the shape the path's wire uses. */
@@ -948,7 +986,8 @@ async function handleEngine(state, req, res, url, raw) {
             parsed = null;
         }
     }
-    const model = parsed && typeof parsed === 'object' ? parsed.model : undefined;
+    const triton = tritonModel(path);
+    const model = triton ? triton.model : parsed && typeof parsed === 'object' ? parsed.model : undefined;
     const rule = matchRule(state, req.method, path, model);
     const record = {
         seq: ++state.seq,
@@ -1007,7 +1046,8 @@ async function respond(task, action, path, parsed, text, method) {
         return;
     }
 
-    const builder = ROUTES[`${method} ${path}`];
+    const triton = method === 'POST' ? tritonModel(path) : null;
+    const builder = triton ? (ctx) => tritonGenerate({ ...ctx, ...triton }) : ROUTES[`${method} ${path}`];
     if (!builder) {
         const known = Object.keys(ROUTES).some((k) => k.endsWith(' ' + path));
         const status = known ? 405 : 404;

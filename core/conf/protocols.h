@@ -1,0 +1,44 @@
+/* protocols: the `protocols:` section of the config (issue 20): what the gateway does on the
+ * client's wire beside the answer itself.
+ *
+ *   protocols:
+ *     ping_interval_ms: 15000          # a stream whose upstream is silent this long gets a
+ *                                      # keep-alive in the client's protocol (OpenAI and
+ *                                      # Responses: an SSE comment ": ping"; Anthropic
+ *                                      # Messages: event: ping); again every interval; 0 = off
+ *     forward_headers:                 # client headers handed to a translating adapter
+ *       anthropic: [anthropic-version, anthropic-beta]   # by adapter name (the default);
+ *                                      # a name ending in "*" is a prefix (anthropic-*)
+ *
+ * The values only; the loader (config.c) hands the section's node here. */
+#ifndef MG_CONF_PROTOCOLS_H
+#define MG_CONF_PROTOCOLS_H
+
+#include <stddef.h>
+#include <yaml.h>
+
+typedef struct mg_header_allow_s {
+    char *adapter; /* owned */
+    char **names;  /* owned: lower-case header names; "x-*" is a prefix */
+    size_t n_names;
+} mg_header_allow_t;
+
+typedef struct mg_protocols_conf_s {
+    int ping_interval_ms;     /* default 15000; 0 = no pings */
+    mg_header_allow_t *allow; /* owned: one per adapter named; default anthropic's two */
+    size_t n_allow;
+} mg_protocols_conf_t;
+
+/* The defaults above into c (-1 when out of memory). */
+int mg_protocols_conf_defaults(mg_protocols_conf_t *c);
+/* Read the section's mapping node v of doc into c. 0, or -1 with "NAME:LINE: reason" in err
+ * (name: the config file's name for messages). */
+int mg_protocols_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
+                           mg_protocols_conf_t *c, char *err, size_t errlen);
+/* The allowlist of an adapter, or NULL: none of the client's headers go to it. */
+const mg_header_allow_t *mg_protocols_allow(const mg_protocols_conf_t *c, const char *adapter);
+/* 1 when the header name (any case) is on the list. */
+int mg_header_allowed(const mg_header_allow_t *a, const char *name);
+void mg_protocols_conf_clear(mg_protocols_conf_t *c);
+
+#endif

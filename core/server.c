@@ -438,7 +438,8 @@ static int start_cluster_pg(mg_server_t *s, const mg_config_t *cfg)
     const char *url = cfg->cluster.postgres.url;
     if (!url) return 0;
     char err[256];
-    if (mg_pg_open(url, 0, &s->pg, err, sizeof(err)) != 0 || mg_pg_attach(s->pg, s->loop) != 0) {
+    if (mg_pg_open(url, cfg->cluster.postgres.pool_size, 0, &s->pg, err, sizeof(err)) != 0 ||
+        mg_pg_attach(s->pg, s->loop) != 0) {
         fprintf(stderr, "moongate: cluster.postgres: %s\n", s->pg ? "cannot attach" : err);
         return -1;
     }

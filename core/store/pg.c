@@ -31,13 +31,14 @@ typedef struct job_list_s {
 struct mg_pg_s {
     char *url;
     size_t queue_max;
-    pthread_t thread;
+    pthread_t *threads; /* one connection each, sharing the queue */
+    int nthreads;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* work queued, stopping, or the queue drained */
     job_list_t queue;  /* guarded by mu */
     job_list_t done;   /* ran, callback due (guarded by mu) */
     int stopping;
-    int busy; /* the thread runs a job taken from the queue */
+    int busy; /* threads running a job taken from the queue */
     uv_async_t *async;
     int attached;
     mg_pg_stats_t st; /* guarded by mu */
@@ -202,8 +203,7 @@ static void *pg_main(void *arg)
             c = connect_and_migrate(pg, &version);
             pthread_mutex_lock(&pg->mu);
             if (!c) {
-                pg->st.connected = 0;
-                fail_at_most_once_locked(pg);
+                if (pg->st.connected == 0) fail_at_most_once_locked(pg);
                 if (!logged_down)
                     mg_log_msg(MG_LOG_WARN, NULL,
                                "postgres: unreachable; %zu statements kept, retrying with backoff",
@@ -216,27 +216,28 @@ static void *pg_main(void *arg)
                 continue;
             }
             if (!first) pg->st.reconnects++;
-            mg_log_msg(MG_LOG_INFO, NULL, "postgres: connected (schema version %d, %zu queued)",
-                       version, pg->queue.n);
+            if (pg->st.connected == 0) /* the first of the pool: say it once */
+                mg_log_msg(MG_LOG_INFO, NULL, "postgres: connected (schema version %d, %zu queued)",
+                           version, pg->queue.n);
             first = 0;
             logged_down = 0;
             backoff = 100;
-            pg->st.connected = 1;
+            pg->st.connected++;
             pg->st.schema_version = version;
         }
         while (!pg->queue.head && !pg->stopping) pthread_cond_wait(&pg->cv, &pg->mu);
         job_t *j = list_pop(&pg->queue);
         if (!j) break; /* stopping, queue empty */
-        pg->busy = 1;
+        pg->busy++;
         pthread_mutex_unlock(&pg->mu);
         int rc = run_job(c, j);
         pthread_mutex_lock(&pg->mu);
-        pg->busy = 0;
+        pg->busy--;
         if (rc == -1) {
             PQfinish(c);
             c = NULL;
-            pg->st.connected = 0;
-            mg_log_msg(MG_LOG_WARN, NULL, "postgres: connection lost; reconnecting");
+            if (--pg->st.connected == 0)
+                mg_log_msg(MG_LOG_WARN, NULL, "postgres: connection lost; reconnecting");
             if (j->durable) list_push_front(&pg->queue, j); /* idempotent: run again */
             else finish_locked(pg, j, -1);
         } else {
@@ -244,6 +245,7 @@ static void *pg_main(void *arg)
         }
         pthread_cond_broadcast(&pg->cv);
     }
+    if (c) pg->st.connected--;
     pthread_mutex_unlock(&pg->mu);
     PQfinish(c);
     return NULL;
@@ -269,7 +271,8 @@ static void on_async(uv_async_t *a)
     deliver(a->data);
 }
 
-int mg_pg_open(const char *url, int queue_max, mg_pg_t **out, char *err, size_t errlen)
+int mg_pg_open(const char *url, int pool_size, int queue_max, mg_pg_t **out, char *err,
+               size_t errlen)
 {
     *out = NULL;
     if (!url || !*url) {
@@ -285,12 +288,18 @@ int mg_pg_open(const char *url, int queue_max, mg_pg_t **out, char *err, size_t 
     pg->queue_max = queue_max > 0 ? (size_t)queue_max : MG_PG_QUEUE_MAX_DEFAULT;
     pthread_mutex_init(&pg->mu, NULL);
     pthread_cond_init(&pg->cv, NULL);
-    if (pthread_create(&pg->thread, NULL, pg_main, pg) != 0) {
+    int want = pool_size > 0 ? pool_size : 1;
+    pg->threads = calloc((size_t)want, sizeof(pthread_t));
+    while (pg->threads && pg->nthreads < want &&
+           pthread_create(&pg->threads[pg->nthreads], NULL, pg_main, pg) == 0)
+        pg->nthreads++;
+    if (pg->nthreads == 0) {
         pthread_cond_destroy(&pg->cv);
         pthread_mutex_destroy(&pg->mu);
+        free(pg->threads);
         free(pg->url);
         free(pg);
-        snprintf(err, errlen, "postgres: cannot start its thread");
+        snprintf(err, errlen, "postgres: cannot start its threads");
         return -1;
     }
     *out = pg;
@@ -401,7 +410,8 @@ void mg_pg_close(mg_pg_t *pg)
     pthread_cond_broadcast(&pg->cv);
     pthread_mutex_unlock(&pg->mu);
     if (lost) mg_log_msg(MG_LOG_ERROR, NULL, "postgres: %zu statements not written (lost)", lost);
-    pthread_join(pg->thread, NULL);
+    for (int i = 0; i < pg->nthreads; i++) pthread_join(pg->threads[i], NULL);
+    free(pg->threads);
     deliver(pg);
     pthread_cond_destroy(&pg->cv);
     pthread_mutex_destroy(&pg->mu);

@@ -1,11 +1,14 @@
 /* pg: the shared PostgreSQL of a cluster (cluster.postgres), through libpq on a thread of its
  * own, so that the loop thread never waits on a round trip.
  *
- * The thread connects (blocking libpq calls, on its own thread), runs the numbered
- * migrations below under pg_advisory_lock (several instances starting at once migrate once,
- * one after the other), then runs the queued statements in order, one autocommit statement
- * each (a statement that must be one transaction is one function call: the wallet's, see
- * tenancy/wallet.h). Lost connection: it reconnects with backoff (100 ms doubling to 5 s).
+ * Each of pool_size threads (cluster.postgres.pool_size) connects (blocking libpq calls, on
+ * its own thread), runs the numbered migrations (store/pg_schema.h) under pg_advisory_lock
+ * (several instances starting at once migrate once, one after the other), then takes the
+ * queued statements in order, one autocommit statement each (a statement that must be one
+ * transaction is one function call: the wallet's, see tenancy/wallet.h). Statements on
+ * different connections may commit in any order, so each stands alone (a hold's end is
+ * queued only once its reservation answered). Lost connection: the thread reconnects with
+ * backoff (100 ms doubling to 5 s).
  *
  * Two kinds of statement:
  * - durable (usage events, a hold's end): kept in the queue while PostgreSQL is unreachable
@@ -37,9 +40,11 @@ typedef struct mg_pg_s mg_pg_t;
  * when none or SQL NULL; valid during the call only), or -1 (it did not run or failed). */
 typedef void (*mg_pg_done_fn)(void *ud, int rc, const char *value);
 
-/* Start the thread for url (copied). Returns 0 and *out, or -1 with err set (never the url).
- * The connection is made on the thread: an unreachable server is not an error here. */
-int mg_pg_open(const char *url, int queue_max, mg_pg_t **out, char *err, size_t errlen);
+/* Start pool_size threads (one connection each; <= 0: one) for url (copied). Returns 0 and
+ * *out, or -1 with err set (never the url). The connections are made on the threads: an
+ * unreachable server is not an error here. */
+int mg_pg_open(const char *url, int pool_size, int queue_max, mg_pg_t **out, char *err,
+               size_t errlen);
 /* Deliver callbacks on loop (the caller's thread). 0 or a negative libuv error. */
 int mg_pg_attach(mg_pg_t *pg, uv_loop_t *loop);
 /* Before the loop's last iteration: close the async handle. */
@@ -60,7 +65,7 @@ typedef struct mg_pg_stats_s {
     uint64_t failed_total;  /* statements that failed (bad data, or at-most-once refused) */
     uint64_t refused_total; /* refused by a full queue */
     uint64_t reconnects;    /* connections made after the first */
-    int connected;          /* the thread holds a live connection */
+    int connected;          /* threads holding a live connection */
     int schema_version;     /* after migrations; 0 before the first connection */
 } mg_pg_stats_t;
 void mg_pg_stats(mg_pg_t *pg, mg_pg_stats_t *out);

@@ -171,11 +171,13 @@ int mg_wallet_recover(mg_store_t *st, uint64_t now_ms)
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
     const char *p[1] = {at};
     mg_pg_t *pg = mg_store_pg(st);
-    if (pg) { /* this node's holds only: the other instances' are live */
+    if (pg) { /* this node's holds from before now only: the other instances' are live, and
+                 this one's new reservations may commit first on another connection */
         const char *q[2] = {at, mg_store_node_id(st)};
         return mg_pg_exec(pg,
                           "UPDATE ledger_holds SET state = 'metering_failed', failure = 'process"
-                          " ended', ended_ms = $1::bigint WHERE state = 'held' AND node_id = $2",
+                          " ended', ended_ms = $1::bigint WHERE state = 'held' AND node_id = $2"
+                          " AND created_ms < $1::bigint",
                           2, q, 1, NULL, NULL);
     }
     return mg_store_write(st, RECOVER_SQL, 1, p);

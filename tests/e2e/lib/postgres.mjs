@@ -5,7 +5,7 @@
 // initdb and postgres refuse to run as root: when the tests run as root (this machine, a fresh
 // CI box), the server runs as `nobody` (the spawn's uid/gid) in a directory handed to it.
 
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
@@ -68,6 +68,22 @@ export class Postgres {
     exec(sql) {
         execFileSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p', String(this.port), '-U', USER,
             '-d', 'postgres', '-c', sql], { encoding: 'utf8', timeout: 20000 });
+    }
+
+    /** Run sql in a psql of its own, in the background; resolves when it ended. */
+    hold(sql) {
+        return new Promise((resolve, reject) => {
+            const c = spawn('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-h', '127.0.0.1', '-p', String(this.port), '-U', USER,
+                '-d', 'postgres', '-c', sql], { stdio: ['ignore', 'ignore', 'pipe'] });
+            let err = '';
+            c.stderr.on('data', (d) => (err += d));
+            const timer = setTimeout(() => c.kill('SIGKILL'), 30000);
+            c.on('exit', (code) => {
+                clearTimeout(timer);
+                if (code === 0) resolve();
+                else reject(new Error(`psql: ${err}`));
+            });
+        });
     }
 
     async close() {

@@ -144,12 +144,18 @@ static void fail_at_most_once_locked(mg_pg_t *pg)
     pthread_cond_broadcast(&pg->cv);
 }
 
-static PGconn *connect_and_migrate(mg_pg_t *pg, int *version)
+/* A connection to url; NULL when it cannot be made. */
+static PGconn *connect_to(const char *url)
 {
     /* the url may be a URI or key=value; a dead host must not hold the thread for minutes */
     const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-    const char *vals[] = {pg->url, "3", "moongate", NULL};
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    const char *vals[] = {url, "3", "moongate", NULL};
+    return PQconnectdbParams(keys, vals, 1);
+}
+
+static PGconn *connect_and_migrate(mg_pg_t *pg, int *version)
+{
+    PGconn *c = connect_to(pg->url);
     if (!c || PQstatus(c) != CONNECTION_OK) {
         PQfinish(c);
         return NULL;
@@ -360,6 +366,35 @@ int mg_pg_exec(mg_pg_t *pg, const char *sql, int nparams, const char *const *par
     pthread_cond_broadcast(&pg->cv);
     pthread_mutex_unlock(&pg->mu);
     return 0;
+}
+
+int mg_pg_query_sync(mg_pg_t *pg, const char *sql, int nparams, const char *const *params,
+                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                     size_t errlen)
+{
+    PGconn *c = connect_to(pg->url);
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+        snprintf(err, errlen, "PostgreSQL is unreachable");
+        PQfinish(c);
+        return -1;
+    }
+    PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType s = PQresultStatus(r);
+    int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? 0 : -1;
+    if (rc != 0) {
+        const char *m = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+        snprintf(err, errlen, "PostgreSQL: %s", m ? m : "the statement failed");
+    }
+    int ncols = PQnfields(r);
+    const char *cols[32];
+    if (ncols > 32) ncols = 32;
+    for (int i = 0; rc == 0 && cb && i < PQntuples(r); i++) {
+        for (int k = 0; k < ncols; k++) cols[k] = PQgetisnull(r, i, k) ? NULL : PQgetvalue(r, i, k);
+        cb(ud, ncols, cols);
+    }
+    PQclear(r);
+    PQfinish(c);
+    return rc;
 }
 
 static void deadline_in(struct timespec *ts, int ms)

@@ -55,6 +55,13 @@ void mg_pg_detach(mg_pg_t *pg);
 int mg_pg_exec(mg_pg_t *pg, const char *sql, int nparams, const char *const *params, int durable,
                mg_pg_done_fn done, void *ud);
 
+/* Run sql synchronously on the caller's thread, on a connection of its own made for the call
+ * (blocking: admin workers, the CLI, tools; never the loop thread). cb gets each row's cells
+ * as text (NULL: SQL NULL). 0, or -1 with err set (the server's message, never the url). */
+int mg_pg_query_sync(mg_pg_t *pg, const char *sql, int nparams, const char *const *params,
+                     void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                     size_t errlen);
+
 /* Wait (blocking) until the queue is empty or timeout_ms passed; 0 when empty (tests, tools,
  * shutdown). */
 int mg_pg_flush(mg_pg_t *pg, int timeout_ms);

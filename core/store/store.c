@@ -55,9 +55,9 @@ typedef struct {
 #define CHECKPOINT_PAGES 4000
 
 struct mg_store_s {
-    mg_pg_t *pg;                      /* borrowed: the cluster's PostgreSQL, NULL: none */
-    char node_id[MG_NODE_ID_MAX + 1]; /* this instance, in shared rows */
-    sqlite3 *db;                      /* migrations, then the writer thread's connection */
+    mg_pg_t *pg;       /* borrowed: the cluster's PostgreSQL, NULL: none */
+    char node_id[129]; /* this instance, in shared rows (MG_NODE_ID_MAX + 1) */
+    sqlite3 *db;       /* migrations, then the writer thread's connection */
     struct {
         char *sql; /* owned */
         sqlite3_stmt *st;

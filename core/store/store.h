@@ -46,7 +46,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "conf/cluster.h"
 #include "store/pg.h"
 
 typedef struct mg_store_s mg_store_t;

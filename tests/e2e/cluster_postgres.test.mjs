@@ -12,6 +12,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,6 +22,7 @@ import {
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-pg-e2e-5c1d9e';
+const SECRET = 'whsec-cluster-pg-e2e-0123456789';
 const PER_TOKEN = 1000;
 const N = 3;
 
@@ -41,6 +43,7 @@ function config(dir, i, dead) {
         ...c,
         auth: { enabled: true },
         health: { probes: false },
+        billing: { webhook_secret: '${CLUSTER_TOPUP_SECRET}', webhook_tolerance_s: 300 },
         providers: c.providers.map((p) => (p.id.startsWith('mock-openai') ? { ...p, cost_per_1k_tokens: 1 } : p)),
         models: { chat: m('up-chat'), slow: m('up-slow'), nousage: m('up-nousage') },
         cluster: { node_id: `node-${i}`, postgres: { url: '${CLUSTER_PG_URL}' } },
@@ -66,6 +69,18 @@ async function tenantEverywhere(name, billing) {
         keys[name].push(k.json);
     }
     return tenants[name];
+}
+
+async function webhook(i, body) {
+    const text = JSON.stringify(body);
+    const t = Math.floor(Date.now() / 1000);
+    const mac = crypto.createHmac('sha256', SECRET).update(`${t}.${text}`).digest('hex');
+    const r = await fetch(`${gws[i].base}/api/v2/webhooks/topup`, {
+        method: 'POST', headers: { 'content-type': 'application/json', 'moongate-signature': `t=${t},v1=${mac}` }, body: text,
+        signal: AbortSignal.timeout(10000),
+    });
+    const txt = await r.text();
+    return { status: r.status, json: txt ? JSON.parse(txt) : null };
 }
 
 function topup(tenant, micros, id) {
@@ -115,7 +130,7 @@ before(async () => {
     const started = await Promise.all(dirs.map(async (dir, i) => {
         const p = path.join(dir, 'moongate.yaml');
         await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url } });
+        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url, CLUSTER_TOPUP_SECRET: SECRET } });
     }));
     gws.push(...started);
 });
@@ -162,6 +177,28 @@ describe('cluster.postgres', { skip }, () => {
         // the instance's own store keeps its events too (its analytics, its admin API)
         const local = await admin(0, 'GET', `usage/events?tenant_id=${t}&limit=100`);
         if (local.status === 200 && Array.isArray(local.json?.data)) assert.equal(local.json.data.length, 10);
+    });
+
+    test('a signed top-up on one instance is the wallet every instance reads; a redelivery on another adds nothing', async () => {
+        const t = await tenantEverywhere('funded', { mode: 'prepaid' });
+        const first = await webhook(0, { id: `evt_funded_${t}`, tenant_id: t, amount_micros: 777000 });
+        assert.equal(first.status, 200, JSON.stringify(first.json));
+        assert.equal(first.json.duplicate, false);
+        const again = await webhook(1, { id: `evt_funded_${t}`, tenant_id: t, amount_micros: 777000 });
+        assert.equal(again.status, 200);
+        assert.equal(again.json.duplicate, true);
+        assert.equal((await webhook(2, { id: `evt_funded_${t}`, tenant_id: t, amount_micros: 1 })).status, 409);
+        for (let i = 0; i < N; i++) {
+            const w = await admin(i, 'GET', `tenants/${t}/wallet`);
+            assert.equal(w.status, 200, w.text);
+            assert.equal(w.json.balance_micros, 777000);
+            assert.equal(w.json.available_micros, 777000);
+            assert.equal(w.json.billing_mode, 'prepaid');
+        }
+        const r = await postJson(`${gws[2].base}/v1/chat/completions`, chatBody(), { headers: auth(keys.funded[2]) });
+        assert.equal(r.status, 200, r.text);
+        await waitFor(async () => (await admin(1, 'GET', `tenants/${t}/wallet`)).json.entries === 3, { what: 'reserve and settle seen from another instance' });
+        checkLedger(t);
     });
 
     test('100 concurrent requests on three instances against a balance for 50: 50 served, never oversold', async () => {

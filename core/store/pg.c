@@ -125,10 +125,15 @@ static void finish_locked(mg_pg_t *pg, job_t *j, int rc)
     if (pg->attached) uv_async_send(pg->async);
 }
 
-static void sleep_ms(int ms)
+static void deadline_in(struct timespec *ts, int ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
 }
 
 /* Fail the at-most-once jobs waiting (mu held): nobody should wait for a connection. */
@@ -215,10 +220,12 @@ static void *pg_main(void *arg)
                                "postgres: unreachable; %zu statements kept, retrying with backoff",
                                pg->queue.n);
                 logged_down = 1;
-                pthread_mutex_unlock(&pg->mu);
-                sleep_ms(backoff);
+                struct timespec until; /* the backoff, cut short by mg_pg_close */
+                deadline_in(&until, backoff);
+                int w = 0;
+                while (!pg->stopping && w == 0)
+                    w = pthread_cond_timedwait(&pg->cv, &pg->mu, &until);
                 backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
-                pthread_mutex_lock(&pg->mu);
                 continue;
             }
             if (!first) pg->st.reconnects++;
@@ -257,7 +264,8 @@ static void *pg_main(void *arg)
     return NULL;
 }
 
-/* ---- the loop side ------------------------------------------------------------------------- */
+/* ---- the loop side -------------------------------------------------------------------------
+ */
 
 static void deliver(mg_pg_t *pg)
 {
@@ -395,17 +403,6 @@ int mg_pg_query_sync(mg_pg_t *pg, const char *sql, int nparams, const char *cons
     PQclear(r);
     PQfinish(c);
     return rc;
-}
-
-static void deadline_in(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
 }
 
 int mg_pg_flush(mg_pg_t *pg, int timeout_ms)

@@ -65,7 +65,7 @@ const dead = await deadPort();
 const lua = { policies: path.join(REPO_ROOT, 'policies'), adapters: path.join(REPO_ROOT, 'adapters'), lib: path.join(REPO_ROOT, 'lua') };
 const rows = [];
 try {
-    for (const v of ['embedded', 'pg', 'embedded_prepaid', 'pg_prepaid']) {
+    for (const v of (process.env.VARIANTS ?? "embedded,pg,embedded_prepaid,pg_prepaid").split(",")) {
         const dir = await fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-bench-'));
         const prepaid = v.endsWith('prepaid');
         const c = buildConfig(dir, mock.port, dead, { lua, log: { level: 'warn' } });
@@ -96,7 +96,12 @@ try {
         const failed = await run(gw.base, headers);
         const secs = Number(process.hrtime.bigint() - t0) / 1e9;
         const g1 = cpuTicks(gw.pid);
-        if (v.startsWith('pg')) await waitFor(() => pg.rows(`SELECT 1 FROM usage_events WHERE node_id = '${v}'`).length >= 2 * REQUESTS, { timeoutMs: 60000, intervalMs: 250 });
+        if (v.startsWith('pg')) {
+            const landed = () => Number(pg.rows(`SELECT COUNT(*) AS n FROM usage_events WHERE node_id = '${v}'`)[0].n);
+            await waitFor(() => landed() >= 2 * REQUESTS, { timeoutMs: 60000, intervalMs: 250 }).catch(() => {
+                throw new Error(`${v}: ${landed()} of ${2 * REQUESTS} events in PostgreSQL\n${gw.stdoutText().slice(-3000)}`);
+            });
+        }
         const p1 = pgTicks(pg.data);
         rows.push({
             variant: v, requests: REQUESTS, failed, rps: Math.round(REQUESTS / secs),

@@ -53,14 +53,6 @@ static void list_push(job_list_t *l, job_t *j)
     l->n++;
 }
 
-static void list_push_front(job_list_t *l, job_t *j)
-{
-    j->next = l->head;
-    l->head = j;
-    if (!l->tail) l->tail = j;
-    l->n++;
-}
-
 static job_t *list_pop(job_list_t *l)
 {
     job_t *j = l->head;
@@ -176,7 +168,9 @@ static PGconn *connect_and_migrate(mg_pg_t *pg, int *version)
     return c;
 }
 
-/* Run one job on c. 0 ran, 1 failed on a live connection, -1 the connection is gone. */
+/* Run one job on c. 0 ran, 1 failed on a live connection, 2 failed for a reason that passes
+ * (SQLSTATE class 40: a deadlock, a serialization failure: run it again), -1 the connection
+ * is gone. */
 static int run_job(PGconn *c, job_t *j)
 {
     PGresult *r =
@@ -192,12 +186,60 @@ static int run_job(PGconn *c, job_t *j)
     } else {
         const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
         const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-        mg_log_msg(MG_LOG_ERROR, NULL, "postgres: a statement failed (%s): %s", state ? state : "?",
-                   msg ? msg : "?");
-        rc = 1;
+        rc = state && strncmp(state, "40", 2) == 0 ? 2 : 1;
+        if (rc == 1)
+            mg_log_msg(MG_LOG_ERROR, NULL, "postgres: a statement failed (%s): %s",
+                       state ? state : "?", msg ? msg : "?");
     }
     PQclear(r);
     return rc;
+}
+
+/* Durable statements queued together share one transaction (group commit: one commit, and
+ * one fsync, for many events), at most this many. */
+#define BATCH_MAX 64
+
+static int exec_simple(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    return ok ? 0 : PQstatus(c) != CONNECTION_OK ? -1 : 1;
+}
+
+/* Run the batch on c; each job's outcome in its rc (0 ran, 1 failed, -1 the connection went
+ * before it was known). One transaction when it holds several; when one of them fails on a
+ * live connection the transaction is rolled back and each runs alone, so it fails alone. */
+static void run_batch(PGconn *c, job_t *b)
+{
+    if (!b->next) {
+        b->rc = run_job(c, b);
+        return;
+    }
+    int rc = exec_simple(c, "BEGIN");
+    for (job_t *j = b; rc == 0 && j; j = j->next) rc = run_job(c, j);
+    if (rc == 0) rc = exec_simple(c, "COMMIT");
+    else if (rc >= 1) rc = exec_simple(c, "ROLLBACK") == 0 ? rc : -1;
+    if (rc == 1) { /* one by one: the failing one fails alone */
+        for (job_t *j = b; j; j = j->next)
+            j->rc = PQstatus(c) == CONNECTION_OK ? run_job(c, j) : -1;
+        return;
+    }
+    for (job_t *j = b; j; j = j->next) j->rc = rc;
+}
+
+/* Take the next batch (mu held): one job, or up to BATCH_MAX durable ones of the same
+ * statement (usage events): statements of different kinds lock rows in different orders
+ * (a wallet, then an hourly bucket; a bucket, then a wallet) and would deadlock together. */
+static job_t *take_batch(mg_pg_t *pg)
+{
+    job_t *b = list_pop(&pg->queue), *tail = b;
+    for (int n = 1; b && b->durable && n < BATCH_MAX && pg->queue.head && pg->queue.head->durable &&
+                    strcmp(pg->queue.head->sql, b->sql) == 0;
+         n++)
+        tail = tail->next = list_pop(&pg->queue);
+    if (tail) tail->next = NULL;
+    return b;
 }
 
 static void *pg_main(void *arg)
@@ -239,22 +281,34 @@ static void *pg_main(void *arg)
             pg->st.schema_version = version;
         }
         while (!pg->queue.head && !pg->stopping) pthread_cond_wait(&pg->cv, &pg->mu);
-        job_t *j = list_pop(&pg->queue);
-        if (!j) break; /* stopping, queue empty */
+        job_t *b = take_batch(pg);
+        if (!b) break; /* stopping, queue empty */
         pg->busy++;
         pthread_mutex_unlock(&pg->mu);
-        int rc = run_job(c, j);
+        run_batch(c, b);
         pthread_mutex_lock(&pg->mu);
         pg->busy--;
-        if (rc == -1) {
+        job_list_t again = {0}; /* durable jobs the lost connection left unknown, in order */
+        int lost = 0;
+        while (b) {
+            job_t *j = b;
+            b = b->next;
+            if (j->rc == -1) lost = 1;
+            if ((j->rc == -1 || j->rc == 2) && j->durable)
+                list_push(&again, j); /* idempotent: run again */
+            else finish_locked(pg, j, j->rc == 0 ? 0 : -1);
+        }
+        if (again.head) {
+            again.tail->next = pg->queue.head;
+            pg->queue.head = again.head;
+            if (!pg->queue.tail) pg->queue.tail = again.tail;
+            pg->queue.n += again.n;
+        }
+        if (lost) {
             PQfinish(c);
             c = NULL;
             if (--pg->st.connected == 0)
                 mg_log_msg(MG_LOG_WARN, NULL, "postgres: connection lost; reconnecting");
-            if (j->durable) list_push_front(&pg->queue, j); /* idempotent: run again */
-            else finish_locked(pg, j, -1);
-        } else {
-            finish_locked(pg, j, rc == 0 ? 0 : -1);
         }
         pthread_cond_broadcast(&pg->cv);
     }

@@ -311,6 +311,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sig_int, NULL);
     uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
+    mg_pg_detach(s->pg);       /* likewise: its callbacks run in mg_pg_close */
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -435,6 +436,24 @@ static void start_upkeep(mg_server_t *s, const mg_config_t *cfg)
     if (!s->upkeep) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: cannot start its thread");
 }
 
+/* cluster.postgres: the shared books (store/pg.h), kept there as well as in the store. The
+ * connection and the migrations happen on the client's thread; start-up does not wait. */
+static int start_cluster_pg(mg_server_t *s, const mg_config_t *cfg)
+{
+    const char *url = cfg->cluster.postgres.url;
+    if (!url) return 0;
+    char err[256];
+    if (mg_pg_open(url, cfg->cluster.postgres.pool_size, 0, &s->pg, err, sizeof(err)) != 0 ||
+        mg_pg_attach(s->pg, s->loop) != 0) {
+        fprintf(stderr, "moongate: cluster.postgres: %s\n", s->pg ? "cannot attach" : err);
+        return -1;
+    }
+    mg_store_set_pg(s->store, s->pg, cfg->cluster.node_id);
+    mg_log_msg(MG_LOG_INFO, NULL, "cluster: usage and the prepaid ledger in PostgreSQL (node %s)",
+               cfg->cluster.node_id);
+    return 0;
+}
+
 /* The first generation, the store, the provider state it remembers. */
 static int start_state(mg_server_t *s, const char *config_path)
 {
@@ -460,6 +479,7 @@ static int start_state(mg_server_t *s, const char *config_path)
         return -1;
     }
     start_upkeep(s, g->cfg);
+    if (start_cluster_pg(s, g->cfg) != 0) return -1;
     if (with_stored_providers(s) != 0) return -1;
     if (mg_pool_sync(&s->pool, mg_gens_current(&s->gens)->cfg) != 0) return -1;
     uv_update_time(s->loop);
@@ -680,6 +700,7 @@ int mg_server_run(mg_server_t *s)
        writes still reach idem's entries */
     mg_upkeep_stop(s->upkeep);
     mg_store_close(s->store);
+    mg_pg_close(s->pg); /* after the store: its last callbacks may end holds */
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
     mg_metrics_free(&s->metrics);

@@ -40,6 +40,7 @@ typedef struct mg_server_s {
     mg_upstream_t *upstream; /* owned */
     mg_prober_t *prober;     /* owned: active health and load probes */
     mg_store_t *store;       /* owned */
+    struct mg_pg_s *pg;      /* owned: cluster.postgres's client, NULL: none */
     mg_upkeep_t *upkeep;     /* owned, may be NULL: the database's housekeeping thread */
     mg_auth_t *auth;         /* owned: customer keys, projects and their quotas */
     mg_pool_t pool;          /* provider runtime state */

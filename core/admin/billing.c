@@ -125,6 +125,15 @@ static cJSON *billing_json(int ncols, const char *const *c)
     return o;
 }
 
+static cJSON *billing_mode_json(int ncols, const char *const *c)
+{
+    if (ncols < 2) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    adm_add_int(o, "id", c[0]);
+    adm_add_str(o, "billing_mode", c[1]);
+    return o;
+}
+
 #define WALLET_COLUMNS                                                                             \
     "t.id, COALESCE(w.balance_micros, 0), COALESCE(w.held_micros, 0), COALESCE(w.entries, 0),"     \
     " COALESCE(w.updated_ms, 0), t.billing_mode"
@@ -280,8 +289,68 @@ out:
 /* ---- wallet, ledger, holds --------------------------------------------------------------------
  */
 
+/* ---- the books in the cluster's PostgreSQL (store/pg.h), when configured --------------------
+ * The tenant is this instance's (its SQLite); its wallet and top-ups are the cluster's. */
+
+typedef struct pg_row_s {
+    int rows;
+    char v[6][32];
+} pg_row_t;
+
+static void on_pg_row(void *ud, int ncols, const char *const *cols)
+{
+    pg_row_t *r = ud;
+    if (r->rows++) return;
+    for (int i = 0; i < ncols && i < 6; i++)
+        snprintf(r->v[i], sizeof(r->v[i]), "%s", cols[i] ? cols[i] : "");
+}
+
+static int pg_first(admin_t *a, const char *sql, int n, const char *const *p, pg_row_t *out)
+{
+    char err[256];
+    memset(out, 0, sizeof(*out));
+    if (mg_pg_query_sync(mg_store_pg(a->store), sql, n, p, on_pg_row, out, err, sizeof(err)) != 0) {
+        adm_set_error(a, 503, "RESOURCE_EXHAUSTED", "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void pg_wallet_get(admin_t *a, const char *id)
+{
+    cJSON *list = adm_query_list(a, "SELECT id, billing_mode FROM tenants WHERE id = ?1", 1,
+                                 (const char *[]){id}, billing_mode_json);
+    if (!list) return;
+    cJSON *t = cJSON_GetArrayItem(list, 0);
+    cJSON *mode = t ? cJSON_GetObjectItem(t, "billing_mode") : NULL;
+    char m[32];
+    snprintf(m, sizeof(m), "%s", cJSON_IsString(mode) ? mode->valuestring : "");
+    cJSON_Delete(list);
+    if (!t) {
+        adm_set_error(a, 404, "NOT_FOUND", "the tenant does not exist");
+        return;
+    }
+    pg_row_t r;
+    if (pg_first(a,
+                 "SELECT balance_micros, held_micros, entries, updated_ms FROM wallets"
+                 " WHERE tenant_id = $1::bigint",
+                 1, (const char *[]){id}, &r) != 0)
+        return;
+    const char *c[6] = {id,
+                        r.rows ? r.v[0] : "0",
+                        r.rows ? r.v[1] : "0",
+                        r.rows ? r.v[2] : "0",
+                        r.rows ? r.v[3] : "0",
+                        m[0] ? m : NULL};
+    adm_set_answer(a, 200, wallet_json(6, c));
+}
+
 static void wallet_get(admin_t *a, const char *id)
 {
+    if (mg_store_pg(a->store)) {
+        pg_wallet_get(a, id);
+        return;
+    }
     answer_row(a, 200,
                "SELECT " WALLET_COLUMNS " FROM tenants t LEFT JOIN wallets w ON w.tenant_id = t.id"
                " WHERE t.id = ?1",
@@ -532,6 +601,27 @@ static cJSON *topup_answer(const char *event, const char *tenant, const char *am
     return o;
 }
 
+/* The top-up into the cluster's wallet: one call of mg_wallet_topup (the wallet row locked). */
+static void pg_topup(admin_t *a, const char *event, const char *t, const char *amt, const char *at)
+{
+    pg_row_t r;
+    if (pg_first(a, "SELECT mg_wallet_topup($1, $2::bigint, $3::bigint, $4::bigint, 'webhook')", 4,
+                 (const char *[]){event, t, amt, at}, &r) != 0)
+        return;
+    if (r.rows && strcmp(r.v[0], "t") == 0) {
+        adm_set_answer(a, 200, topup_answer(event, t, amt, 0));
+        return;
+    }
+    if (pg_first(a, "SELECT tenant_id, amount_micros FROM topups WHERE event_id = $1", 1,
+                 (const char *[]){event}, &r) != 0)
+        return;
+    if (r.rows && strcmp(r.v[0], t) == 0 && strcmp(r.v[1], amt) == 0)
+        adm_set_answer(a, 200, topup_answer(event, t, amt, 1));
+    else
+        adm_set_error(a, 409, "CONFLICT",
+                      "event %s was credited already with another tenant or amount", event);
+}
+
 static void webhook_topup(admin_t *a)
 {
     static const char *const allowed[] = {"id", "tenant_id", "amount_micros", "currency", NULL};
@@ -549,7 +639,12 @@ static void webhook_topup(admin_t *a)
     adm_fmt_i64(amt, sizeof(amt), amount);
     adm_fmt_i64(at, sizeof(at), now_ms());
     snprintf(a->target, sizeof(a->target), "tenant:%s/topup:%.100s", t, event);
-    if (tenant_known(a, t) != 1 || adm_tx_begin(a, &tx) != 0) return;
+    if (tenant_known(a, t) != 1) return;
+    if (mg_store_pg(a->store)) {
+        pg_topup(a, event, t, amt, at);
+        return;
+    }
+    if (adm_tx_begin(a, &tx) != 0) return;
     if (adm_tx_first(a, tx, "SELECT tenant_id, amount_micros FROM topups WHERE event_id = ?1", 1,
                      (const char *[]){event}, &f) != 0)
         goto out;

@@ -32,6 +32,18 @@ static const char *const INSERT_SQL =
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,"
     " ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)";
 
+/* The same event in the cluster's PostgreSQL (store/pg.h): ON CONFLICT DO NOTHING makes the
+ * write idempotent across instances and across its retries after a reconnection. */
+static const char *const PG_INSERT_SQL =
+    "INSERT INTO usage_events(request_id, at_ms, endpoint, tenant_id, project_id,"
+    " key_id, application, user_id, logical_model, actual_model, provider_id, pool, attempts,"
+    " status, http_status, error_code, stream, input_tokens, output_tokens, cached_read_tokens,"
+    " cache_write_tokens, reasoning_tokens, input_estimated, output_estimated, latency_ms,"
+    " ttft_ms, queue_ms, cost_micros, price_version, degraded, cancelled, node_id)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,"
+    " $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)"
+    " ON CONFLICT (request_id) DO NOTHING";
+
 #define N_NUM 22
 int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn done, void *ud)
 {
@@ -78,6 +90,14 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
     int rc = mg_store_write_agg(st, INSERT_SQL, MG_UP_NPARAMS, p, &mg_usage_rollup, done, ud);
     if (rc != 0)
         mg_log_msg(MG_LOG_ERROR, e->request_id, "usage: the event could not be queued (lost)");
+    mg_pg_t *pg = mg_store_pg(st);
+    if (rc == 0 && pg) { /* durable: kept and retried while PostgreSQL is away */
+        p[31] = mg_store_node_id(st);
+        if (mg_pg_exec(pg, PG_INSERT_SQL, 32, p, 1, NULL, NULL) != 0)
+            mg_log_msg(MG_LOG_ERROR, e->request_id,
+                       "usage: the event could not be queued for PostgreSQL (queue full; lost"
+                       " there, kept in the local store)");
+    }
     return rc;
 }
 

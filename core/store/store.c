@@ -56,7 +56,9 @@ typedef struct {
 #define CHECKPOINT_PAGES 4000
 
 struct mg_store_s {
-    sqlite3 *db; /* migrations, then the writer thread's connection */
+    mg_pg_t *pg;       /* borrowed: the cluster's PostgreSQL, NULL: none */
+    char node_id[129]; /* this instance, in shared rows (MG_NODE_ID_MAX + 1) */
+    sqlite3 *db;       /* migrations, then the writer thread's connection */
     struct {
         char *sql; /* owned */
         sqlite3_stmt *st;
@@ -1274,6 +1276,22 @@ void mg_store_tx_rollback(mg_store_tx_t *tx)
 int mg_store_schema_version(const mg_store_t *s)
 {
     return s->version;
+}
+
+void mg_store_set_pg(mg_store_t *s, mg_pg_t *pg, const char *node_id)
+{
+    s->pg = pg;
+    snprintf(s->node_id, sizeof(s->node_id), "%s", node_id ? node_id : "");
+}
+
+mg_pg_t *mg_store_pg(const mg_store_t *s)
+{
+    return s ? s->pg : NULL;
+}
+
+const char *mg_store_node_id(const mg_store_t *s)
+{
+    return s->node_id;
 }
 
 void mg_store_close(mg_store_t *s)

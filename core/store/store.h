@@ -46,6 +46,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "store/pg.h"
+
 typedef struct mg_store_s mg_store_t;
 struct sqlite3;
 
@@ -67,6 +69,13 @@ int mg_store_open_with(const char *path, const mg_store_opts_t *opts, mg_store_t
 int mg_store_open(const char *path, mg_store_t **out, char *err, size_t errlen);
 /* Schema version after migrations. */
 int mg_store_schema_version(const mg_store_t *s);
+
+/* The cluster's shared PostgreSQL (store/pg.h; borrowed, NULL: the embedded default) and
+ * this instance's node id: the books (usage events, the prepaid wallet) are kept there too
+ * when it is set (obs/usage.h, tenancy/wallet.h). Set once at start-up, before requests. */
+void mg_store_set_pg(mg_store_t *s, mg_pg_t *pg, const char *node_id);
+mg_pg_t *mg_store_pg(const mg_store_t *s);
+const char *mg_store_node_id(const mg_store_t *s);
 
 /* Deliver callbacks and park writes on `loop`, whose thread is the caller's: from now on
  * writes from this thread never wait for room. Returns 0 or a negative libuv error. The

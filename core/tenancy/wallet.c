@@ -39,6 +39,52 @@ typedef struct reserve_op_s {
     void *ud;
 } reserve_op_t;
 
+/* ---- the same in the cluster's PostgreSQL (store/pg_schema.c, migration 2) -----------------
+ * Each is one call of a function that locks the wallet row (SELECT ... FOR UPDATE) and writes
+ * the hold, its entry and the wallet's figures in one transaction. The reservation is at
+ * most once (the request waits for it: PostgreSQL away means 503 at once); the ends are
+ * durable (kept and retried until PostgreSQL is back: the function changes a hold in state
+ * `held` only, so a retry changes nothing twice). */
+
+static void on_pg_reserved(void *ud, int rc, const char *value)
+{
+    reserve_op_t op = *(reserve_op_t *)ud;
+    free(ud);
+    op.cb(op.ud, rc == 0 ? 0 : -1, rc == 0 && value && value[0] == 't');
+}
+
+typedef struct end_op_s {
+    mg_store_rows_fn done;
+    void *ud;
+} end_op_t;
+
+static void on_pg_ended(void *ud, int rc, const char *value)
+{
+    end_op_t op = *(end_op_t *)ud;
+    free(ud);
+    op.done(op.ud, rc == 0 ? 0 : MG_STORE_ERROR, rc == 0 && value ? strtoll(value, NULL, 10) : 0);
+}
+
+static int pg_end(mg_pg_t *pg, const char *request_id, const char *state, int64_t charged,
+                  const char *failure, uint64_t now_ms, mg_store_rows_fn done, void *ud)
+{
+    char m[24], at[24];
+    snprintf(m, sizeof(m), "%lld", (long long)(charged > 0 ? charged : 0));
+    snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
+    const char *p[5] = {request_id, state, m, failure, at};
+    end_op_t *op = NULL;
+    if (done) {
+        if (!(op = malloc(sizeof(*op)))) return -1;
+        *op = (end_op_t){done, ud};
+    }
+    if (mg_pg_exec(pg, "SELECT mg_wallet_end($1, $2, $3::bigint, $4, $5::bigint)", 5, p, 1,
+                   op ? on_pg_ended : NULL, op) != 0) {
+        free(op);
+        return -1;
+    }
+    return 0;
+}
+
 static void on_reserved(void *ud, int rc, int64_t rows)
 {
     reserve_op_t op = *(reserve_op_t *)ud;
@@ -57,7 +103,16 @@ int mg_wallet_reserve(mg_store_t *st, int64_t tenant_id, const char *request_id,
     snprintf(t, sizeof(t), "%lld", (long long)tenant_id);
     snprintf(m, sizeof(m), "%lld", (long long)micros);
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
-    const char *p[4] = {request_id, t, m, at};
+    const char *p[5] = {request_id, t, m, at, mg_store_node_id(st)};
+    mg_pg_t *pg = mg_store_pg(st);
+    if (pg) {
+        if (mg_pg_exec(pg, "SELECT mg_wallet_reserve($1, $2::bigint, $3::bigint, $4::bigint, $5)",
+                       5, p, 0, on_pg_reserved, op) != 0) {
+            free(op);
+            return -1;
+        }
+        return 0;
+    }
     if (mg_store_write_rows(st, RESERVE_SQL, 4, p, on_reserved, op) != 0) {
         free(op);
         return -1;
@@ -81,6 +136,9 @@ int mg_wallet_settle(mg_store_t *st, const char *request_id, int64_t charged_mic
     snprintf(m, sizeof(m), "%lld", (long long)(charged_micros > 0 ? charged_micros : 0));
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
     const char *p[3] = {request_id, m, at};
+    if (mg_store_pg(st))
+        return pg_end(mg_store_pg(st), request_id, "settled", charged_micros, NULL, now_ms, done,
+                      ud);
     return end_hold(st, SETTLE_SQL, 3, p, done, ud);
 }
 
@@ -90,6 +148,8 @@ int mg_wallet_release(mg_store_t *st, const char *request_id, uint64_t now_ms,
     char at[24];
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
     const char *p[2] = {request_id, at};
+    if (mg_store_pg(st))
+        return pg_end(mg_store_pg(st), request_id, "released", 0, NULL, now_ms, done, ud);
     return end_hold(st, RELEASE_SQL, 2, p, done, ud);
 }
 
@@ -99,6 +159,9 @@ int mg_wallet_metering_failed(mg_store_t *st, const char *request_id, uint64_t n
     char at[24];
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
     const char *p[2] = {request_id, at};
+    if (mg_store_pg(st))
+        return pg_end(mg_store_pg(st), request_id, "metering_failed", 0, "no upstream usage",
+                      now_ms, done, ud);
     return end_hold(st, METERING_FAILED_SQL, 2, p, done, ud);
 }
 
@@ -107,6 +170,16 @@ int mg_wallet_recover(mg_store_t *st, uint64_t now_ms)
     char at[24];
     snprintf(at, sizeof(at), "%llu", (unsigned long long)now_ms);
     const char *p[1] = {at};
+    mg_pg_t *pg = mg_store_pg(st);
+    if (pg) { /* this node's holds from before now only: the other instances' are live, and
+                 this one's new reservations may commit first on another connection */
+        const char *q[2] = {at, mg_store_node_id(st)};
+        return mg_pg_exec(pg,
+                          "UPDATE ledger_holds SET state = 'metering_failed', failure = 'process"
+                          " ended', ended_ms = $1::bigint WHERE state = 'held' AND node_id = $2"
+                          " AND created_ms < $1::bigint",
+                          2, q, 1, NULL, NULL);
+    }
     return mg_store_write(st, RECOVER_SQL, 1, p);
 }
 

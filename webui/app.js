@@ -61,9 +61,12 @@ function pick(r, ...keys) {
     return null;
 }
 
+// Tokens in and out. The gateway's rows carry tokens_in (input incl. cache read and write)
+// and tokens_out; the other names are for rows from elsewhere.
 function rowTokens(r) {
     const t = pick(r, 'total_tokens', 'tokens');
     if (t !== null) return t;
+    if (typeof r.tokens_in === 'number' || typeof r.tokens_out === 'number') return (r.tokens_in ?? 0) + (r.tokens_out ?? 0);
     const i = pick(r, 'input_tokens', 'prompt_tokens') ?? 0;
     const o = pick(r, 'output_tokens', 'completion_tokens') ?? 0;
     return i + o + (pick(r, 'cached_read_tokens') ?? 0) + (pick(r, 'cache_write_tokens') ?? 0);
@@ -79,12 +82,23 @@ function rowCost(r) {
     return pick(r, 'cost', 'total_cost') ?? 0;
 }
 
+// The share of requests that succeeded: neither failed nor cancelled, the definition of
+// /api/v2/usage/analytics' success_rate, so the trends chart and the usage table agree.
 function rowSuccess(r) {
     const s = pick(r, 'success_rate');
     if (s !== null) return s;
     const n = rowRequests(r);
     const e = pick(r, 'errors', 'error_count', 'total_errors') ?? 0;
-    return n ? (n - e) / n : null;
+    const c = pick(r, 'cancelled') ?? 0;
+    return n ? (n - e - c) / n : null;
+}
+
+// A percentile of a row: nested ({latency_ms: {p50}}) as the gateway answers, or flat;
+// a negative value means "no sample".
+function rowMs(r, nest, p, ...flat) {
+    const o = r[nest];
+    const v = o && typeof o === 'object' && typeof o[p] === 'number' ? o[p] : pick(r, ...flat);
+    return v === null || v < 0 ? null : v;
 }
 
 // The state a provider card shows: a word (never colour alone) and a colour class.
@@ -121,7 +135,7 @@ document.addEventListener('alpine:init', () => {
         charts: {},
         trends: { bucket: 'hour', range: 24, state: 'idle', message: '' },
         usage: { groupBy: 'model', range: 24, state: 'idle', message: '', rows: [] },
-        history: { state: 'idle', message: '', rows: [], cursor: null, filters: { model: '', status: '', key_id: '' } },
+        history: { state: 'idle', message: '', rows: [], cursor: null, filters: { model: '', status: '', key_id: '', project_id: '', provider: '' } },
         liveFilter: { model: '', provider: '', errorsOnly: false },
         selected: null, // one request's diagnostic JSON
         admin: { providers: [], tenants: [], keys: [], spend: {}, tasks: [], config: null, cooldownHistory: [], shownKey: null },
@@ -394,18 +408,29 @@ document.addEventListener('alpine:init', () => {
             const res = await this.call('GET', `/api/v2/usage/analytics?group_by=${u.groupBy}&${this.rangeParams(u.range)}`);
             if (await this.history404(res, u)) return;
             u.rows = rowsOf(res.json).map((r) => ({
-                group: String(r[`${u.groupBy}_id`] ?? r[u.groupBy] ?? r.group ?? r.key ?? '?'),
+                // null: requests without a key / project (or model); drill-down asks for id 0
+                value: r[`${u.groupBy}_id`] ?? r[u.groupBy] ?? r.group ?? null,
+                group: String(r[`${u.groupBy}_id`] ?? r[u.groupBy] ?? r.group ?? `(no ${u.groupBy})`),
                 requests: rowRequests(r), success: rowSuccess(r), tokens: rowTokens(r), cost: rowCost(r),
                 cacheHit: pick(r, 'cache_hit_rate') ?? (pick(r, 'cache_hits') !== null && rowRequests(r) ? r.cache_hits / rowRequests(r) : null),
-                p50: pick(r, 'latency_p50_ms', 'p50_ms'), p95: pick(r, 'latency_p95_ms', 'p95_ms'),
+                p50: rowMs(r, 'latency_ms', 'p50', 'latency_p50_ms', 'p50_ms'),
+                p95: rowMs(r, 'latency_ms', 'p95', 'latency_p95_ms', 'p95_ms'),
+                ttft50: rowMs(r, 'ttft_ms', 'p50', 'ttft_p50_ms'),
+                ttft95: rowMs(r, 'ttft_ms', 'p95', 'ttft_p95_ms'),
             }));
             u.state = u.rows.length ? 'ready' : 'empty';
         },
 
+        // The request log filtered to one group (/api/v2/usage/events takes each group_by's
+        // column; key_id / project_id 0 are the events without one).
         drill(row) {
             const f = this.history.filters;
-            f.model = this.usage.groupBy === 'model' ? row.group : '';
-            f.key_id = this.usage.groupBy === 'key' ? row.group : '';
+            const by = this.usage.groupBy;
+            const id = row.value === null ? '0' : String(row.value);
+            f.model = by === 'model' ? (row.value ?? '') : '';
+            f.key_id = by === 'key' ? id : '';
+            f.project_id = by === 'project' ? id : '';
+            f.provider = by === 'provider' ? (row.value ?? '') : '';
             this.go('requests');
         },
 

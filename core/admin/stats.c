@@ -14,9 +14,12 @@
  *                                              cache hits, cost, missing usage, latency and
  *                                              TTFT P50/P95, and the change against the
  *                                              previous period of equal length
- *   GET /api/v2/usage/events?from=&to=&key_id=&model=&status=&cursor=&limit=
+ *   GET /api/v2/usage/events?from=&to=&key_id=&project_id=&model=&provider=&status=&cursor=&limit=
  *                                              the raw events, newest first, cursor-paginated
- *                                              (never a prompt or an answer: none is stored)
+ *                                              (never a prompt or an answer: none is stored);
+ *                                              key_id=0 / project_id=0: the events without one
+ *                                              (the analytics' group null), as the roll-ups
+ *                                              count them
  *
  * Times: from/to are unix seconds or "YYYY-MM-DDTHH:MM:SSZ", UTC; the roll-ups' from is
  * rounded down and to up to whole hours (to is exclusive). Percentiles come from log2
@@ -607,13 +610,16 @@ static void event_row(void *ud, int ncols, const char *const *c)
 
 static void usage_events(admin_t *a, const char *tenant)
 {
-    char key[24], model[160], status[16], cursor[24], lim[8], f[24], t[24], n[16];
-    const char *p[8] = {tenant};
+    char key[24], proj[24], model[160], prov[160], status[16], cursor[24], lim[8], f[24], t[24],
+        n[16];
+    const char *p[10] = {tenant};
     int64_t from = 0, to = 0;
     int hf = time_param(a, "from", &from), ht = time_param(a, "to", &to);
     if (hf < 0 || ht < 0) return;
     int hk = adm_query_id(a, "key_id", key, sizeof(key));
     if (hk < 0) return;
+    int hj = adm_query_id(a, "project_id", proj, sizeof(proj));
+    if (hj < 0) return;
     int hc = adm_query_id(a, "cursor", cursor, sizeof(cursor));
     if (hc < 0) return;
     if (hf) fmt(f, sizeof(f), from * 1000), p[1] = f;
@@ -622,6 +628,8 @@ static void usage_events(admin_t *a, const char *tenant)
     if (adm_query_param(a, "model", model, sizeof(model))) p[4] = model;
     if (adm_query_param(a, "status", status, sizeof(status))) p[5] = status;
     if (hc) p[6] = cursor;
+    if (hj) p[8] = proj;
+    if (adm_query_param(a, "provider", prov, sizeof(prov))) p[9] = prov;
     int limit = 50;
     if (adm_query_param(a, "limit", lim, sizeof(lim))) {
         limit = atoi(lim);
@@ -634,14 +642,16 @@ static void usage_events(admin_t *a, const char *tenant)
     p[7] = n;
     events_t e = {cJSON_CreateArray(), 0, limit, ""};
     char err[256];
-    if (mg_store_query(a->store,
-                       "SELECT " EVENT_COLUMNS
-                       " FROM usage_events WHERE (?1 IS NULL OR tenant_id = ?1)"
-                       " AND (?2 IS NULL OR at_ms >= ?2) AND (?3 IS NULL OR at_ms < ?3)"
-                       " AND (?4 IS NULL OR key_id = ?4) AND (?5 IS NULL OR logical_model = ?5)"
-                       " AND (?6 IS NULL OR status = ?6) AND (?7 IS NULL OR seq < ?7)"
-                       " ORDER BY seq DESC LIMIT ?8",
-                       8, p, event_row, &e, err, sizeof(err)) != 0) {
+    if (mg_store_query(
+            a->store,
+            "SELECT " EVENT_COLUMNS " FROM usage_events WHERE (?1 IS NULL OR tenant_id = ?1)"
+            " AND (?2 IS NULL OR at_ms >= ?2) AND (?3 IS NULL OR at_ms < ?3)"
+            " AND (?4 IS NULL OR COALESCE(key_id, 0) = CAST(?4 AS INTEGER))"
+            " AND (?9 IS NULL OR COALESCE(project_id, 0) = CAST(?9 AS INTEGER))"
+            " AND (?5 IS NULL OR logical_model = ?5) AND (?10 IS NULL OR provider_id = ?10)"
+            " AND (?6 IS NULL OR status = ?6) AND (?7 IS NULL OR seq < ?7)"
+            " ORDER BY seq DESC LIMIT ?8",
+            10, p, event_row, &e, err, sizeof(err)) != 0) {
         cJSON_Delete(e.data);
         adm_storage_error(a, err);
         return;

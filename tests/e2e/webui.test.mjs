@@ -246,6 +246,92 @@ describe('the dashboard in Chromium', { timeout: 120000 }, () => {
         assert.deepEqual(page.errors, [], 'no script errors');
     });
 
+    test('trends, usage and drill-down agree with the gateway after real traffic', async () => {
+        // traffic on a second provider and from a key in a project, and one cancelled request
+        const proj = (await bearer('POST', '/api/v2/projects', { tenant_id: tenantA, name: 'browser-proj' })).json.id;
+        const projKey = (await bearer('POST', '/api/v2/keys', { tenant_id: tenantA, project_id: proj, name: 'key-p' })).json.key;
+        assert.ok(proj && projKey);
+        for (let i = 0; i < 2; i++) assert.equal((await chat(projKey)).status, 200);
+        const ol = await postJson(`${env.api}/chat/completions`, { model: 'ollama-chat', messages }, { headers: { authorization: `Bearer ${key}` } });
+        assert.equal(ol.status, 200, ol.text);
+        const st = await postJson(`${env.api}/chat/completions`, { model: 'chat', messages, stream: true }, { headers: { authorization: `Bearer ${key}` } });
+        assert.equal(st.status, 200);
+        const all = await waitFor(async () => {
+            const r = await bearer('GET', '/api/v2/usage/events?limit=1000');
+            const d = r.json?.data ?? [];
+            const ok = d.some((e) => e.status === 'cancelled') && d.some((e) => e.provider === 'mock-ollama') && d.some((e) => e.project_id === proj);
+            return ok ? d : null;
+        }, { timeoutMs: 10000, what: 'the events stored (a cancelled one among them)' });
+        assert.ok(all.some((e) => e.status === 'failed'), 'a failed request too (the 429)');
+        const tokens = all.reduce((n, e) => n + e.input_tokens + e.cached_read_tokens + e.cache_write_tokens + e.output_tokens, 0);
+        const outTokens = all.reduce((n, e) => n + e.output_tokens, 0);
+        assert.ok(outTokens > 0, 'the mock reports output tokens');
+        const good = all.filter((e) => e.status === 'succeeded').length;
+
+        // trends: each chart has one point per bucket of the gateway's answer, totals as stored
+        const answer = page.waitForResponse((r) => r.url().includes('/api/v2/stats/tokens'));
+        const shares = page.waitForResponse((r) => r.url().includes('/api/v2/usage/analytics?group_by=provider'));
+        await page.click('a[data-page="trends"]');
+        const series = await (await answer).json();
+        const an = (await (await shares).json()).data; // the same range, from the same page
+        await page.locator('#page-trends .charts').waitFor({ state: 'visible', timeout: 8000 });
+        const charts = await waitFor(async () => {
+            const c = await page.evaluate(() => Object.fromEntries(['tokens', 'calls', 'cost', 'success', 'share'].map((n) => {
+                const ch = window.Chart.getChart(`chart-${n}`);
+                return [n, ch ? { labels: ch.data.labels.length, sets: ch.data.datasets.map((d) => d.data) } : null];
+            })));
+            return Object.values(c).every(Boolean) ? c : null;
+        }, { timeoutMs: 8000, what: 'the five charts drawn' });
+        const points = series.data.length;
+        assert.ok(points >= 24, `24 hours by hour: ${points} buckets`);
+        for (const n of ['tokens', 'calls', 'cost', 'success']) {
+            assert.equal(charts[n].labels, points, `${n}: one label per bucket`);
+            for (const d of charts[n].sets) assert.equal(d.length, points, `${n}: one point per bucket`);
+        }
+        const sum = (a) => a.reduce((x, y) => x + (y ?? 0), 0);
+        assert.equal(sum(charts.tokens.sets[0]), tokens, 'tokens = in (with cache) + out');
+        assert.equal(sum(charts.calls.sets[0]), all.length, 'calls = the stored requests');
+        const anReq = sum(an.map((g) => g.requests));
+        const anRate = sum(an.map((g) => g.success_rate * g.requests)) / anReq;
+        const calls = charts.calls.sets[0];
+        const chartRate = sum(charts.success.sets[0].map((v, i) => (v ?? 0) * calls[i])) / sum(calls);
+        assert.ok(Math.abs(chartRate - anRate) < 1e-9, `success rate: chart ${chartRate}, analytics ${anRate}`);
+        assert.ok(Math.abs(chartRate - good / all.length) < 1e-9, 'succeeded / requests (failed and cancelled excluded)');
+        await shot(page, 'trends-traffic');
+
+        // usage: latency and TTFT percentiles shown
+        await page.click('a[data-page="usage"]');
+        await page.selectOption('#page-usage select >> nth=0', 'model');
+        const chatRow = page.locator('#usage-table tr[data-group="chat"]');
+        await chatRow.waitFor({ timeout: 8000 });
+        const cells = await chatRow.locator('td').allTextContents();
+        const head = await page.locator('#usage-table thead th').allTextContents();
+        for (const h of ['P50', 'P95', 'TTFT P50', 'TTFT P95'])
+            assert.match(cells[head.indexOf(h)], /^\d+ ms$/, `${h} shown: ${cells[head.indexOf(h)]}`);
+
+        // drill-down by provider and by project filters the request log
+        const drill = async (by, group, want) => {
+            await page.click('a[data-page="usage"]');
+            await page.selectOption('#page-usage select >> nth=0', by);
+            const row = page.locator(`#usage-table tr[data-group="${group}"]`);
+            await row.waitFor({ timeout: 8000 });
+            const asked = page.waitForResponse((r) => r.url().includes('/api/v2/usage/events'));
+            await row.locator('button').click();
+            const got = await (await asked).json();
+            await page.locator('#history-table').waitFor({ state: 'visible', timeout: 8000 });
+            const expect = all.filter(want).map((e) => e.request_id).slice(0, 50);
+            assert.deepEqual(got.data.map((e) => e.request_id), expect, `${by} ${group}: only its requests`);
+            const shown = await page.locator('#history-table tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.requestId));
+            assert.deepEqual(shown, expect);
+            assert.ok(expect.length < all.length, `${by}: the filter leaves some out`);
+        };
+        await drill('provider', 'mock-ollama', (e) => e.provider === 'mock-ollama');
+        await drill('project', String(proj), (e) => e.project_id === proj);
+        await drill('project', '(no project)', (e) => !e.project_id);
+        await shot(page, 'usage-drill');
+        assert.deepEqual(page.errors, [], 'no script errors');
+    });
+
     test('a phone-width screen shows the same page', async () => {
         const { context, page: phone } = await newPage({ width: 390, height: 844 });
         try {

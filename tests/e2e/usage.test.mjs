@@ -302,6 +302,9 @@ describe('retention', () => {
         const old = Date.now() - 3 * 86400000;
         const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
         query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
+        /* the pruner keeps the newest event (seq must grow past the roll-ups' watermark): a
+           recent one after the old ones */
+        query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status) VALUES ('recent-after-old', ${Date.now()}, 'chat', 'succeeded')`);
         const oldHour = Math.floor(old / 3600000) * 3600;
         /* the writer sums events into their buckets in C (obs/usage_rollup.h); rows written
            behind its back get the bucket it would have written */

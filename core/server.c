@@ -27,6 +27,7 @@
 #include "conf/providers.h"
 #include "conf/settings.h"
 #include "net/fdlimit.h"
+#include "obs/usage_rollup.h"
 #include "pipeline/ping.h"
 #include "pipeline/responses_store.h"
 #include "route/persist.h"
@@ -476,6 +477,12 @@ static int start_state(mg_server_t *s, const char *config_path)
     if (mg_store_open_with(g->cfg->storage_path, &so, &s->store, err, sizeof(err)) != 0 ||
         mg_store_attach(s->store, s->loop) != 0) {
         fprintf(stderr, "moongate: storage: %s\n", s->store ? "cannot attach to the loop" : err);
+        return -1;
+    }
+    /* the usage roll-ups are written once a second: sum what the last run left unwritten
+     * (a kill -9 between two flushes) before serving */
+    if (mg_store_use_agg(s->store, &mg_usage_rollup) != 0) {
+        fprintf(stderr, "moongate: storage: cannot recover the usage roll-ups\n");
         return -1;
     }
     start_upkeep(s, g->cfg);

@@ -101,9 +101,11 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
     return rc;
 }
 
+/* The newest event is never pruned: seq is a rowid, which SQLite takes as max(seq) + 1, so
+ * keeping it keeps seq growing past the roll-ups' watermark (usage_rollup.h) */
 const char *const MG_USAGE_PRUNE_SQL =
     "DELETE FROM usage_events WHERE seq IN (SELECT seq FROM usage_events WHERE at_ms < ?1"
-    " ORDER BY at_ms LIMIT ?2)";
+    " AND seq < (SELECT max(seq) FROM usage_events) ORDER BY at_ms LIMIT ?2)";
 
 void mg_usage_prune_params(const mg_usage_conf_t *u, int64_t now_ms, char cut[24], char batch[16])
 {

@@ -1,8 +1,10 @@
-/* usage_rollup: the usage events' buckets summed per batch; see usage_rollup.h.
+/* usage_rollup: the usage events' buckets summed in memory; see usage_rollup.h.
  *
- * A batch is small (the events queued while the previous commit ran), so each kind of
- * bucket is a plain array searched linearly. Strings point into the batch's write jobs,
- * which live until the flush returned (store.h), so nothing is copied. */
+ * Two sets of sums: the batch's (strings point into the batch's write jobs, which live
+ * until `committed` returned, so nothing is copied) and the pending ones, written about
+ * once a second (strings copied). The buckets touched in a second are few (one per hour,
+ * tenant, project, key, provider and model), so each kind is a plain array searched
+ * linearly. */
 #include "obs/usage_rollup.h"
 
 #include <sqlite3.h>
@@ -71,9 +73,14 @@ typedef struct {
     ARRAY(hist_t) hist;
     ARRAY(provider_t) providers;
     ARRAY(daily_t) daily;
-    int failed; /* out of memory in this batch: its flush fails (the batch rolls back) */
-    sqlite3 *db;
-    sqlite3_stmt *hourly_st, *hist_st, *provider_st, *daily_st;
+    int owned;       /* the strings are copies (the pending sums) */
+    int failed;      /* out of memory: these sums miss something */
+    int64_t max_seq; /* the last event summed */
+} sums_t;
+
+typedef struct {
+    sums_t batch, pending;
+    sqlite3_stmt *hourly_st, *hist_st, *provider_st, *daily_st, *mark_st;
 } rollup_t;
 
 /* A new zeroed element at the end of an array (a, n, cap), or NULL. */
@@ -109,64 +116,165 @@ static int same_hour_key(const hour_key_t *a, const hour_key_t *b)
            strcmp(a->model, b->model) == 0;
 }
 
-static hourly_t *hourly_at(rollup_t *r, const hour_key_t *k)
+/* The string as the sums keep it: itself, or a copy in the pending sums (NULL: no memory). */
+static const char *keep(sums_t *r, const char *s)
+{
+    return r->owned ? strdup(s) : s;
+}
+
+/* Copy the key's strings into owned sums; -1 when out of memory (nothing kept). */
+static int keep_key(sums_t *r, hour_key_t *k)
+{
+    if (!r->owned) return 0;
+    char *p = strdup(k->provider), *m = strdup(k->model);
+    if (!p || !m) {
+        free(p);
+        free(m);
+        return -1;
+    }
+    k->provider = p;
+    k->model = m;
+    return 0;
+}
+
+static hourly_t *hourly_at(sums_t *r, const hour_key_t *k)
 {
     for (int i = 0; i < r->hourly.n; i++)
         if (same_hour_key(&r->hourly.a[i].k, k)) return &r->hourly.a[i];
+    hour_key_t kept = *k;
+    if (keep_key(r, &kept) != 0) return NULL;
     hourly_t *h = PUSH(r->hourly);
-    if (h) h->k = *k;
+    if (h) h->k = kept;
     return h;
 }
 
-static int hist_add(rollup_t *r, const hour_key_t *k, const char *kind, int64_t bin)
+/* kind is a string literal ("latency" or "ttft"), never copied */
+static int hist_add(sums_t *r, const hour_key_t *k, const char *kind, int64_t bin, int64_t n)
 {
     for (int i = 0; i < r->hist.n; i++) {
         hist_t *h = &r->hist.a[i];
         if (h->bin == bin && strcmp(h->kind, kind) == 0 && same_hour_key(&h->k, k)) {
-            h->n++;
+            h->n += n;
             return 0;
         }
     }
+    hour_key_t kept = *k;
+    if (keep_key(r, &kept) != 0) return -1;
     hist_t *h = PUSH(r->hist);
     if (!h) return -1;
-    *h = (hist_t){*k, kind, bin, 1};
+    *h = (hist_t){kept, kind, bin, n};
     return 0;
 }
 
-static provider_t *provider_at(rollup_t *r, const char *provider, const char *model, int64_t hour)
+static provider_t *provider_at(sums_t *r, const char *provider, const char *model, int64_t hour)
 {
     for (int i = 0; i < r->providers.n; i++) {
         provider_t *p = &r->providers.a[i];
         if (p->hour == hour && strcmp(p->provider, provider) == 0 && strcmp(p->model, model) == 0)
             return p;
     }
+    hour_key_t kept = {.provider = provider, .model = model};
+    if (keep_key(r, &kept) != 0) return NULL;
     provider_t *p = PUSH(r->providers);
-    if (p) *p = (provider_t){.provider = provider, .model = model, .hour = hour};
+    if (p) *p = (provider_t){.provider = kept.provider, .model = kept.model, .hour = hour};
     return p;
 }
 
-static daily_t *daily_at(rollup_t *r, int64_t day, const char *pool)
+static daily_t *daily_at(sums_t *r, int64_t day, const char *pool)
 {
     for (int i = 0; i < r->daily.n; i++)
         if (r->daily.a[i].day == day && strcmp(r->daily.a[i].pool, pool) == 0)
             return &r->daily.a[i];
+    const char *kept = keep(r, pool);
+    if (!kept) return NULL;
     daily_t *d = PUSH(r->daily);
-    if (d) *d = (daily_t){.day = day, .pool = pool};
+    if (d) *d = (daily_t){.day = day, .pool = kept};
     return d;
+}
+
+/* Empty the sums (freeing the copies of owned ones); the arrays stay for reuse. */
+static void sums_clear(sums_t *r)
+{
+    if (r->owned) {
+        for (int i = 0; i < r->hourly.n; i++) {
+            free((char *)r->hourly.a[i].k.provider);
+            free((char *)r->hourly.a[i].k.model);
+        }
+        for (int i = 0; i < r->hist.n; i++) {
+            free((char *)r->hist.a[i].k.provider);
+            free((char *)r->hist.a[i].k.model);
+        }
+        for (int i = 0; i < r->providers.n; i++) {
+            free((char *)r->providers.a[i].provider);
+            free((char *)r->providers.a[i].model);
+        }
+        for (int i = 0; i < r->daily.n; i++) free((char *)r->daily.a[i].pool);
+    }
+    r->hourly.n = r->hist.n = r->providers.n = r->daily.n = 0;
+    r->failed = 0;
+    r->max_seq = 0;
+}
+
+static void sums_free(sums_t *r)
+{
+    sums_clear(r);
+    free(r->hourly.a);
+    free(r->hist.a);
+    free(r->providers.a);
+    free(r->daily.a);
+}
+
+/* Add the batch's sums b to the pending ones a: 0, or -1 when out of memory. */
+static int sums_merge(sums_t *a, const sums_t *b)
+{
+    for (int i = 0; i < b->hourly.n; i++) {
+        hourly_t *h = hourly_at(a, &b->hourly.a[i].k);
+        if (!h) return -1;
+        for (int c = 0; c < H_N; c++) h->v[c] += b->hourly.a[i].v[c];
+    }
+    for (int i = 0; i < b->hist.n; i++) {
+        const hist_t *h = &b->hist.a[i];
+        if (hist_add(a, &h->k, h->kind, h->bin, h->n) != 0) return -1;
+    }
+    for (int i = 0; i < b->providers.n; i++) {
+        const provider_t *s = &b->providers.a[i];
+        provider_t *p = provider_at(a, s->provider, s->model, s->hour);
+        if (!p) return -1;
+        p->prompt += s->prompt;
+        p->completion += s->completion;
+        p->cost += s->cost;
+        p->requests += s->requests;
+        p->errors += s->errors;
+        p->latency += s->latency;
+        p->cached_read += s->cached_read;
+        p->cache_write += s->cache_write;
+    }
+    for (int i = 0; i < b->daily.n; i++) {
+        const daily_t *s = &b->daily.a[i];
+        daily_t *d = daily_at(a, s->day, s->pool);
+        if (!d) return -1;
+        d->requests += s->requests;
+        d->errors += s->errors;
+        d->tokens += s->tokens;
+        d->cost += s->cost;
+    }
+    if (b->max_seq > a->max_seq) a->max_seq = b->max_seq;
+    return 0;
 }
 
 /* ---- the table's functions ---- */
 
 static void *rollup_create(void)
 {
-    return calloc(1, sizeof(rollup_t));
+    rollup_t *r = calloc(1, sizeof(rollup_t));
+    if (r) r->pending.owned = 1;
+    return r;
 }
 
 static void rollup_reset(void *state)
 {
     rollup_t *r = state;
-    r->hourly.n = r->hist.n = r->providers.n = r->daily.n = 0;
-    r->failed = 0;
+    sums_clear(&r->batch);
 }
 
 static void rollup_destroy(void *state)
@@ -177,17 +285,17 @@ static void rollup_destroy(void *state)
     sqlite3_finalize(r->hist_st);
     sqlite3_finalize(r->provider_st);
     sqlite3_finalize(r->daily_st);
-    free(r->hourly.a);
-    free(r->hist.a);
-    free(r->providers.a);
-    free(r->daily.a);
+    sqlite3_finalize(r->mark_st);
+    sums_free(&r->batch);
+    sums_free(&r->pending);
     free(r);
 }
 
-static void rollup_add(void *state, int nparams, const char *const *p)
+/* Sum one event (its INSERT's parameters p) into r. */
+static void sums_add(sums_t *r, int64_t seq, int nparams, const char *const *p)
 {
-    rollup_t *r = state;
     if (nparams < MG_UP_NPARAMS) return;
+    if (seq > r->max_seq) r->max_seq = seq;
     int64_t at_ms = num(p, MG_UP_AT_MS), hour = at_ms / 3600000 * 3600;
     const char *status = str_or(p, MG_UP_STATUS, "");
     int failed = strcmp(status, "failed") == 0 || strcmp(status, "timed_out") == 0;
@@ -217,8 +325,8 @@ static void rollup_add(void *state, int nparams, const char *const *p)
     h->v[H_LATENCY_SUM] += latency;
     h->v[H_TTFT_SUM] += num(p, MG_UP_TTFT);
     h->v[H_TTFT_COUNT] += p[MG_UP_TTFT] != NULL;
-    if (hist_add(r, &k, "latency", num(p, MG_UP_LATENCY_BIN)) != 0) goto oom;
-    if (p[MG_UP_TTFT_BIN] && hist_add(r, &k, "ttft", num(p, MG_UP_TTFT_BIN)) != 0) goto oom;
+    if (hist_add(r, &k, "latency", num(p, MG_UP_LATENCY_BIN), 1) != 0) goto oom;
+    if (p[MG_UP_TTFT_BIN] && hist_add(r, &k, "ttft", num(p, MG_UP_TTFT_BIN), 1) != 0) goto oom;
     if (p[MG_UP_PROVIDER]) {
         provider_t *pv =
             provider_at(r, p[MG_UP_PROVIDER], str_or(p, MG_UP_ACTUAL_MODEL, "unknown"), hour);
@@ -244,6 +352,63 @@ static void rollup_add(void *state, int nparams, const char *const *p)
     return;
 oom:
     r->failed = 1;
+}
+
+static void rollup_add(void *state, int64_t rowid, int nparams, const char *const *p)
+{
+    sums_add(&((rollup_t *)state)->batch, rowid, nparams, p);
+}
+
+/* The batch committed: its sums join the pending ones. Out of memory, the pending sums are
+ * marked failed, and the next flush sums again from the events past the watermark. */
+static void rollup_committed(void *state)
+{
+    rollup_t *r = state;
+    if (r->batch.failed || sums_merge(&r->pending, &r->batch) != 0) r->pending.failed = 1;
+    sums_clear(&r->batch);
+}
+
+/* The columns of the INSERT of usage.c, in its order, then seq */
+static const char *const RECOVER_SQL =
+    "SELECT request_id, at_ms, endpoint, tenant_id, project_id, key_id, application, user_id,"
+    " logical_model, actual_model, provider_id, pool, attempts, status, http_status,"
+    " error_code, stream, input_tokens, output_tokens, cached_read_tokens, cache_write_tokens,"
+    " reasoning_tokens, input_estimated, output_estimated, latency_ms, ttft_ms, queue_ms,"
+    " cost_micros, price_version, degraded, cancelled, latency_bin, ttft_bin, seq"
+    " FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark) ORDER BY seq";
+
+/* Sum the events past the watermark into empty pending sums (start-up, or after running
+ * out of memory). Each row goes through the batch's sums, whose strings are the row's. */
+static int rollup_recover(void *state, sqlite3 *db)
+{
+    rollup_t *r = state;
+    sqlite3_stmt *st = NULL;
+    sums_clear(&r->pending);
+    if (sqlite3_prepare_v2(db, RECOVER_SQL, -1, &st, NULL) != SQLITE_OK) return -1;
+    const char *p[MG_UP_NPARAMS];
+    int step, rc = 0;
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int i = 0; i < MG_UP_NPARAMS; i++) p[i] = (const char *)sqlite3_column_text(st, i);
+        sums_clear(&r->batch);
+        sums_add(&r->batch, sqlite3_column_int64(st, MG_UP_NPARAMS), MG_UP_NPARAMS, p);
+        if (r->batch.failed || sums_merge(&r->pending, &r->batch) != 0) rc = -1;
+    }
+    if (rc == 0 && step != SQLITE_DONE) rc = -1;
+    sums_clear(&r->batch);
+    sqlite3_finalize(st);
+    if (rc != 0) r->pending.failed = 1;
+    return rc;
+}
+
+static int rollup_dirty(const void *state)
+{
+    const rollup_t *r = state;
+    return r->pending.hourly.n > 0 || r->pending.failed;
+}
+
+static void rollup_flushed(void *state)
+{
+    sums_clear(&((rollup_t *)state)->pending);
 }
 
 /* ---- the flush: one UPSERT per bucket ---- */
@@ -327,28 +492,30 @@ static void bind_hour_key(sqlite3_stmt *st, const hour_key_t *k)
     sqlite3_bind_text(st, 6, k->model, -1, SQLITE_STATIC);
 }
 
-static int flush_hourly(rollup_t *r)
+static const char *const MARK_SQL = "UPDATE usage_rollup_mark SET seq = max(seq, ?1)";
+
+static int flush_hourly(rollup_t *rs, const sums_t *r)
 {
     for (int i = 0; i < r->hourly.n; i++) {
         const hourly_t *h = &r->hourly.a[i];
-        bind_hour_key(r->hourly_st, &h->k);
-        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(r->hourly_st, 7 + c, h->v[c]);
-        if (run(r->hourly_st) != 0) return -1;
+        bind_hour_key(rs->hourly_st, &h->k);
+        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(rs->hourly_st, 7 + c, h->v[c]);
+        if (run(rs->hourly_st) != 0) return -1;
     }
     for (int i = 0; i < r->hist.n; i++) {
         const hist_t *h = &r->hist.a[i];
-        bind_hour_key(r->hist_st, &h->k);
-        sqlite3_bind_text(r->hist_st, 7, h->kind, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(r->hist_st, 8, h->bin);
-        sqlite3_bind_int64(r->hist_st, 9, h->n);
-        if (run(r->hist_st) != 0) return -1;
+        bind_hour_key(rs->hist_st, &h->k);
+        sqlite3_bind_text(rs->hist_st, 7, h->kind, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(rs->hist_st, 8, h->bin);
+        sqlite3_bind_int64(rs->hist_st, 9, h->n);
+        if (run(rs->hist_st) != 0) return -1;
     }
     return 0;
 }
 
-static int flush_pools(rollup_t *r)
+static int flush_pools(rollup_t *rs, const sums_t *r)
 {
-    sqlite3_stmt *st = r->provider_st;
+    sqlite3_stmt *st = rs->provider_st;
     for (int i = 0; i < r->providers.n; i++) {
         const provider_t *p = &r->providers.a[i];
         sqlite3_bind_text(st, 1, p->provider, -1, SQLITE_STATIC);
@@ -358,7 +525,7 @@ static int flush_pools(rollup_t *r)
         for (int c = 0; c < 9; c++) sqlite3_bind_int64(st, 3 + c, v[c]);
         if (run(st) != 0) return -1;
     }
-    st = r->daily_st;
+    st = rs->daily_st;
     for (int i = 0; i < r->daily.n; i++) {
         const daily_t *d = &r->daily.a[i];
         sqlite3_bind_int64(st, 1, d->day * 86400);
@@ -372,17 +539,22 @@ static int flush_pools(rollup_t *r)
     return 0;
 }
 
+/* Inside the store's transaction: the pending sums' UPSERTs and the watermark. */
 static int rollup_flush(void *state, sqlite3 *db)
 {
     rollup_t *r = state;
-    if (r->failed) return -1;
-    if (!r->hourly.n) return 0;
+    if (r->pending.failed && rollup_recover(r, db) != 0) return -1;
+    if (!r->pending.hourly.n) return 0;
     if (prepare(db, &r->hourly_st, HOURLY_SQL) != 0 || prepare(db, &r->hist_st, HIST_SQL) != 0 ||
         prepare(db, &r->provider_st, PROVIDER_SQL) != 0 ||
-        prepare(db, &r->daily_st, DAILY_SQL) != 0)
+        prepare(db, &r->daily_st, DAILY_SQL) != 0 || prepare(db, &r->mark_st, MARK_SQL) != 0)
         return -1;
-    int rc = flush_hourly(r) == 0 && flush_pools(r) == 0 ? 0 : -1;
-    /* the bound strings die with the batch's jobs */
+    int rc = flush_hourly(r, &r->pending) == 0 && flush_pools(r, &r->pending) == 0 ? 0 : -1;
+    if (rc == 0) {
+        sqlite3_bind_int64(r->mark_st, 1, r->pending.max_seq);
+        rc = run(r->mark_st);
+    }
+    /* the bound strings die with the pending sums */
     sqlite3_clear_bindings(r->hourly_st);
     sqlite3_clear_bindings(r->hist_st);
     sqlite3_clear_bindings(r->provider_st);
@@ -395,5 +567,9 @@ const mg_store_agg_t mg_usage_rollup = {
     .destroy = rollup_destroy,
     .reset = rollup_reset,
     .add = rollup_add,
+    .committed = rollup_committed,
+    .recover = rollup_recover,
     .flush = rollup_flush,
+    .flushed = rollup_flushed,
+    .dirty = rollup_dirty,
 };

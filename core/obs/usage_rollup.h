@@ -2,13 +2,18 @@
  *
  * Every usage event (usage.c) is written with mg_store_write_agg and this table: for each
  * event really inserted in a batch (not a replay the INSERT OR IGNORE ignored), its figures
- * are added to the batch's buckets in memory, and before the batch commits each touched
- * bucket gets one UPSERT, in the same transaction: usage_hourly (per hour, tenant,
- * project, key, provider and logical model), usage_hist (latency and TTFT log2 bins of
- * the same key), the ADR's provider_usage_logs (per provider, actual model and hour) and
- * daily_stats (per day and pool). The numbers are those the per-event trigger of migration
- * 13 gave (migration 17 drops it): a batch of N events adds what N single-event
- * transactions would. It reads the event's parameters in the order of usage.c's INSERT. */
+ * are added to the batch's sums in memory; when the batch commits they join the pending
+ * sums, which the writer writes about once a second (store.h) with one UPSERT per touched
+ * bucket, and the watermark usage_rollup_mark.seq (the last event summed) in the same
+ * transaction: usage_hourly (per hour, tenant, project, key, provider and logical model),
+ * usage_hist (latency and TTFT log2 bins of the same key), the ADR's provider_usage_logs
+ * (per provider, actual model and hour) and daily_stats (per day and pool). A request's own
+ * transaction is its event row alone. At start-up (mg_store_use_agg, before serving) the
+ * events past the watermark are summed again, so a kill -9 between two flushes loses no
+ * sum. The numbers are those the per-event trigger of migration 13 gave (migration 17 drops
+ * it). Reads: the admin API's stats call mg_store_sync_aggs first (no lag); anything that
+ * reads the tables directly sees them at most about a second behind. It reads the event's
+ * parameters in the order of usage.c's INSERT. */
 #ifndef MG_OBS_USAGE_ROLLUP_H
 #define MG_OBS_USAGE_ROLLUP_H
 

@@ -68,9 +68,13 @@ struct mg_store_s {
     struct {
         const mg_store_agg_t *agg;
         void *state;
-    } aggs[MG_STORE_AGG_MAX]; /* the writer's roll-ups (mg_store_write_agg) */
-    int wal_pages;            /* the WAL's size after the writer's last commit (writer thread) */
-    char *path;               /* owned */
+    } aggs[MG_STORE_AGG_MAX];           /* the writer's roll-ups (mg_store_write_agg) */
+    int64_t aggs_flush_at_ms;           /* when the pending roll-ups are written (writer thread) */
+    const mg_store_agg_t *agg_register; /* mg_store_use_agg's, for the writer (under mu) */
+    int agg_register_rc;
+    unsigned long agg_sync_req, agg_sync_done; /* roll-up writes asked / done (under mu) */
+    int wal_pages; /* the WAL's size after the writer's last commit (writer thread) */
+    char *path;    /* owned */
     int version;
     int queue_max;
     int busy_wait_ms;
@@ -452,6 +456,11 @@ static const char *const migrations[] = {
      * optional, so no index fits them), the pruner uses idx_usage_events_at */
     "DROP TRIGGER usage_events_rollup;"
     "DROP INDEX idx_usage_events_tenant;",
+    /* 18: the roll-ups are written about once a second, not per batch (store.h); the
+     * watermark is the last usage event summed into them (all of them so far) */
+    "CREATE TABLE usage_rollup_mark (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " seq INTEGER NOT NULL);"
+    "INSERT INTO usage_rollup_mark SELECT 1, coalesce(max(seq), 0) FROM usage_events;",
 };
 
 static void *writer_main(void *arg);
@@ -712,17 +721,63 @@ static void *agg_state(mg_store_t *s, const mg_store_agg_t *agg)
     return NULL;
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void aggs_committed(mg_store_t *s)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        s->aggs[i].agg->committed(s->aggs[i].state);
+}
+
+static int aggs_dirty(const mg_store_t *s)
+{
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        if (s->aggs[i].agg->dirty(s->aggs[i].state)) return 1;
+    return 0;
+}
+
+/* Write the pending roll-ups in one transaction of their own (writer thread); on failure
+ * they stay pending and the next try is a second later. */
+static int aggs_write(mg_store_t *s)
+{
+    s->aggs_flush_at_ms = now_ms() + MG_STORE_AGG_FLUSH_MS;
+    if (!aggs_dirty(s)) return 0;
+    if (exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE") != SQLITE_OK) goto fail;
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        if (s->aggs[i].agg->flush(s->aggs[i].state, s->db) != 0) goto fail;
+    if (exec_until_unlocked(s, &s->commit_st, "COMMIT") != SQLITE_OK) goto fail;
+    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
+        s->aggs[i].agg->flushed(s->aggs[i].state);
+    return 0;
+fail:
+    mg_log_msg(MG_LOG_ERROR, NULL, "store: the roll-ups were not written (%s); retrying",
+               sqlite3_errmsg(s->db));
+    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+/* mg_store_use_agg's work on the writer thread: the state, its recovery, its flush. */
+static int agg_register(mg_store_t *s, const mg_store_agg_t *agg)
+{
+    void *state = agg_state(s, agg);
+    if (!state) return -1;
+    if (agg->recover(state, s->db) != 0) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: cannot recover a roll-up: %s",
+                   sqlite3_errmsg(s->db));
+        return -1;
+    }
+    return aggs_write(s);
+}
+
 static void aggs_reset(mg_store_t *s)
 {
     for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
         s->aggs[i].agg->reset(s->aggs[i].state);
-}
-
-static int aggs_flush(mg_store_t *s)
-{
-    for (int i = 0; i < MG_STORE_AGG_MAX && s->aggs[i].agg; i++)
-        if (s->aggs[i].agg->flush(s->aggs[i].state, s->db) != 0) return -1;
-    return 0;
 }
 
 static void aggs_destroy(mg_store_t *s)
@@ -818,14 +873,14 @@ static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen
                 snprintf(why, whylen, "no memory for a roll-up");
                 goto rollback;
             }
-            j->agg->add(state, j->nparams, j->params);
+            j->agg->add(state, (int64_t)sqlite3_last_insert_rowid(s->db), j->nparams, j->params);
         }
     }
-    if (aggs_flush(s) != 0) {
-        snprintf(why, whylen, "roll-ups: %s", sqlite3_errmsg(s->db));
-        goto rollback;
+    if (exec_until_unlocked(s, &s->commit_st, "COMMIT") == SQLITE_OK) {
+        if (!aggs_dirty(s)) s->aggs_flush_at_ms = now_ms() + MG_STORE_AGG_FLUSH_MS;
+        aggs_committed(s);
+        return 0;
     }
-    if (exec_until_unlocked(s, &s->commit_st, "COMMIT") == SQLITE_OK) return 0;
     snprintf(why, whylen, "COMMIT: %s", sqlite3_errmsg(s->db));
 rollback:;
     int full = disk_is_full(s); /* SQLITE_FULL from any statement of the batch */
@@ -943,6 +998,13 @@ static void checkpoint_if_due(mg_store_t *s)
         mg_log_msg(MG_LOG_WARN, NULL, "store: checkpoint: %s", sqlite3_errmsg(s->db));
 }
 
+/* Under mu, on the writer: is it the roll-ups' turn before the next batch? */
+static int aggs_due(mg_store_t *s)
+{
+    return s->agg_sync_req != s->agg_sync_done ||
+           (aggs_dirty(s) && now_ms() >= s->aggs_flush_at_ms);
+}
+
 /* The writer: take everything queued, commit it as one transaction, repeat; when stopping,
  * only once the queue is empty. */
 static void *writer_main(void *arg)
@@ -950,8 +1012,28 @@ static void *writer_main(void *arg)
     mg_store_t *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->queue.head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
-        if (!s->queue.head && s->stopping) break;
+        while (!s->queue.head && !s->stopping && !aggs_due(s)) {
+            if (!aggs_dirty(s)) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                continue;
+            }
+            struct timespec at = {s->aggs_flush_at_ms / 1000, s->aggs_flush_at_ms % 1000 * 1000000};
+            pthread_cond_timedwait(&s->cv, &s->mu, &at);
+        }
+        if (aggs_due(s) || !s->queue.head) {
+            /* the roll-ups' turn: registration, sync, the second's flush, or the close */
+            const mg_store_agg_t *reg = s->agg_register;
+            unsigned long req = s->agg_sync_req;
+            s->agg_register = NULL;
+            pthread_mutex_unlock(&s->mu);
+            int rc = reg ? agg_register(s, reg) : aggs_write(s);
+            pthread_mutex_lock(&s->mu);
+            if (reg) s->agg_register_rc = rc;
+            s->agg_sync_done = req;
+            pthread_cond_broadcast(&s->done_cv);
+            if (!s->queue.head && s->stopping) break;
+            continue;
+        }
         job_list_t batch = list_take(&s->queue);
         pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
@@ -1110,6 +1192,35 @@ void mg_store_flush(mg_store_t *s)
     unsigned long target = s->handed;
     while (s->writer_running && s->committed < target) pthread_cond_wait(&s->done_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
+    mg_store_sync_aggs(s);
+}
+
+/* Under mu: ask the writer for a roll-up turn and wait for it. */
+static void agg_turn(mg_store_t *s)
+{
+    unsigned long req = ++s->agg_sync_req;
+    pthread_cond_signal(&s->cv);
+    while (s->writer_running && !s->stopping && (long)(s->agg_sync_done - req) < 0)
+        pthread_cond_wait(&s->done_cv, &s->mu);
+}
+
+void mg_store_sync_aggs(mg_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    agg_turn(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int mg_store_use_agg(mg_store_t *s, const mg_store_agg_t *agg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->agg_register = agg;
+    s->agg_register_rc = -1;
+    agg_turn(s);
+    int rc = s->agg_register ? -1 : s->agg_register_rc; /* still set: the writer is gone */
+    s->agg_register = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 int mg_store_disk_full(mg_store_t *s)

@@ -107,19 +107,34 @@ typedef void (*mg_store_rows_fn)(void *ud, int rc, int64_t rows);
 int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char *const *params,
                         mg_store_rows_fn done, void *ud);
 /* A roll-up the writer keeps in C instead of a trigger: the writes that name it (below)
- * are summed per batch on the writer thread, and the sums are written by one UPSERT per
- * touched bucket just before the batch's COMMIT, in the same transaction (so the roll-ups
- * are exactly as durable as the rows they sum, and a batch that does not commit adds
- * nothing). `add` sees only writes whose statement changed a row (an INSERT OR IGNORE that
- * ignored a replay adds nothing); their parameters stay valid until `flush` returned.
- * The state is the writer's: created on first use, destroyed by mg_store_close. */
+ * are summed per batch on the writer thread (`add`, with the row's rowid; only writes whose
+ * statement changed a row, so an INSERT OR IGNORE that ignored a replay adds nothing; their
+ * parameters stay valid until `committed` returned). When the batch commits, its sums join
+ * the pending ones (`committed`, which copies what it keeps); a batch that rolls back adds
+ * nothing. The pending sums are written about once a second (MG_STORE_AGG_FLUSH_MS), when
+ * mg_store_sync_aggs or mg_store_flush asks, and at close, in a transaction of their own
+ * (`flush`, which also stores the watermark: the last rowid summed; then `flushed`). Before
+ * serving, mg_store_use_agg sums the rows past the watermark (`recover`), so a crash
+ * between two flushes loses nothing. The state is the writer's: destroyed by
+ * mg_store_close. */
 typedef struct mg_store_agg_s {
     void *(*create)(void);
     void (*destroy)(void *state);
     void (*reset)(void *state); /* a batch, or its retry, begins */
-    void (*add)(void *state, int nparams, const char *const *params);
-    int (*flush)(void *state, struct sqlite3 *db); /* the sums; 0, or -1: roll back */
+    void (*add)(void *state, int64_t rowid, int nparams, const char *const *params);
+    void (*committed)(void *state);                  /* the batch committed */
+    int (*recover)(void *state, struct sqlite3 *db); /* sum the rows past the watermark */
+    int (*flush)(void *state, struct sqlite3 *db);   /* pending sums + watermark; 0 or -1 */
+    void (*flushed)(void *state);                    /* the flush committed */
+    int (*dirty)(const void *state);                 /* anything pending? */
 } mg_store_agg_t;
+#define MG_STORE_AGG_FLUSH_MS 1000
+/* Register agg and sum into it the rows its last flush did not cover, then flush them: call
+ * before serving (it blocks until the writer did it). 0, or -1. */
+int mg_store_use_agg(mg_store_t *s, const mg_store_agg_t *agg);
+/* Have the writer write every pending roll-up now, and wait for it (worker threads, tools,
+ * tests; it blocks): reads of the roll-ups after it see every committed row. */
+void mg_store_sync_aggs(mg_store_t *s);
 /* mg_store_write_cb whose row is also summed by agg (a static table; at most
  * MG_STORE_AGG_MAX different ones per store). */
 #define MG_STORE_AGG_MAX 4

@@ -49,6 +49,17 @@ export function query(sql, db = dbPath) {
     return out.trim() ? JSON.parse(out) : [];
 }
 
+/** The roll-ups are written about once a second (core/store/store.h): wait until they cover
+ *  every event in the table (the watermark reached the last seq). */
+async function rolledUp() {
+    for (let i = 0; i < 100; i++) {
+        const r = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT COALESCE(MAX(seq), 0) FROM usage_events) AS last')[0];
+        if (r.mark >= r.last) return;
+        await sleep(50);
+    }
+    assert.fail('the roll-ups never covered the last event');
+}
+
 function eventOf(requestId) {
     const rows = query(`SELECT * FROM usage_events WHERE request_id = '${requestId.replace(/'/g, "''")}'`);
     assert.equal(rows.length, 1, `exactly one event for ${requestId}`);
@@ -247,7 +258,8 @@ describe('one usage event per request', () => {
 });
 
 describe('roll-ups', () => {
-    test('hourly buckets, provider buckets and daily stats equal the sums of the raw events', () => {
+    test('hourly buckets, provider buckets and daily stats equal the sums of the raw events', async () => {
+        await rolledUp();
         const ev = query(`SELECT COUNT(*) AS requests, SUM(input_tokens) AS input, SUM(output_tokens) AS output,
             SUM(cached_read_tokens) AS cached, SUM(cache_write_tokens) AS write, SUM(cost_micros) AS cost,
             SUM(status IN ('failed','timed_out')) AS errors, SUM(latency_ms) AS latency FROM usage_events`)[0];
@@ -274,7 +286,8 @@ describe('roll-ups', () => {
         assert.deepEqual(ds, de, 'daily_stats per pool');
     });
 
-    test('a replayed write of the same event never doubles it or its buckets', () => {
+    test('a replayed write of the same event never doubles it or its buckets', async () => {
+        await rolledUp();
         const one = query('SELECT request_id FROM usage_events ORDER BY seq LIMIT 1')[0].request_id;
         const before = query('SELECT SUM(requests) AS n FROM usage_hourly')[0].n;
         query(`INSERT OR IGNORE INTO usage_events(request_id, at_ms, endpoint, status) VALUES ('${one}', 0, 'chat', 'succeeded')`);
@@ -285,9 +298,13 @@ describe('roll-ups', () => {
 
 describe('retention', () => {
     test('events older than usage.retention_days are pruned in small batches; the buckets stay', async () => {
+        await rolledUp();
         const old = Date.now() - 3 * 86400000;
         const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
         query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
+        /* the pruner keeps the newest event (seq must grow past the roll-ups' watermark): a
+           recent one after the old ones */
+        query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status) VALUES ('recent-after-old', ${Date.now()}, 'chat', 'succeeded')`);
         const oldHour = Math.floor(old / 3600000) * 3600;
         /* the writer sums events into their buckets in C (obs/usage_rollup.h); rows written
            behind its back get the bucket it would have written */

@@ -91,3 +91,53 @@ describe('acknowledged means metered', () => {
         assert.deepEqual(h, ev, 'the hourly roll-up equals the raw events after every kill');
     });
 });
+
+/** Every roll-up against the sums of the raw events: per hour bucket, per histogram kind,
+ *  per provider and model, per day and pool. */
+function checkRollups(what) {
+    const hourlyEv = query(`SELECT hour, COUNT(*) AS requests, SUM(input_tokens) AS input, SUM(output_tokens) AS output,
+        SUM(cost_micros) AS cost, SUM(status IN ('failed','timed_out')) AS errors, SUM(latency_ms) AS latency
+        FROM (SELECT *, at_ms / 3600000 * 3600 AS hour FROM usage_events) GROUP BY hour ORDER BY hour`);
+    const hourly = query(`SELECT hour, SUM(requests) AS requests, SUM(input_tokens) AS input, SUM(output_tokens) AS output,
+        SUM(cost_micros) AS cost, SUM(errors) AS errors, SUM(latency_ms_sum) AS latency FROM usage_hourly GROUP BY hour ORDER BY hour`);
+    assert.deepEqual(hourly, hourlyEv, `${what}: usage_hourly`);
+    const n = query('SELECT COUNT(*) AS n FROM usage_events')[0].n;
+    const lat = query("SELECT COALESCE(SUM(n), 0) AS n FROM usage_hist WHERE kind = 'latency'")[0].n;
+    assert.equal(lat, n, `${what}: one latency sample per event`);
+    const pe = query(`SELECT provider_id, COALESCE(actual_model,'unknown') AS model, COUNT(*) AS requests, SUM(cost_micros) AS cost,
+        SUM(input_tokens + cached_read_tokens + cache_write_tokens) AS prompt
+        FROM usage_events WHERE provider_id IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2`);
+    const pb = query(`SELECT provider_id, model, SUM(request_count) AS requests, SUM(cost_micros) AS cost, SUM(prompt_tokens) AS prompt
+        FROM provider_usage_logs GROUP BY 1, 2 ORDER BY 1, 2`);
+    assert.deepEqual(pb, pe, `${what}: provider_usage_logs`);
+    const de = query(`SELECT date(at_ms / 1000, 'unixepoch') AS date, pool, COUNT(*) AS requests, SUM(cost_micros) AS cost
+        FROM usage_events WHERE pool IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2`);
+    const ds = query('SELECT date, pool, total_requests AS requests, total_cost_micros AS cost FROM daily_stats ORDER BY 1, 2');
+    assert.deepEqual(ds, de, `${what}: daily_stats`);
+}
+
+describe('roll-ups written once a second', () => {
+    test('kill -9 between two flushes of the roll-ups: after the restart the buckets equal the raw events', async () => {
+        let between = 0;
+        for (let trial = 0; trial < 10 && between < 3; trial++) {
+            const base = env.gw.base;
+            for (let n = 0; n < 5; n++) {
+                const { path, body } = requestOf(trial, n);
+                const r = await fetch(`${base}/v1/${path}`, {
+                    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+                });
+                assert.equal(r.status, 200);
+                await r.text();
+            }
+            env.gw.child.kill('SIGKILL');
+            await env.gw.waitExit(5000);
+            const m = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT MAX(seq) FROM usage_events) AS last')[0];
+            if (m.mark < m.last) between++; // the kill came before the pending sums were written
+            env.gw = await startGateway(env.configPath);
+            const after = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT MAX(seq) FROM usage_events) AS last')[0];
+            assert.equal(after.mark, after.last, `trial ${trial}: the restart summed the events past the watermark`);
+            checkRollups(`trial ${trial}`);
+        }
+        assert.ok(between >= 1, 'at least one kill fell between two flushes');
+    });
+});

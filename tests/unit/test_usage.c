@@ -8,6 +8,7 @@
 #include "mgtest.h"
 #include "obs/price.h"
 #include "obs/usage.h"
+#include "obs/usage_rollup.h"
 #include "store/store.h"
 
 #include <sqlite3.h>
@@ -129,10 +130,11 @@ static void test_events_and_rollups(void)
     const char *p[2] = {cut, batch};
     CHECK(mg_store_write(s, MG_USAGE_PRUNE_SQL, 2, p) == 0);
     mg_store_flush(s);
-    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 3); /* two of the three old ones */
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 3); /* r1 and r2 of the old ones */
     CHECK(mg_store_write(s, MG_USAGE_PRUNE_SQL, 2, p) == 0);
     mg_store_flush(s);
-    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 2); /* r3 (T0 + 1 h + 5) and r4 */
+    /* r3 (T0 + 1 h + 5), r4, and r5: old, but the newest event (seq), which is kept */
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 3);
     CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 5);
     /* an event pruned and written again would count twice: the writer never rewrites one
        (the request id's only writer is its call's finish) */
@@ -362,6 +364,75 @@ static void test_batch_rollups_equal_per_event(void)
     snprintf(path, sizeof(path), "%s/m.db", dir);
 }
 
+/* Run one statement on the database behind the store's back (a crash's leftovers). */
+static void raw_exec(const char *db_path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(db_path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/* The roll-ups are written with the watermark; events committed after the last flush (a
+ * kill -9 before it: here written behind the store's back) are summed at the next start by
+ * mg_store_use_agg, once; the pruner never deletes the newest event (seq keeps growing). */
+static void test_watermark_recovery(void)
+{
+    char p2[160], err[256];
+    snprintf(p2, sizeof(p2), "%s/mark.db", dir);
+    char *saved = strdup(path);
+    snprintf(path, sizeof(path), "%s", p2);
+    mg_store_t *s = NULL;
+    CHECK(mg_store_open(p2, &s, err, sizeof(err)) == 0);
+    if (!s) goto out;
+    CHECK(mg_store_use_agg(s, &mg_usage_rollup) == 0);
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "w%d", i);
+        mg_usage_event_t e = ev(id, T0 + i, "succeeded", 10, 2);
+        CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+    }
+    mg_store_flush(s); /* the rows, then the pending sums */
+    CHECK_EQ_INT(q("SELECT seq FROM usage_rollup_mark"), 4);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 4);
+    mg_store_close(s);
+    /* committed events whose sums never were written */
+    raw_exec(p2, "INSERT INTO usage_events(request_id, at_ms, endpoint, status, provider_id,"
+                 " actual_model, pool, input_tokens, output_tokens, cost_micros, latency_ms,"
+                 " latency_bin) VALUES ('x1', 1767225600000, 'chat', 'succeeded', 'p1', 'up-chat',"
+                 " 'main', 7, 1, 8, 5, 3), ('x2', 1767225600001, 'chat', 'failed', 'p1',"
+                 " 'up-chat', 'main', 1, 0, 1, 5, 3)");
+    s = NULL;
+    CHECK(mg_store_open(p2, &s, err, sizeof(err)) == 0);
+    if (!s) goto out;
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 4); /* not yet */
+    CHECK(mg_store_use_agg(s, &mg_usage_rollup) == 0);
+    CHECK_EQ_INT(q("SELECT seq FROM usage_rollup_mark"), 6);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 6);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly"), 4 * 10 + 7 + 1);
+    CHECK_EQ_INT(q("SELECT SUM(errors) FROM usage_hourly"), 1);
+    CHECK_EQ_INT(q("SELECT SUM(n) FROM usage_hist WHERE kind = 'latency'"), 6);
+    CHECK_EQ_INT(q("SELECT SUM(request_count) FROM provider_usage_logs"), 6);
+    CHECK_EQ_INT(q("SELECT SUM(total_requests) FROM daily_stats"), 6);
+    mg_store_close(s);
+    /* a second start sums nothing again */
+    s = NULL;
+    CHECK(mg_store_open(p2, &s, err, sizeof(err)) == 0);
+    if (!s) goto out;
+    CHECK(mg_store_use_agg(s, &mg_usage_rollup) == 0);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), 6);
+    /* pruning everything old keeps the newest event */
+    const char *pp[2] = {"9999999999999", "100"};
+    CHECK(mg_store_write(s, MG_USAGE_PRUNE_SQL, 2, pp) == 0);
+    mg_store_flush(s);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 1);
+    CHECK_EQ_INT(q("SELECT seq FROM usage_events"), 6);
+    mg_store_close(s);
+out:
+    snprintf(path, sizeof(path), "%s", saved);
+    free(saved);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/mg-usage-XXXXXX");
@@ -371,6 +442,7 @@ int main(void)
     MG_RUN(test_batch_rollups_equal_per_event);
     MG_RUN(test_bins);
     MG_RUN(test_prices);
+    MG_RUN(test_watermark_recovery);
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 1;

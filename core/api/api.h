@@ -52,6 +52,7 @@ typedef struct mg_api_s {
     struct mg_resp_store_s *responses; /* GET and DELETE /v1/responses/{id} */
     const mg_listener_t *listener;     /* server.listen: its connections */
     const mg_proc_status_t *proc;
+    const struct mg_redis_s *redis; /* NULL: no cluster.redis */
 } mg_api_t;
 
 /* The listener handler for server.listen (ud = the mg_api_t). */

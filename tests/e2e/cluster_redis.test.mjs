@@ -73,7 +73,7 @@ describe('cluster redis client', () => {
         const before_ = (await status(env)).cluster.redis.connects;
         redis = await startRedis({ port });
         await waitFor(async () => (await status(env)).cluster.redis.state === 'up',
-            { timeoutMs: 10000, what: 'reconnected' });
+            { timeoutMs: 20000, what: 'reconnected' });
         assert.ok((await status(env)).cluster.redis.connects > before_);
     });
 });

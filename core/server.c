@@ -6,6 +6,7 @@
  * neither of which may happen on the loop thread), then swapped in on the loop thread;
  * requests keep the generation they started with. Stop: no new connections, in-flight
  * requests drain up to timeouts.drain_ms, then everything closes. */
+#include "cluster/redis.h"
 #include "tenancy/wallet.h"
 #include "server.h"
 
@@ -298,6 +299,9 @@ static void close_everything(mg_server_t *s)
     mg_memtrim_close(&s->memtrim);
     mg_probe_stop(s->prober);
     s->prober = NULL;
+    mg_redis_stop(s->redis); /* frees itself once its handles close */
+    s->redis = NULL;
+    s->api.redis = NULL;
     mg_loopstat_stop(&s->loopstat);
     uv_prepare_stop(&s->gc_prepare);
     uv_close((uv_handle_t *)&s->gc_prepare, NULL);
@@ -644,6 +648,8 @@ static const mg_usage_conf_t *usage_conf(void *ud)
 
 static void start_loop_hooks(mg_server_t *s)
 {
+    s->redis = mg_redis_start(s->loop, &mg_gens_current(&s->gens)->cfg->cluster);
+    s->api.redis = s->redis;
     if (s->store && mg_usage_pruner_start(&s->usage_pruner, s->loop, s->store, usage_conf, s) != 0)
         fprintf(stderr, "moongate: cannot start pruning usage events\n");
     uv_prepare_init(s->loop, &s->gc_prepare);

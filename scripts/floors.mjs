@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 // bottom to top; '' is the root (main.c, server.c)
-export const FLOORS = ['base', 'token', 'store', 'conf', 'net', 'upstream', 'sched', 'luavm', 'route',
+export const FLOORS = ['base', 'token', 'store', 'conf', 'cluster', 'net', 'upstream', 'sched', 'luavm', 'route',
     'tenancy', 'obs', 'session', 'pipeline', 'admin', 'api', ''];
 
 const core = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'core');

@@ -1,5 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
+#include "cluster/redis.h"
 #include "api/api.h"
 
 #include <stdio.h>
@@ -127,12 +128,30 @@ static void handle_ready(mg_api_t *s, mg_http_req_t *req)
     mg_answer_tree(s->metrics, req, MG_EP_OTHER, ready ? 200 : 503, root);
 }
 
+/* "cluster": this node's id and the state of each shared component (issue 24) */
+static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
+{
+    cJSON *cl = cJSON_AddObjectToObject(root, "cluster");
+    cJSON_AddStringToObject(cl, "node_id", g->cfg->cluster.node_id);
+    cJSON *rd = cJSON_AddObjectToObject(cl, "redis");
+    cJSON_AddStringToObject(rd, "state", mg_redis_state_name(s->redis));
+    if (!s->redis) return;
+    mg_redis_stats_t st;
+    mg_redis_stats(s->redis, &st);
+    cJSON_AddNumberToObject(rd, "sent", (double)st.sent);
+    cJSON_AddNumberToObject(rd, "answered", (double)st.answered);
+    cJSON_AddNumberToObject(rd, "timed_out", (double)st.timed_out);
+    cJSON_AddNumberToObject(rd, "unavailable", (double)st.unavailable);
+    cJSON_AddNumberToObject(rd, "connects", (double)st.reconnects);
+}
+
 static void handle_status(mg_api_t *s, mg_http_req_t *req)
 {
     mg_gen_t *g = mg_gens_current(s->gens);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "status", s->proc->stopping ? "stopping" : "ok");
     cJSON_AddNumberToObject(root, "generation", g->id);
+    add_cluster_status(s, g, root);
     cJSON *rl = cJSON_AddObjectToObject(root, "reload");
     cJSON_AddStringToObject(rl, "result", s->proc->reload_result);
     if (s->proc->reload_error[0]) cJSON_AddStringToObject(rl, "error", s->proc->reload_error);
@@ -497,6 +516,19 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
     mg_sched_stats(s->sched, &ss);
     mg_buf_t b = {text, len, len + 1};
     char line[512];
+    snprintf(line, sizeof(line),
+             "# HELP moongate_node_info This instance's cluster node id.\n"
+             "# TYPE moongate_node_info gauge\nmoongate_node_info{node_id=\"%s\"} 1\n",
+             mg_gens_current(s->gens)->cfg->cluster.node_id);
+    mg_buf_append_str(&b, line);
+    if (s->redis) {
+        snprintf(line, sizeof(line),
+                 "# HELP moongate_cluster_degraded 1 while a shared component is unreachable.\n"
+                 "# TYPE moongate_cluster_degraded gauge\n"
+                 "moongate_cluster_degraded{component=\"redis\"} %d\n",
+                 !mg_redis_up(s->redis));
+        mg_buf_append_str(&b, line);
+    }
     mg_buf_append_str(&b, "# HELP moongate_queue_length Tasks waiting, by priority.\n"
                           "# TYPE moongate_queue_length gauge\n");
     for (int p = 0; p < MG_PRIO_COUNT; p++) {

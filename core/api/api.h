@@ -53,6 +53,7 @@ typedef struct mg_api_s {
     int admin_apart; /* server.admin_listen is set: admin API and dashboard only there */
     const mg_listener_t *listener; /* server.listen: its connections */
     const mg_proc_status_t *proc;
+    const struct mg_redis_s *redis; /* NULL: no cluster.redis */
 } mg_api_t;
 
 /* The listener handler for server.listen (ud = the mg_api_t). */

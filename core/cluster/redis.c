@@ -1,0 +1,344 @@
+/* redis: see redis.h. */
+#include "cluster/redis.h"
+
+#include <hiredis/adapters/libuv.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define PROBE_EVERY_MS 1000
+
+struct mg_redis_s {
+    uv_loop_t *loop;
+    char node_id[MG_NODE_ID_MAX + 1];
+    /* the parsed url: host + port, or a unix socket path */
+    char host[256];
+    int port;
+    char unix_path[256];
+    char password[256];
+    int db;
+    int timeout_ms;
+    redisAsyncContext *ac; /* NULL: not connected */
+    int connected;         /* the connect callback said OK */
+    int up;                /* the state shown: connected and answering in time */
+    int stopping;
+    int backoff_ms;
+    uv_timer_t reconnect_timer;
+    uv_timer_t probe_timer;
+    uv_getaddrinfo_t resolve;
+    int resolving;
+    int open_handles; /* timers not yet closed: r is freed at 0 after stop */
+    mg_redis_stats_t stats;
+};
+
+/* One command in flight. Two owners: hiredis' callback (always called once, with NULL on a
+ * disconnect) and the deadline timer (closed when the command ends either way). */
+typedef struct cmd_s {
+    mg_redis_t *r;
+    mg_redis_cb cb;
+    void *ud;
+    uv_timer_t deadline;
+    int refs;
+    int done; /* the caller has been told */
+} cmd_t;
+
+static void set_state(mg_redis_t *r, int up, const char *reason)
+{
+    if (r->up == up) return;
+    r->up = up;
+    mg_logline_t l;
+    mg_log_begin(&l, up ? MG_LOG_INFO : MG_LOG_WARN,
+                 up ? "cluster redis up" : "cluster redis degraded");
+    mg_log_str(&l, "component", "redis");
+    mg_log_str(&l, "node_id", r->node_id);
+    mg_log_str(&l, "reason", reason);
+    mg_log_end(&l);
+}
+
+/* redis://[:password@]host[:port][/db] or unix:/path. 0 or -1. */
+static int parse_url(mg_redis_t *r, const char *url)
+{
+    r->port = 6379;
+    if (strncmp(url, "unix:", 5) == 0) {
+        snprintf(r->unix_path, sizeof(r->unix_path), "%s", url + 5);
+        return r->unix_path[0] ? 0 : -1;
+    }
+    if (strncmp(url, "redis://", 8) != 0) return -1;
+    const char *p = url + 8;
+    const char *at = strrchr(p, '@');
+    if (at) {
+        const char *pw = memchr(p, ':', (size_t)(at - p));
+        pw = pw ? pw + 1 : p;
+        if ((size_t)(at - pw) >= sizeof(r->password)) return -1;
+        memcpy(r->password, pw, (size_t)(at - pw));
+        p = at + 1;
+    }
+    size_t hl = strcspn(p, ":/");
+    if (hl == 0 || hl >= sizeof(r->host)) return -1;
+    memcpy(r->host, p, hl);
+    p += hl;
+    if (*p == ':') {
+        r->port = atoi(p + 1);
+        p += 1 + strspn(p + 1, "0123456789");
+    }
+    if (*p == '/') r->db = atoi(p + 1);
+    return r->port > 0 && r->port < 65536 ? 0 : -1;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    mg_redis_t *r = h->data;
+    if (--r->open_handles == 0 && r->stopping) free(r);
+}
+
+static void on_reconnect(uv_timer_t *t);
+
+/* the next try after backoff_ms, which doubles up to BACKOFF_MAX_MS */
+static void schedule_reconnect(mg_redis_t *r)
+{
+    if (r->stopping) return;
+    uv_timer_start(&r->reconnect_timer, on_reconnect, (uint64_t)r->backoff_ms, 0);
+    r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+}
+
+static void cmd_release(cmd_t *c)
+{
+    if (--c->refs == 0) free(c);
+}
+
+static void on_deadline_closed(uv_handle_t *h)
+{
+    cmd_release(h->data);
+}
+
+static void cmd_finish(cmd_t *c, redisReply *reply)
+{
+    if (c->done) return;
+    c->done = 1;
+    uv_timer_stop(&c->deadline);
+    uv_close((uv_handle_t *)&c->deadline, on_deadline_closed);
+    c->cb(c->ud, reply);
+}
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    cmd_t *c = priv;
+    mg_redis_t *r = c->r;
+    if (reply && !c->done) {
+        r->stats.answered++;
+        set_state(r, 1, "answered");
+    }
+    if (!reply && !c->done) r->stats.unavailable++;
+    cmd_finish(c, reply);
+    cmd_release(c);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    cmd_t *c = t->data;
+    c->r->stats.timed_out++;
+    set_state(c->r, 0, "timeout");
+    cmd_finish(c, NULL);
+}
+
+int mg_redis_command(mg_redis_t *r, mg_redis_cb cb, void *ud, int argc, const char **argv,
+                     const size_t *lens)
+{
+    if (!r || !r->ac || !r->connected) {
+        if (r) r->stats.unavailable++;
+        return -1;
+    }
+    cmd_t *c = calloc(1, sizeof(*c));
+    if (!c) return -1;
+    c->r = r;
+    c->cb = cb;
+    c->ud = ud;
+    c->refs = 2;
+    if (redisAsyncCommandArgv(r->ac, on_reply, c, argc, argv, lens) != REDIS_OK) {
+        free(c);
+        r->stats.unavailable++;
+        return -1;
+    }
+    r->stats.sent++;
+    uv_timer_init(r->loop, &c->deadline);
+    c->deadline.data = c;
+    uv_timer_start(&c->deadline, on_deadline, (uint64_t)r->timeout_ms, 0);
+    return 0;
+}
+
+/* the probe: a PING each second while connected */
+static void on_probe_reply(void *ud, redisReply *reply)
+{
+    (void)ud, (void)reply;
+}
+
+static void on_probe(uv_timer_t *t)
+{
+    mg_redis_t *r = t->data;
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    mg_redis_command(r, on_probe_reply, NULL, 1, argv, lens);
+}
+
+static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)ac, (void)priv;
+    redisReply *rep = reply;
+    if (rep && rep->type == REDIS_REPLY_ERROR) {
+        mg_logline_t l;
+        mg_log_begin(&l, MG_LOG_WARN, "cluster redis refused the connection's setup");
+        mg_log_str(&l, "node_id", ((mg_redis_t *)ac->data)->node_id);
+        mg_log_end(&l);
+    }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    mg_redis_t *r = ac->data;
+    if (status != REDIS_OK) { /* hiredis frees ac after this */
+        r->ac = NULL;
+        r->connected = 0;
+        set_state(r, 0, "cannot connect");
+        schedule_reconnect(r);
+        return;
+    }
+    r->connected = 1;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    redisAsyncContext *w = r->ac;
+    if (r->password[0]) redisAsyncCommand(w, on_setup_reply, NULL, "AUTH %s", r->password);
+    if (r->db) redisAsyncCommand(w, on_setup_reply, NULL, "SELECT %d", r->db);
+    on_probe(&r->probe_timer); /* up once it answers */
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    mg_redis_t *r = ac->data;
+    r->ac = NULL;
+    r->connected = 0;
+    set_state(r, 0, "disconnected");
+    schedule_reconnect(r);
+}
+
+static void connect_to(mg_redis_t *r, const char *ip)
+{
+    redisAsyncContext *ac =
+        r->unix_path[0] ? redisAsyncConnectUnix(r->unix_path) : redisAsyncConnect(ip, r->port);
+    if (!ac || ac->err) {
+        if (ac) redisAsyncFree(ac);
+        set_state(r, 0, "cannot connect");
+        schedule_reconnect(r);
+        return;
+    }
+    ac->data = r;
+    r->ac = ac;
+    r->stats.reconnects++;
+    redisLibuvAttach(ac, r->loop);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+}
+
+/* the host name is resolved off the loop (uv_getaddrinfo): hiredis' own would block */
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    mg_redis_t *r = req->data;
+    r->resolving = 0;
+    char ip[64] = "";
+    if (status == 0 && res) {
+        if (res->ai_family == AF_INET6)
+            uv_ip6_name((struct sockaddr_in6 *)res->ai_addr, ip, sizeof(ip));
+        else uv_ip4_name((struct sockaddr_in *)res->ai_addr, ip, sizeof(ip));
+    }
+    if (res) uv_freeaddrinfo(res);
+    if (r->stopping) {
+        if (--r->open_handles == 0) free(r);
+        return;
+    }
+    if (!ip[0]) {
+        set_state(r, 0, "cannot resolve the host");
+        schedule_reconnect(r);
+        return;
+    }
+    connect_to(r, ip);
+}
+
+static void start_connect(mg_redis_t *r)
+{
+    if (r->stopping || r->ac || r->resolving) return;
+    if (r->unix_path[0]) {
+        connect_to(r, NULL);
+        return;
+    }
+    struct addrinfo hints = {0};
+    hints.ai_socktype = SOCK_STREAM;
+    r->resolve.data = r;
+    r->resolving = 1;
+    r->open_handles++; /* the request holds r */
+    char port[16];
+    snprintf(port, sizeof(port), "%d", r->port);
+    if (uv_getaddrinfo(r->loop, &r->resolve, on_resolved, r->host, port, &hints) != 0) {
+        r->resolving = 0;
+        r->open_handles--;
+        schedule_reconnect(r);
+    }
+}
+
+static void on_reconnect(uv_timer_t *t)
+{
+    start_connect(t->data);
+}
+
+mg_redis_t *mg_redis_start(uv_loop_t *loop, const mg_cluster_conf_t *c)
+{
+    if (!c->redis.url) return NULL;
+    mg_redis_t *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    r->loop = loop;
+    snprintf(r->node_id, sizeof(r->node_id), "%s", c->node_id);
+    r->timeout_ms = c->redis.timeout_ms > 0 ? c->redis.timeout_ms : 50;
+    r->backoff_ms = BACKOFF_MIN_MS;
+    if (parse_url(r, c->redis.url) != 0) { /* the loader checked it; never print it */
+        free(r);
+        return NULL;
+    }
+    uv_timer_init(loop, &r->reconnect_timer);
+    uv_timer_init(loop, &r->probe_timer);
+    r->reconnect_timer.data = r->probe_timer.data = r;
+    r->open_handles = 2;
+    uv_timer_start(&r->probe_timer, on_probe, PROBE_EVERY_MS, PROBE_EVERY_MS);
+    start_connect(r);
+    return r;
+}
+
+void mg_redis_stop(mg_redis_t *r)
+{
+    if (!r) return;
+    r->stopping = 1;
+    if (r->ac) redisAsyncFree(r->ac); /* callbacks get NULL: "unavailable" */
+    r->ac = NULL;
+    if (r->resolving) uv_cancel((uv_req_t *)&r->resolve);
+    uv_timer_stop(&r->reconnect_timer);
+    uv_timer_stop(&r->probe_timer);
+    uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&r->probe_timer, on_handle_closed);
+}
+
+int mg_redis_up(const mg_redis_t *r)
+{
+    return r && r->up;
+}
+
+const char *mg_redis_state_name(const mg_redis_t *r)
+{
+    return !r ? "off" : r->up ? "up" : "degraded";
+}
+
+void mg_redis_stats(const mg_redis_t *r, mg_redis_stats_t *out)
+{
+    if (r) *out = r->stats;
+    else memset(out, 0, sizeof(*out));
+}

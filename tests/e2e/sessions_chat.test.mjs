@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import OpenAI from 'openai';
-import { REPO_ROOT, startEnv, startGateway, postJson } from './lib/harness.mjs';
+import { REPO_ROOT, adminCall, startEnv, startGateway, postJson } from './lib/harness.mjs';
 
 const require = createRequire(path.join(REPO_ROOT, 'tests', 'package.json'));
 const { get_encoding } = require('tiktoken');
@@ -20,6 +20,7 @@ const o200k = get_encoding('o200k_base');
 const WINDOW = 400;
 const MAX_TOKENS = 40;
 const BUDGET = WINDOW - MAX_TOKENS;
+const ADMIN_TOKEN = 'adm-sessions-chat-e2e-token-7f3e';
 
 let env, client;
 
@@ -44,6 +45,7 @@ before(async () => {
                 },
             },
         }),
+        env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
     });
     client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
 });
@@ -189,7 +191,7 @@ describe('a session replays its history', () => {
     test('persistence off: a restart forgets the sessions (memory only, by design)', async () => {
         const id = await newSession({ system: 'x' });
         await env.gw.close();
-        env.gw = await startGateway(env.configPath);
+        env.gw = await startGateway(env.configPath, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
         env.api = `${env.gw.base}/v1`;
         client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
         assert.equal((await fetch(`${env.api}/sessions/${id}`)).status, 404);
@@ -329,5 +331,74 @@ describe('summaries', () => {
         assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
         assert.equal(sent.messages[1].content, 'fact 2');
         assert.match(await env.gw.metrics(), /moongate_session_summaries_total\{outcome="ok"\} [1-9]/);
+    });
+});
+
+describe('a model made through the admin API has a window', () => {
+    const admin = (method, p, body) => adminCall(env.gw.base, ADMIN_TOKEN, method, p, body, { timeoutMs: 15000 });
+    const route = [{ provider: 'mock-openai', model: 'up-admin' }];
+
+    test('context_window, max_output_tokens and tokenizer: validated naming the field', async () => {
+        for (const [extra, re] of [
+            [{ context_window: -1 }, /'context_window'/],
+            [{ context_window: 1.5 }, /'context_window'/],
+            [{ context_window: 'big' }, /'context_window'/],
+            [{ max_output_tokens: -5 }, /'max_output_tokens'/],
+            [{ max_output_tokens: 1e9 }, /'max_output_tokens'/],
+            [{ tokenizer: 'gpt2' }, /'tokenizer'/],
+            [{ routes: [{ ...route[0], context_window: 'x' }] }, /'routes\[0\]\.context_window'/],
+        ]) {
+            const r = await admin('POST', 'models', { name: 'bad-window', routes: route, ...extra });
+            assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
+            assert.equal(r.json.error.code, 'INVALID_REQUEST');
+            assert.match(r.json.error.message, re);
+        }
+        assert.equal((await admin('GET', 'models/bad-window')).status, 404);
+    });
+
+    test('stored, returned, and the budget of a session chat on it; an update changes it', async () => {
+        const c = await admin('POST', 'models', {
+            name: 'admin-small', routes: route, tokenizer: 'o200k_base',
+            context_window: WINDOW, max_output_tokens: MAX_TOKENS,
+        });
+        assert.equal(c.status, 201, c.text);
+        const got = await admin('GET', 'models/admin-small');
+        assert.equal(got.status, 200, got.text);
+        assert.equal(got.json.context_window, WINDOW);
+        assert.equal(got.json.max_output_tokens, MAX_TOKENS);
+        assert.equal(got.json.tokenizer, 'o200k_base');
+
+        const id = await newSession({ model: 'admin-small' });
+        const filler = 'the quick brown fox jumps over the lazy dog '.repeat(4);
+        let trimmed = 0;
+        for (let i = 0; i < 10; i++) {
+            const r = await client.chat.completions.create({
+                model: 'admin-small', session_id: id, messages: [{ role: 'user', content: `turn ${i}: ${filler}` }],
+            });
+            assert.equal(r.context.budget, BUDGET, JSON.stringify(r.context));
+            const sent = await lastUpstream('up-admin');
+            assert.ok(countMessages(sent.messages) <= BUDGET, `turn ${i}: over the budget`);
+            if (r.context.trimmed.length) trimmed++;
+        }
+        assert.ok(trimmed > 0, 'the admin model\'s window trimmed the history');
+
+        // max_tokens absent: the reserve is the model's max_output_tokens; an update moves both
+        const u = await admin('PUT', 'models/admin-small', { context_window: 2 * WINDOW, max_output_tokens: 100 });
+        assert.equal(u.status, 200, u.text);
+        assert.equal(u.json.context_window, 2 * WINDOW);
+        const r = await client.chat.completions.create({
+            model: 'admin-small', session_id: id, messages: [{ role: 'user', content: 'after the update' }],
+        });
+        assert.equal(r.context.budget, 2 * WINDOW - 100);
+
+        // a route's own smaller window makes the budget, as in the file
+        const rw = await admin('PUT', 'models/admin-small', { routes: [{ ...route[0], context_window: WINDOW }] });
+        assert.equal(rw.status, 200, rw.text);
+        assert.equal(rw.json.routes[0].context_window, WINDOW);
+        const r2 = await client.chat.completions.create({
+            model: 'admin-small', session_id: id, messages: [{ role: 'user', content: 'smaller route' }],
+        });
+        assert.equal(r2.context.budget, WINDOW - 100);
+        assert.equal((await admin('DELETE', 'models/admin-small')).status, 200);
     });
 });

@@ -201,14 +201,21 @@ static long count_all(const mg_encoding_t *e, const cJSON *msgs, long *tokens)
     return count_known(e, msgs, tokens, NULL, 0);
 }
 
+/* The context policy of this call: the request's, else the session's, else the config's. */
+static const char *policy_of(const call_t *c)
+{
+    const call_context_t *x = c->ctx;
+    return x->policy[0]                       ? x->policy
+           : x->session && x->session->policy ? x->session->policy
+                                              : c->gen->cfg->context.default_policy;
+}
+
 /* Over budget: the policy's trimmed list, re-counted here. 0 with *msgs replaced, or -1. */
 static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int first_current,
                 long n, long budget)
 {
     call_context_t *x = c->ctx;
-    const char *policy = x->policy[0]                       ? x->policy
-                         : x->session && x->session->policy ? x->session->policy
-                                                            : c->gen->cfg->context.default_policy;
+    const char *policy = policy_of(c);
     if (!strcmp(policy, "none"))
         return too_large(c, n, budget, "context_policy none does not trim");
     mg_context_in_t in = {*msgs, tokens, first_current, n_leading, policy, c->model->tokenizer - 1};
@@ -389,7 +396,8 @@ mg_step_rc_t step_context(call_t *c)
     }
     if (rc == 0 && c->prompt_count != before && c->prompt_count >= 0) /* TPM: what is sent */
         c->est_tokens = c->prompt_count + output_estimate(c);
-    if (rc == 0 && c->ctx && c->ctx->session)
+    /* recent_only keeps the recent turns and nothing else: no summary is made for it */
+    if (rc == 0 && c->ctx && c->ctx->session && strcmp(policy_of(c), "recent_only") != 0)
         summary_maybe_start(c, c->ctx->session, c->ctx->steps && c->ctx->steps->child);
     return MG_STEP_NEXT;
 }

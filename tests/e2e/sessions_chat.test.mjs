@@ -220,6 +220,36 @@ describe('the budget and trimming', () => {
         assert.ok(trimmed > 0, 'the window was passed and the history trimmed');
     });
 
+    test('the prefix sent upstream stays byte-identical between turns, moving only at a trim every few turns', async () => {
+        // recent_only: no summary folds the history (that moves the prefix too, by design)
+        const id = await newSession({ system: 'You are terse.', context_policy: 'recent_only' });
+        const filler = 'a b c d e f g h '.repeat(3);
+        const sent = [];
+        for (let i = 0; i < 30; i++) {
+            const r = await client.chat.completions.create({
+                model: 'small', session_id: id, messages: [{ role: 'user', content: `turn ${i}: ${filler}` }],
+            });
+            const rec = (await env.mock.requests((q) => q.body?.model === 'up-small')).at(-1);
+            assert.ok(rec.raw, 'the mock kept the bytes');
+            const text = JSON.stringify(rec.body.messages);
+            assert.ok(rec.raw.includes(text), 'the messages are sent as compact JSON');
+            assert.ok(countMessages(rec.body.messages) <= BUDGET, `turn ${i} within budget`);
+            sent.push({ raw: rec.raw, text, trimmed: r.context.trimmed.length > 0 });
+        }
+        // a turn keeps the prefix when its bytes start with the whole list the turn before sent
+        const moves = [];
+        for (let i = 1; i < sent.length; i++) {
+            const prefix = `"messages":${sent[i - 1].text.slice(0, -1)},`;
+            if (!sent[i].raw.includes(prefix)) moves.push(i);
+        }
+        assert.ok(moves.length >= 2, `the budget was passed more than once: moves ${moves}`);
+        for (const i of moves) assert.ok(sent[i].trimmed, `turn ${i}: the prefix moved without a trim`);
+        for (let k = 1; k < moves.length; k++) {
+            assert.ok(moves[k] - moves[k - 1] >= 3, `trims at turns ${moves[k - 1]} and ${moves[k]}: ${moves}`);
+        }
+        assert.ok(sent.filter((s) => s.trimmed).length > moves.length, 'turns over the budget reuse the last cut');
+    });
+
     test('a tool call and its result leave together', async () => {
         const id = await newSession();
         const big = 'data '.repeat(60);

@@ -28,7 +28,7 @@ before(async () => {
     env = await startEnv({
         configure: (c) => ({
             ...c,
-            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ' },
+            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ', switch_to_larger_window: true },
             models: {
                 ...c.models,
                 talk: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-talk' }] },
@@ -307,6 +307,26 @@ describe('the budget and trimming', () => {
         assert.equal(r.json.context.budget, BUDGET);
         const sent = await lastUpstream('up-mixed');
         assert.ok(countMessages(sent.messages) <= BUDGET);
+    });
+
+    test('what no trim fits in the smallest window goes to the routes with a larger one (step 6)', async () => {
+        const big = 'w'.repeat(0) + ' w'.repeat(1000); // about 1000 tokens: over the small route's 360
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: big }] });
+        assert.equal(r.status, 200, r.text);
+        assert.ok(r.json.context.trimmed.includes('switch_route'), JSON.stringify(r.json.context));
+        assert.equal(r.json.context.budget, 4000 - MAX_TOKENS);
+        const sent = await lastUpstream('up-mixed');
+        assert.equal(sent.messages.at(-1).content, big, 'sent whole to the large route');
+        // the small route may not stand in for it: its failure is not retried there
+        const before = (await env.mock.requests((q) => q.body?.model === 'up-mixed-small')).length;
+        await env.mock.script({ model: 'up-mixed', times: 3, action: { status: 500, body: { error: { message: 'down' } } } });
+        const failed = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: big }] });
+        assert.ok(failed.status >= 500, failed.text);
+        assert.equal((await env.mock.requests((q) => q.body?.model === 'up-mixed-small')).length, before);
+        // a small request still uses every route's window as its budget
+        const small = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: 'hi' }] });
+        assert.equal(small.status, 200, small.text);
+        assert.equal(small.json.context?.budget ?? BUDGET, BUDGET);
     });
 
     test('what cannot fit is 400 CONTEXT_TOO_LARGE with the counts; policy none does not trim', async () => {

@@ -31,6 +31,11 @@
 --   2. drop_oldest_turns: whole turns go, oldest first. A turn is a user message and every
 --      assistant and tool message after it up to the next user message, so a tool call and
 --      its result leave together, and an assistant message with reasoning is never cut.
+--      The cut is made only at stable cut points: turn starts at least (1 - LOW_WATER) x
+--      budget tokens apart, counted from the history's beginning, the first after which the
+--      list fits. They do not move when a turn is added, so consecutive requests of a
+--      growing conversation send a byte-identical prefix, and the cut moves (a cache miss)
+--      only when the list has outgrown it: about once per quarter budget of new turns.
 --   The earlier summary stays (it is a leading system message); summaries of the dropped
 --   turns are made by the core's summariser when configured, not here.
 --
@@ -43,6 +48,13 @@ local M = { name = "context", version = 1 }
 
 local TOOL_RESULT_MAX_TOKENS = 512 -- a longer tool result in the history is compressed
 local TOOL_RESULT_KEEP_CHARS = 1200 -- what a compressed tool result keeps
+-- The low-water mark of drop_oldest_turns: its cut points are (1 - LOW_WATER) x budget
+-- tokens apart, so a trim leaves the list near LOW_WATER x budget (plus the newest turn) and
+-- the following turns go upstream with the same prefix (the engine's prompt cache holds)
+-- until that room is used up: the prefix moves about once every (1 - LOW_WATER) x budget
+-- tokens of conversation, not every turn. 1 cuts at every turn (drop just enough, the
+-- prefix moving on every turn over the budget); lower trims more at a time, more rarely.
+local LOW_WATER = 0.75
 
 -- total(tokens, overhead): the list's count.
 local function total(tokens, overhead)
@@ -94,21 +106,52 @@ local function turn_end(st, i)
     return j
 end
 
--- drop_oldest_turns: whole turns out, oldest first, until the list fits. Returns true when
--- it dropped one.
-local function drop_oldest_turns(st, budget)
-    local changed = false
-    while total(st.tokens, st.overhead) > budget and st.first_current > st.n_leading + 1 do
-        local first = st.n_leading + 1
-        local last = turn_end(st, first)
-        for _ = first, last do
-            table.remove(st.messages, first)
-            table.remove(st.tokens, first)
+-- cut_points(st, budget): the indices a trim may cut the history at (the first kept
+-- message), oldest first, each a turn start at least `stride` tokens past the one before,
+-- counted from the history's start; the last is first_current (every turn dropped). They
+-- depend only on the history's own beginning, so the next turn (the same history plus one
+-- turn) has the same cut points, and the cut chosen from them stays where it was until the
+-- list outgrows it (see LOW_WATER).
+local function cut_points(st, budget)
+    local stride = math.max(1, budget - math.floor(budget * LOW_WATER))
+    local points, cum, last_cut = {}, 0, 0
+    local i = st.n_leading + 1
+    while i < st.first_current do
+        if cum - last_cut >= stride then
+            points[#points + 1] = { index = i, dropped = cum }
+            last_cut = cum
         end
-        st.first_current = st.first_current - (last - first + 1)
-        changed = true
+        local j = turn_end(st, i)
+        for k = i, j do
+            cum = cum + st.tokens[k]
+        end
+        i = j + 1
     end
-    return changed
+    points[#points + 1] = { index = st.first_current, dropped = cum }
+    return points
+end
+
+-- drop_oldest_turns: whole turns out, oldest first, at the first cut point after which the
+-- list fits. Returns true when it dropped some.
+local function drop_oldest_turns(st, budget)
+    local n = total(st.tokens, st.overhead)
+    if n <= budget or st.first_current <= st.n_leading + 1 then
+        return false
+    end
+    local cut = nil
+    for _, p in ipairs(cut_points(st, budget)) do
+        cut = p
+        if n - p.dropped <= budget then
+            break
+        end
+    end
+    local first, count = st.n_leading + 1, cut.index - st.n_leading - 1
+    for _ = 1, count do
+        table.remove(st.messages, first)
+        table.remove(st.tokens, first)
+    end
+    st.first_current = st.first_current - count
+    return count > 0
 end
 
 local STEPS = {

@@ -97,6 +97,8 @@ static int load_key(const char *key, const yaml_node_t *v, mg_context_conf_t *c)
         c->session_ttl_minutes = (int)n;
     } else if (!strcmp(key, "enable_prompt_persistence")) {
         if (read_bool(v, &c->enable_prompt_persistence)) return -1;
+    } else if (!strcmp(key, "switch_to_larger_window")) {
+        if (read_bool(v, &c->switch_to_larger_window)) return -1;
     } else if (!strcmp(key, "memory_budget_bytes")) {
         if (read_int(v, 4096, 1ll << 40, &c->memory_budget_bytes)) return -1;
     } else if (!strcmp(key, "append_on_failure")) {

@@ -17,6 +17,8 @@
  *     summary_timeout_ms: 30000        # the summary call's total deadline
  *     summary_max_tokens: 512          # the summary's length at most
  *     summary_prompt: "..."            # the summariser's instructions (a default is built in)
+ *     switch_to_larger_window: false   # true: what the policy cannot fit in the smallest
+ *                                      # route's window goes to the routes with a larger one
  *
  * The values only; the loader (config.c) hands the section's node here. */
 #ifndef MG_CONF_CONTEXT_H
@@ -41,6 +43,7 @@ typedef struct mg_context_conf_s {
     int summary_timeout_ms;         /* default 30000 */
     int summary_max_tokens;         /* default 512 */
     char *summary_prompt;           /* owned, may be NULL: the built-in instructions */
+    bool switch_to_larger_window;   /* PRD 3.3.4 step 6, default false */
 } mg_context_conf_t;
 
 /* The defaults above into c. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "token/encoding.h"
 
 int mg_model_name_ok(const char *name)
 {
@@ -56,9 +57,10 @@ static int only_keys(const cJSON *o, const char *const *keys, const char *path, 
 static int route_from_json(const cJSON *r, size_t i, const mg_config_t *cfg, mg_route_conf_t *out,
                            char *err, size_t errlen)
 {
-    static const char *const keys[] = {"provider", "model", "smaller", "priority", NULL};
+    static const char *const keys[] = {"provider", "model",          "smaller",
+                                       "priority", "context_window", NULL};
     char path[48];
-    long long prio;
+    long long prio, window;
     snprintf(path, sizeof(path), "routes[%zu].", i);
     if (!cJSON_IsObject(r)) {
         snprintf(err, errlen, "field 'routes[%zu]': must be an object", i);
@@ -81,7 +83,10 @@ static int route_from_json(const cJSON *r, size_t i, const mg_config_t *cfg, mg_
         snprintf(err, errlen, "field '%ssmaller': must be true or false", path);
         return -1;
     }
-    if (opt_int(r, "priority", 1000, &prio, err, errlen, path) != 0) return -1;
+    if (opt_int(r, "priority", 1000, &prio, err, errlen, path) != 0 ||
+        opt_int(r, "context_window", 1e8, &window, err, errlen, path) != 0)
+        return -1;
+    out->context_window = (int)window;
     out->provider = strdup(p->valuestring);
     out->model = strdup(m->valuestring);
     out->smaller = cJSON_IsTrue(sm);
@@ -91,12 +96,37 @@ static int route_from_json(const cJSON *r, size_t i, const mg_config_t *cfg, mg_
     return -1;
 }
 
+/* tokenizer: an encoding's name or "estimate"; absent, by the first route's upstream family
+ * (as models.<name>.tokenizer in the file, conf/catalog.c). */
+static int tokenizer_from_json(const cJSON *def, mg_model_conf_t *out, char *err, size_t errlen)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(def, "tokenizer");
+    int id = -1;
+    if (!t || cJSON_IsNull(t)) {
+        id = mg_encoding_for_model(out->routes[0].model);
+    } else if (!cJSON_IsString(t) || ((id = mg_encoding_lookup(t->valuestring)) < 0 &&
+                                      strcmp(t->valuestring, "estimate") != 0)) {
+        snprintf(err, errlen,
+                 "field 'tokenizer': must be one of o200k_base, cl100k_base, estimate");
+        return -1;
+    }
+    out->tokenizer = id + 1;
+    return 0;
+}
+
 int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cfg,
                        mg_model_conf_t *out, char *err, size_t errlen)
 {
-    static const char *const keys[] = {
-        "name", "routes", "max_concurrency", "weight_bytes", "kv_cache_per_token_bytes", NULL};
-    long long conc;
+    static const char *const keys[] = {"name",
+                                       "routes",
+                                       "max_concurrency",
+                                       "weight_bytes",
+                                       "kv_cache_per_token_bytes",
+                                       "context_window",
+                                       "max_output_tokens",
+                                       "tokenizer",
+                                       NULL};
+    long long conc, window, reserve;
     memset(out, 0, sizeof(*out));
     out->stored = true;
     const cJSON *routes = cJSON_GetObjectItemCaseSensitive(def, "routes");
@@ -111,9 +141,13 @@ int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cf
         opt_int(def, "weight_bytes", 1125899906842624.0, &out->weight_bytes, err, errlen, "") !=
             0 ||
         opt_int(def, "kv_cache_per_token_bytes", 4294967296.0, &out->kv_cache_per_token_bytes, err,
-                errlen, "") != 0)
+                errlen, "") != 0 ||
+        opt_int(def, "context_window", 1e8, &window, err, errlen, "") != 0 ||
+        opt_int(def, "max_output_tokens", 1e8, &reserve, err, errlen, "") != 0)
         goto fail;
     out->max_concurrency = (int)conc;
+    out->context_window = (int)window;
+    out->max_output_tokens = (int)reserve;
     size_t n = (size_t)cJSON_GetArraySize(routes);
     out->name = strdup(name);
     out->routes = calloc(n, sizeof(*out->routes));
@@ -127,6 +161,7 @@ int mg_model_from_json(const cJSON *def, const char *name, const mg_config_t *cf
                             errlen) != 0)
             goto fail;
     }
+    if (tokenizer_from_json(def, out, err, errlen) != 0) goto fail;
     return 0;
 fail:
     mg_model_conf_clear(out);
@@ -142,6 +177,10 @@ cJSON *mg_model_to_json(const mg_model_conf_t *m)
     cJSON_AddNumberToObject(o, "max_concurrency", m->max_concurrency);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)m->weight_bytes);
     cJSON_AddNumberToObject(o, "kv_cache_per_token_bytes", (double)m->kv_cache_per_token_bytes);
+    cJSON_AddNumberToObject(o, "context_window", m->context_window);
+    cJSON_AddNumberToObject(o, "max_output_tokens", m->max_output_tokens);
+    const char *enc = m->tokenizer > 0 ? mg_encoding_name(m->tokenizer - 1) : NULL;
+    cJSON_AddStringToObject(o, "tokenizer", enc ? enc : "estimate");
     cJSON *routes = cJSON_AddArrayToObject(o, "routes");
     for (size_t i = 0; i < m->n_routes; i++) {
         const mg_route_conf_t *r = &m->routes[i];
@@ -150,6 +189,7 @@ cJSON *mg_model_to_json(const mg_model_conf_t *m)
         cJSON_AddStringToObject(x, "model", r->model);
         cJSON_AddBoolToObject(x, "smaller", r->smaller);
         cJSON_AddNumberToObject(x, "priority", r->priority);
+        if (r->context_window) cJSON_AddNumberToObject(x, "context_window", r->context_window);
         cJSON_AddItemToArray(routes, x);
     }
     return o;

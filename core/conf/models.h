@@ -5,8 +5,14 @@
  * JSON, in the config file's shape:
  *
  *   {"routes": [{"provider": "p_1a2b", "model": "llama-3.1-8b", "smaller": false,
- *                "priority": 0}, ...],
- *    "max_concurrency": 0, "weight_bytes": 0, "kv_cache_per_token_bytes": 0}
+ *                "priority": 0, "context_window": 0}, ...],
+ *    "max_concurrency": 0, "weight_bytes": 0, "kv_cache_per_token_bytes": 0,
+ *    "context_window": 0, "max_output_tokens": 0, "tokenizer": "o200k_base"}
+ *
+ * context_window, max_output_tokens (and a route's context_window) make the context budget
+ * of a chat on the model as in the file (conf/context.h); tokenizer is an encoding's name
+ * or "estimate", by the first route's upstream family when absent. An encoding no file
+ * model names is not loaded by a reload (server.c): such a model counts by the estimate.
  *
  * Every generation build adds them after the file's models and the stored providers
  * (mg_models_load), so their routes may name file or stored providers. A name the file

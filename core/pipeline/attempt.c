@@ -434,6 +434,10 @@ static int fill_candidates(call_t *c, uint64_t now)
         /* memory was reserved for the smaller model: no other route may serve */
         if (c->mem_smaller && (!r->smaller || strcmp(r->model, c->mem_smaller->model) != 0))
             continue;
+        /* switched to a larger window (context.c): a smaller route cannot hold the prompt */
+        if (c->min_window &&
+            (r->context_window ? r->context_window : c->model->context_window) < c->min_window)
+            continue;
         const mg_provider_conf_t *p = mg_config_route_provider(cfg, r);
         mg_provider_state_t *ps = p ? provider_state(c, p) : NULL;
         if (!ps) continue;

@@ -174,8 +174,9 @@ typedef struct call_s {
     int tokens_capped;           /* the scheduler lowered max_tokens to mapped_max_tokens */
     long long asked_max_tokens;  /* the client's output ceiling, or -1 (from enqueue on) */
     const mg_route_conf_t *smaller_route; /* memory admission's smaller model, or NULL */
-    const mg_route_conf_t *mem_smaller;   /* memory admission chose it: only its routes */
-    int output_shortened;                 /* memory admission lowered max_tokens to fit: degraded */
+    int min_window; /* context: only routes with a window this large may serve (0: any) */
+    const mg_route_conf_t *mem_smaller; /* memory admission chose it: only its routes */
+    int output_shortened;               /* memory admission lowered max_tokens to fit: degraded */
     /* the request as Lua sees it; its table (req_ref) is made only when a policy or adapter
        is called for the request: a kept plan and a kept encode answer need none */
     mg_lua_req_t lua_info; /* strings: static, in gen or call, or the two below */

@@ -95,15 +95,31 @@ static int window_of(const mg_model_conf_t *m)
     return w;
 }
 
-/* The model's budget for this request, or -1 when it has none (no window). */
-static long model_budget(const call_t *c)
+/* The largest window a route of the model holds (its own, else the model's); 0: unknown. */
+static int largest_window_of(const mg_model_conf_t *m)
+{
+    int w = 0;
+    for (size_t i = 0; m->context_window && i < m->n_routes; i++) {
+        int r = m->routes[i].context_window ? m->routes[i].context_window : m->context_window;
+        if (r > w) w = r;
+    }
+    return w;
+}
+
+/* The budget of window for this request, or -1 when it has none. */
+static long window_budget(const call_t *c, int window)
 {
     const mg_model_conf_t *m = c->model;
-    int window = window_of(m);
     if (!window) return -1;
     long long reserve = c->max_tokens > 0 ? c->max_tokens : m->max_output_tokens;
     double usable = (double)window * (1.0 - c->gen->cfg->context.safety_margin_ratio);
     return (long)((long long)usable - reserve);
+}
+
+/* The model's budget for this request (every route's), or -1 when it has none (no window). */
+static long model_budget(const call_t *c)
+{
+    return window_budget(c, window_of(c->model));
 }
 
 static int too_large(call_t *c, long n, long budget, const char *why)
@@ -201,14 +217,47 @@ static long count_all(const mg_encoding_t *e, const cJSON *msgs, long *tokens)
     return count_known(e, msgs, tokens, NULL, 0);
 }
 
+/* The context policy of this call: the request's, else the session's, else the config's. */
+static const char *policy_of(const call_t *c)
+{
+    const call_context_t *x = c->ctx;
+    return x->policy[0]                       ? x->policy
+           : x->session && x->session->policy ? x->session->policy
+                                              : c->gen->cfg->context.default_policy;
+}
+
+static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int first_current,
+                long n, long budget);
+
+/* PRD 3.3.4 step 6: what the policy cannot fit in the window every route holds goes, when
+ * context.switch_to_larger_window allows, to the routes with the largest window (the others
+ * left out of routing: attempt.c), trimmed to that budget if need be. 0 switched (the step
+ * "switch_route" reported), -1 not possible (no error set), -2 failed (the error set). */
+static int switch_window(call_t *c, cJSON **msgs, const long *tokens, int n_leading,
+                         int first_current, long n, long budget)
+{
+    int big = largest_window_of(c->model);
+    long big_budget = window_budget(c, big);
+    if (c->min_window || !c->gen->cfg->context.switch_to_larger_window || big_budget <= budget ||
+        (c->ctx->session && c->ctx->session->max_tokens))
+        return -1;
+    c->min_window = big;
+    c->ctx->budget = big_budget;
+    if (n > big_budget && trim(c, msgs, tokens, n_leading, first_current, n, big_budget) != 0)
+        return -2; /* that trim answered the error */
+    call_context_t *x = c->ctx;
+    if (!x->steps) x->steps = cJSON_CreateArray();
+    if (x->steps) cJSON_AddItemToArray(x->steps, cJSON_CreateString("switch_route"));
+    if (c->pl->sessions) mg_sessions_count_trim(c->pl->sessions, "switch_route");
+    return 0;
+}
+
 /* Over budget: the policy's trimmed list, re-counted here. 0 with *msgs replaced, or -1. */
 static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int first_current,
                 long n, long budget)
 {
     call_context_t *x = c->ctx;
-    const char *policy = x->policy[0]                       ? x->policy
-                         : x->session && x->session->policy ? x->session->policy
-                                                            : c->gen->cfg->context.default_policy;
+    const char *policy = policy_of(c);
     if (!strcmp(policy, "none"))
         return too_large(c, n, budget, "context_policy none does not trim");
     mg_context_in_t in = {*msgs, tokens, first_current, n_leading, policy, c->model->tokenizer - 1};
@@ -220,6 +269,8 @@ static int trim(call_t *c, cJSON **msgs, const long *tokens, int n_leading, int 
     if (rc != 0 || after < 0 || after > budget) {
         cJSON_Delete(out);
         cJSON_Delete(steps);
+        int sw = switch_window(c, msgs, tokens, n_leading, first_current, n, budget);
+        if (sw != -1) return sw == 0 ? 0 : -1;
         return too_large(c, n, budget, rc > 0 ? err : "the context policy could not fit them");
     }
     cJSON_Delete(*msgs);
@@ -389,7 +440,8 @@ mg_step_rc_t step_context(call_t *c)
     }
     if (rc == 0 && c->prompt_count != before && c->prompt_count >= 0) /* TPM: what is sent */
         c->est_tokens = c->prompt_count + output_estimate(c);
-    if (rc == 0 && c->ctx && c->ctx->session)
+    /* recent_only keeps the recent turns and nothing else: no summary is made for it */
+    if (rc == 0 && c->ctx && c->ctx->session && strcmp(policy_of(c), "recent_only") != 0)
         summary_maybe_start(c, c->ctx->session, c->ctx->steps && c->ctx->steps->child);
     return MG_STEP_NEXT;
 }

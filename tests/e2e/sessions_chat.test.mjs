@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import OpenAI from 'openai';
-import { REPO_ROOT, startEnv, startGateway, postJson } from './lib/harness.mjs';
+import { REPO_ROOT, adminCall, startEnv, startGateway, postJson } from './lib/harness.mjs';
 
 const require = createRequire(path.join(REPO_ROOT, 'tests', 'package.json'));
 const { get_encoding } = require('tiktoken');
@@ -20,6 +20,7 @@ const o200k = get_encoding('o200k_base');
 const WINDOW = 400;
 const MAX_TOKENS = 40;
 const BUDGET = WINDOW - MAX_TOKENS;
+const ADMIN_TOKEN = 'adm-sessions-chat-e2e-token-7f3e';
 
 let env, client;
 
@@ -27,7 +28,7 @@ before(async () => {
     env = await startEnv({
         configure: (c) => ({
             ...c,
-            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ' },
+            context: { safety_margin_ratio: 0, enable_prompt_persistence: false, summarizer_model: 'summ', switch_to_larger_window: true },
             models: {
                 ...c.models,
                 talk: { tokenizer: 'o200k_base', routes: [{ provider: 'mock-openai', model: 'up-talk' }] },
@@ -44,6 +45,7 @@ before(async () => {
                 },
             },
         }),
+        env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
     });
     client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
 });
@@ -189,7 +191,7 @@ describe('a session replays its history', () => {
     test('persistence off: a restart forgets the sessions (memory only, by design)', async () => {
         const id = await newSession({ system: 'x' });
         await env.gw.close();
-        env.gw = await startGateway(env.configPath);
+        env.gw = await startGateway(env.configPath, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
         env.api = `${env.gw.base}/v1`;
         client = new OpenAI({ baseURL: env.api, apiKey: 'unused', maxRetries: 0, timeout: 10000 });
         assert.equal((await fetch(`${env.api}/sessions/${id}`)).status, 404);
@@ -216,6 +218,36 @@ describe('the budget and trimming', () => {
             if (r.context.trimmed.length) trimmed++;
         }
         assert.ok(trimmed > 0, 'the window was passed and the history trimmed');
+    });
+
+    test('the prefix sent upstream stays byte-identical between turns, moving only at a trim every few turns', async () => {
+        // recent_only: no summary folds the history (that moves the prefix too, by design)
+        const id = await newSession({ system: 'You are terse.', context_policy: 'recent_only' });
+        const filler = 'a b c d e f g h '.repeat(3);
+        const sent = [];
+        for (let i = 0; i < 30; i++) {
+            const r = await client.chat.completions.create({
+                model: 'small', session_id: id, messages: [{ role: 'user', content: `turn ${i}: ${filler}` }],
+            });
+            const rec = (await env.mock.requests((q) => q.body?.model === 'up-small')).at(-1);
+            assert.ok(rec.raw, 'the mock kept the bytes');
+            const text = JSON.stringify(rec.body.messages);
+            assert.ok(rec.raw.includes(text), 'the messages are sent as compact JSON');
+            assert.ok(countMessages(rec.body.messages) <= BUDGET, `turn ${i} within budget`);
+            sent.push({ raw: rec.raw, text, trimmed: r.context.trimmed.length > 0 });
+        }
+        // a turn keeps the prefix when its bytes start with the whole list the turn before sent
+        const moves = [];
+        for (let i = 1; i < sent.length; i++) {
+            const prefix = `"messages":${sent[i - 1].text.slice(0, -1)},`;
+            if (!sent[i].raw.includes(prefix)) moves.push(i);
+        }
+        assert.ok(moves.length >= 2, `the budget was passed more than once: moves ${moves}`);
+        for (const i of moves) assert.ok(sent[i].trimmed, `turn ${i}: the prefix moved without a trim`);
+        for (let k = 1; k < moves.length; k++) {
+            assert.ok(moves[k] - moves[k - 1] >= 3, `trims at turns ${moves[k - 1]} and ${moves[k]}: ${moves}`);
+        }
+        assert.ok(sent.filter((s) => s.trimmed).length > moves.length, 'turns over the budget reuse the last cut');
     });
 
     test('a tool call and its result leave together', async () => {
@@ -277,6 +309,26 @@ describe('the budget and trimming', () => {
         assert.ok(countMessages(sent.messages) <= BUDGET);
     });
 
+    test('what no trim fits in the smallest window goes to the routes with a larger one (step 6)', async () => {
+        const big = 'w'.repeat(0) + ' w'.repeat(1000); // about 1000 tokens: over the small route's 360
+        const r = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: big }] });
+        assert.equal(r.status, 200, r.text);
+        assert.ok(r.json.context.trimmed.includes('switch_route'), JSON.stringify(r.json.context));
+        assert.equal(r.json.context.budget, 4000 - MAX_TOKENS);
+        const sent = await lastUpstream('up-mixed');
+        assert.equal(sent.messages.at(-1).content, big, 'sent whole to the large route');
+        // the small route may not stand in for it: its failure is not retried there
+        const before = (await env.mock.requests((q) => q.body?.model === 'up-mixed-small')).length;
+        await env.mock.script({ model: 'up-mixed', times: 3, action: { status: 500, body: { error: { message: 'down' } } } });
+        const failed = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: big }] });
+        assert.ok(failed.status >= 500, failed.text);
+        assert.equal((await env.mock.requests((q) => q.body?.model === 'up-mixed-small')).length, before);
+        // a small request still uses every route's window as its budget
+        const small = await postJson(`${env.api}/chat/completions`, { model: 'mixed', messages: [{ role: 'user', content: 'hi' }] });
+        assert.equal(small.status, 200, small.text);
+        assert.equal(small.json.context?.budget ?? BUDGET, BUDGET);
+    });
+
     test('what cannot fit is 400 CONTEXT_TOO_LARGE with the counts; policy none does not trim', async () => {
         const huge = 'word '.repeat(BUDGET);
         const r = await postJson(`${env.api}/chat/completions`, { model: 'small', messages: [{ role: 'user', content: huge }] });
@@ -329,5 +381,74 @@ describe('summaries', () => {
         assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
         assert.equal(sent.messages[1].content, 'fact 2');
         assert.match(await env.gw.metrics(), /moongate_session_summaries_total\{outcome="ok"\} [1-9]/);
+    });
+});
+
+describe('a model made through the admin API has a window', () => {
+    const admin = (method, p, body) => adminCall(env.gw.base, ADMIN_TOKEN, method, p, body, { timeoutMs: 15000 });
+    const route = [{ provider: 'mock-openai', model: 'up-admin' }];
+
+    test('context_window, max_output_tokens and tokenizer: validated naming the field', async () => {
+        for (const [extra, re] of [
+            [{ context_window: -1 }, /'context_window'/],
+            [{ context_window: 1.5 }, /'context_window'/],
+            [{ context_window: 'big' }, /'context_window'/],
+            [{ max_output_tokens: -5 }, /'max_output_tokens'/],
+            [{ max_output_tokens: 1e9 }, /'max_output_tokens'/],
+            [{ tokenizer: 'gpt2' }, /'tokenizer'/],
+            [{ routes: [{ ...route[0], context_window: 'x' }] }, /'routes\[0\]\.context_window'/],
+        ]) {
+            const r = await admin('POST', 'models', { name: 'bad-window', routes: route, ...extra });
+            assert.equal(r.status, 400, `${JSON.stringify(extra)}: ${r.text}`);
+            assert.equal(r.json.error.code, 'INVALID_REQUEST');
+            assert.match(r.json.error.message, re);
+        }
+        assert.equal((await admin('GET', 'models/bad-window')).status, 404);
+    });
+
+    test('stored, returned, and the budget of a session chat on it; an update changes it', async () => {
+        const c = await admin('POST', 'models', {
+            name: 'admin-small', routes: route, tokenizer: 'o200k_base',
+            context_window: WINDOW, max_output_tokens: MAX_TOKENS,
+        });
+        assert.equal(c.status, 201, c.text);
+        const got = await admin('GET', 'models/admin-small');
+        assert.equal(got.status, 200, got.text);
+        assert.equal(got.json.context_window, WINDOW);
+        assert.equal(got.json.max_output_tokens, MAX_TOKENS);
+        assert.equal(got.json.tokenizer, 'o200k_base');
+
+        const id = await newSession({ model: 'admin-small' });
+        const filler = 'the quick brown fox jumps over the lazy dog '.repeat(4);
+        let trimmed = 0;
+        for (let i = 0; i < 10; i++) {
+            const r = await client.chat.completions.create({
+                model: 'admin-small', session_id: id, messages: [{ role: 'user', content: `turn ${i}: ${filler}` }],
+            });
+            assert.equal(r.context.budget, BUDGET, JSON.stringify(r.context));
+            const sent = await lastUpstream('up-admin');
+            assert.ok(countMessages(sent.messages) <= BUDGET, `turn ${i}: over the budget`);
+            if (r.context.trimmed.length) trimmed++;
+        }
+        assert.ok(trimmed > 0, 'the admin model\'s window trimmed the history');
+
+        // max_tokens absent: the reserve is the model's max_output_tokens; an update moves both
+        const u = await admin('PUT', 'models/admin-small', { context_window: 2 * WINDOW, max_output_tokens: 100 });
+        assert.equal(u.status, 200, u.text);
+        assert.equal(u.json.context_window, 2 * WINDOW);
+        const r = await client.chat.completions.create({
+            model: 'admin-small', session_id: id, messages: [{ role: 'user', content: 'after the update' }],
+        });
+        assert.equal(r.context.budget, 2 * WINDOW - 100);
+
+        // a route's own smaller window makes the budget, as in the file
+        const rw = await admin('PUT', 'models/admin-small', { routes: [{ ...route[0], context_window: WINDOW }] });
+        assert.equal(rw.status, 200, rw.text);
+        assert.equal(rw.json.routes[0].context_window, WINDOW);
+        const r2 = await client.chat.completions.create({
+            model: 'admin-small', session_id: id, messages: [{ role: 'user', content: 'smaller route' }],
+        });
+        assert.equal(r2.context.budget, WINDOW - 100);
+        assert.equal((await admin('DELETE', 'models/admin-small')).status, 200);
     });
 });

@@ -136,4 +136,70 @@ describe("policies/context.lua", function()
         local out = context.trim(ctx(msgs, 0, 1), 100)
         assert.is_nil(out)
     end)
+
+    -- A session as the core sends it: the whole history each turn (trim is stateless), one
+    -- user and one assistant message added per turn, over a budget that holds about ten turns.
+    local function session_turns(n_turns, budget)
+        local history, sent = { { role = "system", content = "rules" } }, {}
+        for t = 1, n_turns do
+            local msgs = {}
+            for i, m in ipairs(history) do
+                msgs[i] = m
+            end
+            local q = { role = "user", content = string.format("question %02d %s", t, string.rep("q", 20 + t % 7)) }
+            msgs[#msgs + 1] = q
+            local out, rep = context.trim(ctx(msgs, 1, #msgs, "recent_only"), budget)
+            assert.is_table(out, "turn " .. t)
+            assert.is_true(total(out) <= budget, "turn " .. t .. " within budget")
+            sent[t] = { out = out, trimmed = #rep.steps > 0 }
+            history[#history + 1] = q
+            history[#history + 1] = { role = "assistant", content = string.format("answer %02d %s", t, string.rep("a", 30 + t % 5)) }
+        end
+        return sent
+    end
+
+    -- the turns whose list does not start with the whole list the turn before sent
+    local function prefix_moves(sent)
+        local moves = {}
+        for t = 2, #sent do
+            local prev, cur = sent[t - 1].out, sent[t].out
+            local same = #cur > #prev
+            for i = 1, #prev do
+                same = same and cur[i] == prev[i]
+            end
+            if not same then
+                moves[#moves + 1] = t
+            end
+        end
+        return moves
+    end
+
+    it("the prefix sent stays the same between turns, moving only at a trim, every few turns", function()
+        local budget = 3 + 8 + 10 * 2 * 45
+        local sent = session_turns(30, budget)
+        local moves = prefix_moves(sent)
+        assert.is_true(#moves >= 2, "the conversation passed the budget more than once")
+        for _, t in ipairs(moves) do
+            assert.is_true(sent[t].trimmed, "turn " .. t .. ": the prefix moved without a trim")
+        end
+        for k = 2, #moves do
+            assert.is_true(moves[k] - moves[k - 1] >= 3, "trims at turns " .. moves[k - 1] .. " and " .. moves[k])
+        end
+        assert.is_true(#moves <= 30 / 3)
+        -- after a trim the list is near the low-water mark (3/4 of the budget), not at the budget
+        local t = moves[1]
+        assert.is_true(total(sent[t].out) <= budget * 0.75 + 2 * 45, "turn " .. t .. ": " .. total(sent[t].out))
+    end)
+
+    it("turns over the budget without a moved cut are sent whole after the cut (no trim every turn)", function()
+        local sent = session_turns(30, 3 + 8 + 10 * 2 * 45)
+        local over, trims = 0, 0
+        for _, s in ipairs(sent) do
+            if s.trimmed then
+                over = over + 1
+            end
+        end
+        trims = #prefix_moves(sent)
+        assert.is_true(over > trims, "most turns over the budget keep the last cut")
+    end)
 end)

@@ -1,6 +1,7 @@
 /* json: buffer + serializer; see json.h. */
 #include "base/json.h"
 
+#include <limits.h>
 #include <locale.h>
 #include <math.h>
 #include <stdint.h>
@@ -572,4 +573,19 @@ int mg_json_keep_big_ints(cJSON *obj, const char *s, size_t n)
     if (!c) return 0;
     /* a text the scan cannot read (cJSON accepts a few more) keeps its doubles */
     return mg_json_members(s, n, keep_big_int, obj) == 2 ? -1 : 0;
+}
+
+long long mg_json_ll(const cJSON *v, long long dflt)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble != v->valuedouble) return dflt;
+    double d = v->valuedouble;
+    if (d >= 9.2e18) return LLONG_MAX; /* 9.2e18 < 2^63: every smaller double fits */
+    if (d <= -9.2e18) return LLONG_MIN;
+    return (long long)d;
+}
+
+int mg_json_int(const cJSON *v, int dflt)
+{
+    long long x = mg_json_ll(v, dflt);
+    return x > INT_MAX ? INT_MAX : x < INT_MIN ? INT_MIN : (int)x;
 }

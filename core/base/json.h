@@ -36,6 +36,12 @@ int mg_json_print_string(const char *s, size_t n, mg_buf_t *out);
 /* Append a number the way mg_json_print does. */
 int mg_json_print_number(double d, mg_buf_t *out);
 
+/* v's number as an integer, truncated toward zero and clamped to [LLONG_MIN, LLONG_MAX] (or
+ * [INT_MIN, INT_MAX]); dflt when v is not a number or is NaN. A plain cast of a double out of
+ * range is undefined behaviour, and clients and upstreams send 1e300. */
+long long mg_json_ll(const cJSON *v, long long dflt);
+int mg_json_int(const cJSON *v, int dflt);
+
 /* One member of a JSON object, as byte ranges into the scanned text. `key` is the
  * raw text between the quotes (escapes not decoded); `value` is the member's whole
  * value text (an object or array with everything inside it). */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/json.h"
 #include "base/log.h"
 #include "net/hold.h"
 #include "upstream/chunk.h"
@@ -799,7 +800,7 @@ static const char *error_member(const cJSON *err, const char *key, char *buf, si
     const cJSON *v = cJSON_IsObject(err) ? cJSON_GetObjectItemCaseSensitive(err, key) : NULL;
     if (cJSON_IsString(v) && v->valuestring[0]) return v->valuestring;
     if (cJSON_IsNumber(v)) {
-        snprintf(buf, cap, "%lld", (long long)v->valuedouble);
+        snprintf(buf, cap, "%lld", mg_json_ll(v, 0));
         return buf;
     }
     return NULL;

@@ -7,6 +7,8 @@
  * gateway's extensions taken out, max_output_tokens mapped, streams asked for usage). */
 #include "pipeline/call.h"
 
+#include "base/json.h"
+
 #include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +128,7 @@ static void sanitize(call_t *c)
     c->mapped_max_tokens = -1;
     if (cJSON_IsNumber(mot) && c->ep != MG_EP_EMBEDDINGS && !cJSON_HasObjectItem(b, "max_tokens") &&
         !cJSON_HasObjectItem(b, "max_completion_tokens")) {
-        c->mapped_max_tokens = (long long)mot->valuedouble;
+        c->mapped_max_tokens = mg_json_ll(mot, -1);
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
     context_take_extensions(c, b); /* session_id, context_policy: before they go */
@@ -383,7 +385,7 @@ static long long tree_max_tokens(const cJSON *body)
 {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(body, "max_tokens");
     if (!cJSON_IsNumber(mt)) mt = cJSON_GetObjectItemCaseSensitive(body, "max_completion_tokens");
-    return cJSON_IsNumber(mt) ? (long long)mt->valuedouble : -1;
+    return mg_json_ll(mt, -1);
 }
 
 /* The tree's side of a lowered output ceiling (see take_admission). */
@@ -584,7 +586,7 @@ void body_sanitize(call_t *c)
         sanitize_tree(c);
         c->max_tokens = tree_max_tokens(c->body);
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(c->body, "n");
-        c->n_choices = cJSON_IsNumber(n) ? (long long)n->valuedouble : 1;
+        c->n_choices = mg_json_ll(n, 1);
     }
     if (c->n_choices < 1) c->n_choices = 1;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/json.h"
 #include "base/log.h"
 #include "token/chat.h"
 #include "token/registry.h"
@@ -468,7 +469,7 @@ void context_take_chunk(call_t *c, const cJSON *chunk)
     const cJSON *tcs = cJSON_GetObjectItemCaseSensitive(delta, "tool_calls");
     for (const cJSON *tc = cJSON_IsArray(tcs) ? tcs->child : NULL; tc; tc = tc->next) {
         const cJSON *idx = cJSON_GetObjectItemCaseSensitive(tc, "index");
-        int i = cJSON_IsNumber(idx) ? (int)idx->valuedouble : 0;
+        int i = mg_json_int(idx, 0);
         if (i < 0 || i >= MAX_TOOL_CALLS) continue;
         if (i >= x->n_tools) x->n_tools = i + 1;
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");

@@ -11,6 +11,7 @@
 
 #include <string.h>
 
+#include "base/json.h"
 #include "base/log.h"
 #include "pipeline/messages_resp.h"
 #include "pipeline/messages_stream.h"
@@ -18,7 +19,8 @@
 static long long count_of(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) && v->valuedouble > 0 ? (long long)v->valuedouble : 0;
+    long long n = mg_json_ll(v, 0);
+    return n > 0 ? n : 0;
 }
 
 /* Anthropic's usage as the call counts it: the prompt is input + cache reads + cache

@@ -2,6 +2,8 @@
  * messages_resp.h. */
 #include "pipeline/messages_resp.h"
 
+#include "base/json.h"
+
 #include "net/http.h"
 
 #include <stdio.h>
@@ -10,7 +12,7 @@
 static long long num_of(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : -1;
+    return mg_json_ll(v, -1);
 }
 
 int mg_msgs_usage(const cJSON *usage, mg_msgs_usage_t *u)

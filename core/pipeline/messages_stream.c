@@ -3,6 +3,8 @@
  * chunk is parsed once. */
 #include "pipeline/messages_stream.h"
 
+#include "base/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +173,7 @@ static void text(mg_msgs_stream_t *s, const cJSON *delta, mg_buf_t *out)
 static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg_buf_t *out)
 {
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(tc, "index");
-    int ti = cJSON_IsNumber(idx) ? (int)idx->valuedouble : position;
+    int ti = mg_json_int(idx, position);
     if (ti < 0 || ti >= MG_MSGS_TOOLS_MAX) ti = MG_MSGS_TOOLS_MAX - 1;
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
     if (s->tool_block[ti] < 0) {

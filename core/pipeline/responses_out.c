@@ -9,6 +9,8 @@
  * its chat index). */
 #include "pipeline/responses_out.h"
 
+#include "base/json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,7 +384,7 @@ static int new_call(mg_resp_out_t *o, int chat_index, const char *call_id, mg_bu
 static void tool_call_delta(mg_resp_out_t *o, const cJSON *tc, int position, mg_buf_t *out)
 {
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(tc, "index");
-    int chat_index = cJSON_IsNumber(idx) ? (int)idx->valuedouble : position;
+    int chat_index = mg_json_int(idx, position);
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
     const char *name = str_of(fn, "name");
     int i = find_call(o, chat_index);
@@ -411,7 +413,7 @@ static void tool_call_delta(mg_resp_out_t *o, const cJSON *tc, int position, mg_
 static long long count_of(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (long long)v->valuedouble : 0;
+    return mg_json_ll(v, 0);
 }
 
 static void take_usage(mg_resp_out_t *o, const cJSON *u)

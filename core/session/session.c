@@ -179,7 +179,7 @@ static char *dup_or_null(const cJSON *v)
 static int num(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
+    return mg_json_int(v, 0);
 }
 
 static void load_session_row(void *ud, int ncols, const char *const *cols)

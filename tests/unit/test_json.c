@@ -1,4 +1,5 @@
 /* Tests for core/base/json.c: the serializer and the tree-less member scanner. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,23 @@ static void test_check_random(void)
     CHECK_EQ_INT(differ, 0);
 }
 
+/* Numbers as integers: clamped, never the undefined cast of an out-of-range double. */
+static void test_int_of_number(void)
+{
+    cJSON *o =
+        cJSON_Parse("{\"a\":2.22222e+49,\"b\":-1e300,\"c\":42.9,\"d\":\"7\",\"e\":3e9,\"f\":-5}");
+    CHECK(o != NULL);
+    CHECK(mg_json_ll(cJSON_GetObjectItem(o, "a"), -1) == LLONG_MAX);
+    CHECK(mg_json_ll(cJSON_GetObjectItem(o, "b"), -1) == LLONG_MIN);
+    CHECK(mg_json_ll(cJSON_GetObjectItem(o, "c"), -1) == 42);
+    CHECK(mg_json_ll(cJSON_GetObjectItem(o, "d"), -1) == -1);
+    CHECK(mg_json_ll(NULL, 9) == 9);
+    CHECK_EQ_INT(mg_json_int(cJSON_GetObjectItem(o, "e"), 0), INT_MAX);
+    CHECK_EQ_INT(mg_json_int(cJSON_GetObjectItem(o, "b"), 0), INT_MIN);
+    CHECK_EQ_INT(mg_json_int(cJSON_GetObjectItem(o, "f"), 0), -5);
+    cJSON_Delete(o);
+}
+
 int main(void)
 {
     MG_RUN(test_numbers);
@@ -429,5 +447,6 @@ int main(void)
     MG_RUN(test_check_members);
     MG_RUN(test_check_nesting);
     MG_RUN(test_check_random);
+    MG_RUN(test_int_of_number);
     return mg_test_summary();
 }

@@ -190,6 +190,14 @@ static void test_answer(void)
     mg_buf_free(&out);
     CHECK_EQ_INT(mg_msgs_answer("{\"choices\":[]}", 14, "m", "x", &calls, &out), -1);
     mg_buf_free(&out);
+
+    /* an upstream's absurd usage is clamped, not an undefined cast */
+    const char *huge =
+        "{\"choices\":[{\"finish_reason\":\"stop\",\"message\":{\"content\":\"a\"}}],"
+        "\"usage\":{\"prompt_tokens\":2.2e49,\"completion_tokens\":-1e300}}";
+    CHECK_EQ_INT(mg_msgs_answer(huge, strlen(huge), "m", "x", &calls, &out), 0);
+    CHECK(strstr(out.data, "\"output_tokens\":0") != NULL);
+    mg_buf_free(&out);
 }
 
 static void test_stop_reasons(void)

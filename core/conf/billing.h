@@ -21,10 +21,7 @@ typedef struct mg_billing_conf_s {
 
 #define MG_BILLING_TOLERANCE_DEFAULT_S 300
 
-/* The `billing:` section at node v of doc into *out (defaults first). 0, or -1 with
- * "FILE:LINE: reason" in err (file = the config's name). */
-int mg_conf_billing_section(yaml_document_t *doc, yaml_node_t *v, const char *file,
-                            mg_billing_conf_t *out, char *err, size_t errlen);
+/* The section's reader is conf_section_billing (conf/sections.h). */
 
 /* Free what the section owns (NULL fine). */
 void mg_billing_conf_free(mg_billing_conf_t *b);

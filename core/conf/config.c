@@ -48,34 +48,11 @@ static int load_prices(conf_loader_t *l, yaml_node_t *v, int line)
 {
     return load_usage_or_prices(l, v, line, 1);
 }
-static int load_billing(conf_loader_t *l, yaml_node_t *v, int line)
-{
-    (void)line;
-    return mg_conf_billing_section(l->doc, v, l->name, &l->cfg->billing, l->err, l->err_len);
-}
 
 typedef int (*section_fn)(conf_loader_t *l, yaml_node_t *v, int line);
 
 /* Sections in load order: providers before models, whatever the file's order, because
  * routes refer to providers. */
-static int load_context(conf_loader_t *l, yaml_node_t *v, int line)
-{
-    (void)line;
-    return mg_context_conf_load(l->doc, v, l->name, &l->cfg->context, l->err, l->err_len);
-}
-
-static int load_protocols(conf_loader_t *l, yaml_node_t *v, int line)
-{
-    (void)line;
-    return mg_protocols_conf_load(l->doc, v, l->name, &l->cfg->protocols, l->err, l->err_len);
-}
-
-/* cluster: (conf/cluster.c) */
-static int load_cluster(conf_loader_t *l, yaml_node_t *v, int line)
-{
-    return mg_cluster_conf_load(l, v, line);
-}
-
 static const struct {
     const char *key;
     section_fn load;
@@ -101,10 +78,10 @@ static const struct {
     {"dashboard", conf_section_dashboard},
     {"usage", load_usage},
     {"prices", load_prices},
-    {"billing", load_billing},
-    {"context", load_context},
-    {"protocols", load_protocols},
-    {"cluster", load_cluster},
+    {"billing", conf_section_billing},
+    {"context", conf_section_context},
+    {"protocols", conf_section_protocols},
+    {"cluster", mg_cluster_conf_load},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -144,6 +121,7 @@ static int set_defaults(conf_loader_t *l, const char *name)
     c->reserved_connections = 16;
     c->cors.max_age_s = 600;
     mg_dashboard_conf_defaults(&c->dashboard);
+    c->billing.webhook_tolerance_s = MG_BILLING_TOLERANCE_DEFAULT_S;
     c->auth_enabled = false;
     c->max_retries = 3;
     c->timeouts = (mg_timeouts_conf_t){

@@ -1,6 +1,6 @@
-/* context: the config's context section; see context.h. Its own small reader of scalar
- * values, so config.c only hands the node over. */
+/* context: the config's context section; see context.h. */
 #include "conf/context.h"
+#include "conf/sections.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,127 +27,55 @@ void mg_context_conf_clear(mg_context_conf_t *c)
     c->platform_rules = c->summarizer_model = c->summary_prompt = NULL;
 }
 
+static const char *const policies[] = {"summary_and_recent", "recent_only", "none", NULL};
 int mg_context_policy_known(const char *p)
 {
-    return p &&
-           (!strcmp(p, "summary_and_recent") || !strcmp(p, "recent_only") || !strcmp(p, "none"));
-}
-
-static int fail(const char *name, const yaml_node_t *n, char *err, size_t errlen, const char *what)
-{
-    snprintf(err, errlen, "%s:%d: context%s", name, n ? (int)n->start_mark.line + 1 : 0, what);
-    return -1;
-}
-
-static const char *text(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static int read_int(const yaml_node_t *n, long long lo, long long hi, long long *out)
-{
-    const char *s = text(n);
-    char *end = NULL;
-    long long v = s ? strtoll(s, &end, 10) : 0;
-    if (!s || !*s || *end || v < lo || v > hi) return -1;
-    *out = v;
+    for (int i = 0; p && policies[i]; i++)
+        if (!strcmp(p, policies[i])) return 1;
     return 0;
 }
 
-static int read_bool(const yaml_node_t *n, bool *out)
-{
-    const char *s = text(n);
-    if (s && !strcmp(s, "true")) *out = true;
-    else if (s && !strcmp(s, "false")) *out = false;
-    else return -1;
-    return 0;
-}
+static const char *const on_failure[] = {"none", "user_turn", NULL};
+static const char *const on_busy[] = {"wait", "reject", NULL};
 
-/* A text value (empty: none). 0 or -1. */
-static int set_text(char **dst, const yaml_node_t *v)
+int conf_section_context(conf_loader_t *l, yaml_node_t *v, int line)
 {
-    const char *s = text(v);
-    if (!s) return -1;
-    free(*dst);
-    *dst = s[0] ? strdup(s) : NULL;
-    return s[0] && !*dst ? -1 : 0;
-}
-
-/* One key of the section. 0, 1 for an unknown key, -1 for a bad value (err set). */
-static int load_key(const char *key, const yaml_node_t *v, mg_context_conf_t *c)
-{
-    long long n = 0;
-    if (!strcmp(key, "safety_margin_ratio")) {
-        const char *s = text(v);
-        char *end = NULL;
-        double d = s ? strtod(s, &end) : -1;
-        if (!s || !*s || *end || d < 0 || d > 0.9) return -1;
-        c->safety_margin_ratio = d;
-    } else if (!strcmp(key, "default_policy")) {
-        if (!mg_context_policy_known(text(v))) return -1;
-        snprintf(c->default_policy, sizeof(c->default_policy), "%s", text(v));
-    } else if (!strcmp(key, "max_session_messages")) {
-        if (read_int(v, 2, 100000, &n)) return -1;
-        c->max_session_messages = (int)n;
-    } else if (!strcmp(key, "session_idle_ttl_minutes")) {
-        if (read_int(v, 1, 525600, &n)) return -1;
-        c->session_idle_ttl_minutes = (int)n;
-    } else if (!strcmp(key, "session_ttl_minutes")) {
-        if (read_int(v, 1, 5256000, &n)) return -1;
-        c->session_ttl_minutes = (int)n;
-    } else if (!strcmp(key, "enable_prompt_persistence")) {
-        if (read_bool(v, &c->enable_prompt_persistence)) return -1;
-    } else if (!strcmp(key, "switch_to_larger_window")) {
-        if (read_bool(v, &c->switch_to_larger_window)) return -1;
-    } else if (!strcmp(key, "memory_budget_bytes")) {
-        if (read_int(v, 4096, 1ll << 40, &c->memory_budget_bytes)) return -1;
-    } else if (!strcmp(key, "append_on_failure")) {
-        const char *s = text(v);
-        if (!s || (strcmp(s, "none") && strcmp(s, "user_turn"))) return -1;
-        c->append_user_on_failure = !strcmp(s, "user_turn");
-    } else if (!strcmp(key, "busy")) {
-        const char *s = text(v);
-        if (!s || (strcmp(s, "wait") && strcmp(s, "reject"))) return -1;
-        c->busy_reject = !strcmp(s, "reject");
-    } else if (!strcmp(key, "platform_rules")) {
-        return set_text(&c->platform_rules, v);
-    } else if (!strcmp(key, "summarizer_model")) {
-        return set_text(&c->summarizer_model, v);
-    } else if (!strcmp(key, "summary_prompt")) {
-        return set_text(&c->summary_prompt, v);
-    } else if (!strcmp(key, "summary_timeout_ms")) {
-        if (read_int(v, 100, 3600000, &n)) return -1;
-        c->summary_timeout_ms = (int)n;
-    } else if (!strcmp(key, "summary_max_tokens")) {
-        if (read_int(v, 16, 100000, &n)) return -1;
-        c->summary_max_tokens = (int)n;
-    } else {
-        return 1;
-    }
-    return 0;
-}
-
-int mg_context_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
-                         mg_context_conf_t *c, char *err, size_t errlen)
-{
-    if (!v || (v->type == YAML_SCALAR_NODE && !v->data.scalar.length)) return 0;
-    if (v->type != YAML_MAPPING_NODE) return fail(name, v, err, errlen, " must be a mapping");
-    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = yaml_document_get_node(doc, p->key);
-        yaml_node_t *val = yaml_document_get_node(doc, p->value);
-        const char *key = text(k);
-        if (!key) return fail(name, k, err, errlen, ": keys must be plain names");
-        int rc = load_key(key, val, c);
-        char what[160];
-        if (rc > 0) {
-            snprintf(what, sizeof(what), ".%.60s is not a known key", key);
-            return fail(name, k, err, errlen, what);
-        }
-        if (rc < 0) {
-            snprintf(what, sizeof(what),
-                     ".%.60s has an invalid value (see config/moongate.example.yaml)", key);
-            return fail(name, val, err, errlen, what);
-        }
-    }
+    static const char *const keys[] = {"safety_margin_ratio",     "default_policy",
+                                       "max_session_messages",    "session_idle_ttl_minutes",
+                                       "session_ttl_minutes",     "enable_prompt_persistence",
+                                       "switch_to_larger_window", "memory_budget_bytes",
+                                       "append_on_failure",       "busy",
+                                       "platform_rules",          "summarizer_model",
+                                       "summary_prompt",          "summary_timeout_ms",
+                                       "summary_max_tokens",      NULL};
+    const char *P = "context";
+    int m = conf_want_map(l, v, line, P, keys);
+    if (m <= 0) return m;
+    mg_context_conf_t *c = &l->cfg->context;
+    int policy = -1, fail_mode = c->append_user_on_failure, busy = c->busy_reject;
+    if (conf_opt_number(l, v, P, "safety_margin_ratio", true, 0.9, &c->safety_margin_ratio) < 0 ||
+        conf_opt_choice(l, v, P, "default_policy", policies, &policy) < 0 ||
+        conf_opt_int_field(l, v, P, "max_session_messages", 2, 100000, &c->max_session_messages) <
+            0 ||
+        conf_opt_int_field(l, v, P, "session_idle_ttl_minutes", 1, 525600,
+                           &c->session_idle_ttl_minutes) < 0 ||
+        conf_opt_int_field(l, v, P, "session_ttl_minutes", 1, 5256000, &c->session_ttl_minutes) <
+            0 ||
+        conf_opt_bool(l, v, P, "enable_prompt_persistence", &c->enable_prompt_persistence) < 0 ||
+        conf_opt_bool(l, v, P, "switch_to_larger_window", &c->switch_to_larger_window) < 0 ||
+        conf_opt_int(l, v, P, "memory_budget_bytes", 4096, 1ll << 40, &c->memory_budget_bytes) <
+            0 ||
+        conf_opt_choice(l, v, P, "append_on_failure", on_failure, &fail_mode) < 0 ||
+        conf_opt_choice(l, v, P, "busy", on_busy, &busy) < 0 ||
+        conf_opt_text(l, v, P, "platform_rules", &c->platform_rules) < 0 ||
+        conf_opt_text(l, v, P, "summarizer_model", &c->summarizer_model) < 0 ||
+        conf_opt_text(l, v, P, "summary_prompt", &c->summary_prompt) < 0 ||
+        conf_opt_int_field(l, v, P, "summary_timeout_ms", 100, 3600000, &c->summary_timeout_ms) <
+            0 ||
+        conf_opt_int_field(l, v, P, "summary_max_tokens", 16, 100000, &c->summary_max_tokens) < 0)
+        return -1;
+    if (policy >= 0) snprintf(c->default_policy, sizeof c->default_policy, "%s", policies[policy]);
+    c->append_user_on_failure = fail_mode == 1;
+    c->busy_reject = busy == 1;
     return 0;
 }

@@ -20,7 +20,7 @@
  *     switch_to_larger_window: false   # true: what the policy cannot fit in the smallest
  *                                      # route's window goes to the routes with a larger one
  *
- * The values only; the loader (config.c) hands the section's node here. */
+ * The values only; conf_section_context (conf/sections.h) reads them. */
 #ifndef MG_CONF_CONTEXT_H
 #define MG_CONF_CONTEXT_H
 
@@ -48,10 +48,7 @@ typedef struct mg_context_conf_s {
 
 /* The defaults above into c. */
 void mg_context_conf_defaults(mg_context_conf_t *c);
-/* Read the section's mapping node v of doc into c. 0, or -1 with "NAME:LINE: reason" in err
- * (name: the config file's name for messages). */
-int mg_context_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
-                         mg_context_conf_t *c, char *err, size_t errlen);
+/* The section's reader is conf_section_context (conf/sections.h). */
 /* 1 when p names a context policy variant. */
 int mg_context_policy_known(const char *p);
 void mg_context_conf_clear(mg_context_conf_t *c);

@@ -12,7 +12,7 @@
  *     stream_interval_ms: 1000  # one snapshot per client this often at most (250..60000)
  *     secure_cookie: false      # add Secure to the session cookie (behind a TLS proxy)
  *
- * The section is plain values: no ${ENV} expansion. */
+ * Values may use ${NAME} like the rest of the file. */
 #ifndef MG_CONF_DASHBOARD_H
 #define MG_CONF_DASHBOARD_H
 
@@ -32,9 +32,6 @@ typedef struct mg_dashboard_conf_s {
 
 void mg_dashboard_conf_defaults(mg_dashboard_conf_t *c);
 
-/* Read the section's mapping node v of doc into c (defaults already set). 0, or the line
- * of the offending node (> 0) with the reason in msg ("dashboard.max_streams must be ..."). */
-int mg_dashboard_conf_parse(yaml_document_t *doc, yaml_node_t *v, mg_dashboard_conf_t *c, char *msg,
-                            size_t cap);
+/* The section's reader is conf_section_dashboard (conf/sections.h). */
 
 #endif

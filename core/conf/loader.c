@@ -454,3 +454,37 @@ bool conf_valid_name(const char *s)
         if ((unsigned char)*s <= ' ' || *s == 0x7f) return false;
     return true;
 }
+
+int conf_opt_choice(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key,
+                    const char *const *choices, int *dst)
+{
+    conf_field_t f;
+    conf_field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    char *s = NULL, list[200] = "";
+    if (conf_field_string(l, &f, &s) < 0) return -1;
+    for (int i = 0; choices[i]; i++) {
+        if (!strcmp(s, choices[i])) {
+            free(s);
+            *dst = i;
+            return 0;
+        }
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", choices[i]);
+    }
+    free(s);
+    return conf_fail(l, f.line, "%s must be one of %s", f.path, list);
+}
+
+int conf_opt_text(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key, char **dst)
+{
+    conf_field_t f;
+    conf_field_get(l, map, path, key, &f);
+    if (!f.val) return 0;
+    char *s = NULL;
+    if (conf_field_string(l, &f, &s) < 0) return -1;
+    free(*dst);
+    *dst = *s ? s : NULL;
+    if (!*s) free(s);
+    return 0;
+}

@@ -102,6 +102,12 @@ int conf_opt_int_field(conf_loader_t *l, yaml_node_t *map, const char *path, con
                        long long lo, long long hi, int *dst);
 /* Optional boolean: true/false (also YAML 1.1's yes/no/on/off), any case. */
 int conf_opt_bool(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key, bool *dst);
+/* Optional one of `choices` (NULL-terminated): *dst becomes its index; absent leaves it. */
+int conf_opt_choice(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key,
+                    const char *const *choices, int *dst);
+/* Optional string that may be empty (then *dst becomes NULL); absent leaves *dst. */
+int conf_opt_text(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key,
+                  char **dst);
 /* A number in (0, hi], or [0, hi] with zero_ok. */
 int conf_opt_number(conf_loader_t *l, yaml_node_t *map, const char *path, const char *key,
                     bool zero_ok, double hi, double *dst);

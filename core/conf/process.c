@@ -69,14 +69,6 @@ static int load_cors(conf_loader_t *l, yaml_node_t *map)
     return 0;
 }
 
-/* dashboard: in conf/dashboard.c */
-int conf_section_dashboard(conf_loader_t *l, yaml_node_t *v, int line)
-{
-    char msg[256];
-    int at = mg_dashboard_conf_parse(l->doc, v, &l->cfg->dashboard, msg, sizeof msg);
-    return at ? conf_fail(l, at, "%s", msg) : 0;
-}
-
 /* server.admin_listen: the admin API and the dashboard on a listener of their own (then not
  * on server.listen); null or "" keeps them on server.listen. */
 static int load_admin_listen(conf_loader_t *l, yaml_node_t *v)

@@ -1,6 +1,6 @@
-/* protocols: the config's protocols section; see protocols.h. Its own small reader, so
- * config.c only hands the node over. */
+/* protocols: the config's protocols section; see protocols.h. */
 #include "conf/protocols.h"
+#include "conf/sections.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -81,17 +81,6 @@ int mg_header_allowed(const mg_header_allow_t *a, const char *name)
     return 0;
 }
 
-static int fail(const char *name, const yaml_node_t *n, char *err, size_t errlen, const char *what)
-{
-    snprintf(err, errlen, "%s:%d: protocols%s", name, n ? (int)n->start_mark.line + 1 : 0, what);
-    return -1;
-}
-
-static const char *text(const yaml_node_t *n)
-{
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
 /* A header name as HTTP allows it (a token), with an optional "*" at its end. */
 static int header_name_ok(const char *s)
 {
@@ -103,68 +92,74 @@ static int header_name_ok(const char *s)
     return 1;
 }
 
-/* forward_headers: { adapter: [names] } replaces the defaults. */
-static int load_allow(yaml_document_t *doc, yaml_node_t *v, const char *name,
-                      mg_protocols_conf_t *c, char *err, size_t errlen)
+static int forbidden_header(const char *n)
 {
-    if (v->type != YAML_MAPPING_NODE)
-        return fail(name, v, err, errlen, ".forward_headers must be a mapping of adapter: [names]");
-    mg_protocols_conf_clear(c);
-    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = yaml_document_get_node(doc, p->key);
-        yaml_node_t *list = yaml_document_get_node(doc, p->value);
-        const char *adapter = text(k);
-        if (!adapter || !*adapter || mg_protocols_allow(c, adapter))
-            return fail(name, k, err, errlen, ".forward_headers: adapter names, each once");
-        if (!list || list->type != YAML_SEQUENCE_NODE)
-            return fail(name, list ? list : k, err, errlen,
-                        ".forward_headers: each adapter's value is a list of header names");
-        mg_header_allow_t *a = allow_add(c, adapter);
-        if (!a) return fail(name, k, err, errlen, ": out of memory");
-        for (yaml_node_item_t *i = list->data.sequence.items.start;
-             i < list->data.sequence.items.top; i++) {
-            yaml_node_t *h = yaml_document_get_node(doc, *i);
-            const char *hn = text(h);
-            if (!header_name_ok(hn))
-                return fail(name, h, err, errlen,
-                            ".forward_headers: a header name (letters, digits, '-', '_'; a "
-                            "final '*' for a prefix)");
-            if (!strcasecmp(hn, "authorization") || !strcasecmp(hn, "x-api-key") ||
-                !strcasecmp(hn, "cookie") || !strcasecmp(hn, "host") ||
-                !strcasecmp(hn, "content-length"))
-                return fail(name, h, err, errlen,
-                            ".forward_headers: credentials and framing headers (authorization, "
-                            "x-api-key, cookie, host, content-length) are never forwarded");
-            if (allow_name(a, hn)) return fail(name, h, err, errlen, ": out of memory");
-        }
+    static const char *const never[] = {"authorization", "x-api-key",      "cookie",
+                                        "host",          "content-length", NULL};
+    for (int i = 0; never[i]; i++)
+        if (!strcasecmp(n, never[i])) return 1;
+    return 0;
+}
+
+/* One adapter's list of header names. */
+static int load_names(conf_loader_t *l, yaml_node_t *list, int line, mg_header_allow_t *a)
+{
+    if (!list || list->type != YAML_SEQUENCE_NODE)
+        return conf_fail(l, line,
+                         "protocols.forward_headers: each adapter's value is a list of header "
+                         "names");
+    for (yaml_node_item_t *i = list->data.sequence.items.start; i < list->data.sequence.items.top;
+         i++) {
+        yaml_node_t *h = conf_node_at(l, *i);
+        const char *hn = conf_is_scalar(h) ? conf_scalar_text(h) : NULL;
+        if (!header_name_ok(hn))
+            return conf_fail(l, conf_line_of(h),
+                             "protocols.forward_headers: a header name (letters, digits, '-', "
+                             "'_'; a final '*' for a prefix)");
+        if (forbidden_header(hn))
+            return conf_fail(l, conf_line_of(h),
+                             "protocols.forward_headers: credentials and framing headers "
+                             "(authorization, x-api-key, cookie, host, content-length) are never "
+                             "forwarded");
+        if (allow_name(a, hn)) return conf_fail(l, conf_line_of(h), "out of memory");
     }
     return 0;
 }
 
-int mg_protocols_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
-                           mg_protocols_conf_t *c, char *err, size_t errlen)
+/* forward_headers: { adapter: [names] } replaces the defaults. */
+static int load_allow(conf_loader_t *l, yaml_node_t *v, int line, mg_protocols_conf_t *c)
 {
-    if (!v || (v->type == YAML_SCALAR_NODE && !v->data.scalar.length)) return 0;
-    if (v->type != YAML_MAPPING_NODE) return fail(name, v, err, errlen, " must be a mapping");
+    if (conf_want_map(l, v, line, "protocols.forward_headers", NULL) < 0) return -1;
+    if (v->type != YAML_MAPPING_NODE)
+        return conf_fail(l, line,
+                         "protocols.forward_headers must be a mapping of adapter: [names]");
+    mg_protocols_conf_clear(c);
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        yaml_node_t *k = yaml_document_get_node(doc, p->key);
-        yaml_node_t *val = yaml_document_get_node(doc, p->value);
-        const char *key = text(k);
-        if (key && !strcmp(key, "ping_interval_ms")) {
-            const char *s = text(val);
-            char *end = NULL;
-            long long n = s ? strtoll(s, &end, 10) : -1;
-            if (!s || !*s || *end || n < 0 || n > 3600000 || (n > 0 && n < 100))
-                return fail(name, val, err, errlen,
-                            ".ping_interval_ms must be 0 (off) or 100..3600000 milliseconds");
-            c->ping_interval_ms = (int)n;
-        } else if (key && !strcmp(key, "forward_headers")) {
-            if (load_allow(doc, val, name, c, err, errlen)) return -1;
-        } else {
-            char what[160];
-            snprintf(what, sizeof(what), ".%.60s is not a known key", key ? key : "?");
-            return fail(name, k, err, errlen, what);
-        }
+        yaml_node_t *k = conf_node_at(l, p->key);
+        const char *adapter = conf_scalar_text(k);
+        if (!*adapter)
+            return conf_fail(l, conf_line_of(k), "protocols.forward_headers: an adapter name");
+        mg_header_allow_t *a = allow_add(c, adapter);
+        if (!a) return conf_fail(l, conf_line_of(k), "out of memory");
+        if (load_names(l, conf_node_at(l, p->value), conf_line_of(k), a) < 0) return -1;
     }
     return 0;
+}
+
+int conf_section_protocols(conf_loader_t *l, yaml_node_t *v, int line)
+{
+    static const char *const keys[] = {"ping_interval_ms", "forward_headers", NULL};
+    int m = conf_want_map(l, v, line, "protocols", keys);
+    if (m <= 0) return m;
+    mg_protocols_conf_t *c = &l->cfg->protocols;
+    int ping = c->ping_interval_ms;
+    if (conf_opt_int_field(l, v, "protocols", "ping_interval_ms", 0, 3600000, &ping) < 0) return -1;
+    if (ping > 0 && ping < 100)
+        return conf_fail(l, line,
+                         "protocols.ping_interval_ms must be 0 (off) or 100..3600000 "
+                         "milliseconds");
+    c->ping_interval_ms = ping;
+    yaml_node_pair_t *fh = conf_find_pair(l, v, "forward_headers");
+    return fh ? load_allow(l, conf_node_at(l, fh->value), conf_line_of(conf_node_at(l, fh->key)), c)
+              : 0;
 }

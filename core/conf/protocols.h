@@ -10,7 +10,7 @@
  *       anthropic: [anthropic-version, anthropic-beta]   # by adapter name (the default);
  *                                      # a name ending in "*" is a prefix (anthropic-*)
  *
- * The values only; the loader (config.c) hands the section's node here. */
+ * The values only; conf_section_protocols (conf/sections.h) reads them. */
 #ifndef MG_CONF_PROTOCOLS_H
 #define MG_CONF_PROTOCOLS_H
 
@@ -31,10 +31,7 @@ typedef struct mg_protocols_conf_s {
 
 /* The defaults above into c (-1 when out of memory). */
 int mg_protocols_conf_defaults(mg_protocols_conf_t *c);
-/* Read the section's mapping node v of doc into c. 0, or -1 with "NAME:LINE: reason" in err
- * (name: the config file's name for messages). */
-int mg_protocols_conf_load(yaml_document_t *doc, yaml_node_t *v, const char *name,
-                           mg_protocols_conf_t *c, char *err, size_t errlen);
+/* The section's reader is conf_section_protocols (conf/sections.h). */
 /* The allowlist of an adapter, or NULL: none of the client's headers go to it. */
 const mg_header_allow_t *mg_protocols_allow(const mg_protocols_conf_t *c, const char *adapter);
 /* 1 when the header name (any case) is on the list. */

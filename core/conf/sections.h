@@ -1,7 +1,7 @@
 /* sections: the readers of the config's sections, each filling the loader's mg_config_t from
  * one top-level mapping (conf/config.c walks the file and calls them in its fixed order).
  * They live by subject:
- *   conf/process.c  server, dashboard, storage, tokenizer, auth, lua, log, upstream
+ *   conf/process.c  server, storage, tokenizer, auth, lua, log, upstream
  *   conf/serving.c  timeouts, routing, scheduler, tasks, idempotency, circuit_breaker, health
  *   conf/catalog.c  providers, models
  *   conf/access.c   applications, users
@@ -12,7 +12,6 @@
 
 #include "conf/loader.h"
 
-int conf_section_dashboard(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_server(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_storage(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_tokenizer(conf_loader_t *l, yaml_node_t *v, int line);
@@ -31,5 +30,10 @@ int conf_section_providers(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_models(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_applications(conf_loader_t *l, yaml_node_t *v, int line);
 int conf_section_users(conf_loader_t *l, yaml_node_t *v, int line);
+/* in files of their own */
+int conf_section_context(conf_loader_t *l, yaml_node_t *v, int line);
+int conf_section_protocols(conf_loader_t *l, yaml_node_t *v, int line);
+int conf_section_billing(conf_loader_t *l, yaml_node_t *v, int line);
+int conf_section_dashboard(conf_loader_t *l, yaml_node_t *v, int line);
 
 #endif

@@ -547,9 +547,9 @@ describe('config', () => {
     test('moongate --check refuses a bad dashboard section with the file and line', () => {
         const dir = fs.mkdtempSync(path.join(env.dir, 'chk-'));
         const cases = [
-            ['dashboard:\n  max_streams: 0\n', /:2: dashboard.max_streams must be an integer from 1 to 256/],
+            ['dashboard:\n  max_streams: 0\n', /:2: dashboard.max_streams must be between 1 and 256/],
             ['dashboard:\n  enabled: maybe\n', /:2: dashboard.enabled must be true or false/],
-            ['dashboard:\n  colour: blue\n', /:2: dashboard: unknown key 'colour'/],
+            ['dashboard:\n  colour: blue\n', /:2: unknown key 'colour' in dashboard/],
             ['dashboard: 3\n', /:1: dashboard must be a mapping/],
         ];
         for (const [yaml, want] of cases) {

@@ -744,12 +744,25 @@ static void test_context_section(void)
     }
     CHECK_STR(
         parse_err("context:\n  default_policy: magic\n"),
-        "t.yaml:2: context.default_policy has an invalid value (see config/moongate.example.yaml)");
+        "t.yaml:2: context.default_policy must be one of summary_and_recent, recent_only, none");
+    CHECK_STR(parse_err("context:\n  safety_margin_ratio: 0.95\n"),
+              "t.yaml:2: context.safety_margin_ratio must be at least 0 and at most 0.9");
+    CHECK_STR(parse_err("context:\n  colour: red\n"), "t.yaml:2: unknown key 'colour' in context");
+    /* the other small sections, read by the same loader */
+    CHECK_STR(parse_err("protocols:\n  ping_interval_ms: 50\n"),
+              "t.yaml:1: protocols.ping_interval_ms must be 0 (off) or 100..3600000 milliseconds");
+    CHECK_STR(parse_err("protocols:\n  forward_headers: {anthropic: [x-api-key]}\n"),
+              "t.yaml:2: protocols.forward_headers: credentials and framing headers "
+              "(authorization, x-api-key, cookie, host, content-length) are never forwarded");
+    CHECK_STR(parse_err("protocols:\n  forward_headers: {a: [x], a: [y]}\n"),
+              "t.yaml:2: duplicate key 'a' in protocols.forward_headers");
+    CHECK_STR(parse_err("billing:\n  webhook_tolerance_s: 0\n"),
+              "t.yaml:2: billing.webhook_tolerance_s must be between 1 and 86400");
     CHECK_STR(
-        parse_err("context:\n  safety_margin_ratio: 0.95\n"),
-        "t.yaml:2: context.safety_margin_ratio has an invalid value (see config/moongate.example.yaml)");
-    CHECK_STR(parse_err("context:\n  colour: red\n"),
-              "t.yaml:2: context.colour is not a known key");
+        parse_err("billing:\n  webhook_secret: ${MG_TEST_UNSET_SECRET_VAR}\n"),
+        "t.yaml:2: undefined environment variable 'MG_TEST_UNSET_SECRET_VAR' in billing.webhook_secret");
+    CHECK_STR(parse_err("dashboard:\n  max_streams: 0\n"),
+              "t.yaml:2: dashboard.max_streams must be between 1 and 256");
     CHECK_STR(parse_err("context: 3\n"), "t.yaml:1: context must be a mapping");
     c = parse_ok(
         "providers:\n  - {id: p, adapter: openai, base_url: http://127.0.0.1:1/v1}\n"

@@ -13,7 +13,12 @@
 --   ctx.tokens[i]      the tokens of ctx.messages[i], by the chat rule the budget uses
 --   ctx.n_leading      how many leading system messages there are (protected)
 --   ctx.first_current  the index of the current request's first message: it and everything
---                      after it are protected (the question being asked is never cut)
+--                      after it are protected (the question being asked is never cut),
+--                      except the request's retrieval snippets
+--   a snippet          a system message with a `moongate_snippet` field { rank, score?,
+--                      source?, id? }: the request's `retrieval` list, one message per snippet, placed
+--                      at first_current before the request's own messages (the core joins the
+--                      ones kept into one system message after trim)
 --   ctx.policy         "summary_and_recent" (the default) or "recent_only"
 --   ctx.overhead       tokens the list costs beyond its messages (the reply's priming)
 --   ctx.count(msg)     the tokens of a message (after a step rewrote it)
@@ -25,6 +30,8 @@
 -- still over budget, so a policy can never make the engine truncate.
 --
 -- The steps, in order, each re-counting (PRD 3.3.4):
+--   0. drop_snippets: a snippet that repeats an earlier one (the same id, or the same text
+--      up to white space) goes, then those scored below RETRIEVAL_MIN_SCORE, lowest first.
 --   1. compress_tool_results (summary_and_recent): a tool result in the history longer than
 --      TOOL_RESULT_MAX_TOKENS keeps its first TOOL_RESULT_KEEP_CHARS characters. No notice
 --      text is added: the model sees a shorter result, never a gateway's remark.
@@ -36,6 +43,8 @@
 --      list fits. They do not move when a turn is added, so consecutive requests of a
 --      growing conversation send a byte-identical prefix, and the cut moves (a cache miss)
 --      only when the list has outgrown it: about once per quarter budget of new turns.
+--   3. shrink_retrieval: the remaining snippets go, lowest score first (the last given
+--      first among equals), until the list fits.
 --   The earlier summary stays (it is a leading system message); summaries of the dropped
 --   turns are made by the core's summariser when configured, not here.
 --
@@ -48,6 +57,7 @@ local M = { name = "context", version = 1 }
 
 local TOOL_RESULT_MAX_TOKENS = 512 -- a longer tool result in the history is compressed
 local TOOL_RESULT_KEEP_CHARS = 1200 -- what a compressed tool result keeps
+local RETRIEVAL_MIN_SCORE = 0.5 -- a snippet scored below this is low relevance (drop_snippets)
 -- The low-water mark of drop_oldest_turns: its cut points are (1 - LOW_WATER) x budget
 -- tokens apart, so a trim leaves the list near LOW_WATER x budget (plus the newest turn) and
 -- the following turns go upstream with the same prefix (the engine's prompt cache holds)
@@ -154,12 +164,101 @@ local function drop_oldest_turns(st, budget)
     return count > 0
 end
 
+-- snippets(st): the indices of the retrieval snippets, in list order.
+local function snippets(st)
+    local out = {}
+    for i = st.first_current, #st.messages do
+        if st.messages[i].moongate_snippet then
+            out[#out + 1] = i
+        end
+    end
+    return out
+end
+
+local function remove(st, i)
+    table.remove(st.messages, i)
+    table.remove(st.tokens, i)
+end
+
+-- drop_in_order(st, order, budget): removes the snippets at the indices `order` names, in
+-- that order; with a budget, only while the list is over it. Returns true when it removed one.
+local function drop_in_order(st, order, budget)
+    local gone = {}
+    for _, i in ipairs(order) do
+        if budget and total(st.tokens, st.overhead) <= budget then
+            break
+        end
+        gone[#gone + 1] = i
+        st.tokens[i] = 0 -- counted out now, removed below (indices stay valid meanwhile)
+    end
+    table.sort(gone, function(a, b) return a > b end)
+    for _, i in ipairs(gone) do
+        remove(st, i)
+    end
+    return #gone > 0
+end
+
+-- by_relevance(st, list): list sorted lowest score first, the later given first among equals
+-- (a snippet without a score counts as fully relevant).
+local function by_relevance(st, list)
+    local function score(i)
+        return st.messages[i].moongate_snippet.score or 1
+    end
+    table.sort(list, function(a, b)
+        if score(a) ~= score(b) then
+            return score(a) < score(b)
+        end
+        return a > b
+    end)
+    return list
+end
+
+-- drop_snippets: repeats, then low-relevance snippets. Returns true when it dropped one.
+local function drop_snippets(st, budget)
+    local seen, repeats, low = {}, {}, {}
+    for _, i in ipairs(snippets(st)) do
+        local m = st.messages[i]
+        local text = type(m.content) == "string" and m.content:gsub("%s+", " "):match("^ ?(.-) ?$") or ""
+        local key = m.moongate_snippet.id and ("id:" .. m.moongate_snippet.id) or ("text:" .. text)
+        if seen[key] or seen["text:" .. text] then
+            repeats[#repeats + 1] = i
+        else
+            seen[key], seen["text:" .. text] = true, true
+            if (m.moongate_snippet.score or 1) < RETRIEVAL_MIN_SCORE then
+                low[#low + 1] = i
+            end
+        end
+    end
+    local dropped = drop_in_order(st, repeats, nil)
+    -- the repeats' removal moved the later indices: find the low ones again
+    if dropped then
+        low = {}
+        for _, i in ipairs(snippets(st)) do
+            if (st.messages[i].moongate_snippet.score or 1) < RETRIEVAL_MIN_SCORE then
+                low[#low + 1] = i
+            end
+        end
+    end
+    return drop_in_order(st, by_relevance(st, low), budget) or dropped
+end
+
+-- shrink_retrieval: snippets out, lowest score first, until the list fits.
+local function shrink_retrieval(st, budget)
+    return drop_in_order(st, by_relevance(st, snippets(st)), budget)
+end
+
 local STEPS = {
     summary_and_recent = {
+        { "drop_snippets", drop_snippets },
         { "compress_tool_results", compress_tool_results },
         { "drop_oldest_turns", drop_oldest_turns },
+        { "shrink_retrieval", shrink_retrieval },
     },
-    recent_only = { { "drop_oldest_turns", drop_oldest_turns } },
+    recent_only = {
+        { "drop_snippets", drop_snippets },
+        { "drop_oldest_turns", drop_oldest_turns },
+        { "shrink_retrieval", shrink_retrieval },
+    },
 }
 
 function M.trim(ctx, budget)

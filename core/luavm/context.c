@@ -1,9 +1,10 @@
 /* context: the call of policies/context.lua (luavm.h, mg_gen_context_trim).
  *
  * The policy gets ctx = {messages, tokens, first_current, n_leading, policy, overhead,
- * count}: count(msg) is the chat rule of token/chat.h over the encoding of the request's
- * model, so a step that rewrites a message (a compressed tool result) re-counts it exactly
- * as the core will when it checks the answer. */
+ * count}; retrieval snippets are messages marked moongate_snippet (pipeline/snippets.h).
+ * count(msg) is the chat rule of token/chat.h over the encoding of the request's model, so a
+ * step that rewrites a message (a compressed tool result) re-counts it exactly as the core
+ * will when it checks the answer. */
 #include "luavm/luavm.h"
 
 #include <stdio.h>

@@ -6,6 +6,7 @@
  * is ever built. Everything else takes the tree path: parsed once, checked, sanitized (the
  * gateway's extensions taken out, max_output_tokens mapped, streams asked for usage). */
 #include "pipeline/call.h"
+#include "pipeline/snippets.h"
 
 #include "base/json.h"
 
@@ -25,7 +26,7 @@ static const struct {
     size_t len;
 } extension_keys[] = {KEY("priority"),          KEY("session_id"), KEY("idempotency_key"),
                       KEY("timeouts"),          KEY("routing"),    KEY("context_policy"),
-                      KEY("max_output_tokens"), KEY("metadata")};
+                      KEY("max_output_tokens"), KEY("metadata"),   KEY("retrieval")};
 #define N_EXTENSIONS (sizeof(extension_keys) / sizeof(extension_keys[0]))
 
 int member_is(const mg_json_member_t *m, const char *key)
@@ -109,6 +110,9 @@ static const char *validate(mg_endpoint_t ep, const cJSON *body)
         for (const cJSON *m = msgs->child; m; m = m->next)
             if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role")))
                 return "each message must be an object with a 'role'";
+        const cJSON *retrieval = cJSON_GetObjectItemCaseSensitive(body, "retrieval");
+        const char *bad = retrieval ? mg_snippets_check(retrieval) : NULL;
+        if (bad) return bad;
     } else if (ep == MG_EP_COMPLETIONS) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
         if (!cJSON_IsString(p) && !cJSON_IsArray(p)) return "'prompt' must be a string or an array";
@@ -131,7 +135,7 @@ static void sanitize(call_t *c)
         c->mapped_max_tokens = mg_json_ll(mot, -1);
         cJSON_AddNumberToObject(b, "max_tokens", (double)c->mapped_max_tokens);
     }
-    context_take_extensions(c, b); /* session_id, context_policy: before they go */
+    context_take_extensions(c, b); /* session_id, context_policy, retrieval: before they go */
     const cJSON *prio = cJSON_GetObjectItemCaseSensitive(b, "priority");
     int engine_priority = cJSON_IsNumber(prio); /* the engine's, kept (see forwarded) */
     for (size_t i = 0; i < N_EXTENSIONS; i++)

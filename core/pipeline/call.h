@@ -465,7 +465,7 @@ void wallet_finish(call_t *c);
 
 /* The extensions the context step reads (session_id, context_policy), kept from the tree
  * before sanitize() strips them. */
-void context_take_extensions(call_t *c, const cJSON *body);
+void context_take_extensions(call_t *c, cJSON *body);
 /* The context step: the chat request's messages assembled (the session's history replayed)
  * and fitted into the model's budget (policies/context.lua); errors 404 SESSION_NOT_FOUND,
  * 409 SESSION_BUSY, 400 CONTEXT_TOO_LARGE. Waits (MG_STEP_AGAIN) while another request holds

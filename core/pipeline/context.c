@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "token/chat.h"
 #include "token/registry.h"
+#include "pipeline/snippets.h"
 
 #define MAX_TOOL_CALLS 32
 
@@ -39,6 +40,7 @@ typedef struct call_context_s {
     mg_session_t *waiting_on;   /* the session this call waits for, or NULL */
     mg_session_waiter_t waiter; /* its place in that session's list */
     cJSON *turn_in;             /* owned: the request's own non-system messages */
+    cJSON *retrieval;           /* owned: the request's retrieval snippets (snippets.h) */
     int rewritten;
     long input_tokens, budget; /* the report; budget -1: none */
     cJSON *steps;              /* owned: the trimming steps that ran */
@@ -55,13 +57,16 @@ static call_context_t *ctx_of(call_t *c)
     return c->ctx;
 }
 
-void context_take_extensions(call_t *c, const cJSON *body)
+void context_take_extensions(call_t *c, cJSON *body)
 {
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(body, "session_id");
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(body, "context_policy");
-    if ((!sid || cJSON_IsNull(sid)) && !cJSON_IsString(pol)) return;
+    const cJSON *rag = cJSON_GetObjectItemCaseSensitive(body, "retrieval");
+    int snippets = c->ep == MG_EP_CHAT && cJSON_GetArraySize(rag) > 0;
+    if ((!sid || cJSON_IsNull(sid)) && !cJSON_IsString(pol) && !snippets) return;
     call_context_t *x = ctx_of(c);
     if (!x) return;
+    if (snippets) x->retrieval = cJSON_DetachItemFromObjectCaseSensitive(body, "retrieval");
     x->project_id = c->auth.rec ? c->auth.rec->project_id : 0;
     if (sid && !cJSON_IsNull(sid)) {
         x->has_session_id = 1;
@@ -380,10 +385,13 @@ static int context_assemble(call_t *c)
 {
     if (c->ep != MG_EP_CHAT) return 0;
     int with_session = c->ctx && c->ctx->has_session_id;
+    int with_snippets = c->ctx && c->ctx->retrieval;
     const mg_encoding_t *e = encoding_of(c);
     int windowed = window_of(c->model) > 0;
     long budget = windowed ? model_budget(c) : -1;
-    if (!with_session && (!windowed || !e || (budget > 0 && prompt_count(c) <= budget))) return 0;
+    if (!with_session && !with_snippets &&
+        (!windowed || !e || (budget > 0 && prompt_count(c) <= budget)))
+        return 0;
     call_context_t *x = ctx_of(c);
     if (!x) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0), -1;
     int taken = with_session ? take_session(c) : 0;
@@ -401,6 +409,11 @@ static int context_assemble(call_t *c)
         cJSON_Delete(req_msgs);
     } else {
         split_plain(msgs, &n_leading, &first_current);
+    }
+    /* the snippets go before the current request; the policy finds them by their mark */
+    if (with_snippets && mg_snippets_insert(msgs, first_current, x->retrieval) < 0) {
+        cJSON_AddItemToObject(body, "messages", msgs);
+        return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0), -1;
     }
     int n_msgs = cJSON_GetArraySize(msgs);
     long *tokens = calloc((size_t)n_msgs + 1, sizeof(*tokens));
@@ -425,10 +438,22 @@ static int context_assemble(call_t *c)
     if (n >= 0 && budget > 0 && n > budget)
         rc = trim(c, &msgs, tokens, n_leading, first_current, n, budget);
     free(tokens);
+    long joined = with_snippets ? mg_snippets_join(e, msgs) : 0;
+    if (x->input_tokens >= 0) x->input_tokens += joined;
     cJSON_AddItemToObject(body, "messages", msgs);
     x->rewritten = 1;
     if (x->input_tokens >= 0) c->prompt_count = x->input_tokens;
     return rc;
+}
+
+/* 1 when a step other than the snippets' changed the history (a summary is due). */
+static int history_trimmed(const cJSON *steps)
+{
+    for (const cJSON *st = steps ? steps->child : NULL; st; st = st->next)
+        if (cJSON_IsString(st) && strcmp(st->valuestring, "drop_snippets") != 0 &&
+            strcmp(st->valuestring, "shrink_retrieval") != 0)
+            return 1;
+    return 0;
 }
 
 mg_step_rc_t step_context(call_t *c)
@@ -443,7 +468,7 @@ mg_step_rc_t step_context(call_t *c)
         c->est_tokens = c->prompt_count + output_estimate(c);
     /* recent_only keeps the recent turns and nothing else: no summary is made for it */
     if (rc == 0 && c->ctx && c->ctx->session && strcmp(policy_of(c), "recent_only") != 0)
-        summary_maybe_start(c, c->ctx->session, c->ctx->steps && c->ctx->steps->child);
+        summary_maybe_start(c, c->ctx->session, history_trimmed(c->ctx->steps));
     return MG_STEP_NEXT;
 }
 
@@ -574,6 +599,7 @@ void context_end(call_t *c)
         release_session(c, x->session);
     }
     cJSON_Delete(x->turn_in);
+    cJSON_Delete(x->retrieval);
     cJSON_Delete(x->steps);
     mg_buf_free(&x->content);
     mg_buf_free(&x->reasoning);

@@ -18,7 +18,9 @@
 #define SWEEP_EVERY_MS 1000
 
 /* The trimming steps the shipped policy names; any other counts as "other". */
-static const char *const TRIM_STEPS[] = {"compress_tool_results", "drop_oldest_turns", "other"};
+static const char *const TRIM_STEPS[] = {"drop_snippets",     "compress_tool_results",
+                                         "drop_oldest_turns", "shrink_retrieval",
+                                         "switch_route",      "other"};
 #define N_TRIM_STEPS (sizeof(TRIM_STEPS) / sizeof(TRIM_STEPS[0]))
 
 struct mg_sessions_s {

@@ -202,4 +202,70 @@ describe("policies/context.lua", function()
         trims = #prefix_moves(sent)
         assert.is_true(over > trims, "most turns over the budget keep the last cut")
     end)
+    -- retrieval snippets: system messages marked moongate_snippet, at first_current
+    local function snippet(text, score, id)
+        return { role = "system", content = text, moongate_snippet = { rank = 1, score = score, id = id } }
+    end
+
+    local function contents(msgs)
+        local out = {}
+        for i, m in ipairs(msgs) do
+            out[i] = m.content
+        end
+        return table.concat(out, "|")
+    end
+
+    it("drop_snippets: repeats (same text up to white space, or same id) go first", function()
+        local msgs = {
+            { role = "system", content = "rules" },
+            snippet("alpha  beta", 0.9), snippet(" alpha beta ", 0.8), snippet("gamma", 0.9, "d1"),
+            snippet("delta", 0.7, "d1"),
+            { role = "user", content = "question" },
+        }
+        local budget = total(msgs) - 1
+        local out, rep = context.trim(ctx(msgs, 1, 2), budget)
+        assert.equal("rules|alpha  beta|gamma|question", contents(out))
+        assert.same({ "drop_snippets" }, rep.steps)
+    end)
+
+    it("drop_snippets: low-relevance snippets go lowest first, only while over budget", function()
+        local msgs = {
+            { role = "system", content = "rules" },
+            { role = "user", content = "q1-aaaaaaaaaa" }, { role = "assistant", content = "a1-aaaaaaaaaa" },
+            snippet("s-one-xxxxxx", 0.3), snippet("s-two-xxxxxx", 0.1), snippet("s-three-xxxx", 0.9),
+            { role = "user", content = "now" },
+        }
+        -- one low snippet must go: the lowest (0.1)
+        local out, rep = context.trim(ctx(msgs, 1, 4), total(msgs) - 5)
+        assert.equal("rules|q1-aaaaaaaaaa|a1-aaaaaaaaaa|s-one-xxxxxx|s-three-xxxx|now", contents(out))
+        assert.same({ "drop_snippets" }, rep.steps)
+        -- relevant snippets are not dropped by this step: the history goes next
+        out, rep = context.trim(ctx(msgs, 1, 4), total(msgs) - 40)
+        assert.equal("rules|s-three-xxxx|now", contents(out))
+        assert.same({ "drop_snippets", "drop_oldest_turns" }, rep.steps)
+    end)
+
+    it("shrink_retrieval: after the history, snippets go lowest score first; the request stays", function()
+        local msgs = {
+            { role = "system", content = "rules" },
+            { role = "user", content = "q1-aaaaaaaaaa" }, { role = "assistant", content = "a1-aaaaaaaaaa" },
+            snippet("keep-me-xxxx", 0.95), snippet("less-xxxxxxx", 0.6), snippet("noscore-xxxx"),
+            { role = "user", content = "now" },
+        }
+        local budget = total(msgs) - 32 - 15 -- the turn (32) and one snippet (15)
+        local out, rep = context.trim(ctx(msgs, 1, 4), budget)
+        assert.equal("rules|keep-me-xxxx|noscore-xxxx|now", contents(out))
+        assert.same({ "drop_oldest_turns", "shrink_retrieval" }, rep.steps)
+        for _, variant in ipairs({ "recent_only", "summary_and_recent" }) do
+            out = context.trim(ctx(msgs, 1, 4, variant), 3 + 8 + 6)
+            assert.equal("rules|now", contents(out), variant)
+        end
+    end)
+
+    it("a list with snippets within the budget is given back unchanged", function()
+        local msgs = { snippet("x", 0.1), snippet("x", 0.1), { role = "user", content = "q" } }
+        local out, rep = context.trim(ctx(msgs, 0, 1), total(msgs))
+        assert.same(msgs, out)
+        assert.same({}, rep.steps)
+    end)
 end)

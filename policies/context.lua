@@ -32,9 +32,10 @@
 -- The steps, in order, each re-counting (PRD 3.3.4):
 --   0. drop_snippets: a snippet that repeats an earlier one (the same id, or the same text
 --      up to white space) goes, then those scored below RETRIEVAL_MIN_SCORE, lowest first.
---   1. compress_tool_results (summary_and_recent): a tool result in the history longer than
---      TOOL_RESULT_MAX_TOKENS keeps its first TOOL_RESULT_KEEP_CHARS characters. No notice
---      text is added: the model sees a shorter result, never a gateway's remark.
+--   1. compress_tool_results (summary_and_recent): every tool result in the history longer
+--      than TOOL_RESULT_MAX_TOKENS keeps its first TOOL_RESULT_KEEP_CHARS characters (all at
+--      once, so the next turn compresses the same ones: the prefix stays). No notice text is
+--      added: the model sees a shorter result, never a gateway's remark.
 --   2. drop_oldest_turns: whole turns go, oldest first. A turn is a user message and every
 --      assistant and tool message after it up to the next user message, so a tool call and
 --      its result leave together, and an assistant message with reasoning is never cut.
@@ -84,14 +85,14 @@ local function copy(list)
     return out
 end
 
--- compress_tool_results: shorter tool results in the history. Returns true when it changed one.
+-- compress_tool_results: shorter tool results in the history, every long one at once (not
+-- just enough to fit): a message's compressed form depends only on itself, so the next turn,
+-- over budget too, compresses the same ones the same way and sends the same prefix. Returns
+-- true when it changed one.
 local function compress_tool_results(st, budget)
     local changed = false
     for i = st.n_leading + 1, st.first_current - 1 do
         local m = st.messages[i]
-        if total(st.tokens, st.overhead) <= budget then
-            break
-        end
         if m.role == "tool" and type(m.content) == "string" and st.tokens[i] > TOOL_RESULT_MAX_TOKENS then
             local short = {}
             for k, v in pairs(m) do

@@ -191,6 +191,61 @@ describe("policies/context.lua", function()
         assert.is_true(total(sent[t].out) <= budget * 0.75 + 2 * 45, "turn " .. t .. ": " .. total(sent[t].out))
     end)
 
+    -- the same, with tool calls whose results are long every third turn, on summary_and_recent
+    -- (which compresses them): the bytes sent are compared, as the engine's cache does
+    local function text_of(m)
+        return m.role .. "\0" .. tostring(m.content) .. "\0" .. tostring(m.tool_call_id)
+    end
+
+    local function tool_turns(n_turns, budget)
+        local history, sent = { { role = "system", content = "rules" } }, {}
+        for t = 1, n_turns do
+            local msgs = {}
+            for i, m in ipairs(history) do
+                msgs[i] = m
+            end
+            local q = { role = "user", content = string.format("question %02d", t) }
+            msgs[#msgs + 1] = q
+            local out, rep = context.trim(ctx(msgs, 1, #msgs), budget)
+            assert.is_table(out, "turn " .. t)
+            sent[t] = { out = out, steps = table.concat(rep.steps, ",") }
+            history[#history + 1] = q
+            local id = "call" .. t
+            history[#history + 1] = { role = "assistant", tool_calls = { { id = id, type = "function",
+                ["function"] = { name = "f", arguments = "{}" } } } }
+            local size = t % 3 == 0 and 2500 or 40
+            history[#history + 1] = { role = "tool", tool_call_id = id, content = string.rep(tostring(t % 10), size) }
+            history[#history + 1] = { role = "assistant", content = string.format("answer %02d", t) }
+        end
+        return sent
+    end
+
+    it("with long tool results too, the prefix moves only where turns are dropped, every few turns", function()
+        local sent = tool_turns(40, 6000)
+        local moves, compress_only = {}, 0
+        for t = 2, #sent do
+            local prev, cur = sent[t - 1].out, sent[t].out
+            local same = #cur > #prev
+            for i = 1, #prev do
+                same = same and text_of(cur[i]) == text_of(prev[i])
+            end
+            if not same then
+                moves[#moves + 1] = t
+                assert.is_true(sent[t].steps ~= "", "turn " .. t .. ": the prefix moved without a trim")
+                if sent[t].steps == "compress_tool_results" then
+                    compress_only = compress_only + 1
+                end
+            end
+        end
+        assert.is_true(#moves >= 2, "the conversation passed the budget more than once: " .. #moves)
+        for k = 2, #moves do
+            assert.is_true(moves[k] - moves[k - 1] >= 3, "moves at turns " .. moves[k - 1] .. " and " .. moves[k])
+        end
+        -- the long results are compressed all at once, when the budget is first passed: later
+        -- turns compress the same ones the same way, so compression alone moves it once
+        assert.equal(1, compress_only)
+    end)
+
     it("turns over the budget without a moved cut are sent whole after the cut (no trim every turn)", function()
         local sent = session_turns(30, 3 + 8 + 10 * 2 * 45)
         local over, trims = 0, 0

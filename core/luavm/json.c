@@ -23,6 +23,12 @@ static void push_json(lua_State *L, const mg_ljson_t *g, const cJSON *v, int dep
         else lua_pushnumber(L, d);
     } else if (cJSON_IsString(v)) {
         lua_pushstring(L, v->valuestring);
+    } else if (cJSON_IsRaw(v) && v->valuestring &&
+               (v->valuestring[0] == '{' || v->valuestring[0] == '[')) {
+        /* JSON text kept as it was stored (a session's turns): its tree */
+        cJSON *tree = cJSON_Parse(v->valuestring);
+        push_json(L, g, tree, depth);
+        cJSON_Delete(tree);
     } else if (cJSON_IsRaw(v)) {
         /* an integer literal kept exact (mg_json_keep_big_ints): a Lua integer when it fits */
         if (!v->valuestring || !lua_stringtonumber(L, v->valuestring))

@@ -177,8 +177,10 @@ static cJSON *assemble(call_t *c, cJSON *req_msgs, int *n_leading, int *first_cu
         }
     }
     *n_leading = cJSON_GetArraySize(out);
+    /* the turns as their stored text (cJSON_Raw): printed as they are, parsed only where a
+     * tree is needed (a count without a stored one, the policy, a Lua adapter) */
     for (size_t i = 0; s && i < s->n_msgs; i++) {
-        cJSON *m = cJSON_Parse(s->msgs[i].json);
+        cJSON *m = cJSON_CreateRaw(s->msgs[i].json);
         if (m) cJSON_AddItemToArray(out, m);
     }
     *first_current = cJSON_GetArraySize(out);
@@ -210,7 +212,14 @@ static long count_known(const mg_encoding_t *e, const cJSON *msgs, long *tokens,
     long n = MG_CHAT_TOKENS_REPLY;
     int i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
-        long t = i < n_known && known[i] >= 0 ? known[i] : mg_chat_message_tokens(e, m);
+        long t = i < n_known && known[i] >= 0 ? known[i] : -1;
+        if (t < 0 && cJSON_IsRaw(m)) { /* a session turn of another encoding */
+            cJSON *tree = cJSON_Parse(m->valuestring);
+            t = tree ? mg_chat_message_tokens(e, tree) : -1;
+            cJSON_Delete(tree);
+        } else if (t < 0) {
+            t = mg_chat_message_tokens(e, m);
+        }
         if (t < 0) return -1;
         if (tokens) tokens[i] = t;
         n += t;

@@ -601,6 +601,22 @@ static void test_json_big_integers(void)
     cJSON_Delete(j);
 }
 
+/* A message kept as its JSON text (a session's turn, cJSON_Raw) reaches Lua as its table. */
+static void test_json_raw_text(void)
+{
+    cJSON *j = cJSON_CreateArray();
+    cJSON_AddItemToArray(j, cJSON_CreateRaw("{\"role\":\"user\",\"content\":\"hi\",\"n\":[1,2]}"));
+    cJSON_AddItemToArray(j, cJSON_CreateRaw("[true]"));
+    mg_lua_push_json(G, j);
+    lua_setglobal(G->L, "probe");
+    lua_expect(G,
+               "return probe[1].role .. probe[1].content .. #probe[1].n .. tostring(probe[2][1])",
+               "userhi2true");
+    lua_pushnil(G->L);
+    lua_setglobal(G->L, "probe");
+    cJSON_Delete(j);
+}
+
 static void test_json_unicode(void)
 {
     /* UTF-8 strings, escapes and a key with non-ASCII characters */
@@ -945,6 +961,7 @@ int main(void)
     MG_RUN(test_json_empty_and_null_kept);
     MG_RUN(test_json_numbers);
     MG_RUN(test_json_big_integers);
+    MG_RUN(test_json_raw_text);
     MG_RUN(test_json_unicode);
     MG_RUN(test_json_unencodable);
     MG_RUN(test_route_default_policy);

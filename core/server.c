@@ -64,6 +64,7 @@ static void apply_log_level(const mg_config_t *cfg)
     mg_log_level_t lv;
     if (mg_log_level_parse(cfg->log_level, &lv) == 0) mg_log_set_level(lv);
     mg_log_set_text(cfg->log_text);
+    mg_log_set_node(cfg->cluster.node_id);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -24,8 +24,14 @@ static struct {
     int attached;
     char *buf;
     size_t len, cap;
-    int text; /* log.format: text */
-} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0};
+    int text;      /* log.format: text */
+    char node[80]; /* cluster.node_id, set once at start: every line says which instance */
+} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0, ""};
+
+void mg_log_set_node(const char *node_id)
+{
+    if (!g_log.node[0] && node_id) snprintf(g_log.node, sizeof g_log.node, "%s", node_id);
+}
 
 void mg_log_set_text(int text)
 {
@@ -267,6 +273,7 @@ void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
         append(l, level_names[level], strlen(level_names[level]));
         append(l, " ", 1);
         append_escaped(l, msg, strlen(msg));
+        if (g_log.node[0]) mg_log_str(l, "node_id", g_log.node);
         return;
     }
     append(l, "{\"ts\":\"", 7);
@@ -276,6 +283,7 @@ void mg_log_begin(mg_logline_t *l, mg_log_level_t level, const char *msg)
     append(l, level_names[level], strlen(level_names[level]));
     append(l, "\"", 1);
     mg_log_str(l, "msg", msg);
+    if (g_log.node[0]) mg_log_str(l, "node_id", g_log.node);
 }
 
 void mg_log_str(mg_logline_t *l, const char *key, const char *value)

@@ -31,6 +31,9 @@ typedef struct mg_logline_s {
 void mg_log_set_level(mg_log_level_t level);
 /* 1: key=value lines for a terminal (log.format: text); 0: JSON objects (the default). */
 void mg_log_set_text(int text);
+/* Every line carries "node_id" from then on (cluster.node_id); the first call's value stays
+ * (it is read by every thread, so it never changes under them). */
+void mg_log_set_node(const char *node_id);
 
 int mg_log_level_parse(const char *s, mg_log_level_t *out);
 int mg_log_enabled(mg_log_level_t level);

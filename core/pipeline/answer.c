@@ -43,6 +43,19 @@ const char *degraded_reason(const call_t *c, char *buf, size_t cap)
     return buf;
 }
 
+/* cluster.node_id: which instance answered (every answer says it, as the edge PRD's does). */
+static const char *node_id(const call_t *c)
+{
+    return c->gen->cfg->cluster.node_id;
+}
+
+static void append_node_raw(const call_t *c, mg_buf_t *o)
+{
+    const char *id = node_id(c);
+    mg_buf_append_str(o, ",\"node_id\":");
+    mg_json_print_string(id, strlen(id), o);
+}
+
 static void add_metadata(call_t *c, cJSON *obj)
 {
     char rb[32]; /* "emergency, shorter_output" at most */
@@ -50,6 +63,7 @@ static void add_metadata(call_t *c, cJSON *obj)
     set_item(obj, "request_id", cJSON_CreateString(c->req ? c->req->request_id : ""));
     set_item(obj, "logical_model", cJSON_CreateString(c->model->name));
     set_item(obj, "actual_model", cJSON_CreateString(c->upstream_model ? c->upstream_model : ""));
+    set_item(obj, "node_id", cJSON_CreateString(node_id(c)));
     set_item(obj, "degraded", cJSON_CreateBool(reason != NULL));
     if (reason) set_item(obj, "degraded_reason", cJSON_CreateString(reason));
     if (c->output_shortened)
@@ -371,6 +385,7 @@ static void append_metadata_raw(call_t *c, mg_buf_t *o)
     mg_json_print_string(c->model->name, strlen(c->model->name), o);
     mg_buf_append_str(o, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), o);
+    append_node_raw(c, o);
     append_degraded_raw(c, o);
     context_annotate_raw(c, o);
 }
@@ -872,7 +887,7 @@ static int passthrough_answer(call_t *c)
     out->len = 0;
     /* the metadata below in one allocation: the names' escaping reserve included, so the
        buffer never grows (a realloc and a copy each) */
-    size_t names = strlen(c->model->name) + strlen(c->upstream_model);
+    size_t names = strlen(c->model->name) + strlen(c->upstream_model) + strlen(node_id(c));
     mg_buf_reserve(out, c->resp.len + 6 * names + 330);
     append_with_client_model(c, out, c->resp.data, (size_t)(end - 1 - c->resp.data), 0);
     mg_buf_append_str(out, ",\"request_id\":\"");
@@ -881,6 +896,7 @@ static int passthrough_answer(call_t *c)
     mg_json_print_string(c->model->name, strlen(c->model->name), out);
     mg_buf_append_str(out, ",\"actual_model\":");
     mg_json_print_string(c->upstream_model, strlen(c->upstream_model), out);
+    append_node_raw(c, out);
     append_degraded_raw(c, out);
     context_annotate_raw(c, out);
     if (append_timing_raw(c, uv_hrtime(), out) != 0 || mg_buf_append(out, "}", 1) != 0) {

@@ -50,8 +50,9 @@ int is_gateway_member(const mg_json_member_t *m)
     static const struct {
         const char *name;
         size_t len;
-    } names[] = {KEY("request_id"), KEY("logical_model"),   KEY("actual_model"),     KEY("timing"),
-                 KEY("degraded"),   KEY("degraded_reason"), KEY("max_output_tokens")};
+    } names[] = {KEY("request_id"),      KEY("logical_model"),    KEY("actual_model"),
+                 KEY("node_id"),         KEY("timing"),           KEY("degraded"),
+                 KEY("degraded_reason"), KEY("max_output_tokens")};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (m->key_len == names[i].len && memcmp(m->key, names[i].name, m->key_len) == 0) return 1;
     return 0;

@@ -70,6 +70,7 @@ describe('chat completions (openai SDK)', () => {
         assert.equal(data.logical_model, 'chat');
         assert.equal(data.actual_model, 'up-chat');
         assert.equal(data.model, 'chat', '`model` is the name the client sent (the upstream\'s is actual_model)');
+        assert.match(data.node_id, /^.+:\d+$/, 'node_id: cluster.node_id, by default host name and port');
         assertTiming(data.timing, 'chat');
         assert.equal(data.object, 'chat.completion');
         assert.equal(data.choices[0].message.role, 'assistant');
@@ -87,6 +88,7 @@ describe('chat completions (openai SDK)', () => {
         assert.equal(log.model, 'chat');
         assert.equal(log.provider, 'mock-openai');
         assert.equal(log.actual_model, 'up-chat');
+        assert.equal(log.node_id, data.node_id, 'every log line says which instance');
         assert.equal(log.stream, false);
         assert.equal(log.outcome, 'ok');
         assert.equal(log.method, 'POST');
@@ -112,6 +114,7 @@ describe('chat completions (openai SDK)', () => {
         assert.equal(first.request_id, rid);
         assert.equal(first.logical_model, 'chat');
         assert.equal(first.actual_model, 'up-chat');
+        assert.equal(typeof first.node_id, 'string');
 
         assert.ok(chunks.every((c) => c.choices.length > 0), 'no usage-only chunk when include_usage was not asked');
         const fin = chunks.filter((c) => c.choices[0]?.finish_reason);

@@ -30,12 +30,14 @@ asan:
 # The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
 # FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
-# h1client, http, json and codec the other parsers (tests/fuzz/README.md).
+# h1client, http, json and codec the other parsers (tests/fuzz/README.md). FUZZ_RUNS=10000000
+# runs that many executions instead of FUZZ_TIME seconds.
 FUZZ_TIME ?= 60
+FUZZ_RUNS ?=
 FUZZ_TARGET ?= sse
 fuzz:
 	@scripts/setup --fuzz
-	@FUZZ_TIME=$(FUZZ_TIME) FUZZ_TARGET=$(FUZZ_TARGET) tests/fuzz/run
+	@FUZZ_TIME=$(FUZZ_TIME) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_TARGET=$(FUZZ_TARGET) tests/fuzz/run
 
 # Side by side with nginx and the upstream direct, then the micro-benchmarks.
 bench: build

@@ -27,12 +27,17 @@ describe("policies/context.lua", function()
         return n
     end
 
-    local function roles(msgs)
+    -- the messages' values of one field, joined
+    local function pluck(msgs, key, sep)
         local out = {}
         for i, m in ipairs(msgs) do
-            out[i] = m.role
+            out[i] = m[key]
         end
-        return table.concat(out, ",")
+        return table.concat(out, sep)
+    end
+
+    local function roles(msgs)
+        return pluck(msgs, "role", ",")
     end
 
     before_each(function()
@@ -257,17 +262,14 @@ describe("policies/context.lua", function()
         trims = #prefix_moves(sent)
         assert.is_true(over > trims, "most turns over the budget keep the last cut")
     end)
+
     -- retrieval snippets: system messages marked moongate_snippet, at first_current
     local function snippet(text, score, id)
         return { role = "system", content = text, moongate_snippet = { rank = 1, score = score, id = id } }
     end
 
     local function contents(msgs)
-        local out = {}
-        for i, m in ipairs(msgs) do
-            out[i] = m.content
-        end
-        return table.concat(out, "|")
+        return pluck(msgs, "content", "|")
     end
 
     it("drop_snippets: repeats (same text up to white space, or same id) go first", function()

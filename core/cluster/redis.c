@@ -33,6 +33,8 @@ struct mg_redis_s {
     uv_getaddrinfo_t resolve;
     int resolving;
     int open_handles; /* timers not yet closed: r is freed at 0 after stop */
+    void (*on_connect_fn)(void *ud);
+    void *on_connect_ud;
     mg_redis_stats_t stats;
 };
 
@@ -212,6 +214,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     redisAsyncContext *w = r->ac;
     if (r->password[0]) redisAsyncCommand(w, on_setup_reply, NULL, "AUTH %s", r->password);
     if (r->db) redisAsyncCommand(w, on_setup_reply, NULL, "SELECT %d", r->db);
+    if (r->on_connect_fn) r->on_connect_fn(r->on_connect_ud);
     on_probe(&r->probe_timer); /* up once it answers */
 }
 
@@ -325,6 +328,13 @@ void mg_redis_stop(mg_redis_t *r)
     uv_timer_stop(&r->probe_timer);
     uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->probe_timer, on_handle_closed);
+}
+
+void mg_redis_on_connect(mg_redis_t *r, void (*fn)(void *ud), void *ud)
+{
+    if (!r) return;
+    r->on_connect_fn = fn;
+    r->on_connect_ud = ud;
 }
 
 int mg_redis_up(const mg_redis_t *r)

@@ -32,6 +32,9 @@ const char *mg_redis_state_name(const mg_redis_t *r);
  * -1 (cb never called): unavailable now (not connected). */
 int mg_redis_command(mg_redis_t *r, mg_redis_cb cb, void *ud, int argc, const char **argv,
                      const size_t *lens);
+/* fn(ud) runs each time a connection is made, after its AUTH / SELECT and before anything
+ * else is sent on it (the shared limits load their scripts there). One hook. */
+void mg_redis_on_connect(mg_redis_t *r, void (*fn)(void *ud), void *ud);
 /* Counters for /status and bench. */
 typedef struct mg_redis_stats_s {
     unsigned long long sent, answered, timed_out, unavailable, reconnects;

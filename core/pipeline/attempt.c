@@ -527,6 +527,27 @@ mg_step_rc_t step_reserve(call_t *c)
     return plan_exhausted(c);
 }
 
+void attempt_unreserve_entry(call_t *c)
+{
+    const mg_candidate_t *cand = &c->cands[c->entry_now->index];
+    const mg_provider_conf_t *was_p = c->provider;
+    const mg_route_conf_t *was_r = c->route;
+    c->provider = cand->provider; /* what unreserve reads; step_encode sets them when sent */
+    c->route = cand->route;
+    unreserve(c);
+    c->provider = was_p;
+    c->route = was_r;
+}
+
+mg_step_rc_t attempt_shared_limited(call_t *c, uint64_t until_ms)
+{
+    attempt_unreserve_entry(c);
+    if (!c->limited || until_ms < c->limited_until_ms) c->limited_until_ms = until_ms;
+    c->limited++;
+    c->step = STEP_RESERVE;
+    return MG_STEP_NEXT;
+}
+
 /* An entry reserved but not sent after all: the next one. */
 static mg_step_rc_t entry_dropped(call_t *c)
 {

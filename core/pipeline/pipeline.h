@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "cluster/limits.h"
 #include "luavm/gens.h"
 #include "pipeline/tasks.h"
 #include "net/endpoint.h"
@@ -48,6 +49,7 @@ typedef struct mg_pipeline_s {
     mg_recent_t *recent;               /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */
+    mg_shared_t *shared; /* limits shared through Redis (cluster.redis); NULL: single node */
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;

@@ -657,6 +657,13 @@ static void start_loop_hooks(mg_server_t *s)
     s->api.redis = s->redis;
     s->shared = mg_shared_new(s->redis, mg_gens_current(&s->gens)->cfg->cluster.redis.key_prefix);
     s->pipeline.shared = s->api.shared = s->shared;
+    if (s->shared) { /* cooldowns heard from the other instances */
+        const mg_cluster_conf_t *cc = &mg_gens_current(&s->gens)->cfg->cluster;
+        char channel[160];
+        snprintf(channel, sizeof(channel), "%scooldown", cc->redis.key_prefix);
+        s->redis_sub =
+            mg_redis_subscribe(s->loop, cc, channel, mg_pipeline_cooldown_heard, &s->pipeline);
+    }
     if (s->store && mg_usage_pruner_start(&s->usage_pruner, s->loop, s->store, usage_conf, s) != 0)
         fprintf(stderr, "moongate: cannot start pruning usage events\n");
     uv_prepare_init(s->loop, &s->gc_prepare);

@@ -211,6 +211,9 @@ static void handle_status(mg_api_t *s, mg_http_req_t *req)
         cJSON_AddBoolToObject(o, "local", p->local);
         cJSON_AddBoolToObject(o, "available", mg_pool_available(st, uv_now(s->loop)));
         if (st) mg_health_view(o, &st->health, uv_now(s->loop));
+        cJSON_AddNumberToObject(
+            o, "cooldown_remaining_ms",
+            st ? (double)mg_cooldown_remaining_ms(&st->cooldown, uv_now(s->loop)) : 0);
         cJSON_AddNumberToObject(o, "in_flight", st ? st->in_flight : 0);
         cJSON_AddNumberToObject(o, "requests_total", st ? (double)st->requests_total : 0);
         cJSON_AddNumberToObject(o, "failures_total", st ? (double)st->failures_total : 0);

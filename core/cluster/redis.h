@@ -22,6 +22,13 @@ typedef void (*mg_redis_cb)(void *ud, struct redisReply *reply);
 
 /* A client for c (NULL when c has no Redis url). It starts connecting at once. */
 mg_redis_t *mg_redis_start(uv_loop_t *loop, const mg_cluster_conf_t *c);
+/* A client that only listens (its own connection: a subscribed one runs no commands): on
+ * every connection it subscribes to `channel`, and each message's payload (valid during the
+ * call) goes to cb. It reconnects like the other; it sends no probes and takes no commands.
+ * NULL when c has no Redis url. Stopped with mg_redis_stop. */
+typedef void (*mg_redis_msg_cb)(void *ud, const char *payload, size_t len);
+mg_redis_t *mg_redis_subscribe(uv_loop_t *loop, const mg_cluster_conf_t *c, const char *channel,
+                               mg_redis_msg_cb cb, void *ud);
 /* Closes the connection; pending callbacks are told "unavailable". NULL is fine. */
 void mg_redis_stop(mg_redis_t *r);
 /* 1 when connected and the last command or probe was answered in time. */

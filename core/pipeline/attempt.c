@@ -34,6 +34,7 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     ps->cooldowns_total++;
     c->pl->metrics->cooldown_events_total++;
     mg_persist_cooldown(c->pl->store, ps, n, secs, status, now);
+    shared_cooldown_publish(c, ps, n, secs, status);
 }
 
 /* The pool's state of provider p (one of this call's generation): looked up at p's index,

@@ -515,6 +515,10 @@ mg_step_rc_t step_shared(call_t *c);
 /* call_free: the leases returned and the tokens corrected; a script still in flight is
  * orphaned and undoes its reservation when it comes back. */
 void shared_finish(call_t *c);
+/* A cooldown this instance applied, told to the others (PUBLISH on
+ * <key_prefix>cooldown; mg_pipeline_cooldown_heard applies it there). */
+void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int consecutive, double secs,
+                             int status);
 
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 

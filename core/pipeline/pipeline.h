@@ -69,6 +69,11 @@ void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req);
 int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
                      const mg_task_caller_t *who);
 
+/* A message on the cluster's cooldown channel (an mg_redis_msg_cb with ud = the pipeline):
+ * another instance cooled a provider; this one cools it too, for the same seconds (logged
+ * and persisted as its own cooldowns are). Its own messages are ignored. */
+void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len);
+
 /* The calls holding a slot now, by application and logical model, into f (cleared first:
  * moongate_active_tasks, set before each scrape). */
 void mg_pipeline_active_tasks(const mg_pipeline_t *pl, mg_family_t *f);

@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
+#include "route/persist.h"
 
 #define LEASE_SLACK_MS 2000
 
@@ -170,8 +172,7 @@ mg_step_rc_t step_shared(call_t *c)
         if (with_keys) c->auth.quota_deferred = 0;
         return MG_STEP_NEXT;
     }
-    snprintf(op->lease, sizeof(op->lease), "%s:%d", c->req ? c->req->request_id : "-",
-             c->shared_attempts++);
+    snprintf(op->lease, sizeof(op->lease), "%s:%d", c->lua_request_id, c->shared_attempts++);
     op->tokens = c->est_tokens > 0 ? (uint64_t)c->est_tokens : 0;
     uint64_t now = uv_now(c->pl->loop);
     uint64_t ttl = (c->total_deadline_ms > now ? c->total_deadline_ms - now : 0) + LEASE_SLACK_MS;
@@ -207,4 +208,64 @@ void shared_finish(call_t *c)
     if (leases || (windows && (delta || undo)))
         mg_shared_release(op->s, op->lv, op->n, op->lease, op->at_s, delta, undo);
     free(op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cooldowns shared over pub/sub                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The message: node id, provider id, seconds, consecutive 429s, status, one a line. */
+static void no_answer(void *ud, struct redisReply *reply)
+{
+    (void)ud, (void)reply;
+}
+
+void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int consecutive, double secs,
+                             int status)
+{
+    mg_shared_t *s = c->pl->shared;
+    if (!s) return;
+    const mg_config_t *cfg = c->gen->cfg;
+    char channel[160], msg[512];
+    snprintf(channel, sizeof(channel), "%scooldown",
+             cfg->cluster.redis.key_prefix ? cfg->cluster.redis.key_prefix : "moongate:");
+    int n = snprintf(msg, sizeof(msg), "%s\n%s\n%.3f\n%d\n%d", cfg->cluster.node_id, ps->id, secs,
+                     consecutive, status);
+    if (n <= 0 || (size_t)n >= sizeof(msg)) return;
+    const char *argv[3] = {"PUBLISH", channel, msg};
+    size_t lens[3] = {7, strlen(channel), (size_t)n};
+    mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
+}
+
+void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
+{
+    mg_pipeline_t *pl = pipeline;
+    char buf[512];
+    if (len >= sizeof(buf)) return;
+    memcpy(buf, payload, len);
+    buf[len] = '\0';
+    char *parts[5];
+    int n = 0;
+    for (char *p = buf, *nl; n < 5; p = nl + 1) {
+        parts[n++] = p;
+        if (!(nl = strchr(p, '\n'))) break;
+        *nl = '\0';
+    }
+    if (n != 5) return;
+    const mg_config_t *cfg = mg_gens_current(pl->gens)->cfg;
+    if (strcmp(parts[0], cfg->cluster.node_id) == 0) return; /* our own */
+    double secs = strtod(parts[2], NULL);
+    mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[1]);
+    if (!ps || !(secs > 0) || secs > 86400) return;
+    uint64_t now = uv_now(pl->loop);
+    mg_pool_changed(ps);
+    mg_cooldown_apply(&ps->cooldown, now, secs);
+    ps->cooldowns_total++;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "cooldown heard");
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_str(&l, "from_node", parts[0]);
+    mg_log_double(&l, "cooldown_s", secs);
+    mg_log_end(&l);
+    mg_persist_cooldown(pl->store, ps, atoi(parts[3]), secs, atoi(parts[4]), now);
 }

@@ -36,11 +36,16 @@ function config(dir, i, dead) {
         ...c,
         auth: { enabled: true },
         health: { probes: false },
-        providers: [...c.providers, { id: 'mock-limited', adapter: 'openai', base_url: m, rpm_limit: 9 }],
+        providers: [...c.providers, { id: 'mock-limited', adapter: 'openai', base_url: m, rpm_limit: 9 },
+            { id: 'mock-cool', adapter: 'openai', base_url: m }],
         models: {
             chat: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-chat' }] },
             slow: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-slow' }] },
             limited: { tokenizer: 'estimate', routes: [{ provider: 'mock-limited', model: 'up-limited' }] },
+            cool: {
+                tokenizer: 'estimate',
+                routes: [{ provider: 'mock-cool', model: 'up-cool' }, { provider: 'mock-openai-b', model: 'up-cool-b', priority: 1 }],
+            },
         },
         cluster: { node_id: `node-${i}`, redis: { url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i] } },
     };
@@ -201,6 +206,38 @@ describe('limits shared through redis', () => {
         }
         for (let i = 0; i < N; i++)
             await waitFor(async () => (await status(i)).cluster.redis.limits === 'shared', { timeoutMs: 5000, what: `node-${i} shared again` });
+    });
+
+    test('a 429 seen by one instance cools the provider on the others within 100 ms', async () => {
+        const k = await keyEverywhere('cool-tenant', {});
+        const avail = async (i) => (await status(i)).providers.find((p) => p.id === 'mock-cool').cooldown_remaining_ms === 0;
+        for (let i = 0; i < N; i++) assert.equal(await avail(i), true);
+        await mock.script({ model: 'up-cool', times: 1, action: { status: 429, headers: { 'retry-after': '20' } } });
+        const t0 = performance.now();
+        const watch = [1, 2].map(async (i) => {
+            for (;;) { // bounded by the waitFor below
+                if (!(await avail(i))) return performance.now() - t0;
+                if (performance.now() - t0 > 3000) return Infinity;
+            }
+        });
+        const r = await chat(0, k.secrets[0], 'cool');
+        assert.equal(r.status, 200, 'node-0 failed over to the second route');
+        const seen = await Promise.all(watch);
+        console.log(`429 on node-0: cooling on node-1 after ${seen[0].toFixed(1)} ms, node-2 after ${seen[1].toFixed(1)} ms (from the request's start)`);
+        for (const ms of seen) assert.ok(ms < 100, `cooled after ${ms} ms`);
+        assert.equal(await avail(0), false);
+        for (const i of [1, 2]) {
+            const line = await gws[i].waitLog((l) => l.msg === 'cooldown heard' && l.provider === 'mock-cool', { timeoutMs: 1000 });
+            assert.equal(line.from_node, 'node-0');
+            assert.ok(line.cooldown_s >= 20);
+        }
+        // the others send nothing to it now: straight to the second route
+        const sentTo = async (model) => (await mock.requests()).filter((x) => x.body?.model === model).length;
+        const [cool0, b0] = [await sentTo('up-cool'), await sentTo('up-cool-b')];
+        assert.equal(cool0, 1);
+        for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'cool')).status, 200);
+        assert.equal(await sentTo('up-cool'), cool0, 'no request to the cooling provider');
+        assert.equal(await sentTo('up-cool-b'), b0 + 2);
     });
 
     test('a key\'s concurrency cap across instances; a killed instance\'s leases return after expiry', async () => {

@@ -132,8 +132,8 @@ describe('limits shared through redis', () => {
         for (let i = 0; i < N; i++) assert.ok((await status(i)).cluster.redis.shared_limits.reserved > 0);
     });
 
-    test('a provider\'s RPM across instances: its limit is the bound, not N times it', async () => {
-        const k = await keyEverywhere('prov-tenant', {});
+    test('a provider\'s RPM across instances: its limit is the bound; its refusals roll back the key\'s', async () => {
+        const k = await keyEverywhere('prov-tenant', { rpm_limit: 1000 });
         const jobs = [];
         for (let i = 0; i < N; i++) for (let j = 0; j < 8; j++) jobs.push(chat(i, k.secrets[i], 'limited'));
         const rs = await Promise.all(jobs);
@@ -141,6 +141,9 @@ describe('limits shared through redis', () => {
         console.log(`provider rpm 9: ${ok} admitted of ${rs.length}; others: ${[...new Set(rs.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.json?.error?.code}`))]}`);
         assert.equal(ok, 9);
         for (const r of rs.filter((x) => x.status !== 200)) assert.equal(r.status, 503);
+        // all or nothing: the requests the provider's window refused left the key's log alone
+        assert.equal(Number(redisCli('ZCARD', `moongate:k:${k.id}:r`)), 9);
+        assert.equal(Number(redisCli('ZCARD', 'moongate:v:mock-limited:r')), 9);
     });
 
     test('added latency: one round trip per request on loopback', async () => {

@@ -146,6 +146,19 @@ describe('limits shared through redis', () => {
         assert.equal(Number(redisCli('ZCARD', 'moongate:v:mock-limited:r')), 9);
     });
 
+    test('a key\'s TPM: the estimate reserved, corrected to the usage at the end; too large refused', async () => {
+        const k = await keyEverywhere('tpm-tenant', { tpm_limit: 100000 });
+        const rs = await Promise.all([0, 1, 2, 0, 1, 2].map((i) => chat(i, k.secrets[i])));
+        assert.deepEqual(rs.map((r) => r.status), [200, 200, 200, 200, 200, 200]);
+        const used = rs.reduce((n, r) => n + r.json.usage.total_tokens, 0);
+        const counted = () => redisCli('HVALS', `moongate:k:${k.id}:t`).split('\n').filter(Boolean).reduce((n, v) => n + Number(v), 0);
+        await waitFor(() => counted() === used, { what: `the window holds the usage (${used} tokens)` });
+        const small = await keyEverywhere('tpm-small', { tpm_limit: 5 });
+        const r = await chat(1, small.secrets[1]);
+        assert.equal(r.status, 429);
+        assert.match(r.json.error.message, /exceed the key's tpm_limit/);
+    });
+
     test('added latency: one round trip per request on loopback', async () => {
         const k = await keyEverywhere('lat-tenant', { rpm_limit: 100000, max_concurrency: 100 });
         const free = await keyEverywhere('lat-free', {}); // no limits: no round trip

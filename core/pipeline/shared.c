@@ -191,6 +191,8 @@ void shared_finish(call_t *c)
     if (c->shared_pending) { /* on_answer undoes what it reserved */
         c->shared_pending->c = NULL;
         c->shared_pending = NULL;
+        attempt_unreserve_entry(c); /* the entry reserved locally was never sent (a breaker's
+                                       trial slot included) */
     }
     shared_op_t *op = c->shared;
     if (!op) return;

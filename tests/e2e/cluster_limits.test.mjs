@@ -192,6 +192,10 @@ describe('limits shared through redis', () => {
         const k = await keyEverywhere('degraded-tenant', { rpm_limit: 2 });
         redis.pause();
         try {
+            // a client that leaves while its request waits for Redis: the call ends cleanly
+            const gone = await chat(0, k.secrets[0], 'chat', 30).then(() => 'answered', () => 'aborted');
+            assert.equal(gone, 'aborted');
+            await new Promise((r) => setTimeout(r, TIMEOUT_MS * 2));
             // fail_closed: 503 with a clear code, no longer than timeout_ms on Redis
             const closed = await chat(1, k.secrets[1]);
             assert.equal(closed.status, 503);

@@ -6,6 +6,7 @@
  * neither of which may happen on the loop thread), then swapped in on the loop thread;
  * requests keep the generation they started with. Stop: no new connections, in-flight
  * requests drain up to timeouts.drain_ms, then everything closes. */
+#include "cluster/limits.h"
 #include "cluster/redis.h"
 #include "tenancy/wallet.h"
 #include "server.h"
@@ -300,9 +301,13 @@ static void close_everything(mg_server_t *s)
     mg_memtrim_close(&s->memtrim);
     mg_probe_stop(s->prober);
     s->prober = NULL;
-    mg_redis_stop(s->redis); /* frees itself once its handles close */
+    mg_redis_stop(s->redis);   /* frees itself once its handles close */
+    mg_shared_free(s->shared); /* after: the callbacks in flight have been told */
     s->redis = NULL;
+    s->shared = NULL;
+    s->pipeline.shared = NULL;
     s->api.redis = NULL;
+    s->api.shared = NULL;
     mg_loopstat_stop(&s->loopstat);
     uv_prepare_stop(&s->gc_prepare);
     uv_close((uv_handle_t *)&s->gc_prepare, NULL);
@@ -651,6 +656,15 @@ static void start_loop_hooks(mg_server_t *s)
 {
     s->redis = mg_redis_start(s->loop, &mg_gens_current(&s->gens)->cfg->cluster);
     s->api.redis = s->redis;
+    s->shared = mg_shared_new(s->redis, mg_gens_current(&s->gens)->cfg->cluster.redis.key_prefix);
+    s->pipeline.shared = s->api.shared = s->shared;
+    if (s->shared) { /* cooldowns heard from the other instances */
+        const mg_cluster_conf_t *cc = &mg_gens_current(&s->gens)->cfg->cluster;
+        char channel[160];
+        snprintf(channel, sizeof(channel), "%scooldown", cc->redis.key_prefix);
+        s->redis_sub =
+            mg_redis_subscribe(s->loop, cc, channel, mg_pipeline_cooldown_heard, &s->pipeline);
+    }
     if (s->store && mg_usage_pruner_start(&s->usage_pruner, s->loop, s->store, usage_conf, s) != 0)
         fprintf(stderr, "moongate: cannot start pruning usage events\n");
     uv_prepare_init(s->loop, &s->gc_prepare);

@@ -57,6 +57,8 @@ typedef struct mg_server_s {
     mg_sessions_t *sessions;           /* owned: server-side conversations */
     mg_admin_t *admin;                 /* owned: the admin API */
     struct mg_redis_s *redis;          /* owned, NULL without cluster.redis (cluster/redis.h) */
+    struct mg_shared_s *shared;        /* owned: the limits shared through it (cluster/limits.h) */
+    struct mg_redis_s *redis_sub;      /* owned: the cooldown channel's listening connection */
     mg_dashboard_t dashboard;          /* the WebUI: files, sessions, live stream */
     mg_recent_t recent;                /* the last finished requests, for the dashboard */
     mg_pipeline_t pipeline;            /* inference requests and the calls in flight */

@@ -1,5 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
+#include "cluster/limits.h"
 #include "cluster/redis.h"
 #include "api/api.h"
 
@@ -143,6 +144,26 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
     cJSON_AddNumberToObject(rd, "timed_out", (double)st.timed_out);
     cJSON_AddNumberToObject(rd, "unavailable", (double)st.unavailable);
     cJSON_AddNumberToObject(rd, "connects", (double)st.reconnects);
+    /* the shared limits: the mode that applies while Redis cannot answer, and what it did */
+    cJSON_AddStringToObject(rd, "degraded_mode",
+                            mg_cluster_degraded_name(g->cfg->cluster.redis.degraded));
+    cJSON_AddStringToObject(rd, "limits",
+                            mg_redis_up(s->redis)
+                                ? "shared"
+                                : mg_cluster_degraded_name(g->cfg->cluster.redis.degraded));
+    mg_shared_stats_t ls;
+    mg_shared_stats(s->shared, &ls);
+    cJSON *l = cJSON_AddObjectToObject(rd, "shared_limits");
+    cJSON_AddNumberToObject(l, "reserved", (double)ls.reserved);
+    cJSON_AddNumberToObject(l, "refused", (double)ls.refused);
+    cJSON_AddNumberToObject(l, "unavailable", (double)ls.unavailable);
+    cJSON_AddNumberToObject(l, "noscript", (double)ls.noscript);
+    cJSON_AddNumberToObject(l, "released", (double)ls.released);
+    cJSON *d = cJSON_AddObjectToObject(l, "degraded");
+    for (int m = 0; m < 3; m++)
+        cJSON_AddNumberToObject(d, mg_cluster_degraded_name((mg_cluster_degraded_t)m),
+                                (double)ls.degraded[m]);
+    cJSON_AddNumberToObject(l, "rtt_ms_avg", ls.rtt_n ? ls.rtt_ms_sum / (double)ls.rtt_n : 0);
 }
 
 static void handle_status(mg_api_t *s, mg_http_req_t *req)
@@ -190,6 +211,9 @@ static void handle_status(mg_api_t *s, mg_http_req_t *req)
         cJSON_AddBoolToObject(o, "local", p->local);
         cJSON_AddBoolToObject(o, "available", mg_pool_available(st, uv_now(s->loop)));
         if (st) mg_health_view(o, &st->health, uv_now(s->loop));
+        cJSON_AddNumberToObject(
+            o, "cooldown_remaining_ms",
+            st ? (double)mg_cooldown_remaining_ms(&st->cooldown, uv_now(s->loop)) : 0);
         cJSON_AddNumberToObject(o, "in_flight", st ? st->in_flight : 0);
         cJSON_AddNumberToObject(o, "requests_total", st ? (double)st->requests_total : 0);
         cJSON_AddNumberToObject(o, "failures_total", st ? (double)st->failures_total : 0);
@@ -527,6 +551,25 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
                  "# TYPE moongate_cluster_degraded gauge\n"
                  "moongate_cluster_degraded{component=\"redis\"} %d\n",
                  !mg_redis_up(s->redis));
+        mg_buf_append_str(&b, line);
+        mg_shared_stats_t ls;
+        mg_shared_stats(s->shared, &ls);
+        mg_buf_append_str(&b, "# HELP moongate_cluster_limits_degraded_total Requests admitted "
+                              "or refused without Redis, by the degraded mode in force.\n"
+                              "# TYPE moongate_cluster_limits_degraded_total counter\n");
+        for (int m = 0; m < 3; m++) {
+            snprintf(line, sizeof(line),
+                     "moongate_cluster_limits_degraded_total{mode=\"%s\"} %llu\n",
+                     mg_cluster_degraded_name((mg_cluster_degraded_t)m), ls.degraded[m]);
+            mg_buf_append_str(&b, line);
+        }
+        snprintf(line, sizeof(line),
+                 "# HELP moongate_cluster_limits_total Shared limit reservations, by result.\n"
+                 "# TYPE moongate_cluster_limits_total counter\n"
+                 "moongate_cluster_limits_total{result=\"reserved\"} %llu\n"
+                 "moongate_cluster_limits_total{result=\"refused\"} %llu\n"
+                 "moongate_cluster_limits_total{result=\"unavailable\"} %llu\n",
+                 ls.reserved, ls.refused, ls.unavailable);
         mg_buf_append_str(&b, line);
     }
     mg_buf_append_str(&b, "# HELP moongate_queue_length Tasks waiting, by priority.\n"

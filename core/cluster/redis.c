@@ -15,7 +15,6 @@
 
 struct mg_redis_s {
     uv_loop_t *loop;
-    char node_id[MG_NODE_ID_MAX + 1];
     /* the parsed url: host + port, or a unix socket path */
     char host[256];
     int port;
@@ -33,6 +32,12 @@ struct mg_redis_s {
     uv_getaddrinfo_t resolve;
     int resolving;
     int open_handles; /* timers not yet closed: r is freed at 0 after stop */
+    void (*on_connect_fn)(void *ud);
+    void *on_connect_ud;
+    /* a listening client (mg_redis_subscribe): its channel ("" otherwise) and handler */
+    char channel[160];
+    mg_redis_msg_cb msg_cb;
+    void *msg_ud;
     mg_redis_stats_t stats;
 };
 
@@ -54,8 +59,7 @@ static void set_state(mg_redis_t *r, int up, const char *reason)
     mg_logline_t l;
     mg_log_begin(&l, up ? MG_LOG_INFO : MG_LOG_WARN,
                  up ? "cluster redis up" : "cluster redis degraded");
-    mg_log_str(&l, "component", "redis");
-    mg_log_str(&l, "node_id", r->node_id);
+    mg_log_str(&l, "component", r->channel[0] ? "redis-pubsub" : "redis");
     mg_log_str(&l, "reason", reason);
     mg_log_end(&l);
 }
@@ -180,6 +184,7 @@ static void on_probe_reply(void *ud, redisReply *reply)
 static void on_probe(uv_timer_t *t)
 {
     mg_redis_t *r = t->data;
+    if (r->channel[0]) return; /* a subscribed connection takes no PING of ours */
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
     mg_redis_command(r, on_probe_reply, NULL, 1, argv, lens);
@@ -187,14 +192,28 @@ static void on_probe(uv_timer_t *t)
 
 static void on_setup_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
-    (void)ac, (void)priv;
+    (void)ac, (void)priv; /* the log line has the node id (base/log) */
     redisReply *rep = reply;
     if (rep && rep->type == REDIS_REPLY_ERROR) {
         mg_logline_t l;
         mg_log_begin(&l, MG_LOG_WARN, "cluster redis refused the connection's setup");
-        mg_log_str(&l, "node_id", ((mg_redis_t *)ac->data)->node_id);
         mg_log_end(&l);
     }
+}
+
+/* Each reply on the subscribed connection: the subscription's confirmation, then one
+ * ["message", channel, payload] per message; NULL when the connection goes. */
+static void on_sub_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)ac;
+    mg_redis_t *r = priv;
+    redisReply *rep = reply;
+    if (!rep || r->stopping || rep->type != REDIS_REPLY_ARRAY || rep->elements < 3) return;
+    const redisReply *kind = rep->element[0];
+    if (kind->type != REDIS_REPLY_STRING) return;
+    if (strcmp(kind->str, "subscribe") == 0) set_state(r, 1, "subscribed");
+    else if (strcmp(kind->str, "message") == 0 && rep->element[2]->type == REDIS_REPLY_STRING)
+        r->msg_cb(r->msg_ud, rep->element[2]->str, rep->element[2]->len);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -212,6 +231,11 @@ static void on_connect(const redisAsyncContext *ac, int status)
     redisAsyncContext *w = r->ac;
     if (r->password[0]) redisAsyncCommand(w, on_setup_reply, NULL, "AUTH %s", r->password);
     if (r->db) redisAsyncCommand(w, on_setup_reply, NULL, "SELECT %d", r->db);
+    if (r->on_connect_fn) r->on_connect_fn(r->on_connect_ud);
+    if (r->channel[0]) {
+        redisAsyncCommand(w, on_sub_reply, r, "SUBSCRIBE %b", r->channel, strlen(r->channel));
+        return;
+    }
     on_probe(&r->probe_timer); /* up once it answers */
 }
 
@@ -298,7 +322,6 @@ mg_redis_t *mg_redis_start(uv_loop_t *loop, const mg_cluster_conf_t *c)
     mg_redis_t *r = calloc(1, sizeof(*r));
     if (!r) return NULL;
     r->loop = loop;
-    snprintf(r->node_id, sizeof(r->node_id), "%s", c->node_id);
     r->timeout_ms = c->redis.timeout_ms > 0 ? c->redis.timeout_ms : 50;
     r->backoff_ms = BACKOFF_MIN_MS;
     if (parse_url(r, c->redis.url) != 0) { /* the loader checked it; never print it */
@@ -314,6 +337,19 @@ mg_redis_t *mg_redis_start(uv_loop_t *loop, const mg_cluster_conf_t *c)
     return r;
 }
 
+mg_redis_t *mg_redis_subscribe(uv_loop_t *loop, const mg_cluster_conf_t *c, const char *channel,
+                               mg_redis_msg_cb cb, void *ud)
+{
+    if (!c->redis.url || !channel || !channel[0] || strlen(channel) >= 160) return NULL;
+    mg_redis_t *r = mg_redis_start(loop, c);
+    if (!r) return NULL;
+    /* set before the connection is made: mg_redis_start only began resolving */
+    snprintf(r->channel, sizeof(r->channel), "%s", channel);
+    r->msg_cb = cb;
+    r->msg_ud = ud;
+    return r;
+}
+
 void mg_redis_stop(mg_redis_t *r)
 {
     if (!r) return;
@@ -325,6 +361,13 @@ void mg_redis_stop(mg_redis_t *r)
     uv_timer_stop(&r->probe_timer);
     uv_close((uv_handle_t *)&r->reconnect_timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->probe_timer, on_handle_closed);
+}
+
+void mg_redis_on_connect(mg_redis_t *r, void (*fn)(void *ud), void *ud)
+{
+    if (!r) return;
+    r->on_connect_fn = fn;
+    r->on_connect_ud = ud;
 }
 
 int mg_redis_up(const mg_redis_t *r)

@@ -27,6 +27,29 @@ void mg_cluster_conf_clear(mg_cluster_conf_t *c)
     c->redis.url = c->redis.key_prefix = c->postgres.url = NULL;
 }
 
+const char *mg_cluster_degraded_name(mg_cluster_degraded_t m)
+{
+    return m == MG_DEGRADED_FAIL_CLOSED ? "fail_closed"
+           : m == MG_DEGRADED_FAIL_OPEN ? "fail_open"
+                                        : "local";
+}
+
+static int load_degraded(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_conf_t *c)
+{
+    char *mode = NULL;
+    if (conf_opt_string(l, v, "cluster.redis", "degraded", &mode) < 0) return -1;
+    if (!mode) return 0;
+    int ok = 1;
+    if (strcmp(mode, "local") == 0) c->redis.degraded = MG_DEGRADED_LOCAL;
+    else if (strcmp(mode, "fail_closed") == 0) c->redis.degraded = MG_DEGRADED_FAIL_CLOSED;
+    else if (strcmp(mode, "fail_open") == 0) c->redis.degraded = MG_DEGRADED_FAIL_OPEN;
+    else ok = 0;
+    free(mode);
+    return ok ? 0
+              : conf_fail(l, line,
+                          "cluster.redis.degraded must be local, fail_closed or fail_open");
+}
+
 static int starts(const char *s, const char *prefix)
 {
     return !strncmp(s, prefix, strlen(prefix));
@@ -36,14 +59,16 @@ static int starts(const char *s, const char *prefix)
  * never shows the url, which may hold a password. */
 static int load_redis(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_conf_t *c)
 {
-    static const char *const keys[] = {"url", "key_prefix", "timeout_ms", "pool_size", NULL};
+    static const char *const keys[] = {"url",       "key_prefix", "timeout_ms",
+                                       "pool_size", "degraded",   NULL};
     int m = conf_want_map(l, v, line, "cluster.redis", keys);
     if (m <= 0) return m;
     if (conf_req_string(l, v, "cluster.redis", "url", &c->redis.url) < 0 ||
         conf_opt_string(l, v, "cluster.redis", "key_prefix", &c->redis.key_prefix) < 0 ||
         conf_opt_int_field(l, v, "cluster.redis", "timeout_ms", 1, 60000, &c->redis.timeout_ms) <
             0 ||
-        conf_opt_int_field(l, v, "cluster.redis", "pool_size", 1, 64, &c->redis.pool_size) < 0)
+        conf_opt_int_field(l, v, "cluster.redis", "pool_size", 1, 64, &c->redis.pool_size) < 0 ||
+        load_degraded(l, v, line, c) < 0)
         return -1;
     if (!starts(c->redis.url, "redis://") && !starts(c->redis.url, "unix:"))
         return conf_fail(l, line, "cluster.redis.url must start with redis:// or unix:");

@@ -9,6 +9,8 @@
  *       key_prefix: "moongate:"        # every key this instance writes starts with it
  *       timeout_ms: 50                 # a request never waits longer on Redis
  *       pool_size: 2                   # connections
+ *       degraded: local                # Redis unreachable or late: local | fail_closed |
+ *                                      # fail_open (the shared limits' fallback)
  *     postgres:                        # control plane, usage, ledger
  *       url: postgres://moongate@127.0.0.1:5432/moongate  # or postgresql://, or key=value
  *       pool_size: 4
@@ -24,13 +26,24 @@ typedef struct conf_loader_s conf_loader_t;
 
 #define MG_NODE_ID_MAX 128
 
+/* What the shared limits do while Redis is unreachable or late (cluster/limits.h). */
+typedef enum mg_cluster_degraded_e {
+    MG_DEGRADED_LOCAL = 0,   /* each instance enforces the limits locally, as a single node */
+    MG_DEGRADED_FAIL_CLOSED, /* 503 CLUSTER_UNAVAILABLE */
+    MG_DEGRADED_FAIL_OPEN,   /* admitted without the key's and project's limits */
+} mg_cluster_degraded_t;
+
+/* "local", "fail_closed", "fail_open". */
+const char *mg_cluster_degraded_name(mg_cluster_degraded_t m);
+
 typedef struct mg_cluster_conf_s {
     char node_id[MG_NODE_ID_MAX + 1]; /* always set after loading */
     struct {
-        char *url;        /* owned; NULL: no Redis */
-        char *key_prefix; /* owned, default "moongate:" */
-        int timeout_ms;   /* default 50 */
-        int pool_size;    /* default 2 */
+        char *url;                      /* owned; NULL: no Redis */
+        char *key_prefix;               /* owned, default "moongate:" */
+        int timeout_ms;                 /* default 50 */
+        int pool_size;                  /* default 2 */
+        mg_cluster_degraded_t degraded; /* default local */
     } redis;
     struct {
         char *url;     /* owned; NULL: no PostgreSQL */

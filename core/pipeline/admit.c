@@ -465,6 +465,7 @@ mg_step_rc_t step_admit(call_t *c)
     set_lua_info(c);
     if (alloc_routing(c) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     if (cfg->auth_enabled) c->est_cost_micros = call_estimated_cost(c);
+    if (cfg->auth_enabled && c->pl->shared) shared_defer_quota(c);
     if (cfg->auth_enabled && mg_auth_admit(c->pl->auth, &c->auth, c->model->name, in->priority,
                                            mg_unix_ms(), c->est_tokens, c->est_cost_micros) != 0) {
         call_error(c, c->auth.status, c->auth.code, c->auth.message, 0);

@@ -34,6 +34,7 @@ static void apply_cooldown_policy(call_t *c, mg_provider_state_t *ps, uint64_t n
     ps->cooldowns_total++;
     c->pl->metrics->cooldown_events_total++;
     mg_persist_cooldown(c->pl->store, ps, n, secs, status, now);
+    shared_cooldown_publish(c, ps, n, secs, status);
 }
 
 /* The pool's state of provider p (one of this call's generation): looked up at p's index,
@@ -525,6 +526,27 @@ mg_step_rc_t step_reserve(call_t *c)
     }
     if (c->attempts >= max) return fail_exhausted(c);
     return plan_exhausted(c);
+}
+
+void attempt_unreserve_entry(call_t *c)
+{
+    const mg_candidate_t *cand = &c->cands[c->entry_now->index];
+    const mg_provider_conf_t *was_p = c->provider;
+    const mg_route_conf_t *was_r = c->route;
+    c->provider = cand->provider; /* what unreserve reads; step_encode sets them when sent */
+    c->route = cand->route;
+    unreserve(c);
+    c->provider = was_p;
+    c->route = was_r;
+}
+
+mg_step_rc_t attempt_shared_limited(call_t *c, uint64_t until_ms)
+{
+    attempt_unreserve_entry(c);
+    if (!c->limited || until_ms < c->limited_until_ms) c->limited_until_ms = until_ms;
+    c->limited++;
+    c->step = STEP_RESERVE;
+    return MG_STEP_NEXT;
 }
 
 /* An entry reserved but not sent after all: the next one. */

@@ -30,6 +30,7 @@ static mg_step_rc_t run_step(call_t *c, mg_step_t s)
     case STEP_ENQUEUE: return step_enqueue(c);
     case STEP_ROUTE: return step_route(c);
     case STEP_RESERVE: return step_reserve(c);
+    case STEP_SHARED: return step_shared(c);
     case STEP_ENCODE: return step_encode(c);
     case STEP_SEND: return step_send(c);
     case STEP_STREAM: return step_stream(c);
@@ -237,6 +238,7 @@ static void call_free(call_t *c)
     if (c->have_usage) mg_auth_settle(&c->auth, c->prompt_tokens + c->completion_tokens);
     charge_spend(c); /* when no end was sent (the client left): nothing is held */
     wallet_finish(c);
+    shared_finish(c);
     mg_auth_release(&c->auth);
     if (c->queued) mg_sched_cancel(pl->sched, &c->entry);
     if (c->entry.lease.held && mg_sched_release(&c->entry.lease) == 0) mg_pump_kick(pl->pump);

@@ -16,6 +16,9 @@
  *   enqueue      admit.c    the scheduler's queue; resumed when a slot is free
  *   route        attempt.c  policies/routing.lua's plan over the model's routes
  *   reserve      attempt.c  the plan's next entry whose provider's limits let it through
+ *   shared       shared.c   with cluster.redis: the key's, project's and provider's limits
+ *                           reserved across instances in one Redis script (waits for its
+ *                           answer; a no-op on a single node)
  *   encode       attempt.c  the adapter's upstream request
  *   send         attempt.c  the upstream transfer started; its callbacks (answer.c) stream
  *                           the answer, or go back to reserve when it failed before the
@@ -56,6 +59,7 @@ typedef enum {
     STEP_ENQUEUE,
     STEP_ROUTE,
     STEP_RESERVE,
+    STEP_SHARED,
     STEP_ENCODE,
     STEP_SEND,
     STEP_STREAM,
@@ -220,9 +224,13 @@ typedef struct call_s {
     int64_t prompt_count;       /* the body's tokens by the model's encoding, -1: not counted
                                    (prompt_estimate in admit.c) */
     mg_auth_result_t auth;      /* the caller's identity and key/project reservation */
-    mg_limiter_resv_t resv;     /* the current attempt's reservation */
-    const char *degraded;       /* static: how the current attempt is degraded, or NULL */
-    const char *fail_degraded;  /* static: X-Sidecar-Degraded on an error answer, or NULL */
+    struct shared_op_s *shared; /* owned: the first granted shared reservation (the
+                                   key's leases; shared.c), or NULL */
+    struct shared_op_s *shared_pending; /* a script in flight (its op owns itself), or NULL */
+    int shared_attempts;                /* shared reservations made (names each lease) */
+    mg_limiter_resv_t resv;             /* the current attempt's reservation */
+    const char *degraded;               /* static: how the current attempt is degraded, or NULL */
+    const char *fail_degraded;          /* static: X-Sidecar-Degraded on an error answer, or NULL */
     uint64_t attempt_start_ms;
     char up_span[MG_SPAN_ID_HEX + 1]; /* the last attempt's span id (its traceparent upstream) */
     const char *cancel_reason;        /* static: why the task was cancelled, or NULL */
@@ -498,10 +506,29 @@ void context_add_system(cJSON *list, const char *text);
  * goes to context.summarizer_model as a detached P4 request (summary.c says how). */
 void summary_maybe_start(call_t *c, mg_session_t *s, int trimmed);
 
+/* ---- shared.c: the limits shared through Redis (cluster/limits.h) ---------------------- */
+
+/* admit: with shared limits configured, the key's and project's quota is left to the shared
+ * step (c->auth.quota_deferred). */
+void shared_defer_quota(call_t *c);
+mg_step_rc_t step_shared(call_t *c);
+/* call_free: the leases returned and the tokens corrected; a script still in flight is
+ * orphaned and undoes its reservation when it comes back. */
+void shared_finish(call_t *c);
+/* A cooldown this instance applied, told to the others (PUBLISH on
+ * <key_prefix>cooldown; mg_pipeline_cooldown_heard applies it there). */
+void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int consecutive, double secs,
+                             int status);
+
 /* ---- attempt.c: route, reserve, encode, send ------------------------------------------ */
 
 mg_step_rc_t step_route(call_t *c);
 mg_step_rc_t step_reserve(call_t *c);
+/* The shared step refused the reserved entry's provider until `until_ms` (loop time): its
+ * local reservation taken back, the plan's next entry. */
+mg_step_rc_t attempt_shared_limited(call_t *c, uint64_t until_ms);
+/* The reserved entry will not be sent (the call ends): its local reservation taken back. */
+void attempt_unreserve_entry(call_t *c);
 mg_step_rc_t step_encode(call_t *c);
 mg_step_rc_t step_send(call_t *c);
 /* How an attempt ended, as the provider's health, breakers, cooldown and adaptive samples

@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "cluster/limits.h"
 #include "luavm/gens.h"
 #include "pipeline/tasks.h"
 #include "net/endpoint.h"
@@ -48,6 +49,7 @@ typedef struct mg_pipeline_s {
     mg_recent_t *recent;               /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */
+    mg_shared_t *shared; /* limits shared through Redis (cluster.redis); NULL: single node */
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;
@@ -66,6 +68,11 @@ void mg_pipeline_count_tokens(void *pipeline, mg_http_req_t *req);
  * answered, -1 (nothing answered) when no such request is in flight. */
 int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
                      const mg_task_caller_t *who);
+
+/* A message on the cluster's cooldown channel (an mg_redis_msg_cb with ud = the pipeline):
+ * another instance cooled a provider; this one cools it too, for the same seconds (logged
+ * and persisted as its own cooldowns are). Its own messages are ignored. */
+void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len);
 
 /* The calls holding a slot now, by application and logical model, into f (cleared first:
  * moongate_active_tasks, set before each scrape). */

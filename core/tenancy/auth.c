@@ -787,8 +787,10 @@ static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, in
     if (est_micros < 0) est_micros = 0;
     if (check_spends(a, lv, n, tenant, rec, est_micros, now_ms, out) != 0) return -1;
     mg_quota_level_t *q[2] = {&lv[0]->q, n > 1 ? &lv[1]->q : NULL};
-    int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
-    if (rc != MG_QUOTA_OK) return refuse_quota(out, rc);
+    if (!out->quota_deferred) {
+        int rc = mg_quota_reserve(q, n, now_ms, est > 0 ? (uint64_t)est : 0, &out->res);
+        if (rc != MG_QUOTA_OK) return refuse_quota(out, rc);
+    }
     for (size_t i = 0; i < n; i++) {
         lv[i]->refs++;
         out->levels[i] = lv[i];
@@ -936,6 +938,29 @@ int mg_auth_authenticate(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms
     size_t n = 0;
     const char *key = presented_key(req, &n);
     return mg_auth_authenticate_key(a, key, n, now_ms, out);
+}
+
+int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens)
+{
+    if (!out->held || !out->quota_deferred || out->res.held) return 0;
+    mg_quota_level_t *q[2] = {NULL, NULL};
+    for (size_t i = 0; i < out->n_levels; i++) q[i] = &out->levels[i]->q;
+    out->quota_deferred = 0;
+    int rc = mg_quota_reserve(q, out->n_levels, now_ms, est_tokens > 0 ? (uint64_t)est_tokens : 0,
+                              &out->res);
+    return rc == MG_QUOTA_OK ? 0 : refuse_quota(out, rc);
+}
+
+int mg_auth_level_limits(const mg_auth_result_t *r, size_t i, int64_t *id, uint32_t *rpm,
+                         uint64_t *tpm, uint32_t *conc)
+{
+    if (!r->held || i >= r->n_levels) return -1;
+    const mg_quota_level_t *q = &r->levels[i]->q;
+    *id = r->levels[i]->id;
+    *rpm = q->win ? q->win->rpm_limit : 0;
+    *tpm = q->win ? q->win->tpm_limit : 0;
+    *conc = q->max_concurrency;
+    return 0;
 }
 
 void mg_auth_settle(mg_auth_result_t *r, int64_t actual_tokens)

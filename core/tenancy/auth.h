@@ -116,8 +116,12 @@ typedef struct mg_auth_result_s {
                                       result holding spend must be released before mg_auth_free */
     int prepaid;                   /* the tenant bills prepaid (tenancy/wallet.h) */
     int require_upstream_usage;
-    mg_auth_t *auth; /* borrowed: the state the hold is in */
-    int held;        /* 1 from a granted check until mg_auth_release() */
+    mg_auth_t *auth;    /* borrowed: the state the hold is in */
+    int held;           /* 1 from a granted check until mg_auth_release() */
+    int quota_deferred; /* set by the caller between authenticate and admit: the key's and
+                           project's rates and leases are reserved elsewhere (shared through
+                           Redis, cluster/limits.h); admit checks the rest and reserves none of
+                           them here (mg_auth_quota_local does, when Redis cannot) */
 } mg_auth_result_t;
 
 /* ---- lifecycle ---- */
@@ -187,6 +191,16 @@ int mg_auth_authenticate_key(mg_auth_t *a, const char *key, size_t n, uint64_t n
  * mg_auth_release(out) exactly once), or -1 with the refusal in *out (nothing to release). */
 int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const char *priority,
                   uint64_t now_ms, int64_t est_tokens, int64_t est_micros);
+
+/* A granted result whose quota was deferred: reserve it locally after all (Redis was
+ * unreachable: the degraded mode "local"). 0, or -1 with the 429 in *out (the result stays
+ * granted: release it as always). */
+int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens);
+
+/* The limits of a granted result's level i (0 the key, 1 its project; i < n_levels): its row
+ * id and rpm, tpm and concurrency limits (0 = none). 0, or -1 when there is no such level. */
+int mg_auth_level_limits(const mg_auth_result_t *r, size_t i, int64_t *id, uint32_t *rpm,
+                         uint64_t *tpm, uint32_t *conc);
 
 /* Replace the token estimate of a granted result with the actual count (at most once;
  * later calls and calls on refused results do nothing). */

@@ -1055,6 +1055,7 @@ static void test_cluster_section(void)
         CHECK_STR(cfg->cluster.redis.url, "redis://:hunter2@127.0.0.1:6390/1");
         CHECK_STR(cfg->cluster.redis.key_prefix, "moongate:");
         CHECK(cfg->cluster.redis.timeout_ms == 20 && cfg->cluster.redis.pool_size == 2);
+        CHECK(cfg->cluster.redis.degraded == MG_DEGRADED_LOCAL);
         CHECK_STR(cfg->cluster.postgres.url, "postgres://u@127.0.0.1/db");
         CHECK(cfg->cluster.postgres.pool_size == 3);
         mg_config_free(cfg);
@@ -1071,6 +1072,14 @@ static void test_cluster_section(void)
               "key=value connection string");
     CHECK_STR(parse_err("cluster:\n  node_id: \"a b\"\n"),
               "t.yaml:1: cluster.node_id must be 1-128 letters, digits or . _ : - characters");
+    cfg = parse_ok("cluster:\n  redis: {url: \"redis://x\", degraded: fail_closed}\n");
+    CHECK(cfg && cfg->cluster.redis.degraded == MG_DEGRADED_FAIL_CLOSED);
+    if (cfg) mg_config_free(cfg);
+    cfg = parse_ok("cluster:\n  redis: {url: \"redis://x\", degraded: fail_open}\n");
+    CHECK(cfg && cfg->cluster.redis.degraded == MG_DEGRADED_FAIL_OPEN);
+    if (cfg) mg_config_free(cfg);
+    CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", degraded: maybe}\n"),
+              "t.yaml:2: cluster.redis.degraded must be local, fail_closed or fail_open");
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", size: 2}\n"),
               "t.yaml:2: unknown key 'size' in cluster.redis");
 }

@@ -1,0 +1,340 @@
+/* limits: see limits.h. */
+#include "cluster/limits.h"
+
+#include <hiredis/hiredis.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/log.h"
+
+/* KEYS: three per level (NAME:r, NAME:t, NAME:c). ARGV: lease, tokens, lease ttl ms, n, then
+ * rpm, tpm, conc per level. Every level is checked before anything is written: a refusal
+ * leaves Redis as it was. Answers {1, second} when reserved, {0, level, limit, retry_ms}
+ * when refused, {-1, level, 2, 0} when the tokens can never fit. */
+static const char RESERVE_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local sec = tonumber(t[1])\n"
+    "local now = sec * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local lease, tokens, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), "
+    "tonumber(ARGV[4])\n"
+    "for i = 0, n - 1 do\n"
+    "  local rpm, tpm, conc = tonumber(ARGV[5+i*3]), tonumber(ARGV[6+i*3]), "
+    "tonumber(ARGV[7+i*3])\n"
+    "  local kr, kt, kc = KEYS[1+i*3], KEYS[2+i*3], KEYS[3+i*3]\n"
+    "  if rpm > 0 then\n"
+    "    redis.call('ZREMRANGEBYSCORE', kr, '-inf', now - 60000)\n"
+    "    local c = redis.call('ZCARD', kr)\n"
+    "    if c >= rpm then\n"
+    "      local e = redis.call('ZRANGE', kr, c - rpm, c - rpm, 'WITHSCORES')\n"
+    "      return {0, i, 1, tonumber(e[2]) + 60000 - now}\n"
+    "    end\n"
+    "  end\n"
+    "  if tpm > 0 then\n"
+    "    if tokens > tpm then return {-1, i, 2, 0} end\n"
+    "    local h = redis.call('HGETALL', kt)\n"
+    "    local sum, secs = 0, {}\n"
+    "    for j = 1, #h, 2 do\n"
+    "      local s = tonumber(h[j])\n"
+    "      if s <= sec - 60 then redis.call('HDEL', kt, h[j])\n"
+    "      else sum = sum + tonumber(h[j+1]); secs[#secs+1] = s end\n"
+    "    end\n"
+    "    if sum + tokens > tpm then\n"
+    "      table.sort(secs)\n"
+    "      local left = sum\n"
+    "      for _, s in ipairs(secs) do\n"
+    "        left = left - tonumber(redis.call('HGET', kt, s))\n"
+    "        if left + tokens <= tpm then return {0, i, 2, (s + 60 - sec) * 1000} end\n"
+    "      end\n"
+    "      return {0, i, 2, 60000}\n"
+    "    end\n"
+    "  end\n"
+    "  if conc > 0 then\n"
+    "    redis.call('ZREMRANGEBYSCORE', kc, '-inf', now)\n"
+    "    if redis.call('ZCARD', kc) >= conc then return {0, i, 3, 0} end\n"
+    "  end\n"
+    "end\n"
+    "for i = 0, n - 1 do\n"
+    "  local rpm, tpm, conc = tonumber(ARGV[5+i*3]), tonumber(ARGV[6+i*3]), "
+    "tonumber(ARGV[7+i*3])\n"
+    "  local kr, kt, kc = KEYS[1+i*3], KEYS[2+i*3], KEYS[3+i*3]\n"
+    "  if rpm > 0 then\n"
+    "    redis.call('ZADD', kr, now, lease)\n"
+    "    redis.call('PEXPIRE', kr, 61000)\n"
+    "  end\n"
+    "  if tpm > 0 then\n"
+    "    redis.call('HINCRBY', kt, sec, tokens)\n"
+    "    redis.call('EXPIRE', kt, 62)\n"
+    "  end\n"
+    "  if conc > 0 then\n"
+    "    redis.call('ZADD', kc, now + ttl, lease)\n"
+    "    if redis.call('PTTL', kc) < ttl + 1000 then redis.call('PEXPIRE', kc, ttl + 1000) end\n"
+    "  end\n"
+    "end\n"
+    "return {1, sec}\n";
+
+/* KEYS as above. ARGV: lease, second, token delta, undo (0/1), n, then rpm, tpm, conc. */
+static const char RELEASE_LUA[] =
+    "local lease, at, delta, undo, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', "
+    "tonumber(ARGV[5])\n"
+    "for i = 0, n - 1 do\n"
+    "  local rpm, tpm, conc = tonumber(ARGV[6+i*3]), tonumber(ARGV[7+i*3]), "
+    "tonumber(ARGV[8+i*3])\n"
+    "  if conc > 0 then redis.call('ZREM', KEYS[3+i*3], lease) end\n"
+    "  if undo and rpm > 0 then redis.call('ZREM', KEYS[1+i*3], lease) end\n"
+    "  if tpm > 0 and delta ~= 0 and redis.call('HEXISTS', KEYS[2+i*3], at) == 1 then\n"
+    "    if redis.call('HINCRBY', KEYS[2+i*3], at, delta) < 0 then\n"
+    "      redis.call('HSET', KEYS[2+i*3], at, 0)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return 1\n";
+
+struct mg_shared_s {
+    mg_redis_t *r; /* borrowed */
+    char prefix[80];
+    char sha_reserve[41], sha_release[41];
+    mg_shared_stats_t stats;
+    int degraded_now; /* the last request went on without Redis (logged once per change) */
+};
+
+/* One script run in flight: what it needs to be sent again as EVAL after NOSCRIPT. */
+typedef struct op_s {
+    mg_shared_t *s;
+    int release; /* the release script (fire and forget) */
+    mg_shared_level_t lv[MG_SHARED_MAX_LEVELS];
+    size_t n;
+    char lease[MG_SHARED_LEASE_MAX];
+    uint64_t tokens, ttl_ms, at_s;
+    int64_t delta;
+    int undo;
+    int evaled; /* sent as EVAL already: no second retry */
+    uint64_t sent_ns;
+    mg_shared_cb cb;
+    void *ud;
+} op_t;
+
+static void sha1_hex(const char *text, char out[41])
+{
+    unsigned char d[20];
+    unsigned int n = 0;
+    EVP_Digest(text, strlen(text), d, &n, EVP_sha1(), NULL);
+    for (int i = 0; i < 20; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static void on_loaded(void *ud, redisReply *reply)
+{
+    (void)ud;
+    if (reply && reply->type == REDIS_REPLY_ERROR)
+        mg_log_msg(MG_LOG_WARN, NULL, "cluster redis: SCRIPT LOAD refused: %.200s", reply->str);
+}
+
+static void load_scripts(void *ud)
+{
+    mg_shared_t *s = ud;
+    const char *scripts[2] = {RESERVE_LUA, RELEASE_LUA};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
+        size_t lens[3] = {6, 4, strlen(scripts[i])};
+        mg_redis_command(s->r, on_loaded, s, 3, argv, lens);
+    }
+}
+
+mg_shared_t *mg_shared_new(mg_redis_t *r, const char *prefix)
+{
+    if (!r) return NULL;
+    mg_shared_t *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->r = r;
+    snprintf(s->prefix, sizeof(s->prefix), "%s", prefix ? prefix : "moongate:");
+    sha1_hex(RESERVE_LUA, s->sha_reserve);
+    sha1_hex(RELEASE_LUA, s->sha_release);
+    mg_redis_on_connect(r, load_scripts, s);
+    return s;
+}
+
+void mg_shared_free(mg_shared_t *s)
+{
+    free(s);
+}
+
+mg_redis_t *mg_shared_redis(const mg_shared_t *s)
+{
+    return s ? s->r : NULL;
+}
+
+static void on_reply(void *ud, redisReply *reply);
+
+/* EVALSHA (or EVAL) of the op's script with its keys and arguments. 0 or -1. */
+static int send_op(op_t *op)
+{
+    mg_shared_t *s = op->s;
+    enum { MAXARGS = 3 + 3 * MG_SHARED_MAX_LEVELS + 5 + 3 * MG_SHARED_MAX_LEVELS };
+    char keys[3 * MG_SHARED_MAX_LEVELS][sizeof(s->prefix) + MG_SHARED_NAME_MAX + 4];
+    char nums[5 + 3 * MG_SHARED_MAX_LEVELS][24];
+    const char *argv[MAXARGS];
+    size_t lens[MAXARGS];
+    int argc = 0, ni = 0;
+#define ARG(str) (argv[argc] = (str), lens[argc] = strlen(argv[argc]), argc++)
+#define NUM(fmt, v) (snprintf(nums[ni], sizeof(nums[ni]), fmt, v), ARG(nums[ni++]))
+    const char *script = op->release ? RELEASE_LUA : RESERVE_LUA;
+    if (op->evaled) {
+        argv[argc] = "EVAL", lens[argc++] = 4;
+        argv[argc] = script, lens[argc++] = strlen(script);
+    } else {
+        argv[argc] = "EVALSHA", lens[argc++] = 7;
+        ARG(op->release ? s->sha_release : s->sha_reserve);
+    }
+    NUM("%zu", op->n * 3);
+    static const char suffix[3] = {'r', 't', 'c'};
+    for (size_t i = 0; i < op->n; i++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(keys[i * 3 + k], sizeof(keys[0]), "%s%s:%c", s->prefix, op->lv[i].name,
+                     suffix[k]);
+            ARG(keys[i * 3 + k]);
+        }
+    ARG(op->lease);
+    if (op->release) {
+        NUM("%llu", (unsigned long long)op->at_s);
+        NUM("%lld", (long long)op->delta);
+        ARG(op->undo ? "1" : "0");
+    } else {
+        NUM("%llu", (unsigned long long)op->tokens);
+        NUM("%llu", (unsigned long long)op->ttl_ms);
+    }
+    NUM("%zu", op->n);
+    for (size_t i = 0; i < op->n; i++) {
+        NUM("%u", op->lv[i].rpm);
+        NUM("%llu", (unsigned long long)op->lv[i].tpm);
+        NUM("%u", op->lv[i].conc);
+    }
+#undef ARG
+#undef NUM
+    return mg_redis_command(s->r, on_reply, op, argc, argv, lens);
+}
+
+static long long int_at(const redisReply *r, size_t i)
+{
+    return i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER ? r->element[i]->integer
+                                                                         : 0;
+}
+
+/* The reserve script's reply as an answer. */
+static void read_answer(mg_shared_t *s, const redisReply *reply, mg_shared_answer_t *a)
+{
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 2) {
+        if (reply && reply->type == REDIS_REPLY_ERROR)
+            mg_log_msg(MG_LOG_WARN, NULL, "cluster redis: the limits script failed: %.200s",
+                       reply->str);
+        s->stats.unavailable++;
+        return;
+    }
+    if (s->degraded_now) {
+        s->degraded_now = 0;
+        mg_log_msg(MG_LOG_INFO, NULL, "cluster limits shared through redis again");
+    }
+    long long kind = int_at(reply, 0);
+    if (kind == 1) {
+        a->rc = MG_SHARED_OK;
+        a->at_s = (uint64_t)int_at(reply, 1);
+        s->stats.reserved++;
+        return;
+    }
+    a->rc = kind == 0 ? MG_SHARED_REFUSED : MG_SHARED_TOO_LARGE;
+    a->level = (int)int_at(reply, 1);
+    a->limit = (int)int_at(reply, 2);
+    long long wait = int_at(reply, 3);
+    a->retry_after_ms = wait > 0 ? (uint64_t)wait : 0;
+    s->stats.refused++;
+}
+
+static void on_reply(void *ud, redisReply *reply)
+{
+    op_t *op = ud;
+    mg_shared_t *s = op->s;
+    if (reply && reply->type == REDIS_REPLY_ERROR && !op->evaled &&
+        strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+        s->stats.noscript++;
+        op->evaled = 1;
+        if (send_op(op) == 0) return; /* the same op, answered later */
+        reply = NULL;
+    }
+    if (op->release) {
+        if (reply) s->stats.released++;
+        free(op);
+        return;
+    }
+    mg_shared_answer_t a = {MG_SHARED_UNAVAILABLE, -1, 0, 0, 0};
+    read_answer(s, reply, &a);
+    if (a.rc != MG_SHARED_UNAVAILABLE) {
+        s->stats.rtt_ms_sum += (double)(uv_hrtime() - op->sent_ns) / 1e6;
+        s->stats.rtt_n++;
+    }
+    mg_shared_cb cb = op->cb;
+    void *cud = op->ud;
+    free(op);
+    cb(cud, &a);
+}
+
+static op_t *op_new(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease)
+{
+    if (!s || n == 0 || n > MG_SHARED_MAX_LEVELS) return NULL;
+    op_t *op = calloc(1, sizeof(*op));
+    if (!op) return NULL;
+    op->s = s;
+    op->n = n;
+    memcpy(op->lv, lv, n * sizeof(*lv));
+    snprintf(op->lease, sizeof(op->lease), "%s", lease);
+    return op;
+}
+
+int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                      uint64_t tokens, uint64_t lease_ttl_ms, mg_shared_cb cb, void *ud)
+{
+    op_t *op = op_new(s, lv, n, lease);
+    if (!op) return -1;
+    op->tokens = tokens;
+    op->ttl_ms = lease_ttl_ms;
+    op->cb = cb;
+    op->ud = ud;
+    op->sent_ns = uv_hrtime();
+    if (send_op(op) != 0) {
+        free(op);
+        s->stats.unavailable++;
+        return -1;
+    }
+    return 0;
+}
+
+void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                       uint64_t at_s, int64_t token_delta, int undo)
+{
+    op_t *op = op_new(s, lv, n, lease);
+    if (!op) return;
+    op->release = 1;
+    op->at_s = at_s;
+    op->delta = token_delta;
+    op->undo = undo;
+    if (send_op(op) != 0) free(op); /* the leases expire by themselves */
+}
+
+void mg_shared_note_degraded(mg_shared_t *s, int mode)
+{
+    if (!s || mode < 0 || mode > 2) return;
+    s->stats.degraded[mode]++;
+    if (s->degraded_now) return;
+    s->degraded_now = 1;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_WARN, "cluster limits degraded");
+    mg_log_str(&l, "component", "redis");
+    mg_log_str(&l, "mode", mg_cluster_degraded_name((mg_cluster_degraded_t)mode));
+    mg_log_end(&l);
+}
+
+void mg_shared_stats(const mg_shared_t *s, mg_shared_stats_t *out)
+{
+    if (s) *out = s->stats;
+    else memset(out, 0, sizeof(*out));
+}

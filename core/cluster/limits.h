@@ -1,0 +1,95 @@
+/* limits: rate limits and concurrency leases shared by every instance through Redis (issue 24).
+ *
+ * One request reserves at all its levels (the key, its project, the provider of the attempt)
+ * in ONE server-side Lua script, all or nothing: the script checks every level first and
+ * writes only when all accept, so a refusal at any level leaves the others as they were (the
+ * single-node mg_quota_reserve's rule). One round trip: EVALSHA of the script loaded with
+ * SCRIPT LOAD on each connection, EVAL when Redis answers NOSCRIPT (a restarted or flushed
+ * server), never more than one retry.
+ *
+ * What Redis holds, under cluster.redis.key_prefix (default "moongate:"), per level "NAME"
+ * ("k:12" a key, "p:3" a project, "v:openai" a provider):
+ *   NAME:r  sorted set, one member per admission scored by its time (ms): the exact sliding
+ *           60 s log of the RPM limit (an admission at t counts in (t, t + 60000]);
+ *   NAME:t  hash second -> tokens reserved in that second (then corrected at release): TPM
+ *           over the 60 one-second buckets up to now, as the single node counts it;
+ *   NAME:c  sorted set, one member per concurrency lease scored by its expiry (ms): a lease
+ *           not released by then (its instance died) stops counting by itself.
+ * Every key carries a TTL past the longest time it matters, so idle levels leave Redis.
+ * Time is Redis' own (TIME inside the script): the instances' clocks never disagree.
+ *
+ * Nothing here waits: the answer comes through a callback, "unavailable" when Redis did not
+ * answer within cluster.redis.timeout_ms (cluster/redis.h); the caller applies its degraded
+ * mode (cluster.redis.degraded). Loop thread only. */
+#ifndef MG_CLUSTER_LIMITS_H
+#define MG_CLUSTER_LIMITS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/redis.h"
+
+#define MG_SHARED_MAX_LEVELS 3
+#define MG_SHARED_NAME_MAX 96
+#define MG_SHARED_LEASE_MAX 64
+
+/* One level and its limits (0 = none). */
+typedef struct mg_shared_level_s {
+    char name[MG_SHARED_NAME_MAX]; /* "k:12", "p:3", "v:<provider id>" */
+    uint32_t rpm;
+    uint64_t tpm;
+    uint32_t conc;
+} mg_shared_level_t;
+
+/* What the script answered. */
+typedef enum {
+    MG_SHARED_OK = 0,          /* reserved at every level */
+    MG_SHARED_REFUSED = -1,    /* a level's limit is reached: nothing was reserved */
+    MG_SHARED_TOO_LARGE = -2,  /* the tokens exceed a level's tpm: waiting cannot help */
+    MG_SHARED_UNAVAILABLE = -3 /* Redis unreachable, late or erroring: nothing is known */
+} mg_shared_rc_t;
+
+typedef struct mg_shared_answer_s {
+    mg_shared_rc_t rc;
+    int level;               /* refusing level's index, -1 when none */
+    int limit;               /* 1 rpm, 2 tpm, 3 concurrency, 0 none */
+    uint64_t retry_after_ms; /* when it may accept (0: unknown, a lease's end) */
+    uint64_t at_s;           /* OK: the Redis second the tokens were counted in */
+} mg_shared_answer_t;
+
+typedef void (*mg_shared_cb)(void *ud, const mg_shared_answer_t *a);
+
+typedef struct mg_shared_stats_s {
+    unsigned long long reserved, refused, unavailable, noscript, released;
+    unsigned long long degraded[3]; /* requests that went on per mode (mg_cluster_degraded_t) */
+    double rtt_ms_sum;              /* reserve round trips answered, their total time */
+    unsigned long long rtt_n;
+} mg_shared_stats_t;
+
+typedef struct mg_shared_s mg_shared_t;
+
+/* The shared limits over r (borrowed, outlives them) with keys under prefix. NULL: r is
+ * NULL or out of memory. The scripts are loaded on every connection of r from now on. */
+mg_shared_t *mg_shared_new(mg_redis_t *r, const char *prefix);
+/* Free it (after mg_redis_stop(r): the callbacks still pending have been told). NULL fine. */
+void mg_shared_free(mg_shared_t *s);
+mg_redis_t *mg_shared_redis(const mg_shared_t *s);
+
+/* Reserve one request, `tokens` tokens and one lease (expiring after lease_ttl_ms) at each
+ * of the n levels (1..MG_SHARED_MAX_LEVELS), all or nothing; lease names the request in the
+ * sets (unique per reservation). cb is called exactly once, later. -1 (cb never called):
+ * Redis is not connected now, the caller is degraded at once. */
+int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                      uint64_t tokens, uint64_t lease_ttl_ms, mg_shared_cb cb, void *ud);
+
+/* The request's end (fire and forget): the leases returned; the tokens counted at at_s
+ * corrected by token_delta (actual - estimate); with undo (the request was never sent) its
+ * admission taken out of the RPM logs and its tokens out of the windows too. */
+void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                       uint64_t at_s, int64_t token_delta, int undo);
+
+/* A request went on without Redis in `mode` (counted for /status and the metrics). */
+void mg_shared_note_degraded(mg_shared_t *s, int mode);
+void mg_shared_stats(const mg_shared_t *s, mg_shared_stats_t *out);
+
+#endif

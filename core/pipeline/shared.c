@@ -1,0 +1,273 @@
+/* shared: the limits several instances share through Redis (cluster/limits.h, issue 24).
+ *
+ * With cluster.redis configured, admission leaves the key's and project's quota to this step
+ * (c->auth.quota_deferred), which runs once the plan's entry is reserved (its provider known):
+ * one script reserves the key's and project's RPM, TPM and concurrency lease and the
+ * provider's RPM and TPM together, all or nothing. The call waits for the answer as it waits
+ * for the upstream: the step returns MG_STEP_AGAIN and the script's callback resumes it
+ * (encode when reserved; the next plan entry when the provider refused; 429 when the key or
+ * project refused). A later attempt (failover) reserves at the provider only: the key's were
+ * taken once.
+ *
+ * The provider's own window is still counted locally too (routing reads it for headroom);
+ * the shared one is the bound across instances.
+ *
+ * Redis unreachable, late (cluster.redis.timeout_ms) or erroring: cluster.redis.degraded
+ * decides, never a wait: local (the key's and project's quota reserved by this instance as a
+ * single node would), fail_closed (503 CLUSTER_UNAVAILABLE), fail_open (no key or project
+ * limits). A script that answers after its deadline may have reserved: its leases expire
+ * (lease TTL: the request's total deadline + 2 s) and its admissions leave the windows
+ * within a minute.
+ *
+ * The op of a script in flight owns itself: when the call ends meanwhile (the client left)
+ * it is orphaned and, if the answer is "reserved", undoes the reservation. */
+#include "pipeline/call.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "route/persist.h"
+
+#define LEASE_SLACK_MS 2000
+
+typedef struct shared_op_s {
+    call_t *c; /* NULL once the call is gone (orphaned) */
+    mg_shared_t *s;
+    mg_shared_level_t lv[MG_SHARED_MAX_LEVELS];
+    size_t n;
+    size_t key_levels; /* lv[0..key_levels) are the key's and project's */
+    char lease[MG_SHARED_LEASE_MAX];
+    uint64_t tokens;
+    uint64_t at_s;
+} shared_op_t;
+
+void shared_defer_quota(call_t *c)
+{
+    c->auth.quota_deferred = 1;
+}
+
+/* The key's and the project's levels that have a limit. */
+static void add_key_levels(call_t *c, shared_op_t *op)
+{
+    for (size_t i = 0; i < c->auth.n_levels && op->n < MG_SHARED_MAX_LEVELS - 1; i++) {
+        int64_t id;
+        uint32_t rpm, conc;
+        uint64_t tpm;
+        if (mg_auth_level_limits(&c->auth, i, &id, &rpm, &tpm, &conc) != 0) continue;
+        if (!rpm && !tpm && !conc) continue;
+        mg_shared_level_t *l = &op->lv[op->n++];
+        snprintf(l->name, sizeof(l->name), "%c:%lld", i == 0 ? 'k' : 'p', (long long)id);
+        l->rpm = rpm;
+        l->tpm = tpm;
+        l->conc = conc;
+    }
+    op->key_levels = op->n;
+}
+
+static void add_provider_level(call_t *c, shared_op_t *op)
+{
+    const mg_provider_conf_t *p = c->cands[c->entry_now->index].provider;
+    if (!p || (p->rpm_limit <= 0 && p->tpm_limit <= 0)) return;
+    mg_shared_level_t *l = &op->lv[op->n++];
+    snprintf(l->name, sizeof(l->name), "v:%s", p->id);
+    l->rpm = p->rpm_limit > 0 ? (uint32_t)p->rpm_limit : 0;
+    l->tpm = p->tpm_limit > 0 ? (uint64_t)p->tpm_limit : 0;
+    l->conc = 0;
+}
+
+/* The key's and the project's quota refused (by Redis, or locally when degraded): the
+ * entry's local reservation back, the call's 429. */
+static mg_step_rc_t key_refused(call_t *c, const char *msg, uint64_t retry_ms)
+{
+    attempt_unreserve_entry(c);
+    call_error(c, 429, "RATE_LIMITED", msg, (int)(retry_ms > 0 ? retry_ms : 1000));
+    c->error_retry_ms = (long long)(retry_ms > 0 ? retry_ms : 1000);
+    return MG_STEP_NEXT;
+}
+
+/* Redis could not answer: the configured degraded mode. with_keys: the key's and project's
+ * quota was still to be reserved. */
+static mg_step_rc_t degraded(call_t *c, int with_keys)
+{
+    mg_cluster_degraded_t mode = c->gen->cfg->cluster.redis.degraded;
+    mg_shared_note_degraded(c->pl->shared, (int)mode);
+    if (mode == MG_DEGRADED_FAIL_CLOSED) {
+        attempt_unreserve_entry(c);
+        return call_error(c, 503, "CLUSTER_UNAVAILABLE",
+                          "the limits shared across instances (Redis) cannot be reached and "
+                          "cluster.redis.degraded is fail_closed; retry later",
+                          1000);
+    }
+    if (!with_keys) return MG_STEP_NEXT;
+    if (mode == MG_DEGRADED_FAIL_OPEN) {
+        c->auth.quota_deferred = 0; /* admitted without the key's limits */
+        return MG_STEP_NEXT;
+    }
+    if (mg_auth_quota_local(&c->auth, mg_unix_ms(), c->est_tokens) != 0)
+        return key_refused(c, c->auth.message, c->auth.retry_after_ms);
+    return MG_STEP_NEXT;
+}
+
+static const char *limit_name(int limit)
+{
+    return limit == 1 ? "rpm" : limit == 2 ? "tpm" : "concurrency";
+}
+
+static void on_answer(void *ud, const mg_shared_answer_t *a)
+{
+    shared_op_t *op = ud;
+    call_t *c = op->c;
+    if (!c) { /* the call ended meanwhile: nothing was sent */
+        if (a->rc == MG_SHARED_OK)
+            mg_shared_release(op->s, op->lv, op->n, op->lease, a->at_s, -(int64_t)op->tokens, 1);
+        free(op);
+        return;
+    }
+    c->shared_pending = NULL;
+    c->step = STEP_ENCODE;
+    mg_step_rc_t rc = MG_STEP_NEXT;
+    if (a->rc == MG_SHARED_OK) {
+        op->at_s = a->at_s;
+        if (op->key_levels) c->auth.quota_deferred = 0; /* taken, here */
+        if (!c->shared) c->shared = op;
+        else free(op);
+        op = NULL;
+    } else if (a->rc == MG_SHARED_UNAVAILABLE) {
+        rc = degraded(c, op->key_levels > 0);
+    } else if (a->level >= 0 && (size_t)a->level < op->key_levels) {
+        char msg[192];
+        const char *who = op->lv[a->level].name[0] == 'k' ? "key" : "project";
+        if (a->rc == MG_SHARED_TOO_LARGE)
+            snprintf(msg, sizeof(msg),
+                     "the request's estimated tokens exceed the %s's tpm_limit; lower max_tokens",
+                     who);
+        else
+            snprintf(msg, sizeof(msg), "the %s's %s limit is reached; retry later", who,
+                     limit_name(a->limit));
+        rc = key_refused(c, msg, a->retry_after_ms);
+    } else { /* the provider's window, across instances: the plan's next entry */
+        uint64_t wait = a->rc == MG_SHARED_TOO_LARGE ? MG_LIMIT_WINDOW_MS : a->retry_after_ms;
+        rc = attempt_shared_limited(c, uv_now(c->pl->loop) + (wait ? wait : 1));
+    }
+    free(op);
+    if (rc == MG_STEP_NEXT) mg_call_run(c);
+}
+
+mg_step_rc_t step_shared(call_t *c)
+{
+    mg_shared_t *s = c->pl->shared;
+    if (!s) return MG_STEP_NEXT; /* a single node */
+    shared_op_t *op = calloc(1, sizeof(*op));
+    if (!op) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    op->c = c;
+    op->s = s;
+    int with_keys = c->auth.held && c->auth.quota_deferred;
+    if (with_keys) add_key_levels(c, op);
+    add_provider_level(c, op);
+    if (op->n == 0) { /* nothing limited: no round trip */
+        free(op);
+        if (with_keys) c->auth.quota_deferred = 0;
+        return MG_STEP_NEXT;
+    }
+    snprintf(op->lease, sizeof(op->lease), "%s:%d", c->lua_request_id, c->shared_attempts++);
+    op->tokens = c->est_tokens > 0 ? (uint64_t)c->est_tokens : 0;
+    uint64_t now = uv_now(c->pl->loop);
+    uint64_t ttl = (c->total_deadline_ms > now ? c->total_deadline_ms - now : 0) + LEASE_SLACK_MS;
+    if (!mg_redis_up(mg_shared_redis(s)) ||
+        mg_shared_reserve(s, op->lv, op->n, op->lease, op->tokens, ttl, on_answer, op) != 0) {
+        size_t had_keys = op->key_levels;
+        free(op);
+        return degraded(c, had_keys > 0);
+    }
+    c->shared_pending = op;
+    return MG_STEP_AGAIN; /* on_answer resumes it */
+}
+
+void shared_finish(call_t *c)
+{
+    if (c->shared_pending) { /* on_answer undoes what it reserved */
+        c->shared_pending->c = NULL;
+        c->shared_pending = NULL;
+        attempt_unreserve_entry(c); /* the entry reserved locally was never sent (a breaker's
+                                       trial slot included) */
+    }
+    shared_op_t *op = c->shared;
+    if (!op) return;
+    c->shared = NULL;
+    int undo = c->attempts == 0; /* never sent */
+    int64_t delta = 0;
+    if (undo) delta = -(int64_t)op->tokens;
+    else if (c->have_usage)
+        delta = (int64_t)(c->prompt_tokens + c->completion_tokens) - (int64_t)op->tokens;
+    int leases = 0, windows = 0;
+    for (size_t i = 0; i < op->n; i++) {
+        leases |= op->lv[i].conc > 0;
+        windows |= op->lv[i].tpm > 0 || (undo && op->lv[i].rpm > 0);
+    }
+    if (leases || (windows && (delta || undo)))
+        mg_shared_release(op->s, op->lv, op->n, op->lease, op->at_s, delta, undo);
+    free(op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cooldowns shared over pub/sub                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The message: node id, provider id, seconds, consecutive 429s, status, one a line. */
+static void no_answer(void *ud, struct redisReply *reply)
+{
+    (void)ud, (void)reply;
+}
+
+void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int consecutive, double secs,
+                             int status)
+{
+    mg_shared_t *s = c->pl->shared;
+    if (!s) return;
+    const mg_config_t *cfg = c->gen->cfg;
+    char channel[160], msg[512];
+    snprintf(channel, sizeof(channel), "%scooldown",
+             cfg->cluster.redis.key_prefix ? cfg->cluster.redis.key_prefix : "moongate:");
+    int n = snprintf(msg, sizeof(msg), "%s\n%s\n%.3f\n%d\n%d", cfg->cluster.node_id, ps->id, secs,
+                     consecutive, status);
+    if (n <= 0 || (size_t)n >= sizeof(msg)) return;
+    const char *argv[3] = {"PUBLISH", channel, msg};
+    size_t lens[3] = {7, strlen(channel), (size_t)n};
+    mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
+}
+
+void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
+{
+    mg_pipeline_t *pl = pipeline;
+    char buf[512];
+    if (len >= sizeof(buf)) return;
+    memcpy(buf, payload, len);
+    buf[len] = '\0';
+    char *parts[5];
+    int n = 0;
+    for (char *p = buf, *nl; n < 5; p = nl + 1) {
+        parts[n++] = p;
+        if (!(nl = strchr(p, '\n'))) break;
+        *nl = '\0';
+    }
+    if (n != 5) return;
+    const mg_config_t *cfg = mg_gens_current(pl->gens)->cfg;
+    if (strcmp(parts[0], cfg->cluster.node_id) == 0) return; /* our own */
+    double secs = strtod(parts[2], NULL);
+    mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[1]);
+    if (!ps || !(secs > 0) || secs > 86400) return;
+    uint64_t now = uv_now(pl->loop);
+    mg_pool_changed(ps);
+    mg_cooldown_apply(&ps->cooldown, now, secs);
+    ps->cooldowns_total++;
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "cooldown heard");
+    mg_log_str(&l, "provider", ps->id);
+    mg_log_str(&l, "from_node", parts[0]);
+    mg_log_double(&l, "cooldown_s", secs);
+    mg_log_end(&l);
+    mg_persist_cooldown(pl->store, ps, atoi(parts[3]), secs, atoi(parts[4]), now);
+}

@@ -1,0 +1,283 @@
+// Limits shared through Redis (issue 24): three moongate instances (each its own SQLite, keys
+// numbered alike) share one real redis-server and one mock engine. A key's RPM limit hit from
+// all three admits exactly the limit, not three times it; a provider's RPM likewise; a key's
+// concurrency cap holds across instances, and the leases of an instance killed with SIGKILL
+// return once they expire; with Redis stopped (SIGSTOP) each instance does what its
+// cluster.redis.degraded says (local, fail_closed, fail_open), within timeout_ms, shown in
+// /status and the metrics; Redis back: shared again.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fsp from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import {
+    REPO_ROOT, adminCall, buildConfig, deadPort, startGateway, startMock, toYaml, waitFor,
+} from './lib/harness.mjs';
+import { startRedis } from './lib/redis.mjs';
+
+const ADMIN_TOKEN = 'adm-cluster-limits-e2e-77a1';
+const N = 3;
+const MODES = ['local', 'fail_closed', 'fail_open']; // instance i's cluster.redis.degraded
+const TIMEOUT_MS = 100;
+const TOTAL_MS = 4000; // the requests' total deadline: a lease lives that long + 2 s at most
+
+let redis;
+let mock;
+const dirs = [];
+const gws = [];
+
+function config(dir, i, dead) {
+    const lua = { policies: path.join(REPO_ROOT, 'policies'), adapters: path.join(REPO_ROOT, 'adapters'), lib: path.join(REPO_ROOT, 'lua') };
+    const c = buildConfig(dir, mock.port, dead, { lua, timeouts: { total_ms: TOTAL_MS } });
+    const m = `http://127.0.0.1:${mock.port}/v1`;
+    return {
+        ...c,
+        auth: { enabled: true },
+        health: { probes: false },
+        providers: [...c.providers, { id: 'mock-limited', adapter: 'openai', base_url: m, rpm_limit: 9 },
+            { id: 'mock-cool', adapter: 'openai', base_url: m }],
+        models: {
+            chat: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-chat' }] },
+            slow: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-slow' }] },
+            limited: { tokenizer: 'estimate', routes: [{ provider: 'mock-limited', model: 'up-limited' }] },
+            cool: {
+                tokenizer: 'estimate',
+                routes: [{ provider: 'mock-cool', model: 'up-cool' }, { provider: 'mock-openai-b', model: 'up-cool-b', priority: 1 }],
+            },
+        },
+        cluster: { node_id: `node-${i}`, redis: { url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i] } },
+    };
+}
+
+const admin = (i, method, p, body) => adminCall(gws[i].base, ADMIN_TOKEN, method, p, body);
+
+/** The same tenant and key (same ids) on every instance; the secrets differ. */
+async function keyEverywhere(name, limits) {
+    const secrets = [];
+    let id;
+    for (let i = 0; i < N; i++) {
+        const t = await admin(i, 'POST', 'tenants', { name });
+        assert.equal(t.status, 201, t.text);
+        const k = await admin(i, 'POST', 'keys', { tenant_id: t.json.id, ...limits });
+        assert.equal(k.status, 201, k.text);
+        if (id === undefined) id = k.json.id;
+        assert.equal(k.json.id, id, 'the instances number keys alike');
+        secrets.push(k.json.key);
+    }
+    return { id, secrets };
+}
+
+async function chat(i, secret, model = 'chat', timeoutMs = 10000) {
+    const t0 = performance.now();
+    const r = await fetch(`${gws[i].base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${secret}` },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }),
+        signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { /* not JSON */ }
+    return { status: r.status, json, ms: performance.now() - t0 };
+}
+
+const status = async (i) => (await fetch(`${gws[i].base}/status`)).json();
+const metrics = async (i) => (await fetch(`http://127.0.0.1:${gws[i].metricsPort}/metrics`)).text();
+const redisCli = (...args) => execFileSync('redis-cli', ['-p', String(redis.port), ...args], { encoding: 'utf8' }).trim();
+
+before(async () => {
+    redis = await startRedis();
+    mock = await startMock();
+    await mock.script({ model: 'up-slow', action: { delay_first_byte_ms: 30000 } });
+    const dead = await deadPort();
+    for (let i = 0; i < N; i++) dirs.push(await fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-limits-')));
+    const started = await Promise.all(dirs.map(async (dir, i) => {
+        const p = path.join(dir, 'moongate.yaml');
+        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
+        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+    }));
+    gws.push(...started);
+    for (let i = 0; i < N; i++)
+        await waitFor(async () => (await status(i)).cluster.redis.state === 'up', { what: `node-${i} redis up` });
+});
+
+after(async () => {
+    for (const g of gws) await g.close().catch(() => {});
+    await mock?.close().catch(() => {});
+    await redis?.stop();
+    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
+});
+
+describe('limits shared through redis', () => {
+    test('a key\'s RPM hit from three instances under skewed load: exactly the limit admitted', async () => {
+        const LIMIT = 12;
+        const k = await keyEverywhere('rpm-tenant', { rpm_limit: LIMIT });
+        const share = [30, 20, 10]; // uneven: half of the load on one instance
+        const jobs = [];
+        for (let i = 0; i < N; i++) for (let j = 0; j < share[i]; j++) jobs.push(chat(i, k.secrets[i]));
+        const rs = await Promise.all(jobs);
+        const ok = rs.filter((r) => r.status === 200).length;
+        const limited = rs.filter((r) => r.status === 429);
+        console.log(`key rpm ${LIMIT}: ${ok} admitted of ${rs.length} sent from ${N} instances (${share.join('/')})`);
+        assert.equal(ok, LIMIT, 'exactly the limit across instances, not N times it');
+        assert.equal(limited.length, rs.length - LIMIT);
+        for (const r of limited) {
+            assert.equal(r.json.error.code, 'RATE_LIMITED');
+            assert.match(r.json.error.message, /key's rpm limit/);
+        }
+        assert.equal(Number(redisCli('ZCARD', `moongate:k:${k.id}:r`)), LIMIT, 'the shared log holds the admissions');
+        // every instance took part (the limit is not one instance's local count)
+        for (let i = 0; i < N; i++) assert.ok((await status(i)).cluster.redis.shared_limits.reserved > 0);
+    });
+
+    test('a provider\'s RPM across instances: its limit is the bound; its refusals roll back the key\'s', async () => {
+        const k = await keyEverywhere('prov-tenant', { rpm_limit: 1000 });
+        const jobs = [];
+        for (let i = 0; i < N; i++) for (let j = 0; j < 8; j++) jobs.push(chat(i, k.secrets[i], 'limited'));
+        const rs = await Promise.all(jobs);
+        const ok = rs.filter((r) => r.status === 200).length;
+        console.log(`provider rpm 9: ${ok} admitted of ${rs.length}; others: ${[...new Set(rs.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.json?.error?.code}`))]}`);
+        assert.equal(ok, 9);
+        for (const r of rs.filter((x) => x.status !== 200)) assert.equal(r.status, 503);
+        // all or nothing: the requests the provider's window refused left the key's log alone
+        assert.equal(Number(redisCli('ZCARD', `moongate:k:${k.id}:r`)), 9);
+        assert.equal(Number(redisCli('ZCARD', 'moongate:v:mock-limited:r')), 9);
+    });
+
+    test('a key\'s TPM: the estimate reserved, corrected to the usage at the end; too large refused', async () => {
+        const k = await keyEverywhere('tpm-tenant', { tpm_limit: 100000 });
+        const rs = await Promise.all([0, 1, 2, 0, 1, 2].map((i) => chat(i, k.secrets[i])));
+        assert.deepEqual(rs.map((r) => r.status), [200, 200, 200, 200, 200, 200]);
+        const used = rs.reduce((n, r) => n + r.json.usage.total_tokens, 0);
+        const counted = () => redisCli('HVALS', `moongate:k:${k.id}:t`).split('\n').filter(Boolean).reduce((n, v) => n + Number(v), 0);
+        await waitFor(() => counted() === used, { what: `the window holds the usage (${used} tokens)` });
+        const small = await keyEverywhere('tpm-small', { tpm_limit: 5 });
+        const r = await chat(1, small.secrets[1]);
+        assert.equal(r.status, 429);
+        assert.match(r.json.error.message, /exceed the key's tpm_limit/);
+    });
+
+    test('added latency: one round trip per request on loopback', async () => {
+        const k = await keyEverywhere('lat-tenant', { rpm_limit: 100000, max_concurrency: 100 });
+        const free = await keyEverywhere('lat-free', {}); // no limits: no round trip
+        const time = async (secret) => {
+            const t = [];
+            for (let j = 0; j < 40; j++) t.push((await chat(0, secret)).ms);
+            t.sort((a, b) => a - b);
+            return t[Math.floor(t.length / 2)];
+        };
+        await time(free.secrets[0]); // warm
+        const plain = await time(free.secrets[0]);
+        const shared = await time(k.secrets[0]);
+        const st = (await status(0)).cluster.redis.shared_limits;
+        console.log(`median request: ${plain.toFixed(2)} ms without shared limits, ${shared.toFixed(2)} ms with; `
+            + `script round trip avg ${st.rtt_ms_avg.toFixed(3)} ms`);
+        assert.ok(st.rtt_ms_avg > 0 && st.rtt_ms_avg < TIMEOUT_MS);
+    });
+
+    test('scripts flushed (a restarted Redis): NOSCRIPT, then EVAL, the request admitted', async () => {
+        const k = await keyEverywhere('noscript-tenant', { rpm_limit: 5 });
+        const before_ = (await status(1)).cluster.redis.shared_limits.noscript;
+        assert.equal(redisCli('SCRIPT', 'FLUSH'), 'OK');
+        const r = await chat(1, k.secrets[1]);
+        assert.equal(r.status, 200);
+        const st = (await status(1)).cluster.redis.shared_limits;
+        assert.equal(st.noscript, before_ + 1);
+        assert.equal(Number(redisCli('ZCARD', `moongate:k:${k.id}:r`)), 1);
+    });
+
+    test('redis stopped: each instance in its degraded mode, within timeout_ms; back: shared', async () => {
+        const k = await keyEverywhere('degraded-tenant', { rpm_limit: 2 });
+        redis.pause();
+        try {
+            // a client that leaves while its request waits for Redis: the call ends cleanly
+            const gone = await chat(0, k.secrets[0], 'chat', 30).then(() => 'answered', () => 'aborted');
+            assert.equal(gone, 'aborted');
+            await new Promise((r) => setTimeout(r, TIMEOUT_MS * 2));
+            // fail_closed: 503 with a clear code, no longer than timeout_ms on Redis
+            const closed = await chat(1, k.secrets[1]);
+            assert.equal(closed.status, 503);
+            assert.equal(closed.json.error.code, 'CLUSTER_UNAVAILABLE');
+            assert.ok(closed.ms < TIMEOUT_MS + 900, `answered in ${closed.ms} ms`);
+            // fail_open: admitted beyond the key's limit
+            const open = [];
+            for (let j = 0; j < 4; j++) open.push(await chat(2, k.secrets[2]));
+            assert.deepEqual(open.map((r) => r.status), [200, 200, 200, 200]);
+            // local: this instance's own limiter, the key's 2 a minute
+            const local = [];
+            for (let j = 0; j < 4; j++) local.push(await chat(0, k.secrets[0]));
+            assert.deepEqual(local.map((r) => r.status), [200, 200, 429, 429]);
+            for (const r of [...open, ...local]) assert.ok(r.ms < TIMEOUT_MS + 900, `answered in ${r.ms} ms`);
+            for (let i = 0; i < N; i++) {
+                const st = (await status(i)).cluster.redis;
+                assert.equal(st.state, 'degraded');
+                assert.equal(st.degraded_mode, MODES[i]);
+                assert.equal(st.limits, MODES[i]);
+                assert.ok(st.shared_limits.degraded[MODES[i]] >= 1);
+                const m = await metrics(i);
+                assert.match(m, new RegExp(`^moongate_cluster_limits_degraded_total\\{mode="${MODES[i]}"\\} [1-9]`, 'm'));
+                assert.match(m, /^moongate_cluster_degraded\{component="redis"\} 1$/m);
+                await gws[i].waitLog((l) => l.msg === 'cluster limits degraded' && l.mode === MODES[i], { timeoutMs: 2000 });
+            }
+        } finally {
+            redis.resume();
+        }
+        for (let i = 0; i < N; i++)
+            await waitFor(async () => (await status(i)).cluster.redis.limits === 'shared', { timeoutMs: 5000, what: `node-${i} shared again` });
+    });
+
+    test('a 429 seen by one instance cools the provider on the others within 100 ms', async () => {
+        const k = await keyEverywhere('cool-tenant', {});
+        const avail = async (i) => (await status(i)).providers.find((p) => p.id === 'mock-cool').cooldown_remaining_ms === 0;
+        for (let i = 0; i < N; i++) assert.equal(await avail(i), true);
+        await mock.script({ model: 'up-cool', times: 1, action: { status: 429, headers: { 'retry-after': '20' } } });
+        const t0 = performance.now();
+        const watch = [1, 2].map(async (i) => {
+            for (;;) { // bounded by the waitFor below
+                if (!(await avail(i))) return performance.now() - t0;
+                if (performance.now() - t0 > 3000) return Infinity;
+            }
+        });
+        const r = await chat(0, k.secrets[0], 'cool');
+        assert.equal(r.status, 200, 'node-0 failed over to the second route');
+        const seen = await Promise.all(watch);
+        console.log(`429 on node-0: cooling on node-1 after ${seen[0].toFixed(1)} ms, node-2 after ${seen[1].toFixed(1)} ms (from the request's start)`);
+        for (const ms of seen) assert.ok(ms < 100, `cooled after ${ms} ms`);
+        assert.equal(await avail(0), false);
+        for (const i of [1, 2]) {
+            const line = await gws[i].waitLog((l) => l.msg === 'cooldown heard' && l.provider === 'mock-cool', { timeoutMs: 1000 });
+            assert.equal(line.from_node, 'node-0');
+            assert.ok(line.cooldown_s >= 20);
+        }
+        // the others send nothing to it now: straight to the second route
+        const sentTo = async (model) => (await mock.requests()).filter((x) => x.body?.model === model).length;
+        const [cool0, b0] = [await sentTo('up-cool'), await sentTo('up-cool-b')];
+        assert.equal(cool0, 1);
+        for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'cool')).status, 200);
+        assert.equal(await sentTo('up-cool'), cool0, 'no request to the cooling provider');
+        assert.equal(await sentTo('up-cool-b'), b0 + 2);
+    });
+
+    test('a key\'s concurrency cap across instances; a killed instance\'s leases return after expiry', async () => {
+        const k = await keyEverywhere('conc-tenant', { max_concurrency: 2 });
+        // two slow requests on instance 2 hold both leases
+        const held = [chat(2, k.secrets[2], 'slow', 60000).catch(() => null), chat(2, k.secrets[2], 'slow', 60000).catch(() => null)];
+        await waitFor(async () => Number(redisCli('ZCARD', `moongate:k:${k.id}:c`)) === 2, { what: 'two leases held' });
+        const other = await chat(0, k.secrets[0]);
+        assert.equal(other.status, 429, 'the cap holds on another instance');
+        assert.match(other.json.error.message, /key's concurrency limit/);
+        const killedAt = performance.now();
+        gws[2].child.kill('SIGKILL');
+        await Promise.all(held);
+        const right = await chat(1, k.secrets[1]);
+        assert.equal(right.status, 429, 'a dead instance\'s leases still count until they expire');
+        await waitFor(async () => (await chat(0, k.secrets[0])).status === 200,
+            { timeoutMs: TOTAL_MS + 6000, intervalMs: 200, what: 'the leases expired' });
+        const back = performance.now() - killedAt;
+        console.log(`leases of the killed instance returned ${Math.round(back)} ms after SIGKILL (lease ttl <= ${TOTAL_MS + 2000} ms)`);
+        assert.ok(back <= TOTAL_MS + 2000 + 1500);
+        await waitFor(async () => Number(redisCli('ZCARD', `moongate:k:${k.id}:c`)) === 0, { what: 'no lease left once the request ended' });
+    });
+});

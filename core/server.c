@@ -297,6 +297,7 @@ static void close_everything(mg_server_t *s)
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     if (s->admin_on) mg_listener_close(&s->admin_l);
     mg_memtrim_close(&s->memtrim);
+    mg_fulllog_close(&s->fulllog);
     mg_probe_stop(s->prober);
     s->prober = NULL;
     mg_redis_stop(s->redis); /* frees itself once its handles close */
@@ -557,8 +558,10 @@ static int start_services(mg_server_t *s)
     s->pipeline.sessions = s->sessions;
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
     if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN"); /* the Sidecar's name */
+    if (mg_fulllog_init(&s->fulllog, s->loop) != 0) return -1;
+    s->pipeline.fulllog = &s->fulllog;
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
-                          &s->pool, mg_server_rebuild, s,       token};
+                          &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
     s->admin = mg_admin_new(&ad);
     if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);

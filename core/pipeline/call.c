@@ -263,6 +263,7 @@ static void call_free(call_t *c)
     free(c->error_headers);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
+    mg_buf_free(&c->full_answer);
     msgs_free(c);
     free(c->error_message);
     free(c->refusal_message);
@@ -482,7 +483,7 @@ static void call_log(call_t *c)
     mg_log_int(&l, "completion_tokens", c->completion_tokens);
     mg_log_bool(&l, "tokens_estimated", !c->have_usage);
     context_log(c, &l);
-    mg_log_end(&l);
+    content_log_end(c, &l);
 }
 
 /* The error answer: the shape of net/error.h, with Retry-After and X-Sidecar-Degraded. */

@@ -18,6 +18,7 @@
 #include "net/http.h"
 #include "obs/family.h"
 #include "obs/metrics.h"
+#include "obs/fulllog.h"
 #include "obs/recent.h"
 #include "route/facts.h"
 #include "route/pool.h"
@@ -45,6 +46,7 @@ typedef struct mg_pipeline_s {
     mg_metrics_t *metrics;
     mg_store_t *store;                 /* cooldowns and health are persisted here; NULL = not */
     struct mg_idem_s *idem;            /* requests with an idempotency key are handed over */
+    mg_fulllog_t *fulllog;             /* while it is on, prompts and answers are logged */
     mg_recent_t *recent;               /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */

@@ -559,6 +559,11 @@ static int start_services(mg_server_t *s)
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
     if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN"); /* the Sidecar's name */
     if (mg_fulllog_init(&s->fulllog, s->loop) != 0) return -1;
+    if (cfg->observability.otlp.endpoint) { /* read at start; its thread does the I/O */
+        s->otlp = mg_otlp_start(&cfg->observability.otlp);
+        if (!s->otlp) return -1;
+        s->pipeline.otlp = s->otlp;
+    }
     s->pipeline.fulllog = &s->fulllog;
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
                           &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
@@ -587,6 +592,7 @@ static int start_services(mg_server_t *s)
         .sessions = s->sessions,
         .listener = &s->listener,
         .proc = &s->proc,
+        .otlp = s->otlp,
     };
     return 0;
 }
@@ -716,7 +722,9 @@ int mg_server_run(mg_server_t *s)
        writes still reach idem's entries */
     mg_upkeep_stop(s->upkeep);
     mg_store_close(s->store);
-    mg_pg_close(s->pg); /* after the store: its last callbacks may end holds */
+    mg_pg_close(s->pg);    /* after the store: its last callbacks may end holds */
+    mg_otlp_stop(s->otlp); /* the spans still queued sent, bounded by its timeout */
+    s->otlp = NULL;
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
     mg_metrics_free(&s->metrics);

@@ -76,6 +76,12 @@ static int load_cluster(conf_loader_t *l, yaml_node_t *v, int line)
     return mg_cluster_conf_load(l, v, line);
 }
 
+/* observability: (conf/observability.c) */
+static int load_observability(conf_loader_t *l, yaml_node_t *v, int line)
+{
+    return mg_observability_conf_load(l, v, line);
+}
+
 static const struct {
     const char *key;
     section_fn load;
@@ -105,6 +111,7 @@ static const struct {
     {"context", load_context},
     {"protocols", load_protocols},
     {"cluster", load_cluster},
+    {"observability", load_observability},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -175,6 +182,7 @@ static int set_defaults(conf_loader_t *l, const char *name)
     mg_context_conf_defaults(&c->context);
     (void)mg_protocols_conf_defaults(&c->protocols); /* out of memory: no allowlist */
     mg_cluster_conf_defaults(&c->cluster);
+    mg_observability_conf_defaults(&c->observability);
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
@@ -433,6 +441,7 @@ void mg_config_free(mg_config_t *cfg)
     mg_context_conf_clear(&cfg->context);
     mg_protocols_conf_clear(&cfg->protocols);
     mg_cluster_conf_clear(&cfg->cluster);
+    mg_observability_conf_clear(&cfg->observability);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

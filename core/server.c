@@ -528,6 +528,15 @@ static int start_engines(mg_server_t *s)
 }
 
 /* The request path: pipeline, idempotency, tasks, admin, api. */
+/* The full logging window ended by itself: the audit trail says so, as it said when it opened. */
+static void fulllog_expired(void *ud, const mg_fulllog_t *f)
+{
+    mg_server_t *s = ud;
+    char target[224];
+    snprintf(target, sizeof(target), "reason=%s", f->reason);
+    if (s->admin) mg_admin_audit_system(s->admin, "logging.full.expired", target);
+}
+
 static int start_services(mg_server_t *s)
 {
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
@@ -568,6 +577,8 @@ static int start_services(mg_server_t *s)
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
                           &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
     s->admin = mg_admin_new(&ad);
+    s->fulllog.on_expired = fulllog_expired;
+    s->fulllog.on_expired_ud = s;
     if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);
     s->pipeline.recent = &s->recent;

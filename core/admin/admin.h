@@ -133,6 +133,9 @@ int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
  * request is gone afterwards). */
 void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action, const char *target,
                     int status);
+/* Write one audit_logs row for what the gateway did by itself (actor "system", status 200,
+ * no request): e.g. logging.full.expired. Loop thread. */
+void mg_admin_audit_system(mg_admin_t *a, const char *action, const char *target);
 /* Audit a refused admin token (actor "unauthenticated", action admin.auth_failed, 401). */
 void mg_admin_audit_auth_failed(mg_admin_t *a, const mg_http_req_t *req);
 /* The failed sign-ins per client address (authfail.h), one table for every door to the admin

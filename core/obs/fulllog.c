@@ -9,7 +9,10 @@
 
 static void on_expired(uv_timer_t *t)
 {
-    mg_fulllog_disable(t->data, "expired");
+    mg_fulllog_t *f = t->data;
+    if (!f->on) return;
+    mg_fulllog_disable(f, "expired");
+    if (f->on_expired) f->on_expired(f->on_expired_ud, f);
 }
 
 int mg_fulllog_init(mg_fulllog_t *f, uv_loop_t *loop)

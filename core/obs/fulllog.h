@@ -26,6 +26,9 @@ typedef struct mg_fulllog_s {
     char reason[160];
     char actor[48];
     uint64_t windows_total; /* windows opened since start-up */
+    void (*on_expired)(void *ud,
+                       const struct mg_fulllog_s *f); /* the window ended by itself (audit) */
+    void *on_expired_ud;
 } mg_fulllog_t;
 
 /* 0, or -1 when the timer cannot be made. */

@@ -129,6 +129,8 @@ describe('full logging mode', () => {
         assert.equal(off.why, 'expired');
         assert.ok(Date.now() - opened >= 2500, 'not before its time');
         assert.equal((await admin('GET', 'logging/full')).json.mode, 'metadata_only');
+        await waitFor(async () => (await auditActions()).some((a) => a.action === 'logging.full.expired' &&
+            a.actor === 'system' && /ticket 4711/.test(a.target)), { what: 'the expiry audited' });
         const after = await chat('MARKER-AFTER-1');
         assert.equal(after.line.prompt, undefined);
         assert.ok(!env.gw.stdoutText().includes('MARKER-AFTER-1'));

@@ -299,6 +299,7 @@ static void close_everything(mg_server_t *s)
     if (s->metrics_on) mg_listener_close(&s->metrics_l);
     if (s->admin_on) mg_listener_close(&s->admin_l);
     mg_memtrim_close(&s->memtrim);
+    mg_fulllog_close(&s->fulllog);
     mg_probe_stop(s->prober);
     s->prober = NULL;
     mg_redis_stop(s->redis);   /* frees itself once its handles close */
@@ -533,6 +534,15 @@ static int start_engines(mg_server_t *s)
 }
 
 /* The request path: pipeline, idempotency, tasks, admin, api. */
+/* The full logging window ended by itself: the audit trail says so, as it said when it opened. */
+static void fulllog_expired(void *ud, const mg_fulllog_t *f)
+{
+    mg_server_t *s = ud;
+    char target[224];
+    snprintf(target, sizeof(target), "reason=%s", f->reason);
+    if (s->admin) mg_admin_audit_system(s->admin, "logging.full.expired", target);
+}
+
 static int start_services(mg_server_t *s)
 {
     const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
@@ -563,9 +573,18 @@ static int start_services(mg_server_t *s)
     s->pipeline.sessions = s->sessions;
     const char *token = getenv("MOONGATE_ADMIN_TOKEN");
     if (!token || !*token) token = getenv("SIDECAR_ADMIN_TOKEN"); /* the Sidecar's name */
+    if (mg_fulllog_init(&s->fulllog, s->loop) != 0) return -1;
+    if (cfg->observability.otlp.endpoint) { /* read at start; its thread does the I/O */
+        s->otlp = mg_otlp_start(&cfg->observability.otlp);
+        if (!s->otlp) return -1;
+        s->pipeline.otlp = s->otlp;
+    }
+    s->pipeline.fulllog = &s->fulllog;
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
-                          &s->pool, mg_server_rebuild, s,       token};
+                          &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
     s->admin = mg_admin_new(&ad);
+    s->fulllog.on_expired = fulllog_expired;
+    s->fulllog.on_expired_ud = s;
     if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
     mg_recent_init(&s->recent);
     s->pipeline.recent = &s->recent;
@@ -590,6 +609,7 @@ static int start_services(mg_server_t *s)
         .sessions = s->sessions,
         .listener = &s->listener,
         .proc = &s->proc,
+        .otlp = s->otlp,
     };
     return 0;
 }
@@ -728,7 +748,9 @@ int mg_server_run(mg_server_t *s)
        writes still reach idem's entries */
     mg_upkeep_stop(s->upkeep);
     mg_store_close(s->store);
-    mg_pg_close(s->pg); /* after the store: its last callbacks may end holds */
+    mg_pg_close(s->pg);    /* after the store: its last callbacks may end holds */
+    mg_otlp_stop(s->otlp); /* the spans still queued sent, bounded by its timeout */
+    s->otlp = NULL;
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
     mg_metrics_free(&s->metrics);

@@ -61,6 +61,8 @@ typedef struct mg_server_s {
     struct mg_redis_s *redis_sub;      /* owned: the cooldown channel's listening connection */
     mg_dashboard_t dashboard;          /* the WebUI: files, sessions, live stream */
     mg_recent_t recent;                /* the last finished requests, for the dashboard */
+    mg_otlp_t *otlp;                   /* the OTLP span exporter; NULL: observability.otlp unset */
+    mg_fulllog_t fulllog;              /* the full-mode logging window (obs/fulllog.h) */
     mg_pipeline_t pipeline;            /* inference requests and the calls in flight */
     mg_api_t api;                      /* the listeners' handlers */
     mg_proc_status_t proc;             /* what /status says of the process */

@@ -299,6 +299,14 @@ document.addEventListener('alpine:init', () => {
             return providerState(p, this.cooling(p));
         },
 
+        // the full logging window (the snapshot's `logging`), while it is open
+        get fullLogging() {
+            const l = this.snapshot && this.snapshot.logging;
+            return l && l.mode === 'full' && l.until_ms > this.serverNow() ? l : null;
+        },
+
+        fmtCountdown,
+
         countdown(p) {
             return fmtCountdown(p.cooldown_until_ms - this.serverNow());
         },

@@ -30,6 +30,7 @@
 
 #define PLATFORM_ACTOR "admin" /* the platform admin token (MOONGATE_ADMIN_TOKEN) */
 #define UNAUTHENTICATED_ACTOR "unauthenticated" /* a token that matched nobody */
+#define SYSTEM_ACTOR "system"                   /* the gateway itself (a window that expired) */
 
 /* Key values: the columns an admin may set. */
 enum {
@@ -1129,6 +1130,14 @@ void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *actio
                     const char *target, int status)
 {
     audit_async(adm, req, PLATFORM_ACTOR, action, target, status);
+}
+
+void mg_admin_audit_system(mg_admin_t *adm, const char *action, const char *target)
+{
+    audit_row_t r;
+    audit_row(&r, SYSTEM_ACTOR, action, target, 200, NULL, NULL);
+    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
+        audit_failed(NULL, SYSTEM_ACTOR, action, target, 200, NULL, "the store is not writable");
 }
 
 void mg_admin_audit_auth_failed(mg_admin_t *adm, const mg_http_req_t *req)

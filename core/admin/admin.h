@@ -31,6 +31,8 @@
  *                                                   (views.c)
  *   GET|PUT /api/v2/config                           runtime settings (settings.h)
  *   GET  /api/v2/audit[?limit=N]                     the newest audit records first
+ *   GET|POST|DELETE /api/v2/logging/full {duration_seconds, reason}  the full logging window
+ *                                                   (front.c, platform admin only)
  *
  * Errors use the gateway's error shape: 400 INVALID_REQUEST naming the field (unknown
  * field, wrong type, out of range, duplicate name), 403 PERMISSION_DENIED (a tenant admin on
@@ -55,6 +57,7 @@
 #include "admin/authfail.h"
 #include "luavm/gens.h"
 #include "net/http.h"
+#include "obs/fulllog.h"
 #include "obs/metrics.h"
 #include "route/pool.h"
 #include "store/store.h"
@@ -77,8 +80,9 @@ typedef struct mg_admin_deps_s {
     mg_pool_t *pool;       /* the live reads: providers, pools, cooldowns */
     mg_rebuild_fn rebuild; /* after a change to providers, models, applications, settings */
     void *rebuild_ud;
-    const char *token; /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
-                          the admin API is off. Read once: only its digest is kept */
+    const char *token;     /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
+                              the admin API is off. Read once: only its digest is kept */
+    mg_fulllog_t *fulllog; /* the full-mode logging window, switched by /api/v2/logging/full */
 } mg_admin_deps_t;
 
 /* NULL when out of memory. */
@@ -129,6 +133,9 @@ int mg_admin_is_platform(const mg_admin_t *a, const mg_http_req_t *req);
  * request is gone afterwards). */
 void mg_admin_audit(mg_admin_t *a, const mg_http_req_t *req, const char *action, const char *target,
                     int status);
+/* Write one audit_logs row for what the gateway did by itself (actor "system", status 200,
+ * no request): e.g. logging.full.expired. Loop thread. */
+void mg_admin_audit_system(mg_admin_t *a, const char *action, const char *target);
 /* Audit a refused admin token (actor "unauthenticated", action admin.auth_failed, 401). */
 void mg_admin_audit_auth_failed(mg_admin_t *a, const mg_http_req_t *req);
 /* The failed sign-ins per client address (authfail.h), one table for every door to the admin

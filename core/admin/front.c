@@ -316,12 +316,90 @@ static void handle_clear_cooldown(mg_admin_t *a, mg_http_req_t *req, const char 
     mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, o);
 }
 
+/* ---- the full-mode logging window (obs/fulllog.h) ----------------------------------------- */
+
+/* {duration_seconds: 1..MG_FULLLOG_MAX_S, reason: "..."} into *seconds and reason; 0, or -1
+ * with the 400's message in err. */
+static int full_body(const mg_http_req_t *req, int *seconds, char *reason, size_t cap, char *err,
+                     size_t errlen)
+{
+    cJSON *in = req->body_len ? cJSON_ParseWithLength(req->body, req->body_len) : NULL;
+    int rc = -1;
+    if (!cJSON_IsObject(in)) {
+        snprintf(err, errlen, "the body must be a JSON object {duration_seconds, reason}");
+        goto out;
+    }
+    for (const cJSON *m = in->child; m; m = m->next)
+        if (strcmp(m->string, "duration_seconds") != 0 && strcmp(m->string, "reason") != 0) {
+            snprintf(err, errlen, "field '%.40s': unknown field", m->string);
+            goto out;
+        }
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(in, "duration_seconds");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(in, "reason");
+    if (!cJSON_IsNumber(d) || d->valuedouble != (double)(long long)d->valuedouble ||
+        d->valuedouble < 1 || d->valuedouble > MG_FULLLOG_MAX_S) {
+        snprintf(err, errlen, "field 'duration_seconds': an integer from 1 to %d",
+                 MG_FULLLOG_MAX_S);
+        goto out;
+    }
+    if (!cJSON_IsString(r) || !r->valuestring[0] || strlen(r->valuestring) >= cap) {
+        snprintf(err, errlen, "field 'reason': a non-empty string of at most %zu bytes", cap - 1);
+        goto out;
+    }
+    *seconds = (int)d->valuedouble;
+    snprintf(reason, cap, "%s", r->valuestring);
+    rc = 0;
+out:
+    cJSON_Delete(in);
+    return rc;
+}
+
+/* POST|GET|DELETE /api/v2/logging/full: platform admin only (the log is the process's, not a
+ * tenant's; a tenant admin token is refused by the worker's scope check). The window is the
+ * loop's, so it is switched here; every call is audited, the opening one with its duration
+ * and reason. */
+static void handle_full_logging(mg_admin_t *a, mg_http_req_t *req)
+{
+    mg_fulllog_t *f = a->d.fulllog;
+    if (req->method == HTTP_GET) {
+        mg_admin_audit(a, req, "logging.full.read", NULL, 200);
+        mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, mg_fulllog_view(f));
+        return;
+    }
+    if (req->method == HTTP_DELETE) {
+        int was = mg_fulllog_on(f);
+        mg_fulllog_disable(f, "disabled");
+        mg_admin_audit(a, req, "logging.full.disable", was ? "was:full" : "was:metadata_only", 200);
+        mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, mg_fulllog_view(f));
+        return;
+    }
+    if (req->method != HTTP_POST) {
+        mg_admin_audit(a, req, "logging.full", NULL, 405);
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 405, "METHOD_NOT_ALLOWED",
+                        "use GET, POST or DELETE", 0);
+        return;
+    }
+    int seconds = 0;
+    char reason[sizeof(f->reason)], err[160], target[224];
+    if (full_body(req, &seconds, reason, sizeof(reason), err, sizeof(err)) != 0) {
+        mg_admin_audit(a, req, "logging.full.enable", NULL, 400);
+        mg_answer_error(a->d.metrics, req, MG_EP_OTHER, 400, "INVALID_REQUEST", err, 0);
+        return;
+    }
+    mg_fulllog_enable(f, seconds, reason, "admin");
+    snprintf(target, sizeof(target), "duration_seconds=%d reason=%s", seconds, reason);
+    mg_admin_audit(a, req, "logging.full.enable", target, 200);
+    mg_answer_tree(a->d.metrics, req, MG_EP_OTHER, 200, mg_fulllog_view(f));
+}
+
 /* /api/v2/...: GET providers, pools and cooldowns answered here, the rest on the worker. */
 static void dispatch(mg_admin_t *a, mg_http_req_t *req, const char *tenant_token)
 {
     const char *sub = req->path + strlen("/api/v2/");
     if (tenant_token) {
         adm_enqueue(a, req, tenant_token); /* resolved and scoped on the admin worker */
+    } else if (strcmp(sub, "logging/full") == 0 && a->d.fulllog) {
+        handle_full_logging(a, req); /* loop-owned state */
     } else if (req->method == HTTP_DELETE && strncmp(sub, "cooldowns/", 10) == 0 && sub[10] &&
                !strchr(sub + 10, '/')) {
         handle_clear_cooldown(a, req, sub + 10); /* loop-owned state */

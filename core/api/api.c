@@ -17,6 +17,7 @@
 #include "base/json.h"
 #include "obs/answer.h"
 #include "obs/health_view.h"
+#include "obs/otlp.h"
 #include "pipeline/responses_store.h"
 #include "pipeline/messages_resp.h"
 #include "session/http.h"
@@ -454,6 +455,33 @@ void mg_api_handle(void *api, mg_http_req_t *req)
 }
 
 /* The store's write path (store.h): queue, parked writes, commits, lock waits, failures. */
+/* The OTLP exporter's counters (obs/otlp.h). */
+static void append_otlp_metrics(mg_buf_t *b, mg_otlp_t *o)
+{
+    mg_otlp_stats_t st;
+    mg_otlp_stats(o, &st);
+    char t[1024];
+    snprintf(
+        t, sizeof(t),
+        "# HELP moongate_otlp_spans_exported_total Spans the OTLP collector accepted.\n"
+        "# TYPE moongate_otlp_spans_exported_total counter\n"
+        "moongate_otlp_spans_exported_total %llu\n"
+        "# HELP moongate_otlp_spans_dropped_total Spans not exported, by reason.\n"
+        "# TYPE moongate_otlp_spans_dropped_total counter\n"
+        "moongate_otlp_spans_dropped_total{reason=\"queue_full\"} %llu\n"
+        "moongate_otlp_spans_dropped_total{reason=\"export_failed\"} %llu\n"
+        "# HELP moongate_otlp_export_failures_total Failed OTLP export attempts (each retry).\n"
+        "# TYPE moongate_otlp_export_failures_total counter\n"
+        "moongate_otlp_export_failures_total %llu\n"
+        "# HELP moongate_otlp_queue_spans Spans waiting for export.\n"
+        "# TYPE moongate_otlp_queue_spans gauge\n"
+        "moongate_otlp_queue_spans %llu\n",
+        (unsigned long long)st.exported_total, (unsigned long long)st.dropped_full,
+        (unsigned long long)st.dropped_failed, (unsigned long long)st.export_failures,
+        (unsigned long long)st.queued);
+    mg_buf_append_str(b, t);
+}
+
 static void store_metrics(mg_api_t *s, mg_buf_t *b)
 {
     if (!s->store) return;
@@ -572,6 +600,7 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
                  ls.reserved, ls.refused, ls.unavailable);
         mg_buf_append_str(&b, line);
     }
+    if (s->otlp) append_otlp_metrics(&b, s->otlp);
     mg_buf_append_str(&b, "# HELP moongate_queue_length Tasks waiting, by priority.\n"
                           "# TYPE moongate_queue_length gauge\n");
     for (int p = 0; p < MG_PRIO_COUNT; p++) {

@@ -78,6 +78,12 @@ static cJSON *platform_snapshot(mg_streams_t *s)
     cJSON_AddItemToObject(o, "scheduler", scheduler_json(s->d.sched));
     cJSON_AddItemToObject(o, "providers", providers_json(s));
     cJSON_AddItemToObject(o, "pools", mg_admin_pools_view(s->admin));
+    if (s->d.pipeline->fulllog) { /* the banner while prompts are logged in full */
+        cJSON *lg = mg_fulllog_view(s->d.pipeline->fulllog);
+        cJSON_DeleteItemFromObjectCaseSensitive(lg,
+                                                "remaining_seconds"); /* ticks: the page counts */
+        cJSON_AddItemToObject(o, "logging", lg);
+    }
     cJSON *rl = cJSON_AddObjectToObject(o, "reload");
     cJSON_AddStringToObject(rl, "result", s->d.proc->reload_result);
     if (s->d.proc->reload_error[0]) cJSON_AddStringToObject(rl, "error", s->d.proc->reload_error);

@@ -374,6 +374,37 @@ void mg_log_end(mg_logline_t *l)
     emit(l->buf, l->len);
 }
 
+void mg_log_end_long(mg_logline_t *l, size_t n, const char *const keys[], const char *const vals[],
+                     const size_t lens[])
+{
+    size_t total = l->len + 4;
+    for (size_t i = 0; i < n; i++) total += strlen(keys[i]) + 6 * lens[i] + 8;
+    char *line = malloc(total);
+    if (!line) {
+        l->overflow = 1;
+        mg_log_end(l);
+        return;
+    }
+    size_t o = l->len;
+    memcpy(line, l->buf, o);
+    for (size_t i = 0; i < n; i++) {
+        const char *lead = g_log.text ? " " : ",\"";
+        memcpy(line + o, lead, strlen(lead));
+        o += strlen(lead);
+        memcpy(line + o, keys[i], strlen(keys[i]));
+        o += strlen(keys[i]);
+        const char *mid = g_log.text ? "=\"" : "\":\"";
+        memcpy(line + o, mid, strlen(mid));
+        o += strlen(mid);
+        o += mg_json_escape(line + o, 6 * lens[i] + 1, vals[i], lens[i]);
+        line[o++] = '"';
+    }
+    if (!g_log.text) line[o++] = '}';
+    line[o++] = '\n';
+    emit(line, o);
+    free(line);
+}
+
 static void log_msgv(mg_log_level_t level, const char *request_id, const char *trace_id,
                      const char *fmt, va_list ap)
 {

@@ -56,6 +56,12 @@ void mg_log_double(mg_logline_t *l, const char *key, double value);
 void mg_log_bool(mg_logline_t *l, const char *key, int value);
 void mg_log_end(mg_logline_t *l);
 
+/* Finish l with n more fields whose values may be long (the full mode's prompt and answer,
+ * already redacted by the caller): each escaped whole, never cut, the line built on the heap
+ * and written as one. Out of memory: the long fields are dropped (truncated=true). */
+void mg_log_end_long(mg_logline_t *l, size_t n, const char *const keys[], const char *const vals[],
+                     const size_t lens[]);
+
 /* One-shot message with an optional request id (NULL for none). */
 void mg_log_msg(mg_log_level_t level, const char *request_id, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -82,6 +82,7 @@ static const struct {
     {"context", conf_section_context},
     {"protocols", conf_section_protocols},
     {"cluster", mg_cluster_conf_load},
+    {"observability", mg_observability_conf_load},
 };
 
 #define N_SECTIONS (sizeof sections / sizeof sections[0])
@@ -153,6 +154,7 @@ static int set_defaults(conf_loader_t *l, const char *name)
     mg_context_conf_defaults(&c->context);
     (void)mg_protocols_conf_defaults(&c->protocols); /* out of memory: no allowlist */
     mg_cluster_conf_defaults(&c->cluster);
+    mg_observability_conf_defaults(&c->observability);
     c->idempotency_ttl_seconds = 600;
     c->idempotency_max_entries = 10000;
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
@@ -411,6 +413,7 @@ void mg_config_free(mg_config_t *cfg)
     mg_context_conf_clear(&cfg->context);
     mg_protocols_conf_clear(&cfg->protocols);
     mg_cluster_conf_clear(&cfg->cluster);
+    mg_observability_conf_clear(&cfg->observability);
     free(cfg->policies_dir);
     free(cfg->adapters_dir);
     free(cfg->lua_dir);

@@ -16,6 +16,7 @@
 #include "conf/usage.h"
 #include "conf/context.h"
 #include "conf/cluster.h"
+#include "conf/observability.h"
 #include "conf/protocols.h"
 
 #define MG_DEFAULT_LISTEN "127.0.0.1:9190"
@@ -229,8 +230,9 @@ typedef struct mg_config_s {
     mg_billing_conf_t billing;   /* billing: the top-up webhook (conf/billing.h) */
     int max_retries;             /* upstream attempts before the first byte, default 3 */
     mg_timeouts_conf_t timeouts;
-    mg_context_conf_t context;     /* context: sessions and budgets (conf/context.h) */
-    mg_cluster_conf_t cluster;     /* cluster: node id, Redis, PostgreSQL (conf/cluster.h) */
+    mg_context_conf_t context; /* context: sessions and budgets (conf/context.h) */
+    mg_cluster_conf_t cluster; /* cluster: node id, Redis, PostgreSQL (conf/cluster.h) */
+    mg_observability_conf_t observability; /* observability: OTLP export (conf/observability.h) */
     mg_protocols_conf_t protocols; /* protocols: pings and forwarded headers (conf/protocols.h) */
     mg_routing_conf_t routing;
     mg_scheduler_conf_t scheduler;

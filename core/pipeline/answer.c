@@ -654,6 +654,7 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
     }
     int flags = mg_chunk_scan_memo(&c->chunk_memo, ev->data, ev->data_len);
     if (flags >= 0) context_take_event(c, ev->data, ev->data_len); /* a session's answer */
+    if (flags >= 0) content_take_event(c, ev->data, ev->data_len); /* full logging's */
     if (flags < 0) {
         call_msg(c, MG_LOG_WARN, "upstream %s sent a stream event that is not JSON (%zu bytes)",
                  c->provider->id, ev->data_len);
@@ -706,6 +707,7 @@ static int translated_data(call_t *c, cJSON *data)
         cJSON *next = ch->next;
         cJSON_DetachItemViaPointer(chunks, ch);
         context_take_chunk(c, ch);
+        content_take_chunk(c, ch);
         handle_chunk(c, ch);
         ch = next;
     }

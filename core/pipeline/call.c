@@ -2,6 +2,7 @@
 #include "pipeline/call.h"
 
 #include <limits.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,7 @@ static void call_free(call_t *c)
     free(c->error_headers);
     mg_buf_free(&c->out);
     mg_buf_free(&c->answer);
+    mg_buf_free(&c->full_answer);
     msgs_free(c);
     free(c->error_message);
     free(c->refusal_message);
@@ -378,6 +380,52 @@ static void recent_push(call_t *c, uint64_t now)
     mg_recent_push(c->pl->recent, &e);
 }
 
+/* The GenAI convention's operation of an endpoint. */
+static const char *operation_name(mg_endpoint_t ep)
+{
+    switch (ep) {
+    case MG_EP_EMBEDDINGS: return "embeddings";
+    case MG_EP_COMPLETIONS: return "text_completion";
+    default: return "chat";
+    }
+}
+
+/* The call's span for the OTLP exporter (obs/otlp.h): a copy of a few fields, queued. */
+static void span_push(call_t *c, uint64_t now)
+{
+    mg_http_req_t *req = c->req;
+    if (!req || !req->trace.trace_id[0]) return;
+    mg_otlp_span_t s;
+    memset(&s, 0, sizeof(s));
+    copy_field(s.trace_id, sizeof(s.trace_id), req->trace.trace_id);
+    copy_field(s.span_id, sizeof(s.span_id), req->trace.span_id);
+    copy_field(s.parent_id, sizeof(s.parent_id), req->trace.parent_id);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s.end_unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    s.start_unix_ns =
+        s.end_unix_ns - (int64_t)(c->t_start && now > c->t_start ? now - c->t_start : 0);
+    s.operation = operation_name(c->ep);
+    copy_field(s.system, sizeof(s.system), c->provider ? c->provider->adapter : NULL);
+    copy_field(s.provider, sizeof(s.provider), c->provider ? c->provider->id : NULL);
+    copy_field(s.request_model, sizeof(s.request_model),
+               c->client_model ? c->client_model
+               : c->model      ? c->model->name
+                               : NULL);
+    copy_field(s.response_model, sizeof(s.response_model), c->upstream_model);
+    copy_field(s.request_id, sizeof(s.request_id), req->request_id);
+    copy_field(s.error_type, sizeof(s.error_type), c->error_code);
+    copy_field(s.path, sizeof(s.path), req->path);
+    s.status = c->status;
+    s.stream = c->stream;
+    s.attempts = c->attempts;
+    s.input_tokens = c->prompt_tokens;
+    s.output_tokens = c->completion_tokens;
+    s.tenant_id = c->auth.held ? c->auth.tenant_id : 0;
+    s.ttft_s = c->t_first ? ms_since(c->t_start, c->t_first) / 1000.0 : -1;
+    mg_otlp_push(c->pl->otlp, &s);
+}
+
 /* The labelled families' view of the call (obs/metrics.h). */
 static void call_observe(call_t *c, double seconds)
 {
@@ -428,6 +476,7 @@ static void call_log(call_t *c)
     if (c->pl->recent) recent_push(c, now);
 
     call_observe(c, (double)ms_since(c->t_start, now) / 1000.0);
+    if (c->pl->otlp) span_push(c, now);
     mg_log_level_t level = c->status >= 500 ? MG_LOG_WARN : MG_LOG_INFO;
     if (!mg_log_enabled(level)) return;
     mg_logline_t l;
@@ -484,7 +533,7 @@ static void call_log(call_t *c)
     mg_log_int(&l, "completion_tokens", c->completion_tokens);
     mg_log_bool(&l, "tokens_estimated", !c->have_usage);
     context_log(c, &l);
-    mg_log_end(&l);
+    content_log_end(c, &l);
 }
 
 /* The error answer: the shape of net/error.h, with Retry-After and X-Sidecar-Degraded. */

@@ -274,6 +274,7 @@ typedef struct call_s {
     /* the end (finish) */
     answer_kind_t answer_kind;
     mg_buf_t answer;          /* owned: ANSWER_JSON's body */
+    mg_buf_t full_answer;     /* owned: a stream's text while full logging is on (content.c) */
     char *error_message;      /* owned: ANSWER_ERROR's message, or the stream's error
                                  event's (made only when the call fails) */
     char *error_passed[3];    /* owned: an upstream error passed on as it was: its code,
@@ -498,6 +499,16 @@ void context_end(call_t *c);
  * context step's and the summary's message lists). */
 int context_is_role(const cJSON *m, const char *role);
 void context_add_system(cJSON *list, const char *text);
+
+/* ---- content.c: prompt and answer in the request log in full mode (obs/fulllog.h) ---------- */
+
+/* A stream's chunk (canonical) or OpenAI-wire event: its content delta kept while the
+ * window is open; nothing otherwise. */
+void content_take_chunk(call_t *c, const cJSON *chunk);
+void content_take_event(call_t *c, const char *json, size_t n);
+/* End the request line: with prompt and answer (redacted) while the window is open, else as
+ * mg_log_end. */
+void content_log_end(call_t *c, struct mg_logline_s *l);
 
 /* ---- summary.c: a session's rolling summary ---------------------------------------------- */
 

@@ -19,6 +19,8 @@
 #include "net/http.h"
 #include "obs/family.h"
 #include "obs/metrics.h"
+#include "obs/fulllog.h"
+#include "obs/otlp.h"
 #include "obs/recent.h"
 #include "route/facts.h"
 #include "route/pool.h"
@@ -46,6 +48,8 @@ typedef struct mg_pipeline_s {
     mg_metrics_t *metrics;
     mg_store_t *store;                 /* cooldowns and health are persisted here; NULL = not */
     struct mg_idem_s *idem;            /* requests with an idempotency key are handed over */
+    mg_otlp_t *otlp;                   /* each finished request's span goes here; NULL = not */
+    mg_fulllog_t *fulllog;             /* while it is on, prompts and answers are logged */
     mg_recent_t *recent;               /* finished requests go here for the dashboard; NULL = not */
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */

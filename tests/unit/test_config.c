@@ -1084,6 +1084,49 @@ static void test_cluster_section(void)
               "t.yaml:2: unknown key 'size' in cluster.redis");
 }
 
+/* observability.otlp: defaults, headers from the environment (never in errors), bounds. */
+static void test_observability_section(void)
+{
+    mg_config_t *cfg = parse_ok("server:\n  listen: 127.0.0.1:8123\n");
+    CHECK(cfg != NULL);
+    if (cfg) {
+        CHECK(cfg->observability.otlp.endpoint == NULL);
+        CHECK(cfg->observability.otlp.interval_ms == 1000 &&
+              cfg->observability.otlp.max_queue == 4096);
+        mg_config_free(cfg);
+    }
+    setenv("MGT_OTLP_TOKEN", "tok-hunter2", 1);
+    cfg = parse_ok("observability:\n  otlp:\n    endpoint: http://127.0.0.1:4318\n"
+                   "    headers:\n      authorization: Bearer ${MGT_OTLP_TOKEN}\n"
+                   "      x-tenant: edge\n    interval_ms: 200\n    max_queue: 10\n");
+    CHECK(cfg != NULL);
+    if (cfg) {
+        const mg_otlp_conf_t *o = &cfg->observability.otlp;
+        CHECK_STR(o->endpoint, "http://127.0.0.1:4318");
+        CHECK(o->n_headers == 2);
+        if (o->n_headers == 2) {
+            CHECK_STR(o->header_names[0], "authorization");
+            CHECK_STR(o->header_values[0], "Bearer tok-hunter2");
+            CHECK_STR(o->header_values[1], "edge");
+        }
+        CHECK(o->interval_ms == 200 && o->max_queue == 10 && o->max_batch == 512);
+        CHECK_STR(o->service_name, "moongate");
+        mg_config_free(cfg);
+    }
+    const char *e = parse_err("observability:\n  otlp:\n    endpoint: http://x\n    headers:\n"
+                              "      \"bad name\": ${MGT_OTLP_TOKEN}\n");
+    CHECK(strstr(e, "is not a header name") != NULL && strstr(e, "hunter2") == NULL);
+    unsetenv("MGT_OTLP_TOKEN");
+    CHECK_STR(parse_err("observability:\n  otlp: {endpoint: \"grpc://x:4317\"}\n"),
+              "t.yaml:2: observability.otlp.endpoint must start with http:// or https://");
+    CHECK_STR(parse_err("observability:\n  otlp: {interval_ms: 100}\n"),
+              "t.yaml:2: observability.otlp is missing required key 'endpoint'");
+    CHECK(strstr(parse_err("observability:\n  otlp: {endpoint: \"http://x\", interval_ms: 10}\n"),
+                 "interval_ms") != NULL);
+    CHECK_STR(parse_err("observability:\n  tracing: true\n"),
+              "t.yaml:2: unknown key 'tracing' in observability");
+}
+
 int main(void)
 {
     MG_RUN(test_down_trials_and_panic);
@@ -1110,5 +1153,6 @@ int main(void)
     MG_RUN(test_operational_sections);
     MG_RUN(test_memory_degrade_knobs);
     MG_RUN(test_cluster_section);
+    MG_RUN(test_observability_section);
     return mg_test_summary();
 }

@@ -1160,7 +1160,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     mg_conn_t *c = h->data;
     mg_listener_t *l = c->listener;
-    if (c->in_len == c->in_off && !c->busy) {
+    /* Nothing carried over: read into the listener's shared buffer, also while a request is
+     * with the handler (on_read keeps what it cannot parse yet in c->in, sized to what came).
+     * A buffer of its own per busy connection would be READ_CHUNK for every open stream. */
+    if (c->in_len == c->in_off) {
         c->in_len = c->in_off = 0;
         *buf = uv_buf_init(l->rbuf, (unsigned)l->rbuf_cap);
         return;

@@ -979,7 +979,9 @@ static int reserve_path(const char *const *prefixes, const char *path)
 static int body_reserve(mg_http_req_t *req, size_t need)
 {
     if (need + 1 <= req->body_cap) return 0;
-    size_t cap = req->body_cap ? req->body_cap : 1024;
+    /* the first allocation fits what is known to come (a Content-Length, or a first chunk),
+     * rounded to 64: a request's body lives as long as its answer, an open stream's too */
+    size_t cap = req->body_cap ? req->body_cap : (need + 1 + 63) & ~(size_t)63;
     while (cap < need + 1) cap *= 2;
     char *b = realloc(req->body, cap);
     if (!b) return -1;

@@ -412,8 +412,9 @@ async function slow() {
     const seconds = SHORT ? 12 : 30;
     const pid = env.gw.pid;
     await latencies(env, 2000); // warm up
-    const idle = rssOf(pid);
     const base = await latencies(env, SHORT ? 5000 : 10000);
+    await sleep(1000);
+    const idle = rssOf(pid); // after the unloaded run: what normal traffic itself keeps is in it
     const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--slow-child', String(env.gw.port), String(seconds), '8000'],
         { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -426,8 +427,12 @@ async function slow() {
     await new Promise((r) => child.once('exit', r));
     clearInterval(peakTimer);
     const stats = JSON.parse(out.trim().split('\n').at(-1));
-    await sleep(3000);
+    await sleep(5000);
     const after = rssOf(pid);
+    if (process.env.TRIALS_DEBUG_TRIM) {
+        execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int)malloc_trim(0)'], { stdio: 'ignore' });
+        console.log('after malloc_trim', mib(rssOf(pid)));
+    }
     const st = await env.gw.getJson('/status');
     const inFlight = st.json.providers.reduce((n, p) => n + (p.in_flight ?? 0), 0);
     const down = st.json.providers.filter((p) => !p.available || p.health === 'down' || p.consecutive_failures > 0).map((p) => p.id);

@@ -30,7 +30,8 @@ asan:
 # The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
 # FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
-# h1client, http, json and codec the other parsers (tests/fuzz/README.md).
+# h1client, http, json and codec the other parsers, adapters the Lua adapters' decode functions
+# (tests/fuzz/README.md).
 FUZZ_TIME ?= 60
 FUZZ_TARGET ?= sse
 fuzz:

@@ -34,13 +34,20 @@ const rows = [];
 const row = (trial, runs, figure, goal, ok) => rows.push({ trial, runs, figure, goal, ok: ok ? 'yes' : 'NO' });
 const chatBody = (stream) => ({ model: 'chat', stream, messages: [{ role: 'user', content: 'hello there' }] });
 
+const failures = new Map(); // how failed requests of load() failed, for the figures
+const failed = (why) => (failures.set(why, (failures.get(why) ?? 0) + 1), false);
+
 async function one(env, stream) {
     try {
-        if (!stream) return (await postJson(`${env.api}/chat/completions`, chatBody(false))).status === 200;
+        if (!stream) {
+            const r = await postJson(`${env.api}/chat/completions`, chatBody(false));
+            return r.status === 200 || failed(`${r.status} ${r.json?.error?.code ?? r.text.slice(0, 60)}`);
+        }
         const r = await postStream(`${env.api}/chat/completions`, chatBody(true));
-        return r.status === 200 && r.text.includes('[DONE]') && !r.text.includes('"error"');
-    } catch {
-        return false;
+        return (r.status === 200 && r.text.includes('[DONE]') && !r.text.includes('"error"')) ||
+            failed(`stream ${r.status} ${r.error?.message ?? r.text.slice(-120)}`);
+    } catch (e) {
+        return failed(`${stream ? 'stream ' : ''}${e.name}: ${e.cause?.code ?? e.message}`);
     }
 }
 
@@ -67,7 +74,9 @@ async function sighup() {
     fs.writeFileSync(env.configPath, good);
     const { ok, failed } = await l.stop();
     await env.close();
-    row('SIGHUP storm', `${n} reloads, ${ok + failed} requests`, `${failed} failed`, '0 failed', failed === 0);
+    const why = [...failures].map(([k, v]) => `${v} ${k}`).join('; ');
+    failures.clear();
+    row('SIGHUP storm', `${n} reloads, ${ok + failed} requests`, `${failed} failed${why ? ` (${why})` : ''}`, '0 failed', failed === 0);
 }
 
 async function kill9() {

@@ -533,14 +533,15 @@ async function memory() {
             let seen = false, head = '';
             s.on('connect', () => s.write(req));
             s.on('data', (d) => {
-                if (head.length < 200) head += d.toString('latin1');
+                if (head.length < 1000) head += d.toString('latin1');
                 if (!seen && d.includes('data: ')) { seen = true; started++; }
             });
             s.on('error', (e) => (head ||= e.code));
             s.on('close', () => {
                 if (leaving) return;
                 closed++;
-                const k = (/^[^\r\n]*/.exec(head)?.[0] || 'nothing') + (seen ? ' (after its first frame)' : '');
+                const k = (/^[^\r\n]*/.exec(head)?.[0] || 'nothing') + ` ${/"code":"(\w+)"/.exec(head)?.[1] ?? ''}` +
+                    (seen ? ' (after its first frame)' : '');
                 early.set(k, (early.get(k) ?? 0) + 1);
                 resolve();
             });

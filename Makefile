@@ -43,8 +43,9 @@ bench: build
 	@bench/run
 	@bench/micro
 
-# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load, upstream
-# faults), a table on stdout; TRIALS_SHORT=1 for the short form.
+# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load and the state
+# that must survive it, upstream faults and hangs, slow clients, memory), a table on stdout;
+# TRIALS_SHORT=1 for the short form (about 4 minutes instead of 12).
 trials: build
 	@MOONGATE_BIN=$(BUILD)/moongate node bench/trials.mjs
 

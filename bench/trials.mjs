@@ -17,16 +17,19 @@
 //               soft fd limit of 1,024: normal p99 vs unloaded, slow ones closed by their
 //               timeouts, no provider down, RSS back near idle
 //   memory      RSS after N requests (TRIALS_REQUESTS, default 1M, short 50k) vs after 10k;
-//               10,000 idle SSE streams open at once: RSS per stream
-// `node bench/trials.mjs NAME` runs one trial. Needs build/moongate (MOONGATE_BIN), the test
-// tooling (tests/node_modules, sqlite3), wrk and prlimit.
+//               TRIALS_STREAMS (default 10,000, at most what the hard fd limit holds at two
+//               a stream) idle SSE streams open at once: RSS per stream
+// `node bench/trials.mjs NAME` runs one trial. TRIALS_DEBUG_TRIM=1 calls malloc_trim(0) in the
+// slow-clients gateway through gdb and prints its RSS (freed heap or live memory?). Needs
+// build/moongate (MOONGATE_BIN), the test tooling (tests/node_modules, sqlite3), wrk and
+// prlimit. Not part of make test: the full form takes about 12 minutes, the short one 4.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-    adminCall, postJson, postStream, RawConn, startMock, rawRequest, REPO_ROOT, sleep, sqliteRows, startEnv, startGateway, waitFor,
+    adminCall, postJson, postStream, rawRequest, REPO_ROOT, sleep, sqliteRows, startEnv, startGateway, startMock, waitFor,
 } from '../tests/e2e/lib/harness.mjs';
 
 const SHORT = !!process.env.TRIALS_SHORT;

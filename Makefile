@@ -30,8 +30,8 @@ asan:
 # The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
 # FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
-# h1client, http, json and codec the other parsers (tests/fuzz/README.md). FUZZ_RUNS=10000000
-# runs that many executions instead of FUZZ_TIME seconds.
+# h1client, http, json and codec the other parsers, adapters the Lua adapters' decode functions
+# (tests/fuzz/README.md). FUZZ_RUNS=10000000 runs that many executions instead of FUZZ_TIME seconds.
 FUZZ_TIME ?= 60
 FUZZ_RUNS ?=
 FUZZ_TARGET ?= sse
@@ -44,8 +44,9 @@ bench: build
 	@bench/run
 	@bench/micro
 
-# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load, upstream
-# faults), a table on stdout; TRIALS_SHORT=1 for the short form.
+# Fault trials with figures (bench/trials.mjs: SIGHUP storm, kill -9 under load and the state
+# that must survive it, upstream faults and hangs, slow clients, memory), a table on stdout;
+# TRIALS_SHORT=1 for the short form (about 4 minutes instead of 12).
 trials: build
 	@MOONGATE_BIN=$(BUILD)/moongate node bench/trials.mjs
 

@@ -979,7 +979,9 @@ static int reserve_path(const char *const *prefixes, const char *path)
 static int body_reserve(mg_http_req_t *req, size_t need)
 {
     if (need + 1 <= req->body_cap) return 0;
-    size_t cap = req->body_cap ? req->body_cap : 1024;
+    /* the first allocation fits what is known to come (a Content-Length, or a first chunk),
+     * rounded to 64: a request's body lives as long as its answer, an open stream's too */
+    size_t cap = req->body_cap ? req->body_cap : (need + 1 + 63) & ~(size_t)63;
     while (cap < need + 1) cap *= 2;
     char *b = realloc(req->body, cap);
     if (!b) return -1;
@@ -1160,7 +1162,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     mg_conn_t *c = h->data;
     mg_listener_t *l = c->listener;
-    if (c->in_len == c->in_off && !c->busy) {
+    /* Nothing carried over: read into the listener's shared buffer, also while a request is
+     * with the handler (on_read keeps what it cannot parse yet in c->in, sized to what came).
+     * A buffer of its own per busy connection would be READ_CHUNK for every open stream. */
+    if (c->in_len == c->in_off) {
         c->in_len = c->in_off = 0;
         *buf = uv_buf_init(l->rbuf, (unsigned)l->rbuf_cap);
         return;

@@ -766,7 +766,9 @@ static void on_up_headers(void *ud, int status)
         mg_sse_init(&c->sse, c->ndjson ? MG_SSE_MODE_NDJSON : MG_SSE_MODE_SSE);
         c->sse_ready = 1;
         c->stop_stream = 0;
-        mg_buf_reserve(&c->out, 16384); /* a typical read's worth of events, allocated once */
+        /* no reserve: c->out grows (doubling) to what the events of one read need; an idle
+           open stream then holds a few hundred bytes here, not a read's worth
+           (bench/trials.mjs memory, idle SSE streams) */
     }
 }
 

@@ -69,10 +69,19 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
                                       c->up_status >= 500 || c->up_status < 400);
     /* a failed connection puts the provider's breaker on the way to open; a failed answer
        only this route's, so that the provider's other models keep serving */
-    mg_pool_breakers_record(ps, mg_pool_route_of(c->pl->pool, c->route), now,
+    mg_route_state_t *rs = mg_pool_route_of(c->pl->pool, c->route);
+    mg_breaker_state_t ps_was = ps->breaker.state,
+                       rs_was = rs ? rs->breaker.state : MG_BREAKER_CLOSED;
+    uint64_t ps_until = ps->breaker.open_until_ms, rs_until = rs ? rs->breaker.open_until_ms : 0;
+    mg_pool_breakers_record(ps, rs, now,
                             !provider_fault  ? MG_ATTEMPT_OK
                             : c->unreachable ? MG_ATTEMPT_UNREACHABLE
                                              : MG_ATTEMPT_FAILED);
+    /* an open breaker survives a restart: stored when it opens, deleted when it closes */
+    mg_persist_breaker(c->pl->store, ps->id, "", &ps->breaker, ps_was, ps_until, now);
+    if (rs)
+        mg_persist_breaker(c->pl->store, rs->provider, rs->model, &rs->breaker, rs_was, rs_until,
+                           now);
     /* only a stream has a first token; a whole answer's first byte measures the answer */
     int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
     if (mg_health_record(&ps->health, now, !provider_fault, (int64_t)(now - c->attempt_start_ms),

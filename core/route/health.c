@@ -249,6 +249,14 @@ static void breaker_close(mg_breaker_t *b)
     mg_outcome_window_clear(&b->window); /* the failures that opened it are history */
 }
 
+void mg_breaker_restore_open(mg_breaker_t *b, uint64_t now_ms, uint64_t remain_ms)
+{
+    b->state = MG_BREAKER_OPEN;
+    b->open_until_ms = now_ms + remain_ms;
+    b->probes = 0;
+    b->consecutive_failures = 0;
+}
+
 int mg_breaker_would_allow(const mg_breaker_t *b, uint64_t now_ms)
 {
     switch (mg_breaker_state(b, now_ms)) {

@@ -159,6 +159,10 @@ void mg_breaker_set_config(mg_breaker_t *b, const mg_breaker_config_t *cfg);
 /* The state at now_ms (open whose duration is over reads as half open). */
 mg_breaker_state_t mg_breaker_state(const mg_breaker_t *b, uint64_t now_ms);
 
+/* A stored open breaker taken up again at now_ms (start-up): open for remain_ms more; 0 is
+ * half open at once (its next request a probe). */
+void mg_breaker_restore_open(mg_breaker_t *b, uint64_t now_ms, uint64_t remain_ms);
+
 /* "closed" | "open" | "half_open". */
 const char *mg_breaker_state_name(mg_breaker_state_t s);
 

@@ -1,4 +1,4 @@
-/* persist: provider cooldowns and health, logged, stored and restored; see persist.h. */
+/* persist: provider cooldowns, health and open breakers, stored and restored; see persist.h. */
 #include "route/persist.h"
 
 #include <stdio.h>
@@ -77,6 +77,28 @@ void mg_persist_health(mg_store_t *st, const mg_provider_state_t *ps)
                    3, p);
 }
 
+void mg_persist_breaker(mg_store_t *st, const char *provider, const char *model,
+                        const mg_breaker_t *b, mg_breaker_state_t was, uint64_t was_until,
+                        uint64_t now_ms)
+{
+    if (!st) return;
+    if (b->state == MG_BREAKER_OPEN && (was != MG_BREAKER_OPEN || b->open_until_ms != was_until)) {
+        uint64_t left = b->open_until_ms > now_ms ? b->open_until_ms - now_ms : 0;
+        char until[32];
+        snprintf(until, sizeof(until), "%llu", (unsigned long long)(mg_unix_ms() + left));
+        const char *row[3] = {provider, model, until};
+        mg_store_write(st,
+                       "INSERT INTO breaker_state(provider_id, model, open_until_ms)"
+                       " VALUES (?1, ?2, ?3) ON CONFLICT(provider_id, model) DO UPDATE SET"
+                       " open_until_ms = excluded.open_until_ms, updated_at = datetime('now')",
+                       3, row);
+    } else if (b->state == MG_BREAKER_CLOSED && was != MG_BREAKER_CLOSED) {
+        const char *key[2] = {provider, model};
+        mg_store_write(st, "DELETE FROM breaker_state WHERE provider_id = ?1 AND model = ?2", 2,
+                       key);
+    }
+}
+
 typedef struct {
     mg_pool_t *pool;
     uint64_t now_ms, unix_ms;
@@ -98,6 +120,22 @@ static void restore_row(void *ud, int ncols, const char *const *cols)
     if (state >= 0) mg_health_restore(&ps->health, (mg_health_state_t)state, r->now_ms);
 }
 
+/* One breaker_state row: the breaker stays open for what was left of its period (an ended
+ * period: half open, its next request a probe). */
+static void restore_breaker_row(void *ud, int ncols, const char *const *cols)
+{
+    restore_t *r = ud;
+    if (ncols < 3 || !cols[0] || !cols[1] || !cols[2]) return;
+    mg_provider_state_t *ps = mg_pool_get(r->pool, cols[0]);
+    mg_route_state_t *rs = cols[1][0] ? mg_pool_route(r->pool, cols[0], cols[1]) : NULL;
+    if (!ps || (cols[1][0] && !rs)) return; /* gone from the config meanwhile */
+    uint64_t until = strtoull(cols[2], NULL, 10);
+    uint64_t left = until > r->unix_ms ? until - r->unix_ms : 0;
+    mg_breaker_restore_open(rs ? &rs->breaker : &ps->breaker, r->now_ms, left);
+    if (rs) rs->version++;
+    mg_pool_changed(ps);
+}
+
 void mg_persist_restore(mg_store_t *st, mg_pool_t *pool, uint64_t now_ms)
 {
     if (!st) return;
@@ -112,4 +150,7 @@ void mg_persist_restore(mg_store_t *st, mg_pool_t *pool, uint64_t now_ms)
                        " LEFT JOIN provider_health h ON h.provider_id = i.id",
                        0, NULL, restore_row, &r, err, sizeof(err)) != 0)
         mg_log_msg(MG_LOG_WARN, NULL, "cannot restore provider state: %s", err);
+    if (mg_store_query(st, "SELECT provider_id, model, open_until_ms FROM breaker_state", 0, NULL,
+                       restore_breaker_row, &r, err, sizeof(err)) != 0)
+        mg_log_msg(MG_LOG_WARN, NULL, "cannot restore circuit breakers: %s", err);
 }

@@ -22,8 +22,16 @@ void mg_persist_cooldown_cleared(mg_store_t *st, const mg_provider_state_t *ps);
 /* A provider's health state changed: a log line and its provider_health row. */
 void mg_persist_health(mg_store_t *st, const mg_provider_state_t *ps);
 
-/* Cooldowns and health back into the pool's providers, before serving. now_ms is loop
- * time. A failed read is logged; the providers then start fresh. */
+/* A circuit breaker after an attempt's outcome went in (model "" for the provider's own,
+ * else the route's upstream model); was and was_until are its state and open_until_ms from
+ * before. One that opened, or opened again, is stored with the unix time its open period
+ * ends; one that closed is deleted. Nothing else is written. */
+void mg_persist_breaker(mg_store_t *st, const char *provider, const char *model,
+                        const mg_breaker_t *b, mg_breaker_state_t was, uint64_t was_until,
+                        uint64_t now_ms);
+
+/* Cooldowns, health and open breakers back into the pool's providers, before serving. now_ms is
+ * loop time. A failed read is logged; the providers then start fresh. */
 void mg_persist_restore(mg_store_t *st, mg_pool_t *pool, uint64_t now_ms);
 
 #endif

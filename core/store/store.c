@@ -461,6 +461,11 @@ static const char *const migrations[] = {
     "CREATE TABLE usage_rollup_mark (id INTEGER PRIMARY KEY CHECK (id = 1),"
     " seq INTEGER NOT NULL);"
     "INSERT INTO usage_rollup_mark SELECT 1, coalesce(max(seq), 0) FROM usage_events;",
+    /* 19: open circuit breakers, so that a restart (kill -9 too) does not close them: the
+     * provider's own (model '') and its routes', each until its open period ends (unix ms) */
+    "CREATE TABLE breaker_state (provider_id TEXT NOT NULL, model TEXT NOT NULL,"
+    " open_until_ms INTEGER NOT NULL, updated_at TEXT NOT NULL DEFAULT (datetime('now')),"
+    " PRIMARY KEY (provider_id, model));",
 };
 
 static void *writer_main(void *arg);

@@ -110,6 +110,31 @@ describe('connections', () => {
         }
     });
 
+    test('a request that arrives while a stream is being answered is answered after it', async () => {
+        // the second request comes in its own write once the stream is under way: it is read
+        // (into the listener's shared buffer, then kept by the connection) while the first is
+        // with the handler, and parsed when the stream ends
+        await env.mock.script({ model: 'up-chat', times: 1, action: { chunk_delay_ms: 100 } });
+        const c = await open();
+        try {
+            await c.write(rawRequest('POST', '/v1/chat/completions', { body: chat('chat', { stream: true }) }));
+            await c.waitText('data: ');
+            await c.write(rawRequest('GET', '/health') + rawRequest('GET', '/v1/models').slice(0, 10));
+            await sleep(50);
+            await c.write(rawRequest('GET', '/v1/models').slice(10));
+            const a = await c.readResponse();
+            const b = await c.readResponse();
+            const d = await c.readResponse();
+            assert.equal(a.status, 200);
+            assert.match(a.text, /data: \[DONE\]\n\n$/, 'the whole stream first');
+            assert.equal(b.status, 200);
+            assert.equal(b.json().status, 'ok', 'then /health');
+            assert.equal(d.json().object, 'list', 'then /v1/models, which came in two writes');
+        } finally {
+            c.close();
+        }
+    });
+
     test('Connection: close is honoured', async () => {
         const c = await open();
         try {

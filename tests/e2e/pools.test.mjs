@@ -650,6 +650,47 @@ describe('restart during a cooldown', { timeout: 25000 }, () => {
 });
 
 // ---------------------------------------------------------------------------
+// (5b) an open breaker survives kill -9 (issue 23: the state trials of bench/trials.mjs)
+// ---------------------------------------------------------------------------
+
+describe('kill -9 while a route breaker is open', { timeout: 25000 }, () => {
+    let sc;
+    before(async () => {
+        sc = await scenario((m) => ({
+            providers: [mainProvider(m, 'bk-a')],
+            models: { bk: { routes: [{ provider: 'bk-a', model: 'up-bk-a' }] } },
+            circuit_breaker: { consecutive_failures: 3, open_duration_seconds: 2 },
+        }));
+    });
+    after(() => sc?.close());
+
+    const routeBreaker = async (id, model) =>
+        (await sc.provider(id)).routes.find((r) => r.model === model)?.breaker;
+
+    test('the breaker is open after the restart, for what was left of its period, then probes and closes', async () => {
+        await sc.script('up-bk-a', { status: 500 }, { times: 3 });
+        for (let i = 0; i < 3; i++) assert.equal((await sc.chat('bk')).status, 502);
+        assert.equal(await routeBreaker('bk-a', 'up-bk-a'), 'open');
+        const opened = Date.now();
+        sc.gw.child.kill('SIGKILL');
+        await sc.gw.waitExit(5000);
+        sc.gw = await startGateway(sc.configPath, { env: sc.env });
+        assert.equal(await routeBreaker('bk-a', 'up-bk-a'), 'open', 'restored open');
+        const r = await sc.chat('bk');
+        assert.equal(r.status, 503, `refused while open: ${r.status} ${r.text.slice(0, 200)}`);
+        assert.equal(await sc.count('up-bk-a'), 3, 'nothing reached the open route after the restart');
+        // the period (2 s from the opening) ends: half open, one probe, success closes it
+        await sleep(Math.max(0, opened + 2300 - Date.now()));
+        assertOk(await sc.chat('bk'), 'the probe after the open period');
+        assert.equal(await routeBreaker('bk-a', 'up-bk-a'), 'closed');
+        sc.gw.child.kill('SIGKILL');
+        await sc.gw.waitExit(5000);
+        sc.gw = await startGateway(sc.configPath, { env: sc.env });
+        assert.equal(await routeBreaker('bk-a', 'up-bk-a'), 'closed', 'a closed breaker stays closed');
+    });
+});
+
+// ---------------------------------------------------------------------------
 // (6) RPM never exceeded under a burst
 // ---------------------------------------------------------------------------
 

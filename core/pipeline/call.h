@@ -569,8 +569,14 @@ int responses_parse(call_t *c);
 mg_step_rc_t responses_identified(call_t *c);
 /* One upstream chunk (borrowed) as Responses events into c->out. */
 void responses_chunk(call_t *c, const cJSON *chunk);
+/* The same for a chunk read from its bytes (responses_out.h: mg_resp_chunk_scan, not
+ * ch->tree). */
+struct mg_resp_chunk_s;
+void responses_scanned(call_t *c, const struct mg_resp_chunk_s *ch);
 /* The whole chat completion (taken) as the Response in c->answer, kept when store is on. */
 mg_step_rc_t responses_answer(call_t *c, cJSON *completion);
+/* The same for a completion read from its bytes (c->resp, scanned with key "message"). */
+mg_step_rc_t responses_answer_scanned(call_t *c, const struct mg_resp_chunk_s *ch);
 /* The stream's end into c->out: response.completed (kept), or response.failed with the
  * call's error message when the call failed. */
 void responses_stream_end(call_t *c, const char *error_message);

@@ -599,7 +599,7 @@ static size_t event_lead(const mg_sse_event_t *ev)
 static int responses_bytes(call_t *c, const char *json, size_t n)
 {
     mg_resp_chunk_t ch;
-    if (mg_resp_chunk_scan(json, n, "delta", &ch) != 0 || ch.tree) return 1;
+    if (responses_scan(c, json, n, &ch) != 0 || ch.tree) return 1;
     if (ch.usage) take_usage_bytes(c, ch.usage, ch.usage_len);
     if (ch.choices > 0) {
         c->first_chunk_done = 1;

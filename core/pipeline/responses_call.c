@@ -159,8 +159,12 @@ void responses_prompt(call_t *c, const char **text, size_t *len)
 static mg_resp_out_t *answer_of(call_t *c)
 {
     resp_call_t *r = c->responses;
-    if (!r->out)
-        r->out = mg_resp_out_new(r->id, r->created_at, c->client_model, mg_resp_skeleton(r->req));
+    if (r->out) return r->out;
+    mg_buf_t skel = {0};
+    if (mg_resp_skeleton_print(r->req, &skel) == 0)
+        r->out =
+            mg_resp_out_new_printed(r->id, r->created_at, c->client_model, skel.data, skel.len);
+    mg_buf_free(&skel);
     return r->out;
 }
 
@@ -224,6 +228,13 @@ void responses_chunk(call_t *c, const cJSON *chunk)
     if (o) mg_resp_out_chunk(o, chunk, &c->out);
 }
 
+int responses_scan(call_t *c, const char *json, size_t n, mg_resp_chunk_t *ch)
+{
+    mg_resp_out_t *o = answer_of(c);
+    return o ? mg_resp_out_scan_chunk(o, &c->chunk_memo, json, n, ch)
+             : mg_resp_chunk_scan(json, n, "delta", ch);
+}
+
 void responses_scanned(call_t *c, const mg_resp_chunk_t *ch)
 {
     mg_resp_out_t *o = answer_of(c);
@@ -237,9 +248,15 @@ static mg_step_rc_t answered(call_t *c, mg_resp_out_t *o)
     if (!o) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     usage_for(c, o);
     const mg_buf_t *final = mg_resp_out_end(o, NULL);
-    keep(c, final);
-    if (shown_answer(c, final) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    if (shown_answer(c, final) != 0)
+        return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     return MG_STEP_NEXT;
+}
+
+void responses_keep(call_t *c)
+{
+    resp_call_t *r = c->responses;
+    if (r->out) keep(c, mg_resp_out_end(r->out, NULL));
 }
 
 mg_step_rc_t responses_answer(call_t *c, cJSON *completion)

@@ -14,6 +14,7 @@
 #include "pipeline/responses_out.h"
 
 #include "base/json.h"
+#include "upstream/chunk.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +29,10 @@ typedef struct {
     int cut;        /* closed by the engine's token limit or filter: status "incomplete" */
     int chat_index; /* a tool call's index in the engine's tool_calls */
     char id[96];
-    char *call_id; /* owned: a tool call's id */
-    char *name;    /* owned: a tool call's function */
-    mg_buf_t text; /* reasoning, content or arguments so far, escaped (a literal's inside) */
+    char id_lit[200]; /* id as a JSON string literal (every event about the item shows it) */
+    char *call_id;    /* owned: a tool call's id */
+    char *name;       /* owned: a tool call's function */
+    mg_buf_t text;    /* reasoning, content or arguments so far, escaped (a literal's inside) */
 } item_t;
 
 struct mg_resp_out_s {
@@ -49,29 +51,41 @@ struct mg_resp_out_s {
     int have_usage;
     int ended;
     mg_buf_t final; /* owned: the Response at the end */
+    struct {        /* what the stream's chunk template carries, by its value strings */
+        int valid;
+        unsigned generation;
+        int choices;
+        int content, reasoning, finish; /* the template's string index, or -1 */
+    } shape;
 };
 
-mg_resp_out_t *mg_resp_out_new(const char *id, int64_t created_at, const char *model,
-                               cJSON *skeleton)
+mg_resp_out_t *mg_resp_out_new_printed(const char *id, int64_t created_at, const char *model,
+                                       const char *skeleton, size_t len)
 {
     mg_resp_out_t *o = calloc(1, sizeof(*o));
     if (!o || !(o->model = strdup(model ? model : ""))) {
         free(o);
-        cJSON_Delete(skeleton);
         return NULL;
     }
     snprintf(o->id, sizeof(o->id), "%s", id);
     o->suffix = strncmp(o->id, "resp_", 5) == 0 ? o->id + 5 : o->id;
     o->created_at = created_at;
     o->reasoning_at = o->message_at = -1;
-    /* printed once: every Response of the answer copies it */
-    mg_buf_t whole = {0};
-    if (skeleton && mg_json_print(skeleton, &whole) == 0 && whole.len > 2) {
+    if (skeleton && len > 2) { /* its members, each Response copies them */
         mg_buf_append(&o->skel, ",", 1);
-        mg_buf_append(&o->skel, whole.data + 1, whole.len - 2);
+        mg_buf_append(&o->skel, skeleton + 1, len - 2);
     }
-    mg_buf_free(&whole);
+    return o;
+}
+
+mg_resp_out_t *mg_resp_out_new(const char *id, int64_t created_at, const char *model,
+                               cJSON *skeleton)
+{
+    mg_buf_t text = {0};
+    if (skeleton && mg_json_print(skeleton, &text) != 0) text.len = 0;
     cJSON_Delete(skeleton);
+    mg_resp_out_t *o = mg_resp_out_new_printed(id, created_at, model, text.data, text.len);
+    mg_buf_free(&text);
     return o;
 }
 
@@ -137,7 +151,7 @@ static void item_text(const item_t *it, int full, mg_buf_t *out)
 {
     const char *status = it->open ? "in_progress" : it->cut ? "incomplete" : "completed";
     put(out, "{\"id\":");
-    put_str(out, it->id);
+    put(out, it->id_lit);
     switch (it->kind) {
     case IT_REASONING:
         put(out, ",\"type\":\"reasoning\",\"summary\":[");
@@ -250,12 +264,11 @@ static void item_event(const mg_resp_out_t *o, mg_buf_t *out, const char *type, 
 {
     event_head(out, type);
     put(out, ",\"item_id\":");
-    put_str(out, o->items[i].id);
+    put(out, o->items[i].id_lit);
     put_int(out, ",\"output_index\":", i);
 }
 
-static void emit_response(mg_resp_out_t *o, mg_buf_t *out, const char *type,
-                          const resp_view_t *v)
+static void emit_response(mg_resp_out_t *o, mg_buf_t *out, const char *type, const resp_view_t *v)
 {
     if (!out) {
         o->seq++;
@@ -306,6 +319,11 @@ static int open_item(mg_resp_out_t *o, item_kind_t kind)
     it->open = 1;
     static const char *const prefix[] = {"rs", "msg", "fc"};
     snprintf(it->id, sizeof(it->id), "%s_%s_%d", prefix[kind], o->suffix, i);
+    mg_buf_t lit = {0};
+    mg_json_print_string(it->id, strlen(it->id), &lit);
+    snprintf(it->id_lit, sizeof(it->id_lit), "%s",
+             lit.len < sizeof(it->id_lit) ? lit.data : "\"\"");
+    mg_buf_free(&lit);
     return i;
 }
 
@@ -389,15 +407,15 @@ static void close_item(mg_resp_out_t *o, int i, mg_buf_t *out)
     if (!it->open) return;
     switch (it->kind) {
     case IT_REASONING:
-        text_event(o, out, "response.reasoning_summary_text.done", i, ",\"summary_index\":",
-                   ",\"text\":", NULL);
-        part_event(o, out, "response.reasoning_summary_part.done", i, ",\"summary_index\":",
-                   "summary_text", 1);
+        text_event(o, out, "response.reasoning_summary_text.done", i,
+                   ",\"summary_index\":", ",\"text\":", NULL);
+        part_event(o, out, "response.reasoning_summary_part.done", i,
+                   ",\"summary_index\":", "summary_text", 1);
         o->reasoning_at = -1;
         break;
     case IT_MESSAGE:
-        text_event(o, out, "response.output_text.done", i, ",\"content_index\":", ",\"text\":",
-                   ",\"logprobs\":[]");
+        text_event(o, out, "response.output_text.done", i,
+                   ",\"content_index\":", ",\"text\":", ",\"logprobs\":[]");
         part_event(o, out, "response.content_part.done", i, ",\"content_index\":", "output_text",
                    1);
         o->message_at = -1;
@@ -438,8 +456,8 @@ static void reasoning_delta(mg_resp_out_t *o, const char *lit, size_t n, mg_buf_
         if (i < 0) return;
         o->reasoning_at = i;
         announce(o, i, out);
-        part_event(o, out, "response.reasoning_summary_part.added", i, ",\"summary_index\":",
-                   "summary_text", 0);
+        part_event(o, out, "response.reasoning_summary_part.added", i,
+                   ",\"summary_index\":", "summary_text", 0);
     }
     int i = o->reasoning_at;
     mg_buf_append(&o->items[i].text, lit + 1, n - 2);
@@ -456,8 +474,8 @@ static void content_delta(mg_resp_out_t *o, const char *lit, size_t n, mg_buf_t 
         if (i < 0) return;
         o->message_at = i;
         announce(o, i, out);
-        part_event(o, out, "response.content_part.added", i, ",\"content_index\":",
-                   "output_text", 0);
+        part_event(o, out, "response.content_part.added", i, ",\"content_index\":", "output_text",
+                   0);
     }
     int i = o->message_at;
     mg_buf_append(&o->items[i].text, lit + 1, n - 2);
@@ -733,6 +751,81 @@ int mg_resp_chunk_scan(const char *json, size_t n, const char *key, mg_resp_chun
     ch->reasoning = s.rc ? s.rc : s.r;
     ch->reasoning_len = s.rc ? s.rc_len : s.r_len;
     return 0;
+}
+
+/* ---- a stream's chunks by their template ----
+ * A stream's chunks mostly differ from each other in string values only (the text, an id):
+ * the chunk memo (upstream/chunk.h) finds that out while it checks them, and says where
+ * each value string is. What the scan found in the template it then finds in such a chunk
+ * at the same string's place: no member walk per chunk. */
+
+static int string_index(const mg_chunk_memo_t *cm, size_t at)
+{
+    for (int j = 0; j < cm->n_strings; j++)
+        if (cm->at_open[j] == at) return j;
+    return -1;
+}
+
+static void learn_shape(mg_resp_out_t *o, const mg_chunk_memo_t *cm, const char *json,
+                        const mg_resp_chunk_t *ch)
+{
+    o->shape.valid = 0;
+    if (ch->tree || ch->usage) return; /* rare, and read in full */
+    int c = ch->content ? string_index(cm, (size_t)(ch->content - json)) : -1;
+    int r = ch->reasoning ? string_index(cm, (size_t)(ch->reasoning - json)) : -1;
+    int f = ch->finish ? string_index(cm, (size_t)(ch->finish - 1 - json)) : -1;
+    if ((ch->content && c < 0) || (ch->reasoning && r < 0) || (ch->finish && f < 0)) return;
+    o->shape.content = c;
+    o->shape.reasoning = r;
+    o->shape.finish = f;
+    o->shape.choices = ch->choices;
+    o->shape.generation = cm->generation;
+    o->shape.valid = 1;
+}
+
+/* The literal of the chunk's string j, quotes included; 0 when it is not in json[0..n). */
+static int string_at(const mg_chunk_memo_t *cm, int j, const char *json, size_t n, const char **lit,
+                     size_t *len)
+{
+    if (j < 0) return 1;
+    size_t a = cm->at_open[j], b = cm->at_close[j];
+    if (b >= n || a >= b) return 0;
+    *lit = json + a;
+    *len = b - a + 1;
+    return 1;
+}
+
+/* 1 when the chunk was read by the template's shape. */
+static int by_shape(const mg_resp_out_t *o, const mg_chunk_memo_t *cm, const char *json, size_t n,
+                    mg_resp_chunk_t *ch)
+{
+    memset(ch, 0, sizeof(*ch));
+    ch->choices = o->shape.choices;
+    const char *f = NULL;
+    size_t fl = 0;
+    if (!string_at(cm, o->shape.content, json, n, &ch->content, &ch->content_len) ||
+        !string_at(cm, o->shape.reasoning, json, n, &ch->reasoning, &ch->reasoning_len) ||
+        !string_at(cm, o->shape.finish, json, n, &f, &fl))
+        return 0;
+    if (f) {
+        if (memchr(f, '\\', fl)) return 0; /* an escaped finish reason: the scan decides */
+        ch->finish = f + 1;
+        ch->finish_len = fl - 2;
+    }
+    return 1;
+}
+
+int mg_resp_out_scan_chunk(mg_resp_out_t *o, const mg_chunk_memo_t *memo, const char *json,
+                           size_t n, mg_resp_chunk_t *ch)
+{
+    int known = memo && memo->matched;
+    if (known && o->shape.valid && o->shape.generation == memo->generation &&
+        by_shape(o, memo, json, n, ch))
+        return 0;
+    int rc = mg_resp_chunk_scan(json, n, "delta", ch);
+    if (rc == 0 && known) learn_shape(o, memo, json, ch);
+    else o->shape.valid = 0;
+    return rc;
 }
 
 /* A count in a usage object's bytes: what mg_json_ll makes of the number (0 when not one). */

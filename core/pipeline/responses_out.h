@@ -35,6 +35,10 @@ typedef struct mg_resp_out_s mg_resp_out_t;
  * mg_resp_skeleton) holds the members that echo the request. NULL when out of memory. */
 mg_resp_out_t *mg_resp_out_new(const char *id, int64_t created_at, const char *model,
                                cJSON *skeleton);
+/* The same with the skeleton's text (mg_resp_skeleton_print: one object, compact; borrowed),
+ * or NULL. */
+mg_resp_out_t *mg_resp_out_new_printed(const char *id, int64_t created_at, const char *model,
+                                       const char *skeleton, size_t len);
 void mg_resp_out_free(mg_resp_out_t *o);
 
 /* One Chat Completions chunk (choices[0].delta: content, reasoning_content or reasoning,
@@ -68,6 +72,14 @@ typedef struct mg_resp_chunk_s {
  * answer's bytes are checked so before they come here), its strings then copied as they are.
  * 0 (see ch->tree), or -1 when it is not an object. */
 int mg_resp_chunk_scan(const char *json, size_t n, const char *key, mg_resp_chunk_t *ch);
+
+/* mg_resp_chunk_scan of a stream chunk ("delta") that mg_chunk_scan_memo(memo, json, n) just
+ * checked: a chunk that is the memo's template with strings swapped is read by what the
+ * scan found in the template, at its strings' places (no walk of its members). memo may be
+ * NULL (a plain scan). */
+struct mg_chunk_memo_s;
+int mg_resp_out_scan_chunk(mg_resp_out_t *o, const struct mg_chunk_memo_s *memo, const char *json,
+                           size_t n, mg_resp_chunk_t *ch);
 
 /* A scanned chunk (ch->tree 0) into the answer: as mg_resp_out_chunk with its tree (out NULL
  * for a whole completion). */

@@ -118,12 +118,13 @@ static void check_responses(const char *in, size_t n, int fail)
     mg_resp_out_t *o = mg_resp_out_new("resp_fuzz", 1700000000, "gpt-fuzz", NULL);
     if (!o) abort();
     mg_buf_t out = {0};
+    mg_chunk_memo_t memo = {0}; /* as the pipeline reads a stream: checked, then scanned */
     for (const char *p = in, *end = in + n; p < end;) { /* each line a chunk */
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
         mg_resp_chunk_t ch;
-        if (mg_chunk_scan(p, len) >= 0 && mg_resp_chunk_scan(p, len, "delta", &ch) == 0 &&
-            !ch.tree) {
+        if (mg_chunk_scan_memo(&memo, p, len) >= 0 &&
+            mg_resp_out_scan_chunk(o, &memo, p, len, &ch) == 0 && !ch.tree) {
             mg_resp_out_scanned(o, &ch, &out);
         } else {
             cJSON *chunk = cJSON_ParseWithLength(p, len);
@@ -132,6 +133,7 @@ static void check_responses(const char *in, size_t n, int fail)
         }
         p += len + (nl != NULL);
     }
+    mg_chunk_memo_free(&memo);
     mg_resp_chunk_t ch;
     if (mg_chunk_scan(in, n) >= 0 && mg_resp_chunk_scan(in, n, "message", &ch) == 0 && !ch.tree) {
         mg_resp_out_scanned(o, &ch, NULL);

@@ -41,9 +41,9 @@ static void test_scan_text_finish_usage(void)
     CHECK(lit_is(ch.content, ch.content_len, "\"a \\\"b\\\"\\n\""));
     CHECK(ch.finish == NULL && ch.usage == NULL && ch.reasoning == NULL);
 
-    CHECK_EQ_INT(scan("{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}",
-                      "delta", &ch),
-                 0);
+    CHECK_EQ_INT(
+        scan("{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}", "delta", &ch),
+        0);
     CHECK(!ch.tree && ch.content == NULL);
     CHECK(lit_is(ch.finish, ch.finish_len, "stop"));
 
@@ -82,9 +82,10 @@ static void test_scan_reasoning(void)
                       "delta", &ch),
                  0);
     CHECK(lit_is(ch.reasoning, ch.reasoning_len, "\"rc\""));
-    CHECK_EQ_INT(scan("{\"choices\":[{\"delta\":{\"reasoning_content\":null,\"reasoning\":\"r\"}}]}",
-                      "delta", &ch),
-                 0);
+    CHECK_EQ_INT(
+        scan("{\"choices\":[{\"delta\":{\"reasoning_content\":null,\"reasoning\":\"r\"}}]}",
+             "delta", &ch),
+        0);
     CHECK(lit_is(ch.reasoning, ch.reasoning_len, "\"r\""));
 }
 
@@ -127,12 +128,18 @@ static mg_resp_out_t *new_out(void)
 /* One chunk fed both ways: by bytes into a (the tree when the scan says so), as a tree into
  * b. Returns whether the bytes path took it. */
 static int feed_both(mg_resp_out_t *a, mg_buf_t *out_a, mg_resp_out_t *b, mg_buf_t *out_b,
-                     const char *json)
+                     const char *json, mg_chunk_memo_t *memo)
 {
     size_t n = strlen(json);
-    CHECK(mg_chunk_scan(json, n) >= 0); /* what the pipeline checks first */
     mg_resp_chunk_t ch;
-    int bytes = mg_resp_chunk_scan(json, n, "delta", &ch) == 0 && !ch.tree;
+    int bytes;
+    if (memo) { /* as the pipeline reads a stream: the memo checks, the scan uses it */
+        CHECK(mg_chunk_scan_memo(memo, json, n) >= 0);
+        bytes = mg_resp_out_scan_chunk(a, memo, json, n, &ch) == 0 && !ch.tree;
+    } else {
+        CHECK(mg_chunk_scan(json, n) >= 0);
+        bytes = mg_resp_chunk_scan(json, n, "delta", &ch) == 0 && !ch.tree;
+    }
     cJSON *t = cJSON_Parse(json);
     if (bytes) mg_resp_out_scanned(a, &ch, out_a);
     else mg_resp_out_chunk(a, t, out_a);
@@ -183,7 +190,7 @@ static int same_response(const mg_buf_t *x, const mg_buf_t *y)
     return same;
 }
 
-static void test_bytes_match_tree_stream(void)
+static void bytes_match_tree_stream(int with_memo)
 {
     static const char *const chunks[] = {
         "{\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":"
@@ -204,9 +211,11 @@ static void test_bytes_match_tree_stream(void)
     };
     mg_resp_out_t *a = new_out(), *b = new_out();
     mg_buf_t out_a = {0}, out_b = {0};
+    mg_chunk_memo_t memo = {0};
     int by_bytes = 0;
     for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
-        by_bytes += feed_both(a, &out_a, b, &out_b, chunks[i]);
+        by_bytes += feed_both(a, &out_a, b, &out_b, chunks[i], with_memo ? &memo : NULL);
+    mg_chunk_memo_free(&memo);
     CHECK_EQ_INT(by_bytes, 10); /* all but the tool call */
     CHECK(same_events(&out_a, &out_b));
     const mg_buf_t *fa = mg_resp_out_end(a, NULL), *fb = mg_resp_out_end(b, NULL);
@@ -235,6 +244,48 @@ static void test_bytes_match_tree_stream(void)
     mg_buf_free(&ma);
     mg_buf_free(&mb);
     cJSON_Delete(m);
+    mg_buf_free(&out_a);
+    mg_buf_free(&out_b);
+    mg_resp_out_free(a);
+    mg_resp_out_free(b);
+}
+
+static void test_bytes_match_tree_stream(void)
+{
+    bytes_match_tree_stream(0);
+}
+
+/* Chunks that are one template with strings swapped, read by the template's shape: a text
+ * of another length, a finish reason, an escape, then a chunk of another shape. */
+static void test_bytes_match_tree_by_template(void)
+{
+    bytes_match_tree_stream(1);
+    static const char *const chunks[] = {
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},"
+        "\"finish_reason\":null}]}",
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"bcd\"},"
+        "\"finish_reason\":null}]}",
+        "{\"id\":\"c2\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+        "\"\\\"e\\u00e9\"},\"finish_reason\":null}]}",
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},"
+        "\"finish_reason\":\"stop\"}]}",
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"f\"},"
+        "\"finish_reason\":\"length\"}]}",
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"r\"},"
+        "\"finish_reason\":null}]}",
+        "{\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"s\"},"
+        "\"finish_reason\":null}]}",
+    };
+    mg_resp_out_t *a = new_out(), *b = new_out();
+    mg_buf_t out_a = {0}, out_b = {0};
+    mg_chunk_memo_t memo = {0};
+    int by_bytes = 0;
+    for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
+        by_bytes += feed_both(a, &out_a, b, &out_b, chunks[i], &memo);
+    CHECK_EQ_INT(by_bytes, 7);
+    CHECK(same_events(&out_a, &out_b));
+    CHECK(same_response(mg_resp_out_end(a, NULL), mg_resp_out_end(b, NULL)));
+    mg_chunk_memo_free(&memo);
     mg_buf_free(&out_a);
     mg_buf_free(&out_b);
     mg_resp_out_free(a);
@@ -275,6 +326,7 @@ int main(void)
     MG_RUN(test_scan_reasoning);
     MG_RUN(test_scan_sends_to_tree);
     MG_RUN(test_bytes_match_tree_stream);
+    MG_RUN(test_bytes_match_tree_by_template);
     MG_RUN(test_bytes_match_tree_completion);
     return mg_test_summary();
 }

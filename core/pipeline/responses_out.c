@@ -29,10 +29,11 @@ typedef struct {
     int cut;        /* closed by the engine's token limit or filter: status "incomplete" */
     int chat_index; /* a tool call's index in the engine's tool_calls */
     char id[96];
-    char id_lit[200]; /* id as a JSON string literal (every event about the item shows it) */
-    char *call_id;    /* owned: a tool call's id */
-    char *name;       /* owned: a tool call's function */
-    mg_buf_t text;    /* reasoning, content or arguments so far, escaped (a literal's inside) */
+    char id_lit[200];    /* id as a JSON string literal (every event about the item shows it) */
+    char *call_id;       /* owned: a tool call's id */
+    char *name;          /* owned: a tool call's function */
+    mg_buf_t text;       /* reasoning, content or arguments so far, escaped (a literal's inside) */
+    mg_buf_t delta_head; /* owned: its delta events' text before the delta */
 } item_t;
 
 struct mg_resp_out_s {
@@ -96,6 +97,7 @@ void mg_resp_out_free(mg_resp_out_t *o)
         free(o->items[i].call_id);
         free(o->items[i].name);
         mg_buf_free(&o->items[i].text);
+        mg_buf_free(&o->items[i].delta_head);
     }
     free(o->items);
     free(o->model);
@@ -393,9 +395,16 @@ static void delta_event(mg_resp_out_t *o, mg_buf_t *out, const char *type, int i
         o->seq++;
         return;
     }
-    item_event(o, out, type, i);
-    if (index_key) put_int(out, index_key, 0);
-    put(out, ",\"delta\":");
+    /* an item's deltas differ in their text and number only: the rest is written once */
+    mg_buf_t *head = &o->items[i].delta_head;
+    if (!head->len) {
+        item_event(o, head, type, i);
+        if (index_key) put_int(head, index_key, 0);
+        put(head, ",\"delta\":");
+        if (!head->len) return;
+    }
+    if (mg_buf_reserve(out, head->len + n + 64) != 0) return;
+    mg_buf_append(out, head->data, head->len);
     mg_buf_append(out, lit, n);
     if (tail) put(out, tail);
     event_end(o, out);

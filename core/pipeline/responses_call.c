@@ -101,7 +101,8 @@ int responses_parse(call_t *c)
     if (mg_resp_to_chat(r->req, &chat, &err) != 0)
         return refuse(c, 400, "INVALID_REQUEST", err.message, err.param);
     c->body = chat;
-    c->ep = MG_EP_CHAT; /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
+    c->ep = MG_EP_CHAT;       /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
+    c->chunk_memo.places = 1; /* stream chunks are read by their template (responses_scan) */
     r->had_instructions = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->req, "instructions"));
     r->store = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r->req, "store"));
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(r->req, "previous_response_id");

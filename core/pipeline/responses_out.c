@@ -827,7 +827,7 @@ static int by_shape(const mg_resp_out_t *o, const mg_chunk_memo_t *cm, const cha
 int mg_resp_out_scan_chunk(mg_resp_out_t *o, const mg_chunk_memo_t *memo, const char *json,
                            size_t n, mg_resp_chunk_t *ch)
 {
-    int known = memo && memo->matched;
+    int known = memo && memo->places && memo->matched;
     if (known && o->shape.valid && o->shape.generation == memo->generation &&
         by_shape(o, memo, json, n, ch))
         return 0;

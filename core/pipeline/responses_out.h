@@ -75,8 +75,8 @@ int mg_resp_chunk_scan(const char *json, size_t n, const char *key, mg_resp_chun
 
 /* mg_resp_chunk_scan of a stream chunk ("delta") that mg_chunk_scan_memo(memo, json, n) just
  * checked: a chunk that is the memo's template with strings swapped is read by what the
- * scan found in the template, at its strings' places (no walk of its members). memo may be
- * NULL (a plain scan). */
+ * scan found in the template, at its strings' places (no walk of its members): the memo's
+ * `places` must be set before the stream's first chunk. memo may be NULL (a plain scan). */
 struct mg_chunk_memo_s;
 int mg_resp_out_scan_chunk(mg_resp_out_t *o, const struct mg_chunk_memo_s *memo, const char *json,
                            size_t n, mg_resp_chunk_t *ch);

@@ -332,15 +332,17 @@ static int scan_against(mg_chunk_memo_t *m, const char *s, size_t n)
         size_t k = common_prefix(t + ti, tn - ti, c + ci, n - ci);
         ti += k;
         ci += k;
-        size_t shift = ci - ti; /* s's offsets past T's since the last swapped string */
-        /* the strings passed unchanged are where T has them, shifted */
-        while (i < m->n_strings && (m->close[i] < ti || (ti == tn && ci == n))) {
-            m->at_open[i] = (uint32_t)(m->open[i] + shift);
-            m->at_close[i] = (uint32_t)(m->close[i] + shift);
-            i++;
+        int end = ti == tn && ci == n;
+        if (m->places) { /* the strings passed unchanged are where T has them, shifted */
+            size_t shift = ci - ti;
+            for (; i < m->n_strings && (end || m->close[i] < ti); i++) {
+                m->at_open[i] = (uint32_t)(m->open[i] + shift);
+                m->at_close[i] = (uint32_t)(m->close[i] + shift);
+            }
         }
-        if (ti == tn && ci == n) return m->flags;
+        if (end) return m->flags;
         if (ti == tn || ci == n) return CANNOT_TELL;
+        while (i < m->n_strings && m->close[i] < ti) i++;
         if (i == m->n_strings || m->open[i] >= ti) return CANNOT_TELL;
         size_t open = ci - (ti - m->open[i]); /* that string's opening quote in s */
         pos_t e = scan_string(c + open + 1, c + n);
@@ -383,7 +385,9 @@ int mg_chunk_scan_memo(mg_chunk_memo_t *m, const char *s, size_t n)
     m->flags = r;
     m->generation++;
     m->matched = 1;
-    memcpy(m->at_open, m->open, sizeof(m->open[0]) * (size_t)m->n_strings);
-    memcpy(m->at_close, m->close, sizeof(m->close[0]) * (size_t)m->n_strings);
+    if (m->places) {
+        memcpy(m->at_open, m->open, sizeof(m->open[0]) * (size_t)m->n_strings);
+        memcpy(m->at_close, m->close, sizeof(m->close[0]) * (size_t)m->n_strings);
+    }
     return r;
 }

@@ -43,9 +43,11 @@ typedef struct mg_chunk_memo_s {
     uint32_t open[MG_CHUNK_MEMO_STRINGS], close[MG_CHUNK_MEMO_STRINGS];
     /* The chunk last scanned: matched when it is the template with value strings swapped
      * (or the template itself, just made), so that it has the template's structure and its
-     * keys; then at_open/at_close are the quotes of its value strings, the template's
-     * n_strings in order. A caller that read the template's structure keeps what it found
-     * by string index while generation (counts the templates made) stays the same. */
+     * keys; then, when the caller set places (the others do not pay for it), at_open/at_close
+     * are the quotes of its value strings, the template's n_strings in order. A caller that
+     * read the template's structure keeps what it found by string index while generation
+     * (counts the templates made) stays the same. */
+    int places;
     int matched;
     unsigned generation;
     uint32_t at_open[MG_CHUNK_MEMO_STRINGS], at_close[MG_CHUNK_MEMO_STRINGS];

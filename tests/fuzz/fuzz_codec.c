@@ -119,6 +119,7 @@ static void check_responses(const char *in, size_t n, int fail)
     if (!o) abort();
     mg_buf_t out = {0};
     mg_chunk_memo_t memo = {0}; /* as the pipeline reads a stream: checked, then scanned */
+    memo.places = 1;
     for (const char *p = in, *end = in + n; p < end;) { /* each line a chunk */
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);

@@ -465,6 +465,7 @@ static void test_memo_against_full(void)
 static void test_memo_string_places(void)
 {
     mg_chunk_memo_t m = {0};
+    m.places = 1;
     const char *t = "{\"id\":\"a\",\"n\":1,\"choices\":[{\"delta\":{\"content\":\"xy\"}}],"
                     "\"tail\":\"z\"}";
     const char *c = "{\"id\":\"abcd\",\"n\":1,\"choices\":[{\"delta\":{\"content\":\"\\\"q\"}}],"

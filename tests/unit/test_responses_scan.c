@@ -212,6 +212,7 @@ static void bytes_match_tree_stream(int with_memo)
     mg_resp_out_t *a = new_out(), *b = new_out();
     mg_buf_t out_a = {0}, out_b = {0};
     mg_chunk_memo_t memo = {0};
+    memo.places = 1;
     int by_bytes = 0;
     for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
         by_bytes += feed_both(a, &out_a, b, &out_b, chunks[i], with_memo ? &memo : NULL);
@@ -279,6 +280,7 @@ static void test_bytes_match_tree_by_template(void)
     mg_resp_out_t *a = new_out(), *b = new_out();
     mg_buf_t out_a = {0}, out_b = {0};
     mg_chunk_memo_t memo = {0};
+    memo.places = 1;
     int by_bytes = 0;
     for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++)
         by_bytes += feed_both(a, &out_a, b, &out_b, chunks[i], &memo);

@@ -108,10 +108,10 @@ local function group_rank(req, c)
 end
 
 -- Rule 7b: what the engine itself says of its load (c.load: vLLM /metrics, llama.cpp /slots,
--- Ollama /api/ps), as a factor of its share: 1 for an idle engine, 1 / (1 + running +
--- 2 * waiting) for a busy one (a queued request costs more than a running one: it waits for
--- all of them), halved again when its KV cache is over 90% full (new requests will preempt).
--- 1 when the engine reports nothing.
+-- Ollama /api/ps, Triton's metrics port), as a factor of its share: 1 for an idle engine,
+-- 1 / (1 + running + 2 * waiting) for a busy one (a queued request costs more than a running
+-- one: it waits for all of them), halved again when its KV cache is over 90% full (new
+-- requests will preempt). 1 when the engine reports nothing.
 function M.load_factor(load)
     if type(load) ~= "table" then return 1 end
     local running, waiting = tonumber(load.running) or 0, tonumber(load.waiting) or 0

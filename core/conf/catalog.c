@@ -88,9 +88,9 @@ static int load_forward(conf_loader_t *l, yaml_node_t *map, const char *path, mg
 static int load_provider(conf_loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
 {
     static const char *const keys[] = {
-        "id",           "adapter", "base_url", "api_key", "pool",         "rpm_limit",
-        "tpm_limit",    "weight",  "local",    "engine",  "model_prefix", "cost_per_1k_tokens",
-        "stream_usage", "forward", NULL};
+        "id",           "adapter", "base_url",    "api_key", "pool",         "rpm_limit",
+        "tpm_limit",    "weight",  "local",       "engine",  "model_prefix", "cost_per_1k_tokens",
+        "stream_usage", "forward", "metrics_url", NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = conf_line_of(v);
@@ -142,15 +142,22 @@ static int load_provider(conf_loader_t *l, yaml_node_t *v, size_t i, mg_provider
         conf_opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0 ||
         conf_opt_string(l, v, path, "engine", &p->engine) < 0 ||
         conf_opt_string(l, v, path, "model_prefix", &p->model_prefix) < 0 ||
+        conf_opt_string(l, v, path, "metrics_url", &p->metrics_url) < 0 ||
         opt_cost(l, v, path, &p->cost_per_1k_tokens) < 0)
         return -1;
     p->source = conf_dup_str(l, p->line, "file");
     if (!p->source) return -1;
     if (p->engine && strcmp(p->engine, "vllm") && strcmp(p->engine, "llamacpp") &&
-        strcmp(p->engine, "ollama") && strcmp(p->engine, "none")) {
+        strcmp(p->engine, "ollama") && strcmp(p->engine, "triton") && strcmp(p->engine, "none")) {
         conf_field_get(l, v, path, "engine", &f);
-        return conf_fail(l, f.line, "%s.engine must be vllm, llamacpp, ollama or none (got '%s')",
+        return conf_fail(l, f.line,
+                         "%s.engine must be vllm, llamacpp, ollama, triton or none (got '%s')",
                          path, conf_shown(p->engine, buf, sizeof buf));
+    }
+    if (p->metrics_url && strncmp(p->metrics_url, "http://", 7) &&
+        strncmp(p->metrics_url, "https://", 8)) {
+        conf_field_get(l, v, path, "metrics_url", &f);
+        return conf_fail(l, f.line, "%s.metrics_url must start with http:// or https://", path);
     }
     bool stream_usage = true;
     if (conf_opt_bool(l, v, path, "stream_usage", &stream_usage) < 0 ||
@@ -347,14 +354,15 @@ int mg_config_add_provider(mg_config_t *cfg, const mg_provider_conf_t *tmpl, cha
     p->api_key = dup_or(tmpl->api_key, NULL);
     p->pool = dup_or(tmpl->pool, "main");
     p->engine = dup_or(tmpl->engine, NULL);
+    p->metrics_url = dup_or(tmpl->metrics_url, NULL);
     p->model_prefix = dup_or(tmpl->model_prefix, NULL);
     p->source = dup_or(tmpl->source, "db");
     p->name = dup_or(tmpl->name, NULL);
     p->forward = mg_provider_forward_default(p->base_url); /* stored providers do not say */
     cfg->n_providers++; /* counted now so mg_config_free releases a partly copied entry */
     if (!p->id || !p->adapter || !p->base_url || (tmpl->api_key && !p->api_key) || !p->pool ||
-        (tmpl->engine && !p->engine) || (tmpl->model_prefix && !p->model_prefix) || !p->source ||
-        (tmpl->name && !p->name))
+        (tmpl->engine && !p->engine) || (tmpl->metrics_url && !p->metrics_url) ||
+        (tmpl->model_prefix && !p->model_prefix) || !p->source || (tmpl->name && !p->name))
         goto oom;
     return 0;
 oom:

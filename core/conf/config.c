@@ -388,6 +388,7 @@ void mg_config_free(mg_config_t *cfg)
         free(p->id);
         free(p->adapter);
         free(p->engine);
+        free(p->metrics_url);
         free(p->model_prefix);
         free(p->source);
         free(p->name);

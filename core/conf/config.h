@@ -26,16 +26,18 @@
 #define MG_DEFAULT_OUTPUT_ESTIMATE 256
 
 typedef struct mg_provider_conf_s {
-    char *id;           /* owned; unique across providers */
-    char *adapter;      /* owned; file name in adapters/ without .lua */
-    char *base_url;     /* owned; no trailing slash */
-    char *api_key;      /* owned, may be NULL; secret: never log */
-    char *pool;         /* owned; "main" or "fallback" */
-    int rpm_limit;      /* requests per minute, 0 = unlimited */
-    int tpm_limit;      /* tokens per minute, 0 = unlimited */
-    double weight;      /* routing weight, default 1.0 */
-    bool local;         /* counts as on-device for routing.local_only */
-    char *engine;       /* owned, may be NULL: "vllm" | "llamacpp" | "ollama" for load probes */
+    char *id;       /* owned; unique across providers */
+    char *adapter;  /* owned; file name in adapters/ without .lua */
+    char *base_url; /* owned; no trailing slash */
+    char *api_key;  /* owned, may be NULL; secret: never log */
+    char *pool;     /* owned; "main" or "fallback" */
+    int rpm_limit;  /* requests per minute, 0 = unlimited */
+    int tpm_limit;  /* tokens per minute, 0 = unlimited */
+    double weight;  /* routing weight, default 1.0 */
+    bool local;     /* counts as on-device for routing.local_only */
+    char
+        *engine; /* owned, may be NULL: "vllm" | "llamacpp" | "ollama" | "triton" for load probes */
+    char *metrics_url;  /* owned, may be NULL: where the engine's Prometheus load metrics are */
     char *model_prefix; /* owned, may be NULL: also serves any model name starting with this
                            that is not a logical model ("" = every such name), passed as is */
     char *source;       /* owned: "file", "env" (the Sidecar V1 provider) or "db" (added

@@ -32,6 +32,7 @@ static void conf_free(mg_provider_conf_t *p)
     free(p->api_key);
     free(p->pool);
     free(p->engine);
+    free(p->metrics_url);
     free(p->model_prefix);
     free(p->source);
     memset(p, 0, sizeof(*p));

@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "net/hold.h"
+#include "pipeline/responses_out.h"
 #include "upstream/chunk.h"
 
 #define MAX_RESPONSE_BYTES (64u * 1024u * 1024u)
@@ -608,6 +609,22 @@ static size_t event_lead(const mg_sse_event_t *ev)
     return inside ? (size_t)(ev->data - ev->raw) : 0;
 }
 
+/* A Responses call's chunk read from its bytes (the common ones: text, the finish, usage),
+ * counted as responses_chunk_of counts a tree. 0 = done, 1 = needs the tree. */
+static int responses_bytes(call_t *c, const char *json, size_t n)
+{
+    mg_resp_chunk_t ch;
+    if (responses_scan(c, json, n, &ch) != 0 || ch.tree) return 1;
+    if (ch.usage) take_usage_bytes(c, ch.usage, ch.usage_len);
+    if (ch.choices > 0) {
+        c->first_chunk_done = 1;
+        c->chunks++;
+    }
+    c->finishes += ch.finish != NULL;
+    responses_scanned(c, &ch);
+    return 0;
+}
+
 /* An event the gateway annotates, handled as bytes (the common annotated ones: the
  * first chunk, the finish chunk, the usage-only chunk). 0 = done, 1 = needs the tree. */
 static int passthrough_raw(call_t *c, const mg_sse_event_t *ev, int flags)
@@ -660,7 +677,10 @@ static int passthrough_event(call_t *c, const mg_sse_event_t *ev)
                  c->provider->id, ev->data_len);
         return garbage_event(c);
     }
-    if (c->responses) flags = MG_CHUNK_ERROR; /* a Responses call takes every chunk as a tree */
+    if (c->responses) {
+        if (!(flags & MG_CHUNK_ERROR) && responses_bytes(c, ev->data, ev->data_len) == 0) return 0;
+        flags = MG_CHUNK_ERROR; /* what the byte scan leaves is read as a tree */
+    }
     if (c->first_chunk_done && !flags) {
         c->chunks++;
         if (c->held_raw.len) emit_held_finish(c, 0); /* n > 1: keep the upstream's order */
@@ -986,6 +1006,15 @@ mg_step_rc_t step_stream(call_t *c)
     c->status = 200;
     c->outcome = "ok";
     if (c->native) return msgs_native_answer(c);
+    if (c->passthrough && c->responses) {
+        /* read from its bytes when strict JSON with only what most answers carry */
+        mg_resp_chunk_t ch;
+        if (c->resp.len && mg_chunk_scan(c->resp.data, c->resp.len) >= 0 &&
+            mg_resp_chunk_scan(c->resp.data, c->resp.len, "message", &ch) == 0 && !ch.tree) {
+            if (ch.usage) take_usage_bytes(c, ch.usage, ch.usage_len);
+            return responses_answer_scanned(c, &ch);
+        }
+    }
     if (c->passthrough && !c->responses) {
         int rc = passthrough_answer(c);
         if (rc < 0) return answer_garbage(c);

@@ -594,6 +594,8 @@ static void end_stream(call_t *c)
 mg_step_rc_t step_finish(call_t *c)
 {
     int head = 0;
+    /* the call's writes (a stored Response, the usage event, the spend) in one commit */
+    mg_store_cork(c->pl->store);
     if (c->req && c->answer_kind == ANSWER_STREAM) {
         end_stream(c);
         head = stream_start(c);
@@ -601,11 +603,13 @@ mg_step_rc_t step_finish(call_t *c)
     if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && !c->native &&
         msgs_answer(c) != 0)
         call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
+    if (c->responses && c->answer_kind == ANSWER_JSON && !c->error_code) responses_keep(c);
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
     /* a cancelled call's answer acknowledges the cancellation, not a usage: not held (a
        DELETE /v1/tasks/{id} sees the task end at once) */
     meter_finish(c, c->req && c->answer_kind != ANSWER_NONE && !c->cancel_reason);
+    mg_store_uncork(c->pl->store);
     if (c->req) {
         char deg[64];
         switch (c->answer_kind) {

@@ -607,8 +607,20 @@ int responses_parse(call_t *c);
 mg_step_rc_t responses_identified(call_t *c);
 /* One upstream chunk (borrowed) as Responses events into c->out. */
 void responses_chunk(call_t *c, const cJSON *chunk);
+/* The same for a chunk read from its bytes (responses_out.h: mg_resp_chunk_scan, not
+ * ch->tree). */
+struct mg_resp_chunk_s;
+void responses_scanned(call_t *c, const struct mg_resp_chunk_s *ch);
+/* A stream chunk's bytes scanned for responses_scanned (c->chunk_memo just checked them:
+ * mg_resp_out_scan_chunk). 0 or -1 (not an object). */
+int responses_scan(call_t *c, const char *json, size_t n, struct mg_resp_chunk_s *ch);
 /* The whole chat completion (taken) as the Response in c->answer, kept when store is on. */
 mg_step_rc_t responses_answer(call_t *c, cJSON *completion);
+/* The same for a completion read from its bytes (c->resp, scanned with key "message"). */
+mg_step_rc_t responses_answer_scanned(call_t *c, const struct mg_resp_chunk_s *ch);
+/* A whole answer's Response kept (store on), at the finish: beside the call's usage event,
+ * in its commit. */
+void responses_keep(call_t *c);
 /* The stream's end into c->out: response.completed (kept), or response.failed with the
  * call's error message when the call failed. */
 void responses_stream_end(call_t *c, const char *error_message);

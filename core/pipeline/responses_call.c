@@ -101,7 +101,8 @@ int responses_parse(call_t *c)
     if (mg_resp_to_chat(r->req, &chat, &err) != 0)
         return refuse(c, 400, "INVALID_REQUEST", err.message, err.param);
     c->body = chat;
-    c->ep = MG_EP_CHAT; /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
+    c->ep = MG_EP_CHAT;       /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
+    c->chunk_memo.places = 1; /* stream chunks are read by their template (responses_scan) */
     r->had_instructions = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r->req, "instructions"));
     r->store = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(r->req, "store"));
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(r->req, "previous_response_id");
@@ -159,42 +160,60 @@ void responses_prompt(call_t *c, const char **text, size_t *len)
 static mg_resp_out_t *answer_of(call_t *c)
 {
     resp_call_t *r = c->responses;
-    if (!r->out)
-        r->out = mg_resp_out_new(r->id, r->created_at, c->client_model, mg_resp_skeleton(r->req));
+    if (r->out) return r->out;
+    mg_buf_t skel = {0};
+    if (mg_resp_skeleton_print(r->req, &skel) == 0)
+        r->out =
+            mg_resp_out_new_printed(r->id, r->created_at, c->client_model, skel.data, skel.len);
+    mg_buf_free(&skel);
     return r->out;
 }
 
 /* The Response kept for GET, its input items and previous_response_id: with the
  * conversation through it (this call's messages, history included, without the
- * instructions, and the answer). */
-static void keep(call_t *c, const cJSON *final)
+ * instructions, and the answer). `final` is the Response's text, written once. */
+static void keep(call_t *c, const mg_buf_t *final)
 {
     resp_call_t *r = c->responses;
     if (!r->store || !c->pl->responses || !c->req) return;
-    cJSON *msgs = mg_resp_turn_messages(c->body, r->had_instructions);
-    cJSON *answer = mg_resp_out_message(r->out);
-    if (msgs && answer) cJSON_AddItemToArray(msgs, answer);
-    else cJSON_Delete(answer);
+    mg_buf_t msgs_text = {0}, input_text = {0};
+    int ok = mg_buf_append(&msgs_text, "[", 1) == 0;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c->body, "messages");
+    int i = 0;
+    for (const cJSON *m = msgs ? msgs->child : NULL; ok && m; m = m->next, i++) {
+        if (i == 0 && r->had_instructions) continue;
+        ok = mg_json_print(m, &msgs_text) == 0 && mg_buf_append(&msgs_text, ",", 1) == 0;
+    }
+    ok = ok && mg_resp_out_message_print(r->out, &msgs_text) == 0 &&
+         mg_buf_append(&msgs_text, "]", 1) == 0;
     cJSON *input = mg_resp_input_items(r->req, r->id + 5);
-    mg_buf_t resp_text = {0}, msgs_text = {0}, input_text = {0};
-    int ok = msgs && input && mg_json_print(final, &resp_text) == 0 &&
-             mg_json_print(msgs, &msgs_text) == 0 && mg_json_print(input, &input_text) == 0;
-    mg_resp_record_t rec = {r->scope, resp_text.data, input_text.data, msgs_text.data};
+    ok = ok && input && mg_json_print(input, &input_text) == 0 && final->len;
+    mg_resp_record_t rec = {r->scope, final->data, input_text.data, msgs_text.data};
     if (!ok || mg_resp_store_put(c->pl->responses, r->id, &rec) != 0)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "responses: %s was not kept", r->id);
-    cJSON_Delete(msgs);
     cJSON_Delete(input);
-    mg_buf_free(&resp_text);
     mg_buf_free(&msgs_text);
     mg_buf_free(&input_text);
 }
 
-/* The gateway's members on a whole answer (the stream's events carry only the API's). */
-static void add_gateway_members(call_t *c, cJSON *resp)
+/* The client's answer: the Response's text with the gateway's members added (the stream's
+ * events carry only the API's). */
+static int shown_answer(call_t *c, const mg_buf_t *final)
 {
-    cJSON_AddStringToObject(resp, "request_id", c->req ? c->req->request_id : "");
-    cJSON_AddStringToObject(resp, "logical_model", c->model->name);
-    cJSON_AddStringToObject(resp, "actual_model", c->upstream_model ? c->upstream_model : "");
+    mg_buf_t *out = &c->answer;
+    out->len = 0;
+    if (final->len < 2) return -1;
+    const char *model = c->model->name, *actual = c->upstream_model ? c->upstream_model : "";
+    mg_buf_reserve(out, final->len + 6 * (strlen(model) + strlen(actual)) + 128);
+    mg_buf_append(out, final->data, final->len - 1);
+    mg_buf_append_str(out, ",\"request_id\":");
+    const char *id = c->req ? c->req->request_id : "";
+    mg_json_print_string(id, strlen(id), out);
+    mg_buf_append_str(out, ",\"logical_model\":");
+    mg_json_print_string(model, strlen(model), out);
+    mg_buf_append_str(out, ",\"actual_model\":");
+    mg_json_print_string(actual, strlen(actual), out);
+    return mg_buf_append(out, "}", 1);
 }
 
 /* Without the engine's counts, the gateway's (estimate_tokens), as for every call. */
@@ -210,23 +229,50 @@ void responses_chunk(call_t *c, const cJSON *chunk)
     if (o) mg_resp_out_chunk(o, chunk, &c->out);
 }
 
+int responses_scan(call_t *c, const char *json, size_t n, mg_resp_chunk_t *ch)
+{
+    mg_resp_out_t *o = answer_of(c);
+    return o ? mg_resp_out_scan_chunk(o, &c->chunk_memo, json, n, ch)
+             : mg_resp_chunk_scan(json, n, "delta", ch);
+}
+
+void responses_scanned(call_t *c, const mg_resp_chunk_t *ch)
+{
+    mg_resp_out_t *o = answer_of(c);
+    if (o) mg_resp_out_scanned(o, ch, &c->out);
+}
+
+/* A whole answer taken in: the Response written, kept, and shown with our members. */
+static mg_step_rc_t answered(call_t *c, mg_resp_out_t *o)
+{
+    attempt_end(c, ATTEMPT_OK);
+    if (!o) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    usage_for(c, o);
+    const mg_buf_t *final = mg_resp_out_end(o, NULL);
+    if (shown_answer(c, final) != 0)
+        return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
+    return MG_STEP_NEXT;
+}
+
+void responses_keep(call_t *c)
+{
+    resp_call_t *r = c->responses;
+    if (r->out) keep(c, mg_resp_out_end(r->out, NULL));
+}
+
 mg_step_rc_t responses_answer(call_t *c, cJSON *completion)
 {
     mg_resp_out_t *o = answer_of(c);
     if (o) mg_resp_out_completion(o, completion);
     cJSON_Delete(completion);
-    attempt_end(c, ATTEMPT_OK);
-    if (!o) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
-    usage_for(c, o);
-    const cJSON *final = mg_resp_out_end(o, NULL);
-    keep(c, final);
-    cJSON *shown = cJSON_Duplicate(final, 1);
-    add_gateway_members(c, shown);
-    c->answer.len = 0;
-    int rc = mg_json_print(shown, &c->answer);
-    cJSON_Delete(shown);
-    if (rc != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
-    return MG_STEP_NEXT;
+    return answered(c, o);
+}
+
+mg_step_rc_t responses_answer_scanned(call_t *c, const mg_resp_chunk_t *ch)
+{
+    mg_resp_out_t *o = answer_of(c);
+    if (o) mg_resp_out_scanned(o, ch, NULL);
+    return answered(c, o);
 }
 
 void responses_stream_end(call_t *c, const char *error_message)

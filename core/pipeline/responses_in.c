@@ -6,6 +6,8 @@
  * engines write one turn); a function_call_output is a tool message. */
 #include "pipeline/responses_in.h"
 
+#include "base/json.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -605,51 +607,56 @@ cJSON *mg_resp_input_items(const cJSON *req, const char *suffix)
 /* The echo                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static void echo(cJSON *o, const cJSON *req, const char *key, cJSON *fallback)
+/* "key": the request's value, or the default's text (when absent or null); after a comma
+ * unless it is its object's first member. */
+static void echo(mg_buf_t *out, const cJSON *req, const char *key, const char *fallback, int first)
 {
     const cJSON *v = get(req, key);
-    if (!is_absent(v)) {
-        cJSON_Delete(fallback);
-        cJSON_AddItemToObject(o, key, dup(v));
-    } else {
-        cJSON_AddItemToObject(o, key, fallback);
+    mg_buf_append_str(out, first ? "\"" : ",\"");
+    mg_buf_append_str(out, key);
+    mg_buf_append_str(out, "\":");
+    if (is_absent(v)) mg_buf_append_str(out, fallback);
+    else mg_json_print(v, out);
+}
+
+int mg_resp_skeleton_print(const cJSON *req, mg_buf_t *out)
+{
+    size_t mark = out->len;
+    mg_buf_append(out, "{", 1);
+    echo(out, req, "instructions", "null", 1);
+    echo(out, req, "max_output_tokens", "null", 0);
+    echo(out, req, "parallel_tool_calls", "true", 0);
+    echo(out, req, "previous_response_id", "null", 0);
+    const cJSON *r = get(req, "reasoning");
+    mg_buf_append_str(out, ",\"reasoning\":{");
+    echo(out, r, "effort", "null", 1);
+    echo(out, r, "summary", "null", 0);
+    mg_buf_append(out, "}", 1);
+    echo(out, req, "store", "true", 0);
+    echo(out, req, "temperature", "1", 0);
+    const cJSON *t = get(req, "text");
+    mg_buf_append_str(out, ",\"text\":{");
+    echo(out, t, "format", "{\"type\":\"text\"}", 1);
+    echo(out, t, "verbosity", "\"medium\"", 0);
+    mg_buf_append(out, "}", 1);
+    echo(out, req, "tool_choice", "\"auto\"", 0);
+    echo(out, req, "tools", "[]", 0);
+    echo(out, req, "top_p", "1", 0);
+    mg_buf_append_str(out, ",\"truncation\":\"disabled\"");
+    const cJSON *user = get(req, "user"); /* a string when there is one, else absent */
+    if (cJSON_IsString(user)) echo(out, req, "user", "null", 0);
+    echo(out, req, "metadata", "{}", 0);
+    if (mg_buf_append_str(out, ",\"background\":false}") != 0) {
+        out->len = mark;
+        return -1;
     }
+    return 0;
 }
 
 cJSON *mg_resp_skeleton(const cJSON *req)
 {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    echo(o, req, "instructions", cJSON_CreateNull());
-    echo(o, req, "max_output_tokens", cJSON_CreateNull());
-    echo(o, req, "parallel_tool_calls", cJSON_CreateTrue());
-    echo(o, req, "previous_response_id", cJSON_CreateNull());
-    cJSON *reasoning = cJSON_CreateObject();
-    const cJSON *r = get(req, "reasoning");
-    const cJSON *effort = get(r, "effort"), *summary = get(r, "summary");
-    cJSON_AddItemToObject(reasoning, "effort",
-                          is_absent(effort) ? cJSON_CreateNull() : dup(effort));
-    cJSON_AddItemToObject(reasoning, "summary",
-                          is_absent(summary) ? cJSON_CreateNull() : dup(summary));
-    cJSON_AddItemToObject(o, "reasoning", reasoning);
-    echo(o, req, "store", cJSON_CreateTrue());
-    echo(o, req, "temperature", cJSON_CreateNumber(1));
-    cJSON *text = cJSON_CreateObject();
-    const cJSON *t = get(req, "text");
-    const cJSON *fmt = get(t, "format"), *verb = get(t, "verbosity");
-    if (is_absent(fmt))
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
-    else cJSON_AddItemToObject(text, "format", dup(fmt));
-    cJSON_AddItemToObject(text, "verbosity",
-                          is_absent(verb) ? cJSON_CreateString("medium") : dup(verb));
-    cJSON_AddItemToObject(o, "text", text);
-    echo(o, req, "tool_choice", cJSON_CreateString("auto"));
-    echo(o, req, "tools", cJSON_CreateArray());
-    echo(o, req, "top_p", cJSON_CreateNumber(1));
-    cJSON_AddStringToObject(o, "truncation", "disabled");
-    const cJSON *user = get(req, "user"); /* a string when there is one, else absent */
-    if (cJSON_IsString(user)) cJSON_AddStringToObject(o, "user", user->valuestring);
-    echo(o, req, "metadata", cJSON_CreateObject());
-    cJSON_AddFalseToObject(o, "background");
+    mg_buf_t text = {0};
+    cJSON *o = mg_resp_skeleton_print(req, &text) == 0 ? cJSON_Parse(text.data) : NULL;
+    mg_buf_free(&text);
     return o;
 }

@@ -17,6 +17,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/json.h"
+
 /* Why a request cannot be bridged: a 400 with this message and param. */
 typedef struct mg_resp_error_s {
     char message[256];
@@ -48,8 +50,10 @@ cJSON *mg_resp_input_items(const cJSON *req, const char *suffix);
 /* The members of a Response object that echo the request (instructions, tools in the
  * Responses shape, tool_choice, text, temperature, top_p, max_output_tokens, metadata,
  * previous_response_id, store, parallel_tool_calls, reasoning, truncation, user), with their
- * defaults, as a new object: the skeleton every Response of this request starts from. NULL
- * when out of memory. */
+ * defaults: the skeleton every Response of this request starts from, as one object's JSON
+ * text appended to out (printed from the request, no tree copied). 0 or -1 (out of memory). */
+int mg_resp_skeleton_print(const cJSON *req, mg_buf_t *out);
+/* The same as a new tree (NULL when out of memory). */
 cJSON *mg_resp_skeleton(const cJSON *req);
 
 #endif

@@ -32,8 +32,11 @@ typedef enum {
     LOAD_VLLM,
     LOAD_LLAMA_METRICS,
     LOAD_LLAMA_SLOTS,
-    LOAD_OLLAMA
+    LOAD_OLLAMA,
+    LOAD_TRITON
 } load_kind_t;
+
+#define TRITON_METRICS_PORT 8002 /* tritonserver --metrics-port's default */
 
 typedef struct probe_slot_s probe_slot_t;
 
@@ -78,6 +81,7 @@ static load_kind_t load_kind_of(const mg_provider_conf_t *pc, const probe_slot_t
     if (strcmp(e, "vllm") == 0) return LOAD_VLLM;
     if (strcmp(e, "llamacpp") == 0) return sl->llama_slots ? LOAD_LLAMA_SLOTS : LOAD_LLAMA_METRICS;
     if (strcmp(e, "ollama") == 0) return LOAD_OLLAMA;
+    if (strcmp(e, "triton") == 0) return LOAD_TRITON;
     return LOAD_NONE;
 }
 
@@ -166,6 +170,7 @@ static int parse_load(load_kind_t k, const char *buf, size_t len, mg_engine_load
     case LOAD_LLAMA_METRICS: return mg_probe_parse_llamacpp_metrics(buf, len, out);
     case LOAD_LLAMA_SLOTS: return mg_probe_parse_llamacpp_slots(buf, len, out);
     case LOAD_OLLAMA: return mg_probe_parse_ollama_ps(buf, len, out);
+    case LOAD_TRITON: return mg_probe_parse_triton_metrics(buf, len, out);
     default: return -1;
     }
 }
@@ -348,12 +353,20 @@ static void maybe_load(mg_prober_t *pr, probe_slot_t *sl, const mg_config_t *cfg
     if (sl->load_due_ms > now + interval) sl->load_due_ms = now + interval;
     if (now < sl->load_due_ms || sl->probe[PROBE_LOAD]) return;
     sl->load_due_ms = now + interval;
-    size_t n = strlen(pc->base_url) + 1;
-    char *origin = malloc(n);
-    if (!origin) return;
     char *url = NULL;
-    if (mg_probe_origin(pc->base_url, origin, n) == 0) url = join_url(origin, load_path(lk));
-    free(origin);
+    if (pc->metrics_url && lk != LOAD_LLAMA_SLOTS && lk != LOAD_OLLAMA) {
+        url = strdup(pc->metrics_url); /* the engine's Prometheus text is elsewhere */
+    } else if (lk == LOAD_TRITON) {
+        char u[600];
+        if (mg_probe_metrics_url(pc->base_url, TRITON_METRICS_PORT, u, sizeof(u)) == 0)
+            url = strdup(u);
+    } else {
+        size_t n = strlen(pc->base_url) + 1;
+        char *origin = malloc(n);
+        if (!origin) return;
+        if (mg_probe_origin(pc->base_url, origin, n) == 0) url = join_url(origin, load_path(lk));
+        free(origin);
+    }
     if (!url) return;
     probe_start(pr, sl, PROBE_LOAD, lk, url, pc->api_key, cfg->health.probe_timeout_ms);
     free(url);

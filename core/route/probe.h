@@ -23,6 +23,12 @@
  *             available, GET {origin}/slots instead: running = slots with
  *             is_processing true (or a non-zero "state" in older versions); waiting 0
  *             (slots do not show the deferred queue); KV-cache unknown.
+ *   triton    GET {scheme}://{host}:8002/metrics (Triton serves its Prometheus text on a
+ *             port of its own): nv_inference_pending_request_count summed over models
+ *             (waiting) and, with the TensorRT-LLM backend, nv_trt_llm_request_metrics
+ *             (running: "scheduled"; "active" beyond it wait too) and
+ *             nv_trt_llm_kv_cache_block_metrics (kv_cache: "fraction", else used / max).
+ *   provider.metrics_url, when set, is where vllm, llamacpp and triton are read instead.
  *   ollama    GET {origin}/api/ps: running = number of models loaded. Ollama exposes
  *             no queue depth or request count, so waiting is 0 and KV-cache unknown;
  *             the signal only says whether (and how many) models are resident.

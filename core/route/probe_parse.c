@@ -214,6 +214,89 @@ int mg_probe_parse_llamacpp_metrics(const char *text, size_t len, mg_engine_load
     return prom_load(text, len, &pl, out);
 }
 
+/* Triton: the queue of every model, and TensorRT-LLM's batch manager where it runs. */
+typedef struct {
+    double pending, active, scheduled, kv_used, kv_max, kv_fraction;
+    int have_pending, have_active, have_scheduled, have_used, have_max, have_fraction;
+} triton_load_t;
+
+/* Whether the sample's labels hold key="value" (the label text as Prometheus writes it). */
+static int label_is(const mg_prom_sample_t *sm, const char *key, const char *value)
+{
+    char want[96];
+    int n = snprintf(want, sizeof(want), "%s=\"%s\"", key, value);
+    if (!sm->labels || n <= 0 || (size_t)n >= sizeof(want) || sm->labels_len < (size_t)n) return 0;
+    for (size_t i = 0; i + (size_t)n <= sm->labels_len; i++) {
+        if ((i == 0 || sm->labels[i - 1] == ',' || sm->labels[i - 1] == ' ') &&
+            memcmp(sm->labels + i, want, (size_t)n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void add(double *sum, int *have, double v)
+{
+    *sum += v;
+    *have = 1;
+}
+
+static void triton_sample(void *ud, const mg_prom_sample_t *sm)
+{
+    triton_load_t *t = ud;
+    if (isnan(sm->value)) return;
+    if (name_is(sm, "nv_inference_pending_request_count")) {
+        add(&t->pending, &t->have_pending, sm->value);
+    } else if (name_is(sm, "nv_trt_llm_request_metrics")) {
+        if (label_is(sm, "request_type", "active")) add(&t->active, &t->have_active, sm->value);
+        else if (label_is(sm, "request_type", "scheduled"))
+            add(&t->scheduled, &t->have_scheduled, sm->value);
+    } else if (name_is(sm, "nv_trt_llm_kv_cache_block_metrics")) {
+        if (label_is(sm, "kv_cache_block_type", "used")) add(&t->kv_used, &t->have_used, sm->value);
+        else if (label_is(sm, "kv_cache_block_type", "max"))
+            add(&t->kv_max, &t->have_max, sm->value);
+        else if (label_is(sm, "kv_cache_block_type", "fraction") &&
+                 (!t->have_fraction || sm->value > t->kv_fraction)) {
+            t->kv_fraction = sm->value; /* several models: the fullest cache limits */
+            t->have_fraction = 1;
+        }
+    }
+}
+
+int mg_probe_parse_triton_metrics(const char *text, size_t len, mg_engine_load_t *out)
+{
+    triton_load_t t = {0};
+    mg_probe_prom_scan(text, len, triton_sample, &t);
+    if (!t.have_pending && !t.have_active) return -1;
+    /* the batch manager's active requests are the scheduled ones and those it holds back */
+    double running = t.have_scheduled ? t.scheduled : t.have_active ? t.active : 0;
+    double held =
+        t.have_active && t.have_scheduled && t.active > t.scheduled ? t.active - t.scheduled : 0;
+    out->running = clamp_count(running);
+    out->waiting = clamp_count((t.have_pending ? t.pending : 0) + held);
+    out->kv_cache = t.have_fraction                             ? clamp_ratio(t.kv_fraction)
+                    : t.have_used && t.have_max && t.kv_max > 0 ? clamp_ratio(t.kv_used / t.kv_max)
+                                                                : -1;
+    return 0;
+}
+
+int mg_probe_metrics_url(const char *base_url, int port, char *out, size_t outlen)
+{
+    char origin[512];
+    if (mg_probe_origin(base_url, origin, sizeof(origin)) != 0) return -1;
+    /* the host without its port: after "scheme://", up to a ':' that is not in [IPv6] */
+    char *host = strstr(origin, "://") + 3;
+    char *colon = NULL;
+    if (*host == '[') {
+        char *close = strchr(host, ']');
+        colon = close ? strchr(close, ':') : NULL;
+    } else {
+        colon = strchr(host, ':');
+    }
+    if (colon) *colon = '\0';
+    int n = snprintf(out, outlen, "%s:%d/metrics", origin, port);
+    return n > 0 && (size_t)n < outlen ? 0 : -1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* JSON answers                                                              */
 /* ------------------------------------------------------------------------ */

@@ -1,7 +1,7 @@
 /* probe_parse: what the probes read in an engine's answer (see probe.h for when they run):
  * whether a health answer is JSON, the origin of a base URL, and the load an engine reports
- * (vLLM's and llama.cpp's Prometheus text, llama.cpp's /slots, Ollama's /api/ps). Pure: no
- * loop, no allocation kept, any thread; the input is never trusted (tests/fuzz/fuzz_probe.c). */
+ * (vLLM's, llama.cpp's and Triton's Prometheus text, llama.cpp's /slots, Ollama's /api/ps). Pure:
+ * no loop, no allocation kept, any thread; the input is never trusted (tests/fuzz/fuzz_probe.c). */
 #ifndef MG_PROBE_PARSE_H
 #define MG_PROBE_PARSE_H
 
@@ -31,6 +31,16 @@ int mg_probe_origin(const char *url, char *out, size_t outlen);
 int mg_probe_parse_vllm_metrics(const char *text, size_t len, mg_engine_load_t *out);
 /* llama.cpp server Prometheus text: needs llamacpp:requests_processing. */
 int mg_probe_parse_llamacpp_metrics(const char *text, size_t len, mg_engine_load_t *out);
+/* Triton Prometheus text (its metrics port, 8002 by default): needs
+ * nv_inference_pending_request_count (waiting, summed over models) or TensorRT-LLM's
+ * nv_trt_llm_request_metrics. With TensorRT-LLM, running = request_type "scheduled" (else
+ * "active"), and the active requests it did not schedule wait too; kv_cache =
+ * nv_trt_llm_kv_cache_block_metrics "fraction" (else used / max). Without it running is 0
+ * (Triton has no in-flight gauge) and kv_cache unknown. */
+int mg_probe_parse_triton_metrics(const char *text, size_t len, mg_engine_load_t *out);
+/* scheme://host:port/metrics of base_url (its own port replaced): where an engine that
+ * serves its metrics on a port of their own (Triton: 8002) has them. 0, or -1. */
+int mg_probe_metrics_url(const char *base_url, int port, char *out, size_t outlen);
 /* llama.cpp server GET /slots: a JSON array of slot objects. */
 int mg_probe_parse_llamacpp_slots(const char *json, size_t len, mg_engine_load_t *out);
 /* Ollama GET /api/ps: {"models": [...]}. */

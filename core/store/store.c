@@ -87,6 +87,8 @@ struct mg_store_s {
     job_list_t queue;                /* guarded by mu; at most queue_max jobs, but see detach */
     job_list_t done;                 /* guarded by mu: finished jobs whose callbacks are due */
     job_list_t parked;               /* the loop thread's: writes waiting for room, in order */
+    job_list_t corked;               /* the loop thread's: writes held by mg_store_cork */
+    int corks;                       /* the loop thread's: mg_store_cork depth */
     unsigned long handed, committed; /* jobs handed to the writer / finished by it */
     int stopping;
     /* the loop the callbacks run on */
@@ -1091,6 +1093,11 @@ static int submit(mg_store_t *s, write_job_t *j)
         free(j);
         return -1;
     }
+    if (on_loop_thread(s) && s->corks) {
+        list_push(&s->corked, j); /* handed over with the others at mg_store_uncork */
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
     if (on_loop_thread(s)) {
         if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max))
             list_push(&s->parked, j); /* after the others: the order is kept */
@@ -1109,6 +1116,30 @@ static int submit(mg_store_t *s, write_job_t *j)
     hand_over(s, j);
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+void mg_store_cork(mg_store_t *s)
+{
+    if (s && on_loop_thread(s)) s->corks++;
+}
+
+void mg_store_uncork(mg_store_t *s)
+{
+    if (!s || !on_loop_thread(s) || !s->corks || --s->corks) return;
+    pthread_mutex_lock(&s->mu);
+    write_job_t *j;
+    int any = 0;
+    while ((j = list_pop(&s->corked))) { /* in order, under one lock: the writer takes them all */
+        if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max)) {
+            list_push(&s->parked, j);
+        } else {
+            list_push(&s->queue, j);
+            s->handed++;
+            any = 1;
+        }
+    }
+    if (any) pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *const *params,

@@ -142,6 +142,12 @@ int mg_store_write_agg(mg_store_t *s, const char *sql, int nparams, const char *
                        const mg_store_agg_t *agg, mg_store_done_fn done, void *ud);
 /* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
+/* Loop thread (elsewhere, and with s NULL, nothing): the writes queued from the loop between
+ * mg_store_cork and the matching mg_store_uncork reach the writer together, in their order,
+ * so they commit in one transaction (a call's stored Response and its usage event: one
+ * commit instead of two). Nests; the uncork belongs in the same loop turn. */
+void mg_store_cork(mg_store_t *s);
+void mg_store_uncork(mg_store_t *s);
 
 /* Wait until every write handed to the writer so far is committed (tests, tools; it
  * blocks). Writes parked on the loop side move on only while the loop runs. */

@@ -323,7 +323,7 @@ static size_t common_prefix(pos_t a, size_t an, pos_t b, size_t bn)
  * If they end together, s is T with strings swapped for strings: valid, with T's flags (its
  * keys and every value's first byte are T's). A difference anywhere else: CANNOT_TELL. A
  * string of s that does not scan: -1 (the parser would fail there too). */
-static int scan_against(const mg_chunk_memo_t *m, const char *s, size_t n)
+static int scan_against(mg_chunk_memo_t *m, const char *s, size_t n)
 {
     pos_t t = (pos_t)m->text, c = (pos_t)s;
     size_t tn = m->len, ti = 0, ci = 0;
@@ -332,7 +332,15 @@ static int scan_against(const mg_chunk_memo_t *m, const char *s, size_t n)
         size_t k = common_prefix(t + ti, tn - ti, c + ci, n - ci);
         ti += k;
         ci += k;
-        if (ti == tn && ci == n) return m->flags;
+        int end = ti == tn && ci == n;
+        if (m->places) { /* the strings passed unchanged are where T has them, shifted */
+            size_t shift = ci - ti;
+            for (; i < m->n_strings && (end || m->close[i] < ti); i++) {
+                m->at_open[i] = (uint32_t)(m->open[i] + shift);
+                m->at_close[i] = (uint32_t)(m->close[i] + shift);
+            }
+        }
+        if (end) return m->flags;
         if (ti == tn || ci == n) return CANNOT_TELL;
         while (i < m->n_strings && m->close[i] < ti) i++;
         if (i == m->n_strings || m->open[i] >= ti) return CANNOT_TELL;
@@ -341,6 +349,8 @@ static int scan_against(const mg_chunk_memo_t *m, const char *s, size_t n)
         if (!e) return -1;
         ci = (size_t)(e - c);
         ti = m->close[i] + 1;
+        m->at_open[i] = (uint32_t)open;
+        m->at_close[i] = (uint32_t)(ci - 1);
         i++;
     }
 }
@@ -355,8 +365,10 @@ int mg_chunk_scan_memo(mg_chunk_memo_t *m, const char *s, size_t n)
 {
     if (m->len) {
         int r = scan_against(m, s, n);
+        m->matched = r >= 0;
         if (r != CANNOT_TELL) return r;
     }
+    m->matched = 0;
     m->len = 0; /* the recorded strings are being replaced */
     m->n_strings = 0;
     int r = scan_full(s, n, m);
@@ -371,5 +383,11 @@ int mg_chunk_scan_memo(mg_chunk_memo_t *m, const char *s, size_t n)
     memcpy(m->text, s, n);
     m->len = n;
     m->flags = r;
+    m->generation++;
+    m->matched = 1;
+    if (m->places) {
+        memcpy(m->at_open, m->open, sizeof(m->open[0]) * (size_t)m->n_strings);
+        memcpy(m->at_close, m->close, sizeof(m->close[0]) * (size_t)m->n_strings);
+    }
     return r;
 }

@@ -41,6 +41,16 @@ typedef struct mg_chunk_memo_s {
     int flags;     /* its MG_CHUNK_* flags */
     int n_strings; /* its first value strings (not keys), by their quotes' offsets */
     uint32_t open[MG_CHUNK_MEMO_STRINGS], close[MG_CHUNK_MEMO_STRINGS];
+    /* The chunk last scanned: matched when it is the template with value strings swapped
+     * (or the template itself, just made), so that it has the template's structure and its
+     * keys; then, when the caller set places (the others do not pay for it), at_open/at_close
+     * are the quotes of its value strings, the template's n_strings in order. A caller that
+     * read the template's structure keeps what it found by string index while generation
+     * (counts the templates made) stays the same. */
+    int places;
+    int matched;
+    unsigned generation;
+    uint32_t at_open[MG_CHUNK_MEMO_STRINGS], at_close[MG_CHUNK_MEMO_STRINGS];
 } mg_chunk_memo_t;
 
 /* mg_chunk_scan's answer for s[0..n), exactly, found against the memo when s is its template

@@ -13,7 +13,9 @@
  *     (deltas for a started block only),
  *     nothing after message_stop or error;
  *   - mg_resp_out: each input line that cJSON reads is a chunk (and the whole input, when it
- *     reads, a completion); every event's data one JSON object, the final Response an object. */
+ *     reads, a completion), read from its bytes (mg_resp_chunk_scan) when it is strict JSON as
+ *     the pipeline checks it (mg_chunk_scan) and the scan takes it, else from its tree; every
+ *     event's data one JSON object, the final Response an object. */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include "pipeline/messages_resp.h"
 #include "pipeline/messages_stream.h"
 #include "pipeline/responses_out.h"
+#include "upstream/chunk.h"
 
 /* Walk SSE output "event: T\ndata: J\n\n": each J an object of type T (when check_type). */
 static void check_events(const mg_buf_t *out, int anthropic)
@@ -115,24 +118,40 @@ static void check_responses(const char *in, size_t n, int fail)
     mg_resp_out_t *o = mg_resp_out_new("resp_fuzz", 1700000000, "gpt-fuzz", NULL);
     if (!o) abort();
     mg_buf_t out = {0};
+    mg_chunk_memo_t memo = {0}; /* as the pipeline reads a stream: checked, then scanned */
+    memo.places = 1;
     for (const char *p = in, *end = in + n; p < end;) { /* each line a chunk */
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        cJSON *chunk = cJSON_ParseWithLength(p, len);
-        if (chunk) mg_resp_out_chunk(o, chunk, &out);
-        cJSON_Delete(chunk);
+        mg_resp_chunk_t ch;
+        if (mg_chunk_scan_memo(&memo, p, len) >= 0 &&
+            mg_resp_out_scan_chunk(o, &memo, p, len, &ch) == 0 && !ch.tree) {
+            mg_resp_out_scanned(o, &ch, &out);
+        } else {
+            cJSON *chunk = cJSON_ParseWithLength(p, len);
+            if (chunk) mg_resp_out_chunk(o, chunk, &out);
+            cJSON_Delete(chunk);
+        }
         p += len + (nl != NULL);
     }
-    cJSON *whole = cJSON_ParseWithLength(in, n);
-    if (whole) mg_resp_out_completion(o, whole);
-    cJSON_Delete(whole);
+    mg_chunk_memo_free(&memo);
+    mg_resp_chunk_t ch;
+    if (mg_chunk_scan(in, n) >= 0 && mg_resp_chunk_scan(in, n, "message", &ch) == 0 && !ch.tree) {
+        mg_resp_out_scanned(o, &ch, NULL);
+    } else {
+        cJSON *whole = cJSON_ParseWithLength(in, n);
+        if (whole) mg_resp_out_completion(o, whole);
+        cJSON_Delete(whole);
+    }
     long long input, output;
     mg_resp_out_usage(o, &input, &output);
     if (fail) {
         mg_resp_out_fail(o, "server_error", "upstream broke off", &out);
     } else {
-        const cJSON *r = mg_resp_out_end(o, &out);
+        const mg_buf_t *text = mg_resp_out_end(o, &out);
+        cJSON *r = cJSON_ParseWithLength(text->data, text->len);
         if (!cJSON_IsObject(r)) __builtin_trap();
+        cJSON_Delete(r);
     }
     check_events(&out, 0);
     cJSON *m = mg_resp_out_message(o);

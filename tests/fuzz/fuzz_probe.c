@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     int (*parsers[])(const char *, size_t, mg_engine_load_t *) = {
         mg_probe_parse_vllm_metrics, mg_probe_parse_llamacpp_metrics, mg_probe_parse_llamacpp_slots,
-        mg_probe_parse_ollama_ps};
+        mg_probe_parse_ollama_ps, mg_probe_parse_triton_metrics};
     for (size_t i = 0; i < sizeof(parsers) / sizeof(parsers[0]); i++) {
         mg_engine_load_t before = {
             .known = 7, .running = 3, .waiting = 5, .kv_cache = 0.5, .at_ms = 9};

@@ -459,6 +459,37 @@ static void test_memo_against_full(void)
     CHECK(valid > 5000);
 }
 
+/* A chunk matched against the template: matched, and every value string's quotes where the
+ * chunk has them (the swapped ones and those after them shifted); a chunk of another
+ * structure makes a new template (the generation moves). */
+static void test_memo_string_places(void)
+{
+    mg_chunk_memo_t m = {0};
+    m.places = 1;
+    const char *t = "{\"id\":\"a\",\"n\":1,\"choices\":[{\"delta\":{\"content\":\"xy\"}}],"
+                    "\"tail\":\"z\"}";
+    const char *c = "{\"id\":\"abcd\",\"n\":1,\"choices\":[{\"delta\":{\"content\":\"\\\"q\"}}],"
+                    "\"tail\":\"z\"}";
+    CHECK_EQ_INT(mg_chunk_scan_memo(&m, t, strlen(t)), 0);
+    CHECK(m.matched);
+    CHECK_EQ_INT(m.n_strings, 3);
+    unsigned gen = m.generation;
+    CHECK_EQ_INT(mg_chunk_scan_memo(&m, c, strlen(c)), 0);
+    CHECK(m.matched && m.generation == gen);
+    static const char *const want[] = {"\"abcd\"", "\"\\\"q\"", "\"z\""};
+    for (int i = 0; i < 3; i++) {
+        size_t len = m.at_close[i] - m.at_open[i] + 1;
+        CHECK(len == strlen(want[i]) && memcmp(c + m.at_open[i], want[i], len) == 0);
+    }
+    const char *other = "{\"id\":\"a\",\"choices\":[]}";
+    CHECK_EQ_INT(mg_chunk_scan_memo(&m, other, strlen(other)), 0);
+    CHECK(m.matched && m.generation == gen + 1);
+    CHECK(m.at_open[0] == 6 && m.at_close[0] == 8);
+    CHECK_EQ_INT(mg_chunk_scan_memo(&m, "{", 1), -1);
+    CHECK(!m.matched);
+    mg_chunk_memo_free(&m);
+}
+
 int main(void)
 {
     MG_RUN(test_cases_at_every_offset);
@@ -471,5 +502,6 @@ int main(void)
     MG_RUN(test_mutations_against_cjson);
     MG_RUN(test_memo_stream);
     MG_RUN(test_memo_against_full);
+    MG_RUN(test_memo_string_places);
     return mg_test_summary();
 }

@@ -398,6 +398,7 @@ static void all_parsers(const char *buf, size_t len)
     mg_probe_parse_llamacpp_metrics(copy, len, &l);
     mg_probe_parse_llamacpp_slots(copy, len, &l);
     mg_probe_parse_ollama_ps(copy, len, &l);
+    mg_probe_parse_triton_metrics(copy, len, &l);
     mg_probe_body_is_json(copy, len);
     mg_probe_body_looks_json(copy, len);
     mg_probe_prom_scan(copy, len, NULL, NULL);
@@ -415,6 +416,80 @@ static uint32_t rng(void)
 {
     rng_state = rng_state * 1103515245u + 12345u;
     return rng_state >> 8;
+}
+
+/* A fixture file's text (the tests run from the source tree), or NULL. */
+static char *fixture(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 16);
+    *len = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    fclose(f);
+    if (buf) buf[*len] = '\0';
+    return buf;
+}
+
+/* Triton with the TensorRT-LLM backend (tests/fixtures/triton/metrics_trtllm.txt, its metrics
+ * port's text): waiting = the models' pending requests + the active ones not scheduled,
+ * running = scheduled, kv_cache = used / max blocks (no "fraction" sample there); a
+ * "fraction" sample wins; plain Triton: the pending requests only. */
+static void test_triton_metrics(void)
+{
+    size_t n = 0;
+    char *text = fixture("tests/fixtures/triton/metrics_trtllm.txt", &n);
+    CHECK(text != NULL);
+    if (!text) return;
+    mg_engine_load_t l = sentinel();
+    CHECK_EQ_INT(mg_probe_parse_triton_metrics(text, n, &l), 0);
+    CHECK_EQ_INT(l.running, 6);
+    CHECK_EQ_INT(l.waiting, 2 + 3 + (8 - 6));
+    CHECK(l.kv_cache > 0.2499 && l.kv_cache < 0.2501); /* 612 / 2448 */
+    CHECK_EQ_INT(l.known, 0);
+    free(text);
+
+    const char *fraction =
+        "nv_trt_llm_request_metrics{model=\"a\",request_type=\"active\",version=\"1\"} 4\n"
+        "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\",model=\"a\"} 0.5\n"
+        "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\",model=\"b\"} 0.8\n"
+        "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"used\",model=\"a\"} 1\n"
+        "nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"max\",model=\"a\"} 100\n";
+    l = sentinel();
+    CHECK_EQ_INT(mg_probe_parse_triton_metrics(fraction, strlen(fraction), &l), 0);
+    CHECK_EQ_INT(l.running, 4); /* no "scheduled": the active ones run */
+    CHECK_EQ_INT(l.waiting, 0);
+    CHECK(l.kv_cache == 0.8);
+
+    const char *plain = "# TYPE nv_inference_pending_request_count gauge\n"
+                        "nv_inference_pending_request_count{model=\"resnet\",version=\"1\"} 5\n"
+                        "nv_inference_pending_request_count{model=\"bert\",version=\"2\"} 1\n"
+                        "nv_gpu_utilization{gpu_uuid=\"GPU-1\"} 0.5\n";
+    l = sentinel();
+    CHECK_EQ_INT(mg_probe_parse_triton_metrics(plain, strlen(plain), &l), 0);
+    CHECK_EQ_INT(l.running, 0);
+    CHECK_EQ_INT(l.waiting, 6);
+    CHECK(l.kv_cache == -1);
+
+    /* a label value that only ends like ours, and vLLM's text: not Triton's load */
+    const char *near = "nv_trt_llm_request_metrics{request_type=\"inactive\"} 9\n";
+    l = sentinel();
+    CHECK_EQ_INT(mg_probe_parse_triton_metrics(near, strlen(near), &l), -1);
+    CHECK(unchanged(&l));
+    CHECK_EQ_INT(mg_probe_parse_triton_metrics(VLLM_METRICS, strlen(VLLM_METRICS), &l), -1);
+}
+
+/* Triton's metrics port in place of the base URL's own. */
+static void test_metrics_url(void)
+{
+    char u[128];
+    CHECK_EQ_INT(mg_probe_metrics_url("http://triton:8000/v2", 8002, u, sizeof(u)), 0);
+    CHECK_STR(u, "http://triton:8002/metrics");
+    CHECK_EQ_INT(mg_probe_metrics_url("https://gpu.example", 8002, u, sizeof(u)), 0);
+    CHECK_STR(u, "https://gpu.example:8002/metrics");
+    CHECK_EQ_INT(mg_probe_metrics_url("http://[::1]:8000", 9002, u, sizeof(u)), 0);
+    CHECK_STR(u, "http://[::1]:9002/metrics");
+    CHECK_EQ_INT(mg_probe_metrics_url("triton:8000", 8002, u, sizeof(u)), -1);
+    CHECK_EQ_INT(mg_probe_metrics_url("http://h:1", 8002, u, 10), -1);
 }
 
 static void test_garbage(void)
@@ -486,6 +561,8 @@ int main(void)
     MG_RUN(test_llamacpp_metrics);
     MG_RUN(test_llamacpp_slots);
     MG_RUN(test_ollama_ps);
+    MG_RUN(test_triton_metrics);
+    MG_RUN(test_metrics_url);
     MG_RUN(test_garbage);
     return mg_test_summary();
 }

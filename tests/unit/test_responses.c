@@ -308,7 +308,7 @@ static void test_text_stream_sequence(void)
          "{\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,"
          "\"prompt_tokens_details\":{\"cached_tokens\":1}}}",
          &out);
-    const cJSON *final = mg_resp_out_end(o, &out);
+    cJSON *final = cJSON_Parse(mg_resp_out_end(o, &out)->data); /* the Response's text */
     cJSON *evs = parse_events(&out);
     CHECK(evs != NULL);
     static const char *const want[] = {"response.created",           "response.in_progress",
@@ -339,6 +339,7 @@ static void test_text_stream_sequence(void)
     CHECK(in == 3 && outn == 2);
     cJSON_Delete(evs);
     mg_buf_free(&out);
+    cJSON_Delete(final);
     mg_resp_out_free(o);
 }
 
@@ -365,7 +366,7 @@ static void test_tool_calls_interleaved(void)
          "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":2,\"id\":\"cc\","
          "\"function\":{\"name\":\"c\"}}]},\"finish_reason\":\"tool_calls\"}]}",
          &out);
-    const cJSON *final = mg_resp_out_end(o, &out);
+    cJSON *final = cJSON_Parse(mg_resp_out_end(o, &out)->data); /* the Response's text */
     cJSON *evs = parse_events(&out);
     CHECK(evs != NULL);
     const cJSON *output = at(final, "output");
@@ -428,6 +429,7 @@ static void test_tool_calls_interleaved(void)
     cJSON_Delete(m);
     cJSON_Delete(evs);
     mg_buf_free(&out);
+    cJSON_Delete(final);
     mg_resp_out_free(o);
 }
 
@@ -441,7 +443,7 @@ static void test_completion_and_incomplete(void)
                            "\"completion_tokens_details\":{\"reasoning_tokens\":2}}}");
     mg_resp_out_completion(o, c);
     cJSON_Delete(c);
-    const cJSON *r = mg_resp_out_end(o, NULL);
+    cJSON *r = cJSON_Parse(mg_resp_out_end(o, NULL)->data);
     CHECK_STR(str(r, "object"), "response");
     CHECK_STR(str(r, "status"), "incomplete");
     CHECK_STR(str(r, "incomplete_details.reason"), "max_output_tokens");
@@ -453,6 +455,7 @@ static void test_completion_and_incomplete(void)
     CHECK_STR(str(r, "tool_choice"), "auto");
     CHECK_STR(str(r, "text.format.type"), "text");
     CHECK(cJSON_IsTrue(at(r, "store")));
+    cJSON_Delete(r);
     mg_resp_out_free(o);
 }
 

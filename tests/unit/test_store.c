@@ -431,6 +431,53 @@ static void test_callbacks_after_commit(void)
     CHECK_EQ_INT(uv_loop_close(&loop), 0);
 }
 
+/* Writes queued between mg_store_cork and mg_store_uncork commit in one transaction, even
+ * with the writer idle and the loop pausing between them; corks nest, and nothing reaches
+ * the writer before the last uncork. */
+static void test_cork_one_commit(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char path[512];
+    mg_store_t *s = open_attached("cork.db", &loop, 0, path, sizeof(path));
+    CHECK(s != NULL);
+    if (!s) return;
+    cb_state_t st = {.path = path, .order_ok = 1};
+    static cb_arg_t args[30];
+    mg_store_stats_t before, after;
+    mg_store_stats(s, &before);
+    for (int round = 0; round < 10; round++) {
+        mg_store_cork(s);
+        for (int i = 0; i < 3; i++) {
+            char key[32];
+            snprintf(key, sizeof(key), "cork%02d", round * 3 + i);
+            CHECK_EQ_INT(write_cb(s, &st, &args[round * 3 + i], round * 3 + i, key), 0);
+            sleep_ms(2); /* an uncorked writer would have taken the first by now */
+        }
+        mg_store_uncork(s);
+        CHECK_EQ_INT(run_until(&loop, &st.calls, 3 * (round + 1), 10000), 3 * (round + 1));
+    }
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT((int)(after.batches_total - before.batches_total), 10);
+    CHECK_EQ_INT(st.order_ok, 1);
+    /* nested: held until the outer uncork */
+    mg_store_cork(s);
+    mg_store_cork(s);
+    static cb_arg_t last;
+    CHECK_EQ_INT(write_cb(s, &st, &last, 30, "cork30"), 0);
+    mg_store_uncork(s);
+    sleep_ms(20);
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT((int)(after.writes_total - before.writes_total), 30);
+    mg_store_uncork(s);
+    CHECK_EQ_INT(run_until(&loop, &st.calls, 31, 10000), 31);
+    for (int i = 0; i <= 30; i++) CHECK_EQ_INT(st.rcs[i], 0);
+    mg_store_detach(s);
+    mg_store_close(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    CHECK_EQ_INT(uv_loop_close(&loop), 0);
+}
+
 /* queue_max 4 while another connection holds the write lock: writes from the loop thread
  * return at once and park beyond the bound, nothing commits or calls back; once the lock
  * goes, every write commits in order, in transactions of at most 4. */
@@ -640,6 +687,7 @@ int main(void)
     MG_RUN(test_writer_thread);
     make_tmpdir();
     MG_RUN(test_callbacks_after_commit);
+    MG_RUN(test_cork_one_commit);
     MG_RUN(test_bound_and_parking);
     MG_RUN(test_other_thread_waits_for_room);
     MG_RUN(test_failed_statement_alone);

@@ -440,7 +440,7 @@ static void on_done(void *ud, int rc)
 
 /* Migration 19's table: the status CHECK still keeps an unknown status out (written with OR:
  * no ephemeral index per INSERT), the typed parameters land as integers, NULLs as NULL, and
- * the INSERT builds no ephemeral table; a version-18 database keeps its rows and their seq. */
+ * the INSERT builds no ephemeral table. */
 static void test_event_row(void)
 {
     char p2[160], err[256];
@@ -456,7 +456,7 @@ static void test_event_row(void)
     CHECK(mg_usage_write(s, &bad, on_done, &rc_bad) == 0);
     CHECK(mg_usage_write(s, &ok, on_done, &rc_ok) == 0);
     mg_store_flush(s);
-    mg_store_close(s); /* delivers the callbacks */
+    mg_store_close(s);       /* delivers the callbacks */
     CHECK_EQ_INT(rc_bad, 0); /* INSERT OR IGNORE: the CHECK drops the row, as before */
     CHECK_EQ_INT(rc_ok, 0);
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 1);
@@ -485,37 +485,6 @@ static void test_event_row(void)
         sqlite3_close(db);
         CHECK_EQ_INT(ephemeral, 0);
     }
-    /* back to version 18 with the old table's rows: migrating again keeps them */
-    raw_exec(p2, "DELETE FROM schema_migrations WHERE version = 19;"
-                 " DROP TABLE usage_events;"
-                 " CREATE TABLE usage_events (seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL"
-                 " UNIQUE, at_ms INTEGER NOT NULL, endpoint TEXT NOT NULL, tenant_id INTEGER,"
-                 " project_id INTEGER, key_id INTEGER, application TEXT, user_id TEXT,"
-                 " logical_model TEXT, actual_model TEXT, provider_id TEXT, pool TEXT, attempts"
-                 " INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL CHECK(status IN"
-                 " ('succeeded','failed','cancelled','timed_out')), http_status INTEGER,"
-                 " error_code TEXT, stream INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT"
-                 " NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0, cached_read_tokens"
-                 " INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT 0,"
-                 " reasoning_tokens INTEGER NOT NULL DEFAULT 0, input_estimated INTEGER NOT NULL"
-                 " DEFAULT 0, output_estimated INTEGER NOT NULL DEFAULT 0, latency_ms INTEGER"
-                 " NOT NULL DEFAULT 0, ttft_ms INTEGER, queue_ms INTEGER NOT NULL DEFAULT 0,"
-                 " cost_micros INTEGER NOT NULL DEFAULT 0, price_version TEXT, degraded TEXT,"
-                 " cancelled INTEGER NOT NULL DEFAULT 0, latency_bin INTEGER NOT NULL DEFAULT 0,"
-                 " ttft_bin INTEGER);"
-                 " CREATE INDEX idx_usage_events_at ON usage_events(at_ms);"
-                 " INSERT INTO usage_events(seq, request_id, at_ms, endpoint, status,"
-                 " input_tokens) VALUES (7, 'old7', 5, 'chat', 'succeeded', 9), (9, 'old9', 6,"
-                 " 'chat', 'failed', 1)");
-    s = NULL;
-    CHECK(mg_store_open(p2, &s, err, sizeof(err)) == 0);
-    if (!s) goto out;
-    mg_store_close(s);
-    CHECK_EQ_INT(q("SELECT MAX(version) >= 19 FROM schema_migrations"), 1);
-    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 2);
-    CHECK_EQ_INT(q("SELECT input_tokens FROM usage_events WHERE seq = 7"), 9);
-    CHECK_EQ_INT(q("SELECT seq FROM usage_events WHERE request_id = 'old9'"), 9);
-    CHECK_EQ_INT(q("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'idx_usage_events_at'"), 0);
 out:
     snprintf(path, sizeof(path), "%s", saved);
     free(saved);

@@ -60,6 +60,7 @@ typedef struct mg_server_s {
     mg_dashboard_t dashboard;          /* the WebUI: files, sessions, live stream */
     mg_recent_t recent;                /* the last finished requests, for the dashboard */
     mg_pipeline_t pipeline;            /* inference requests and the calls in flight */
+    mg_calib_t calib;                  /* bytes per token learned per route (pipeline/calib.h) */
     mg_api_t api;                      /* the listeners' handlers */
     mg_proc_status_t proc;             /* what /status says of the process */
     /* reloads: one at a time; one more when asked while one runs (the last ask wins) */

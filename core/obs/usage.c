@@ -44,9 +44,9 @@ static const char *const PG_INSERT_SQL =
     " $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)"
     " ON CONFLICT (request_id) DO NOTHING";
 
-#define INT(x) ((mg_store_val_t){MG_STORE_INT, (int64_t)(x), NULL})
-#define TEXT(x) ((mg_store_val_t){MG_STORE_TEXT, 0, (x)})
-#define NUL ((mg_store_val_t){MG_STORE_NULL, 0, NULL})
+#define INT(x) ((mg_store_val_t){MG_STORE_INT, (int64_t)(x), NULL, 0})
+#define TEXT(x) ((mg_store_val_t){MG_STORE_TEXT, 0, (x), 0})
+#define NUL ((mg_store_val_t){MG_STORE_NULL, 0, NULL, 0})
 #define ID(x) ((x) > 0 ? INT(x) : NUL)
 
 /* The INSERT's parameters, typed: no number goes through text on the loop or the writer. */

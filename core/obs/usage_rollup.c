@@ -396,11 +396,12 @@ static int rollup_recover(void *state, sqlite3 *db)
     while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
         for (int i = 0; i < MG_UP_NPARAMS; i++) {
             int t = sqlite3_column_type(st, i);
-            if (t == SQLITE_NULL) p[i] = (mg_store_val_t){MG_STORE_NULL, 0, NULL};
+            if (t == SQLITE_NULL) p[i] = (mg_store_val_t){MG_STORE_NULL, 0, NULL, 0};
             else if (t == SQLITE_INTEGER)
-                p[i] = (mg_store_val_t){MG_STORE_INT, sqlite3_column_int64(st, i), NULL};
+                p[i] = (mg_store_val_t){MG_STORE_INT, sqlite3_column_int64(st, i), NULL, 0};
             else
-                p[i] = (mg_store_val_t){MG_STORE_TEXT, 0, (const char *)sqlite3_column_text(st, i)};
+                p[i] =
+                    (mg_store_val_t){MG_STORE_TEXT, 0, (const char *)sqlite3_column_text(st, i), 0};
         }
         sums_clear(&r->batch);
         sums_add(&r->batch, sqlite3_column_int64(st, MG_UP_NPARAMS), MG_UP_NPARAMS, p);

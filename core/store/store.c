@@ -493,6 +493,11 @@ static const char *const migrations[] = {
     " cancelled, latency_bin, ttft_bin FROM usage_events;"
     "DROP TABLE usage_events;"
     "ALTER TABLE usage_events_v19 RENAME TO usage_events;",
+    /* 20: bytes per prompt token learned per route for models without a known tokenizer
+     * (token/calib.h, pipeline/calib.c), reloaded at start-up */
+    "CREATE TABLE token_calibration ("
+    " provider_id TEXT NOT NULL, model TEXT NOT NULL, bytes_per_token REAL NOT NULL,"
+    " samples INTEGER NOT NULL, updated_ms INTEGER NOT NULL, PRIMARY KEY (provider_id, model));",
 };
 
 static void *writer_main(void *arg);
@@ -891,6 +896,7 @@ static int run_job(mg_store_t *s, write_job_t *j)
         if (j->vals) {
             const mg_store_val_t *v = &j->vals[i];
             if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, i + 1, v->i);
+            else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, i + 1, v->d);
             else if (v->kind == MG_STORE_TEXT)
                 sqlite3_bind_text(st, i + 1, v->s, -1, SQLITE_STATIC);
             else sqlite3_bind_null(st, i + 1);

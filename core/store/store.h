@@ -119,11 +119,12 @@ int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char 
  * mg_store_close. */
 /* A typed parameter (mg_store_write_vals): bound as an integer or text as it is, without
  * a detour through text on either thread. */
-enum { MG_STORE_NULL = 0, MG_STORE_INT, MG_STORE_TEXT };
+enum { MG_STORE_NULL = 0, MG_STORE_INT, MG_STORE_TEXT, MG_STORE_REAL };
 typedef struct mg_store_val_s {
-    int kind;      /* MG_STORE_NULL, MG_STORE_INT or MG_STORE_TEXT */
+    int kind;      /* MG_STORE_NULL, MG_STORE_INT, MG_STORE_TEXT or MG_STORE_REAL */
     int64_t i;     /* MG_STORE_INT */
     const char *s; /* MG_STORE_TEXT (NULL reads as SQL NULL) */
+    double d;      /* MG_STORE_REAL */
 } mg_store_val_t;
 
 typedef struct mg_store_agg_s {

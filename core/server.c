@@ -30,6 +30,7 @@
 #include "conf/settings.h"
 #include "net/fdlimit.h"
 #include "obs/usage_rollup.h"
+#include "pipeline/calib.h"
 #include "pipeline/ping.h"
 #include "pipeline/responses_store.h"
 #include "route/persist.h"
@@ -559,6 +560,9 @@ static int start_services(mg_server_t *s)
         .metrics = &s->metrics,
         .store = s->store,
     };
+    mg_calib_init(&s->calib);
+    s->pipeline.calib = &s->calib;
+    mg_pipeline_calib_load(&s->pipeline); /* a failure is logged: the estimate starts at 4 */
     mg_ping_start(&s->pipeline);
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
@@ -754,6 +758,7 @@ int mg_server_run(mg_server_t *s)
     mg_gens_close(&s->gens);
     mg_pool_free(&s->pool);
     mg_metrics_free(&s->metrics);
+    mg_calib_free(&s->calib);
     mg_sched_free(s->sched);
     mg_auth_free(s->auth);
     mg_userrate_free(s->userrate);

@@ -64,6 +64,7 @@ typedef struct mg_server_s {
     mg_otlp_t *otlp;                   /* the OTLP span exporter; NULL: observability.otlp unset */
     mg_fulllog_t fulllog;              /* the full-mode logging window (obs/fulllog.h) */
     mg_pipeline_t pipeline;            /* inference requests and the calls in flight */
+    mg_calib_t calib;                  /* bytes per token learned per route (pipeline/calib.h) */
     mg_api_t api;                      /* the listeners' handlers */
     mg_proc_status_t proc;             /* what /status says of the process */
     /* reloads: one at a time; one more when asked while one runs (the last ask wins) */

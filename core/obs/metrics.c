@@ -32,6 +32,10 @@ static const double genai_ttft_le[16] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0
 static const double genai_tpot_le[13] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
                                          0.3,  0.4,   0.5,  0.75,  1.0, 2.5};
 
+/* the relative error of a byte estimate, (estimate - reported) / reported: signed */
+static const double estimate_error_le[14] = {-0.75, -0.5, -0.25, -0.1, -0.05, -0.01, 0,
+                                             0.01,  0.05, 0.1,   0.25, 0.5,   1,     2};
+
 #define GENAI_LABELS                                                                               \
     "gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model"
 
@@ -191,6 +195,26 @@ static const mg_family_def_t family_defs[MG_FAM_COUNT] = {
                            genai_tpot_le,
                            13,
                            64},
+    [MG_FAM_TOKEN_ESTIMATE_ERROR] = {"moongate_token_estimate_error_ratio",
+                                     "Routes of models without a known tokenizer: the relative "
+                                     "error of the prompt's byte estimate against the tokens "
+                                     "the upstream reported, (estimate - reported) / reported, "
+                                     "before learning from that answer.",
+                                     MG_FAMILY_HISTOGRAM,
+                                     2,
+                                     {"provider", "model"},
+                                     estimate_error_le,
+                                     14,
+                                     64},
+    [MG_FAM_TOKEN_BPT] = {"moongate_token_estimate_bytes_per_token",
+                          "Routes of models without a known tokenizer: the request body's bytes "
+                          "per prompt token learned from the upstream's reported usage.",
+                          MG_FAMILY_GAUGE,
+                          2,
+                          {"provider", "model"},
+                          NULL,
+                          0,
+                          64},
 };
 
 mg_family_t *mg_metrics_family(mg_metrics_t *m, mg_family_id_t id)

@@ -49,6 +49,8 @@ typedef enum {
     MG_FAM_GENAI_DURATION,       /* gen_ai_server_request_duration_seconds */
     MG_FAM_GENAI_TTFT,           /* gen_ai_server_time_to_first_token_seconds */
     MG_FAM_GENAI_TPOT,           /* gen_ai_server_time_per_output_token_seconds */
+    MG_FAM_TOKEN_ESTIMATE_ERROR, /* moongate_token_estimate_error_ratio{provider,model} */
+    MG_FAM_TOKEN_BPT,            /* moongate_token_estimate_bytes_per_token{provider,model} */
     MG_FAM_COUNT
 } mg_family_id_t;
 

@@ -44,68 +44,90 @@ static const char *const PG_INSERT_SQL =
     " $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)"
     " ON CONFLICT (request_id) DO NOTHING";
 
-#define N_NUM 22
+#define INT(x) ((mg_store_val_t){MG_STORE_INT, (int64_t)(x), NULL, 0})
+#define TEXT(x) ((mg_store_val_t){MG_STORE_TEXT, 0, (x), 0})
+#define NUL ((mg_store_val_t){MG_STORE_NULL, 0, NULL, 0})
+#define ID(x) ((x) > 0 ? INT(x) : NUL)
+
+/* The INSERT's parameters, typed: no number goes through text on the loop or the writer. */
+static void event_vals(const mg_usage_event_t *e, mg_store_val_t *v)
+{
+    v[0] = TEXT(e->request_id);
+    v[1] = INT(e->at_ms);
+    v[2] = TEXT(e->endpoint);
+    v[3] = ID(e->tenant_id);
+    v[4] = ID(e->project_id);
+    v[5] = ID(e->key_id);
+    v[6] = TEXT(e->application);
+    v[7] = e->user && *e->user ? TEXT(e->user) : NUL;
+    v[8] = TEXT(e->logical_model);
+    v[9] = TEXT(e->actual_model);
+    v[10] = TEXT(e->provider);
+    v[11] = TEXT(e->pool);
+    v[12] = INT(e->attempts);
+    v[13] = TEXT(e->status);
+    v[14] = e->http_status ? INT(e->http_status) : NUL;
+    v[15] = TEXT(e->error_code);
+    v[16] = INT(e->stream != 0);
+    v[17] = INT(e->tokens.input);
+    v[18] = INT(e->tokens.output);
+    v[19] = INT(e->tokens.cached_read);
+    v[20] = INT(e->tokens.cache_write);
+    v[21] = INT(e->tokens.reasoning);
+    v[22] = INT(e->input_estimated != 0);
+    v[23] = INT(e->output_estimated != 0);
+    v[24] = INT(e->latency_ms);
+    v[25] = e->ttft_ms >= 0 ? INT(e->ttft_ms) : NUL;
+    v[26] = INT(e->queue_ms);
+    v[27] = INT(e->cost_micros);
+    v[28] = TEXT(e->price_version);
+    v[29] = TEXT(e->degraded);
+    v[30] = INT(e->cancelled != 0);
+    v[31] = INT(mg_usage_bin(e->latency_ms));
+    v[32] = e->ttft_ms >= 0 ? INT(mg_usage_bin(e->ttft_ms)) : NUL;
+}
+
+/* The same values as text for PostgreSQL's client (store/pg.h), and the node id. */
+static void pg_write(mg_store_t *st, const mg_usage_event_t *e, const mg_store_val_t *v)
+{
+    char num[MG_UP_NPARAMS][24];
+    const char *p[MG_UP_NPARAMS];
+    for (int i = 0; i < MG_UP_NPARAMS; i++) {
+        if (v[i].kind == MG_STORE_INT) {
+            snprintf(num[i], sizeof(num[i]), "%" PRId64, v[i].i);
+            p[i] = num[i];
+        } else {
+            p[i] = v[i].kind == MG_STORE_TEXT ? v[i].s : NULL;
+        }
+    }
+    p[31] = mg_store_node_id(st);
+    if (mg_pg_exec(mg_store_pg(st), PG_INSERT_SQL, 32, p, 1, NULL, NULL) != 0)
+        mg_log_msg(MG_LOG_ERROR, e->request_id,
+                   "usage: the event could not be queued for PostgreSQL (queue full; lost"
+                   " there, kept in the local store)");
+}
+
 int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn done, void *ud)
 {
-    char num[N_NUM][24];
-    int k = 0;
-#define NUM(v) (snprintf(num[k], sizeof(num[k]), "%" PRId64, (int64_t)(v)), num[k++])
-#define ID(v) ((v) > 0 ? NUM(v) : NULL)
-    const char *p[33];
-    p[0] = e->request_id;
-    p[1] = NUM(e->at_ms);
-    p[2] = e->endpoint;
-    p[3] = ID(e->tenant_id);
-    p[4] = ID(e->project_id);
-    p[5] = ID(e->key_id);
-    p[6] = e->application;
-    p[7] = e->user && *e->user ? e->user : NULL;
-    p[8] = e->logical_model;
-    p[9] = e->actual_model;
-    p[10] = e->provider;
-    p[11] = e->pool;
-    p[12] = NUM(e->attempts);
-    p[13] = e->status;
-    p[14] = e->http_status ? NUM(e->http_status) : NULL;
-    p[15] = e->error_code;
-    p[16] = NUM(e->stream != 0);
-    p[17] = NUM(e->tokens.input);
-    p[18] = NUM(e->tokens.output);
-    p[19] = NUM(e->tokens.cached_read);
-    p[20] = NUM(e->tokens.cache_write);
-    p[21] = NUM(e->tokens.reasoning);
-    p[22] = e->input_estimated ? "1" : "0";
-    p[23] = e->output_estimated ? "1" : "0";
-    p[24] = NUM(e->latency_ms);
-    p[25] = e->ttft_ms >= 0 ? NUM(e->ttft_ms) : NULL;
-    p[26] = NUM(e->queue_ms);
-    p[27] = NUM(e->cost_micros);
-    p[28] = e->price_version;
-    p[29] = e->degraded;
-    p[30] = e->cancelled ? "1" : "0";
-    p[31] = NUM(mg_usage_bin(e->latency_ms));
-    p[32] = e->ttft_ms >= 0 ? NUM(mg_usage_bin(e->ttft_ms)) : NULL;
-#undef NUM
-#undef ID
-    int rc = mg_store_write_agg(st, INSERT_SQL, MG_UP_NPARAMS, p, &mg_usage_rollup, done, ud);
+    mg_store_val_t v[MG_UP_NPARAMS];
+    event_vals(e, v);
+    int rc = mg_store_write_vals(st, INSERT_SQL, MG_UP_NPARAMS, v, &mg_usage_rollup, done, ud);
     if (rc != 0)
         mg_log_msg(MG_LOG_ERROR, e->request_id, "usage: the event could not be queued (lost)");
-    mg_pg_t *pg = mg_store_pg(st);
-    if (rc == 0 && pg) { /* durable: kept and retried while PostgreSQL is away */
-        p[31] = mg_store_node_id(st);
-        if (mg_pg_exec(pg, PG_INSERT_SQL, 32, p, 1, NULL, NULL) != 0)
-            mg_log_msg(MG_LOG_ERROR, e->request_id,
-                       "usage: the event could not be queued for PostgreSQL (queue full; lost"
-                       " there, kept in the local store)");
-    }
+    /* durable there too: kept and retried while PostgreSQL is away */
+    if (rc == 0 && mg_store_pg(st)) pg_write(st, e, v);
     return rc;
 }
 
-/* The newest event is never pruned: seq is a rowid, which SQLite takes as max(seq) + 1, so
+/* The oldest ?2 events by seq (the rowid: no index to keep up per event, store.c's
+ * migration 20), those of them older than the cut deleted. Events are written in the order
+ * their calls end, so seq follows at_ms but for the writer's few milliseconds and a clock
+ * step: an event kept by the window only stays a little past its retention, none goes early.
+ * The newest event is never pruned: seq is a rowid, which SQLite takes as max(seq) + 1, so
  * keeping it keeps seq growing past the roll-ups' watermark (usage_rollup.h) */
 const char *const MG_USAGE_PRUNE_SQL =
-    "DELETE FROM usage_events WHERE seq IN (SELECT seq FROM usage_events WHERE at_ms < ?1"
-    " AND seq < (SELECT max(seq) FROM usage_events) ORDER BY at_ms LIMIT ?2)";
+    "DELETE FROM usage_events WHERE seq IN (SELECT seq FROM (SELECT seq, at_ms FROM usage_events"
+    " ORDER BY seq LIMIT ?2) WHERE at_ms < ?1 AND seq < (SELECT max(seq) FROM usage_events))";
 
 void mg_usage_prune_params(const mg_usage_conf_t *u, int64_t now_ms, char cut[24], char batch[16])
 {

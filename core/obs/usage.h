@@ -3,10 +3,12 @@
  *
  * One event per request that reached routing, whatever its endpoint and outcome, keyed by
  * its request id: the write is INSERT OR IGNORE, so a retried or replayed write never
- * doubles it. The store's migration 13 has the tables; the hourly and daily roll-ups are
- * summed per batch by the writer thread in C and written in the same transaction as the
- * events (obs/usage_rollup.h); every chart and stats call reads those, never the raw
- * events.
+ * doubles it. The store's migration 13 has the tables (19 the events' current shape); the
+ * hourly and daily roll-ups are summed by the writer thread in C and written about once a
+ * second (obs/usage_rollup.h); every chart and stats call reads those, never the raw
+ * events. A request's transaction is its event row alone: one INSERT with typed bound
+ * parameters (no number printed on the loop or parsed on the writer), the rowid and the
+ * request id's UNIQUE index, nothing else (bench/README.md has what each costs).
  *
  * Durable (what a client may rely on): the pipeline holds the last bytes of an answer until
  * the transaction with its event committed (net/hold.h), so a client that received its
@@ -56,10 +58,10 @@ int64_t mg_usage_bin_upper_ms(int bin);
  * -1 (not queued: done is never called; logged). */
 int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn done, void *ud);
 
-/* The pruner: every usage.prune_interval_s, one write that deletes at most
- * usage.prune_batch events older than usage.retention_days (the writer thread runs it
- * between other batches, so no transaction grows large). `conf` is read at every tick
- * (the current generation's). */
+/* The pruner: every usage.prune_interval_s, one write that looks at the oldest
+ * usage.prune_batch events (by seq) and deletes those older than usage.retention_days (the writer
+ * thread runs it between other batches, so no transaction grows large). `conf` is read at every
+ * tick (the current generation's). */
 typedef const mg_usage_conf_t *(*mg_usage_conf_fn)(void *ud);
 typedef struct mg_usage_pruner_s {
     uv_timer_t timer;

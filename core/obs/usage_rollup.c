@@ -99,14 +99,19 @@ static void *push(void **a, int *n, int *cap, size_t size)
 }
 #define PUSH(arr) push((void **)&(arr).a, &(arr).n, &(arr).cap, sizeof(*(arr).a))
 
-static int64_t num(const char *const *p, int i)
+static int64_t num(const mg_store_val_t *p, int i)
 {
-    return p[i] ? strtoll(p[i], NULL, 10) : 0;
+    return p[i].kind == MG_STORE_INT ? p[i].i : 0;
 }
 
-static const char *str_or(const char *const *p, int i, const char *dflt)
+static int is_null(const mg_store_val_t *p, int i)
 {
-    return p[i] ? p[i] : dflt;
+    return p[i].kind == MG_STORE_NULL;
+}
+
+static const char *str_or(const mg_store_val_t *p, int i, const char *dflt)
+{
+    return p[i].kind == MG_STORE_TEXT && p[i].s ? p[i].s : dflt;
 }
 
 static int same_hour_key(const hour_key_t *a, const hour_key_t *b)
@@ -292,7 +297,7 @@ static void rollup_destroy(void *state)
 }
 
 /* Sum one event (its INSERT's parameters p) into r. */
-static void sums_add(sums_t *r, int64_t seq, int nparams, const char *const *p)
+static void sums_add(sums_t *r, int64_t seq, int nparams, const mg_store_val_t *p)
 {
     if (nparams < MG_UP_NPARAMS) return;
     if (seq > r->max_seq) r->max_seq = seq;
@@ -324,12 +329,13 @@ static void sums_add(sums_t *r, int64_t seq, int nparams, const char *const *p)
     h->v[H_COST] += cost;
     h->v[H_LATENCY_SUM] += latency;
     h->v[H_TTFT_SUM] += num(p, MG_UP_TTFT);
-    h->v[H_TTFT_COUNT] += p[MG_UP_TTFT] != NULL;
+    h->v[H_TTFT_COUNT] += !is_null(p, MG_UP_TTFT);
     if (hist_add(r, &k, "latency", num(p, MG_UP_LATENCY_BIN), 1) != 0) goto oom;
-    if (p[MG_UP_TTFT_BIN] && hist_add(r, &k, "ttft", num(p, MG_UP_TTFT_BIN), 1) != 0) goto oom;
-    if (p[MG_UP_PROVIDER]) {
-        provider_t *pv =
-            provider_at(r, p[MG_UP_PROVIDER], str_or(p, MG_UP_ACTUAL_MODEL, "unknown"), hour);
+    if (!is_null(p, MG_UP_TTFT_BIN) && hist_add(r, &k, "ttft", num(p, MG_UP_TTFT_BIN), 1) != 0)
+        goto oom;
+    if (!is_null(p, MG_UP_PROVIDER)) {
+        provider_t *pv = provider_at(r, str_or(p, MG_UP_PROVIDER, ""),
+                                     str_or(p, MG_UP_ACTUAL_MODEL, "unknown"), hour);
         if (!pv) goto oom;
         pv->prompt += in + cr + cw;
         pv->completion += out;
@@ -354,7 +360,7 @@ oom:
     r->failed = 1;
 }
 
-static void rollup_add(void *state, int64_t rowid, int nparams, const char *const *p)
+static void rollup_add(void *state, int64_t rowid, int nparams, const mg_store_val_t *p)
 {
     sums_add(&((rollup_t *)state)->batch, rowid, nparams, p);
 }
@@ -385,10 +391,18 @@ static int rollup_recover(void *state, sqlite3 *db)
     sqlite3_stmt *st = NULL;
     sums_clear(&r->pending);
     if (sqlite3_prepare_v2(db, RECOVER_SQL, -1, &st, NULL) != SQLITE_OK) return -1;
-    const char *p[MG_UP_NPARAMS];
+    mg_store_val_t p[MG_UP_NPARAMS];
     int step, rc = 0;
     while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        for (int i = 0; i < MG_UP_NPARAMS; i++) p[i] = (const char *)sqlite3_column_text(st, i);
+        for (int i = 0; i < MG_UP_NPARAMS; i++) {
+            int t = sqlite3_column_type(st, i);
+            if (t == SQLITE_NULL) p[i] = (mg_store_val_t){MG_STORE_NULL, 0, NULL, 0};
+            else if (t == SQLITE_INTEGER)
+                p[i] = (mg_store_val_t){MG_STORE_INT, sqlite3_column_int64(st, i), NULL, 0};
+            else
+                p[i] =
+                    (mg_store_val_t){MG_STORE_TEXT, 0, (const char *)sqlite3_column_text(st, i), 0};
+        }
         sums_clear(&r->batch);
         sums_add(&r->batch, sqlite3_column_int64(st, MG_UP_NPARAMS), MG_UP_NPARAMS, p);
         if (r->batch.failed || sums_merge(&r->pending, &r->batch) != 0) rc = -1;

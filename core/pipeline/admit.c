@@ -89,8 +89,8 @@ mg_step_rc_t step_enqueue(call_t *c)
     }
     c->entry.deadline_ms = uv_now(pl->loop) + (uint64_t)c->queue_ms;
     /* input tokens counted when the model's encoding is loaded, else guessed from the body's
-     * bytes with a safety factor (3 bytes a token is on the generous side for English) */
-    c->entry.input_tokens = (uint32_t)prompt_estimate(c, 3);
+     * bytes with a safety factor (3/4 of the bytes per token: 3 for the default 4) */
+    c->entry.input_tokens = (uint32_t)prompt_estimate(c, 0.75);
     c->entry.max_output_tokens = max_tokens > 0 ? (uint32_t)max_tokens : 0;
     /* memory admission degrades before it waits: shorter output, then the smaller model */
     c->entry.min_output_tokens = (uint32_t)cfg->scheduler.min_output_tokens;
@@ -174,14 +174,15 @@ int64_t output_estimate(const call_t *c)
     return c->max_tokens > 0 ? c->max_tokens : MG_DEFAULT_OUTPUT_ESTIMATE;
 }
 
-/* The prompt's tokens for admission: counted when a decision takes them, otherwise body
- * bytes / bytes_per_token, which costs nothing. */
-int64_t prompt_estimate(call_t *c, size_t bytes_per_token)
+/* The prompt's tokens for admission: counted when a decision takes them, otherwise the
+ * body's bytes at the calibrated bytes per token (pipeline/calib.h), which costs nothing. */
+int64_t prompt_estimate(call_t *c, double margin)
 {
     int64_t n = c->prompt_count >= 0 || prompt_decides(c) ? prompt_count(c) : -1;
+    if (n >= 0) return n;
     size_t len;
     prompt_bytes(c, &len);
-    return n >= 0 ? n : (int64_t)(len / bytes_per_token);
+    return calib_estimate(calib_model_bpt(c) * margin, len);
 }
 
 /* "model:provider-id" pins a provider when "model" alone is a logical model. */
@@ -461,7 +462,7 @@ mg_step_rc_t step_admit(call_t *c)
     if (in->allow_smaller_model) c->smaller_route = memory_smaller_route(cfg, c->model, in);
     /* TPM reservation: the prompt (counted, or guessed from its bytes) plus the answer's
      * ceiling */
-    c->est_tokens = prompt_estimate(c, 4) + output_estimate(c);
+    c->est_tokens = prompt_estimate(c, 1) + output_estimate(c);
     set_lua_info(c);
     if (alloc_routing(c) != 0) return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0);
     if (cfg->auth_enabled) c->est_cost_micros = call_estimated_cost(c);

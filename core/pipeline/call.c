@@ -72,7 +72,8 @@ int req_table(call_t *c)
 
 /* The usage of a call whose upstream reported none: the prompt counted with the model's
  * encoding when it is loaded (already counted at admission, or now: this path runs only
- * without upstream usage), else its bytes / 4; the output one token per content chunk, as
+ * without upstream usage), else its bytes at the route's calibrated bytes per token
+ * (pipeline/calib.h; 4 until learned); the output one token per content chunk, as
  * OpenAI-compatible servers stream them. */
 void estimate_tokens(call_t *c)
 {
@@ -80,7 +81,7 @@ void estimate_tokens(call_t *c)
     int64_t n = prompt_count(c);
     size_t len = 0;
     if (c->req) prompt_bytes(c, &len);
-    c->prompt_tokens = n >= 0 ? n : (long long)(len / 4);
+    c->prompt_tokens = n >= 0 ? n : (long long)calib_estimate(calib_route_bpt(c), len);
     c->completion_tokens = c->chunks;
 }
 
@@ -603,6 +604,7 @@ mg_step_rc_t step_finish(call_t *c)
     if (c->req && c->answer_kind == ANSWER_JSON && c->front_messages && !c->native &&
         msgs_answer(c) != 0)
         call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
+    calib_learn(c); /* before the estimates: only an answer with usage teaches */
     if (c->responses && c->answer_kind == ANSWER_JSON && !c->error_code) responses_keep(c);
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);

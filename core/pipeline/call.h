@@ -444,8 +444,9 @@ mg_step_rc_t step_identify(call_t *c);
 mg_step_rc_t step_idempotency(call_t *c);
 mg_step_rc_t step_admit(call_t *c);
 /* The prompt's tokens: counted with the model's encoding when a decision takes them (once per
- * call, kept in prompt_count), else the body's bytes / bytes_per_token. */
-int64_t prompt_estimate(call_t *c, size_t bytes_per_token);
+ * call, kept in prompt_count), else the body's bytes at the calibrated bytes per token
+ * (calib_model_bpt) times `margin` (1, or less for a generous guess). */
+int64_t prompt_estimate(call_t *c, double margin);
 /* The answer's tokens admission reserves: max_tokens, else MG_DEFAULT_OUTPUT_ESTIMATE. */
 int64_t output_estimate(const call_t *c);
 /* The bytes that are the prompt: the body, or a Responses call's chat messages (a previous
@@ -454,6 +455,19 @@ const char *prompt_bytes(call_t *c, size_t *len);
 /* The body counted with the model's encoding (once per call), or -1 without one. */
 int64_t prompt_count(call_t *c);
 mg_step_rc_t step_enqueue(call_t *c);
+
+/* ---- calib.c: the calibrated byte estimate (pipeline/calib.h) ------------------------- */
+
+/* Bytes per token for a reservation before routing: the smallest learned among the model's
+ * routes, at most 4 (never fewer tokens than bytes / 4). */
+double calib_model_bpt(const call_t *c);
+/* Bytes per token of the call's route for its usage (a charge): learned, else 4. */
+double calib_route_bpt(const call_t *c);
+/* `bytes` at bpt bytes per token (rounded down, as bytes / 4 was). */
+int64_t calib_estimate(double bpt, size_t bytes);
+/* At the finish: an answer with the upstream's prompt tokens teaches the route (models
+ * without a loaded encoding only). */
+void calib_learn(call_t *c);
 
 /* ---- wallet.c: the estimated cost, the prepaid reservation and its end ----------------- */
 

@@ -98,7 +98,7 @@ static void estimate_answer(call_t *c)
 {
     if (c->have_usage || c->answer_kind != ANSWER_JSON) return;
     int64_t p = prompt_count(c);
-    c->prompt_tokens = p >= 0 ? p : (long long)(c->req->body_len / 4);
+    c->prompt_tokens = p >= 0 ? p : (long long)calib_estimate(calib_route_bpt(c), c->req->body_len);
     c->completion_tokens = c->ep == MG_EP_EMBEDDINGS ? 0 : answer_output_tokens(c);
 }
 

@@ -30,6 +30,7 @@
 #include "store/store.h"
 #include "tenancy/auth.h"
 #include "tenancy/userrate.h"
+#include "token/calib.h"
 #include "upstream/upstream.h"
 
 struct mg_idem_s;
@@ -54,6 +55,7 @@ typedef struct mg_pipeline_s {
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */
     mg_shared_t *shared; /* limits shared through Redis (cluster.redis); NULL: single node */
+    mg_calib_t *calib;   /* bytes per token learned per route (pipeline/calib.h); NULL: bytes / 4 */
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;

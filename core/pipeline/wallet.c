@@ -40,7 +40,7 @@ int64_t call_estimated_cost(call_t *c)
     const mg_config_t *cfg = c->gen->cfg;
     mg_cost_rate_t rate = mg_cost_model_ceiling(cfg, c->model);
     int64_t out = c->ep == MG_EP_EMBEDDINGS ? 0 : output_estimate(c);
-    return mg_cost_micros(rate, prompt_estimate(c, 4), out);
+    return mg_cost_micros(rate, prompt_estimate(c, 1), out);
 }
 
 static void end_logged(void *ud, int rc, int64_t rows)
@@ -89,7 +89,7 @@ mg_step_rc_t step_wallet(call_t *c)
     op->c = c;
     op->store = c->pl->store;
     op->pending = 1;
-    op->prompt_tokens = prompt_estimate(c, 4);
+    op->prompt_tokens = prompt_estimate(c, 1);
     snprintf(op->request_id, sizeof(op->request_id), "%s", c->req->request_id);
     c->wallet = op;
     if (mg_wallet_reserve(op->store, c->auth.tenant_id, op->request_id, c->est_cost_micros,

@@ -31,12 +31,14 @@
 #include "base/log.h"
 
 /* One queued write, in one allocation: the struct, the parameter array, then the SQL and
- * the parameters' text. */
+ * the parameters' text (a typed write: the values, then their text; its SQL is the
+ * caller's literal). */
 typedef struct write_job_s {
     struct write_job_s *next;
-    const char *sql; /* in the job's allocation */
+    const char *sql; /* in the job's allocation, or the caller's (vals) */
     int nparams;
     const char **params;        /* in the job's allocation; entries may be NULL */
+    const mg_store_val_t *vals; /* instead of params: typed (mg_store_write_vals) */
     mg_store_done_fn done;      /* may be NULL */
     mg_store_rows_fn done_rows; /* instead of done: the outcome and the rows changed */
     void *ud;
@@ -60,7 +62,8 @@ struct mg_store_s {
     char node_id[129]; /* this instance, in shared rows (MG_NODE_ID_MAX + 1) */
     sqlite3 *db;       /* migrations, then the writer thread's connection */
     struct {
-        char *sql; /* owned */
+        char *sql;       /* owned */
+        const char *key; /* the text it was prepared from (compared as a pointer) */
         sqlite3_stmt *st;
     } stmts[STMT_CACHE];                /* the writer's prepared statements */
     int next_stmt;                      /* the slot replaced next */
@@ -468,6 +471,40 @@ static const char *const migrations[] = {
     "CREATE TABLE breaker_state (provider_id TEXT NOT NULL, model TEXT NOT NULL,"
     " open_until_ms INTEGER NOT NULL, updated_at TEXT NOT NULL DEFAULT (datetime('now')),"
     " PRIMARY KEY (provider_id, model));",
+    /* 20: usage_events rebuilt, the same columns and rows (seq kept, so the roll-ups'
+     * watermark still holds), two things cheaper per event (bench/README.md): the status
+     * CHECK compares with OR (an IN list of four made SQLite build an ephemeral index on
+     * every INSERT), and idx_usage_events_at goes (one index page less per commit; the
+     * pruner walks the oldest events by seq, obs/usage.c). O(events) once, at start-up. */
+    "CREATE TABLE usage_events_v20 ("
+    " seq INTEGER PRIMARY KEY, request_id TEXT NOT NULL UNIQUE, at_ms INTEGER NOT NULL,"
+    " endpoint TEXT NOT NULL, tenant_id INTEGER, project_id INTEGER, key_id INTEGER,"
+    " application TEXT, user_id TEXT, logical_model TEXT, actual_model TEXT, provider_id TEXT,"
+    " pool TEXT, attempts INTEGER NOT NULL DEFAULT 0,"
+    " status TEXT NOT NULL CHECK(status = 'succeeded' OR status = 'failed'"
+    " OR status = 'cancelled' OR status = 'timed_out'),"
+    " http_status INTEGER, error_code TEXT, stream INTEGER NOT NULL DEFAULT 0,"
+    " input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,"
+    " cached_read_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT 0,"
+    " reasoning_tokens INTEGER NOT NULL DEFAULT 0, input_estimated INTEGER NOT NULL DEFAULT 0,"
+    " output_estimated INTEGER NOT NULL DEFAULT 0, latency_ms INTEGER NOT NULL DEFAULT 0,"
+    " ttft_ms INTEGER, queue_ms INTEGER NOT NULL DEFAULT 0,"
+    " cost_micros INTEGER NOT NULL DEFAULT 0, price_version TEXT, degraded TEXT,"
+    " cancelled INTEGER NOT NULL DEFAULT 0, latency_bin INTEGER NOT NULL DEFAULT 0,"
+    " ttft_bin INTEGER);"
+    "INSERT INTO usage_events_v20 SELECT seq, request_id, at_ms, endpoint, tenant_id,"
+    " project_id, key_id, application, user_id, logical_model, actual_model, provider_id, pool,"
+    " attempts, status, http_status, error_code, stream, input_tokens, output_tokens,"
+    " cached_read_tokens, cache_write_tokens, reasoning_tokens, input_estimated,"
+    " output_estimated, latency_ms, ttft_ms, queue_ms, cost_micros, price_version, degraded,"
+    " cancelled, latency_bin, ttft_bin FROM usage_events;"
+    "DROP TABLE usage_events;"
+    "ALTER TABLE usage_events_v20 RENAME TO usage_events;",
+    /* 21: bytes per prompt token learned per route for models without a known tokenizer
+     * (token/calib.h, pipeline/calib.c), reloaded at start-up */
+    "CREATE TABLE token_calibration ("
+    " provider_id TEXT NOT NULL, model TEXT NOT NULL, bytes_per_token REAL NOT NULL,"
+    " samples INTEGER NOT NULL, updated_ms INTEGER NOT NULL, PRIMARY KEY (provider_id, model));",
 };
 
 static void *writer_main(void *arg);
@@ -622,6 +659,37 @@ static write_job_t *job_new(const char *sql, int nparams, const char *const *par
         j->params[i] = text;
         text += n;
     }
+    j->nparams = nparams;
+    j->done = done;
+    j->ud = ud;
+    return j;
+}
+
+/* A typed write's job: the values and their text are copied, the SQL is not. */
+static write_job_t *job_new_vals(const char *sql, int nparams, const mg_store_val_t *vals,
+                                 mg_store_done_fn done, void *ud)
+{
+    size_t size = sizeof(write_job_t) + (size_t)nparams * sizeof(mg_store_val_t);
+    size_t len[nparams > 0 ? nparams : 1];
+    for (int i = 0; i < nparams; i++) {
+        len[i] = vals[i].kind == MG_STORE_TEXT && vals[i].s ? strlen(vals[i].s) + 1 : 0;
+        size += len[i];
+    }
+    write_job_t *j = malloc(size);
+    if (!j) return NULL;
+    memset(j, 0, sizeof(*j));
+    mg_store_val_t *v = (mg_store_val_t *)(j + 1);
+    char *text = (char *)(v + nparams);
+    for (int i = 0; i < nparams; i++) {
+        v[i] = vals[i];
+        if (v[i].kind == MG_STORE_TEXT && !v[i].s) v[i].kind = MG_STORE_NULL;
+        if (!len[i]) continue;
+        memcpy(text, vals[i].s, len[i]);
+        v[i].s = text;
+        text += len[i];
+    }
+    j->sql = sql;
+    j->vals = v;
     j->nparams = nparams;
     j->done = done;
     j->ud = ud;
@@ -795,8 +863,10 @@ static void aggs_destroy(mg_store_t *s)
 
 /* One write inside the open transaction: 0, MG_STORE_ECONSTRAINT or MG_STORE_ERROR. */
 /* The writer's prepared statement for sql (kept in the cache), or NULL. */
-static sqlite3_stmt *prepared(mg_store_t *s, const char *sql)
+static sqlite3_stmt *prepared(mg_store_t *s, const char *sql, int literal)
 {
+    for (int i = 0; literal && i < STMT_CACHE; i++) /* a typed write's literal: its pointer */
+        if (s->stmts[i].key == sql) return s->stmts[i].st;
     for (int i = 0; i < STMT_CACHE; i++)
         if (s->stmts[i].sql && strcmp(s->stmts[i].sql, sql) == 0) return s->stmts[i].st;
     sqlite3_stmt *st = NULL;
@@ -811,6 +881,8 @@ static sqlite3_stmt *prepared(mg_store_t *s, const char *sql)
     sqlite3_finalize(s->stmts[slot].st);
     free(s->stmts[slot].sql);
     s->stmts[slot].sql = copy;
+    /* a job's own copy dies with it (its address may come back with other text) */
+    s->stmts[slot].key = literal ? sql : NULL;
     s->stmts[slot].st = st;
     return st;
 }
@@ -825,11 +897,21 @@ static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
 static int run_job(mg_store_t *s, write_job_t *j)
 {
     sqlite3 *db = s->db;
-    sqlite3_stmt *st = prepared(s, j->sql);
+    sqlite3_stmt *st = prepared(s, j->sql, j->vals != NULL);
     if (!st) return MG_STORE_ERROR;
     for (int i = 0; i < j->nparams; i++) {
-        if (j->params[i]) sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
-        else sqlite3_bind_null(st, i + 1);
+        if (j->vals) {
+            const mg_store_val_t *v = &j->vals[i];
+            if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, i + 1, v->i);
+            else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, i + 1, v->d);
+            else if (v->kind == MG_STORE_TEXT)
+                sqlite3_bind_text(st, i + 1, v->s, -1, SQLITE_STATIC);
+            else sqlite3_bind_null(st, i + 1);
+        } else if (j->params[i]) {
+            sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
+        } else {
+            sqlite3_bind_null(st, i + 1);
+        }
     }
     int step = sqlite3_step(st), rc = 0;
     if (step != SQLITE_DONE && step != SQLITE_ROW) {
@@ -880,7 +962,7 @@ static int try_batch(mg_store_t *s, write_job_t *batch, char *why, size_t whylen
                 snprintf(why, whylen, "no memory for a roll-up");
                 goto rollback;
             }
-            j->agg->add(state, (int64_t)sqlite3_last_insert_rowid(s->db), j->nparams, j->params);
+            j->agg->add(state, (int64_t)sqlite3_last_insert_rowid(s->db), j->nparams, j->vals);
         }
     }
     if (exec_until_unlocked(s, &s->commit_st, "COMMIT") == SQLITE_OK) {
@@ -1158,10 +1240,10 @@ int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char 
     return submit(s, j);
 }
 
-int mg_store_write_agg(mg_store_t *s, const char *sql, int nparams, const char *const *params,
-                       const mg_store_agg_t *agg, mg_store_done_fn done, void *ud)
+int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_store_val_t *params,
+                        const mg_store_agg_t *agg, mg_store_done_fn done, void *ud)
 {
-    write_job_t *j = job_new(sql, nparams, params, done, ud);
+    write_job_t *j = job_new_vals(sql, nparams, params, done, ud);
     if (!j) return -1;
     j->agg = agg;
     return submit(s, j);

@@ -117,11 +117,21 @@ int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char 
  * serving, mg_store_use_agg sums the rows past the watermark (`recover`), so a crash
  * between two flushes loses nothing. The state is the writer's: destroyed by
  * mg_store_close. */
+/* A typed parameter (mg_store_write_vals): bound as an integer or text as it is, without
+ * a detour through text on either thread. */
+enum { MG_STORE_NULL = 0, MG_STORE_INT, MG_STORE_TEXT, MG_STORE_REAL };
+typedef struct mg_store_val_s {
+    int kind;      /* MG_STORE_NULL, MG_STORE_INT, MG_STORE_TEXT or MG_STORE_REAL */
+    int64_t i;     /* MG_STORE_INT */
+    const char *s; /* MG_STORE_TEXT (NULL reads as SQL NULL) */
+    double d;      /* MG_STORE_REAL */
+} mg_store_val_t;
+
 typedef struct mg_store_agg_s {
     void *(*create)(void);
     void (*destroy)(void *state);
     void (*reset)(void *state); /* a batch, or its retry, begins */
-    void (*add)(void *state, int64_t rowid, int nparams, const char *const *params);
+    void (*add)(void *state, int64_t rowid, int nparams, const mg_store_val_t *params);
     void (*committed)(void *state);                  /* the batch committed */
     int (*recover)(void *state, struct sqlite3 *db); /* sum the rows past the watermark */
     int (*flush)(void *state, struct sqlite3 *db);   /* pending sums + watermark; 0 or -1 */
@@ -135,11 +145,13 @@ int mg_store_use_agg(mg_store_t *s, const mg_store_agg_t *agg);
 /* Have the writer write every pending roll-up now, and wait for it (worker threads, tools,
  * tests; it blocks): reads of the roll-ups after it see every committed row. */
 void mg_store_sync_aggs(mg_store_t *s);
-/* mg_store_write_cb whose row is also summed by agg (a static table; at most
- * MG_STORE_AGG_MAX different ones per store). */
+/* mg_store_write_cb with typed parameters (the text ones are copied) and a `sql` that is
+ * not copied: it must outlive the write (a string literal). agg (may be NULL; a static
+ * table, at most MG_STORE_AGG_MAX different ones per store) also sums the row. The writer
+ * finds its prepared statement by the pointer. */
 #define MG_STORE_AGG_MAX 4
-int mg_store_write_agg(mg_store_t *s, const char *sql, int nparams, const char *const *params,
-                       const mg_store_agg_t *agg, mg_store_done_fn done, void *ud);
+int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_store_val_t *params,
+                        const mg_store_agg_t *agg, mg_store_done_fn done, void *ud);
 /* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
 /* Loop thread (elsewhere, and with s NULL, nothing): the writes queued from the loop between

@@ -300,8 +300,11 @@ describe('retention', () => {
     test('events older than usage.retention_days are pruned in small batches; the buckets stay', async () => {
         await rolledUp();
         const old = Date.now() - 3 * 86400000;
-        const values = Array.from({ length: 5 }, (_, i) => `('old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
-        query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
+        /* events are written in the order their calls end, so the old ones come first in seq
+           (the pruner walks the oldest by seq, obs/usage.c): written before the others */
+        const first = query('SELECT COALESCE(MIN(seq), 1) AS s FROM usage_events')[0].s;
+        const values = Array.from({ length: 5 }, (_, i) => `(${first - 5 + i}, 'old-${i}', ${old + i}, 'chat', 'succeeded', 10, 1)`).join(',');
+        query(`INSERT INTO usage_events(seq, request_id, at_ms, endpoint, status, input_tokens, key_id) VALUES ${values}`);
         /* the pruner keeps the newest event (seq must grow past the roll-ups' watermark): a
            recent one after the old ones */
         query(`INSERT INTO usage_events(request_id, at_ms, endpoint, status) VALUES ('recent-after-old', ${Date.now()}, 'chat', 'succeeded')`);

@@ -433,6 +433,63 @@ out:
     free(saved);
 }
 
+static void on_done(void *ud, int rc)
+{
+    *(int *)ud = rc;
+}
+
+/* Migration 20's table: the status CHECK still keeps an unknown status out (written with OR:
+ * no ephemeral index per INSERT), the typed parameters land as integers, NULLs as NULL, and
+ * the INSERT builds no ephemeral table. */
+static void test_event_row(void)
+{
+    char p2[160], err[256];
+    snprintf(p2, sizeof(p2), "%s/row.db", dir);
+    char *saved = strdup(path);
+    snprintf(path, sizeof(path), "%s", p2);
+    mg_store_t *s = NULL;
+    CHECK(mg_store_open(p2, &s, err, sizeof(err)) == 0);
+    if (!s) goto out;
+    int rc_bad = 1, rc_ok = 1;
+    mg_usage_event_t bad = ev("bad", T0, "bogus", 1, 1), ok = ev("ok", T0 + 1, "cancelled", 3, 4);
+    ok.ttft_ms = -1;
+    CHECK(mg_usage_write(s, &bad, on_done, &rc_bad) == 0);
+    CHECK(mg_usage_write(s, &ok, on_done, &rc_ok) == 0);
+    mg_store_flush(s);
+    mg_store_close(s);       /* delivers the callbacks */
+    CHECK_EQ_INT(rc_bad, 0); /* INSERT OR IGNORE: the CHECK drops the row, as before */
+    CHECK_EQ_INT(rc_ok, 0);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), 1);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events WHERE request_id = 'bad'"), 0);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events WHERE typeof(at_ms) = 'integer' AND"
+                   " typeof(input_tokens) = 'integer' AND typeof(tenant_id) = 'integer' AND"
+                   " project_id IS NULL AND ttft_ms IS NULL AND ttft_bin IS NULL AND"
+                   " output_tokens = 4 AND cancelled = 0"),
+                 1);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'idx_usage_events_at'"), 0);
+    {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        int ephemeral = -1;
+        if (sqlite3_open(p2, &db) == SQLITE_OK &&
+            sqlite3_prepare_v2(db,
+                               "EXPLAIN INSERT INTO usage_events(request_id, at_ms, endpoint,"
+                               " status) VALUES ('e', 1, 'chat', 'failed')",
+                               -1, &st, NULL) == SQLITE_OK) {
+            ephemeral = 0;
+            while (sqlite3_step(st) == SQLITE_ROW)
+                if (strcmp((const char *)sqlite3_column_text(st, 1), "OpenEphemeral") == 0)
+                    ephemeral++;
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        CHECK_EQ_INT(ephemeral, 0);
+    }
+out:
+    snprintf(path, sizeof(path), "%s", saved);
+    free(saved);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/mg-usage-XXXXXX");
@@ -443,6 +500,7 @@ int main(void)
     MG_RUN(test_bins);
     MG_RUN(test_prices);
     MG_RUN(test_watermark_recovery);
+    MG_RUN(test_event_row);
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 1;

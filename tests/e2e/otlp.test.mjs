@@ -126,7 +126,7 @@ describe('OTLP export', () => {
         const a = attrs(span);
         assert.equal(a['moongate.stream'], true);
         assert.equal(a['gen_ai.usage.output_tokens'], usage.completion_tokens);
-        assert.ok(a['moongate.time_to_first_token_s'] >= 0);
+        assert.ok(a['moongate.time_to_first_token_ms'] >= 0);
 
         const emb = await client.embeddings.create({ model: 'embed', input: 'vector me' }).withResponse();
         const eSpan = await collector.span(emb.response.headers.get('x-request-id'), 'the embeddings span');

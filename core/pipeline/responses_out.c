@@ -16,6 +16,7 @@
 #include "base/json.h"
 #include "upstream/chunk.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +189,10 @@ static void usage_text(const mg_resp_out_t *o, mg_buf_t *out)
     put_int(out, ",\"cache_write_tokens\":", 0);
     put_int(out, "},\"output_tokens\":", o->out_tok);
     put_int(out, ",\"output_tokens_details\":{\"reasoning_tokens\":", o->reasoning_tok);
-    put_int(out, "},\"total_tokens\":", o->in_tok + o->out_tok);
+    long long total; /* an upstream's counts are clamped, not trusted: their sum saturates */
+    if (__builtin_add_overflow(o->in_tok, o->out_tok, &total))
+        total = o->out_tok > 0 ? LLONG_MAX : LLONG_MIN;
+    put_int(out, "},\"total_tokens\":", total);
     mg_buf_append(out, "}", 1);
 }
 

@@ -14,6 +14,7 @@ void mg_cluster_conf_defaults(mg_cluster_conf_t *c)
     memset(c, 0, sizeof(*c));
     c->redis.timeout_ms = 50;
     c->redis.pool_size = 2;
+    c->redis.expected_instances = 1;
     c->postgres.pool_size = 4;
 }
 
@@ -59,8 +60,8 @@ static int starts(const char *s, const char *prefix)
  * never shows the url, which may hold a password. */
 static int load_redis(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_conf_t *c)
 {
-    static const char *const keys[] = {"url",       "key_prefix", "timeout_ms",
-                                       "pool_size", "degraded",   NULL};
+    static const char *const keys[] = {"url",      "key_prefix",         "timeout_ms", "pool_size",
+                                       "degraded", "expected_instances", NULL};
     int m = conf_want_map(l, v, line, "cluster.redis", keys);
     if (m <= 0) return m;
     if (conf_req_string(l, v, "cluster.redis", "url", &c->redis.url) < 0 ||
@@ -68,7 +69,9 @@ static int load_redis(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_con
         conf_opt_int_field(l, v, "cluster.redis", "timeout_ms", 1, 60000, &c->redis.timeout_ms) <
             0 ||
         conf_opt_int_field(l, v, "cluster.redis", "pool_size", 1, 64, &c->redis.pool_size) < 0 ||
-        load_degraded(l, v, line, c) < 0)
+        load_degraded(l, v, line, c) < 0 ||
+        conf_opt_int_field(l, v, "cluster.redis", "expected_instances", 1, 1000,
+                           &c->redis.expected_instances) < 0)
         return -1;
     if (!starts(c->redis.url, "redis://") && !starts(c->redis.url, "unix:"))
         return conf_fail(l, line, "cluster.redis.url must start with redis:// or unix:");

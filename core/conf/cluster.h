@@ -11,6 +11,7 @@
  *       pool_size: 2                   # connections
  *       degraded: local                # Redis unreachable or late: local | fail_closed |
  *                                      # fail_open (the shared limits' fallback)
+ *       expected_instances: 1          # local: each instance enforces limit / this
  *     postgres:                        # control plane, usage, ledger
  *       url: postgres://moongate@127.0.0.1:5432/moongate  # or postgresql://, or key=value
  *       pool_size: 4
@@ -44,6 +45,7 @@ typedef struct mg_cluster_conf_s {
         int timeout_ms;                 /* default 50 */
         int pool_size;                  /* default 2 */
         mg_cluster_degraded_t degraded; /* default local */
+        int expected_instances;         /* local: each enforces its share, limit / this (1) */
     } redis;
     struct {
         char *url;     /* owned; NULL: no PostgreSQL */

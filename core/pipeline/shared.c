@@ -14,10 +14,10 @@
  *
  * Redis unreachable, late (cluster.redis.timeout_ms) or erroring: cluster.redis.degraded
  * decides, never a wait: local (the key's and project's quota reserved by this instance as a
- * single node would), fail_closed (503 CLUSTER_UNAVAILABLE), fail_open (no key or project
- * limits). A script that answers after its deadline may have reserved: its leases expire
- * (lease TTL: the request's total deadline + 2 s) and its admissions leave the windows
- * within a minute.
+ * single node would, against its share: limit / cluster.redis.expected_instances), fail_closed (503
+ * CLUSTER_UNAVAILABLE), fail_open (no key or project limits). A script that answers after its
+ * deadline may have reserved: its leases expire (lease TTL: the request's total deadline + 2 s) and
+ * its admissions leave the windows within a minute.
  *
  * The op of a script in flight owns itself: when the call ends meanwhile (the client left)
  * it is orphaned and, if the answer is "reserved", undoes the reservation. */
@@ -106,7 +106,8 @@ static mg_step_rc_t degraded(call_t *c, int with_keys)
         c->auth.quota_deferred = 0; /* admitted without the key's limits */
         return MG_STEP_NEXT;
     }
-    if (mg_auth_quota_local(&c->auth, mg_unix_ms(), c->est_tokens) != 0)
+    int share = c->gen->cfg->cluster.redis.expected_instances;
+    if (mg_auth_quota_local(&c->auth, mg_unix_ms(), c->est_tokens, share) != 0)
         return key_refused(c, c->auth.message, c->auth.retry_after_ms);
     return MG_STEP_NEXT;
 }

@@ -940,14 +940,39 @@ int mg_auth_authenticate(mg_auth_t *a, const mg_http_req_t *req, uint64_t now_ms
     return mg_auth_authenticate_key(a, key, n, now_ms, out);
 }
 
-int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens)
+/* x / share rounded up; 0 (no limit) stays 0. */
+static uint64_t share_of(uint64_t x, int share)
+{
+    return x && share > 1 ? (x + (uint64_t)share - 1) / (uint64_t)share : x;
+}
+
+int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens, int share)
 {
     if (!out->held || !out->quota_deferred || out->res.held) return 0;
     mg_quota_level_t *q[2] = {NULL, NULL};
-    for (size_t i = 0; i < out->n_levels; i++) q[i] = &out->levels[i]->q;
+    uint32_t rpm[2] = {0, 0}, conc[2] = {0, 0};
+    uint64_t tpm[2] = {0, 0};
+    /* the share applies to this one decision: the levels keep their whole limits (one
+     * thread; nothing else looks at them in between) */
+    for (size_t i = 0; i < out->n_levels; i++) {
+        q[i] = &out->levels[i]->q;
+        conc[i] = q[i]->max_concurrency;
+        q[i]->max_concurrency = (uint32_t)share_of(conc[i], share);
+        if (!q[i]->win) continue;
+        rpm[i] = q[i]->win->rpm_limit;
+        tpm[i] = q[i]->win->tpm_limit;
+        q[i]->win->rpm_limit = (uint32_t)share_of(rpm[i], share);
+        q[i]->win->tpm_limit = share_of(tpm[i], share);
+    }
     out->quota_deferred = 0;
     int rc = mg_quota_reserve(q, out->n_levels, now_ms, est_tokens > 0 ? (uint64_t)est_tokens : 0,
                               &out->res);
+    for (size_t i = 0; i < out->n_levels; i++) {
+        q[i]->max_concurrency = conc[i];
+        if (!q[i]->win) continue;
+        q[i]->win->rpm_limit = rpm[i];
+        q[i]->win->tpm_limit = tpm[i];
+    }
     return rc == MG_QUOTA_OK ? 0 : refuse_quota(out, rc);
 }
 

@@ -193,9 +193,10 @@ int mg_auth_admit(mg_auth_t *a, mg_auth_result_t *out, const char *model, const 
                   uint64_t now_ms, int64_t est_tokens, int64_t est_micros);
 
 /* A granted result whose quota was deferred: reserve it locally after all (Redis was
- * unreachable: the degraded mode "local"). 0, or -1 with the 429 in *out (the result stays
- * granted: release it as always). */
-int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens);
+ * unreachable: the degraded mode "local"), against this instance's share of each limit: the
+ * limit / share (rounded up; share 1: the whole limit). 0, or -1 with the 429 in *out (the
+ * result stays granted: release it as always). */
+int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_tokens, int share);
 
 /* The limits of a granted result's level i (0 the key, 1 its project; i < n_levels): its row
  * id and rpm, tpm and concurrency limits (0 = none). 0, or -1 when there is no such level. */

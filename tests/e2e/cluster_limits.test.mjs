@@ -47,7 +47,11 @@ function config(dir, i, dead) {
                 routes: [{ provider: 'mock-cool', model: 'up-cool' }, { provider: 'mock-openai-b', model: 'up-cool-b', priority: 1 }],
             },
         },
-        cluster: { node_id: `node-${i}`, redis: { url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i] } },
+        cluster: {
+            node_id: `node-${i}`,
+            // expected_instances: in local mode node-0 enforces half of each limit
+            redis: { url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i], ...(i === 0 ? { expected_instances: 2 } : {}) },
+        },
     };
 }
 
@@ -189,7 +193,7 @@ describe('limits shared through redis', () => {
     });
 
     test('redis stopped: each instance in its degraded mode, within timeout_ms; back: shared', async () => {
-        const k = await keyEverywhere('degraded-tenant', { rpm_limit: 2 });
+        const k = await keyEverywhere('degraded-tenant', { rpm_limit: 4 });
         redis.pause();
         try {
             // a client that leaves while its request waits for Redis: the call ends cleanly
@@ -205,7 +209,7 @@ describe('limits shared through redis', () => {
             const open = [];
             for (let j = 0; j < 4; j++) open.push(await chat(2, k.secrets[2]));
             assert.deepEqual(open.map((r) => r.status), [200, 200, 200, 200]);
-            // local: this instance's own limiter, the key's 2 a minute
+            // local: this instance's own limiter, its share of the key's 4 a minute (2 instances)
             const local = [];
             for (let j = 0; j < 4; j++) local.push(await chat(0, k.secrets[0]));
             assert.deepEqual(local.map((r) => r.status), [200, 200, 429, 429]);

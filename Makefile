@@ -31,13 +31,15 @@ asan:
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
 # FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
 # h1client, http, json and codec the other parsers, adapters the Lua adapters' decode functions
-# (tests/fuzz/README.md). FUZZ_RUNS=10000000 runs that many executions instead of FUZZ_TIME seconds.
+# (tests/fuzz/README.md). FUZZ_RUNS=10000000 runs that many executions instead of FUZZ_TIME seconds;
+# FUZZ_SEED=N fixes libFuzzer's seed (with FUZZ_RUNS the run is reproducible, as CI's are).
 FUZZ_TIME ?= 60
 FUZZ_RUNS ?=
+FUZZ_SEED ?=
 FUZZ_TARGET ?= sse
 fuzz:
 	@scripts/setup --fuzz
-	@FUZZ_TIME=$(FUZZ_TIME) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_TARGET=$(FUZZ_TARGET) tests/fuzz/run
+	@FUZZ_TIME=$(FUZZ_TIME) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_SEED=$(FUZZ_SEED) FUZZ_TARGET=$(FUZZ_TARGET) tests/fuzz/run
 
 # Side by side with nginx and the upstream direct, then the micro-benchmarks.
 bench: build

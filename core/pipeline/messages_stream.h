@@ -19,7 +19,10 @@
  * failed stream never looks complete); [DONE] ends it properly.
  *
  * The state is the caller's (one per streamed call); feed it the canonical SSE bytes as they
- * go out, in any cut. Pure; any thread. */
+ * go out, in any cut. The canonical stream's chunks are strict JSON (the pipeline checks each
+ * upstream chunk with mg_chunk_scan, and prints what adapters make): a text piece is copied
+ * from its bytes, so a chunk the scan would refuse is not this module's input. Pure; any
+ * thread. */
 #ifndef MG_MESSAGES_STREAM_H
 #define MG_MESSAGES_STREAM_H
 

@@ -7,7 +7,10 @@
  * The first byte chooses the piece size of the stream feed (bits 0-5, 0 = whole) and whether
  * the Responses answer fails or ends (bit 6); the rest is the upstream's bytes. Checks:
  *   - mg_msgs_answer: 0 only with an output that is one JSON object of type "message";
- *   - mg_msgs_stream_feed: the same Anthropic output whole, in the pieces and byte by byte
+ *   - mg_msgs_stream_feed, given the canonical stream the pipeline makes of the input (each
+ *     line's chunk that mg_chunk_scan accepts, and [DONE], as "data: ...\n\n"; the pipeline
+ *     ends a stream with an error on any other chunk, so that never reaches the encoder):
+ *     the same Anthropic output whole, in the pieces and byte by byte
  *     (the stream may be cut anywhere), every event's data one JSON object whose type is the
  *     event's name, content blocks never overlapping, started and stopped in index order
  *     (deltas for a started block only),
@@ -83,9 +86,30 @@ static void feed_messages(const char *in, size_t n, size_t piece, mg_buf_t *out)
     mg_msgs_stream_free(&s);
 }
 
-static void check_messages(const char *in, size_t n, size_t piece)
+/* The input's lines as the pipeline's canonical stream (answer.c: passthrough_event). */
+static void canonical_stream(const char *in, size_t n, mg_buf_t *sse)
 {
-    mg_buf_t whole = {0}, cut = {0}, bytes = {0};
+    for (const char *p = in, *end = in + n; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        const char *d = p;
+        size_t dn = len;
+        if (dn >= 6 && memcmp(d, "data: ", 6) == 0) d += 6, dn -= 6;
+        if ((dn == 6 && memcmp(d, "[DONE]", 6) == 0) || mg_chunk_scan(d, dn) >= 0) {
+            mg_buf_append(sse, "data: ", 6);
+            mg_buf_append(sse, d, dn);
+            mg_buf_append(sse, "\n\n", 2);
+        }
+        p += len + (nl != NULL);
+    }
+}
+
+static void check_messages(const char *raw, size_t raw_n, size_t piece)
+{
+    mg_buf_t sse = {0}, whole = {0}, cut = {0}, bytes = {0};
+    canonical_stream(raw, raw_n, &sse);
+    const char *in = sse.data ? sse.data : "";
+    size_t n = sse.len;
     feed_messages(in, n, 0, &whole);
     feed_messages(in, n, piece, &cut);
     feed_messages(in, n, 1, &bytes);
@@ -98,10 +122,11 @@ static void check_messages(const char *in, size_t n, size_t piece)
     mg_buf_free(&whole);
     mg_buf_free(&cut);
     mg_buf_free(&bytes);
+    mg_buf_free(&sse);
 
     mg_buf_t msg = {0};
     mg_msgs_usage_t fallback = {3, 4, 0, 0};
-    int rc = mg_msgs_answer(in, n, "msg_fuzz", "claude-fuzz", &fallback, &msg);
+    int rc = mg_msgs_answer(raw, raw_n, "msg_fuzz", "claude-fuzz", &fallback, &msg);
     if (rc == 0) {
         cJSON *m = cJSON_ParseWithLength(msg.data, msg.len);
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));

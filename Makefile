@@ -27,13 +27,14 @@ test: build
 asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan BUILD_TYPE=Asan
 
-# The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds in its stop-and-free
+# The stream parser's libFuzzer target (clang) for FUZZ_TIME seconds (60) in its stop-and-free
 # mode; see tests/fuzz/README.md. Installs clang first: not part of build or test.
 # FUZZ_TARGET=token fuzzes the tokenizer against its slow reference instead; config, probe,
 # h1client, http, json and codec the other parsers, adapters the Lua adapters' decode functions
-# (tests/fuzz/README.md). FUZZ_RUNS=10000000 runs that many executions instead of FUZZ_TIME seconds;
-# FUZZ_SEED=N fixes libFuzzer's seed (with FUZZ_RUNS the run is reproducible, as CI's are).
-FUZZ_TIME ?= 60
+# (tests/fuzz/README.md). FUZZ_RUNS=10000000 runs that many executions instead (with FUZZ_TIME
+# too, whichever ends first); FUZZ_SEED=N fixes libFuzzer's seed (with FUZZ_RUNS the run is
+# reproducible, as CI's are).
+FUZZ_TIME ?=
 FUZZ_RUNS ?=
 FUZZ_SEED ?=
 FUZZ_TARGET ?= sse

@@ -385,6 +385,29 @@ const HARD_NOFILE = Number(execFileSync('sh', ['-c', 'ulimit -Hn'], { encoding: 
 const rssOf = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 const mib = (n) => (n / 1048576).toFixed(1);
 
+/* TRIALS_DEBUG_HEAP=1: where a process's RSS is (smaps: the heap, anonymous maps, the rest)
+ * and what glibc's allocator holds in use and free per arena (malloc_info through gdb). */
+function heapReport(pid, label) {
+    const by = new Map();
+    let name = '';
+    for (const l of fs.readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+        const m = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(l);
+        if (m) name = m[1] ? (m[1].startsWith('/') ? 'file' : m[1]) : 'anon';
+        const r = /^Rss:\s+(\d+) kB/.exec(l);
+        if (r) by.set(name, (by.get(name) ?? 0) + Number(r[1]));
+    }
+    const xml = `/tmp/moongate-malloc-info-${pid}.xml`;
+    execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', `set $f = (void*)fopen("${xml}", "w")`,
+        '-ex', 'call (int)malloc_info(0, $f)', '-ex', 'call (int)fclose($f)'], { stdio: 'ignore' });
+    const mi = fs.readFileSync(xml, 'utf8');
+    fs.rmSync(xml);
+    const arenas = [...mi.matchAll(/<heap nr="(\d+)">[\s\S]*?<\/heap>/g)].map((h) => {
+        const get = (re) => Number(re.exec(h[0])?.[1] ?? 0);
+        return `arena ${h[1]}: mem ${mib(get(/<system type="current" size="(\d+)"/))} MiB, free ${mib(get(/<total type="fast" count="\d+" size="(\d+)"/) + get(/<total type="rest" count="\d+" size="(\d+)"/))} MiB`;
+    });
+    console.log(`${label}: RSS by map (KiB) ${JSON.stringify(Object.fromEntries(by))}; ${arenas.join('; ')}`);
+}
+
 /* Non-stream requests from 4 clients for ms; their latencies (ms). */
 async function latencies(env, ms) {
     const out = [];
@@ -433,6 +456,12 @@ async function slow() {
     const base = await latencies(env, SHORT ? 5000 : 10000);
     await sleep(1000);
     const idle = rssOf(pid); // after the unloaded run: what normal traffic itself keeps is in it
+    if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'idle');
+    /* TRIALS_DEBUG_HEAPTRACK=FILE: heaptrack from here; killed after, so that its "leaked" is
+       what was allocated since idle and is still live then */
+    const ht = process.env.TRIALS_DEBUG_HEAPTRACK &&
+        spawn('heaptrack', ['-p', String(pid), '-o', process.env.TRIALS_DEBUG_HEAPTRACK], { stdio: 'ignore' });
+    if (ht) await sleep(5000);
     const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--slow-child', String(env.gw.port), String(seconds), '8000'],
         { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -447,6 +476,11 @@ async function slow() {
     const stats = JSON.parse(out.trim().split('\n').at(-1));
     await sleep(5000);
     const after = rssOf(pid);
+    if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'after');
+    if (ht) {
+        process.kill(pid, 'SIGKILL');
+        await new Promise((r) => (ht.exitCode !== null ? r() : ht.once('exit', r)));
+    }
     if (process.env.TRIALS_DEBUG_TRIM) {
         execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int)malloc_trim(0)'], { stdio: 'ignore' });
         console.log('after malloc_trim', mib(rssOf(pid)));

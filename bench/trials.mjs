@@ -20,7 +20,9 @@
 //               TRIALS_STREAMS (default 10,000, at most what the hard fd limit holds at two
 //               a stream) idle SSE streams open at once: RSS per stream
 // `node bench/trials.mjs NAME` runs one trial. TRIALS_DEBUG_TRIM=1 calls malloc_trim(0) in the
-// slow-clients gateway through gdb and prints its RSS (freed heap or live memory?). Needs
+// slow-clients gateway through gdb and prints its RSS (freed heap or live memory?);
+// TRIALS_DEBUG_HEAP=1 prints where its RSS is (smaps, malloc_info per arena) at idle and
+// after, TRIALS_DEBUG_HEAPTRACK=1 records it with heaptrack from idle to after. Needs
 // build/moongate (MOONGATE_BIN), the test tooling (tests/node_modules, sqlite3), wrk and
 // prlimit. The full form takes about 12 minutes, the short one 4. `--test` (ctest's
 // trials/short, in make test: about 20 s) runs sighup (20 reloads), kill9 (20 kills), state
@@ -457,10 +459,11 @@ async function slow() {
     await sleep(1000);
     const idle = rssOf(pid); // after the unloaded run: what normal traffic itself keeps is in it
     if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'idle');
-    /* TRIALS_DEBUG_HEAPTRACK=FILE: heaptrack from here; killed after, so that its "leaked" is
+    /* TRIALS_DEBUG_HEAPTRACK=1: heaptrack from here (its file, heaptrack.moongate.PID.zst, in
+       the temp dir); the gateway is killed after, so that heaptrack_print --print-leaks shows
        what was allocated since idle and is still live then */
     const ht = process.env.TRIALS_DEBUG_HEAPTRACK &&
-        spawn('heaptrack', ['-p', String(pid), '-o', process.env.TRIALS_DEBUG_HEAPTRACK], { stdio: 'ignore' });
+        spawn('heaptrack', ['-p', String(pid)], { stdio: 'ignore', cwd: fs.realpathSync('/tmp') });
     if (ht) await sleep(5000);
     const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--slow-child', String(env.gw.port), String(seconds), '8000'],
         { stdio: ['ignore', 'pipe', 'inherit'] });

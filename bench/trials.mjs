@@ -20,9 +20,14 @@
 //               TRIALS_STREAMS (default 10,000, at most what the hard fd limit holds at two
 //               a stream) idle SSE streams open at once: RSS per stream
 // `node bench/trials.mjs NAME` runs one trial. TRIALS_DEBUG_TRIM=1 calls malloc_trim(0) in the
-// slow-clients gateway through gdb and prints its RSS (freed heap or live memory?). Needs
+// slow-clients gateway through gdb and prints its RSS (freed heap or live memory?);
+// TRIALS_DEBUG_HEAP=1 prints where its RSS is (smaps, malloc_info per arena) at idle and
+// after, TRIALS_DEBUG_HEAPTRACK=1 records it with heaptrack from idle to after. Needs
 // build/moongate (MOONGATE_BIN), the test tooling (tests/node_modules, sqlite3), wrk and
-// prlimit. Not part of make test: the full form takes about 12 minutes, the short one 4.
+// prlimit. The full form takes about 12 minutes, the short one 4. `--test` (ctest's
+// trials/short, in make test: about 20 s) runs sighup (20 reloads), kill9 (20 kills), state
+// (5 kills), upstream and hang (10 requests each) and asserts only correctness (no request
+// failed, lost or hung; no timing, no RSS), so it holds on busy cores.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -32,7 +37,10 @@ import {
     adminCall, postJson, postStream, rawRequest, REPO_ROOT, sleep, sqliteRows, startEnv, startGateway, startMock, waitFor,
 } from '../tests/e2e/lib/harness.mjs';
 
+const TEST = process.argv.includes('--test'); // make test's subset: small counts, no timings
 const SHORT = !!process.env.TRIALS_SHORT;
+/* a trial's count in the full form, the short form and make test's */
+const count = (full, short, test) => (TEST ? test : SHORT ? short : full);
 const rows = [];
 const row = (trial, runs, figure, goal, ok) => rows.push({ trial, runs, figure, goal, ok: ok ? 'yes' : 'NO' });
 const chatBody = (stream) => ({ model: 'chat', stream, messages: [{ role: 'user', content: 'hello there' }] });
@@ -67,7 +75,7 @@ function load(env) {
 async function sighup() {
     const env = await startEnv({});
     const good = fs.readFileSync(env.configPath, 'utf8');
-    const n = SHORT ? 20 : 100;
+    const n = count(100, 20, 20);
     const l = load(env);
     for (let i = 0; i < n; i++) {
         fs.writeFileSync(env.configPath, i % 2 ? 'server: [unclosed\n' : good);
@@ -84,7 +92,7 @@ async function sighup() {
 
 async function kill9() {
     const env = await startEnv({});
-    const n = SHORT ? 5 : 100;
+    const n = count(100, 5, 20);
     let intact = 0;
     for (let i = 0; i < n; i++) {
         const l = load(env);
@@ -103,7 +111,7 @@ async function kill9() {
 
 async function upstream() {
     const env = await startEnv({ extraModels: { 'dead-only': { routes: [{ provider: 'dead', model: 'up-dead' }] } } });
-    const n = SHORT ? 20 : 100;
+    const n = count(100, 20, 10);
     const faults = [
         ['500 with HTML', { status: 500, body: '<html><body>Internal Server Error</body></html>' }],
         ['reset mid-stream', { reset_after_chunks: 2 }],
@@ -146,7 +154,7 @@ async function hang() {
             circuit_breaker: { consecutive_failures: 1000, min_requests: 1000000 },
         }),
     });
-    const n = SHORT ? 20 : 100;
+    const n = count(100, 20, 10);
     const cases = [
         // the status line and headers, then nothing: first_byte_ms
         ['hang after headers (stream)', true, { delay_first_chunk_ms: 600000 }, timeouts.first_byte_ms],
@@ -190,7 +198,7 @@ async function hang() {
         };
         for (let i = 0; i < n; i += 25) await Promise.all(Array.from({ length: Math.min(25, n - i) }, oneHang));
         row(`upstream: ${name}`, `${n} requests`, `${clear} clear errors (${[...kinds].join(', ')}), ${success} look ok, ${hung} hung/unclear, slowest ${worst} ms (bound ${bound} + 1 s)`,
-            `${n} clear, 0 late`, clear === n && late === 0);
+            TEST ? `${n} clear` : `${n} clear, 0 late`, clear === n && (TEST || late === 0)); // make test asserts no timing
     }
     await env.close();
 }
@@ -220,7 +228,7 @@ async function state() {
         }),
     });
     const admin = (p) => adminCall(env.base, TOKEN, 'GET', p);
-    const rounds = SHORT ? 3 : 20;
+    const rounds = count(20, 3, 5);
     const lost = { cooldown: 0, breaker: 0, idem: 0, usage: 0 };
     let idemChecked = 0, usageChecked = 0;
     const tag = `${process.pid}-${Date.now()}`;
@@ -379,6 +387,29 @@ const HARD_NOFILE = Number(execFileSync('sh', ['-c', 'ulimit -Hn'], { encoding: 
 const rssOf = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 const mib = (n) => (n / 1048576).toFixed(1);
 
+/* TRIALS_DEBUG_HEAP=1: where a process's RSS is (smaps: the heap, anonymous maps, the rest)
+ * and what glibc's allocator holds in use and free per arena (malloc_info through gdb). */
+function heapReport(pid, label) {
+    const by = new Map();
+    let name = '';
+    for (const l of fs.readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+        const m = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(l);
+        if (m) name = m[1] ? (m[1].startsWith('/') ? 'file' : m[1]) : 'anon';
+        const r = /^Rss:\s+(\d+) kB/.exec(l);
+        if (r) by.set(name, (by.get(name) ?? 0) + Number(r[1]));
+    }
+    const xml = `/tmp/moongate-malloc-info-${pid}.xml`;
+    execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', `set $f = (void*)fopen("${xml}", "w")`,
+        '-ex', 'call (int)malloc_info(0, $f)', '-ex', 'call (int)fclose($f)'], { stdio: 'ignore' });
+    const mi = fs.readFileSync(xml, 'utf8');
+    fs.rmSync(xml);
+    const arenas = [...mi.matchAll(/<heap nr="(\d+)">[\s\S]*?<\/heap>/g)].map((h) => {
+        const get = (re) => Number(re.exec(h[0])?.[1] ?? 0);
+        return `arena ${h[1]}: mem ${mib(get(/<system type="current" size="(\d+)"/))} MiB, free ${mib(get(/<total type="fast" count="\d+" size="(\d+)"/) + get(/<total type="rest" count="\d+" size="(\d+)"/))} MiB`;
+    });
+    console.log(`${label}: RSS by map (KiB) ${JSON.stringify(Object.fromEntries(by))}; ${arenas.join('; ')}`);
+}
+
 /* Non-stream requests from 4 clients for ms; their latencies (ms). */
 async function latencies(env, ms) {
     const out = [];
@@ -427,6 +458,13 @@ async function slow() {
     const base = await latencies(env, SHORT ? 5000 : 10000);
     await sleep(1000);
     const idle = rssOf(pid); // after the unloaded run: what normal traffic itself keeps is in it
+    if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'idle');
+    /* TRIALS_DEBUG_HEAPTRACK=1: heaptrack from here (its file, heaptrack.moongate.PID.zst, in
+       the temp dir); the gateway is killed after, so that heaptrack_print --print-leaks shows
+       what was allocated since idle and is still live then */
+    const ht = process.env.TRIALS_DEBUG_HEAPTRACK &&
+        spawn('heaptrack', ['-p', String(pid)], { stdio: 'ignore', cwd: fs.realpathSync('/tmp') });
+    if (ht) await sleep(5000);
     const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--slow-child', String(env.gw.port), String(seconds), '8000'],
         { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -441,6 +479,11 @@ async function slow() {
     const stats = JSON.parse(out.trim().split('\n').at(-1));
     await sleep(5000);
     const after = rssOf(pid);
+    if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'after');
+    if (ht) {
+        process.kill(pid, 'SIGKILL');
+        await new Promise((r) => (ht.exitCode !== null ? r() : ht.once('exit', r)));
+    }
     if (process.env.TRIALS_DEBUG_TRIM) {
         execFileSync('gdb', ['-p', String(pid), '-batch', '-ex', 'call (int)malloc_trim(0)'], { stdio: 'ignore' });
         console.log('after malloc_trim', mib(rssOf(pid)));
@@ -569,10 +612,11 @@ async function memory() {
 
 if (process.argv[2] === '--slow-child') await slowChild(Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]));
 
-const only = process.argv[2];
+const only = TEST ? null : process.argv[2];
+const inTest = new Set(['sighup', 'kill9', 'state', 'upstream', 'hang']); // slow and memory measure: not in make test
 const trials = [['sighup', sighup], ['kill9', kill9], ['state', state], ['upstream', upstream], ['hang', hang], ['slow', slow], ['memory', memory]];
 for (const [name, fn] of trials) {
-    if (only && only !== name) continue;
+    if ((only && only !== name) || (TEST && !inTest.has(name))) continue;
     const t0 = Date.now(), first = rows.length;
     await fn();
     const secs = ((Date.now() - t0) / 1000).toFixed(1);

@@ -43,6 +43,11 @@ int64_t call_estimated_cost(call_t *c)
     return mg_cost_micros(rate, prompt_estimate(c, 1), out);
 }
 
+/* The disk full: a reservation is not held in memory as other writes are (the balance it
+ * checks must be the database's), so the request fails at once rather than wait. */
+#define DISK_FULL_MSG                                                                              \
+    "the gateway's disk is full: a prepaid reservation cannot be recorded; retry later"
+
 static void end_logged(void *ud, int rc, int64_t rows)
 {
     (void)ud;
@@ -65,7 +70,9 @@ static void on_reserved(void *ud, int rc, int granted)
         return;
     }
     op->granted = rc == 0 && granted;
-    if (rc != 0) {
+    if (rc == MG_STORE_EFULL) {
+        call_fail(c, 503, "DISK_FULL", DISK_FULL_MSG, 5000);
+    } else if (rc != 0) {
         call_fail(c, 503, "RESOURCE_EXHAUSTED", "the wallet could not be read; retry later", 1000);
     } else if (!granted) {
         char msg[200];
@@ -92,10 +99,12 @@ mg_step_rc_t step_wallet(call_t *c)
     op->prompt_tokens = prompt_estimate(c, 1);
     snprintf(op->request_id, sizeof(op->request_id), "%s", c->req->request_id);
     c->wallet = op;
-    if (mg_wallet_reserve(op->store, c->auth.tenant_id, op->request_id, c->est_cost_micros,
-                          mg_unix_ms(), on_reserved, op) != 0) {
+    int rc = mg_wallet_reserve(op->store, c->auth.tenant_id, op->request_id, c->est_cost_micros,
+                               mg_unix_ms(), on_reserved, op);
+    if (rc != 0) {
         c->wallet = NULL;
         free(op);
+        if (rc == MG_STORE_EFULL) return call_error(c, 503, "DISK_FULL", DISK_FULL_MSG, 5000);
         return call_error(c, 503, "RESOURCE_EXHAUSTED", "the wallet could not be read", 1000);
     }
     c->step = STEP_ENQUEUE;

@@ -42,8 +42,9 @@ typedef struct write_job_s {
     mg_store_done_fn done;      /* may be NULL */
     mg_store_rows_fn done_rows; /* instead of done: the outcome and the rows changed */
     void *ud;
-    int rc;                    /* the outcome, set by the writer */
-    int64_t rows;              /* rows the statement changed (sqlite3_changes), set by the writer */
+    int nowait;   /* fails rather than waits for a full disk (mg_store_write_rows_nowait) */
+    int rc;       /* the outcome, set by the writer */
+    int64_t rows; /* rows the statement changed (sqlite3_changes), set by the writer */
     const mg_store_agg_t *agg; /* may be NULL: the roll-up that sums this write's row */
 } write_job_t;
 
@@ -977,25 +978,64 @@ rollback:;
     return full ? -2 : -1;
 }
 
-/* The disk is full: hold the batch (it stays whole, in order; the queue behind it fills and
- * the loop's writes park, within their bounds) and try it again every second until it
- * commits, or the store stops (then its writes are lost, and said so). 0 when committed. */
-static int hold_while_full(mg_store_t *s, write_job_t *batch, char *why, size_t whylen)
+/* Under mu: the disk is full, and the writes of l must not keep their requests waiting.
+ * A write with a callback (mg_store_done_fn) is held in memory and lands when the disk has
+ * room: its callback is due now, rc 0 (durability is waived while full, and said so). A
+ * write that may not wait (nowait) leaves l and fails, MG_STORE_EFULL: it never ran. A
+ * write whose caller needs its rows still waits. `handed`: l's writes count as handed to
+ * the writer (the queue, the batch), so the ones that leave count as finished. */
+static void spare_waiters(mg_store_t *s, job_list_t *l, int handed)
+{
+    job_list_t keep = {0};
+    write_job_t *j;
+    while ((j = list_pop(l))) {
+        if (j->nowait) {
+            j->rc = MG_STORE_EFULL;
+            j->rows = 0;
+            list_push(&s->done, j);
+            s->stats.failed_total++;
+            if (handed) s->committed++;
+            continue;
+        }
+        write_job_t *early = j->done ? calloc(1, sizeof(*early)) : NULL;
+        if (early) { /* without memory it simply waits for the commit */
+            early->done = j->done;
+            early->ud = j->ud;
+            j->done = NULL;
+            list_push(&s->done, early);
+        }
+        list_push(&keep, j);
+    }
+    *l = keep;
+}
+
+/* The writer committed a batch: if the disk was full, it is no longer. */
+static void room_again(mg_store_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int was = s->stats.disk_full;
+    s->stats.disk_full = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (was)
+        mg_log_msg(MG_LOG_WARN, NULL,
+                   "store: the disk has room again; the held writes are committed");
+}
+
+/* The disk is full: hold the batch (it stays whole, in order, but for its writes that may
+ * not wait; the queue behind it fills and the loop's writes park, within their bounds) and
+ * try it again every second until it commits, or the store stops (then its writes are lost,
+ * and said so). The requests waiting for these writes, and for the ones queued while full
+ * (submit), go on at once (spare_waiters). 0 when committed. */
+static int hold_while_full(mg_store_t *s, job_list_t *batch, char *why, size_t whylen)
 {
     pthread_mutex_lock(&s->mu);
     s->stats.disk_full = 1;
     s->stats.disk_full_episodes_total++;
-    /* the answers waiting for these commits (net/hold.h) go now: the writes are held in memory
-       and land when the disk has room (durability is waived while full, and said so); a
-       write whose caller needs its rows still waits */
-    for (write_job_t *j = batch; j; j = j->next) {
-        write_job_t *early = j->done ? calloc(1, sizeof(*early)) : NULL;
-        if (!early) continue;
-        early->done = j->done;
-        early->ud = j->ud;
-        j->done = NULL;
-        list_push(&s->done, early);
-    }
+    spare_waiters(s, batch, 1);
+    spare_waiters(s, &s->queue, 1);
+    spare_waiters(s, &s->parked, 0);
+    spare_waiters(s, &s->corked, 0);
+    pthread_cond_broadcast(&s->done_cv); /* mg_store_flush: the failed writes are finished */
     if (s->attached) uv_async_send(s->async);
     pthread_mutex_unlock(&s->mu);
     mg_log_msg(MG_LOG_ERROR, NULL,
@@ -1009,23 +1049,27 @@ static int hold_while_full(mg_store_t *s, write_job_t *batch, char *why, size_t 
         while (!s->stopping && w != ETIMEDOUT) w = pthread_cond_timedwait(&s->cv, &s->mu, &until);
         int stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
-        int rc = try_batch(s, batch, why, whylen);
-        if (rc == 0 || stopping || rc == -1) {
+        if (!batch->head) { /* nothing left to hold: the next batch finds out again */
             pthread_mutex_lock(&s->mu);
             s->stats.disk_full = 0;
             pthread_mutex_unlock(&s->mu);
-            if (rc == 0)
-                mg_log_msg(MG_LOG_WARN, NULL,
-                           "store: the disk has room again; the held writes are committed");
-            else mg_log_msg(MG_LOG_ERROR, NULL, "store: the held writes are lost (%s)", why);
-            return rc == 0 ? 0 : -1;
+            return 0;
+        }
+        int rc = try_batch(s, batch->head, why, whylen);
+        if (rc == 0) return 0;
+        if (stopping || rc == -1) {
+            pthread_mutex_lock(&s->mu);
+            s->stats.disk_full = 0;
+            pthread_mutex_unlock(&s->mu);
+            mg_log_msg(MG_LOG_ERROR, NULL, "store: the held writes are lost (%s)", why);
+            return -1;
         }
     }
 }
 
 /* Commit the batch, retrying while locked (exec_until_unlocked), while the disk is full
  * (hold_while_full) and three times after any other failure; then its writes fail. */
-static void commit_batch(mg_store_t *s, write_job_t *batch)
+static void commit_batch(mg_store_t *s, job_list_t *batch)
 {
     char why[256] = "";
     for (int attempt = 0; attempt < 4; attempt++) {
@@ -1033,14 +1077,17 @@ static void commit_batch(mg_store_t *s, write_job_t *batch)
             struct timespec pause = {0, 100 * 1000 * 1000};
             nanosleep(&pause, NULL);
         }
-        int rc = try_batch(s, batch, why, sizeof(why));
-        if (rc == 0) return;
-        if (rc == -2 && hold_while_full(s, batch, why, sizeof(why)) == 0) return;
+        int rc = try_batch(s, batch->head, why, sizeof(why));
+        if (rc == -2) rc = hold_while_full(s, batch, why, sizeof(why)) == 0 ? 0 : -2;
+        if (rc == 0) {
+            if (batch->head) room_again(s);
+            return;
+        }
         if (rc == -2) break;
         mg_log_msg(MG_LOG_ERROR, NULL, "store: a batch of writes did not commit (%s)%s", why,
                    attempt < 3 ? "; retrying" : "; its writes are lost");
     }
-    for (write_job_t *j = batch; j; j = j->next) j->rc = MG_STORE_ERROR;
+    for (write_job_t *j = batch->head; j; j = j->next) j->rc = MG_STORE_ERROR;
 }
 
 /* A batch is over: count it, pass the jobs with callbacks to the loop, free the rest. */
@@ -1126,7 +1173,7 @@ static void *writer_main(void *arg)
         job_list_t batch = list_take(&s->queue);
         pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
-        commit_batch(s, batch.head);
+        commit_batch(s, &batch);
         batch_finished(s, &batch); /* its callbacks are on their way */
         checkpoint_if_due(s);
         pthread_mutex_lock(&s->mu);
@@ -1169,11 +1216,23 @@ static int submit(mg_store_t *s, write_job_t *j)
         free(j);
         return -1;
     }
+    if (s->stats.disk_full && j->nowait) { /* it may not wait for the disk */
+        s->stats.refused_while_full_total++;
+        pthread_mutex_unlock(&s->mu);
+        free(j);
+        return MG_STORE_EFULL;
+    }
     if (s->stats.disk_full && (!on_loop_thread(s) || s->parked.n >= PARKED_MAX_WHILE_FULL)) {
         s->stats.refused_while_full_total++; /* bounded memory: refused, not queued */
         pthread_mutex_unlock(&s->mu);
         free(j);
         return -1;
+    }
+    if (s->stats.disk_full && j->done) { /* held in memory: its request goes on now */
+        job_list_t one = {0};
+        list_push(&one, j);
+        spare_waiters(s, &one, 0);
+        if (s->attached) uv_async_send(s->async);
     }
     if (on_loop_thread(s) && s->corks) {
         list_push(&s->corked, j); /* handed over with the others at mg_store_uncork */
@@ -1237,6 +1296,16 @@ int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char 
     write_job_t *j = job_new(sql, nparams, params, NULL, ud);
     if (!j) return -1;
     j->done_rows = done;
+    return submit(s, j);
+}
+
+int mg_store_write_rows_nowait(mg_store_t *s, const char *sql, int nparams,
+                               const char *const *params, mg_store_rows_fn done, void *ud)
+{
+    write_job_t *j = job_new(sql, nparams, params, NULL, ud);
+    if (!j) return -1;
+    j->done_rows = done;
+    j->nowait = 1;
     return submit(s, j);
 }
 

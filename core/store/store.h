@@ -17,8 +17,9 @@
  *   the writer and never loses a batch: BEGIN and COMMIT are retried for as long as the
  *   database is busy (each wait counted in busy_retries, logged every few seconds). Other
  *   errors: a statement that fails on its own (a constraint, bad SQL) fails alone, the
- *   rest of its batch commits; a transaction that cannot commit for another reason (I/O,
- *   disk full) is retried three times, then its writes fail (logged, counted).
+ *   rest of its batch commits; a transaction that cannot commit for another reason (I/O)
+ *   is retried three times, then its writes fail (logged, counted); a full disk holds the
+ *   writes in memory (mg_store_disk_full).
  * - Durability: a write's callback runs once its transaction COMMIT returned. With
  *   synchronous=normal (the default; WAL mode) the transaction is then in the WAL file in
  *   the OS's page cache: it survives the process being killed (kill -9, a crash, the OOM
@@ -106,6 +107,13 @@ typedef void (*mg_store_rows_fn)(void *ud, int rc, int64_t rows);
  * same promises as mg_store_write_cb; done may not be NULL. */
 int mg_store_write_rows(mg_store_t *s, const char *sql, int nparams, const char *const *params,
                         mg_store_rows_fn done, void *ud);
+/* mg_store_write_rows for a write a request waits for and whose answer depends on it (a
+ * prepaid reservation), so it may not wait for a full disk: while the disk is full it is
+ * refused (MG_STORE_EFULL returned, done never called), and one still queued when the disk
+ * is found full fails (done with rc MG_STORE_EFULL, no rows). Nothing of it is then in the
+ * database; the request can fail at once with a clear error. */
+int mg_store_write_rows_nowait(mg_store_t *s, const char *sql, int nparams,
+                               const char *const *params, mg_store_rows_fn done, void *ud);
 /* A roll-up the writer keeps in C instead of a trigger: the writes that name it (below)
  * are summed per batch on the writer thread (`add`, with the row's rowid; only writes whose
  * statement changed a row, so an INSERT OR IGNORE that ignored a replay adds nothing; their
@@ -176,12 +184,15 @@ typedef struct mg_store_stats_s {
     uint64_t largest_batch;            /* most writes in one transaction */
     int disk_full;                     /* the writer holds a batch until the disk has room */
     uint64_t disk_full_episodes_total; /* times the disk was found full */
-    uint64_t refused_while_full_total; /* writes refused while full (the parked bound, or a
-                                          write from another thread: it fails at once) */
+    uint64_t refused_while_full_total; /* writes refused while full (the parked bound, a write
+                                          from another thread, or a nowait write: it fails at
+                                          once) */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 /* The writer found the disk full and holds its writes in memory (until it has room): a write's
- * callback then runs once it is held, rc 0, not once it is durable. */
+ * callback (mg_store_done_fn) then runs once it is held, rc 0, not once it is durable, and
+ * that holds for the writes queued while the disk is full too, so no request waits for the
+ * disk (spend, idempotency records, usage events); a nowait write fails, MG_STORE_EFULL. */
 int mg_store_disk_full(mg_store_t *s);
 
 /* Run a read query synchronously on the caller's thread with its own connection
@@ -205,6 +216,7 @@ enum {
     MG_STORE_OK = 0,
     MG_STORE_ERROR = -1,       /* SQL or I/O error; err says which */
     MG_STORE_ECONSTRAINT = -2, /* a UNIQUE, CHECK or FOREIGN KEY constraint refused the row */
+    MG_STORE_EFULL = -3,       /* the disk is full (mg_store_write_rows_nowait) */
 };
 
 /* Begin a transaction on the admin connection. Returns 0 and *out, or MG_STORE_ERROR with

@@ -113,9 +113,10 @@ int mg_wallet_reserve(mg_store_t *st, int64_t tenant_id, const char *request_id,
         }
         return 0;
     }
-    if (mg_store_write_rows(st, RESERVE_SQL, 4, p, on_reserved, op) != 0) {
+    int rc = mg_store_write_rows_nowait(st, RESERVE_SQL, 4, p, on_reserved, op);
+    if (rc != 0) { /* the disk full: the request is refused at once rather than held */
         free(op);
-        return -1;
+        return rc == MG_STORE_EFULL ? MG_STORE_EFULL : -1;
     }
     return 0;
 }

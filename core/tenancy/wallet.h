@@ -38,12 +38,13 @@
 #include "store/store.h"
 
 /* The outcome of a reservation: rc 0 and granted 1 (held), rc 0 and granted 0 (the wallet
- * does not cover it: answer 402), or rc < 0 (the store failed; nothing is held). */
+ * does not cover it: answer 402), or rc < 0 (the store failed; nothing is held):
+ * MG_STORE_EFULL when the disk is full (the reservation never waits for the disk). */
 typedef void (*mg_wallet_reserved_fn)(void *ud, int rc, int granted);
 
 /* Reserve `micros` (>= 0) of tenant's wallet for request_id, at now_ms (unix ms). cb is
  * called once (later, on the loop thread). Returns 0, or -1 when the write could not be
- * queued (cb is never called). */
+ * queued, MG_STORE_EFULL when the disk is full (cb is never called either way). */
 int mg_wallet_reserve(mg_store_t *st, int64_t tenant_id, const char *request_id, int64_t micros,
                       uint64_t now_ms, mg_wallet_reserved_fn cb, void *ud);
 

@@ -594,12 +594,23 @@ static void xfer_fail(mg_h1_xfer_t *x, mg_xfer_result_t res, const char *detail)
     xfer_end(x, res, detail, 1);
 }
 
+/* The input held back while paused is consumed: its buffer goes too. It is needed only while a
+ * slow client holds the transfer, so a pooled or recycled connection must not keep it (a
+ * burst of slow readers left up to 64 KiB on each of hundreds of connections: bench/README.md,
+ * the slow-clients RSS). */
+static void pend_release(conn_t *cn)
+{
+    free(cn->pend);
+    cn->pend = NULL;
+    cn->pend_off = cn->pend_len = cn->pend_cap = 0;
+}
+
 /* The response is complete: pool the connection when it can carry another. */
 static void xfer_complete(mg_h1_xfer_t *x, conn_t *cn, int reusable)
 {
     int keep = reusable && !cn->writing && llhttp_should_keep_alive(&cn->parser);
     xfer_detach(x);
-    cn->pend_off = cn->pend_len = 0;
+    pend_release(cn);
     if (keep) pool_put(cn);
     else conn_close(cn);
     xfer_end(x, MG_XFER_OK, NULL, 1);
@@ -708,8 +719,8 @@ static void conn_on_closed(uv_handle_t *hd)
     if (--cn->handles > 0) return;
     mg_h1_t *c = cn->c;
     c->conns_open--;
+    pend_release(cn);
     if (c->closing || c->n_free >= CONN_FREE_MAX) {
-        free(cn->pend);
         free(cn);
     } else {
         list_push(&c->free_conns, cn);
@@ -737,15 +748,8 @@ static conn_t *conn_new(mg_h1_t *c, host_t *h)
         c->n_free--;
     } else if (!(cn = malloc(sizeof(*cn)))) {
         return NULL;
-    } else {
-        cn->pend = NULL;
-        cn->pend_cap = 0;
     }
-    char *pend = cn->pend;
-    size_t pend_cap = cn->pend_cap;
-    memset(cn, 0, sizeof(*cn));
-    cn->pend = pend;
-    cn->pend_cap = pend_cap;
+    memset(cn, 0, sizeof(*cn)); /* a recycled one has no held input left (pend_release) */
     cn->c = c;
     cn->host = h;
     uv_tcp_init(c->loop, &cn->tcp);
@@ -1117,7 +1121,7 @@ static void feed_outcome(conn_t *cn, mg_h1_xfer_t *x, llhttp_errno_t e, const ch
                          size_t len, int from_pend)
 {
     if (e == HPE_OK) {
-        if (from_pend) cn->pend_off = cn->pend_len = 0;
+        if (from_pend) pend_release(cn); /* all of it parsed */
         return;
     }
     size_t used = e == HPE_PAUSED ? (size_t)(llhttp_get_error_pos(&cn->parser) - data) : 0;

@@ -1137,11 +1137,18 @@ static void *writer_main(void *arg)
 
 /* ---- queueing ----------------------------------------------------------------------- */
 
-/* Under mu: the job goes to the writer. */
-static void hand_over(mg_store_t *s, write_job_t *j)
+/* Under mu: the job goes to the writer; the caller signals cv (after unlocking mu, when it
+ * can: a writer woken under the lock would wake only to wait for it, two switches instead
+ * of one, the second on the loop's unlock). */
+static void queue_job(mg_store_t *s, write_job_t *j)
 {
     list_push(&s->queue, j);
     s->handed++;
+}
+
+static void hand_over(mg_store_t *s, write_job_t *j)
+{
+    queue_job(s, j);
     pthread_cond_signal(&s->cv);
 }
 
@@ -1181,10 +1188,14 @@ static int submit(mg_store_t *s, write_job_t *j)
         return 0;
     }
     if (on_loop_thread(s)) {
+        int queued = 0;
         if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max))
             list_push(&s->parked, j); /* after the others: the order is kept */
-        else hand_over(s, j); /* detached (shutdown): no more parking, the bound is waived */
+        else
+            queued = 1,
+            queue_job(s, j); /* detached (shutdown): no more parking, the bound is waived */
         pthread_mutex_unlock(&s->mu);
+        if (queued) pthread_cond_signal(&s->cv); /* the store outlives its loop's calls */
         return 0;
     }
     /* any other thread may wait for room */
@@ -1215,13 +1226,12 @@ void mg_store_uncork(mg_store_t *s)
         if (s->attached && (s->parked.head || s->queue.n >= (uint64_t)s->queue_max)) {
             list_push(&s->parked, j);
         } else {
-            list_push(&s->queue, j);
-            s->handed++;
+            queue_job(s, j);
             any = 1;
         }
     }
-    if (any) pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    if (any) pthread_cond_signal(&s->cv);
 }
 
 int mg_store_write_cb(mg_store_t *s, const char *sql, int nparams, const char *const *params,

@@ -230,7 +230,17 @@ const EXTRA = {
                      base: 'no dashboard', col: `${meta.dashboards || 10} dashboards`,
                      short: 'dash', baseShort: 'none', target: 0.95,
                      issue: 'issue 22: within the noise of no dashboard' },
+    // metering off against plain moongate (metering on, the default): the ratios are on/off,
+    // and the target is on CPU per request (issue 19: metering costs at most 10 % more)
+    moongate_nometer: { title: 'moongate with metering off (usage.enabled: false)',
+                        base: 'metering on', col: 'metering off', short: 'on', baseShort: 'off',
+                        invert: true, cpuTarget: 1.10,
+                        issue: 'issue 19: CPU per request with metering on at most 10% above off' },
 };
+// a run with BENCH_EXTRA names the extra variants it ran; older runs ran all but the last
+if (Array.isArray(meta.extra_variants)) {
+    for (const v of Object.keys(EXTRA)) if (!meta.extra_variants.includes(v)) delete EXTRA[v];
+} else delete EXTRA.moongate_nometer;
 const variantStatus = (v) => (status.variants && status.variants[v]) || { ok: 0, reason: 'not run' };
 
 function versus(phase, mode, v, field, direct) {
@@ -242,7 +252,9 @@ function versus(phase, mode, v, field, direct) {
     const nginx = get('nginx');
     const base = get('moongate');
     const x = get(v);
-    return { nginx, moongate: base, [v]: x, vs_moongate: ratio(x, base), vs_nginx: ratio(x, nginx) };
+    // invert: the plain variant is the one with the feature (metering on: on/off)
+    const vs = EXTRA[v].invert ? ratio(base, x) : ratio(x, base);
+    return { nginx, moongate: base, [v]: x, vs_moongate: vs, vs_nginx: ratio(x, nginx) };
 }
 
 for (const v of Object.keys(EXTRA)) {
@@ -273,7 +285,12 @@ for (const v of Object.keys(EXTRA)) {
     const e = EXTRA[v];
     // decided on the rounds of the moongate variants alone when the run has them
     f.target_phase = MODES.some((m) => f.c50m[m].rps.vs_moongate !== null) ? 'c50m' : 'c50';
-    f.target = { rps_ratio_at_least: e.target, what: e.issue, phase: f.target_phase,
+    f.target = e.cpuTarget ? {
+        cpu_ratio_at_most: e.cpuTarget, what: e.issue, phases: ['paced', f.target_phase],
+        met: Object.fromEntries(MODES.map((m) => {
+            const rs = ['paced', f.target_phase].map((ph) => f[ph][m].cpu_us_per_req.vs_moongate);
+            return [m, rs.some((r) => r === null) ? null : rs.every((r) => r <= e.cpuTarget)];
+        })) } : { rps_ratio_at_least: e.target, what: e.issue, phase: f.target_phase,
                  met: Object.fromEntries(MODES.map((m) => {
                      const r = f[f.target_phase][m].rps.vs_moongate;
                      return [m, r === null ? null : r >= e.target];
@@ -287,7 +304,7 @@ for (const v of Object.keys(EXTRA)) {
 }
 
 // What loading the keys costs: moongate_auth started with 1 key, then with all of them.
-{
+if (figures.moongate_auth) {
     const loads = records.filter((r) => r.kind === 'auth_load').sort((a, b) => a.keys - b.keys);
     const seed = records.find((r) => r.kind === 'auth_seed');
     const one = loads.length >= 2 ? loads[0] : null;
@@ -420,17 +437,31 @@ for (const [v, e] of Object.entries(EXTRA)) {
     add('peak RSS after 50 conns, MiB', '', f.rss_mib.after_c50, (x) => fmt(x, 1));
     const cols = [['figure', 'figure'], ['mode', 'mode'], ['nginx', 'nginx'], ['moongate', e.base],
                   ['variant', e.col], ['vs_moongate', `${e.short}/${e.baseShort}`],
-                  ['vs_nginx', `${e.short}/nginx`]];
+                  ['vs_nginx', `${e.invert ? e.baseShort : e.short}/nginx`]];
     const st = variantStatus(v);
     const notes = [];
     if (!st.ok) notes.push(`${v}: n/a (${st.reason || 'not run'})`);
+    const over = f.target_phase === 'c50m' ? `at 50 conns, the ${pairRounds()}` : 'at 50 conns';
+    if (e.cpuTarget) {
+        const verdict = (r) => `${fmtRatio(r)}${r === null ? '' : r <= e.cpuTarget ? ' (met)' : ' (missed)'}`;
+        notes.push(`target (${e.issue}; CPU/req on/off): ` + MODES.map((m) =>
+            `${m} paced ${verdict(f.paced[m].cpu_us_per_req.vs_moongate)}, ${over} ` +
+            verdict(f[f.target_phase][m].cpu_us_per_req.vs_moongate)).join('; '));
+        notes.push('the last byte added by the durable events at the paced rate (on minus off): ' +
+            MODES.map((m) => ['p50', 'p99'].map((q) => {
+                const a = f.paced[m][`${q}_added_ms`];
+                const d = a.moongate === null || a[v] === null ? null : a.moongate - a[v];
+                return `${m} ${q} ${d === null ? NA : `${Math.round(d * 1000)} us`}`;
+            }).join(', ')).join('; '));
+        extraTables[v] = { title: e.title, cols, rows: rs, notes };
+        continue;
+    }
     const met = MODES.map((m) => {
         const r = f[f.target_phase][m].rps.vs_moongate;
         const c = f[f.target_phase][m].cpu_us_per_req.vs_moongate;
         return `${m} ${fmtRatio(r)}${r === null ? '' : r >= e.target ? ' (met)' : ' (missed)'}` +
             `, CPU/req ${fmtRatio(c)}`;
     });
-    const over = f.target_phase === 'c50m' ? `at 50 conns, the ${pairRounds()}` : 'at 50 conns';
     notes.push(`target (${e.issue}, ${over}): ${met.join('; ')}`);
     if (v === 'moongate_auth') {
         const k = f.keys;

@@ -282,7 +282,9 @@ typedef struct call_s {
     long long error_retry_ms; /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
     /* accounting */
     int have_usage;
-    int charged; /* charge_spend ran (it charges once) */
+    int charged;            /* charge_spend ran (it charges once) */
+    int64_t charged_micros; /* what it charged (the shared spend's settlement, shared.c) */
+    int spend_shared;       /* the spend is held in Redis (shared.c): once per call */
     long long prompt_tokens, completion_tokens;
     /* the usage's cache and reasoning details, as reported (meter.c turns them into
        mutually exclusive billing buckets, obs/price.h) */

@@ -300,6 +300,64 @@ void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int conse
     mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
 }
 
+/* The breaker message: "breaker", node id, provider id, model ("" the provider's own), "open"
+ * or "closed", the open period's milliseconds left; one a line. */
+void shared_breaker_publish(call_t *c, const char *provider, const char *model,
+                            const mg_breaker_t *b, mg_breaker_state_t was, uint64_t was_until,
+                            uint64_t now)
+{
+    mg_shared_t *s = c->pl->shared;
+    if (!s) return;
+    int opened =
+        b->state == MG_BREAKER_OPEN && (was != MG_BREAKER_OPEN || b->open_until_ms != was_until);
+    int closed = b->state == MG_BREAKER_CLOSED && was != MG_BREAKER_CLOSED;
+    if (!opened && !closed) return;
+    const mg_config_t *cfg = c->gen->cfg;
+    char channel[160], msg[512];
+    snprintf(channel, sizeof(channel), "%scooldown",
+             cfg->cluster.redis.key_prefix ? cfg->cluster.redis.key_prefix : "moongate:");
+    unsigned long long left = opened && b->open_until_ms > now ? b->open_until_ms - now : 0;
+    int n = snprintf(msg, sizeof(msg), "breaker\n%s\n%s\n%s\n%s\n%llu", cfg->cluster.node_id,
+                     provider, model, opened ? "open" : "closed", left);
+    if (n <= 0 || (size_t)n >= sizeof(msg)) return;
+    const char *argv[3] = {"PUBLISH", channel, msg};
+    size_t lens[3] = {7, strlen(channel), (size_t)n};
+    mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
+}
+
+/* Another instance's breaker opened or closed: ours does the same, stored as our own. */
+static void breaker_heard(mg_pipeline_t *pl, char **parts)
+{
+    mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[2]);
+    mg_route_state_t *rs = parts[3][0] ? mg_pool_route(pl->pool, parts[2], parts[3]) : NULL;
+    if (!ps || (parts[3][0] && !rs)) return; /* not in our config */
+    mg_breaker_t *b = rs ? &rs->breaker : &ps->breaker;
+    uint64_t now = uv_now(pl->loop);
+    mg_breaker_state_t was = b->state;
+    uint64_t was_until = b->open_until_ms;
+    int open = strcmp(parts[4], "open") == 0;
+    uint64_t left = strtoull(parts[5], NULL, 10);
+    if (open && left > 86400000ull) return;
+    if (open && !(b->state == MG_BREAKER_OPEN && b->open_until_ms >= now + left)) {
+        mg_breaker_restore_open(b, now, left);
+        b->trips++;
+    } else if (!open && b->state != MG_BREAKER_CLOSED) {
+        mg_breaker_close(b);
+    } else {
+        return; /* ours says so already */
+    }
+    if (rs) rs->version++;
+    mg_pool_changed(ps);
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "breaker heard");
+    mg_log_str(&l, "provider", parts[2]);
+    if (parts[3][0]) mg_log_str(&l, "model", parts[3]);
+    mg_log_str(&l, "state", open ? "open" : "closed");
+    mg_log_str(&l, "from_node", parts[1]);
+    mg_log_end(&l);
+    mg_persist_breaker(pl->store, parts[2], parts[3], b, was, was_until, now);
+}
+
 void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
 {
     mg_pipeline_t *pl = pipeline;
@@ -307,15 +365,19 @@ void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
     if (len >= sizeof(buf)) return;
     memcpy(buf, payload, len);
     buf[len] = '\0';
-    char *parts[5];
+    char *parts[6];
     int n = 0;
-    for (char *p = buf, *nl; n < 5; p = nl + 1) {
+    for (char *p = buf, *nl; n < 6; p = nl + 1) {
         parts[n++] = p;
         if (!(nl = strchr(p, '\n'))) break;
         *nl = '\0';
     }
-    if (n != 5) return;
     const mg_config_t *cfg = mg_gens_current(pl->gens)->cfg;
+    if (n == 6 && strcmp(parts[0], "breaker") == 0) {
+        if (strcmp(parts[1], cfg->cluster.node_id) != 0) breaker_heard(pl, parts);
+        return;
+    }
+    if (n != 5) return;
     if (strcmp(parts[0], cfg->cluster.node_id) == 0) return; /* our own */
     double secs = strtod(parts[2], NULL);
     mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[1]);

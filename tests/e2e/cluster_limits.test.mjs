@@ -39,11 +39,18 @@ function config(dir, i, dead) {
         providers: [...c.providers, { id: 'mock-limited', adapter: 'openai', base_url: m, rpm_limit: 9 },
             { id: 'mock-cool', adapter: 'openai', base_url: m },
             // spend: every token costs 2 per 1,000 (the estimate and the charge alike)
-            { id: 'mock-priced', adapter: 'openai', base_url: m, cost_per_1k_tokens: 2 }],
+            { id: 'mock-priced', adapter: 'openai', base_url: m, cost_per_1k_tokens: 2 },
+            { id: 'mock-brk', adapter: 'openai', base_url: m }],
+        // three failures in a row open a breaker for 2 s (the defaults but the duration)
+        circuit_breaker: { consecutive_failures: 3, open_duration_seconds: 2 },
         models: {
             chat: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-chat' }] },
             slow: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-slow' }] },
             priced: { tokenizer: 'estimate', routes: [{ provider: 'mock-priced', model: 'up-priced' }] },
+            brk: {
+                tokenizer: 'estimate',
+                routes: [{ provider: 'mock-brk', model: 'up-brk' }, { provider: 'mock-openai-b', model: 'up-brk-b', priority: 1 }],
+            },
             limited: { tokenizer: 'estimate', routes: [{ provider: 'mock-limited', model: 'up-limited' }] },
             cool: {
                 tokenizer: 'estimate',
@@ -307,6 +314,38 @@ describe('limits shared through redis', () => {
         for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'cool')).status, 200);
         assert.equal(await sentTo('up-cool'), cool0, 'no request to the cooling provider');
         assert.equal(await sentTo('up-cool-b'), b0 + 2);
+    });
+
+    test('a breaker one instance opens opens on the others; its close closes them', async () => {
+        const k = await keyEverywhere('brk-tenant', {});
+        const routeBreaker = async (i) => {
+            const r = await admin(i, 'GET', 'providers/mock-brk');
+            assert.equal(r.status, 200, r.text);
+            return r.json.routes.find((x) => x.model === 'up-brk')?.breaker;
+        };
+        for (let i = 0; i < N; i++) assert.equal(await routeBreaker(i), 'closed');
+        await mock.script({ model: 'up-brk', times: 3, action: { status: 503 } });
+        for (let j = 0; j < 3; j++) assert.equal((await chat(0, k.secrets[0], 'brk')).status, 200, 'failed over');
+        assert.equal(await routeBreaker(0), 'open');
+        const t0 = performance.now();
+        for (const i of [1, 2]) await waitFor(async () => (await routeBreaker(i)) === 'open', { timeoutMs: 1000, intervalMs: 5, what: `node-${i} breaker open` });
+        const heard = performance.now() - t0;
+        for (const i of [1, 2]) {
+            const line = await gws[i].waitLog((l) => l.msg === 'breaker heard' && l.provider === 'mock-brk' && l.state === 'open', { timeoutMs: 1000 });
+            assert.equal(line.from_node, 'node-0');
+        }
+        const sentTo = async (model) => (await mock.requests()).filter((x) => x.body?.model === model).length;
+        const before_ = await sentTo('up-brk');
+        for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'brk')).status, 200);
+        assert.equal(await sentTo('up-brk'), before_, 'the others send nothing to the open route');
+        // its period over, node-0's probe succeeds: every instance closes, without a probe of its own
+        await new Promise((r) => setTimeout(r, 2100));
+        assert.equal(await routeBreaker(1), 'half_open');
+        assert.equal((await chat(0, k.secrets[0], 'brk')).status, 200);
+        assert.equal(await routeBreaker(0), 'closed');
+        for (const i of [1, 2]) await waitFor(async () => (await routeBreaker(i)) === 'closed', { timeoutMs: 1000, intervalMs: 5, what: `node-${i} breaker closed` });
+        assert.equal(await sentTo('up-brk'), before_ + 1, 'one probe in the cluster');
+        console.log(`breaker opened on node-0: open on the others within ${heard.toFixed(1)} ms of its status read`);
     });
 
     test('a key\'s concurrency cap across instances; a killed instance\'s leases return after expiry', async () => {

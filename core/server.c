@@ -7,6 +7,7 @@
  * requests keep the generation they started with. Stop: no new connections, in-flight
  * requests drain up to timeouts.drain_ms, then everything closes. */
 #include "cluster/limits.h"
+#include "cluster/idem.h"
 #include "cluster/redis.h"
 #include "tenancy/wallet.h"
 #include "server.h"
@@ -305,6 +306,10 @@ static void close_everything(mg_server_t *s)
     s->prober = NULL;
     mg_redis_stop(s->redis);   /* frees itself once its handles close */
     mg_shared_free(s->shared); /* after: the callbacks in flight have been told */
+    mg_idem_cluster(s->idem, NULL, 0);
+    mg_cidem_free(s->cidem);
+    s->cidem = NULL;
+    s->api.cidem = NULL;
     s->redis = NULL;
     s->shared = NULL;
     s->pipeline.shared = NULL;
@@ -682,6 +687,14 @@ static void start_loop_hooks(mg_server_t *s)
     s->api.redis = s->redis;
     s->shared = mg_shared_new(s->redis, mg_gens_current(&s->gens)->cfg->cluster.redis.key_prefix);
     s->pipeline.shared = s->api.shared = s->shared;
+    const mg_config_t *cfg = mg_gens_current(&s->gens)->cfg;
+    s->cidem = mg_cidem_new(s->redis, cfg->cluster.redis.key_prefix, cfg->cluster.node_id);
+    s->api.cidem = s->cidem;
+    /* a claim outlives any run: the longest total deadline, the queue wait, and slack */
+    int total = cfg->timeouts.max_total_ms > cfg->timeouts.total_ms ? cfg->timeouts.max_total_ms
+                                                                    : cfg->timeouts.total_ms;
+    mg_idem_cluster(s->idem, s->cidem,
+                    (uint64_t)total + (uint64_t)cfg->routing.queue_timeout_ms + 5000);
     if (s->shared) { /* cooldowns heard from the other instances */
         const mg_cluster_conf_t *cc = &mg_gens_current(&s->gens)->cfg->cluster;
         char channel[160];

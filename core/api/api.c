@@ -1,5 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
+#include "cluster/idem.h"
 #include "cluster/limits.h"
 #include "cluster/redis.h"
 #include "api/api.h"
@@ -165,6 +166,15 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
         cJSON_AddNumberToObject(d, mg_cluster_degraded_name((mg_cluster_degraded_t)m),
                                 (double)ls.degraded[m]);
     cJSON_AddNumberToObject(l, "rtt_ms_avg", ls.rtt_n ? ls.rtt_ms_sum / (double)ls.rtt_n : 0);
+    mg_cidem_stats_t is;
+    mg_cidem_stats(s->cidem, &is);
+    cJSON *id = cJSON_AddObjectToObject(rd, "idempotency");
+    cJSON_AddNumberToObject(id, "claimed", (double)is.claimed);
+    cJSON_AddNumberToObject(id, "twins", (double)is.twins);
+    cJSON_AddNumberToObject(id, "replayed", (double)is.replayed);
+    cJSON_AddNumberToObject(id, "stored", (double)is.stored);
+    cJSON_AddNumberToObject(id, "conflicts", (double)is.conflicts);
+    cJSON_AddNumberToObject(id, "unavailable", (double)is.unavailable);
 }
 
 static void handle_status(mg_api_t *s, mg_http_req_t *req)

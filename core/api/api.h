@@ -55,6 +55,7 @@ typedef struct mg_api_s {
     const mg_proc_status_t *proc;
     const struct mg_redis_s *redis; /* NULL: no cluster.redis */
     struct mg_shared_s *shared;     /* the limits shared through it; NULL: none */
+    struct mg_cidem_s *cidem;       /* idempotency keys shared through it; NULL: none */
     struct mg_otlp_s *otlp;         /* NULL: no observability.otlp */
 } mg_api_t;
 

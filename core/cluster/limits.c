@@ -10,10 +10,13 @@
 
 #include "base/log.h"
 
-/* KEYS: three per level (NAME:r, NAME:t, NAME:c). ARGV: lease, tokens, lease ttl ms, n, then
- * rpm, tpm, conc per level. Every level is checked before anything is written: a refusal
- * leaves Redis as it was. Answers {1, second} when reserved, {0, level, limit, retry_ms}
- * when refused, {-1, level, 2, 0} when the tokens can never fit. */
+/* KEYS: three per level (NAME:r, NAME:t, NAME:c), then four per spend level (s:NAME:h,
+ * s:NAME:z, s:NAME:d:DAY, s:NAME:m:MONTH). ARGV: lease, tokens, lease ttl ms, n, then rpm,
+ * tpm, conc per level, then m (spend levels), the estimate in micros, and daily limit,
+ * monthly limit, local day and month figures per spend level. Every level is checked before
+ * anything is written: a refusal leaves Redis as it was (expired holds aside). Answers {1,
+ * second} when reserved, {0, level, limit, retry_ms} when refused ({0, n + j, 4 or 5, held}
+ * at a spend level), {-1, level, 2, 0} when the tokens can never fit. */
 static const char RESERVE_LUA[] =
     "local t = redis.call('TIME')\n"
     "local sec = tonumber(t[1])\n"
@@ -56,6 +59,27 @@ static const char RESERVE_LUA[] =
     "    if redis.call('ZCARD', kc) >= conc then return {0, i, 3, 0} end\n"
     "  end\n"
     "end\n"
+    "local sb, kb = 5 + n * 3, n * 3\n"
+    "local m, est = tonumber(ARGV[sb] or '0'), tonumber(ARGV[sb + 1] or '0')\n"
+    "local heal = {}\n"
+    "for j = 0, m - 1 do\n"
+    "  local kh, kz, kd, km = KEYS[kb+1+j*4], KEYS[kb+2+j*4], KEYS[kb+3+j*4], KEYS[kb+4+j*4]\n"
+    "  local dl, ml = tonumber(ARGV[sb+2+j*4]), tonumber(ARGV[sb+3+j*4])\n"
+    "  local ld, lm = tonumber(ARGV[sb+4+j*4]), tonumber(ARGV[sb+5+j*4])\n"
+    "  for _, l in ipairs(redis.call('ZRANGEBYSCORE', kz, '-inf', now)) do\n"
+    "    local a = tonumber(redis.call('HGET', kh, l) or '0')\n"
+    "    redis.call('HDEL', kh, l)\n"
+    "    if a > 0 then redis.call('HINCRBY', kh, '_sum', -a) end\n"
+    "  end\n"
+    "  redis.call('ZREMRANGEBYSCORE', kz, '-inf', now)\n"
+    "  local held = tonumber(redis.call('HGET', kh, '_sum') or '0')\n"
+    "  local rd = tonumber(redis.call('GET', kd) or '0')\n"
+    "  local rm = tonumber(redis.call('GET', km) or '0')\n"
+    "  local sd, sm = math.max(rd, ld), math.max(rm, lm)\n"
+    "  heal[j + 1] = {rd < ld, rm < lm, ld, lm}\n"
+    "  if dl > 0 and (sd >= dl or sd + held + est > dl) then return {0, n + j, 4, held} end\n"
+    "  if ml > 0 and (sm >= ml or sm + held + est > ml) then return {0, n + j, 5, held} end\n"
+    "end\n"
     "for i = 0, n - 1 do\n"
     "  local rpm, tpm, conc = tonumber(ARGV[5+i*3]), tonumber(ARGV[6+i*3]), "
     "tonumber(ARGV[7+i*3])\n"
@@ -73,9 +97,24 @@ static const char RESERVE_LUA[] =
     "    if redis.call('PTTL', kc) < ttl + 1000 then redis.call('PEXPIRE', kc, ttl + 1000) end\n"
     "  end\n"
     "end\n"
+    "for j = 0, m - 1 do\n"
+    "  local kh, kz, kd, km = KEYS[kb+1+j*4], KEYS[kb+2+j*4], KEYS[kb+3+j*4], KEYS[kb+4+j*4]\n"
+    "  if est > 0 then\n"
+    "    redis.call('HSET', kh, lease, est)\n"
+    "    redis.call('HINCRBY', kh, '_sum', est)\n"
+    "    redis.call('ZADD', kz, now + ttl, lease)\n"
+    "    for _, k in ipairs({kh, kz}) do\n"
+    "      if redis.call('PTTL', k) < ttl + 1000 then redis.call('PEXPIRE', k, ttl + 1000) end\n"
+    "    end\n"
+    "  end\n"
+    "  local h = heal[j + 1]\n"
+    "  if h[1] then redis.call('SET', kd, h[3], 'EX', 90000) end\n"
+    "  if h[2] then redis.call('SET', km, h[4], 'EX', 2764800) end\n"
+    "end\n"
     "return {1, sec}\n";
 
-/* KEYS as above. ARGV: lease, second, token delta, undo (0/1), n, then rpm, tpm, conc. */
+/* KEYS as above. ARGV: lease, second, token delta, undo (0/1), n, then rpm, tpm, conc, then
+ * m (spend levels) and the actual cost in micros. */
 static const char RELEASE_LUA[] =
     "local lease, at, delta, undo, n = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', "
     "tonumber(ARGV[5])\n"
@@ -88,6 +127,23 @@ static const char RELEASE_LUA[] =
     "    if redis.call('HINCRBY', KEYS[2+i*3], at, delta) < 0 then\n"
     "      redis.call('HSET', KEYS[2+i*3], at, 0)\n"
     "    end\n"
+    "  end\n"
+    "end\n"
+    "local sb, kb = 6 + n * 3, n * 3\n"
+    "local m, cost = tonumber(ARGV[sb] or '0'), tonumber(ARGV[sb + 1] or '0')\n"
+    "for j = 0, m - 1 do\n"
+    "  local kh, kz, kd, km = KEYS[kb+1+j*4], KEYS[kb+2+j*4], KEYS[kb+3+j*4], KEYS[kb+4+j*4]\n"
+    "  local a = tonumber(redis.call('HGET', kh, lease) or '0')\n"
+    "  if a > 0 then\n"
+    "    redis.call('HDEL', kh, lease)\n"
+    "    redis.call('HINCRBY', kh, '_sum', -a)\n"
+    "  end\n"
+    "  redis.call('ZREM', kz, lease)\n"
+    "  if cost > 0 then\n"
+    "    redis.call('INCRBY', kd, cost)\n"
+    "    redis.call('EXPIRE', kd, 90000)\n"
+    "    redis.call('INCRBY', km, cost)\n"
+    "    redis.call('EXPIRE', km, 2764800)\n"
     "  end\n"
     "end\n"
     "return 1\n";
@@ -110,7 +166,8 @@ typedef struct op_s {
     uint64_t tokens, ttl_ms, at_s;
     int64_t delta;
     int undo;
-    int evaled; /* sent as EVAL already: no second retry */
+    mg_shared_spend_t spend; /* spend.n == 0: none */
+    int evaled;              /* sent as EVAL already: no second retry */
     uint64_t sent_ns;
     mg_shared_cb cb;
     void *ud;
@@ -171,9 +228,14 @@ static void on_reply(void *ud, redisReply *reply);
 static int send_op(op_t *op)
 {
     mg_shared_t *s = op->s;
-    enum { MAXARGS = 3 + 3 * MG_SHARED_MAX_LEVELS + 5 + 3 * MG_SHARED_MAX_LEVELS };
-    char keys[3 * MG_SHARED_MAX_LEVELS][sizeof(s->prefix) + MG_SHARED_NAME_MAX + 4];
-    char nums[5 + 3 * MG_SHARED_MAX_LEVELS][24];
+    enum {
+        NKEYS = 3 * MG_SHARED_MAX_LEVELS + 4 * MG_SHARED_MAX_SPEND,
+        NNUMS = 5 + 3 * MG_SHARED_MAX_LEVELS + 2 + 4 * MG_SHARED_MAX_SPEND,
+        MAXARGS = 3 + NKEYS + 1 + NNUMS
+    };
+    char keys[NKEYS][sizeof(s->prefix) + MG_SHARED_NAME_MAX + 24];
+    char nums[NNUMS][24];
+    const mg_shared_spend_t *sp = &op->spend;
     const char *argv[MAXARGS];
     size_t lens[MAXARGS];
     int argc = 0, ni = 0;
@@ -187,14 +249,25 @@ static int send_op(op_t *op)
         argv[argc] = "EVALSHA", lens[argc++] = 7;
         ARG(op->release ? s->sha_release : s->sha_reserve);
     }
-    NUM("%zu", op->n * 3);
+    NUM("%zu", op->n * 3 + sp->n * 4);
     static const char suffix[3] = {'r', 't', 'c'};
+    int ki = 0;
     for (size_t i = 0; i < op->n; i++)
         for (int k = 0; k < 3; k++) {
-            snprintf(keys[i * 3 + k], sizeof(keys[0]), "%s%s:%c", s->prefix, op->lv[i].name,
-                     suffix[k]);
-            ARG(keys[i * 3 + k]);
+            snprintf(keys[ki], sizeof(keys[0]), "%s%s:%c", s->prefix, op->lv[i].name, suffix[k]);
+            ARG(keys[ki++]);
         }
+    for (size_t j = 0; j < sp->n; j++) {
+        const char *nm = sp->lv[j].name;
+        snprintf(keys[ki], sizeof(keys[0]), "%ss:%s:h", s->prefix, nm);
+        ARG(keys[ki++]);
+        snprintf(keys[ki], sizeof(keys[0]), "%ss:%s:z", s->prefix, nm);
+        ARG(keys[ki++]);
+        snprintf(keys[ki], sizeof(keys[0]), "%ss:%s:d:%s", s->prefix, nm, sp->day);
+        ARG(keys[ki++]);
+        snprintf(keys[ki], sizeof(keys[0]), "%ss:%s:m:%s", s->prefix, nm, sp->month);
+        ARG(keys[ki++]);
+    }
     ARG(op->lease);
     if (op->release) {
         NUM("%llu", (unsigned long long)op->at_s);
@@ -210,6 +283,15 @@ static int send_op(op_t *op)
         NUM("%llu", (unsigned long long)op->lv[i].tpm);
         NUM("%u", op->lv[i].conc);
     }
+    NUM("%zu", sp->n);
+    NUM("%lld", (long long)(sp->micros > 0 ? sp->micros : 0));
+    if (!op->release)
+        for (size_t j = 0; j < sp->n; j++) {
+            NUM("%lld", (long long)sp->lv[j].daily);
+            NUM("%lld", (long long)sp->lv[j].monthly);
+            NUM("%lld", (long long)sp->lv[j].local_day);
+            NUM("%lld", (long long)sp->lv[j].local_month);
+        }
 #undef ARG
 #undef NUM
     return mg_redis_command(s->r, on_reply, op, argc, argv, lens);
@@ -246,7 +328,8 @@ static void read_answer(mg_shared_t *s, const redisReply *reply, mg_shared_answe
     a->level = (int)int_at(reply, 1);
     a->limit = (int)int_at(reply, 2);
     long long wait = int_at(reply, 3);
-    a->retry_after_ms = wait > 0 ? (uint64_t)wait : 0;
+    if (a->limit >= 4) a->held_micros = wait; /* a spend level: what is held there */
+    else a->retry_after_ms = wait > 0 ? (uint64_t)wait : 0;
     s->stats.refused++;
 }
 
@@ -266,7 +349,7 @@ static void on_reply(void *ud, redisReply *reply)
         free(op);
         return;
     }
-    mg_shared_answer_t a = {MG_SHARED_UNAVAILABLE, -1, 0, 0, 0};
+    mg_shared_answer_t a = {.rc = MG_SHARED_UNAVAILABLE, .level = -1};
     read_answer(s, reply, &a);
     if (a.rc != MG_SHARED_UNAVAILABLE) {
         s->stats.rtt_ms_sum += (double)(uv_hrtime() - op->sent_ns) / 1e6;
@@ -278,22 +361,26 @@ static void on_reply(void *ud, redisReply *reply)
     cb(cud, &a);
 }
 
-static op_t *op_new(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease)
+static op_t *op_new(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                    const mg_shared_spend_t *spend)
 {
-    if (!s || n == 0 || n > MG_SHARED_MAX_LEVELS) return NULL;
+    size_t m = spend ? spend->n : 0;
+    if (!s || n + m == 0 || n > MG_SHARED_MAX_LEVELS || m > MG_SHARED_MAX_SPEND) return NULL;
     op_t *op = calloc(1, sizeof(*op));
     if (!op) return NULL;
     op->s = s;
     op->n = n;
-    memcpy(op->lv, lv, n * sizeof(*lv));
+    if (n) memcpy(op->lv, lv, n * sizeof(*lv));
+    if (m) op->spend = *spend;
     snprintf(op->lease, sizeof(op->lease), "%s", lease);
     return op;
 }
 
 int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
-                      uint64_t tokens, uint64_t lease_ttl_ms, mg_shared_cb cb, void *ud)
+                      uint64_t tokens, uint64_t lease_ttl_ms, const mg_shared_spend_t *spend,
+                      mg_shared_cb cb, void *ud)
 {
-    op_t *op = op_new(s, lv, n, lease);
+    op_t *op = op_new(s, lv, n, lease, spend);
     if (!op) return -1;
     op->tokens = tokens;
     op->ttl_ms = lease_ttl_ms;
@@ -309,15 +396,20 @@ int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, con
 }
 
 void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
-                       uint64_t at_s, int64_t token_delta, int undo)
+                       uint64_t at_s, int64_t token_delta, int undo, const mg_shared_spend_t *spend)
 {
-    op_t *op = op_new(s, lv, n, lease);
+    op_t *op = op_new(s, lv, n, lease, spend);
     if (!op) return;
     op->release = 1;
     op->at_s = at_s;
     op->delta = token_delta;
     op->undo = undo;
     if (send_op(op) != 0) free(op); /* the leases expire by themselves */
+}
+
+const char *mg_shared_script(int release)
+{
+    return release ? RELEASE_LUA : RESERVE_LUA;
 }
 
 void mg_shared_note_degraded(mg_shared_t *s, int mode)

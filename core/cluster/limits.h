@@ -15,6 +15,15 @@
  *           over the 60 one-second buckets up to now, as the single node counts it;
  *   NAME:c  sorted set, one member per concurrency lease scored by its expiry (ms): a lease
  *           not released by then (its instance died) stops counting by itself.
+ * and per spend level "NAME" ("k:12" a key, "p:3" a project, "t:1" a tenant), prefixed "s:":
+ *   s:NAME:h  hash lease -> micros held by a request in flight, and "_sum" their total;
+ *   s:NAME:z  sorted set lease -> expiry (ms) of each hold: a dead instance's holds return;
+ *   s:NAME:d:<YYYY-MM-DD>, s:NAME:m:<YYYY-MM>  the micros spent in the UTC day and month.
+ * A spend level is refused when spent >= limit or spent + held + the estimate > limit (the
+ * single node's rule, tenancy/auth.h), across instances. The spent figure read is the larger
+ * of Redis' and the instance's own (so a Redis that lost its data counts at least what this
+ * instance charged; the larger is written back). The release takes the hold out and adds the
+ * actual cost to both periods.
  * Every key carries a TTL past the longest time it matters, so idle levels leave Redis.
  * Time is Redis' own (TIME inside the script): the instances' clocks never disagree.
  *
@@ -32,6 +41,23 @@
 #define MG_SHARED_MAX_LEVELS 3
 #define MG_SHARED_NAME_MAX 96
 #define MG_SHARED_LEASE_MAX 64
+
+#define MG_SHARED_MAX_SPEND 3
+
+/* One spend level: a key, project or tenant with a daily or monthly spend limit. */
+typedef struct mg_shared_spend_level_s {
+    char name[MG_SHARED_NAME_MAX];  /* "k:12", "p:3", "t:1" */
+    int64_t daily, monthly;         /* limits, 0 = none */
+    int64_t local_day, local_month; /* this instance's figures: the floor of Redis' */
+} mg_shared_spend_level_t;
+
+/* The spend levels of one request (key, project, tenant), all or nothing with the rest. */
+typedef struct mg_shared_spend_s {
+    size_t n;                /* 0: none */
+    int64_t micros;          /* reserve: the estimate held; release: the actual cost charged */
+    char day[16], month[16]; /* the periods: "2026-12-02", "2026-12" */
+    mg_shared_spend_level_t lv[MG_SHARED_MAX_SPEND];
+} mg_shared_spend_t;
 
 /* One level and its limits (0 = none). */
 typedef struct mg_shared_level_s {
@@ -51,8 +77,9 @@ typedef enum {
 
 typedef struct mg_shared_answer_s {
     mg_shared_rc_t rc;
-    int level;               /* refusing level's index, -1 when none */
-    int limit;               /* 1 rpm, 2 tpm, 3 concurrency, 0 none */
+    int level;               /* refusing level's index, -1 when none; n + j: spend level j */
+    int limit;               /* 1 rpm, 2 tpm, 3 concurrency, 4 daily spend, 5 monthly, 0 none */
+    int64_t held_micros;     /* a spend refusal: what requests in flight hold there */
     uint64_t retry_after_ms; /* when it may accept (0: unknown, a lease's end) */
     uint64_t at_s;           /* OK: the Redis second the tokens were counted in */
 } mg_shared_answer_t;
@@ -80,13 +107,19 @@ mg_redis_t *mg_shared_redis(const mg_shared_t *s);
  * sets (unique per reservation). cb is called exactly once, later. -1 (cb never called):
  * Redis is not connected now, the caller is degraded at once. */
 int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
-                      uint64_t tokens, uint64_t lease_ttl_ms, mg_shared_cb cb, void *ud);
+                      uint64_t tokens, uint64_t lease_ttl_ms, const mg_shared_spend_t *spend,
+                      mg_shared_cb cb, void *ud);
 
 /* The request's end (fire and forget): the leases returned; the tokens counted at at_s
  * corrected by token_delta (actual - estimate); with undo (the request was never sent) its
- * admission taken out of the RPM logs and its tokens out of the windows too. */
+ * admission taken out of the RPM logs and its tokens out of the windows too. spend (NULL:
+ * none): the holds go and spend->micros is charged to the levels' periods. */
 void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
-                       uint64_t at_s, int64_t token_delta, int undo);
+                       uint64_t at_s, int64_t token_delta, int undo,
+                       const mg_shared_spend_t *spend);
+
+/* The scripts' text, for the test that runs them against a real redis-server. */
+const char *mg_shared_script(int release);
 
 /* A request went on without Redis in `mode` (counted for /status and the metrics). */
 void mg_shared_note_degraded(mg_shared_t *s, int mode);

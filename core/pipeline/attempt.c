@@ -79,9 +79,12 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
                                              : MG_ATTEMPT_FAILED);
     /* an open breaker survives a restart: stored when it opens, deleted when it closes */
     mg_persist_breaker(c->pl->store, ps->id, "", &ps->breaker, ps_was, ps_until, now);
-    if (rs)
+    shared_breaker_publish(c, ps->id, "", &ps->breaker, ps_was, ps_until, now);
+    if (rs) {
         mg_persist_breaker(c->pl->store, rs->provider, rs->model, &rs->breaker, rs_was, rs_until,
                            now);
+        shared_breaker_publish(c, rs->provider, rs->model, &rs->breaker, rs_was, rs_until, now);
+    }
     /* only a stream has a first token; a whole answer's first byte measures the answer */
     int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
     if (mg_health_record(&ps->health, now, !provider_fault, (int64_t)(now - c->attempt_start_ms),

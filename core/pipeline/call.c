@@ -210,6 +210,7 @@ mg_hold_t *charge_spend(call_t *c)
     int64_t micros = call_cost_micros(c, NULL); /* the price version in force (obs/price.h) */
     if (micros <= 0) return event_hold;
     c->charged = 1;
+    c->charged_micros = micros;
     mg_hold_t *h = event_hold ? event_hold : c->req ? mg_hold_new() : NULL;
     if (h) mg_hold_expect(h);
     if (mg_auth_charge(c->pl->auth, &c->auth, micros, mg_unix_ms(), h ? mg_hold_committed : NULL,

@@ -282,7 +282,9 @@ typedef struct call_s {
     long long error_retry_ms; /* may pass INT_MAX: a monthly limit's Retry-After is weeks */
     /* accounting */
     int have_usage;
-    int charged; /* charge_spend ran (it charges once) */
+    int charged;            /* charge_spend ran (it charges once) */
+    int64_t charged_micros; /* what it charged (the shared spend's settlement, shared.c) */
+    int spend_shared;       /* the spend is held in Redis (shared.c): once per call */
     long long prompt_tokens, completion_tokens;
     /* the usage's cache and reasoning details, as reported (meter.c turns them into
        mutually exclusive billing buckets, obs/price.h) */
@@ -542,6 +544,11 @@ mg_step_rc_t step_shared(call_t *c);
 void shared_finish(call_t *c);
 /* A cooldown this instance applied, told to the others (PUBLISH on
  * <key_prefix>cooldown; mg_pipeline_cooldown_heard applies it there). */
+/* A breaker (the provider's: model "", or a route's) that opened, opened again or closed in
+ * this attempt's end is published on the same channel: the others open or close theirs. */
+void shared_breaker_publish(call_t *c, const char *provider, const char *model,
+                            const mg_breaker_t *b, mg_breaker_state_t was, uint64_t was_until,
+                            uint64_t now);
 void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int consecutive, double secs,
                              int status);
 

@@ -11,7 +11,19 @@
  *   RUN     the detached request runs through the pipeline (its entry point);
  *   COMMIT  its answer is being written: nobody is answered before that write committed,
  *           so an answer a client saw can always be replayed, also after kill -9.
- * Then every waiter is answered and the entry becomes a stored answer. */
+ * Then every waiter is answered and the entry becomes a stored answer.
+ *
+ * With cluster.redis (mg_idem_cluster) a key new to this instance is claimed in Redis before
+ * it runs (cluster/idem.h), one round trip:
+ *   CLAIM   taken: the key runs here (RUN), and its answer goes to Redis as it is committed
+ *           here; already answered elsewhere: that answer is replayed; running elsewhere:
+ *   REMOTE  the waiters wait for the other instance's answer (Redis read every POLL_MS), as
+ *           a local twin waits for its run. The claim gone meanwhile (its instance died, or
+ *           kept no answer): claimed again. Redis lost while waiting, or the wait past the
+ *           claim's TTL twice: 409 IDEMPOTENCY_IN_PROGRESS (running the key here could make
+ *           a second upstream call, which the key exists to prevent).
+ * Redis unreachable or late at the claim: the key runs locally, as on a single node (its
+ * answer still goes to Redis once Redis is back within the TTL). */
 #include "pipeline/idem.h"
 
 #include <stdio.h>
@@ -21,9 +33,12 @@
 
 #include "base/crypto.h"
 #include "base/log.h"
+#include "cluster/idem.h"
 #include "pipeline/idem_cache.h"
 
-typedef enum { RUN_LOOKUP = 1, RUN_RUNNING, RUN_COMMIT } run_state_t;
+#define POLL_MS 20
+
+typedef enum { RUN_LOOKUP = 1, RUN_CLAIM, RUN_REMOTE, RUN_RUNNING, RUN_COMMIT } run_state_t;
 
 typedef struct waiter_s {
     struct waiter_s *next;
@@ -49,6 +64,9 @@ typedef struct run_s {
     uv_work_t work; /* RUN_LOOKUP */
     int64_t lookup_now_ms;
     int found;
+    int claimed;        /* the Redis claim is this instance's */
+    uv_timer_t *poll;   /* RUN_REMOTE: the next read of the twin's answer (owned) */
+    int64_t wait_until; /* RUN_REMOTE: 409 after this (wall ms) */
 } run_t;
 
 struct mg_idem_s {
@@ -59,6 +77,8 @@ struct mg_idem_s {
     int stopped; /* the process is closing: no new run */
     mg_idem_cache_t cache;
     int ttl_s;
+    mg_cidem_t *cluster; /* borrowed; NULL: keys are this instance's alone */
+    uint64_t claim_ttl_ms;
 };
 
 static int64_t wall_ms(void)
@@ -133,8 +153,21 @@ mg_idem_t *mg_idem_open(const mg_idem_deps_t *d, int ttl_s, int max_entries)
     return m;
 }
 
+static void free_handle(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void stop_poll(run_t *r)
+{
+    if (!r->poll) return;
+    uv_close((uv_handle_t *)r->poll, free_handle);
+    r->poll = NULL;
+}
+
 static void run_free(run_t *r)
 {
+    stop_poll(r);
     while (r->waiters) {
         waiter_t *w = r->waiters;
         r->waiters = w->next;
@@ -147,7 +180,19 @@ static void run_free(run_t *r)
 
 void mg_idem_stop(mg_idem_t *m)
 {
-    if (m) m->stopped = 1;
+    if (!m) return;
+    m->stopped = 1;
+    /* the loop must be free to end: no timer of ours left running */
+    for (size_t i = 0; i < m->cache.n_buckets; i++)
+        for (mg_idem_entry_t *e = m->cache.buckets[i]; e; e = e->hnext)
+            if (!e->done && e->owner) stop_poll(e->owner);
+}
+
+void mg_idem_cluster(mg_idem_t *m, mg_cidem_t *x, uint64_t claim_ttl_ms)
+{
+    if (!m) return;
+    m->cluster = x;
+    m->claim_ttl_ms = claim_ttl_ms;
 }
 
 void mg_idem_free(mg_idem_t *m)
@@ -266,6 +311,8 @@ static void run_end(run_t *r, int stored)
 /* Every waiter gets 500 and the key is forgotten (out of memory). */
 static void run_abandon(run_t *r)
 {
+    if (r->claimed) mg_cidem_drop(r->m->cluster, r->id); /* the others may run it */
+    r->claimed = 0;
     free(r->body);
     r->body = NULL;
     r->status = 500;
@@ -311,6 +358,10 @@ static void on_run_finished(void *ud, const mg_http_req_t *dreq, int status, con
         r->body[len] = '\0';
     }
     r->expires_ms = wall_ms() + (int64_t)m->ttl_s * 1000;
+    /* the other instances' twins read it there; sent before the local commit, which takes
+       longer, so it is in Redis before any client here has the answer, in practice */
+    if (m->cluster && r->body)
+        mg_cidem_put(m->cluster, r->id, status, r->stream, r->body, r->len, r->expires_ms);
     if (m->store && r->body) {
         char st[16], sm[4], exp[24];
         snprintf(st, sizeof(st), "%d", status);
@@ -350,6 +401,145 @@ static void start_run(run_t *r)
     memcpy(r->run_id, req->request_id, sizeof(r->run_id));
     r->state = RUN_RUNNING;
     m->run(m->run_ud, dreq, r->ep); /* may answer at once: on_run_finished answers */
+}
+
+/* ---- the key across instances (cluster.redis) ---- */
+
+static void claim_or_run(run_t *r);
+
+/* Every waiter gets 409: the key runs on another instance and its answer cannot be had. */
+static void run_conflict(run_t *r, const char *why)
+{
+    mg_cidem_note_conflict(r->m->cluster);
+    waiter_t *w;
+    while ((w = r->waiters)) {
+        r->waiters = w->next;
+        mg_http_req_t *req = w->req;
+        free(w);
+        req->on_abort = NULL;
+        if (mg_log_enabled(MG_LOG_INFO)) {
+            mg_logline_t l;
+            mg_log_begin(&l, MG_LOG_INFO, "request");
+            mg_http_log_ids(&l, req);
+            mg_log_str(&l, "path", req->path);
+            mg_log_int(&l, "status", 409);
+            mg_log_str(&l, "outcome", "idempotent_conflict");
+            mg_log_end(&l);
+        }
+        mg_error_respond(req, 409, "IDEMPOTENCY_IN_PROGRESS", why, 1000, NULL);
+    }
+    run_end(r, 0); /* no answer: the key is forgotten here */
+}
+
+/* The answer another instance stored: every waiter gets it (`stored`: a replay, else a twin
+ * that waited), and it is kept here as a run's answer is, in memory and in the store. */
+static void remote_answer(run_t *r, const mg_cidem_answer_t *a, int stored)
+{
+    mg_idem_t *m = r->m;
+    r->body = malloc(a->len + 1);
+    if (!r->body) {
+        run_abandon(r);
+        return;
+    }
+    memcpy(r->body, a->body, a->len);
+    r->body[a->len] = '\0';
+    r->len = a->len;
+    r->status = a->status;
+    r->answer_stream = a->stream;
+    r->expires_ms = a->expires_ms;
+    if (m->store) {
+        char st[16], sm[4], exp[24];
+        snprintf(st, sizeof(st), "%d", r->status);
+        snprintf(sm, sizeof(sm), "%d", r->answer_stream);
+        snprintf(exp, sizeof(exp), "%lld", (long long)r->expires_ms);
+        const char *p[6] = {r->id, st, sm, r->body, exp, r->group};
+        mg_store_write(m->store,
+                       "INSERT OR REPLACE INTO idempotency(id, http_status, stream, body,"
+                       " expires_ms, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                       6, p); /* Redis has it meanwhile: no wait for this commit */
+    }
+    run_end(r, stored);
+}
+
+static void on_peek(void *ud, const mg_cidem_answer_t *a);
+
+static void on_poll(uv_timer_t *t)
+{
+    run_t *r = t->data;
+    if (r->m->stopped) return;
+    if (mg_cidem_peek(r->m->cluster, r->id, on_peek, r) != 0)
+        run_conflict(r, "this key's request runs on another instance and the cluster state"
+                        " (Redis) cannot be read now; retry later");
+}
+
+/* Read the twin's answer again in POLL_MS. */
+static void wait_remote(run_t *r)
+{
+    r->state = RUN_REMOTE;
+    if (!r->poll) {
+        r->poll = malloc(sizeof(*r->poll));
+        if (!r->poll) {
+            run_abandon(r);
+            return;
+        }
+        uv_timer_init(r->m->loop, r->poll);
+        r->poll->data = r;
+    }
+    uv_timer_start(r->poll, on_poll, POLL_MS, 0);
+}
+
+static void on_peek(void *ud, const mg_cidem_answer_t *a)
+{
+    run_t *r = ud;
+    if (r->m->stopped) return; /* left to mg_idem_free */
+    if (a->rc == MG_CIDEM_DONE) {
+        remote_answer(r, a, 0);
+    } else if (!r->waiters) {
+        run_end(r, 0); /* nobody waits any more: forget the key here */
+    } else if (a->rc == MG_CIDEM_GONE) {
+        claim_or_run(r); /* its instance died or kept no answer */
+    } else if (a->rc == MG_CIDEM_UNAVAILABLE) {
+        run_conflict(r, "this key's request runs on another instance and the cluster state"
+                        " (Redis) cannot be read now; retry later");
+    } else if (wall_ms() > r->wait_until) {
+        run_conflict(r, "this key's request is still running on another instance; retry later");
+    } else {
+        wait_remote(r);
+    }
+}
+
+static void on_claimed(void *ud, const mg_cidem_answer_t *a)
+{
+    run_t *r = ud;
+    mg_idem_t *m = r->m;
+    if (m->stopped) return; /* left to mg_idem_free */
+    if (a->rc == MG_CIDEM_DONE) {
+        remote_answer(r, a, 1);
+        return;
+    }
+    if (a->rc == MG_CIDEM_OWNED) r->claimed = 1;
+    if (!r->waiters) { /* nobody to run it for */
+        if (r->claimed) mg_cidem_drop(m->cluster, r->id);
+        r->claimed = 0;
+        run_end(r, 0);
+        return;
+    }
+    if (a->rc == MG_CIDEM_RUNNING) {
+        r->wait_until = wall_ms() + 2 * (int64_t)m->claim_ttl_ms;
+        wait_remote(r);
+        return;
+    }
+    start_run(r); /* ours, or Redis did not answer: local, as a single node */
+}
+
+/* The key is new here: claimed across instances first when Redis is up, else run. */
+static void claim_or_run(run_t *r)
+{
+    mg_idem_t *m = r->m;
+    r->state = RUN_CLAIM;
+    if (!mg_cidem_up(m->cluster) ||
+        mg_cidem_claim(m->cluster, r->id, m->claim_ttl_ms, on_claimed, r) != 0)
+        start_run(r);
 }
 
 /* ---- reading an evicted record back (off the loop) ---- */
@@ -393,7 +583,7 @@ static void lookup_done(uv_work_t *w, int status)
         run_end(r, 0); /* nobody to run it for: forget the key */
         return;
     }
-    start_run(r);
+    claim_or_run(r);
 }
 
 static void start_lookup(run_t *r)
@@ -401,7 +591,7 @@ static void start_lookup(run_t *r)
     r->state = RUN_LOOKUP;
     r->work.data = r;
     r->lookup_now_ms = wall_ms();
-    if (uv_queue_work(r->m->loop, &r->work, lookup_work, lookup_done) != 0) start_run(r);
+    if (uv_queue_work(r->m->loop, &r->work, lookup_work, lookup_done) != 0) claim_or_run(r);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -452,5 +642,5 @@ void mg_idem_handle(mg_idem_t *m, mg_http_req_t *req, mg_endpoint_t ep, const ch
     snprintf(r->group, sizeof(r->group), "%s", group);
     e->owner = r;
     if (m->store && mg_idem_cache_may_be_stored(&m->cache, group, now)) start_lookup(r);
-    else start_run(r);
+    else claim_or_run(r);
 }

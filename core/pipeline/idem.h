@@ -36,6 +36,10 @@ typedef struct mg_idem_deps_s {
 /* Read the newest stored answers that have not expired, max_entries per group (before the
  * loop runs). ttl_s: how long an answer is kept. NULL when out of memory. */
 mg_idem_t *mg_idem_open(const mg_idem_deps_t *d, int ttl_s, int max_entries);
+struct mg_cidem_s;
+/* Keys shared with the other instances through Redis (cluster/idem.h; borrowed, NULL: none):
+ * a claim lives claim_ttl_ms (longer than any run may take). */
+void mg_idem_cluster(mg_idem_t *m, struct mg_cidem_s *x, uint64_t claim_ttl_ms);
 /* The process is closing: no key starts a run from now on. */
 void mg_idem_stop(mg_idem_t *m);
 void mg_idem_free(mg_idem_t *m);

@@ -19,6 +19,12 @@
  * deadline may have reserved: its leases expire (lease TTL: the request's total deadline + 2 s) and
  * its admissions leave the windows within a minute.
  *
+ * Spend: with its key's, project's or tenant's daily or monthly spend limit, the request's
+ * estimated cost is held in the same script (first reservation only), all or nothing with the
+ * rates, against the spend of every instance; the call's end takes the hold out and charges
+ * the cost charge_spend charged (0 when none). Admission has checked the limits locally
+ * already (this instance's figures): that check is what remains while Redis cannot answer.
+ *
  * The op of a script in flight owns itself: when the call ends meanwhile (the client left)
  * it is orphaned and, if the answer is "reserved", undoes the reservation. */
 #include "pipeline/call.h"
@@ -42,6 +48,7 @@ typedef struct shared_op_s {
     char lease[MG_SHARED_LEASE_MAX];
     uint64_t tokens;
     uint64_t at_s;
+    mg_shared_spend_t spend; /* the spend levels held (spend.n 0: none) */
 } shared_op_t;
 
 void shared_defer_quota(call_t *c)
@@ -65,6 +72,49 @@ static void add_key_levels(call_t *c, shared_op_t *op)
         l->conc = conc;
     }
     op->key_levels = op->n;
+}
+
+/* The key's, project's and tenant's spend levels that have a limit, with the estimate. */
+static void add_spend_levels(call_t *c, shared_op_t *op)
+{
+    static const char tag[3] = {'k', 'p', 't'};
+    mg_shared_spend_t *sp = &op->spend;
+    for (size_t i = 0; i < 3; i++) {
+        const mg_auth_spend_view_t *v = &c->auth.spend[i];
+        if (!v->id || (v->daily <= 0 && v->monthly <= 0)) continue;
+        mg_shared_spend_level_t *l = &sp->lv[sp->n++];
+        snprintf(l->name, sizeof(l->name), "%c:%lld", tag[i], (long long)v->id);
+        l->daily = v->daily;
+        l->monthly = v->monthly;
+        l->local_day = v->spent_day;
+        l->local_month = v->spent_month;
+    }
+    if (!sp->n) return;
+    sp->micros = c->auth.spend_hold_micros > 0 ? c->auth.spend_hold_micros : 0;
+    snprintf(sp->day, sizeof(sp->day), "%s", c->auth.spend_day);
+    snprintf(sp->month, sizeof(sp->month), "%s", c->auth.spend_month);
+}
+
+/* A spend level refused across instances: 429 QUOTA_EXCEEDED until its period ends. */
+static mg_step_rc_t spend_refused(call_t *c, shared_op_t *op, const mg_shared_answer_t *a)
+{
+    size_t j = (size_t)a->level - op->n;
+    const char *nm = op->spend.lv[j].name;
+    const char *who = nm[0] == 'k'   ? "the API key's"
+                      : nm[0] == 'p' ? "the project's"
+                                     : "the tenant's";
+    int monthly = a->limit == 5;
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "%s %s spend limit would be passed by this request's estimated cost (%lld micros;"
+             " requests in flight on every instance hold %lld); lower max_tokens or retry later",
+             who, monthly ? "monthly" : "daily", (long long)op->spend.micros,
+             (long long)a->held_micros);
+    uint64_t retry = mg_auth_until_period_end(mg_unix_ms(), monthly);
+    attempt_unreserve_entry(c);
+    call_error(c, 429, "QUOTA_EXCEEDED", msg, 0);
+    c->error_retry_ms = (long long)retry; /* a month's wait passes INT_MAX ms */
+    return MG_STEP_NEXT;
 }
 
 static void add_provider_level(call_t *c, shared_op_t *op)
@@ -122,8 +172,11 @@ static void on_answer(void *ud, const mg_shared_answer_t *a)
     shared_op_t *op = ud;
     call_t *c = op->c;
     if (!c) { /* the call ended meanwhile: nothing was sent */
-        if (a->rc == MG_SHARED_OK)
-            mg_shared_release(op->s, op->lv, op->n, op->lease, a->at_s, -(int64_t)op->tokens, 1);
+        if (a->rc == MG_SHARED_OK) {
+            op->spend.micros = 0; /* nothing ran: nothing charged */
+            mg_shared_release(op->s, op->lv, op->n, op->lease, a->at_s, -(int64_t)op->tokens, 1,
+                              op->spend.n ? &op->spend : NULL);
+        }
         free(op);
         return;
     }
@@ -133,11 +186,14 @@ static void on_answer(void *ud, const mg_shared_answer_t *a)
     if (a->rc == MG_SHARED_OK) {
         op->at_s = a->at_s;
         if (op->key_levels) c->auth.quota_deferred = 0; /* taken, here */
+        if (op->spend.n) c->spend_shared = 1;
         if (!c->shared) c->shared = op;
         else free(op);
         op = NULL;
     } else if (a->rc == MG_SHARED_UNAVAILABLE) {
         rc = degraded(c, op->key_levels > 0);
+    } else if (a->level >= 0 && (size_t)a->level >= op->n) {
+        rc = spend_refused(c, op, a);
     } else if (a->level >= 0 && (size_t)a->level < op->key_levels) {
         char msg[192];
         const char *who = op->lv[a->level].name[0] == 'k' ? "key" : "project";
@@ -168,7 +224,8 @@ mg_step_rc_t step_shared(call_t *c)
     int with_keys = c->auth.held && c->auth.quota_deferred;
     if (with_keys) add_key_levels(c, op);
     add_provider_level(c, op);
-    if (op->n == 0) { /* nothing limited: no round trip */
+    if (c->auth.held && !c->spend_shared) add_spend_levels(c, op);
+    if (op->n == 0 && op->spend.n == 0) { /* nothing limited: no round trip */
         free(op);
         if (with_keys) c->auth.quota_deferred = 0;
         return MG_STEP_NEXT;
@@ -178,7 +235,8 @@ mg_step_rc_t step_shared(call_t *c)
     uint64_t now = uv_now(c->pl->loop);
     uint64_t ttl = (c->total_deadline_ms > now ? c->total_deadline_ms - now : 0) + LEASE_SLACK_MS;
     if (!mg_redis_up(mg_shared_redis(s)) ||
-        mg_shared_reserve(s, op->lv, op->n, op->lease, op->tokens, ttl, on_answer, op) != 0) {
+        mg_shared_reserve(s, op->lv, op->n, op->lease, op->tokens, ttl,
+                          op->spend.n ? &op->spend : NULL, on_answer, op) != 0) {
         size_t had_keys = op->key_levels;
         free(op);
         return degraded(c, had_keys > 0);
@@ -208,8 +266,10 @@ void shared_finish(call_t *c)
         leases |= op->lv[i].conc > 0;
         windows |= op->lv[i].tpm > 0 || (undo && op->lv[i].rpm > 0);
     }
-    if (leases || (windows && (delta || undo)))
-        mg_shared_release(op->s, op->lv, op->n, op->lease, op->at_s, delta, undo);
+    if (op->spend.n) op->spend.micros = c->charged ? c->charged_micros : 0;
+    if (leases || (windows && (delta || undo)) || op->spend.n)
+        mg_shared_release(op->s, op->lv, op->n, op->lease, op->at_s, delta, undo,
+                          op->spend.n ? &op->spend : NULL);
     free(op);
 }
 
@@ -240,6 +300,64 @@ void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int conse
     mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
 }
 
+/* The breaker message: "breaker", node id, provider id, model ("" the provider's own), "open"
+ * or "closed", the open period's milliseconds left; one a line. */
+void shared_breaker_publish(call_t *c, const char *provider, const char *model,
+                            const mg_breaker_t *b, mg_breaker_state_t was, uint64_t was_until,
+                            uint64_t now)
+{
+    mg_shared_t *s = c->pl->shared;
+    if (!s) return;
+    int opened =
+        b->state == MG_BREAKER_OPEN && (was != MG_BREAKER_OPEN || b->open_until_ms != was_until);
+    int closed = b->state == MG_BREAKER_CLOSED && was != MG_BREAKER_CLOSED;
+    if (!opened && !closed) return;
+    const mg_config_t *cfg = c->gen->cfg;
+    char channel[160], msg[512];
+    snprintf(channel, sizeof(channel), "%scooldown",
+             cfg->cluster.redis.key_prefix ? cfg->cluster.redis.key_prefix : "moongate:");
+    unsigned long long left = opened && b->open_until_ms > now ? b->open_until_ms - now : 0;
+    int n = snprintf(msg, sizeof(msg), "breaker\n%s\n%s\n%s\n%s\n%llu", cfg->cluster.node_id,
+                     provider, model, opened ? "open" : "closed", left);
+    if (n <= 0 || (size_t)n >= sizeof(msg)) return;
+    const char *argv[3] = {"PUBLISH", channel, msg};
+    size_t lens[3] = {7, strlen(channel), (size_t)n};
+    mg_redis_command(mg_shared_redis(s), no_answer, NULL, 3, argv, lens); /* best effort */
+}
+
+/* Another instance's breaker opened or closed: ours does the same, stored as our own. */
+static void breaker_heard(mg_pipeline_t *pl, char **parts)
+{
+    mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[2]);
+    mg_route_state_t *rs = parts[3][0] ? mg_pool_route(pl->pool, parts[2], parts[3]) : NULL;
+    if (!ps || (parts[3][0] && !rs)) return; /* not in our config */
+    mg_breaker_t *b = rs ? &rs->breaker : &ps->breaker;
+    uint64_t now = uv_now(pl->loop);
+    mg_breaker_state_t was = b->state;
+    uint64_t was_until = b->open_until_ms;
+    int open = strcmp(parts[4], "open") == 0;
+    uint64_t left = strtoull(parts[5], NULL, 10);
+    if (open && left > 86400000ull) return;
+    if (open && !(b->state == MG_BREAKER_OPEN && b->open_until_ms >= now + left)) {
+        mg_breaker_restore_open(b, now, left);
+        b->trips++;
+    } else if (!open && b->state != MG_BREAKER_CLOSED) {
+        mg_breaker_close(b);
+    } else {
+        return; /* ours says so already */
+    }
+    if (rs) rs->version++;
+    mg_pool_changed(ps);
+    mg_logline_t l;
+    mg_log_begin(&l, MG_LOG_INFO, "breaker heard");
+    mg_log_str(&l, "provider", parts[2]);
+    if (parts[3][0]) mg_log_str(&l, "model", parts[3]);
+    mg_log_str(&l, "state", open ? "open" : "closed");
+    mg_log_str(&l, "from_node", parts[1]);
+    mg_log_end(&l);
+    mg_persist_breaker(pl->store, parts[2], parts[3], b, was, was_until, now);
+}
+
 void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
 {
     mg_pipeline_t *pl = pipeline;
@@ -247,15 +365,19 @@ void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
     if (len >= sizeof(buf)) return;
     memcpy(buf, payload, len);
     buf[len] = '\0';
-    char *parts[5];
+    char *parts[6];
     int n = 0;
-    for (char *p = buf, *nl; n < 5; p = nl + 1) {
+    for (char *p = buf, *nl; n < 6; p = nl + 1) {
         parts[n++] = p;
         if (!(nl = strchr(p, '\n'))) break;
         *nl = '\0';
     }
-    if (n != 5) return;
     const mg_config_t *cfg = mg_gens_current(pl->gens)->cfg;
+    if (n == 6 && strcmp(parts[0], "breaker") == 0) {
+        if (strcmp(parts[1], cfg->cluster.node_id) != 0) breaker_heard(pl, parts);
+        return;
+    }
+    if (n != 5) return;
     if (strcmp(parts[0], cfg->cluster.node_id) == 0) return; /* our own */
     double secs = strtod(parts[2], NULL);
     mg_provider_state_t *ps = mg_pool_get(pl->pool, parts[1]);

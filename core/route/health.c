@@ -249,6 +249,11 @@ static void breaker_close(mg_breaker_t *b)
     mg_outcome_window_clear(&b->window); /* the failures that opened it are history */
 }
 
+void mg_breaker_close(mg_breaker_t *b)
+{
+    breaker_close(b);
+}
+
 void mg_breaker_restore_open(mg_breaker_t *b, uint64_t now_ms, uint64_t remain_ms)
 {
     b->state = MG_BREAKER_OPEN;

@@ -163,6 +163,9 @@ mg_breaker_state_t mg_breaker_state(const mg_breaker_t *b, uint64_t now_ms);
  * half open at once (its next request a probe). */
 void mg_breaker_restore_open(mg_breaker_t *b, uint64_t now_ms, uint64_t remain_ms);
 
+/* Closed now, its window emptied (another instance saw the upstream answer again). */
+void mg_breaker_close(mg_breaker_t *b);
+
 /* "closed" | "open" | "half_open". */
 const char *mg_breaker_state_name(mg_breaker_state_t s);
 

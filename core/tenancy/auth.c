@@ -625,7 +625,7 @@ static int refuse(mg_auth_result_t *out, int status, const char *code, const cha
 }
 
 /* Milliseconds from now_ms to the next UTC midnight (monthly: the first of next month). */
-static uint64_t until_period_end(uint64_t now_ms, int monthly)
+uint64_t mg_auth_until_period_end(uint64_t now_ms, int monthly)
 {
     time_t now = (time_t)(now_ms / 1000);
     struct tm tm;
@@ -683,7 +683,7 @@ static int check_limit(mg_auth_level_t *lv, size_t i, int64_t limit, int monthly
     if (limit <= 0 || (spent < limit && spent + held + est <= limit)) return 0;
     char msg[192];
     const char *period = monthly ? "monthly" : "daily";
-    out->retry_after_ms = until_period_end(now_ms, monthly);
+    out->retry_after_ms = mg_auth_until_period_end(now_ms, monthly);
     out->level = level_name(i);
     const char *what = i == 1 && monthly ? "quota" : "spend limit";
     if (spent >= limit) snprintf(msg, sizeof(msg), "%s %s %s is reached", whose[i], period, what);
@@ -752,6 +752,33 @@ static void spend_unhold(mg_auth_t *a, mg_auth_result_t *r)
     r->spend_held = 0;
 }
 
+/* The levels' spend limits and figures (rolled to now by check_spends) into the result. */
+static void spend_view(mg_auth_result_t *r, mg_auth_level_t **lv, size_t n, mg_auth_level_t *tenant,
+                       const mg_key_record_t *rec, uint64_t now_ms)
+{
+    mg_auth_level_t *l[3] = {lv[0], n > 1 ? lv[1] : NULL, tenant};
+    int64_t lim[3][2] = {{rec->daily_limit_micros, rec->monthly_limit_micros},
+                         {n > 1 ? project_of(lv[1])->daily_limit_micros : 0,
+                          n > 1 ? project_of(lv[1])->monthly_limit_micros : 0},
+                         {tenant ? tenant_of(tenant)->daily_limit_micros : 0,
+                          tenant ? tenant_of(tenant)->monthly_limit_micros : 0}};
+    for (size_t i = 0; i < 3; i++) {
+        mg_auth_spend_view_t *v = &r->spend[i];
+        memset(v, 0, sizeof(*v));
+        if (!l[i]) continue;
+        v->id = l[i]->id;
+        v->daily = lim[i][0];
+        v->monthly = lim[i][1];
+        v->spent_day = l[i]->spent_day_micros;
+        v->spent_month = l[i]->spent_month_micros;
+    }
+    int32_t day, month;
+    char dname[40], mname[40];
+    spend_period(now_ms, &day, &month, dname, mname);
+    snprintf(r->spend_day, sizeof(r->spend_day), "%.15s", dname + 2); /* without "d:" */
+    snprintf(r->spend_month, sizeof(r->spend_month), "%.15s", mname + 2);
+}
+
 /* A refused reservation (rc from mg_quota_reserve) as the result's 429. Returns -1. */
 static int refuse_quota(mg_auth_result_t *out, int rc)
 {
@@ -803,6 +830,7 @@ static int reserve(mg_auth_t *a, const mg_key_record_t *rec, uint64_t now_ms, in
         out->require_upstream_usage = tenant_of(tenant)->require_upstream_usage;
     }
     out->held = 1;
+    spend_view(out, lv, n, tenant, rec, now_ms);
     if (spend_hold(a, out, est_micros) != 0) {
         mg_auth_release(out);
         return refuse(out, 503, "RESOURCE_EXHAUSTED", "memory", "out of memory; retry later");

@@ -84,6 +84,14 @@ typedef struct mg_auth_tenant_s {
     int require_upstream_usage; /* billing.require_upstream_usage */
 } mg_auth_tenant_t;
 
+/* One level's spend limits and this instance's figures, as admission read them (for the spend
+ * shared across instances, cluster/limits.h). */
+typedef struct mg_auth_spend_view_s {
+    int64_t id;                     /* the key's, project's or tenant's row id; 0: no such level */
+    int64_t daily, monthly;         /* limits in micros, 0 = none */
+    int64_t spent_day, spent_month; /* what this instance counts spent in the periods */
+} mg_auth_spend_view_t;
+
 /* The outcome of mg_auth_check(). On refusal, status/code/message/retry_after_ms say
  * what to answer; on success the identity and the reservation. Do not copy a granted
  * result (the reservation is settled and released in place). */
@@ -114,7 +122,9 @@ typedef struct mg_auth_result_s {
     int64_t spend_hold_ids[3];     /* where it is held: key, project, tenant ids (0: none) */
     int spend_held;                /* 1 while that hold stands (until charge or release); a
                                       result holding spend must be released before mg_auth_free */
-    int prepaid;                   /* the tenant bills prepaid (tenancy/wallet.h) */
+    mg_auth_spend_view_t spend[3]; /* key, project, tenant: their spend limits at admission */
+    char spend_day[16], spend_month[16]; /* admission's periods: "2026-12-02", "2026-12" */
+    int prepaid;                         /* the tenant bills prepaid (tenancy/wallet.h) */
     int require_upstream_usage;
     mg_auth_t *auth;    /* borrowed: the state the hold is in */
     int held;           /* 1 from a granted check until mg_auth_release() */
@@ -202,6 +212,10 @@ int mg_auth_quota_local(mg_auth_result_t *out, uint64_t now_ms, int64_t est_toke
  * id and rpm, tpm and concurrency limits (0 = none). 0, or -1 when there is no such level. */
 int mg_auth_level_limits(const mg_auth_result_t *r, size_t i, int64_t *id, uint32_t *rpm,
                          uint64_t *tpm, uint32_t *conc);
+
+/* Milliseconds from now_ms to the end of the UTC day (monthly: month), at least
+ * MG_AUTH_MIN_RETRY_MS: a spend refusal's Retry-After. */
+uint64_t mg_auth_until_period_end(uint64_t now_ms, int monthly);
 
 /* Replace the token estimate of a granted result with the actual count (at most once;
  * later calls and calls on refused results do nothing). */

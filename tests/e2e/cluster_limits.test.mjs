@@ -37,10 +37,20 @@ function config(dir, i, dead) {
         auth: { enabled: true },
         health: { probes: false },
         providers: [...c.providers, { id: 'mock-limited', adapter: 'openai', base_url: m, rpm_limit: 9 },
-            { id: 'mock-cool', adapter: 'openai', base_url: m }],
+            { id: 'mock-cool', adapter: 'openai', base_url: m },
+            // spend: every token costs 2 per 1,000 (the estimate and the charge alike)
+            { id: 'mock-priced', adapter: 'openai', base_url: m, cost_per_1k_tokens: 2 },
+            { id: 'mock-brk', adapter: 'openai', base_url: m }],
+        // three failures in a row open a breaker for 2 s (the defaults but the duration)
+        circuit_breaker: { consecutive_failures: 3, open_duration_seconds: 2 },
         models: {
             chat: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-chat' }] },
             slow: { tokenizer: 'estimate', routes: [{ provider: 'mock-openai', model: 'up-slow' }] },
+            priced: { tokenizer: 'estimate', routes: [{ provider: 'mock-priced', model: 'up-priced' }] },
+            brk: {
+                tokenizer: 'estimate',
+                routes: [{ provider: 'mock-brk', model: 'up-brk' }, { provider: 'mock-openai-b', model: 'up-brk-b', priority: 1 }],
+            },
             limited: { tokenizer: 'estimate', routes: [{ provider: 'mock-limited', model: 'up-limited' }] },
             cool: {
                 tokenizer: 'estimate',
@@ -95,6 +105,7 @@ before(async () => {
     redis = await startRedis();
     mock = await startMock();
     await mock.script({ model: 'up-slow', action: { delay_first_byte_ms: 30000 } });
+    await mock.script({ model: 'up-priced', action: { delay_first_byte_ms: 400 } });
     const dead = await deadPort();
     for (let i = 0; i < N; i++) dirs.push(await fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-limits-')));
     const started = await Promise.all(dirs.map(async (dir, i) => {
@@ -161,6 +172,47 @@ describe('limits shared through redis', () => {
         const r = await chat(1, small.secrets[1]);
         assert.equal(r.status, 429);
         assert.match(r.json.error.message, /exceed the key's tpm_limit/);
+    });
+
+    test('a key\'s daily spend limit across instances: the estimate held, the cost charged, never overspent', async () => {
+        const day = new Date().toISOString().slice(0, 10);
+        const spentIn = (id) => Number(redisCli('GET', `moongate:s:k:${id}:d:${day}`) || 0);
+        const heldIn = (id) => Number(redisCli('HGET', `moongate:s:k:${id}:h`, '_sum') || 0);
+        // one request: what it holds while it runs (the estimate) and what it is charged
+        const probe = await keyEverywhere('spend-probe', { daily_limit_micros: 1e12 });
+        const one = chat(0, probe.secrets[0], 'priced');
+        let est = 0;
+        await waitFor(() => (est = heldIn(probe.id)) > 0, { what: 'the estimate held in redis' });
+        assert.equal((await one).status, 200);
+        await waitFor(() => spentIn(probe.id) > 0 && heldIn(probe.id) === 0, { what: 'the cost charged, the hold gone' });
+        const cost = spentIn(probe.id);
+        assert.ok(cost > 0 && cost <= est, `cost ${cost} within the estimate ${est}`);
+        // a limit for 10.5 estimates; bursts of 30 (10 per instance) until it refuses every one
+        const LIMIT = Math.floor(10.5 * est);
+        const k = await keyEverywhere('spend-tenant', { daily_limit_micros: LIMIT });
+        const admitted = [];
+        for (let burst = 0; burst < 40; burst++) {
+            const rs = await Promise.all(Array.from({ length: 30 }, (_, j) => chat(j % N, k.secrets[j % N], 'priced')));
+            const ok = rs.filter((r) => r.status === 200).length;
+            admitted.push(ok);
+            for (const r of rs.filter((x) => x.status !== 200)) {
+                assert.equal(r.status, 429);
+                assert.equal(r.json.error.code, 'QUOTA_EXCEEDED');
+            }
+            if (ok === 0) break;
+        }
+        const total = admitted.reduce((a, b) => a + b, 0);
+        await waitFor(() => heldIn(k.id) === 0, { what: 'every hold gone' });
+        const spent = spentIn(k.id);
+        console.log(`daily spend limit ${LIMIT} micros (estimate ${est}, cost ${cost} a request), bursts of 30 from ${N} instances: `
+            + `admitted ${admitted.join('+')} = ${total}, spent ${spent} (${(100 * spent / LIMIT).toFixed(1)}% of the limit)`);
+        assert.equal(admitted[0], 10, 'the first burst: exactly the estimates that fit, across instances');
+        assert.equal(spent, total * cost, 'every admitted request charged once');
+        assert.ok(spent <= LIMIT, 'never overspent');
+        assert.ok(LIMIT - spent < est, 'the budget used up to less than one estimate');
+        const last = await chat(1, k.secrets[1], 'priced');
+        assert.equal(last.status, 429);
+        assert.match(last.json.error.message, /daily spend limit/);
     });
 
     test('added latency: one round trip per request on loopback', async () => {
@@ -262,6 +314,38 @@ describe('limits shared through redis', () => {
         for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'cool')).status, 200);
         assert.equal(await sentTo('up-cool'), cool0, 'no request to the cooling provider');
         assert.equal(await sentTo('up-cool-b'), b0 + 2);
+    });
+
+    test('a breaker one instance opens opens on the others; its close closes them', async () => {
+        const k = await keyEverywhere('brk-tenant', {});
+        const routeBreaker = async (i) => {
+            const r = await admin(i, 'GET', 'providers/mock-brk');
+            assert.equal(r.status, 200, r.text);
+            return r.json.routes.find((x) => x.model === 'up-brk')?.breaker;
+        };
+        for (let i = 0; i < N; i++) assert.equal(await routeBreaker(i), 'closed');
+        await mock.script({ model: 'up-brk', times: 3, action: { status: 503 } });
+        for (let j = 0; j < 3; j++) assert.equal((await chat(0, k.secrets[0], 'brk')).status, 200, 'failed over');
+        assert.equal(await routeBreaker(0), 'open');
+        const t0 = performance.now();
+        for (const i of [1, 2]) await waitFor(async () => (await routeBreaker(i)) === 'open', { timeoutMs: 1000, intervalMs: 5, what: `node-${i} breaker open` });
+        const heard = performance.now() - t0;
+        for (const i of [1, 2]) {
+            const line = await gws[i].waitLog((l) => l.msg === 'breaker heard' && l.provider === 'mock-brk' && l.state === 'open', { timeoutMs: 1000 });
+            assert.equal(line.from_node, 'node-0');
+        }
+        const sentTo = async (model) => (await mock.requests()).filter((x) => x.body?.model === model).length;
+        const before_ = await sentTo('up-brk');
+        for (const i of [1, 2]) assert.equal((await chat(i, k.secrets[i], 'brk')).status, 200);
+        assert.equal(await sentTo('up-brk'), before_, 'the others send nothing to the open route');
+        // its period over, node-0's probe succeeds: every instance closes, without a probe of its own
+        await new Promise((r) => setTimeout(r, 2100));
+        assert.equal(await routeBreaker(1), 'half_open');
+        assert.equal((await chat(0, k.secrets[0], 'brk')).status, 200);
+        assert.equal(await routeBreaker(0), 'closed');
+        for (const i of [1, 2]) await waitFor(async () => (await routeBreaker(i)) === 'closed', { timeoutMs: 1000, intervalMs: 5, what: `node-${i} breaker closed` });
+        assert.equal(await sentTo('up-brk'), before_ + 1, 'one probe in the cluster');
+        console.log(`breaker opened on node-0: open on the others within ${heard.toFixed(1)} ms of its status read`);
     });
 
     test('a key\'s concurrency cap across instances; a killed instance\'s leases return after expiry', async () => {

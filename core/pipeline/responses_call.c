@@ -22,7 +22,7 @@ typedef enum { PREV_NONE = 0, PREV_WAITING, PREV_FOUND, PREV_MISSING } prev_stat
 
 typedef struct resp_call_s {
     cJSON *req;           /* owned: the client's Responses body */
-    char id[64];          /* "resp_" + the request id's hex */
+    char id[64];          /* "resp_" + a row key's hex + the request id's (responses_store.h) */
     int64_t created_at;   /* unix seconds */
     int store;            /* store: keep the Response (default true) */
     int had_instructions; /* the chat body's first message is the instructions' */
@@ -89,8 +89,10 @@ int responses_parse(call_t *c)
     resp_call_t *r = calloc(1, sizeof(*r));
     if (!r) return refuse(c, 500, "INTERNAL_ERROR", "out of memory", NULL);
     c->responses = r;
-    snprintf(r->id, sizeof(r->id), "resp_%s",
-             strncmp(req->request_id, "req-", 4) == 0 ? req->request_id + 4 : req->request_id);
+    mg_resp_store_new_id(c->pl->responses,
+                         strncmp(req->request_id, "req-", 4) == 0 ? req->request_id + 4
+                                                                  : req->request_id,
+                         r->id, sizeof(r->id));
     r->created_at = (int64_t)time(NULL);
     if (!req->body_len) return refuse(c, 400, "INVALID_REQUEST", "request body is empty", NULL);
     r->req = cJSON_ParseWithLength(req->body, req->body_len);

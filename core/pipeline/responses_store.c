@@ -250,15 +250,15 @@ int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_
         return 0;
     }
     long long now = unix_s();
+    const mg_gen_t *g = rs->d.gens ? mg_gens_current(rs->d.gens) : NULL;
+    int retention = g && g->cfg->protocols.responses_retention_s > 0
+                        ? g->cfg->protocols.responses_retention_s /* a reload's, from now on */
+                        : rs->d.retention_s;
     const mg_store_val_t v[8] = {
-        {.kind = MG_STORE_INT, .i = key},
-        {.kind = MG_STORE_INT, .i = now + rs->d.retention_s},
-        {.kind = MG_STORE_INT, .i = now},
-        {.kind = MG_STORE_TEXT, .s = id},
-        {.kind = MG_STORE_TEXT, .s = rec->scope},
-        {.kind = MG_STORE_TEXT, .s = rec->response},
-        {.kind = MG_STORE_TEXT, .s = rec->input},
-        {.kind = MG_STORE_TEXT, .s = rec->messages},
+        {.kind = MG_STORE_INT, .i = key},         {.kind = MG_STORE_INT, .i = now + retention},
+        {.kind = MG_STORE_INT, .i = now},         {.kind = MG_STORE_TEXT, .s = id},
+        {.kind = MG_STORE_TEXT, .s = rec->scope}, {.kind = MG_STORE_TEXT, .s = rec->response},
+        {.kind = MG_STORE_TEXT, .s = rec->input}, {.kind = MG_STORE_TEXT, .s = rec->messages},
     };
     r->committing = 1;
     /* a plain INSERT: a key taken (it cannot be: keys only grow) fails, logged, never

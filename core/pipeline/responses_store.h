@@ -36,7 +36,8 @@ typedef struct mg_resp_store_deps_s {
     mg_auth_t *auth; /* GET and DELETE authenticate like any inference call */
     mg_metrics_t *metrics;
     mg_gens_t *gens; /* whether auth is on */
-    int retention_s; /* 0: MG_RESP_RETENTION_DEFAULT_S */
+    int retention_s; /* 0: MG_RESP_RETENTION_DEFAULT_S; with gens, the current config's
+                        protocols.responses_retention_seconds is used instead */
 } mg_resp_store_deps_t;
 
 /* Before the loop runs (expired rows are deleted, through the writer). NULL: no memory. */

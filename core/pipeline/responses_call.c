@@ -188,12 +188,10 @@ static void keep(call_t *c, const mg_buf_t *final)
     }
     ok = ok && mg_resp_out_message_print(r->out, &msgs_text) == 0 &&
          mg_buf_append(&msgs_text, "]", 1) == 0;
-    cJSON *input = mg_resp_input_items(r->req, r->id + 5);
-    ok = ok && input && mg_json_print(input, &input_text) == 0 && final->len;
+    ok = ok && mg_resp_input_items_print(r->req, r->id + 5, &input_text) == 0 && final->len;
     mg_resp_record_t rec = {r->scope, final->data, input_text.data, msgs_text.data};
     if (!ok || mg_resp_store_put(c->pl->responses, r->id, &rec) != 0)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "responses: %s was not kept", r->id);
-    cJSON_Delete(input);
     mg_buf_free(&msgs_text);
     mg_buf_free(&input_text);
 }

@@ -572,7 +572,8 @@ static int start_services(mg_server_t *s)
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     s->pipeline.idem = s->idem;
-    mg_resp_store_deps_t rd = {s->store, s->loop, s->auth, &s->metrics, &s->gens, 0};
+    mg_resp_store_deps_t rd = {s->store,    s->loop,  s->auth,
+                               &s->metrics, &s->gens, cfg->protocols.responses_retention_s};
     s->responses = mg_resp_store_new(&rd);
     s->pipeline.responses = s->responses;
     mg_tasks_deps_t td = {s->store,           s->loop,          &s->metrics,

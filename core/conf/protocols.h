@@ -6,6 +6,9 @@
  *                                      # keep-alive in the client's protocol (OpenAI and
  *                                      # Responses: an SSE comment ": ping"; Anthropic
  *                                      # Messages: event: ping); again every interval; 0 = off
+ *     responses_retention_seconds: 2592000   # stored Responses (store: true) are kept this
+ *                                      # long (60 s .. 10 years; default 30 days); a reload
+ *                                      # applies to Responses stored after it
  *     forward_headers:                 # client headers handed to a translating adapter
  *       anthropic: [anthropic-version, anthropic-beta]   # by adapter name (the default);
  *                                      # a name ending in "*" is a prefix (anthropic-*)
@@ -24,8 +27,9 @@ typedef struct mg_header_allow_s {
 } mg_header_allow_t;
 
 typedef struct mg_protocols_conf_s {
-    int ping_interval_ms;     /* default 15000; 0 = no pings */
-    mg_header_allow_t *allow; /* owned: one per adapter named; default anthropic's two */
+    int ping_interval_ms;      /* default 15000; 0 = no pings */
+    int responses_retention_s; /* default 30 days (MG_RESP_RETENTION_DEFAULT_S) */
+    mg_header_allow_t *allow;  /* owned: one per adapter named; default anthropic's two */
     size_t n_allow;
 } mg_protocols_conf_t;
 

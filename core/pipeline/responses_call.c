@@ -22,7 +22,7 @@ typedef enum { PREV_NONE = 0, PREV_WAITING, PREV_FOUND, PREV_MISSING } prev_stat
 
 typedef struct resp_call_s {
     cJSON *req;           /* owned: the client's Responses body */
-    char id[64];          /* "resp_" + the request id's hex */
+    char id[64];          /* "resp_" + a row key's hex + the request id's (responses_store.h) */
     int64_t created_at;   /* unix seconds */
     int store;            /* store: keep the Response (default true) */
     int had_instructions; /* the chat body's first message is the instructions' */
@@ -89,8 +89,10 @@ int responses_parse(call_t *c)
     resp_call_t *r = calloc(1, sizeof(*r));
     if (!r) return refuse(c, 500, "INTERNAL_ERROR", "out of memory", NULL);
     c->responses = r;
-    snprintf(r->id, sizeof(r->id), "resp_%s",
-             strncmp(req->request_id, "req-", 4) == 0 ? req->request_id + 4 : req->request_id);
+    mg_resp_store_new_id(c->pl->responses,
+                         strncmp(req->request_id, "req-", 4) == 0 ? req->request_id + 4
+                                                                  : req->request_id,
+                         r->id, sizeof(r->id));
     r->created_at = (int64_t)time(NULL);
     if (!req->body_len) return refuse(c, 400, "INVALID_REQUEST", "request body is empty", NULL);
     r->req = cJSON_ParseWithLength(req->body, req->body_len);
@@ -186,12 +188,10 @@ static void keep(call_t *c, const mg_buf_t *final)
     }
     ok = ok && mg_resp_out_message_print(r->out, &msgs_text) == 0 &&
          mg_buf_append(&msgs_text, "]", 1) == 0;
-    cJSON *input = mg_resp_input_items(r->req, r->id + 5);
-    ok = ok && input && mg_json_print(input, &input_text) == 0 && final->len;
+    ok = ok && mg_resp_input_items_print(r->req, r->id + 5, &input_text) == 0 && final->len;
     mg_resp_record_t rec = {r->scope, final->data, input_text.data, msgs_text.data};
     if (!ok || mg_resp_store_put(c->pl->responses, r->id, &rec) != 0)
         mg_log_msg(MG_LOG_WARN, c->req->request_id, "responses: %s was not kept", r->id);
-    cJSON_Delete(input);
     mg_buf_free(&msgs_text);
     mg_buf_free(&input_text);
 }

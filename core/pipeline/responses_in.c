@@ -603,6 +603,25 @@ cJSON *mg_resp_input_items(const cJSON *req, const char *suffix)
     return items;
 }
 
+int mg_resp_input_items_print(const cJSON *req, const char *suffix, mg_buf_t *out)
+{
+    const cJSON *input = get(req, "input");
+    if (cJSON_IsString(input)) { /* the common case, written as text: no tree */
+        size_t mark = out->len;
+        int bad = mg_buf_append_str(out, "[{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                                         "[{\"type\":\"input_text\",\"text\":") != 0 ||
+                  mg_json_print_string(input->valuestring, strlen(input->valuestring), out) != 0 ||
+                  mg_buf_append_str(out, "}],\"status\":\"completed\",\"id\":\"msg_") != 0 ||
+                  mg_buf_append_str(out, suffix) != 0 || mg_buf_append_str(out, "_in0\"}]") != 0;
+        if (bad) out->len = mark;
+        return bad ? -1 : 0;
+    }
+    cJSON *items = mg_resp_input_items(req, suffix);
+    int rc = items ? mg_json_print(items, out) : -1;
+    cJSON_Delete(items);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The echo                                                                  */
 /* ------------------------------------------------------------------------ */

@@ -46,6 +46,9 @@ cJSON *mg_resp_turn_messages(const cJSON *chat, int had_instructions);
  * status the API shows, items without an id get "<kind>_<suffix>_<n>". A new array, or NULL
  * when out of memory. */
 cJSON *mg_resp_input_items(const cJSON *req, const char *suffix);
+/* The same items appended to out as JSON text (a string input written directly, without a
+ * tree). 0, or -1 when out of memory (out as it was). */
+int mg_resp_input_items_print(const cJSON *req, const char *suffix, mg_buf_t *out);
 
 /* The members of a Response object that echo the request (instructions, tools in the
  * Responses shape, tool_choice, text, temperature, top_p, max_output_tokens, metadata,

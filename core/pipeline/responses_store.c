@@ -6,6 +6,7 @@
  * pool's after-work callback, so its callback never runs inside the call that asked. */
 #include "pipeline/responses_store.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,8 @@ typedef struct rec_s {
 
 struct mg_resp_store_s {
     mg_resp_store_deps_t d;
-    rec_t *recs; /* owned, newest first */
+    int64_t last_key; /* the newest row key given out (or found in the table at start) */
+    rec_t *recs;      /* owned, newest first */
     int n_recs;
 };
 
@@ -105,6 +107,46 @@ static rec_t *rec_find(mg_resp_store_t *rs, const char *id)
     return NULL;
 }
 
+/* Keys are unix ms << 16 (so above every key of migration 23's rows of before, < 2^56)
+ * and grow by one at least: up to 65,536 ids a millisecond stay in time order. */
+#define KEY_SHIFT 16
+#define KEY_LEGACY_MAX 72057594037927936ll /* 2^56: the partial index's bound */
+
+static int hex_digit(char ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+int64_t mg_resp_store_key(const char *id)
+{
+    if (strncmp(id, "resp_", 5) != 0 || strlen(id) != 5 + 16 + 24) return -1;
+    uint64_t k = 0;
+    for (int i = 0; i < 16 + 24; i++) {
+        int d = hex_digit(id[5 + i]);
+        if (d < 0) return -1;
+        if (i < 16) k = k << 4 | (uint64_t)d;
+    }
+    return k >= (uint64_t)KEY_LEGACY_MAX && k <= (uint64_t)INT64_MAX ? (int64_t)k : -1;
+}
+
+int mg_resp_store_new_id(mg_resp_store_t *rs, const char *random_hex, char *out, size_t cap)
+{
+    size_t n = strlen(random_hex);
+    if (n > 24) random_hex += n - 24;
+    uv_timeval64_t tv;
+    uv_gettimeofday(&tv);
+    int64_t key = ((int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000) << KEY_SHIFT;
+    if (rs && key <= rs->last_key) key = rs->last_key + 1; /* the clock went back, or a burst */
+    if (rs) rs->last_key = key;
+    int w = snprintf(out, cap, "resp_%016llx%.24s", (unsigned long long)key, random_hex);
+    return w > 0 && (size_t)w < cap ? 0 : -1;
+}
+
+static void max_key_row(void *ud, int ncols, const char *const *cols)
+{
+    if (ncols > 0 && cols[0]) *(int64_t *)ud = strtoll(cols[0], NULL, 10);
+}
+
 mg_resp_store_t *mg_resp_store_new(const mg_resp_store_deps_t *d)
 {
     mg_resp_store_t *rs = calloc(1, sizeof(*rs));
@@ -112,10 +154,20 @@ mg_resp_store_t *mg_resp_store_new(const mg_resp_store_deps_t *d)
     rs->d = *d;
     if (rs->d.retention_s <= 0) rs->d.retention_s = MG_RESP_RETENTION_DEFAULT_S;
     if (rs->d.store) {
-        char now[24];
+        char now[24], err[256];
         snprintf(now, sizeof(now), "%lld", unix_s());
         const char *p[1] = {now};
-        mg_store_write(rs->d.store, "DELETE FROM responses WHERE expires_at <= CAST(?1 AS INTEGER)",
+        /* before the loop runs: new keys stay above the table's (a clock set back) */
+        if (mg_store_query(rs->d.store, "SELECT max(rid) FROM responses", 0, NULL, max_key_row,
+                           &rs->last_key, err, sizeof(err)) != 0)
+            mg_log_msg(MG_LOG_WARN, NULL, "responses: cannot read the newest key: %s", err);
+        /* expired rows: every row older than the oldest live one (keys are in time order;
+         * a newer row that expired sooner, after retention was shortened, is never
+         * returned and goes once the rows before it went) */
+        mg_store_write(rs->d.store,
+                       "DELETE FROM responses WHERE rid < coalesce((SELECT rid FROM responses"
+                       " WHERE expires_at > CAST(?1 AS INTEGER) ORDER BY rid LIMIT 1),"
+                       " 9223372036854775807)",
                        1, p);
     }
     return rs;
@@ -177,6 +229,11 @@ static void trim_memory(mg_resp_store_t *rs)
 
 int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_t *rec)
 {
+    int64_t key = rs->d.store ? mg_resp_store_key(id) : 0;
+    if (key < 0) {
+        mg_log_msg(MG_LOG_WARN, NULL, "responses: %s is not an id this store gave out", id);
+        return -1;
+    }
     rec_t *r = calloc(1, sizeof(*r));
     if (!r) return -1;
     r->rs = rs;
@@ -192,17 +249,25 @@ int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_
         trim_memory(rs);
         return 0;
     }
-    char created[24], expires[24];
     long long now = unix_s();
-    snprintf(created, sizeof(created), "%lld", now);
-    snprintf(expires, sizeof(expires), "%lld", now + rs->d.retention_s);
-    const char *p[7] = {id, rec->scope, rec->response, rec->input, rec->messages, created, expires};
+    const mg_gen_t *g = rs->d.gens ? mg_gens_current(rs->d.gens) : NULL;
+    int retention = g && g->cfg->protocols.responses_retention_s > 0
+                        ? g->cfg->protocols.responses_retention_s /* a reload's, from now on */
+                        : rs->d.retention_s;
+    const mg_store_val_t v[8] = {
+        {.kind = MG_STORE_INT, .i = key},         {.kind = MG_STORE_INT, .i = now + retention},
+        {.kind = MG_STORE_INT, .i = now},         {.kind = MG_STORE_TEXT, .s = id},
+        {.kind = MG_STORE_TEXT, .s = rec->scope}, {.kind = MG_STORE_TEXT, .s = rec->response},
+        {.kind = MG_STORE_TEXT, .s = rec->input}, {.kind = MG_STORE_TEXT, .s = rec->messages},
+    };
     r->committing = 1;
-    if (mg_store_write_cb(rs->d.store,
-                          "INSERT OR REPLACE INTO responses(id, scope, response, input, messages,"
-                          " created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5,"
-                          " CAST(?6 AS INTEGER), CAST(?7 AS INTEGER))",
-                          7, p, on_committed, r) == 0)
+    /* a plain INSERT: a key taken (it cannot be: keys only grow) fails, logged, never
+     * replacing another Response */
+    if (mg_store_write_vals(
+            rs->d.store,
+            "INSERT INTO responses(rid, expires_at, created_at, id, scope, response,"
+            " input, messages) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            8, v, NULL, on_committed, r) == 0)
         return 0;
     mg_log_msg(MG_LOG_WARN, NULL, "responses: the store is not writable; response %s not kept", id);
     rec_unlink(rs, r);
@@ -225,8 +290,15 @@ static int forget(mg_resp_store_t *rs, const char *id, mg_store_done_fn done, vo
         done(ud, 0);
         return 0;
     }
-    const char *p[1] = {id};
-    return mg_store_write_cb(rs->d.store, "DELETE FROM responses WHERE id = ?1", 1, p, done, ud);
+    int64_t key = mg_resp_store_key(id);
+    const mg_store_val_t v[2] = {{.kind = MG_STORE_TEXT, .s = id},
+                                 {.kind = MG_STORE_INT, .i = key}};
+    if (key < 0) /* a row of before migration 23: by its id, through the partial index */
+        return mg_store_write_vals(
+            rs->d.store, "DELETE FROM responses WHERE id = ?1 AND rid < 72057594037927936", 1, v,
+            NULL, done, ud);
+    return mg_store_write_vals(rs->d.store, "DELETE FROM responses WHERE rid = ?2 AND id = ?1", 2,
+                               v, NULL, done, ud);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -245,13 +317,20 @@ static void lookup_work(uv_work_t *w)
 {
     mg_resp_lookup_t *l = w->data;
     if (l->found || !l->rs->d.store) return;
-    char now[24], err[256];
+    char now[24], key[24], err[256];
+    int64_t k = mg_resp_store_key(l->id);
     snprintf(now, sizeof(now), "%lld", l->now_s);
-    const char *p[2] = {l->id, now};
-    if (mg_store_query(l->rs->d.store,
-                       "SELECT scope, response, input, messages FROM responses"
-                       " WHERE id = ?1 AND expires_at > CAST(?2 AS INTEGER)",
-                       2, p, lookup_row, l, err, sizeof(err)) != 0)
+    snprintf(key, sizeof(key), "%lld", (long long)k);
+    const char *p[3] = {l->id, now, key};
+    /* by key and id; an id of before migration 23 by the partial index */
+    const char *sql = k >= 0 ? "SELECT scope, response, input, messages FROM responses"
+                               " WHERE rid = CAST(?3 AS INTEGER) AND id = ?1"
+                               " AND expires_at > CAST(?2 AS INTEGER)"
+                             : "SELECT scope, response, input, messages FROM responses"
+                               " WHERE id = ?1 AND rid < 72057594037927936"
+                               " AND expires_at > CAST(?2 AS INTEGER)";
+    if (mg_store_query(l->rs->d.store, sql, k >= 0 ? 3 : 2, p, lookup_row, l, err, sizeof(err)) !=
+        0)
         mg_log_msg(MG_LOG_WARN, NULL, "responses: cannot read a stored response: %s", err);
 }
 

@@ -16,6 +16,7 @@
 #ifndef MG_RESPONSES_STORE_H
 #define MG_RESPONSES_STORE_H
 
+#include <stdint.h>
 #include <uv.h>
 
 #include "luavm/gens.h"
@@ -35,7 +36,8 @@ typedef struct mg_resp_store_deps_s {
     mg_auth_t *auth; /* GET and DELETE authenticate like any inference call */
     mg_metrics_t *metrics;
     mg_gens_t *gens; /* whether auth is on */
-    int retention_s; /* 0: MG_RESP_RETENTION_DEFAULT_S */
+    int retention_s; /* 0: MG_RESP_RETENTION_DEFAULT_S; with gens, the current config's
+                        protocols.responses_retention_seconds is used instead */
 } mg_resp_store_deps_t;
 
 /* Before the loop runs (expired rows are deleted, through the writer). NULL: no memory. */
@@ -55,7 +57,18 @@ typedef struct mg_resp_record_s {
     const char *messages; /* the conversation through it, an array of chat messages */
 } mg_resp_record_t;
 
-/* Keep a record under id (every string copied). 0, or -1 when out of memory or the store
+/* A new Response id into out: "resp_" + 16 hex digits of a row key that grows in time
+ * order (unix ms << 16, one more than the last at least) + the last 24 characters of
+ * random_hex (the request id's random digits). rs may be NULL (no store: the key is the
+ * clock's). 0, or -1 when cap is too small. Stored rows are appended in key order: one
+ * B-tree, no index entry (store migration 23). */
+int mg_resp_store_new_id(mg_resp_store_t *rs, const char *random_hex, char *out, size_t cap);
+/* The row key an id from mg_resp_store_new_id carries, or -1 for any other id (a row kept
+ * from before migration 23 is found by its id). */
+int64_t mg_resp_store_key(const char *id);
+
+/* Keep a record under id (every string copied; with a store, an id from
+ * mg_resp_store_new_id). 0, or -1 when out of memory, the id is not one, or the store
  * refused the write (logged): the record is then not kept. */
 int mg_resp_store_put(mg_resp_store_t *rs, const char *id, const mg_resp_record_t *rec);
 

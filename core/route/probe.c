@@ -50,6 +50,7 @@ typedef struct probe_s {
     char *buf;  /* owned: the body, up to MG_PROBE_MAX_BODY */
     size_t len, cap;
     int cut;            /* the body was longer than MG_PROBE_MAX_BODY */
+    int status_only;    /* a KServe v2 health endpoint: its status is the answer, no body */
     const char *detail; /* why the transfer failed; valid while it is being finished */
 } probe_t;
 
@@ -145,6 +146,7 @@ static int health_ok(const probe_t *p, mg_xfer_result_t r, const char **why)
         *why = "status";
         return 0;
     }
+    if (p->status_only && !p->cut) return 1; /* KServe v2: 200 is "ready", the body empty */
     int json =
         p->cut ? mg_probe_body_looks_json(p->buf, p->len) : mg_probe_body_is_json(p->buf, p->len);
     *why = json ? NULL : "not json";
@@ -340,7 +342,8 @@ static void maybe_health(mg_prober_t *pr, probe_slot_t *sl, const mg_gen_t *g, s
     sl->health_due_ms = now + interval;
     if (!url) return;
     ps->last_probe_ms = now;
-    probe_start(pr, sl, PROBE_HEALTH, LOAD_NONE, url, pc->api_key, hc->probe_timeout_ms);
+    if (probe_start(pr, sl, PROBE_HEALTH, LOAD_NONE, url, pc->api_key, hc->probe_timeout_ms) == 0)
+        sl->probe[PROBE_HEALTH]->status_only = strncmp(path, "/v2/health/", 11) == 0;
     free(url);
 }
 

@@ -585,6 +585,24 @@ static const char *const migrations[] = {
     " ledger_entries(tenant_id, kind, amount_micros, hold_micros, source_id, actor, at_ms)"
     " VALUES (NEW.tenant_id, 'topup', NEW.amount_micros, 0, NEW.event_id, 'webhook',"
     " NEW.at_ms); END;",
+    /* 23: responses rebuilt as one B-tree appended in time order (bench/README.md): the row
+     * key is the time-ordered number the gateway's ids now carry ("resp_" + its 16 hex
+     * digits + 24 random hex, pipeline/responses_store.h), so a stored Response is one
+     * append, no entry in an id index and none in an expiry index (the start-up prune
+     * walks the oldest keys). The same rows and columns; the rows of before keep their
+     * order under keys 1..n, below 2^56, found by their id through a partial index that
+     * later rows (keys from unix ms << 16, above 2^56) never enter. The expiry columns
+     * come first, so the prune reads no overflow page. O(responses) once. */
+    "CREATE TABLE responses_v23 ("
+    " rid INTEGER PRIMARY KEY, expires_at INTEGER NOT NULL, created_at INTEGER NOT NULL,"
+    " id TEXT NOT NULL, scope TEXT NOT NULL, response TEXT NOT NULL, input TEXT NOT NULL,"
+    " messages TEXT NOT NULL);"
+    "INSERT INTO responses_v23(expires_at, created_at, id, scope, response, input, messages)"
+    " SELECT expires_at, created_at, id, scope, response, input, messages FROM responses"
+    " ORDER BY rowid;"
+    "DROP TABLE responses;"
+    "ALTER TABLE responses_v23 RENAME TO responses;"
+    "CREATE UNIQUE INDEX idx_responses_legacy ON responses(id) WHERE rid < 72057594037927936;",
 };
 
 static void *writer_main(void *arg);

@@ -579,6 +579,39 @@ function vllmMetrics(ctx) {
     return { status: 200, text, contentType: 'text/plain; version=0.0.4; charset=utf-8' };
 }
 
+/**
+ * Triton's metrics port (tritonserver --metrics-port, 8002 by default: a listener of its own,
+ * GET /metrics only), as a TensorRT-LLM ensemble reports the load: the per-model queue
+ * (nv_inference_pending_request_count: `waiting` on tensorrt_llm), the batch manager's
+ * requests (nv_trt_llm_request_metrics: `running` scheduled and active) and its KV-cache
+ * blocks (used / max = `kv_cache`). Shaped like tests/fixtures/triton/metrics_trtllm.txt.
+ */
+function tritonMetrics(load) {
+    const { running, waiting, kv_cache: kv } = load;
+    const models = ['ensemble', 'postprocessing', 'preprocessing', 'tensorrt_llm'];
+    const lines = [];
+    const family = (name, type, help) => lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    family('nv_inference_request_success', 'counter', 'Number of successful inference requests, all batch sizes');
+    for (const m of models) lines.push(`nv_inference_request_success{model="${m}",version="1"} 1207`);
+    family('nv_inference_pending_request_count', 'gauge',
+        'Instantaneous number of pending requests awaiting execution per-model.');
+    for (const m of models) {
+        lines.push(`nv_inference_pending_request_count{model="${m}",version="1"} ${m === 'tensorrt_llm' ? waiting : 0}`);
+    }
+    family('nv_trt_llm_request_metrics', 'gauge', 'TRT LLM request metrics');
+    for (const [type, v] of [['context', Math.min(running, 1)], ['scheduled', running], ['max', 64], ['active', running]]) {
+        lines.push(`nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="${type}",version="1"} ${v}`);
+    }
+    family('nv_trt_llm_kv_cache_block_metrics', 'gauge', 'TRT LLM KV cache block metrics');
+    const max = 2448, used = Math.round(kv * max);
+    for (const [type, v] of [['tokens_per', 64], ['used', used], ['free', max - used], ['max', max]]) {
+        lines.push(`nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="${type}",model="tensorrt_llm",version="1"} ${v}`);
+    }
+    family('nv_gpu_utilization', 'gauge', 'GPU utilization rate [0.0 - 1.0)');
+    lines.push(`nv_gpu_utilization{gpu_uuid="GPU-3d1f9c2e-7a51-4c8e-9a0b-5f2e6d7c8b91"} ${running ? 0.93 : 0}`);
+    return lines.join('\n') + '\n';
+}
+
 function llamaSlots(ctx) {
     const { running, slots } = ctx.load;
     const n = Math.max(slots, running);
@@ -792,9 +825,30 @@ export function createMock(options = {}) {
         else socket.destroy();
     });
 
+    // Triton's metrics port: GET /metrics only, on a listener of its own (listenMetrics)
+    const metricsServer = http.createServer((req, res) => {
+        const path = new URL(req.url, 'http://mock').pathname;
+        req.resume();
+        if (req.method !== 'GET' || path !== '/metrics') {
+            res.writeHead(404, { 'Content-Type': 'text/plain' });
+            res.end('404 page not found\n');
+            return;
+        }
+        const text = tritonMetrics(state.load);
+        res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'Content-Length': Buffer.byteLength(text) });
+        res.end(text);
+    });
+
     return {
         server,
         state,
+        /** Start Triton's metrics port (GET /metrics in Triton's text, from the load). */
+        listenMetrics(port = 0, host = '127.0.0.1') {
+            return new Promise((resolve, reject) => {
+                metricsServer.once('error', reject);
+                metricsServer.listen(port, host, () => resolve(metricsServer.address().port));
+            });
+        },
         listen(port = 0, host = '127.0.0.1') {
             return new Promise((resolve, reject) => {
                 server.once('error', reject);
@@ -804,6 +858,8 @@ export function createMock(options = {}) {
         close() {
             for (const t of state.live) t.cancel();
             server.closeAllConnections?.();
+            metricsServer.closeAllConnections?.();
+            if (metricsServer.listening) metricsServer.close();
             return new Promise((resolve) => server.close(() => resolve()));
         },
     };
@@ -1193,12 +1249,15 @@ A scriptable mock model engine (OpenAI wire under /v1, Ollama API under /api).
   --host H     address to bind (default 127.0.0.1)
   --demo       say loudly on stderr that this is a demo engine with canned answers
   --exit-with-stdin  exit when standard input closes (for test harnesses)
-On start it prints one JSON line to stdout: {"mock":"listening","port":N}.
+  --metrics-port N   also listen there as Triton's metrics port (GET /metrics in Triton's
+               Prometheus text, from the load; 0 = any free port)
+On start it prints one JSON line to stdout: {"mock":"listening","port":N} (with
+"metrics_port":M when --metrics-port was given).
 Control API: POST /__mock/script, GET /__mock/requests, GET /__mock/rules, POST /__mock/reset,
 POST /__mock/load.`;
 
 function parseArgs(argv) {
-    const opts = { port: 0, host: '127.0.0.1', demo: false, exitWithStdin: false };
+    const opts = { port: 0, host: '127.0.0.1', demo: false, exitWithStdin: false, metricsPort: null };
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i];
         if (a === '--port') opts.port = Number(argv[++i]);
@@ -1207,6 +1266,7 @@ function parseArgs(argv) {
         else if (a.startsWith('--host=')) opts.host = a.slice(7);
         else if (a === '--demo') opts.demo = true;
         else if (a === '--exit-with-stdin') opts.exitWithStdin = true;
+        else if (a === '--metrics-port') opts.metricsPort = Number(argv[++i]);
         else if (a === '--help' || a === '-h') {
             process.stdout.write(USAGE + '\n');
             process.exit(0);
@@ -1242,7 +1302,16 @@ async function main() {
             `  Ollama API:  http://${opts.host}:${port}\n` +
             `${bar}\n\n`);
     }
-    process.stdout.write(JSON.stringify({ mock: 'listening', port }) + '\n');
+    let metricsPort;
+    if (opts.metricsPort !== null) {
+        try {
+            metricsPort = await mock.listenMetrics(opts.metricsPort, opts.host);
+        } catch (err) {
+            process.stderr.write(`mock: cannot listen on ${opts.host}:${opts.metricsPort}: ${err.message}\n`);
+            process.exit(1);
+        }
+    }
+    process.stdout.write(JSON.stringify({ mock: 'listening', port, ...(metricsPort ? { metrics_port: metricsPort } : {}) }) + '\n');
     const stop = () => {
         mock.close().then(() => process.exit(0));
         setTimeout(() => process.exit(0), 500).unref();

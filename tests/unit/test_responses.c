@@ -239,6 +239,25 @@ static void test_input_items(void)
     CHECK_STR(str(items, "2.output"), "o");
     cJSON_Delete(items);
     cJSON_Delete(req);
+    /* printed: the text a string input is written as equals the tree's print; items too */
+    const char *reqs[] = {"{\"input\":\"hi \\\"there\\\"\\n\\u00e9\"}", "{\"input\":\"\"}",
+                          "{\"input\":[{\"role\":\"user\",\"content\":\"a\"}]}"};
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        req = cJSON_Parse(reqs[i]);
+        items = mg_resp_input_items(req, "abc");
+        char *tree = cJSON_PrintUnformatted(items);
+        mg_buf_t text = {0};
+        CHECK_EQ_INT(mg_resp_input_items_print(req, "abc", &text), 0);
+        CHECK_EQ_INT(mg_buf_append(&text, "", 1), 0);
+        cJSON *back = cJSON_Parse(text.data);
+        CHECK(back && cJSON_Compare(back, items, 1));
+        CHECK(tree != NULL);
+        cJSON_Delete(back);
+        mg_buf_free(&text);
+        free(tree);
+        cJSON_Delete(items);
+        cJSON_Delete(req);
+    }
 }
 
 /* ---- the answer ---- */

@@ -129,20 +129,24 @@ async function killChild(child, graceMs = 2000) {
 // ---------------------------------------------------------------------------
 
 /** Start tests/mock/engine.mjs on a free port. */
-export async function startMock({ timeoutMs = 10000 } = {}) {
+export async function startMock({ timeoutMs = 10000, tritonMetrics = false } = {}) {
     // stdin is a pipe the mock watches: if this process dies, even by SIGKILL, the mock exits too
-    const child = spawn(process.execPath, [MOCK_SCRIPT, '--port', '0', '--exit-with-stdin'],
+    // tritonMetrics: also Triton's metrics port (a listener of its own: mock.metricsPort)
+    const args = [MOCK_SCRIPT, '--port', '0', '--exit-with-stdin', ...(tritonMetrics ? ['--metrics-port', '0'] : [])];
+    const child = spawn(process.execPath, args,
         { stdio: ['pipe', 'pipe', 'pipe'] });
     live.add(child);
     child.once('exit', () => live.delete(child));
     let stderr = '';
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (d) => (stderr += d));
+    let metricsPort;
     const port = await withTimeout(
         new Promise((resolve, reject) => {
             lines(child.stdout, (l) => {
                 try {
                     const j = JSON.parse(l);
+                    if (j.mock === 'listening') metricsPort = j.metrics_port;
                     if (j.mock === 'listening') resolve(j.port);
                 } catch {
                     /* ignore */
@@ -166,6 +170,7 @@ export async function startMock({ timeoutMs = 10000 } = {}) {
     return {
         port,
         base,
+        metricsPort,
         child,
         get stderr() {
             return stderr;

@@ -505,11 +505,6 @@ static const char *const migrations[] = {
     "CREATE TABLE token_calibration ("
     " provider_id TEXT NOT NULL, model TEXT NOT NULL, bytes_per_token REAL NOT NULL,"
     " samples INTEGER NOT NULL, updated_ms INTEGER NOT NULL, PRIMARY KEY (provider_id, model));",
-    /* 22: the events that did not succeed, for the events listing's status filter
-     * (admin/stats.c): partial, so an event that succeeds (nearly all) adds no index entry
-     * and no index page to its commit; the rowid (seq) is the entry's key after status */
-    "CREATE INDEX idx_usage_events_unsucceeded ON usage_events(status)"
-    " WHERE status <> 'succeeded';",
 };
 
 static void *writer_main(void *arg);

@@ -19,7 +19,7 @@
  *                                              the raw events, newest first, cursor-paginated
  *                                              (never a prompt or an answer: none is stored);
  *                                              a page examines at most scan events (default
- *                                              and most 200,000), so a rare filter's page may
+ *                                              and most 100,000), so a rare filter's page may
  *                                              be short with has_more true: go on with
  *                                              next_cursor; request_id= finds one event;
  *                                              key_id=0 / project_id=0: the events without one
@@ -634,7 +634,7 @@ static void ints_row(void *ud, int ncols, const char *const *c)
 
 /* The first seq in [lo, hi) whose event is at or after at_ms (hi when none): a binary search
  * over the rowid, each probe one seek, about log2(hi - lo) of them. -1 on a storage error. */
-static int64_t seq_at(admin_t *a, int64_t at_ms, int64_t lo, int64_t hi)
+static int64_t seq_at(admin_t *a, mg_store_read_t *rd, int64_t at_ms, int64_t lo, int64_t hi)
 {
     char m[24], err[256];
     const char *p[1] = {m};
@@ -678,13 +678,24 @@ static int known_status(const char *s)
  * request, bench/README.md). Instead a page examines at most ?scan events (EVENTS_SCAN,
  * the worst case: bench/README.md); when those hold fewer matches than a page, the page
  * is short, has_more is true and next_cursor goes on below them. */
-#define EVENTS_SCAN 200000
+#define EVENTS_SCAN 100000
+
+/* The listing's parameters, checked (NULL / 0: not given). */
+typedef struct {
+    const char *tenant, *rid;
+    int hf;
+    int64_t from;
+    int ht;
+    int64_t to;
+    const char *cursor, *key, *proj, *status;
+    int limit, scan;
+} events_args_t;
+
+static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g);
 
 static void usage_events(admin_t *a, const char *tenant)
 {
-    char key[24], proj[24], model[160], prov[160], status[16], cursor[24], lim[8], n[16], rid[80],
-        scan_s[16];
-    char f[24], t[24], lo_s[24], hi_s[24];
+    char key[24], proj[24], status[16], cursor[24], lim[8], rid[80], scan_s[16];
     int64_t from = 0, to = 0;
     int hf = time_param(a, "from", &from), ht = time_param(a, "to", &to);
     if (hf < 0 || ht < 0) return;
@@ -717,24 +728,47 @@ static void usage_events(admin_t *a, const char *tenant)
         }
     }
     int hr = adm_query_param(a, "request_id", rid, sizeof(rid));
+    char err[256];
+    /* one connection for all the queries below (the binary searches' probes) */
+    mg_store_read_t *rd = mg_store_read_open(a->store, err, sizeof(err));
+    if (!rd) {
+        adm_storage_error(a, err);
+        return;
+    }
+    events_read(a, rd,
+                &(events_args_t){tenant, hr ? rid : NULL, hf, from, ht, to, hc ? cursor : NULL,
+                                 hk ? key : NULL, hj ? proj : NULL, hs ? status : NULL, limit,
+                                 scan});
+    mg_store_read_close(rd);
+}
+
+/* The page of usage_events for args on rd; the answer or the error set. */
+static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g)
+{
+    char model[160], prov[160], n[16], f[24], t[24], lo_s[24], hi_s[24], err[256];
+    const char *tenant = g->tenant, *rid = g->rid, *key = g->key, *proj = g->proj,
+               *status = g->status;
+    int hr = rid != NULL, hf = g->hf, ht = g->ht, hk = key != NULL, hj = proj != NULL,
+        hs = status != NULL, limit = g->limit, scan = g->scan;
+    int64_t from = g->from, to = g->to;
 
     /* the seq range to read: [lo, hi) */
-    char err[256];
     ints_t mm = {{0, 0}, {0, 0}};
-    if (mg_store_query(a->store,
-                       "SELECT (SELECT min(seq) FROM usage_events),"
-                       " (SELECT max(seq) FROM usage_events)",
-                       0, NULL, ints_row, &mm, err, sizeof(err)) != 0) {
+    if (mg_store_read_query(rd,
+                            "SELECT (SELECT min(seq) FROM usage_events),"
+                            " (SELECT max(seq) FROM usage_events)",
+                            0, NULL, ints_row, &mm, err, sizeof(err)) != 0) {
         adm_storage_error(a, err);
         return;
     }
     int64_t lo = mm.v[0], hi = mm.has[1] ? mm.v[1] + 1 : 0;
-    if (hc) {
-        int64_t c = strtoll(cursor, NULL, 10);
+    if (g->cursor) {
+        int64_t c = strtoll(g->cursor, NULL, 10);
         if (c < hi) hi = c;
     }
-    if (hf && lo < hi && (lo = seq_at(a, from * 1000 - EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
-    if (ht && lo < hi && (hi = seq_at(a, to * 1000 + EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
+    if (hf && lo < hi && (lo = seq_at(a, rd, from * 1000 - EVENT_TIME_SLACK_MS, lo, hi)) < 0)
+        return;
+    if (ht && lo < hi && (hi = seq_at(a, rd, to * 1000 + EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
     /* one request is found by its unique index, wherever it is: no window */
     int windowed = !hr;
     int64_t win_lo = windowed && hi - lo > scan ? hi - scan : lo;
@@ -765,8 +799,8 @@ static void usage_events(admin_t *a, const char *tenant)
         adm_set_error(a, 500, "INTERNAL_ERROR", "the events query did not fit");
         return;
     }
-    if (lo < hi && mg_store_query(a->store, q.sql, q.nparams, q.params, event_row, &e, err,
-                                  sizeof(err)) != 0) {
+    if (lo < hi &&
+        mg_store_read_query(rd, q.sql, q.nparams, q.params, event_row, &e, err, sizeof(err)) != 0) {
         cJSON_Delete(e.data);
         adm_storage_error(a, err);
         return;

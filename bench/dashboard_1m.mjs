@@ -10,7 +10,8 @@
 // with fetch on one keep-alive connection: p50 and max in ms, the wall time from the request
 // to the whole body. Prints a table and a JSON line.
 //
-// usage: node bench/dashboard_1m.mjs [--events 1000000] [--n 20] [--bin build/moongate]
+// usage: node bench/dashboard_1m.mjs [--events 1000000] [--n 20] [--bin build/moongate] [--only REGEX]
+//   (--only: the calls whose label matches, e.g. --only requests)
 import fs from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -24,6 +25,7 @@ const opt = (name, dflt) => {
 };
 const EVENTS = Number(opt('events', 1000000));
 const N = Number(opt('n', 20));
+const ONLY = new RegExp(opt('only', '.'));
 process.env.MOONGATE_BIN = path.resolve(opt('bin', path.join(ROOT, 'build/moongate')));
 const { startEnv, startGateway, adminCall, postJson, sqliteRows } = await import(path.join(ROOT, 'tests/e2e/lib/harness.mjs'));
 
@@ -147,7 +149,7 @@ COMMIT;`;
         return ((Number(f[11]) + Number(f[12])) * 1000) / tck;
     };
     const out = [];
-    for (const [label, p] of calls) {
+    for (const [label, p] of calls.filter((c) => ONLY.test(c[0]))) {
         const ms = [];
         let status = 0;
         let size = 0;

@@ -454,7 +454,9 @@ document.addEventListener('alpine:init', () => {
             const rows = rowsOf(res.json);
             h.rows = fresh ? rows : h.rows.concat(rows);
             h.cursor = res.json.next_cursor ?? res.json.cursor ?? null;
-            h.state = h.rows.length ? 'ready' : 'empty';
+            // a rare filter's page may be short, even empty, with older events still to look
+            // at (the server examines a bounded number a page): "More" goes on
+            h.state = h.rows.length ? 'ready' : h.cursor ? 'partial' : 'empty';
         },
 
         // ---- admin ------------------------------------------------------------------------------

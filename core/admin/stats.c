@@ -14,9 +14,14 @@
  *                                              cache hits, cost, missing usage, latency and
  *                                              TTFT P50/P95, and the change against the
  *                                              previous period of equal length
- *   GET /api/v2/usage/events?from=&to=&key_id=&project_id=&model=&provider=&status=&cursor=&limit=
+ *   GET /api/v2/usage/events?from=&to=&key_id=&project_id=&model=&provider=&status=
+ *                         &request_id=&cursor=&limit=&scan=
  *                                              the raw events, newest first, cursor-paginated
  *                                              (never a prompt or an answer: none is stored);
+ *                                              a page examines at most scan events (default
+ *                                              and most 100,000), so a rare filter's page may
+ *                                              be short with has_more true: go on with
+ *                                              next_cursor; request_id= finds one event;
  *                                              key_id=0 / project_id=0: the events without one
  *                                              (the analytics' group null), as the roll-ups
  *                                              count them
@@ -34,6 +39,7 @@
 
 #include "admin/req.h"
 #include "obs/usage.h"
+#include "store/sqlq.h"
 
 #define MAX_GROUPS 1000
 
@@ -608,11 +614,88 @@ static void event_row(void *ud, int ncols, const char *const *c)
     snprintf(e->last_seq, sizeof(e->last_seq), "%s", c[0] ? c[0] : "0");
 }
 
+/* One integer out of a single-row query (NULL: 0 and *has 0). */
+typedef struct {
+    int64_t v[2];
+    int has[2];
+} ints_t;
+
+static void ints_row(void *ud, int ncols, const char *const *c)
+{
+    ints_t *r = ud;
+    for (int i = 0; i < ncols && i < 2; i++)
+        if (c[i]) r->v[i] = strtoll(c[i], NULL, 10), r->has[i] = 1;
+}
+
+/* Events are written in the order their calls end and at_ms is that end, so at_ms rises with
+ * seq but for the writer's few milliseconds and a clock step: a time bound taken this much
+ * wider as a seq bound loses no event (the at_ms terms stay, so none is shown too many). */
+#define EVENT_TIME_SLACK_MS 60000
+
+/* The first seq in [lo, hi) whose event is at or after at_ms (hi when none): a binary search
+ * over the rowid, each probe one seek, about log2(hi - lo) of them. -1 on a storage error. */
+static int64_t seq_at(admin_t *a, mg_store_read_t *rd, int64_t at_ms, int64_t lo, int64_t hi)
+{
+    char m[24], err[256];
+    const char *p[1] = {m};
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        fmt(m, sizeof(m), mid);
+        ints_t r = {{0, 0}, {0, 0}};
+        if (mg_store_query(
+                a->store,
+                "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1, p,
+                ints_row, &r, err, sizeof(err)) != 0) {
+            adm_storage_error(a, err);
+            return -1;
+        }
+        if (!r.has[0] || r.v[0] >= hi || r.v[1] >= at_ms) hi = mid;
+        else lo = r.v[0] + 1;
+    }
+    return lo;
+}
+
+/* An id filter: "0" is the events without one (the analytics' group null). */
+static void id_term(mg_sqlq_t *q, const char *col_eq, const char *col_null, const char *v)
+{
+    if (!strcmp(v, "0")) mg_sqlq_and(q, col_null, NULL);
+    else mg_sqlq_and(q, col_eq, v);
+}
+
+static int known_status(const char *s)
+{
+    return !strcmp(s, "succeeded") || !strcmp(s, "failed") || !strcmp(s, "cancelled") ||
+           !strcmp(s, "timed_out");
+}
+
+/* The newest events matching the filters given, a page of them, newest first.
+ *
+ * The statement holds only the filters given (store/sqlq.h) and walks seq, the rowid, newest
+ * first: a filter that matches often stops after limit + 1 rows. A time range becomes a seq
+ * range (seq_at), so a filter that matches rarely reads only the events of its range. No
+ * index is kept for the filters: each costs the metering insert an index entry and page
+ * per commit (a partial one of the events that did not succeed cost +6k instructions per
+ * request, bench/README.md). Instead a page examines at most ?scan events (EVENTS_SCAN,
+ * the worst case: bench/README.md); when those hold fewer matches than a page, the page
+ * is short, has_more is true and next_cursor goes on below them. */
+#define EVENTS_SCAN 100000
+
+/* The listing's parameters, checked (NULL / 0: not given). */
+typedef struct {
+    const char *tenant, *rid;
+    int hf;
+    int64_t from;
+    int ht;
+    int64_t to;
+    const char *cursor, *key, *proj, *status;
+    int limit, scan;
+} events_args_t;
+
+static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g);
+
 static void usage_events(admin_t *a, const char *tenant)
 {
-    char key[24], proj[24], model[160], prov[160], status[16], cursor[24], lim[8], f[24], t[24],
-        n[16];
-    const char *p[10] = {tenant};
+    char key[24], proj[24], status[16], cursor[24], lim[8], rid[80], scan_s[16];
     int64_t from = 0, to = 0;
     int hf = time_param(a, "from", &from), ht = time_param(a, "to", &to);
     if (hf < 0 || ht < 0) return;
@@ -622,15 +705,13 @@ static void usage_events(admin_t *a, const char *tenant)
     if (hj < 0) return;
     int hc = adm_query_id(a, "cursor", cursor, sizeof(cursor));
     if (hc < 0) return;
-    if (hf) fmt(f, sizeof(f), from * 1000), p[1] = f;
-    if (ht) fmt(t, sizeof(t), to * 1000), p[2] = t;
-    if (hk) p[3] = key;
-    if (adm_query_param(a, "model", model, sizeof(model))) p[4] = model;
-    if (adm_query_param(a, "status", status, sizeof(status))) p[5] = status;
-    if (hc) p[6] = cursor;
-    if (hj) p[8] = proj;
-    if (adm_query_param(a, "provider", prov, sizeof(prov))) p[9] = prov;
-    int limit = 50;
+    int hs = adm_query_param(a, "status", status, sizeof(status));
+    if (hs && !known_status(status)) {
+        adm_set_error(a, 400, "INVALID_REQUEST",
+                      "status must be succeeded, failed, cancelled or timed_out");
+        return;
+    }
+    int limit = 50, scan = EVENTS_SCAN;
     if (adm_query_param(a, "limit", lim, sizeof(lim))) {
         limit = atoi(lim);
         if (strspn(lim, "0123456789") != strlen(lim) || limit < 1 || limit > 1000) {
@@ -638,20 +719,88 @@ static void usage_events(admin_t *a, const char *tenant)
             return;
         }
     }
-    snprintf(n, sizeof(n), "%d", limit + 1);
-    p[7] = n;
-    events_t e = {cJSON_CreateArray(), 0, limit, ""};
+    if (adm_query_param(a, "scan", scan_s, sizeof(scan_s))) {
+        scan = atoi(scan_s);
+        if (strspn(scan_s, "0123456789") != strlen(scan_s) || scan < 1 || scan > EVENTS_SCAN) {
+            adm_set_error(a, 400, "INVALID_REQUEST", "scan must be an integer from 1 to %d",
+                          EVENTS_SCAN);
+            return;
+        }
+    }
+    int hr = adm_query_param(a, "request_id", rid, sizeof(rid));
     char err[256];
-    if (mg_store_query(
-            a->store,
-            "SELECT " EVENT_COLUMNS " FROM usage_events WHERE (?1 IS NULL OR tenant_id = ?1)"
-            " AND (?2 IS NULL OR at_ms >= ?2) AND (?3 IS NULL OR at_ms < ?3)"
-            " AND (?4 IS NULL OR COALESCE(key_id, 0) = CAST(?4 AS INTEGER))"
-            " AND (?9 IS NULL OR COALESCE(project_id, 0) = CAST(?9 AS INTEGER))"
-            " AND (?5 IS NULL OR logical_model = ?5) AND (?10 IS NULL OR provider_id = ?10)"
-            " AND (?6 IS NULL OR status = ?6) AND (?7 IS NULL OR seq < ?7)"
-            " ORDER BY seq DESC LIMIT ?8",
-            10, p, event_row, &e, err, sizeof(err)) != 0) {
+    /* one connection for all the queries below (the binary searches' probes) */
+    mg_store_read_t *rd = mg_store_read_open(a->store, err, sizeof(err));
+    if (!rd) {
+        adm_storage_error(a, err);
+        return;
+    }
+    events_read(a, rd,
+                &(events_args_t){tenant, hr ? rid : NULL, hf, from, ht, to, hc ? cursor : NULL,
+                                 hk ? key : NULL, hj ? proj : NULL, hs ? status : NULL, limit,
+                                 scan});
+    mg_store_read_close(rd);
+}
+
+/* The page of usage_events for args on rd; the answer or the error set. */
+static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g)
+{
+    char model[160], prov[160], n[16], f[24], t[24], lo_s[24], hi_s[24], err[256];
+    const char *tenant = g->tenant, *rid = g->rid, *key = g->key, *proj = g->proj,
+               *status = g->status;
+    int hr = rid != NULL, hf = g->hf, ht = g->ht, hk = key != NULL, hj = proj != NULL,
+        hs = status != NULL, limit = g->limit, scan = g->scan;
+    int64_t from = g->from, to = g->to;
+
+    /* the seq range to read: [lo, hi) */
+    ints_t mm = {{0, 0}, {0, 0}};
+    if (mg_store_read_query(rd,
+                            "SELECT (SELECT min(seq) FROM usage_events),"
+                            " (SELECT max(seq) FROM usage_events)",
+                            0, NULL, ints_row, &mm, err, sizeof(err)) != 0) {
+        adm_storage_error(a, err);
+        return;
+    }
+    int64_t lo = mm.v[0], hi = mm.has[1] ? mm.v[1] + 1 : 0;
+    if (g->cursor) {
+        int64_t c = strtoll(g->cursor, NULL, 10);
+        if (c < hi) hi = c;
+    }
+    if (hf && lo < hi && (lo = seq_at(a, rd, from * 1000 - EVENT_TIME_SLACK_MS, lo, hi)) < 0)
+        return;
+    if (ht && lo < hi && (hi = seq_at(a, rd, to * 1000 + EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
+    /* one request is found by its unique index, wherever it is: no window */
+    int windowed = !hr;
+    int64_t win_lo = windowed && hi - lo > scan ? hi - scan : lo;
+
+    mg_sqlq_t q;
+    mg_sqlq_init(&q, "SELECT " EVENT_COLUMNS " FROM usage_events");
+    fmt(lo_s, sizeof(lo_s), win_lo);
+    fmt(hi_s, sizeof(hi_s), hi);
+    mg_sqlq_and(&q, "seq >= ?", lo_s);
+    mg_sqlq_and(&q, "seq < ?", hi_s);
+    if (tenant) mg_sqlq_and(&q, "tenant_id = ?", tenant);
+    if (hr) mg_sqlq_and(&q, "request_id = ?", rid);
+    if (hf) fmt(f, sizeof(f), from * 1000), mg_sqlq_and(&q, "at_ms >= ?", f);
+    if (ht) fmt(t, sizeof(t), to * 1000), mg_sqlq_and(&q, "at_ms < ?", t);
+    if (hk) id_term(&q, "key_id = ?", "key_id IS NULL", key);
+    if (hj) id_term(&q, "project_id = ?", "project_id IS NULL", proj);
+    if (adm_query_param(a, "model", model, sizeof(model)))
+        mg_sqlq_and(&q, "logical_model = ?", model);
+    if (adm_query_param(a, "provider", prov, sizeof(prov)))
+        mg_sqlq_and(&q, "provider_id = ?", prov);
+    if (hs) mg_sqlq_and(&q, "status = ?", status);
+    snprintf(n, sizeof(n), "%d", limit + 1);
+    mg_sqlq_tail(&q, " ORDER BY seq DESC LIMIT ?", n);
+
+    events_t e = {cJSON_CreateArray(), 0, limit, ""};
+    if (!mg_sqlq_ok(&q)) {
+        cJSON_Delete(e.data);
+        adm_set_error(a, 500, "INTERNAL_ERROR", "the events query did not fit");
+        return;
+    }
+    if (lo < hi &&
+        mg_store_read_query(rd, q.sql, q.nparams, q.params, event_row, &e, err, sizeof(err)) != 0) {
         cJSON_Delete(e.data);
         adm_storage_error(a, err);
         return;
@@ -659,8 +808,11 @@ static void usage_events(admin_t *a, const char *tenant)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddItemToObject(o, "data", e.data);
-    cJSON_AddBoolToObject(o, "has_more", e.n > limit);
+    /* more: the page is full, or the window stopped above the range's oldest event */
+    int more = e.n > limit || (lo < hi && win_lo > lo);
+    cJSON_AddBoolToObject(o, "has_more", more);
     if (e.n > limit) cJSON_AddStringToObject(o, "next_cursor", e.last_seq);
+    else if (more) cJSON_AddStringToObject(o, "next_cursor", lo_s);
     else cJSON_AddNullToObject(o, "next_cursor");
     adm_set_answer(a, 200, o);
 }

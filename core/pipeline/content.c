@@ -2,7 +2,8 @@
  * open (obs/fulllog.h), secrets masked (base/redact.h); outside it, nothing of either.
  *
  * The prompt is the request body as the client sent it (what prompt_hash hashes); the
- * answer is the JSON answer as sent, or a stream's content deltas put together (captured
+ * answer is the JSON answer as sent, or a stream's content deltas put together (an
+ * Anthropic pass-through stream's text deltas: messages_native.c; captured
  * only while the window is open: a closed window costs a stream one branch per event).
  * Each is logged up to MG_FULLLOG_FIELD_MAX bytes, the rest cut and said so. */
 #include "pipeline/call.h"
@@ -35,6 +36,19 @@ void content_take_event(call_t *c, const char *json, size_t n)
     cJSON *chunk = cJSON_ParseWithLength(json, n);
     if (chunk) content_take_chunk(c, chunk);
     cJSON_Delete(chunk);
+}
+
+void content_take_anthropic(call_t *c, const char *json, size_t n)
+{
+    if (!window_open(c) || c->full_answer.len >= MG_FULLLOG_FIELD_MAX) return;
+    cJSON *ev = cJSON_ParseWithLength(json, n);
+    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(ev, "delta");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "text"); /* a text_delta's */
+    if (cJSON_IsString(text)) {
+        size_t len = strlen(text->valuestring), room = MG_FULLLOG_FIELD_MAX - c->full_answer.len;
+        mg_buf_append(&c->full_answer, text->valuestring, len < room ? len : room);
+    }
+    cJSON_Delete(ev);
 }
 
 void content_log_end(call_t *c, mg_logline_t *l)

@@ -136,7 +136,10 @@ int msgs_native_event(call_t *c, const mg_sse_event_t *ev)
     if (type_is(&t, "message_start") || type_is(&t, "message_delta") || type_is(&t, "error"))
         return tree_event(c, ev, &t);
     if (type_is(&t, "message_stop")) c->upstream_done = 1;
-    if (type_is(&t, "content_block_delta")) c->chunks++;
+    if (type_is(&t, "content_block_delta")) {
+        c->chunks++;
+        content_take_anthropic(c, ev->data, ev->data_len); /* full logging's */
+    }
     out_anthropic_event(c, t.type, t.len, ev->data, ev->data_len);
     return 0;
 }

@@ -1534,20 +1534,45 @@ void mg_store_stats(mg_store_t *s, mg_store_stats_t *out)
     pthread_mutex_unlock(&s->mu);
 }
 
-int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
-                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
-                   size_t errlen)
+/* A read connection of one caller (sqlite3 is opaque to the callers). */
+struct mg_store_read_s {
+    sqlite3 *db;
+};
+
+mg_store_read_t *mg_store_read_open(mg_store_t *s, char *err, size_t errlen)
 {
-    sqlite3 *db = NULL;
+    mg_store_read_t *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (sqlite3_open_v2(s->path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        snprintf(err, errlen, "%s", r->db ? sqlite3_errmsg(r->db) : "cannot open");
+        mg_store_read_close(r);
+        return NULL;
+    }
+    sqlite3_busy_timeout(r->db, 5000);
+    return r;
+}
+
+void mg_store_read_close(mg_store_read_t *r)
+{
+    if (!r) return;
+    sqlite3_close(r->db);
+    free(r);
+}
+
+int mg_store_read_query(mg_store_read_t *r, const char *sql, int nparams, const char *const *params,
+                        void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
+                        char *err, size_t errlen)
+{
     sqlite3_stmt *st = NULL;
     int rc = -1;
-    if (sqlite3_open_v2(s->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
-            SQLITE_OK ||
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "%s", db ? sqlite3_errmsg(db) : "cannot open");
+    if (sqlite3_prepare_v2(r->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", sqlite3_errmsg(r->db));
         goto out;
     }
-    sqlite3_busy_timeout(db, 5000);
     for (int i = 0; i < nparams; i++) {
         if (params[i]) sqlite3_bind_text(st, i + 1, params[i], -1, SQLITE_STATIC);
         else sqlite3_bind_null(st, i + 1);
@@ -1561,13 +1586,23 @@ int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *cons
         cb(ud, ncols, cols);
     }
     if (step != SQLITE_DONE) {
-        snprintf(err, errlen, "%s", sqlite3_errmsg(db));
+        snprintf(err, errlen, "%s", sqlite3_errmsg(r->db));
         goto out;
     }
     rc = 0;
 out:
     sqlite3_finalize(st);
-    sqlite3_close(db);
+    return rc;
+}
+
+int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
+                   void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
+                   size_t errlen)
+{
+    mg_store_read_t *r = mg_store_read_open(s, err, errlen);
+    if (!r) return -1;
+    int rc = mg_store_read_query(r, sql, nparams, params, cb, ud, err, errlen);
+    mg_store_read_close(r);
     return rc;
 }
 

@@ -201,6 +201,15 @@ int mg_store_disk_full(mg_store_t *s);
 int mg_store_query(mg_store_t *s, const char *sql, int nparams, const char *const *params,
                    void (*cb)(void *ud, int ncols, const char *const *cols), void *ud, char *err,
                    size_t errlen);
+/* The same, several queries on one read connection: opened once (the schema read once, the
+ * pages read by one query cached for the next), for a caller that runs many small ones (the
+ * events listing's binary search over seq). Open: NULL with err set. */
+typedef struct mg_store_read_s mg_store_read_t;
+mg_store_read_t *mg_store_read_open(mg_store_t *s, char *err, size_t errlen);
+int mg_store_read_query(mg_store_read_t *r, const char *sql, int nparams, const char *const *params,
+                        void (*cb)(void *ud, int ncols, const char *const *cols), void *ud,
+                        char *err, size_t errlen);
+void mg_store_read_close(mg_store_read_t *r);
 
 /* ---- synchronous admin transactions ----
  * Operator-driven changes (tenants, projects, keys) run synchronously on the caller's

@@ -5,6 +5,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { adminCall, startEnv, waitFor } from './lib/harness.mjs';
 import { openStream, signIn } from './lib/dashboard.mjs';
@@ -23,8 +24,12 @@ const admin = (method, p, body, token = ADMIN_TOKEN) => adminCall(env.base, toke
 
 before(async () => {
     env = await startEnv({
-        configure: (c) => ({ ...c, auth: { enabled: true }, health: { probes: false },
-            dashboard: { stream_interval_ms: 250 } }),
+        configure: (c, e) => ({ ...c, auth: { enabled: true }, health: { probes: false },
+            dashboard: { stream_interval_ms: 250 },
+            // a native Anthropic route: /v1/messages passes through (pipeline/messages_native.c)
+            providers: [...c.providers, { id: 'mock-anthropic', adapter: 'anthropic',
+                base_url: `http://127.0.0.1:${e.mock.port}`, api_key: 'sk-ant-upstream-key' }],
+            models: { ...c.models, 'claude-native': { routes: [{ provider: 'mock-anthropic', model: 'claude-up' }] } } }),
         env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
     });
     tenantId = (await admin('POST', 'tenants', { name: 'fulllog' })).json.id;
@@ -152,6 +157,31 @@ describe('full logging mode', () => {
             assert.ok(on.data.logging.until_ms > Date.now() + 590000);
         } finally {
             st.close();
+        }
+    });
+
+    test('a native Anthropic stream: the prompt and its text deltas put together, capped alike', async () => {
+        const on = await admin('POST', 'logging/full', { duration_seconds: 60, reason: 'native stream' });
+        assert.equal(on.status, 200, on.text);
+        try {
+            const anth = new Anthropic({ baseURL: env.base, apiKey, maxRetries: 0, timeout: 10000 });
+            const content = `MARKER-NATIVE-1: why does my key ${PASTED_KEY} fail?`;
+            const { data, response } = await anth.messages.create({ model: 'claude-native', max_tokens: 64, stream: true,
+                messages: [{ role: 'user', content }] }).withResponse();
+            let text = '';
+            for await (const ev of data) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+            assert.ok(text.length > 0, 'the mock streamed some text');
+            const line = await env.gw.requestLog(response.headers.get('x-request-id'));
+            assert.equal(line.log_mode, 'full');
+            assert.ok(line.prompt.includes('MARKER-NATIVE-1'), line.prompt);
+            assert.ok(!line.prompt.includes(PASTED_MIDDLE), 'the key is masked');
+            assert.equal(line.answer, text, 'the streamed text, whole');
+            const whole = await anth.messages.create({ model: 'claude-native', max_tokens: 64,
+                messages: [{ role: 'user', content: 'MARKER-NATIVE-2' }] }).withResponse();
+            const wl = await env.gw.requestLog(whole.response.headers.get('x-request-id'));
+            assert.ok(wl.answer.includes(whole.data.content[0].text), 'a whole answer is logged too');
+        } finally {
+            assert.equal((await admin('DELETE', 'logging/full')).status, 200);
         }
     });
 

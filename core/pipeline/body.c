@@ -6,6 +6,7 @@
  * is ever built. Everything else takes the tree path: parsed once, checked, sanitized (the
  * gateway's extensions taken out, max_output_tokens mapped, streams asked for usage). */
 #include "pipeline/call.h"
+#include "pipeline/notes.h"
 #include "pipeline/snippets.h"
 
 #include "base/json.h"
@@ -24,9 +25,10 @@
 static const struct {
     const char *name;
     size_t len;
-} extension_keys[] = {KEY("priority"),          KEY("session_id"), KEY("idempotency_key"),
-                      KEY("timeouts"),          KEY("routing"),    KEY("context_policy"),
-                      KEY("max_output_tokens"), KEY("metadata"),   KEY("retrieval")};
+} extension_keys[] = {KEY("priority"),          KEY("session_id"),        KEY("idempotency_key"),
+                      KEY("timeouts"),          KEY("routing"),           KEY("context_policy"),
+                      KEY("max_output_tokens"), KEY("metadata"),          KEY("retrieval"),
+                      KEY("identity_notes"),    KEY("output_constraints")};
 #define N_EXTENSIONS (sizeof(extension_keys) / sizeof(extension_keys[0]))
 
 int member_is(const mg_json_member_t *m, const char *key)
@@ -114,6 +116,15 @@ static const char *validate(mg_endpoint_t ep, const cJSON *body)
         const cJSON *retrieval = cJSON_GetObjectItemCaseSensitive(body, "retrieval");
         const char *bad = retrieval ? mg_snippets_check(retrieval) : NULL;
         if (bad) return bad;
+        static const char *const notes[] = {"identity_notes", "output_constraints"};
+        for (int i = 0; i < 2; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, notes[i]);
+            if (v && (bad = mg_notes_check(v, notes[i])) != NULL)
+                return i ? "'output_constraints' must be a non-empty string or an array of at "
+                           "most 32 non-empty strings"
+                         : "'identity_notes' must be a non-empty string or an array of at most 32 "
+                           "non-empty strings";
+        }
     } else if (ep == MG_EP_COMPLETIONS) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
         if (!cJSON_IsString(p) && !cJSON_IsArray(p)) return "'prompt' must be a string or an array";

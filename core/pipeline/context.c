@@ -22,6 +22,7 @@
 #include "base/log.h"
 #include "token/chat.h"
 #include "token/registry.h"
+#include "pipeline/notes.h"
 #include "pipeline/snippets.h"
 
 #define MAX_TOOL_CALLS 32
@@ -41,6 +42,7 @@ typedef struct call_context_s {
     mg_session_waiter_t waiter; /* its place in that session's list */
     cJSON *turn_in;             /* owned: the request's own non-system messages */
     cJSON *retrieval;           /* owned: the request's retrieval snippets (snippets.h) */
+    cJSON *identity, *output;   /* owned: its identity notes and output constraints (notes.h) */
     int rewritten;
     long input_tokens, budget; /* the report; budget -1: none */
     cJSON *steps;              /* owned: the trimming steps that ran */
@@ -62,11 +64,19 @@ void context_take_extensions(call_t *c, cJSON *body)
     const cJSON *sid = cJSON_GetObjectItemCaseSensitive(body, "session_id");
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(body, "context_policy");
     const cJSON *rag = cJSON_GetObjectItemCaseSensitive(body, "retrieval");
+    const cJSON *idn = cJSON_GetObjectItemCaseSensitive(body, "identity_notes");
+    const cJSON *outc = cJSON_GetObjectItemCaseSensitive(body, "output_constraints");
     int snippets = c->ep == MG_EP_CHAT && cJSON_GetArraySize(rag) > 0;
-    if ((!sid || cJSON_IsNull(sid)) && !cJSON_IsString(pol) && !snippets) return;
+    int notes =
+        c->ep == MG_EP_CHAT && ((idn && !cJSON_IsNull(idn)) || (outc && !cJSON_IsNull(outc)));
+    if ((!sid || cJSON_IsNull(sid)) && !cJSON_IsString(pol) && !snippets && !notes) return;
     call_context_t *x = ctx_of(c);
     if (!x) return;
     if (snippets) x->retrieval = cJSON_DetachItemFromObjectCaseSensitive(body, "retrieval");
+    if (notes && idn && !cJSON_IsNull(idn))
+        x->identity = cJSON_DetachItemFromObjectCaseSensitive(body, "identity_notes");
+    if (notes && outc && !cJSON_IsNull(outc))
+        x->output = cJSON_DetachItemFromObjectCaseSensitive(body, "output_constraints");
     x->project_id = c->auth.rec ? c->auth.rec->project_id : 0;
     if (sid && !cJSON_IsNull(sid)) {
         x->has_session_id = 1;
@@ -395,10 +405,11 @@ static int context_assemble(call_t *c)
     if (c->ep != MG_EP_CHAT) return 0;
     int with_session = c->ctx && c->ctx->has_session_id;
     int with_snippets = c->ctx && c->ctx->retrieval;
+    int with_notes = c->ctx && (c->ctx->identity || c->ctx->output);
     const mg_encoding_t *e = encoding_of(c);
     int windowed = window_of(c->model) > 0;
     long budget = windowed ? model_budget(c) : -1;
-    if (!with_session && !with_snippets &&
+    if (!with_session && !with_snippets && !with_notes &&
         (!windowed || !e || (budget > 0 && prompt_count(c) <= budget)))
         return 0;
     call_context_t *x = ctx_of(c);
@@ -419,8 +430,16 @@ static int context_assemble(call_t *c)
     } else {
         split_plain(msgs, &n_leading, &first_current);
     }
+    /* identity notes join the protected leading system messages, before the session's summary
+     * (the PRD's order); output constraints close the protected tail (notes.h) */
+    int summary_at_end = with_session && x->session && x->session->summary && n_leading > 0;
+    int ni = x->identity ? mg_notes_insert(msgs, n_leading - summary_at_end, x->identity) : 0;
+    n_leading += ni > 0 ? ni : 0;
+    first_current += ni > 0 ? ni : 0;
+    int no = x->output ? mg_notes_insert(msgs, cJSON_GetArraySize(msgs), x->output) : 0;
     /* the snippets go before the current request; the policy finds them by their mark */
-    if (with_snippets && mg_snippets_insert(msgs, first_current, x->retrieval) < 0) {
+    if (ni < 0 || no < 0 ||
+        (with_snippets && mg_snippets_insert(msgs, first_current, x->retrieval) < 0)) {
         cJSON_AddItemToObject(body, "messages", msgs);
         return call_error(c, 500, "INTERNAL_ERROR", "out of memory", 0), -1;
     }
@@ -609,6 +628,8 @@ void context_end(call_t *c)
     }
     cJSON_Delete(x->turn_in);
     cJSON_Delete(x->retrieval);
+    cJSON_Delete(x->identity);
+    cJSON_Delete(x->output);
     cJSON_Delete(x->steps);
     mg_buf_free(&x->content);
     mg_buf_free(&x->reasoning);

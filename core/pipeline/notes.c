@@ -1,0 +1,53 @@
+/* notes: identity and permission notes, output constraints; see notes.h. */
+#include "pipeline/notes.h"
+
+#include <stdlib.h>
+
+#include "base/json.h"
+
+const char *mg_notes_check(const cJSON *v, const char *name)
+{
+    (void)name;
+    if (cJSON_IsNull(v)) return NULL;
+    if (cJSON_IsString(v)) return v->valuestring[0] ? NULL : "a note must not be empty";
+    if (!cJSON_IsArray(v)) return "notes must be a string or an array of strings";
+    if (cJSON_GetArraySize(v) > MG_NOTES_MAX) return "at most 32 notes";
+    for (const cJSON *s = v->child; s; s = s->next)
+        if (!cJSON_IsString(s) || !s->valuestring[0]) return "each note must be a non-empty string";
+    return NULL;
+}
+
+/* Not cJSON_InsertItemInArray: Debian's cJSON 1.7.15 refuses to insert into a parsed array
+ * (see snippets.c), so the tail is moved out and back. */
+static int insert_at(cJSON *msgs, int at, cJSON *item)
+{
+    cJSON *tail = cJSON_CreateArray(), *m = msgs->child;
+    if (!tail) return -1;
+    for (int i = 0; m && i < at; i++) m = m->next;
+    for (cJSON *next; m; m = next) {
+        next = m->next;
+        cJSON_AddItemToArray(tail, cJSON_DetachItemViaPointer(msgs, m));
+    }
+    cJSON_AddItemToArray(msgs, item);
+    while (tail->child) cJSON_AddItemToArray(msgs, cJSON_DetachItemViaPointer(tail, tail->child));
+    cJSON_Delete(tail);
+    return 0;
+}
+
+int mg_notes_insert(cJSON *msgs, int at, const cJSON *v)
+{
+    mg_buf_t text = {0};
+    if (cJSON_IsString(v)) mg_buf_append_str(&text, v->valuestring);
+    for (const cJSON *s = cJSON_IsArray(v) ? v->child : NULL; s; s = s->next) {
+        if (!cJSON_IsString(s)) continue;
+        if (text.len) mg_buf_append_str(&text, "\n\n");
+        mg_buf_append_str(&text, s->valuestring);
+    }
+    if (!text.len) return mg_buf_free(&text), 0;
+    cJSON *m = cJSON_CreateObject();
+    int ok = m && cJSON_AddStringToObject(m, "role", "system") &&
+             cJSON_AddStringToObject(m, "content", text.data);
+    mg_buf_free(&text);
+    if (!ok || insert_at(msgs, at, m) < 0) return cJSON_Delete(m), -1;
+    return 1;
+}

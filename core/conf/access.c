@@ -56,9 +56,9 @@ static int load_allowed_models(conf_loader_t *l, yaml_node_t *map, const char *p
 
 static int load_app(conf_loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_conf_t *a)
 {
-    static const char *const keys[] = {"max_running_tasks",  "max_queued_tasks",
-                                       "allowed_priorities", "allowed_models",
-                                       "data_policy",        NULL};
+    static const char *const keys[] = {
+        "max_running_tasks", "max_queued_tasks", "allowed_priorities", "allowed_models",
+        "data_policy",       "identity_notes",   "output_constraints", NULL};
     char path[300];
     a->line = conf_line_of(key);
     a->name = conf_dup_str(l, a->line, conf_scalar_text(key));
@@ -71,7 +71,9 @@ static int load_app(conf_loader_t *l, yaml_node_t *key, yaml_node_t *v, mg_app_c
             0 ||
         conf_opt_int_field(l, v, path, "max_queued_tasks", 0, 1000000, &a->max_queued_tasks) < 0 ||
         load_priorities(l, v, path, &a->allowed_priorities) < 0 ||
-        load_allowed_models(l, v, path, a) < 0)
+        load_allowed_models(l, v, path, a) < 0 ||
+        conf_opt_text(l, v, path, "identity_notes", &a->identity_notes) < 0 ||
+        conf_opt_text(l, v, path, "output_constraints", &a->output_constraints) < 0)
         return -1;
     yaml_node_pair_t *dp = conf_find_pair(l, v, "data_policy");
     if (dp) {
@@ -130,6 +132,8 @@ void mg_app_conf_clear(mg_app_conf_t *app)
 {
     for (size_t i = 0; i < app->n_allowed_models; i++) free(app->allowed_models[i]);
     free(app->allowed_models);
+    free(app->identity_notes);
+    free(app->output_constraints);
     free(app->name);
     memset(app, 0, sizeof(*app));
 }

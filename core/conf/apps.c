@@ -82,6 +82,17 @@ static int data_policy(const cJSON *v, mg_app_conf_t *a, char *err, size_t errle
     return 0;
 }
 
+/* An optional text: a string (empty: none) or null. */
+static int opt_text(const cJSON *def, const char *key, char **out, char *err, size_t errlen)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(def, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return bad(err, errlen, key, "must be a string");
+    if (!*v->valuestring) return 0;
+    if (!(*out = strdup(v->valuestring))) return bad(err, errlen, key, "out of memory");
+    return 0;
+}
+
 int mg_app_from_json(const cJSON *def, const char *name, mg_app_conf_t *out, char *err,
                      size_t errlen)
 {
@@ -91,6 +102,8 @@ int mg_app_from_json(const cJSON *def, const char *name, mg_app_conf_t *out, cha
                                        "allowed_priorities",
                                        "allowed_models",
                                        "data_policy",
+                                       "identity_notes",
+                                       "output_constraints",
                                        NULL};
     memset(out, 0, sizeof(*out));
     out->stored = true;
@@ -117,7 +130,9 @@ int mg_app_from_json(const cJSON *def, const char *name, mg_app_conf_t *out, cha
         priorities(cJSON_GetObjectItemCaseSensitive(def, "allowed_priorities"),
                    &out->allowed_priorities, err, errlen) != 0 ||
         models(cJSON_GetObjectItemCaseSensitive(def, "allowed_models"), out, err, errlen) != 0 ||
-        data_policy(cJSON_GetObjectItemCaseSensitive(def, "data_policy"), out, err, errlen) != 0)
+        data_policy(cJSON_GetObjectItemCaseSensitive(def, "data_policy"), out, err, errlen) != 0 ||
+        opt_text(def, "identity_notes", &out->identity_notes, err, errlen) != 0 ||
+        opt_text(def, "output_constraints", &out->output_constraints, err, errlen) != 0)
         goto fail;
     return 0;
 fail:
@@ -151,6 +166,11 @@ cJSON *mg_app_to_json(const mg_app_conf_t *a)
     } else {
         cJSON_AddNullToObject(o, "data_policy");
     }
+    if (a->identity_notes) cJSON_AddStringToObject(o, "identity_notes", a->identity_notes);
+    else cJSON_AddNullToObject(o, "identity_notes");
+    if (a->output_constraints)
+        cJSON_AddStringToObject(o, "output_constraints", a->output_constraints);
+    else cJSON_AddNullToObject(o, "output_constraints");
     return o;
 }
 

@@ -175,6 +175,9 @@ typedef struct mg_app_conf_s {
     bool allow_cloud;
     char **allowed_models; /* owned list of logical model names; NULL = every model */
     size_t n_allowed_models;
+    char *identity_notes;     /* owned, may be NULL: its requests' identity and permission
+                                 notes (pipeline/notes.h), before the request's own */
+    char *output_constraints; /* owned, may be NULL: the same for output constraints */
     int line;
     bool stored; /* added through the admin API (apps.h), not the file */
 } mg_app_conf_t;

@@ -405,7 +405,9 @@ static int context_assemble(call_t *c)
     if (c->ep != MG_EP_CHAT) return 0;
     int with_session = c->ctx && c->ctx->has_session_id;
     int with_snippets = c->ctx && c->ctx->retrieval;
-    int with_notes = c->ctx && (c->ctx->identity || c->ctx->output);
+    const char *app_identity = c->app ? c->app->identity_notes : NULL;
+    const char *app_output = c->app ? c->app->output_constraints : NULL;
+    int with_notes = (c->ctx && (c->ctx->identity || c->ctx->output)) || app_identity || app_output;
     const mg_encoding_t *e = encoding_of(c);
     int windowed = window_of(c->model) > 0;
     long budget = windowed ? model_budget(c) : -1;
@@ -433,10 +435,10 @@ static int context_assemble(call_t *c)
     /* identity notes join the protected leading system messages, before the session's summary
      * (the PRD's order); output constraints close the protected tail (notes.h) */
     int summary_at_end = with_session && x->session && x->session->summary && n_leading > 0;
-    int ni = x->identity ? mg_notes_insert(msgs, n_leading - summary_at_end, x->identity) : 0;
+    int ni = mg_notes_insert(msgs, n_leading - summary_at_end, app_identity, x->identity);
     n_leading += ni > 0 ? ni : 0;
     first_current += ni > 0 ? ni : 0;
-    int no = x->output ? mg_notes_insert(msgs, cJSON_GetArraySize(msgs), x->output) : 0;
+    int no = mg_notes_insert(msgs, cJSON_GetArraySize(msgs), app_output, x->output);
     /* the snippets go before the current request; the policy finds them by their mark */
     if (ni < 0 || no < 0 ||
         (with_snippets && mg_snippets_insert(msgs, first_current, x->retrieval) < 0)) {

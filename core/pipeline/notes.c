@@ -34,9 +34,11 @@ static int insert_at(cJSON *msgs, int at, cJSON *item)
     return 0;
 }
 
-int mg_notes_insert(cJSON *msgs, int at, const cJSON *v)
+int mg_notes_insert(cJSON *msgs, int at, const char *configured, const cJSON *v)
 {
     mg_buf_t text = {0};
+    if (configured && *configured) mg_buf_append_str(&text, configured);
+    if (cJSON_IsString(v) && text.len) mg_buf_append_str(&text, "\n\n");
     if (cJSON_IsString(v)) mg_buf_append_str(&text, v->valuestring);
     for (const cJSON *s = cJSON_IsArray(v) ? v->child : NULL; s; s = s->next) {
         if (!cJSON_IsString(s)) continue;

@@ -26,6 +26,13 @@ before(async () => {
         configure: (c) => ({
             ...c,
             context: { safety_margin_ratio: 0, enable_prompt_persistence: false },
+            applications: {
+                ...c.applications,
+                helpdesk: {
+                    identity_notes: 'Tenant acme, support tier.',
+                    output_constraints: 'Never quote a card number.',
+                },
+            },
             models: {
                 ...c.models,
                 notes: {
@@ -134,5 +141,35 @@ describe('identity notes and output constraints', () => {
                 (e) => e.status === 400 && e.message.includes(field),
             );
         }
+    });
+
+    test('an application\'s configured notes come first, then the request\'s', async () => {
+        const r = await client.chat.completions.create({
+            model: 'notes',
+            messages: [{ role: 'user', content: 'Where is my parcel?' }],
+            metadata: { application: 'helpdesk' },
+            identity_notes: 'The caller is agent 9.',
+        });
+        const sent = await lastUpstream();
+        assert.deepEqual(sent.messages, [
+            { role: 'system', content: 'Tenant acme, support tier.\n\nThe caller is agent 9.' },
+            { role: 'user', content: 'Where is my parcel?' },
+            { role: 'system', content: 'Never quote a card number.' },
+        ]);
+        assert.equal(r.context.input_tokens, countMessages(sent.messages));
+        // a plain body (no extension) of the application gets them too
+        await client.chat.completions.create({
+            model: 'notes',
+            messages: [{ role: 'user', content: 'Hello' }],
+            metadata: { application: 'helpdesk' },
+        });
+        assert.deepEqual((await lastUpstream()).messages, [
+            { role: 'system', content: 'Tenant acme, support tier.' },
+            { role: 'user', content: 'Hello' },
+            { role: 'system', content: 'Never quote a card number.' },
+        ]);
+        // another application's (none configured) do not
+        await client.chat.completions.create({ model: 'notes', messages: [{ role: 'user', content: 'Hi' }] });
+        assert.deepEqual((await lastUpstream()).messages, [{ role: 'user', content: 'Hi' }]);
     });
 });

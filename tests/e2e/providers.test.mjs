@@ -321,6 +321,7 @@ describe('applications: /api/v2/applications (the PRD\'s permission model)', () 
             [{ name: 'x', allowed_models: 'chat' }, /allowed_models/],
             [{ name: 'x', max_running_tasks: -1 }, /max_running_tasks/],
             [{ name: 'x', data_policy: { allow_cloud: 'yes' } }, /allow_cloud/],
+            [{ name: 'x', identity_notes: 7 }, /identity_notes/],
             [{ name: 'x', colour: 1 }, /unknown field 'colour'/],
         ]) {
             const r = await admin('POST', 'applications', body);
@@ -330,9 +331,12 @@ describe('applications: /api/v2/applications (the PRD\'s permission model)', () 
         const r = await admin('POST', 'applications', {
             name: 'team-app', allowed_models: ['chat'], allowed_priorities: ['P1', 'P2'],
             max_running_tasks: 4, data_policy: { allow_cloud: true },
+            output_constraints: 'Answer in English.',
         });
         assert.equal(r.status, 201, r.text);
         assert.equal(r.json.source, 'db');
+        assert.equal(r.json.output_constraints, 'Answer in English.');
+        assert.equal(r.json.identity_notes, null);
         assert.deepEqual(r.json.allowed_priorities, ['P1', 'P2']);
         assert.equal((await asApp('team-app')).status, 200);
         const other = await asApp('team-app', 'embed-chat-none');

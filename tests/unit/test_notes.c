@@ -41,9 +41,11 @@ static void test_insert(void)
     cJSON *idn = cJSON_Parse("[\"agent 7\",\"read-only\"]");
     cJSON *out = cJSON_Parse("\"answer in JSON\"");
     cJSON *none = cJSON_Parse("[]");
-    CHECK(mg_notes_insert(msgs, 1, idn) == 1);
-    CHECK(mg_notes_insert(msgs, cJSON_GetArraySize(msgs), out) == 1);
-    CHECK(mg_notes_insert(msgs, 0, none) == 0);
+    CHECK(mg_notes_insert(msgs, 1, NULL, idn) == 1);
+    CHECK(mg_notes_insert(msgs, cJSON_GetArraySize(msgs), NULL, out) == 1);
+    CHECK(mg_notes_insert(msgs, 0, NULL, none) == 0);
+    CHECK(mg_notes_insert(msgs, 0, NULL, NULL) == 0);
+    CHECK(mg_notes_insert(msgs, 0, "", NULL) == 0);
     char *s = printed(msgs);
     CHECK_STR(s, "[{\"role\":\"system\",\"content\":\"s\"},"
                  "{\"role\":\"system\",\"content\":\"agent 7\\n\\nread-only\"},"
@@ -56,9 +58,30 @@ static void test_insert(void)
     cJSON_Delete(none);
 }
 
+/* The application's configured notes come first, then the request's; either alone works. */
+static void test_configured_first(void)
+{
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"user\",\"content\":\"q\"}]");
+    cJSON *idn = cJSON_Parse("[\"agent 7\"]");
+    cJSON *out = cJSON_Parse("\"in JSON\"");
+    CHECK(mg_notes_insert(msgs, 0, "tenant acme", idn) == 1);
+    CHECK(mg_notes_insert(msgs, cJSON_GetArraySize(msgs), "be brief", out) == 1);
+    CHECK(mg_notes_insert(msgs, cJSON_GetArraySize(msgs), "app only", NULL) == 1);
+    char *s = printed(msgs);
+    CHECK_STR(s, "[{\"role\":\"system\",\"content\":\"tenant acme\\n\\nagent 7\"},"
+                 "{\"role\":\"user\",\"content\":\"q\"},"
+                 "{\"role\":\"system\",\"content\":\"be brief\\n\\nin JSON\"},"
+                 "{\"role\":\"system\",\"content\":\"app only\"}]");
+    free(s);
+    cJSON_Delete(msgs);
+    cJSON_Delete(idn);
+    cJSON_Delete(out);
+}
+
 int main(void)
 {
     MG_RUN(test_check);
     MG_RUN(test_insert);
+    MG_RUN(test_configured_first);
     return mg_test_summary();
 }

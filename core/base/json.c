@@ -575,6 +575,24 @@ int mg_json_keep_big_ints(cJSON *obj, const char *s, size_t n)
     return mg_json_members(s, n, keep_big_int, obj) == 2 ? -1 : 0;
 }
 
+cJSON *mg_json_cut(cJSON *arr, int at)
+{
+    cJSON *cut = cJSON_CreateArray(), *m = arr->child;
+    if (!cut) return NULL;
+    for (int i = 0; m && i < at; i++) m = m->next;
+    for (cJSON *next; m; m = next) {
+        next = m->next;
+        cJSON_AddItemToArray(cut, cJSON_DetachItemViaPointer(arr, m));
+    }
+    return cut;
+}
+
+void mg_json_rejoin(cJSON *arr, cJSON *cut)
+{
+    while (cut->child) cJSON_AddItemToArray(arr, cJSON_DetachItemViaPointer(cut, cut->child));
+    cJSON_Delete(cut);
+}
+
 long long mg_json_ll(const cJSON *v, long long dflt)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble != v->valuedouble) return dflt;

@@ -42,6 +42,13 @@ int mg_json_print_number(double d, mg_buf_t *out);
 long long mg_json_ll(const cJSON *v, long long dflt);
 int mg_json_int(const cJSON *v, int dflt);
 
+/* Inserting into an array in the middle: mg_json_cut moves arr's items from index `at` on
+ * into a new array (NULL when out of memory), the caller appends what goes there, and
+ * mg_json_rejoin puts the cut items back after them and frees the holder. Not
+ * cJSON_InsertItemInArray: Debian's cJSON 1.7.15 refuses to insert into a parsed array. */
+cJSON *mg_json_cut(cJSON *arr, int at);
+void mg_json_rejoin(cJSON *arr, cJSON *cut);
+
 /* One member of a JSON object, as byte ranges into the scanned text. `key` is the
  * raw text between the quotes (escapes not decoded); `value` is the member's whole
  * value text (an object or array with everything inside it). */

@@ -17,20 +17,12 @@ const char *mg_notes_check(const cJSON *v, const char *name)
     return NULL;
 }
 
-/* Not cJSON_InsertItemInArray: Debian's cJSON 1.7.15 refuses to insert into a parsed array
- * (see snippets.c), so the tail is moved out and back. */
 static int insert_at(cJSON *msgs, int at, cJSON *item)
 {
-    cJSON *tail = cJSON_CreateArray(), *m = msgs->child;
+    cJSON *tail = mg_json_cut(msgs, at);
     if (!tail) return -1;
-    for (int i = 0; m && i < at; i++) m = m->next;
-    for (cJSON *next; m; m = next) {
-        next = m->next;
-        cJSON_AddItemToArray(tail, cJSON_DetachItemViaPointer(msgs, m));
-    }
     cJSON_AddItemToArray(msgs, item);
-    while (tail->child) cJSON_AddItemToArray(msgs, cJSON_DetachItemViaPointer(tail, tail->child));
-    cJSON_Delete(tail);
+    mg_json_rejoin(msgs, tail);
     return 0;
 }
 

@@ -65,17 +65,10 @@ static cJSON *snippet_message(const cJSON *s, int rank)
     return m;
 }
 
-/* Not cJSON_InsertItemInArray: Debian's cJSON 1.7.15 refuses to insert into a parsed array
- * (it returns false), so the tail is moved out and back. */
 int mg_snippets_insert(cJSON *msgs, int at, const cJSON *retrieval)
 {
-    cJSON *tail = cJSON_CreateArray(), *m = msgs->child;
+    cJSON *tail = mg_json_cut(msgs, at);
     if (!tail) return -1;
-    for (int i = 0; m && i < at; i++) m = m->next;
-    for (cJSON *next; m; m = next) {
-        next = m->next;
-        cJSON_AddItemToArray(tail, cJSON_DetachItemViaPointer(msgs, m));
-    }
     int n = 0, failed = 0;
     for (const cJSON *s = cJSON_IsArray(retrieval) ? retrieval->child : NULL; s && !failed;
          s = s->next) {
@@ -83,8 +76,7 @@ int mg_snippets_insert(cJSON *msgs, int at, const cJSON *retrieval)
         if (!sm) failed = 1;
         else if (cJSON_AddItemToArray(msgs, sm)) n++;
     }
-    while (tail->child) cJSON_AddItemToArray(msgs, cJSON_DetachItemViaPointer(tail, tail->child));
-    cJSON_Delete(tail);
+    mg_json_rejoin(msgs, tail);
     return failed ? -1 : n;
 }
 

@@ -433,8 +433,29 @@ static void test_int_of_number(void)
     cJSON_Delete(o);
 }
 
+/* Items put in the middle of a parsed array (cJSON 1.7.15 refuses InsertItemInArray there). */
+static void test_cut_rejoin(void)
+{
+    cJSON *a = cJSON_Parse("[1,2,3]");
+    cJSON *tail = mg_json_cut(a, 1);
+    CHECK(tail != NULL);
+    cJSON_AddItemToArray(a, cJSON_CreateString("x"));
+    mg_json_rejoin(a, tail);
+    char *s = cJSON_PrintUnformatted(a);
+    CHECK_STR(s, "[1,\"x\",2,3]");
+    free(s);
+    tail = mg_json_cut(a, 9); /* past the end: nothing moves */
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(4));
+    mg_json_rejoin(a, tail);
+    s = cJSON_PrintUnformatted(a);
+    CHECK_STR(s, "[1,\"x\",2,3,4]");
+    free(s);
+    cJSON_Delete(a);
+}
+
 int main(void)
 {
+    MG_RUN(test_cut_rejoin);
     MG_RUN(test_numbers);
     MG_RUN(test_strings);
     MG_RUN(test_tree_round_trip);

@@ -252,9 +252,10 @@ static void test_migration_keeps_rows(void)
     CHECK_EQ_INT(count_of(path, "SELECT count(*) FROM responses WHERE rid >= 72057594037927936"),
                  1);
 
-    mg_resp_store_free(rs);
+    mg_store_detach(st);
     uv_run(&loop, UV_RUN_DEFAULT);
     mg_store_close(st);
+    mg_resp_store_free(rs);
     uv_loop_close(&loop);
     nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }

@@ -54,9 +54,15 @@ int mg_usage_bin(int64_t ms);
 /* The upper bound in ms of bin b (what a percentile read from the bins says). */
 int64_t mg_usage_bin_upper_ms(int bin);
 
-/* Queue the event's write (copies it). done (may be NULL) as mg_store_write_cb. Returns 0 or
+/* Queue the event's write (copies it). done (may be NULL) as mg_store_write_cb, but with the
+ * journal open (mg_usage_journal_open) and on the loop thread: the event is appended to the
+ * journal and done runs inside the call, rc 0 (store.h's mg_store_journal_write). Returns 0 or
  * -1 (not queued: done is never called; logged). */
 int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn done, void *ud);
+
+/* The usage journal (store.h's mg_store_use_journal; `bytes` 0: the default): call at
+ * start-up after mg_store_use_agg(&mg_usage_rollup); replays what a killed run left. */
+int mg_usage_journal_open(mg_store_t *st, size_t bytes);
 
 /* The pruner: every usage.prune_interval_s, one write that looks at the oldest
  * usage.prune_batch events (by seq) and deletes those older than usage.retention_days (the writer

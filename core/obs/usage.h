@@ -10,10 +10,14 @@
  * parameters (no number printed on the loop or parsed on the writer), the rowid and the
  * request id's UNIQUE index, nothing else (bench/README.md has what each costs).
  *
- * Durable (what a client may rely on): the pipeline holds the last bytes of an answer until
- * the transaction with its event committed (net/hold.h), so a client that received its
- * complete answer has its event in the WAL: kill -9 loses none of them (with
- * storage.synchronous: full, a power loss neither). A call without a client at its end
+ * Durable (what a client may rely on): on the loop thread the event is appended to the usage
+ * journal (store/journal.h, mg_usage_journal_open), a memory-mapped ring file that is in the
+ * OS page cache as soon as it is written, and the answer goes on at once; the writer drains it
+ * into usage_events every ~50 ms and a start replays what a kill left. Without the journal
+ * (ring full, another thread) the pipeline holds the last bytes of an answer until the
+ * transaction with its event committed (net/hold.h). Either way a client that received its
+ * complete answer has its event: kill -9 loses none of them (a power loss may lose the
+ * journal's last records even with storage.synchronous: full). A call without a client at its end
  * (the client left) or cancelled (its answer acknowledges the cancellation) writes its event
  * fire and forget: a kill -9 in the next group commit's few milliseconds may lose it. A
  * request answered without routing (refused, an idempotent replay) has no event. */

@@ -502,6 +502,10 @@ static int start_state(mg_server_t *s, const char *config_path)
         fprintf(stderr, "moongate: storage: cannot recover the usage roll-ups\n");
         return -1;
     }
+    /* the usage events' journal: an event is durable once in it (obs/usage.h); failing to
+     * open it, they take the write queue as before. Not with synchronous: full, which
+     * promises power-loss durability: a journal record is in the page cache only. */
+    if (!g->cfg->storage_synchronous_full) mg_usage_journal_open(s->store, 0);
     start_upkeep(s, g->cfg);
     if (start_cluster_pg(s, g->cfg) != 0) return -1;
     if (with_stored_providers(s) != 0) return -1;

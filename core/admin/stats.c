@@ -835,7 +835,8 @@ int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *ve
     a->action = usage ? (id[0] == 'a' ? "usage.analytics" : "usage.events") : "stats.read";
     if (tenant_filter(a, tb, sizeof(tb), &tenant) != 0) return 1;
     /* the roll-ups are written once a second; a read first has the writer write what is
-     * pending (this is the worker thread), so it sees every committed event */
+     * pending (this is the worker thread), so it sees every committed event; the turn
+     * drains the usage journal first (store.h), so every answered request's event too */
     mg_store_sync_aggs(a->store);
     if (usage && !verb) {
         if (id[0] == 'a') usage_analytics(a, tenant);

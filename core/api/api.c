@@ -529,6 +529,19 @@ static void store_metrics(mg_api_t *s, mg_buf_t *b)
              st.disk_full, (unsigned long long)st.disk_full_episodes_total,
              (unsigned long long)st.refused_while_full_total);
     mg_buf_append_str(b, text);
+    snprintf(text, sizeof(text),
+             "# HELP moongate_store_journal_bytes Usage journal bytes not yet drained into the "
+             "database.\n"
+             "# TYPE moongate_store_journal_bytes gauge\nmoongate_store_journal_bytes %llu\n"
+             "# HELP moongate_store_journaled_total Usage events appended to the journal.\n"
+             "# TYPE moongate_store_journaled_total counter\nmoongate_store_journaled_total %llu\n"
+             "# HELP moongate_store_journal_fallback_total Usage events queued to the writer "
+             "instead (the journal full or off the loop thread).\n"
+             "# TYPE moongate_store_journal_fallback_total counter\n"
+             "moongate_store_journal_fallback_total %llu\n",
+             (unsigned long long)st.journal_used_bytes, (unsigned long long)st.journaled_total,
+             (unsigned long long)st.journal_fallback_total);
+    mg_buf_append_str(b, text);
     if (!s->upkeep) return;
     mg_upkeep_stats_t u;
     mg_upkeep_stats(s->upkeep, &u);

@@ -111,12 +111,17 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
 {
     mg_store_val_t v[MG_UP_NPARAMS];
     event_vals(e, v);
-    int rc = mg_store_write_vals(st, INSERT_SQL, MG_UP_NPARAMS, v, &mg_usage_rollup, done, ud);
+    int rc = mg_store_journal_write(st, INSERT_SQL, MG_UP_NPARAMS, v, &mg_usage_rollup, done, ud);
     if (rc != 0)
         mg_log_msg(MG_LOG_ERROR, e->request_id, "usage: the event could not be queued (lost)");
     /* durable there too: kept and retried while PostgreSQL is away */
     if (rc == 0 && mg_store_pg(st)) pg_write(st, e, v);
     return rc;
+}
+
+int mg_usage_journal_open(mg_store_t *st, size_t bytes)
+{
+    return mg_store_use_journal(st, INSERT_SQL, &mg_usage_rollup, bytes);
 }
 
 /* The oldest ?2 events by seq (the rowid: no index to keep up per event, store.c's

@@ -10,10 +10,14 @@
  * parameters (no number printed on the loop or parsed on the writer), the rowid and the
  * request id's UNIQUE index, nothing else (bench/README.md has what each costs).
  *
- * Durable (what a client may rely on): the pipeline holds the last bytes of an answer until
- * the transaction with its event committed (net/hold.h), so a client that received its
- * complete answer has its event in the WAL: kill -9 loses none of them (with
- * storage.synchronous: full, a power loss neither). A call without a client at its end
+ * Durable (what a client may rely on): on the loop thread the event is appended to the usage
+ * journal (store/journal.h, mg_usage_journal_open), a memory-mapped ring file that is in the
+ * OS page cache as soon as it is written, and the answer goes on at once; the writer drains it
+ * into usage_events every ~50 ms and a start replays what a kill left. Without the journal
+ * (ring full, another thread) the pipeline holds the last bytes of an answer until the
+ * transaction with its event committed (net/hold.h). Either way a client that received its
+ * complete answer has its event: kill -9 loses none of them (a power loss may lose the
+ * journal's last records even with storage.synchronous: full). A call without a client at its end
  * (the client left) or cancelled (its answer acknowledges the cancellation) writes its event
  * fire and forget: a kill -9 in the next group commit's few milliseconds may lose it. A
  * request answered without routing (refused, an idempotent replay) has no event. */
@@ -54,9 +58,15 @@ int mg_usage_bin(int64_t ms);
 /* The upper bound in ms of bin b (what a percentile read from the bins says). */
 int64_t mg_usage_bin_upper_ms(int bin);
 
-/* Queue the event's write (copies it). done (may be NULL) as mg_store_write_cb. Returns 0 or
+/* Queue the event's write (copies it). done (may be NULL) as mg_store_write_cb, but with the
+ * journal open (mg_usage_journal_open) and on the loop thread: the event is appended to the
+ * journal and done runs inside the call, rc 0 (store.h's mg_store_journal_write). Returns 0 or
  * -1 (not queued: done is never called; logged). */
 int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn done, void *ud);
+
+/* The usage journal (store.h's mg_store_use_journal; `bytes` 0: the default): call at
+ * start-up after mg_store_use_agg(&mg_usage_rollup); replays what a killed run left. */
+int mg_usage_journal_open(mg_store_t *st, size_t bytes);
 
 /* The pruner: every usage.prune_interval_s, one write that looks at the oldest
  * usage.prune_batch events (by seq) and deletes those older than usage.retention_days (the writer

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "store/journal.h"
 
 /* One queued write, in one allocation: the struct, the parameter array, then the SQL and
  * the parameters' text (a typed write: the values, then their text; its SQL is the
@@ -105,6 +107,13 @@ struct mg_store_s {
     mg_store_stats_t stats; /* guarded by mu; queued/parked filled in by mg_store_stats */
     sqlite3 *admin_db;      /* synchronous admin transactions; opened on first use */
     mg_store_tx_t *tx;      /* the open admin transaction, or NULL */
+    /* the journal (mg_store_use_journal): its records become writes of journal_sql */
+    mg_journal_t *journal;
+    const char *journal_sql;
+    const mg_store_agg_t *journal_agg;
+    int64_t journal_drain_at_ms; /* the writer's next drain (writer thread) */
+    _Atomic int journal_woken;   /* the loop signalled the writer: more than half full */
+    _Atomic uint64_t journaled_total, journal_fallback_total;
 };
 
 struct mg_store_tx_s {
@@ -606,6 +615,7 @@ static const char *const migrations[] = {
 };
 
 static void *writer_main(void *arg);
+static void agg_turn(mg_store_t *s);
 static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int pages);
 
 static int mkdir_parents(const char *path)
@@ -1238,6 +1248,73 @@ static int aggs_due(mg_store_t *s)
            (aggs_dirty(s) && now_ms() >= s->aggs_flush_at_ms);
 }
 
+/* ---- the journal's drain (writer thread) ---- */
+
+#define JOURNAL_DRAIN_MS 50
+#define JOURNAL_BATCH 4096
+
+static void journal_job(void *ud, int n, const mg_store_val_t *v)
+{
+    mg_store_t *s = ((void **)ud)[0];
+    job_list_t *batch = ((void **)ud)[1];
+    write_job_t *j = job_new_vals(s->journal_sql, n, v, NULL, NULL);
+    if (!j) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: a journal record could not be read (no memory)");
+        return;
+    }
+    j->agg = s->journal_agg;
+    list_push(batch, j);
+}
+
+/* The journal's records become the same writes the queue would have had, one transaction per
+ * JOURNAL_BATCH records; the records are freed once their transaction is over (a record read
+ * twice after a crash is a replay: INSERT OR IGNORE and the roll-ups skip it). */
+static void journal_drain(mg_store_t *s)
+{
+    if (!s->journal) return;
+    atomic_store(&s->journal_woken, 0);
+    s->journal_drain_at_ms = now_ms() + JOURNAL_DRAIN_MS;
+    while (mg_journal_used(s->journal) > 0) {
+        job_list_t batch = {0};
+        void *ud[2] = {s, &batch};
+        uint64_t pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_job, ud);
+        if (batch.n) {
+            pthread_mutex_lock(&s->mu);
+            s->handed += batch.n;
+            pthread_mutex_unlock(&s->mu);
+            commit_batch(s, &batch);
+            batch_finished(s, &batch);
+            checkpoint_if_due(s);
+        }
+        mg_journal_release(s->journal, pos);
+    }
+}
+
+/* Under mu, on the writer: is it the journal's turn (its period passed with records in it,
+ * or the loop found it more than half full)? */
+static int journal_due(mg_store_t *s)
+{
+    if (!s->journal || !mg_journal_used(s->journal)) return 0;
+    return atomic_load(&s->journal_woken) || now_ms() >= s->journal_drain_at_ms;
+}
+
+/* Under mu: wait for work, the roll-ups' second or the journal's period. */
+static void writer_wait(mg_store_t *s)
+{
+    int64_t at_ms = aggs_dirty(s) ? s->aggs_flush_at_ms : INT64_MAX;
+    if (s->journal) {
+        if (s->journal_drain_at_ms <= now_ms())
+            s->journal_drain_at_ms = now_ms() + JOURNAL_DRAIN_MS; /* it was empty */
+        if (s->journal_drain_at_ms < at_ms) at_ms = s->journal_drain_at_ms;
+    }
+    if (at_ms == INT64_MAX) {
+        pthread_cond_wait(&s->cv, &s->mu);
+        return;
+    }
+    struct timespec at = {at_ms / 1000, at_ms % 1000 * 1000000};
+    pthread_cond_timedwait(&s->cv, &s->mu, &at);
+}
+
 /* The writer: take everything queued, commit it as one transaction, repeat; when stopping,
  * only once the queue is empty. */
 static void *writer_main(void *arg)
@@ -1245,13 +1322,12 @@ static void *writer_main(void *arg)
     mg_store_t *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->queue.head && !s->stopping && !aggs_due(s)) {
-            if (!aggs_dirty(s)) {
-                pthread_cond_wait(&s->cv, &s->mu);
-                continue;
-            }
-            struct timespec at = {s->aggs_flush_at_ms / 1000, s->aggs_flush_at_ms % 1000 * 1000000};
-            pthread_cond_timedwait(&s->cv, &s->mu, &at);
+        while (!s->queue.head && !s->stopping && !aggs_due(s) && !journal_due(s)) writer_wait(s);
+        if (journal_due(s) && !s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            journal_drain(s);
+            pthread_mutex_lock(&s->mu);
+            continue;
         }
         if (aggs_due(s) || !s->queue.head) {
             /* the roll-ups' turn: registration, sync, the second's flush, or the close */
@@ -1259,6 +1335,7 @@ static void *writer_main(void *arg)
             unsigned long req = s->agg_sync_req;
             s->agg_register = NULL;
             pthread_mutex_unlock(&s->mu);
+            journal_drain(s); /* a sync, a flush, the close and the start see its records */
             int rc = reg ? agg_register(s, reg) : aggs_write(s);
             pthread_mutex_lock(&s->mu);
             if (reg) s->agg_register_rc = rc;
@@ -1425,6 +1502,42 @@ int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_st
     return submit(s, j);
 }
 
+int mg_store_use_journal(mg_store_t *s, const char *sql, const mg_store_agg_t *agg, size_t bytes)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof(path), "%s.usage-journal", s->path);
+    mg_journal_t *j;
+    if (mg_journal_open(path, bytes ? bytes : MG_JOURNAL_BYTES_DEFAULT, &j, err, sizeof(err)) !=
+        0) {
+        mg_log_msg(MG_LOG_ERROR, NULL, "store: the usage journal is off (%s)", err);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->journal_sql = sql;
+    s->journal_agg = agg;
+    s->journal = j;
+    agg_turn(s); /* the writer replays what a killed run left in it */
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int mg_store_journal_write(mg_store_t *s, const char *sql, int nparams,
+                           const mg_store_val_t *params, const mg_store_agg_t *agg,
+                           mg_store_done_fn done, void *ud)
+{
+    int mine = s->journal && s->journal_sql == sql && s->journal_agg == agg;
+    if (mine && on_loop_thread(s) && mg_journal_append(s->journal, nparams, params) == 0) {
+        atomic_fetch_add_explicit(&s->journaled_total, 1, memory_order_relaxed);
+        if (mg_journal_used(s->journal) > mg_journal_capacity(s->journal) / 2 &&
+            !atomic_exchange(&s->journal_woken, 1))
+            pthread_cond_signal(&s->cv); /* once per drain */
+        if (done) done(ud, 0);           /* in the page cache: durable against kill -9 */
+        return 0;
+    }
+    if (mine) atomic_fetch_add_explicit(&s->journal_fallback_total, 1, memory_order_relaxed);
+    return mg_store_write_vals(s, sql, nparams, params, agg, done, ud);
+}
+
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params)
 {
     return mg_store_write_cb(s, sql, nparams, params, NULL, NULL);
@@ -1532,6 +1645,9 @@ void mg_store_stats(mg_store_t *s, mg_store_stats_t *out)
     out->queued = s->queue.n;
     out->parked = s->parked.n;
     pthread_mutex_unlock(&s->mu);
+    out->journaled_total = atomic_load(&s->journaled_total);
+    out->journal_fallback_total = atomic_load(&s->journal_fallback_total);
+    out->journal_used_bytes = s->journal ? mg_journal_used(s->journal) : 0;
 }
 
 /* A read connection of one caller (sqlite3 is opaque to the callers). */
@@ -1754,7 +1870,9 @@ void mg_store_close(mg_store_t *s)
     sqlite3_finalize(s->begin_st);
     sqlite3_finalize(s->commit_st);
     aggs_destroy(s);
-    deliver(&s->done); /* the writer is gone: no lock needed */
+    mg_journal_close(s->journal); /* what is left in it (appended after the last drain) is
+                                     replayed by the next start */
+    deliver(&s->done);            /* the writer is gone: no lock needed */
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->done_cv);

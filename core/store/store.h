@@ -160,6 +160,26 @@ void mg_store_sync_aggs(mg_store_t *s);
 #define MG_STORE_AGG_MAX 4
 int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_store_val_t *params,
                         const mg_store_agg_t *agg, mg_store_done_fn done, void *ud);
+/* The journal (store/journal.h): a ring file beside the database (`<path>.usage-journal`,
+ * `bytes` of it, 0: MG_JOURNAL_BYTES_DEFAULT) whose records are writes of `sql` (a literal)
+ * summed into agg. mg_store_journal_write on the loop thread appends the write's typed
+ * values to the mapped ring (memory only: no syscall, no wake) and calls done at once, rc 0,
+ * inside the call: the record is in the OS page cache, durable against kill -9 as a WAL
+ * commit with synchronous=normal is (not against power loss, even with synchronous=full).
+ * The writer drains the ring every JOURNAL_DRAIN_MS (50 ms), at once when it is more than
+ * half full, and before a roll-up turn (mg_store_sync_aggs, mg_store_flush, mg_store_use_agg,
+ * the close), one transaction per drain, as the queue's writes (roll-ups, INSERT OR IGNORE,
+ * the full disk all alike): readers of those rows see them within about 50 ms, or after
+ * mg_store_flush. Call once, before serving, after mg_store_use_agg(agg): records a killed
+ * run left are replayed before it returns (they must be idempotent: INSERT OR IGNORE on a
+ * unique key). 0, or -1 (logged; the writes then take the queue). */
+int mg_store_use_journal(mg_store_t *s, const char *sql, const mg_store_agg_t *agg, size_t bytes);
+/* A write of the journal's sql and agg: journaled when on the loop thread and the ring has
+ * room, else (another thread, full, no journal) mg_store_write_vals (counted in
+ * journal_fallback_total). 0 or as mg_store_write_vals. */
+int mg_store_journal_write(mg_store_t *s, const char *sql, int nparams,
+                           const mg_store_val_t *params, const mg_store_agg_t *agg,
+                           mg_store_done_fn done, void *ud);
 /* mg_store_write_cb without a callback (fire and forget). */
 int mg_store_write(mg_store_t *s, const char *sql, int nparams, const char *const *params);
 /* Loop thread (elsewhere, and with s NULL, nothing): the writes queued from the loop between
@@ -187,6 +207,9 @@ typedef struct mg_store_stats_s {
     uint64_t refused_while_full_total; /* writes refused while full (the parked bound, a write
                                           from another thread, or a nowait write: it fails at
                                           once) */
+    uint64_t journaled_total;          /* writes appended to the journal (mg_store_use_journal) */
+    uint64_t journal_fallback_total;   /* journal writes queued instead (ring full, not the loop) */
+    uint64_t journal_used_bytes;       /* the journal's bytes not yet drained */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 /* The writer found the disk full and holds its writes in memory (until it has room): a write's

@@ -16,7 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { adminCall, startEnv, postJson, postStream, gatewayBin, sqliteRows, waitFor } from './lib/harness.mjs';
+import { adminCall, startEnv, postJson, postStream, gatewayBin, sqliteRows, waitFor, journalDrained } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-ledger-e2e-token-77aa01';
 const SECRET = 'whsec-ledger-e2e-0123456789';
@@ -434,6 +434,7 @@ describe('spend limits', () => {
         const k = await key({ tenant_id: t });
         const r = await postJson(`${env.api}/chat/completions`, chatBody({ model: 'nousage' }), { headers: auth(k) });
         assert.equal(r.status, 200, r.text);
+        await journalDrained(env.gw);
         const ev = sqliteRows(env.config.storage.path,
             `SELECT input_estimated, output_estimated, input_tokens, output_tokens, cost_micros FROM usage_events WHERE request_id = '${r.headers.get('x-request-id')}'`);
         assert.equal(ev.length, 1);

@@ -9,7 +9,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { startEnv, postJson, postStream, sleep } from './lib/harness.mjs';
+import { startEnv, postJson, postStream, sleep, journalDrained } from './lib/harness.mjs';
 
 let env;
 let dbPath;
@@ -52,6 +52,7 @@ export function query(sql, db = dbPath) {
 /** The roll-ups are written about once a second (core/store/store.h): wait until they cover
  *  every event in the table (the watermark reached the last seq). */
 async function rolledUp() {
+    await journalDrained(env.gw);
     for (let i = 0; i < 100; i++) {
         const r = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT COALESCE(MAX(seq), 0) FROM usage_events) AS last')[0];
         if (r.mark >= r.last) return;
@@ -60,7 +61,8 @@ async function rolledUp() {
     assert.fail('the roll-ups never covered the last event');
 }
 
-function eventOf(requestId) {
+async function eventOf(requestId) {
+    await journalDrained(env.gw);
     const rows = query(`SELECT * FROM usage_events WHERE request_id = '${requestId.replace(/'/g, "''")}'`);
     assert.equal(rows.length, 1, `exactly one event for ${requestId}`);
     return rows[0];
@@ -92,8 +94,8 @@ describe('one usage event per request', () => {
         assert.equal(a.status, 200, a.text);
         const s = await postStream(`${env.api}/chat/completions`, chat({ stream: true, stream_options: { include_usage: true } }));
         assert.equal(s.status, 200);
-        const ea = eventOf(rid(a));
-        const es = eventOf(rid(s));
+        const ea = await eventOf(rid(a));
+        const es = await eventOf(rid(s));
         assert.equal(ea.status, 'succeeded');
         assert.equal(es.status, 'succeeded');
         assert.equal(ea.stream, 0);
@@ -128,7 +130,7 @@ describe('one usage event per request', () => {
             usage } } });
         const a = await postJson(`${env.api}/chat/completions`, chat());
         assert.equal(a.status, 200, a.text);
-        const e = eventOf(rid(a));
+        const e = await eventOf(rid(a));
         assert.equal(e.input_tokens, 60, 'uncached input = prompt_tokens - cached_tokens');
         assert.equal(e.cached_read_tokens, 40);
         assert.equal(e.cache_write_tokens, 0);
@@ -149,7 +151,7 @@ describe('one usage event per request', () => {
         ] } });
         const s = await postStream(`${env.api}/chat/completions`, chat({ stream: true }));
         assert.equal(s.status, 200);
-        const e = eventOf(rid(s));
+        const e = await eventOf(rid(s));
         assert.equal(e.input_tokens, 10);
         assert.equal(e.cached_read_tokens, 30);
         assert.equal(e.cache_write_tokens, 7);
@@ -163,7 +165,7 @@ describe('one usage event per request', () => {
             choices: [{ index: 0, message: { role: 'assistant', content: 'hello there my friend', refusal: null }, logprobs: null, finish_reason: 'stop' }] } } });
         const a = await postJson(`${env.api}/chat/completions`, chat());
         assert.equal(a.status, 200, a.text);
-        const e = eventOf(rid(a));
+        const e = await eventOf(rid(a));
         assert.equal(e.input_estimated, 1);
         assert.equal(e.output_estimated, 1);
         assert.ok(e.input_tokens > 0, 'the prompt was counted');
@@ -176,7 +178,7 @@ describe('one usage event per request', () => {
         const a = await postJson(`${env.api}/chat/completions`, chat());
         await resetMock();
         assert.ok(a.status >= 500, a.text);
-        const e = eventOf(rid(a));
+        const e = await eventOf(rid(a));
         assert.equal(e.status, 'failed');
         assert.equal(e.http_status, a.status);
         assert.equal(e.error_code, a.json.error.code);
@@ -190,7 +192,7 @@ describe('one usage event per request', () => {
         const a = await postJson(`${env.api}/chat/completions`, chat({ timeouts: { inference_ms: 300 } }));
         await resetMock();
         assert.equal(a.status, 408, a.text);
-        const e = eventOf(rid(a));
+        const e = await eventOf(rid(a));
         assert.equal(e.status, 'timed_out');
         assert.equal(e.error_code, a.json.error.code);
     });
@@ -225,14 +227,14 @@ describe('one usage event per request', () => {
     test('embeddings and completions have events too; a provider without a price table uses cost_per_1k_tokens', async () => {
         const em = await postJson(`${env.api}/embeddings`, { model: 'embed', input: 'one two three' });
         assert.equal(em.status, 200, em.text);
-        const ee = eventOf(rid(em));
+        const ee = await eventOf(rid(em));
         assert.equal(ee.endpoint, 'embeddings');
         assert.equal(ee.actual_model, 'up-embed');
         assert.equal(ee.price_version, 'cfg-' + ee.price_version.slice(4), 'the provider-wide "*" price');
         assert.equal(ee.cost_micros, Math.ceil((ee.input_tokens * 3000000) / 1e6));
         const co = await postJson(`${env.api}/completions`, { model: 'failover', prompt: 'say hi' });
         assert.equal(co.status, 200, co.text);
-        const ec = eventOf(rid(co));
+        const ec = await eventOf(rid(co));
         assert.equal(ec.endpoint, 'completions');
         // failover's first route is on mock-openai (priced "*"), both answer: the first serves
         assert.equal(ec.provider_id, 'mock-openai');
@@ -240,7 +242,7 @@ describe('one usage event per request', () => {
         const fo = await postJson(`${env.api}/chat/completions`, { model: 'failover', messages: [{ role: 'user', content: 'x' }] });
         await resetMock();
         assert.equal(fo.status, 200, fo.text);
-        const ef = eventOf(rid(fo));
+        const ef = await eventOf(rid(fo));
         assert.equal(ef.provider_id, 'mock-openai-b');
         assert.ok(ef.attempts >= 2, 'the failed attempt counted');
         assert.equal(ef.price_version, 'cost_per_1k');
@@ -248,11 +250,13 @@ describe('one usage event per request', () => {
     });
 
     test('a request refused before routing has no event', async () => {
+        await journalDrained(env.gw);
         const before = query('SELECT COUNT(*) AS n FROM usage_events')[0].n;
         const r = await postJson(`${env.api}/chat/completions`, { model: 'no-such-model', messages: [] });
         assert.ok(r.status >= 400 && r.status < 500);
         const bad = await postJson(`${env.api}/chat/completions`, '{not json');
         assert.equal(bad.status, 400);
+        await journalDrained(env.gw);
         assert.equal(query('SELECT COUNT(*) AS n FROM usage_events')[0].n, before);
     });
 });

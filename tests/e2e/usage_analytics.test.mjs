@@ -5,7 +5,7 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { sqliteRows, adminCall, startEnv, postJson, postStream } from './lib/harness.mjs';
+import { sqliteRows, adminCall, startEnv, postJson, postStream, journalDrained } from './lib/harness.mjs';
 
 const ADMIN_TOKEN = 'adm-usage-analytics-token-5e1a';
 let env;
@@ -190,11 +190,13 @@ describe('prices', () => {
         const r = await postJson(`${env.api}/chat/completions`, { model: 'chat', messages: [{ role: 'user', content: 'priced anew' }] },
             { headers: { authorization: `Bearer ${tenants[0].key}` } });
         assert.equal(r.status, 200);
+        await journalDrained(env.gw);
         const e = query(`SELECT * FROM usage_events WHERE request_id = '${r.headers.get('x-request-id')}'`)[0];
         assert.equal(e.price_version, p.json.version);
         assert.equal(e.cost_micros, Math.ceil((e.input_tokens + e.output_tokens) * 5));
         const embed = await postJson(`${env.api}/embeddings`, { model: 'embed', input: 'still the old price' },
             { headers: { authorization: `Bearer ${tenants[0].key}` } });
+        await journalDrained(env.gw);
         const ee = query(`SELECT * FROM usage_events WHERE request_id = '${embed.headers.get('x-request-id')}'`)[0];
         assert.equal(ee.price_version, old, 'another model keeps the provider-wide version');
         const after = await admin('GET', 'prices');

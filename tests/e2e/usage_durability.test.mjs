@@ -1,7 +1,8 @@
 // Durable usage events (issue 19): a request whose client received its complete answer has
 // its usage event in the database, whatever happens next. The gateway holds the answer's
-// last bytes until the event's transaction committed (obs/usage.h), so a kill -9 at any
-// moment loses none of them.
+// last bytes until the event is in the usage journal or its transaction committed
+// (obs/usage.h), so a kill -9 at any moment loses none of them: the restart replays the
+// journal before serving.
 //
 // kill -9 trials under load: clients send requests back to back (streamed and not, chat and
 // embeddings); at a random moment the gateway is killed with SIGKILL; after a restart on the
@@ -72,6 +73,10 @@ describe('acknowledged means metered', () => {
             await gw.waitExit(5000);
             const logs = await withTimeout(Promise.all(clients), 10000, 'clients after the kill');
             assert.deepEqual(state.failures, [], `trial ${trial}: no request failed before the kill`);
+            // the restart replays the usage journal (store.h) before it serves: an event
+            // acknowledged from the journal is in the database from then on
+            gw = await startGateway(env.configPath);
+            env.gw = gw;
             const ids = logs.flat().filter((r) => r.acked).map((r) => r.id);
             assert.ok(ids.every((id) => /^[A-Za-z0-9_-]+$/.test(id)), 'request ids are plain');
             const found = new Set();
@@ -82,8 +87,6 @@ describe('acknowledged means metered', () => {
             const lost = ids.filter((id) => !found.has(id));
             assert.deepEqual(lost, [], `trial ${trial}: ${lost.length} of ${ids.length} acknowledged requests lost their event`);
             acked += ids.length;
-            gw = await startGateway(env.configPath);
-            env.gw = gw;
         }
         assert.ok(acked >= TRIALS * CLIENTS, `the trials acknowledged ${acked} requests in all`);
         const ev = query('SELECT COUNT(*) AS n, SUM(cost_micros) AS c, SUM(input_tokens) AS i, SUM(output_tokens) AS o FROM usage_events')[0];
@@ -121,21 +124,29 @@ describe('roll-ups written once a second', () => {
         let between = 0;
         for (let trial = 0; trial < 10 && between < 3; trial++) {
             const base = env.gw.base;
+            const ids = [];
             for (let n = 0; n < 5; n++) {
                 const { path, body } = requestOf(trial, n);
                 const r = await fetch(`${base}/v1/${path}`, {
                     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
                 });
                 assert.equal(r.status, 200);
+                ids.push(r.headers.get('x-request-id'));
                 await r.text();
             }
             env.gw.child.kill('SIGKILL');
             await env.gw.waitExit(5000);
-            const m = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT MAX(seq) FROM usage_events) AS last')[0];
-            if (m.mark < m.last) between++; // the kill came before the pending sums were written
+            const list = ids.map((id) => `'${id}'`).join(',');
+            const m = query(`SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT MAX(seq) FROM usage_events) AS last,
+                (SELECT COUNT(*) FROM usage_events WHERE request_id IN (${list})) AS stored`)[0];
+            // the kill came before the pending sums were written, or before the usage journal
+            // was drained (the restart replays it and sums its events)
+            if (m.mark < m.last || m.stored < ids.length) between++;
             env.gw = await startGateway(env.configPath);
             const after = query('SELECT (SELECT seq FROM usage_rollup_mark) AS mark, (SELECT MAX(seq) FROM usage_events) AS last')[0];
             assert.equal(after.mark, after.last, `trial ${trial}: the restart summed the events past the watermark`);
+            assert.equal(query(`SELECT COUNT(*) AS n FROM usage_events WHERE request_id IN (${list})`)[0].n, ids.length,
+                `trial ${trial}: every acknowledged event after the restart`);
             checkRollups(`trial ${trial}`);
         }
         assert.ok(between >= 1, 'at least one kill fell between two flushes');

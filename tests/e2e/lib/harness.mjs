@@ -785,3 +785,13 @@ export function rawRequest(method, p, { body, headers = {}, host = '127.0.0.1' }
     }
     return h + '\r\n' + payload;
 }
+
+/** The usage journal drained into the database (core/store/store.h: within ~50 ms of an
+ *  answer): call before reading usage_events directly. */
+export async function journalDrained(gw) {
+    for (let i = 0; i < 250; i++) {
+        if (/^moongate_store_journal_bytes 0$/m.test(await gw.metrics())) return;
+        await sleep(20);
+    }
+    throw new Error('the usage journal never drained');
+}

@@ -1,0 +1,292 @@
+/* Unit tests for core/store/journal.c and the store's journal path (store.h's
+ * mg_store_use_journal): records come back in order and intact across the ring's wrap; a full
+ * ring refuses the append (the caller falls back); a record whose head was not advanced (a
+ * torn append) and a damaged one are not read; after a kill -9 with undrained usage events the
+ * next open replays them, each once, with the roll-ups right, and replaying them again adds
+ * nothing; events written on the loop thread are in the journal until a drain. */
+#include "mgtest.h"
+#include "obs/usage.h"
+#include "obs/usage_rollup.h"
+#include "store/journal.h"
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+static char dir[64], path[160], jpath[200];
+
+/* header offsets (journal.c): magic 0, version 8, capacity 16, head 24, tail 32 */
+static uint64_t header_u64(const char *file, off_t at)
+{
+    uint64_t v = 0;
+    int fd = open(file, O_RDONLY);
+    if (fd >= 0 && pread(fd, &v, 8, at) != 8) v = 0;
+    if (fd >= 0) close(fd);
+    return v;
+}
+
+static void set_header_u64(const char *file, off_t at, uint64_t v)
+{
+    int fd = open(file, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, &v, 8, at) == 8);
+    if (fd >= 0) close(fd);
+}
+
+typedef struct {
+    int n;
+    int64_t ids[4096];
+    char text[64];
+} seen_t;
+
+static void on_rec(void *ud, int n, const mg_store_val_t *v)
+{
+    seen_t *s = ud;
+    if (n == 3 && v[0].kind == MG_STORE_INT && v[2].kind == MG_STORE_NULL && s->n < 4096) {
+        s->ids[s->n++] = v[0].i;
+        snprintf(s->text, sizeof(s->text), "%s", v[1].s ? v[1].s : "");
+    } else {
+        s->ids[s->n++ % 4096] = -1;
+    }
+}
+
+static int append(mg_journal_t *j, int64_t id)
+{
+    char t[64];
+    snprintf(t, sizeof(t), "record-%lld-padding-padding", (long long)id);
+    mg_store_val_t v[3] = {{MG_STORE_INT, id, NULL, 0}, {MG_STORE_TEXT, 0, t, 0}, {0}};
+    return mg_journal_append(j, 3, v);
+}
+
+static void test_ring_wrap_and_full(void)
+{
+    char f[200], err[256];
+    snprintf(f, sizeof(f), "%s/ring", dir);
+    mg_journal_t *j = NULL;
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    CHECK_EQ_INT(mg_journal_capacity(j), 16384);
+    int64_t next = 0, want = 0;
+    for (int round = 0; round < 20; round++) { /* 20 x ~half the ring: wraps several times */
+        int added = 0;
+        while (mg_journal_used(j) < 8000 && append(j, next) == 0) next++, added++;
+        CHECK(added > 0);
+        seen_t s = {0};
+        uint64_t pos = mg_journal_read(j, 1 << 30, on_rec, &s);
+        CHECK_EQ_INT(s.n, added);
+        for (int i = 0; i < s.n; i++)
+            if (s.ids[i] != want + i) {
+                CHECK_EQ_INT(s.ids[i], want + i);
+                break;
+            }
+        want += s.n;
+        mg_journal_release(j, pos);
+        CHECK_EQ_INT(mg_journal_used(j), 0);
+    }
+    /* full: refused, nothing lost, and room again after a release */
+    int n = 0;
+    while (append(j, next + n) == 0) n++;
+    CHECK(n > 100);
+    CHECK(mg_journal_used(j) <= 16384);
+    seen_t s = {0};
+    uint64_t pos = mg_journal_read(j, 10, on_rec, &s); /* `max` is honoured */
+    CHECK_EQ_INT(s.n, 10);
+    CHECK_EQ_INT(s.ids[0], next);
+    mg_journal_release(j, pos);
+    CHECK(append(j, -5) == 0);
+    mg_journal_close(j);
+    /* reopened: the same records, the same order */
+    CHECK(mg_journal_open(f, 0, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    CHECK_EQ_INT(mg_journal_capacity(j), 16384); /* the file's size, not the argument */
+    memset(&s, 0, sizeof(s));
+    pos = mg_journal_read(j, 1 << 30, on_rec, &s);
+    CHECK_EQ_INT(s.n, n - 10 + 1);
+    CHECK_EQ_INT(s.ids[0], next + 10);
+    CHECK_EQ_INT(s.ids[s.n - 1], -5);
+    mg_journal_release(j, pos);
+    mg_journal_close(j);
+}
+
+static void test_torn_and_damaged(void)
+{
+    char f[200], err[256];
+    snprintf(f, sizeof(f), "%s/torn", dir);
+    mg_journal_t *j = NULL;
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    CHECK(append(j, 1) == 0);
+    uint64_t one = header_u64(f, 24);
+    CHECK(append(j, 2) == 0);
+    mg_journal_close(j);
+    /* the second append's bytes are there but its head store never happened */
+    set_header_u64(f, 24, one);
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    seen_t s = {0};
+    uint64_t pos = mg_journal_read(j, 100, on_rec, &s);
+    CHECK_EQ_INT(s.n, 1);
+    CHECK_EQ_INT(s.ids[0], 1);
+    CHECK_EQ_INT(pos, one);
+    CHECK(append(j, 3) == 0); /* overwrites the torn one */
+    mg_journal_close(j);
+    /* a damaged byte inside a record below the head: the checksum refuses it */
+    int fd = open(f, O_RDWR);
+    unsigned char x = 0;
+    CHECK(fd >= 0 && pread(fd, &x, 1, 4096 + one + 20) == 1);
+    x ^= 0x55;
+    CHECK(fd >= 0 && pwrite(fd, &x, 1, 4096 + one + 20) == 1);
+    if (fd >= 0) close(fd);
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    memset(&s, 0, sizeof(s));
+    pos = mg_journal_read(j, 100, on_rec, &s);
+    CHECK_EQ_INT(s.n, 1); /* record 1 only; 3 is damaged and skipped */
+    mg_journal_release(j, pos);
+    CHECK_EQ_INT(mg_journal_used(j), 0);
+    mg_journal_close(j);
+}
+
+static long long q(const char *sql)
+{
+    sqlite3 *db = NULL;
+    long long v = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static mg_usage_event_t ev(const char *id, int64_t in)
+{
+    mg_usage_event_t e;
+    memset(&e, 0, sizeof(e));
+    e.request_id = id;
+    e.at_ms = 1767225600000LL + 10;
+    e.endpoint = "chat";
+    e.tenant_id = 1;
+    e.logical_model = "chat";
+    e.actual_model = "up-chat";
+    e.provider = "p1";
+    e.pool = "main";
+    e.attempts = 1;
+    e.status = "succeeded";
+    e.http_status = 200;
+    e.tokens.input = in;
+    e.tokens.output = 1;
+    e.latency_ms = 100;
+    e.ttft_ms = -1;
+    return e;
+}
+
+static mg_store_t *open_store(void)
+{
+    mg_store_t *s = NULL;
+    char err[256];
+    CHECK(mg_store_open(path, &s, err, sizeof(err)) == 0);
+    if (!s) return NULL;
+    CHECK(mg_store_use_agg(s, &mg_usage_rollup) == 0);
+    CHECK(mg_usage_journal_open(s, 262144) == 0);
+    return s;
+}
+
+static int done_calls, done_rc = -7;
+static void on_done(void *ud, int rc)
+{
+    (void)ud;
+    done_calls++;
+    done_rc = rc;
+}
+
+#define EVENTS 300
+
+/* The child: events written on the loop thread (journaled), then kill -9 before a drain. */
+static void child_writes_and_dies(void)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    mg_store_t *s = NULL;
+    char err[256];
+    if (mg_store_open(path, &s, err, sizeof(err)) != 0 || mg_store_attach(s, &loop) != 0 ||
+        mg_store_use_agg(s, &mg_usage_rollup) != 0 || mg_usage_journal_open(s, 262144) != 0)
+        _exit(2);
+    for (int i = 0; i < EVENTS; i++) {
+        char id[32];
+        snprintf(id, sizeof(id), "req-%d", i);
+        mg_usage_event_t e = ev(id, i);
+        done_calls = 0;
+        if (mg_usage_write(s, &e, on_done, NULL) != 0 || done_calls != 1 || done_rc != 0) _exit(3);
+    }
+    mg_store_stats_t st;
+    mg_store_stats(s, &st);
+    if (st.journaled_total != EVENTS) _exit(4);
+    raise(SIGKILL);
+}
+
+static void test_replay_after_kill(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) child_writes_and_dies();
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    if (WIFEXITED(status)) fprintf(stderr, "child exited %d\n", WEXITSTATUS(status));
+    uint64_t head = header_u64(jpath, 24), tail = header_u64(jpath, 32);
+    CHECK(head > tail); /* undrained records were left (the kill came within the 50 ms) */
+    /* the next start replays them before serving: every event once, the roll-ups right */
+    mg_store_t *s = open_store();
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), EVENTS);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), EVENTS);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly"), EVENTS * (EVENTS - 1) / 2);
+    CHECK_EQ_INT(header_u64(jpath, 24), header_u64(jpath, 32)); /* drained */
+    mg_store_close(s);
+    /* a crash after the drain's commit, before its tail moved: the same records again */
+    set_header_u64(jpath, 32, tail);
+    s = open_store();
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), EVENTS);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly"), EVENTS);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly"), EVENTS * (EVENTS - 1) / 2);
+    mg_store_close(s);
+}
+
+/* Off the loop thread (no loop attached here) the event takes the queue, counted. */
+static void test_fallback_off_loop(void)
+{
+    mg_store_t *s = open_store();
+    if (!s) return;
+    mg_usage_event_t e = ev("other-thread", 5);
+    CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+    mg_store_flush(s);
+    mg_store_stats_t st;
+    mg_store_stats(s, &st);
+    CHECK_EQ_INT(st.journaled_total, 0);
+    CHECK_EQ_INT(st.journal_fallback_total, 1);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events WHERE request_id = 'other-thread'"), 1);
+    mg_store_close(s);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/mg-journal-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof(path), "%s/m.db", dir);
+    snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
+    MG_RUN(test_ring_wrap_and_full);
+    MG_RUN(test_torn_and_damaged);
+    MG_RUN(test_replay_after_kill);
+    MG_RUN(test_fallback_off_loop);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0) return 1;
+    return mg_test_summary();
+}

@@ -20,6 +20,7 @@
 #include "base/secret.h"
 #include "server.h"
 #include "store/store.h"
+#include "obs/usage.h"
 #include "store/upkeep.h"
 #include "tenancy/wallet.h"
 #include "token/encoding.h"
@@ -104,7 +105,7 @@ static int backup_store(const char *config, const char *dest)
         fprintf(stderr, "moongate: %s\n", err);
         return 1;
     }
-    int rc = mg_store_backup(cfg->storage_path, dest, err, sizeof(err));
+    int rc = mg_store_backup(cfg->storage_path, dest, mg_usage_journal_replay, err, sizeof(err));
     if (rc != 0) fprintf(stderr, "moongate: %s\n", err);
     else printf("backed up %s to %s\n", cfg->storage_path, dest);
     mg_config_free(cfg);

@@ -449,6 +449,7 @@ static void start_upkeep(mg_server_t *s, const mg_config_t *cfg)
         .backup_dir = cfg->storage_backup_dir,
         .backup_every_s = (int64_t)cfg->storage_backup_every_hours * 3600,
         .backup_keep_s = (int64_t)cfg->storage_backup_keep_days * 86400,
+        .replay = mg_usage_journal_replay,
     };
     s->upkeep = mg_upkeep_start(cfg->storage_path, &uc);
     if (!s->upkeep) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: cannot start its thread");
@@ -505,7 +506,8 @@ static int start_state(mg_server_t *s, const char *config_path)
     /* the usage events' journal: an event is durable once in it (obs/usage.h); failing to
      * open it, they take the write queue as before. Not with synchronous: full, which
      * promises power-loss durability: a journal record is in the page cache only. */
-    if (!g->cfg->storage_synchronous_full) mg_usage_journal_open(s->store, 0);
+    if (!g->cfg->storage_synchronous_full)
+        mg_usage_journal_open(s->store, (size_t)g->cfg->storage_journal_mib << 20);
     start_upkeep(s, g->cfg);
     if (start_cluster_pg(s, g->cfg) != 0) return -1;
     if (with_stored_providers(s) != 0) return -1;

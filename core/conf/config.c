@@ -160,6 +160,7 @@ static int set_defaults(conf_loader_t *l, const char *name)
     c->storage_queue_max = MG_STORE_QUEUE_MAX_DEFAULT;
     c->storage_checkpoint_minutes = 60; /* the ADR: hourly wal_checkpoint(TRUNCATE) */
     c->storage_integrity_hours = 24;
+    c->storage_journal_mib = 4;
     c->storage_backup_every_hours = 24;
     c->storage_backup_keep_days = 7;
     c->routing = (mg_routing_conf_t){

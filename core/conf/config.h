@@ -208,6 +208,8 @@ typedef struct mg_config_s {
     int storage_checkpoint_minutes; /* storage.checkpoint_minutes: WAL truncated every N
                                        minutes (0: never), default 60 */
     int storage_integrity_hours;    /* storage.integrity_check_hours (0: never), default 24 */
+    int storage_journal_mib;        /* storage.usage_journal_mib: the usage journal's ring,
+                                       default 4 (~10,000 events) */
     char *storage_backup_dir;       /* owned, may be NULL: storage.backup.dir (no backups) */
     int storage_backup_every_hours; /* storage.backup.every_hours, default 24 */
     int storage_backup_keep_days;   /* storage.backup.keep_days, default 7 */

@@ -177,8 +177,8 @@ static int load_backup(conf_loader_t *l, yaml_node_t *map)
 int conf_section_storage(conf_loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {
-        "path",   "queue_max", "synchronous", "checkpoint_minutes", "integrity_check_hours",
-        "backup", NULL};
+        "path",   "queue_max",         "synchronous", "checkpoint_minutes", "integrity_check_hours",
+        "backup", "usage_journal_mib", NULL};
     int r = conf_want_map(l, v, line, "storage", keys);
     if (r <= 0) return r;
     char *sync = NULL;
@@ -189,6 +189,8 @@ int conf_section_storage(conf_loader_t *l, yaml_node_t *v, int line)
                            &c->storage_checkpoint_minutes) < 0 ||
         conf_opt_int_field(l, v, "storage", "integrity_check_hours", 0, 8760,
                            &c->storage_integrity_hours) < 0 ||
+        conf_opt_int_field(l, v, "storage", "usage_journal_mib", 1, 1024, &c->storage_journal_mib) <
+            0 ||
         load_backup(l, v) < 0 || conf_opt_string(l, v, "storage", "synchronous", &sync) < 0)
         return -1;
     if (!sync) return 0;

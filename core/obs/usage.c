@@ -124,6 +124,12 @@ int mg_usage_journal_open(mg_store_t *st, size_t bytes)
     return mg_store_use_journal(st, INSERT_SQL, &mg_usage_rollup, bytes);
 }
 
+int mg_usage_journal_replay(mg_store_t *st)
+{
+    if (mg_store_use_agg(st, &mg_usage_rollup) != 0) return -1;
+    return mg_usage_journal_open(st, 0);
+}
+
 /* The oldest ?2 events by seq (the rowid: no index to keep up per event, store.c's
  * migration 20), those of them older than the cut deleted. Events are written in the order
  * their calls end, so seq follows at_ms but for the writer's few milliseconds and a clock

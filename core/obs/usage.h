@@ -67,6 +67,9 @@ int mg_usage_write(mg_store_t *st, const mg_usage_event_t *e, mg_store_done_fn d
 /* The usage journal (store.h's mg_store_use_journal; `bytes` 0: the default): call at
  * start-up after mg_store_use_agg(&mg_usage_rollup); replays what a killed run left. */
 int mg_usage_journal_open(mg_store_t *st, size_t bytes);
+/* A store opened on a backup's copy: its roll-ups recovered and the copied journal beside it
+ * replayed (store/upkeep.h's mg_store_replay_fn; the writer drains it by mg_store_close). */
+int mg_usage_journal_replay(mg_store_t *st);
 
 /* The pruner: every usage.prune_interval_s, one write that looks at the oldest
  * usage.prune_batch events (by seq) and deletes those older than usage.retention_days (the writer

@@ -58,6 +58,22 @@ static int fail(char *err, size_t errlen, const char *path, const char *what, in
     return -1;
 }
 
+/* An existing ring of another size is made anew at the size asked for when nothing is in it;
+ * with records in it, it keeps its size until a start finds it drained. */
+static int resizable(int fd, const struct stat *st, size_t bytes)
+{
+    header_t h;
+    if ((size_t)st->st_size == HEADER + bytes) return 0;
+    if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) return 0;
+    if (h.magic == MAGIC && h.version == VERSION && h.head != h.tail) {
+        mg_log_msg(MG_LOG_INFO, NULL,
+                   "journal: %zu bytes asked, %zu kept until the records in it are drained", bytes,
+                   (size_t)st->st_size - HEADER);
+        return 0;
+    }
+    return ftruncate(fd, 0) == 0;
+}
+
 int mg_journal_open(const char *path, size_t bytes, mg_journal_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -67,7 +83,7 @@ int mg_journal_open(const char *path, size_t bytes, mg_journal_t **out, char *er
     if (fd < 0) return fail(err, errlen, path, "open", -1);
     struct stat st;
     if (fstat(fd, &st) != 0) return fail(err, errlen, path, "stat", fd);
-    int fresh = st.st_size < (off_t)(HEADER + 4 * PAGE);
+    int fresh = st.st_size < (off_t)(HEADER + 4 * PAGE) || resizable(fd, &st, bytes);
     size_t len = fresh ? HEADER + bytes : (size_t)st.st_size;
     /* the blocks exist before they are mapped: a full disk cannot fault a store later */
     if (fresh && (errno = posix_fallocate(fd, 0, (off_t)len)) != 0)
@@ -251,4 +267,95 @@ uint64_t mg_journal_read(mg_journal_t *j, int max, mg_journal_each_fn each, void
 void mg_journal_release(mg_journal_t *j, uint64_t pos)
 {
     atomic_store_explicit(&j->h->tail, pos, memory_order_release);
+}
+
+/* ---- a consistent copy of a journal in use (store/upkeep's backups) ---- */
+
+static int read_all(int fd, unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static uint64_t tail_now(int fd)
+{
+    header_t h;
+    if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) return UINT64_MAX;
+    return h.tail;
+}
+
+static int write_copy(const char *dest, const unsigned char *buf, size_t n, char *err,
+                      size_t errlen)
+{
+    int fd = open(dest, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(err, errlen, dest, "open", -1);
+    size_t put_n = 0;
+    while (put_n < n) {
+        ssize_t w = write(fd, buf + put_n, n - put_n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fail(err, errlen, dest, "write", fd);
+            unlink(dest);
+            return -1;
+        }
+        put_n += (size_t)w;
+    }
+    if (close(fd) != 0) {
+        snprintf(err, errlen, "%s: close: %s", dest, strerror(errno));
+        unlink(dest);
+        return -1;
+    }
+    return 0;
+}
+
+int mg_journal_copy(const char *path, const char *dest, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 0;
+        return fail(err, errlen, path, "open", -1);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) return fail(err, errlen, path, "stat", fd);
+    if (st.st_size < (off_t)(HEADER + 4 * PAGE)) {
+        close(fd);
+        return 0;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = malloc(len);
+    if (!buf) {
+        close(fd);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    /* The appender writes only past the head; a drain frees records behind the tail, and the
+     * next appends may overwrite them. A copy is one state when the tail did not move while
+     * it was read (drains are ~50 ms apart, a copy takes about a millisecond). */
+    int rc = -1, tries = 0;
+    for (; tries < 100; tries++) {
+        if (read_all(fd, buf, len) != 0) {
+            fail(err, errlen, path, "read", -1);
+            break;
+        }
+        const header_t *h = (const header_t *)buf;
+        if (h->magic != MAGIC || h->version != VERSION || h->head == h->tail) {
+            rc = 0; /* not a journal of ours, or nothing in it */
+            break;
+        }
+        if (tail_now(fd) == h->tail) {
+            rc = write_copy(dest, buf, len, err, errlen) == 0 ? 1 : -1;
+            break;
+        }
+        usleep(1000);
+    }
+    if (tries == 100) snprintf(err, errlen, "%s: drained while copied, 100 times", path);
+    free(buf);
+    close(fd);
+    return rc;
 }

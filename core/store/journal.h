@@ -28,7 +28,8 @@ typedef struct mg_journal_s mg_journal_t;
 #define MG_JOURNAL_VALS_MAX 64
 
 /* Open (creating it when missing) the ring file at path, `bytes` of ring (a multiple of 4 KiB;
- * an existing file keeps its own size). 0 and *out, or -1 and err. */
+ * an existing file of another size is made anew at this size when it is empty, and keeps its
+ * own size while records are in it). 0 and *out, or -1 and err. */
 int mg_journal_open(const char *path, size_t bytes, mg_journal_t **out, char *err, size_t errlen);
 void mg_journal_close(mg_journal_t *j);
 
@@ -46,5 +47,12 @@ typedef void (*mg_journal_each_fn)(void *ud, int n, const mg_store_val_t *v);
 uint64_t mg_journal_read(mg_journal_t *j, int max, mg_journal_each_fn each, void *ud);
 /* Consumer: the records before pos are no longer needed. */
 void mg_journal_release(mg_journal_t *j, uint64_t pos);
+
+/* Copy the journal file at path (another process may be appending to it and draining it)
+ * into dest, as one state: the records between its tail and head at one moment, none torn
+ * by a drain's release racing the copy (the copy is retried while the tail moves). 1 when
+ * dest was written with records in it, 0 when there is no journal or nothing in it (dest not
+ * written), -1 and err. Blocking file I/O: a worker thread or the CLI. */
+int mg_journal_copy(const char *path, const char *dest, char *err, size_t errlen);
 
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "store/journal.h"
 
 #define BACKUP_PREFIX "moongate-"
 #define BACKUP_SUFFIX ".db"
@@ -29,10 +30,8 @@ struct mg_upkeep_s {
     mg_upkeep_stats_t stats; /* under mu */
 };
 
-int mg_store_backup(const char *db_path, const char *dest, char *err, size_t errlen)
+static int sqlite_copy(const char *db_path, const char *tmp, char *err, size_t errlen)
 {
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", dest);
     sqlite3 *src = NULL, *dst = NULL;
     int rc = -1;
     if (sqlite3_open_v2(db_path, &src, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
@@ -41,7 +40,6 @@ int mg_store_backup(const char *db_path, const char *dest, char *err, size_t err
         goto out;
     }
     sqlite3_busy_timeout(src, 5000);
-    unlink(tmp);
     if (sqlite3_open_v2(tmp, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK) {
         snprintf(err, errlen, "%s: %s", tmp, dst ? sqlite3_errmsg(dst) : "cannot open");
@@ -64,14 +62,41 @@ int mg_store_backup(const char *db_path, const char *dest, char *err, size_t err
         goto out;
     }
     dst = NULL;
-    if (rename(tmp, dest) != 0) {
-        snprintf(err, errlen, "backup: rename to %s: %s", dest, strerror(errno));
-        goto out;
-    }
     rc = 0;
 out:
     if (dst) sqlite3_close(dst);
     if (src) sqlite3_close(src);
+    return rc;
+}
+
+/* The copied journal's records into the copy: the store's own replay at open, and its close
+ * drains them (and leaves no WAL beside the copy). */
+static int replay_into(const char *tmp, mg_store_replay_fn replay, char *err, size_t errlen)
+{
+    mg_store_t *st;
+    if (mg_store_open(tmp, &st, err, errlen) != 0) return -1;
+    int rc = replay(st);
+    mg_store_close(st);
+    if (rc != 0) snprintf(err, errlen, "backup: the usage journal's copy could not be replayed");
+    return rc;
+}
+
+int mg_store_backup(const char *db_path, const char *dest, mg_store_replay_fn replay, char *err,
+                    size_t errlen)
+{
+    char tmp[4096], journal[4200], journal_copy[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", dest);
+    snprintf(journal, sizeof(journal), "%s.usage-journal", db_path);
+    snprintf(journal_copy, sizeof(journal_copy), "%s.usage-journal", tmp);
+    unlink(tmp);
+    int copied = replay ? mg_journal_copy(journal, journal_copy, err, errlen) : 0;
+    int rc = copied < 0 ? -1 : sqlite_copy(db_path, tmp, err, errlen);
+    if (rc == 0 && copied == 1) rc = replay_into(tmp, replay, err, errlen);
+    if (copied == 1) unlink(journal_copy);
+    if (rc == 0 && rename(tmp, dest) != 0) {
+        snprintf(err, errlen, "backup: rename to %s: %s", dest, strerror(errno));
+        rc = -1;
+    }
     if (rc != 0) unlink(tmp);
     return rc;
 }
@@ -177,7 +202,7 @@ static void backup(mg_upkeep_t *u)
              u->backup_dir, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
              tm.tm_sec);
     mkdir(u->backup_dir, 0750);
-    int rc = mg_store_backup(u->db_path, path, err, sizeof(err));
+    int rc = mg_store_backup(u->db_path, path, u->conf.replay, err, sizeof(err));
     if (rc != 0) mg_log_msg(MG_LOG_ERROR, NULL, "store upkeep: %s", err);
     else mg_log_msg(MG_LOG_INFO, NULL, "store upkeep: backup written to %s", path);
     pthread_mutex_lock(&u->mu);

@@ -13,12 +13,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/store.h"
+
+/* Opens a store's usage journal (the file beside its database), which replays the records
+ * in it into the store: obs/usage's mg_usage_journal_replay. A backup passes it so that the
+ * events still in the journal are in the copy. */
+typedef int (*mg_store_replay_fn)(mg_store_t *st);
+
 typedef struct mg_upkeep_conf_s {
     int64_t checkpoint_s; /* wal_checkpoint(TRUNCATE) every N seconds; 0: never */
     int64_t integrity_s; /* PRAGMA integrity_check every N seconds (first one at start); 0: never */
-    const char *backup_dir; /* online backups go here; NULL: no backups */
-    int64_t backup_every_s; /* one backup every N seconds (first one at start) */
-    int64_t backup_keep_s;  /* backups older than this are deleted after each backup */
+    const char *backup_dir;    /* online backups go here; NULL: no backups */
+    int64_t backup_every_s;    /* one backup every N seconds (first one at start) */
+    int64_t backup_keep_s;     /* backups older than this are deleted after each backup */
+    mg_store_replay_fn replay; /* the usage journal's records into each backup; NULL: none */
 } mg_upkeep_conf_t;
 
 typedef struct mg_upkeep_stats_s {
@@ -43,9 +51,13 @@ void mg_upkeep_stop(mg_upkeep_t *u);
 void mg_upkeep_stats(mg_upkeep_t *u, mg_upkeep_stats_t *out);
 
 /* An online, consistent copy of the database at db_path into dest, with SQLite's backup API,
- * while other connections keep reading and writing. Written to dest + ".tmp" and renamed, so
- * dest is either the old file or a whole copy. Blocking: a worker thread or the CLI. Returns
- * 0, or -1 with the reason in err. */
-int mg_store_backup(const char *db_path, const char *dest, char *err, size_t errlen);
+ * while other connections keep reading and writing. With `replay`, the usage events still in
+ * the journal beside db_path (store/journal.h) are in the copy too: the journal is copied
+ * first, then the database, and the copy's journal is replayed into the copy (a record
+ * drained in between is in both, and a replay adds it once). Written to dest + ".tmp" and
+ * renamed, so dest is either the old file or a whole copy. Blocking: a worker thread or the
+ * CLI. Returns 0, or -1 with the reason in err. */
+int mg_store_backup(const char *db_path, const char *dest, mg_store_replay_fn replay, char *err,
+                    size_t errlen);
 
 #endif

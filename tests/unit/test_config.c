@@ -924,17 +924,20 @@ static void test_storage_upkeep_and_log_file(void)
     if (c) {
         CHECK_EQ_INT(c->storage_checkpoint_minutes, 60);
         CHECK_EQ_INT(c->storage_integrity_hours, 24);
+        CHECK_EQ_INT(c->storage_journal_mib, 4);
         CHECK(c->storage_backup_dir == NULL);
         CHECK(c->log_file == NULL);
         mg_config_free(c);
     }
     c = parse_ok("storage:\n  checkpoint_minutes: 0\n  integrity_check_hours: 6\n"
+                 "  usage_journal_mib: 16\n"
                  "  backup: { dir: /var/backups/mg, every_hours: 12, keep_days: 30 }\n"
                  "log: { file: /var/log/moongate/moongate.log }\n");
     CHECK(c != NULL);
     if (c) {
         CHECK_EQ_INT(c->storage_checkpoint_minutes, 0);
         CHECK_EQ_INT(c->storage_integrity_hours, 6);
+        CHECK_EQ_INT(c->storage_journal_mib, 16);
         CHECK_STR(c->storage_backup_dir, "/var/backups/mg");
         CHECK_EQ_INT(c->storage_backup_every_hours, 12);
         CHECK_EQ_INT(c->storage_backup_keep_days, 30);
@@ -946,6 +949,7 @@ static void test_storage_upkeep_and_log_file(void)
     CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, keep_days: 0 }\n"), "keep_days") !=
           NULL);
     CHECK(strstr(parse_err("storage:\n  backup: { dir: /x, wat: 1 }\n"), "wat") != NULL);
+    CHECK(strstr(parse_err("storage:\n  usage_journal_mib: 0\n"), "usage_journal_mib") != NULL);
 }
 
 /* Memory admission's degrade knobs: scheduler.min_output_tokens, routing.allow_smaller_model,

@@ -3,12 +3,14 @@
  * ring refuses the append (the caller falls back); a record whose head was not advanced (a
  * torn append) and a damaged one are not read; after a kill -9 with undrained usage events the
  * next open replays them, each once, with the roll-ups right, and replaying them again adds
- * nothing; events written on the loop thread are in the journal until a drain. */
+ * nothing; a backup holds the undrained events; events written on the loop thread are in the
+ * journal until a drain. */
 #include "mgtest.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
 #include "store/journal.h"
 #include "store/store.h"
+#include "store/upkeep.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -112,6 +114,12 @@ static void test_ring_wrap_and_full(void)
     CHECK_EQ_INT(s.ids[s.n - 1], -5);
     mg_journal_release(j, pos);
     mg_journal_close(j);
+    /* drained, it takes the size asked for (storage.usage_journal_mib changed) */
+    CHECK(mg_journal_open(f, 32768, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    CHECK_EQ_INT(mg_journal_capacity(j), 32768);
+    CHECK_EQ_INT(mg_journal_used(j), 0);
+    mg_journal_close(j);
 }
 
 static void test_torn_and_damaged(void)
@@ -153,18 +161,23 @@ static void test_torn_and_damaged(void)
     mg_journal_close(j);
 }
 
-static long long q(const char *sql)
+static long long q_at(const char *db_path, const char *sql)
 {
     sqlite3 *db = NULL;
     long long v = -1;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
         sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
         v = sqlite3_column_int64(st, 0);
     else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
+}
+
+static long long q(const char *sql)
+{
+    return q_at(path, sql);
 }
 
 static mg_usage_event_t ev(const char *id, int64_t in)
@@ -259,6 +272,42 @@ static void test_replay_after_kill(void)
     mg_store_close(s);
 }
 
+/* A backup taken while events sit undrained in the journal holds them (store/upkeep.h's
+ * mg_store_backup with the usage replay); without the replay it would not. The live files
+ * are left as they were: the next start still replays the journal. */
+static void test_backup_holds_the_journal(void)
+{
+    char live[160], with[200], without[200], leftover[240];
+    snprintf(live, sizeof(live), "%s", path);
+    snprintf(path, sizeof(path), "%s/b.db", dir);
+    snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
+    pid_t pid = fork();
+    if (pid == 0) child_writes_and_dies();
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    uint64_t head = header_u64(jpath, 24), tail = header_u64(jpath, 32);
+    CHECK(head > tail);
+    snprintf(with, sizeof(with), "%s/with.db", dir);
+    snprintf(without, sizeof(without), "%s/without.db", dir);
+    char err[256];
+    CHECK(mg_store_backup(path, without, NULL, err, sizeof(err)) == 0);
+    CHECK(mg_store_backup(path, with, mg_usage_journal_replay, err, sizeof(err)) == 0);
+    CHECK_EQ_INT(q_at(without, "SELECT COUNT(*) FROM usage_events"), 0);
+    CHECK_EQ_INT(q_at(with, "SELECT COUNT(*) FROM usage_events"), EVENTS);
+    CHECK_EQ_INT(q_at(with, "SELECT SUM(requests) FROM usage_hourly"), EVENTS);
+    CHECK_EQ_INT(q_at(with, "SELECT SUM(input_tokens) FROM usage_hourly"),
+                 EVENTS * (EVENTS - 1) / 2);
+    CHECK_EQ_INT(header_u64(jpath, 24), head); /* the live journal untouched */
+    CHECK_EQ_INT(header_u64(jpath, 32), tail);
+    snprintf(leftover, sizeof(leftover), "%s.tmp.usage-journal", with);
+    CHECK(access(leftover, F_OK) != 0);
+    snprintf(leftover, sizeof(leftover), "%s.usage-journal", with);
+    CHECK(access(leftover, F_OK) != 0);
+    snprintf(path, sizeof(path), "%s", live);
+    snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
+}
+
 /* Off the loop thread (no loop attached here) the event takes the queue, counted. */
 static void test_fallback_off_loop(void)
 {
@@ -284,6 +333,7 @@ int main(void)
     MG_RUN(test_ring_wrap_and_full);
     MG_RUN(test_torn_and_damaged);
     MG_RUN(test_replay_after_kill);
+    MG_RUN(test_backup_holds_the_journal);
     MG_RUN(test_fallback_off_loop);
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -78,7 +78,7 @@ static void test_backup_while_writing(void)
     write_rows(s, 0, 2000);
     mg_store_flush(s);
     write_rows(s, 2000, 2000); /* still committing while the copy runs */
-    CHECK(mg_store_backup(db, dest, err, sizeof(err)) == 0);
+    CHECK(mg_store_backup(db, dest, NULL, err, sizeof(err)) == 0);
     mg_store_flush(s);
     long long copied = count_rows(dest, "upkeep_probe");
     CHECK(copied >= 2000 && copied <= 4000);
@@ -94,7 +94,7 @@ static void test_backup_failure_leaves_nothing(void)
 {
     char err[256] = "", dest[512];
     snprintf(dest, sizeof(dest), "%s/no-such-dir/copy.db", tmpdir);
-    CHECK(mg_store_backup("/nonexistent/moongate.db", dest, err, sizeof(err)) != 0);
+    CHECK(mg_store_backup("/nonexistent/moongate.db", dest, NULL, err, sizeof(err)) != 0);
     CHECK(err[0] != '\0');
     CHECK(access(dest, F_OK) != 0);
 }

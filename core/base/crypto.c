@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/clock.h"
+
 static const char hexdig[] = "0123456789abcdef";
 
 static void to_hex(const unsigned char *in, size_t n, char *out)
@@ -33,7 +35,7 @@ static _Thread_local struct {
 
 int mg_request_id(char *out)
 {
-    unsigned char raw[12];
+    unsigned char raw[7];
     if (id_pool.used + sizeof(raw) > sizeof(id_pool.bytes)) {
         if (RAND_bytes(id_pool.bytes, sizeof(id_pool.bytes)) != 1) return -1;
         id_pool.used = 0;
@@ -41,8 +43,13 @@ int mg_request_id(char *out)
     memcpy(raw, id_pool.bytes + id_pool.used, sizeof(raw));
     OPENSSL_cleanse(id_pool.bytes + id_pool.used, sizeof(raw));
     id_pool.used += sizeof(raw);
+    uint64_t ms = mg_unix_ms();
     memcpy(out, "req-", 4);
-    to_hex(raw, sizeof(raw), out + 4);
+    for (int i = 10; i >= 0; i--, ms >>= 4) out[4 + i] = hexdig[ms & 15];
+    char tail[15];
+    to_hex(raw, sizeof(raw), tail);
+    memcpy(out + 15, tail, 13);
+    out[MG_REQUEST_ID_LEN] = '\0';
     return 0;
 }
 

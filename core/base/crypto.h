@@ -9,8 +9,11 @@
 
 #define MG_REQUEST_ID_LEN 28 /* "req-" + 24 hex chars */
 
-/* Write a NUL-terminated request id ("req-" + 24 lowercase hex) into out[MG_REQUEST_ID_LEN + 1].
- * Returns 0, or -1 when the random generator failed. */
+/* Write a NUL-terminated request id ("req-" + 24 lowercase hex) into out[MG_REQUEST_ID_LEN + 1]:
+ * 11 hex of the unix time in ms, then 13 random (52 bits). Ids sort by time, so the unique
+ * index on usage_events.request_id (and the ledger's) grows at its right edge: a random key
+ * would dirty a random index page per event (bench/README.md). Returns 0, or -1 when the
+ * random generator failed. */
 int mg_request_id(char *out);
 /* A number in [0,1) from the last 24 bits of a request id: the request's own random draw
  * (0 for an id that is not one of ours). */

@@ -1,5 +1,6 @@
 /* Unit tests for core/base/crypto.c: request id format, uniqueness and random draw, hex digits,
  * SHA-256 against the FIPS 180-2 vectors, constant-time comparison. */
+#include "base/clock.h"
 #include "base/crypto.h"
 #include "mgtest.h"
 
@@ -38,8 +39,8 @@ static int cmp_ids(const void *a, const void *b)
     return memcmp(a, b, MG_REQUEST_ID_LEN + 1);
 }
 
-/* 10k ids: all well-formed, all distinct, and every hex position takes many values
- * (a constant or counter-like position would show up here). */
+/* 10k ids: all well-formed, all distinct, and every random hex position (after the 11 of the
+ * time) takes many values (a constant or counter-like position would show up here). */
 static void test_request_id_unique(void)
 {
     enum { N = 10000 };
@@ -60,7 +61,7 @@ static void test_request_id_unique(void)
             if (v >= 0 && v < 16) seen[k][v]++;
         }
     int thin_positions = 0;
-    for (int k = 4; k < MG_REQUEST_ID_LEN; k++) {
+    for (int k = 15; k < MG_REQUEST_ID_LEN; k++) {
         int distinct = 0;
         for (int v = 0; v < 16; v++) distinct += seen[k][v] > 0;
         if (distinct < 16) thin_positions++;
@@ -72,6 +73,21 @@ static void test_request_id_unique(void)
         if (memcmp(ids[i - 1], ids[i], MG_REQUEST_ID_LEN + 1) == 0) dups++;
     CHECK_EQ_INT(dups, 0);
     free(ids);
+}
+
+/* The first 11 hex digits are the unix time in ms: ids sort by the time they were made. */
+static void test_request_id_time_ordered(void)
+{
+    char a[MG_REQUEST_ID_LEN + 1], b[MG_REQUEST_ID_LEN + 1];
+    uint64_t before = mg_unix_ms();
+    CHECK_EQ_INT(mg_request_id(a), 0);
+    uint64_t t = 0;
+    for (int i = 4; i < 15; i++) t = t << 4 | (uint64_t)mg_hex_digit(a[i]);
+    CHECK(t >= before && t <= mg_unix_ms());
+    while (mg_unix_ms() < t + 2) {
+    }
+    CHECK_EQ_INT(mg_request_id(b), 0);
+    CHECK(strcmp(a, b) < 0);
 }
 
 /* Ids made on different threads (each may keep its own block of random bytes) never
@@ -236,6 +252,7 @@ int main(void)
 {
     MG_RUN(test_request_id_format);
     MG_RUN(test_request_id_unique);
+    MG_RUN(test_request_id_time_ordered);
     MG_RUN(test_request_id_threads);
     MG_RUN(test_random_bytes);
     MG_RUN(test_sha256_vectors);

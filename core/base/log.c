@@ -14,19 +14,20 @@
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
 /* Logging is process-wide by nature (like stdout itself): one level, one buffer. */
-/* The mutex matters only while a reload builds a generation on a worker thread and
- * a policy logs from there; uncontended it costs a few nanoseconds. */
+/* The mutex matters only when another thread (the store's writer, a reload's worker) logs;
+ * uncontended it costs a few nanoseconds. */
 static pthread_mutex_t g_log_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
     mg_log_level_t level;
     uv_check_t check;
     int attached;
+    pthread_t loop_thread; /* the attached loop's: only its lines wait for the check */
     char *buf;
     size_t len, cap;
     int text;      /* log.format: text */
     char node[80]; /* cluster.node_id, set once at start: every line says which instance */
-} g_log = {MG_LOG_INFO, {0}, 0, NULL, 0, 0, 0, ""};
+} g_log = {.level = MG_LOG_INFO};
 
 void mg_log_set_node(const char *node_id)
 {
@@ -102,6 +103,7 @@ void mg_log_attach(uv_loop_t *loop)
     uv_check_init(loop, &g_log.check);
     uv_unref((uv_handle_t *)&g_log.check);
     uv_check_start(&g_log.check, on_check);
+    g_log.loop_thread = pthread_self();
     g_log.attached = 1;
 }
 
@@ -128,7 +130,8 @@ static void emit(const char *line, size_t n)
 
 static void emit_locked(const char *line, size_t n)
 {
-    if (!g_log.attached) {
+    if (!g_log.attached || !pthread_equal(pthread_self(), g_log.loop_thread)) {
+        flush_locked(); /* the loop's earlier lines first */
         write_all(line, n);
         return;
     }

@@ -3,9 +3,10 @@
  *
  * Lines are built in memory and appended to a buffer that is flushed once per
  * loop iteration (and whenever it grows past 64 KiB), so a busy loop pays one
- * write(2) for many lines. Before the loop exists (start-up, --check) lines are
- * written straight away. Values given to the field helpers are JSON-escaped;
- * never pass a secret or a prompt. */
+ * write(2) for many lines. Before the loop exists (start-up, --check), and from any
+ * other thread (the store's writer, a reload's worker), lines are written straight away: an
+ * idle loop may not turn again for a long time, and its buffered lines go first. Values
+ * given to the field helpers are JSON-escaped; never pass a secret or a prompt. */
 #ifndef MG_LOG_H
 #define MG_LOG_H
 

@@ -566,16 +566,18 @@ static void spare_waiters(mg_store_t *s, job_list_t *l, int handed)
     *l = keep;
 }
 
-/* The writer committed a batch: if the disk was full, it is no longer. */
+/* The writer committed a batch: if the disk was full, it is no longer (said before the flag
+ * clears, so whoever sees it clear finds the line). */
 static void room_again(mg_store_t *s)
 {
     pthread_mutex_lock(&s->mu);
     int was = s->stats.disk_full;
+    pthread_mutex_unlock(&s->mu);
+    if (!was) return;
+    mg_log_msg(MG_LOG_WARN, NULL, "store: the disk has room again; the held writes are committed");
+    pthread_mutex_lock(&s->mu);
     s->stats.disk_full = 0;
     pthread_mutex_unlock(&s->mu);
-    if (was)
-        mg_log_msg(MG_LOG_WARN, NULL,
-                   "store: the disk has room again; the held writes are committed");
 }
 
 /* The disk is full: hold the batch (it stays whole, in order, but for its writes that may

@@ -72,7 +72,8 @@ describe('the disk full', { skip: mounted ? false : 'needs root to mount a small
         await waitFor(async () => (await gauge('moongate_store_disk_full')) === 0, { timeoutMs: 15000, what: 'the writer to recover' });
         await waitFor(async () => sqliteRows(db, 'SELECT count(*) AS n FROM usage_events')[0].n === sent,
             { timeoutMs: 15000, what: `all ${sent} usage events` });
-        assert.ok(env.gw.rawLines.some((l) => l.includes('the disk has room again')));
+        await waitFor(async () => env.gw.rawLines.some((l) => l.includes('the disk has room again')),
+            { timeoutMs: 5000, what: 'the line that says it' });
         assert.equal(await gauge('moongate_store_refused_writes_total'), 0);
         assert.equal((await env.gw.getJson('/status')).json.store.disk_full, false);
         assert.deepEqual(sqliteRows(db, 'PRAGMA integrity_check'), [{ integrity_check: 'ok' }]);

@@ -489,7 +489,8 @@ async function slow() {
         console.log('after malloc_trim', mib(rssOf(pid)));
     }
     const st = await env.gw.getJson('/status');
-    const inFlight = st.json.providers.reduce((n, p) => n + (p.in_flight ?? 0), 0);
+    // the calls still held (pipeline) and those still at a provider: 0 each once all left
+    const inFlight = (st.json.in_flight ?? 0) + st.json.providers.reduce((n, p) => n + (p.in_flight ?? 0), 0);
     const down = st.json.providers.filter((p) => !p.available || p.health === 'down' || p.consecutive_failures > 0).map((p) => p.id);
     const stalled = env.gw.logs.filter((l) => l.cancel_reason === 'client_stalled' || l.msg === 'client_stalled').length;
     await env.close();

@@ -4,7 +4,8 @@
  * torn append) and a damaged one are not read; after a kill -9 with undrained usage events the
  * next open replays them, each once, with the roll-ups right, and replaying them again adds
  * nothing; a backup holds the undrained events; events written on the loop thread are in the
- * journal until a drain. */
+ * journal until a drain; a ring of the first version (records summed byte by byte) that a kill
+ * left with records is read, and summed the new way once drained. */
 #include "mgtest.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
@@ -158,6 +159,65 @@ static void test_torn_and_damaged(void)
     CHECK_EQ_INT(s.n, 1); /* record 1 only; 3 is damaged and skipped */
     mg_journal_release(j, pos);
     CHECK_EQ_INT(mg_journal_used(j), 0);
+    mg_journal_close(j);
+}
+
+/* A record of the first version, as journal.c wrote it: u32 length, u32 FNV-1a of the
+ * payload, then u32 count and (kind, value) pairs. */
+static size_t v1_record(unsigned char *r, int64_t id, const char *text)
+{
+    unsigned char *p = r + 8;
+    uint32_t n = 3, len = (uint32_t)strlen(text);
+    unsigned char k_int = MG_STORE_INT, k_text = MG_STORE_TEXT, k_null = MG_STORE_NULL;
+    memcpy(p, &n, 4), p += 4;
+    *p++ = k_int;
+    memcpy(p, &id, 8), p += 8;
+    *p++ = k_text;
+    memcpy(p, &len, 4), p += 4;
+    memcpy(p, text, len), p += len;
+    *p++ = k_null;
+    uint32_t payload = (uint32_t)(p - (r + 8)), sum = 2166136261u;
+    for (uint32_t i = 0; i < payload; i++) sum = (sum ^ r[8 + i]) * 16777619u;
+    memcpy(r, &payload, 4);
+    memcpy(r + 4, &sum, 4);
+    return (8 + payload + 7) / 8 * 8;
+}
+
+static void test_version_1_ring(void)
+{
+    char f[200], err[256];
+    snprintf(f, sizeof(f), "%s/v1", dir);
+    mg_journal_t *j = NULL;
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    mg_journal_close(j);
+    CHECK_EQ_INT(header_u64(f, 8) & 0xffffffffu, 2);
+    unsigned char r[128] = {0};
+    size_t rec = v1_record(r, 7, "written by the first version");
+    int fd = open(f, O_RDWR);
+    CHECK(fd >= 0 && pwrite(fd, r, rec, 4096) == (ssize_t)rec);
+    if (fd >= 0) close(fd);
+    set_header_u64(f, 8, 1);
+    set_header_u64(f, 24, rec);
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0);
+    if (!j) return;
+    CHECK(append(j, 8) == 0); /* written on with the ring's own sum until it is drained */
+    seen_t s = {0};
+    uint64_t pos = mg_journal_read(j, 100, on_rec, &s);
+    CHECK_EQ_INT(s.n, 2);
+    CHECK_EQ_INT(s.ids[0], 7);
+    CHECK_EQ_INT(s.ids[1], 8);
+    mg_journal_release(j, pos);
+    mg_journal_close(j);
+    CHECK_EQ_INT(header_u64(f, 8) & 0xffffffffu, 1);
+    CHECK(mg_journal_open(f, 16384, &j, err, sizeof(err)) == 0); /* drained: the new sum */
+    if (!j) return;
+    CHECK_EQ_INT(header_u64(f, 8) & 0xffffffffu, 2);
+    CHECK(append(j, 9) == 0);
+    memset(&s, 0, sizeof(s));
+    mg_journal_read(j, 100, on_rec, &s);
+    CHECK_EQ_INT(s.n, 1);
+    CHECK_EQ_INT(s.ids[0], 9);
     mg_journal_close(j);
 }
 
@@ -332,6 +392,7 @@ int main(void)
     snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
     MG_RUN(test_ring_wrap_and_full);
     MG_RUN(test_torn_and_damaged);
+    MG_RUN(test_version_1_ring);
     MG_RUN(test_replay_after_kill);
     MG_RUN(test_backup_holds_the_journal);
     MG_RUN(test_fallback_off_loop);

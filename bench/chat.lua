@@ -4,6 +4,13 @@
 --      STREAM=1     -> add "stream":true (+ include_usage)
 --      API_KEY=key  -> the bearer token (default sk-mock-0000000000000000, which nothing checks);
 --                      bench/run sets it to a seeded customer key for the auth variant
+--      SESSIONS_FILE=path -> session ids, one a line (bench/sessions.mjs): each request carries
+--                      "session_id" (the body is otherwise the same); thread k of SESSION_THREADS
+--                      takes every SESSION_THREADS-th id from the k-th and goes round them, so
+--                      two threads never share a session, and a session is asked again only
+--                      after the thread's others (one session per connection at a time, unless
+--                      a request lags a whole round behind: it then waits its turn, as the
+--                      gateway serialises a session)
 --      THINK_MS=N   -> paced test: after each response a connection pauses a random,
 --                      exponentially distributed time with mean N ms (de-synchronises the
 --                      connections, so arrivals are ~Poisson at ~conns*1000/(N+latency) req/s)
@@ -29,7 +36,34 @@ wrk.headers["Authorization"] = "Bearer " .. apikey
 
 local nthreads = 0
 function setup(thread) nthreads = nthreads + 1; thread:set("tid", nthreads) end
-function init(args) math.randomseed(os.time() * 1000 + (tid or 0) * 7919) end
+
+local sessions_file = os.getenv("SESSIONS_FILE") or ""
+local bodies, next_body = nil, 0
+function init(args)
+  math.randomseed(os.time() * 1000 + (tid or 0) * 7919)
+  if sessions_file == "" then return end
+  local stride = tonumber(os.getenv("SESSION_THREADS") or "1")
+  local f = assert(io.open(sessions_file, "r"))
+  bodies = {}
+  local i = 0
+  for id in f:lines() do
+    if id ~= "" then
+      if i % stride == (tid or 1) - 1 then
+        bodies[#bodies + 1] = '{"session_id":"' .. id .. '",' .. body:sub(2)
+      end
+      i = i + 1
+    end
+  end
+  f:close()
+  assert(#bodies > 0, "no session ids for thread " .. tostring(tid))
+end
+
+if sessions_file ~= "" then
+  function request()
+    next_body = next_body % #bodies + 1
+    return wrk.format(nil, nil, nil, bodies[next_body])
+  end
+end
 
 if think > 0 then
   function delay() return math.floor(-think * math.log(1 - math.random())) end

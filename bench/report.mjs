@@ -236,6 +236,12 @@ const EXTRA = {
                         base: 'metering on', col: 'metering off', short: 'on', baseShort: 'off',
                         invert: true, cpuTarget: 1.10,
                         issue: 'issue 19: CPU per request with metering on at most 10% above off' },
+    // the plain request beside the same request on a session of N turns (issue 21: figures,
+    // no target): the session's CPU per request, and the token counts it was measured with
+    moongate_session: { title: `moongate with every request on a ${meta.session_turns || 50}-turn session (session_id)`,
+                        base: 'plain', col: `on a ${meta.session_turns || 50}-turn session`,
+                        short: 'session', baseShort: 'plain',
+                        issue: 'issue 21: a session request beside a plain one, figures only' },
 };
 // a run with BENCH_EXTRA names the extra variants it ran; older runs ran all but the last
 if (Array.isArray(meta.extra_variants)) {
@@ -285,7 +291,7 @@ for (const v of Object.keys(EXTRA)) {
     const e = EXTRA[v];
     // decided on the rounds of the moongate variants alone when the run has them
     f.target_phase = MODES.some((m) => f.c50m[m].rps.vs_moongate !== null) ? 'c50m' : 'c50';
-    f.target = e.cpuTarget ? {
+    f.target = e.target === undefined && !e.cpuTarget ? null : e.cpuTarget ? {
         cpu_ratio_at_most: e.cpuTarget, what: e.issue, phases: ['paced', f.target_phase],
         met: Object.fromEntries(MODES.map((m) => {
             const rs = ['paced', f.target_phase].map((ph) => f[ph][m].cpu_us_per_req.vs_moongate);
@@ -339,6 +345,17 @@ for (const [phase, label] of [['c50', '50 conns'], ['paced', `~${pacedRate()} re
         const c = figures.cpu_us_per_req[phase][mode];
         row(`CPU us/req @${label}`, mode, '-', fmt(c.nginx, 1), fmt(c.moongate, 1),
             fmtRatio(c.ratio));
+    }
+}
+// the session case beside the plain request (issue 21): the same body with a session_id, in
+// the moongate column (its own table below has the session/plain ratios)
+if (EXTRA.moongate_session) {
+    for (const [phase, label] of [['c50', '50 conns'], ['paced', `~${pacedRate()} req/s`]]) {
+        for (const mode of MODES) {
+            const c = figures.moongate_session[phase][mode].cpu_us_per_req;
+            row(`CPU us/req @${label}, ${meta.session_turns || 50}-turn session`, mode, '-',
+                fmt(c.nginx, 1), fmt(c.moongate_session, 1), fmtRatio(c.vs_nginx));
+        }
     }
 }
 for (const mode of MODES) {
@@ -453,6 +470,19 @@ for (const [v, e] of Object.entries(EXTRA)) {
                 const d = a.moongate === null || a[v] === null ? null : a.moongate - a[v];
                 return `${m} ${q} ${d === null ? NA : `${Math.round(d * 1000)} us`}`;
             }).join(', ')).join('; '));
+        extraTables[v] = { title: e.title, cols, rows: rs, notes };
+        continue;
+    }
+    if (v === 'moongate_session') {
+        const load = records.find((r) => r.kind === 'session_load');
+        notes.push(`${e.issue}; CPU/req session/plain: ` + MODES.map((m) =>
+            `${m} paced ${fmtRatio(f.paced[m].cpu_us_per_req.vs_moongate)}, ${over} ` +
+            fmtRatio(f[f.target_phase][m].cpu_us_per_req.vs_moongate)).join('; '));
+        notes.push(load ? `the sessions: ${load.sessions} of ${load.turns} turns (${load.messages} messages, ` +
+            `${load.session_tokens} tokens stored); a request on one counts ${load.input_tokens} input tokens ` +
+            `(budget ${load.budget}, trimmed: ${JSON.stringify(load.trimmed)}), the plain request ` +
+            `${load.plain_input_tokens}` : 'the sessions: not filled');
+        f.sessions = load || null;
         extraTables[v] = { title: e.title, cols, rows: rs, notes };
         continue;
     }

@@ -210,6 +210,29 @@ describe('scripts and records', () => {
         assert.ok(dt >= 300 + 4 * 50 - 20, `took ${dt} ms`);
     });
 
+    test('hold: answered only once released, in any order with the others; later ones pass', async () => {
+        await mock.reset();
+        await mock.script({ model: 'held', action: { hold: 'h1' } });
+        const held = postJson(`${mock.base}/v1/chat/completions`, chatBody('held'));
+        const rec = await mock.waitRequest((r) => r.body?.model === 'held' && r.held);
+        // another model is answered while the first waits
+        const other = await postJson(`${mock.base}/v1/chat/completions`, chatBody('free'));
+        assert.equal(other.status, 200);
+        const still = (await mock.requests((r) => r.seq === rec.seq))[0];
+        assert.equal(still.finished, false, 'the held request is not answered yet');
+        assert.equal((await mock.release('h1')).released, 1);
+        const r = await held;
+        assert.equal(r.status, 200);
+        assert.equal(r.json.model, 'held');
+        const after = (await mock.requests((x) => x.seq === rec.seq))[0];
+        assert.equal(after.held, false);
+        assert.equal(after.finished, true);
+        // released: the next one under that name passes at once
+        assert.equal((await postJson(`${mock.base}/v1/chat/completions`, chatBody('held'))).status, 200);
+        const bad = await fetch(`${mock.base}/__mock/release`, { method: 'POST', body: '{}' });
+        assert.equal(bad.status, 400);
+    });
+
     test('hang + client close -> closed_early; mid-stream client close -> closed_early', async () => {
         await mock.reset();
         await mock.script({ model: 'hang', action: { hang: true } });

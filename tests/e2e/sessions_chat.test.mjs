@@ -6,6 +6,8 @@
 // with tiktoken's o200k_base over what the mock received; a conversation longer than the
 // window stays answerable, its oldest turns dropped whole (a tool call with its result);
 // what cannot fit is 400 CONTEXT_TOO_LARGE. Persistence off: sessions are memory only.
+// A summary never blocks the session: while the summariser's answer is held by the mock, the
+// next request is answered on the other trimming steps; the one after it carries the summary.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -381,6 +383,94 @@ describe('summaries', () => {
         assert.equal(sent.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
         assert.equal(sent.messages[1].content, 'fact 2');
         assert.match(await env.gw.metrics(), /moongate_session_summaries_total\{outcome="ok"\} [1-9]/);
+    });
+});
+
+describe('a summary pending', () => {
+    // The summariser's upstream is held (the mock answers it only when released): what the
+    // session does meanwhile is ordered by that, with no clock in the assertions.
+    test('does not hold up the session: a request meanwhile is answered, trimmed by the other steps; the one after it carries the summary', async () => {
+        const HOLD = 'summary-pending';
+        // every summary call waits until released (an earlier test's late one too: harmless)
+        await env.mock.script({ model: 'up-summ', action: { hold: HOLD } });
+        const id = await newSession();
+        const filler = 'the quick brown fox jumps over the lazy dog '.repeat(4);
+        const isOurs = (r) => r.body?.model === 'up-summ' && r.body.messages?.[1]?.content?.includes('pend first');
+        const toolCall = { id: 'call_pend', type: 'function', function: { name: 'lookup', arguments: '{"q":"pend"}' } };
+        const ask = (content) => client.chat.completions.create({ model: 'small', session_id: id, messages: [{ role: 'user', content }] });
+        // two turns before the tool call: the first cut drops them and keeps the call's turn
+        await ask(`pend first: ${filler}`);
+        await ask(`pend second: ${filler}`);
+        await env.mock.script({ model: 'up-small', times: 1, action: { body: {
+            id: 'x', object: 'chat.completion', created: 1, model: 'up-small',
+            choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [toolCall] }, finish_reason: 'tool_calls' }],
+            usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 },
+        } } });
+        await ask('pend look it up');
+        await client.chat.completions.create({
+            model: 'small', session_id: id, messages: [{ role: 'tool', tool_call_id: 'call_pend', content: `pend result: ${filler}` }],
+        });
+        // turns until one is trimmed: that one starts the summary
+        let started = null;
+        for (let i = 0; i < 20 && !started; i++) {
+            const r = await ask(`pend ${i}: ${filler}`);
+            if (r.context.trimmed.includes('drop_oldest_turns')) started = r;
+        }
+        assert.ok(started, 'the session passed its budget');
+        const summ = await env.mock.waitRequest((r) => isOurs(r) && r.held, { what: 'the held summary call' });
+        // the request that started it was answered (awaited above) while its summary is held
+        assert.equal((await env.mock.requests((r) => r.seq === summ.seq))[0].finished, false);
+        assert.equal((await (await fetch(`${env.api}/sessions/${id}`)).json()).summary, null);
+
+        // a request while the summary is pending
+        const stored = await messagesOf(id);
+        const q = `pend while pending: ${filler}`;
+        const r = await ask(q);
+        const rec = (await env.mock.requests((x) => x.body?.model === 'up-small')).at(-1);
+        assert.equal(rec.body.messages.at(-1).content, q);
+        assert.ok(rec.seq > summ.seq, 'the engine got the request after the summary call');
+        assert.equal((await env.mock.requests((x) => x.seq === summ.seq))[0].finished, false,
+            'the request was answered before the summary call was');
+        assert.equal((await env.mock.requests(isOurs)).length, 1, 'one summary at a time');
+        // trimmed by the other steps, within the budget by the tokenizer, oldest turns out whole
+        const sent = JSON.parse(rec.raw).messages;
+        assert.equal(r.context.summary_used, false);
+        assert.ok(r.context.trimmed.includes('drop_oldest_turns'), JSON.stringify(r.context));
+        const n = countMessages(sent);
+        assert.ok(n <= BUDGET, `${n} tokens sent, budget ${BUDGET}`);
+        assert.equal(r.context.input_tokens, n);
+        assert.equal(r.context.budget, BUDGET);
+        const history = sent.slice(0, -1);
+        assert.ok(history.length > 0 && history.length < stored.length, `${history.length} of ${stored.length} kept`);
+        assert.deepEqual(history, stored.slice(stored.length - history.length), 'the newest turns, as stored');
+        assert.equal(history[0].role, 'user', 'the cut is at a turn start');
+        for (const [i, m] of sent.entries()) {
+            if (m.role !== 'tool') continue;
+            const call = sent.slice(0, i).findLast((x) => x.tool_calls);
+            assert.ok(call?.tool_calls.some((tc) => tc.id === m.tool_call_id), `tool result ${i} without its call`);
+        }
+        for (const m of sent.filter((x) => x.tool_calls)) {
+            for (const tc of m.tool_calls) assert.ok(sent.some((x) => x.role === 'tool' && x.tool_call_id === tc.id), 'a call without its result');
+        }
+
+        // the summary lands; the request after it carries it
+        assert.equal((await env.mock.release(HOLD)).released >= 1, true);
+        let s;
+        for (let i = 0; i < 100; i++) {
+            s = await (await fetch(`${env.api}/sessions/${id}`)).json();
+            if (s.summary) break;
+            await new Promise((res) => setTimeout(res, 50));
+        }
+        assert.ok(s.summary && s.summary.startsWith('up-summ'), JSON.stringify(s));
+        const after = await ask('pend after the summary');
+        assert.equal(after.context.summary_used, true);
+        const last = await lastUpstream('up-small');
+        assert.equal(last.messages[0].role, 'system');
+        assert.equal(last.messages[0].content, `Summary of the earlier conversation:\n${s.summary}`);
+        assert.equal(last.messages.at(-1).content, 'pend after the summary');
+        assert.ok(countMessages(last.messages) <= BUDGET);
+        assert.ok(!last.messages.some((m) => m.content?.startsWith('pend first')), 'the summarised turns left');
+        await env.mock.reset();
     });
 });
 

@@ -10,7 +10,9 @@
 //   POST /__mock/script   {model?, path?, method?, times?, action: {...}} (or an array of them)
 //   GET  /__mock/requests every request seen (?path=/v1/... filters, ?since=N only seq > N)
 //   GET  /__mock/rules    the rules and how often each was used
-//   POST /__mock/reset    forget rules and records (and the load below)
+//   POST /__mock/release  {hold}: answer the requests held under that name (see hold below)
+//                         and let later ones through; returns {released: n}
+//   POST /__mock/reset    forget rules, records and holds (and the load below)
 //   POST /__mock/load     {running?, waiting?, kv_cache?, slots?}: the engine load that
 //                         GET /metrics (vLLM Prometheus text), GET /slots (llama.cpp server:
 //                         `slots` slots, default 4, `running` of them processing) and
@@ -38,6 +40,10 @@
 //                              that many frames (lead and content frames counted; default 0,
 //                              before the first), and the stream goes on as scripted
 //   hang                       never answer
+//   hold                       a name: wait (before delay_first_byte_ms) until POST
+//                              /__mock/release names it, then answer as scripted; the record
+//                              says held: true until then. An upstream made slow with no clock
+//                              in it: a test asserts what happened while the answer was held
 //   no_done                    an OpenAI-wire stream ends after its finish (and usage) chunk
 //                              without data: [DONE] (EOF after a complete answer)
 //   tool_calls                 "first" or "all": a chat request that carries tools (and no
@@ -801,7 +807,8 @@ function errorBody(path, status, message) {
  * Options: { log: function(line) } for debug output (default none).
  */
 export function createMock(options = {}) {
-    const state = { seq: 0, ruleSeq: 0, rules: [], records: [], live: new Set(), load: defaultLoad() };
+    const state = { seq: 0, ruleSeq: 0, rules: [], records: [], live: new Set(), load: defaultLoad(),
+                    holds: new Map() }; // hold name -> { open, waiting: [resolve] }
     const server = http.createServer({ keepAlive: true, noDelay: true, requestTimeout: 0, headersTimeout: 60000 });
     server.keepAliveTimeout = 60000;
     server.maxRequestsPerSocket = 0;
@@ -910,7 +917,27 @@ function handleControl(state, req, res, url, raw) {
         sendJson(res, 200, state.rules.map((r) => ({ ...r, times: r.times === Infinity ? null : r.times })));
         return;
     }
+    if (what === 'POST /__mock/release') {
+        let spec;
+        try {
+            spec = JSON.parse(raw.toString('utf8') || '{}');
+        } catch {
+            spec = null;
+        }
+        if (typeof spec?.hold !== 'string' || !spec.hold) {
+            sendJson(res, 400, { error: 'release needs {"hold": "name"}' });
+            return;
+        }
+        const h = holdOf(state, spec.hold);
+        h.open = true;
+        const waiting = h.waiting.splice(0);
+        for (const resolve of waiting) resolve();
+        sendJson(res, 200, { ok: true, released: waiting.length });
+        return;
+    }
     if (what === 'POST /__mock/reset') {
+        for (const h of state.holds.values()) for (const resolve of h.waiting.splice(0)) resolve();
+        state.holds = new Map();
         state.rules = [];
         state.records = [];
         state.load = defaultLoad();
@@ -939,6 +966,11 @@ function handleControl(state, req, res, url, raw) {
         return;
     }
     sendJson(res, 404, { error: `unknown control endpoint ${what}` });
+}
+
+function holdOf(state, name) {
+    if (!state.holds.has(name)) state.holds.set(name, { open: false, waiting: [] });
+    return state.holds.get(name);
 }
 
 function matchRule(state, method, path, model) {
@@ -998,6 +1030,22 @@ class Task {
                 resolve();
             };
             this.res.on('drain', done);
+            this.res.on('close', done);
+        });
+    }
+
+    /** Resolves when hold `name` is released (at once if it was), or when the connection died. */
+    hold(name) {
+        const h = holdOf(this.state, name);
+        if (h.open || this.dead) return Promise.resolve();
+        this.record.held = true;
+        return new Promise((resolve) => {
+            const done = () => {
+                this.record.held = false;
+                this.res.off('close', done);
+                resolve();
+            };
+            h.waiting.push(done);
             this.res.on('close', done);
         });
     }
@@ -1075,6 +1123,10 @@ async function handleEngine(state, req, res, url, raw) {
 async function respond(task, action, path, parsed, text, method) {
     const { res } = task;
     if (action.hang) return; // never answer; the record shows closed_early when the client leaves
+    if (typeof action.hold === 'string') {
+        await task.hold(action.hold);
+        if (task.dead) return;
+    }
     if (action.reset) {
         await task.sleep(action.delay_first_byte_ms);
         if (!task.dead) task.reset(action.rst === true);

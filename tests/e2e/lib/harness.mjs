@@ -178,6 +178,8 @@ export async function startMock({ timeoutMs = 10000, tritonMetrics = false } = {
         /** Push one rule (or an array of rules). */
         script: (rule) => ctl('POST', '/__mock/script', rule),
         reset: () => ctl('POST', '/__mock/reset', {}),
+        /** Answer the requests held under `name` (action.hold) and let later ones through. */
+        release: (name) => ctl('POST', '/__mock/release', { hold: name }),
         rules: () => ctl('GET', '/__mock/rules'),
         /** Every request seen, optionally filtered by a predicate. */
         async requests(filter) {

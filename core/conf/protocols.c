@@ -166,7 +166,7 @@ int conf_section_protocols(conf_loader_t *l, yaml_node_t *v, int line)
     if (conf_opt_int_field(l, v, "protocols", "responses_retention_seconds", 60, 3650 * 86400,
                            &c->responses_retention_s) < 0)
         return -1;
-    if (conf_opt_int_field(l, v, "protocols", "models_refresh_seconds", 1, 86400,
+    if (conf_opt_int_field(l, v, "protocols", "models_refresh_seconds", 0, 86400,
                            &c->models_refresh_s) < 0)
         return -1;
     yaml_node_pair_t *fh = conf_find_pair(l, v, "forward_headers");

@@ -313,7 +313,8 @@ static void on_tick(uv_timer_t *t)
     if (!g) return;
     uint64_t now = uv_now(u->d.loop);
     for (um_slot_t *sl = u->slots; sl; sl = sl->next) sl->seen = 0;
-    for (size_t i = 0; i < g->cfg->n_providers; i++) {
+    int on = g->cfg->protocols.models_refresh_s > 0; /* 0: off, every list dropped */
+    for (size_t i = 0; on && i < g->cfg->n_providers; i++) {
         if (!wanted(g, i)) continue;
         um_slot_t *sl = slot_get(u, g->cfg->providers[i].id);
         if (!sl) continue;
@@ -377,8 +378,9 @@ const mg_model_list_t *mg_upmodels_list(mg_upmodels_t *u)
     const mg_config_t *cfg = g->cfg;
     mg_model_ids_t *lists = calloc(cfg->n_providers ? cfg->n_providers : 1, sizeof(*lists));
     if (!lists) return &empty;
+    int on = cfg->protocols.models_refresh_s > 0;
     for (size_t i = 0; i < cfg->n_providers; i++) {
-        const um_slot_t *sl = wanted(g, i) ? slot_find(u, cfg->providers[i].id) : NULL;
+        const um_slot_t *sl = on && wanted(g, i) ? slot_find(u, cfg->providers[i].id) : NULL;
         if (sl && sl->have) lists[i] = (mg_model_ids_t){sl->ids, sl->n_ids};
     }
     mg_model_list_free(&u->list);

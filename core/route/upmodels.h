@@ -7,16 +7,15 @@
  * {base_url}/models, anthropic: GET /v1/models, ollama: GET /api/tags) is asked for its list
  * through the upstream client, with the headers its adapter gives (its key as on every
  * request), the probes' time-out (health.probe_timeout_ms) and answers read up to
- * MG_UPMODELS_MAX_BODY. A list is kept protocols.models_refresh_seconds (default 300) and
- * then fetched again, in the background: GET /v1/models never waits for an upstream, it
- * answers with what is cached. A failed fetch (no answer, a status other than 2xx, a body
- * that is not JSON or that the adapter cannot read) keeps the provider's last good list
- * and is tried again sooner (5 s, doubling up to the refresh interval); the failure is
- * logged once (warn "provider models unavailable") until a fetch works again (info
- * "provider models"), never per request. A provider that never answered lists nothing. A
- * provider whose base_url or adapter changes in a reload starts over. At most one fetch per
- * provider is in flight; everything runs on the loop thread, the fetches' Lua calls on the
- * generation they started with. */
+ * MG_UPMODELS_MAX_BODY. A list is kept protocols.models_refresh_seconds (default 300; 0 turns
+ * the lists off) and then fetched again, in the background: GET /v1/models never waits for an
+ * upstream, it answers with what is cached. A failed fetch (no answer, a status other than 2xx, a
+ * body that is not JSON or that the adapter cannot read) keeps the provider's last good list and is
+ * tried again sooner (5 s, doubling up to the refresh interval); the failure is logged once (warn
+ * "provider models unavailable") until a fetch works again (info "provider models"), never per
+ * request. A provider that never answered lists nothing. A provider whose base_url or adapter
+ * changes in a reload starts over. At most one fetch per provider is in flight; everything runs on
+ * the loop thread, the fetches' Lua calls on the generation they started with. */
 #ifndef MG_UPMODELS_H
 #define MG_UPMODELS_H
 

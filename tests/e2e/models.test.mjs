@@ -72,7 +72,7 @@ before(async () => {
             ],
             models: { ...c.models, 'meta/shared': { routes: [{ provider: 'mock-openai', model: 'up-shared' }] } },
         }),
-        env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
+        env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: 'c3'.repeat(32) },
     });
     const hdr = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } };
     const t = await postJson(`${env.base}/api/v2/tenants`, { name: 'model-listers' }, hdr);
@@ -253,6 +253,29 @@ describe('a provider whose list fails, or hangs', () => {
         const still = (await nimB.requests((q) => q.seq === hanging.seq))[0];
         assert.equal(still.finished, false, 'the upstream had not answered');
         assert.equal(still.closed_early, false, 'nor had the gateway given up on it');
+    });
+
+    test('a provider added through the admin API (Sidecar ADR 8.4) lists its models at once', async () => {
+        const r = await postJson(`${env.base}/api/v2/providers`, {
+            name: 'NVIDIA Key 2', api_key: KEY_A, endpoint_url: `${nimA.base}/v1`, pool: 'main',
+            rpm_limit: 40, model_prefix: 'nvidia/', cost_per_1k_tokens: 0.001,
+        }, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+        assert.equal(r.status, 201, r.text);
+        const l = await waitFor(has('nvidia/nemotron-4-340b'), { timeoutMs: 15000, what: 'the new provider\'s models' });
+        assert.equal(l.json.data.find((m) => m.id === 'nvidia/nemotron-4-340b').owned_by, 'NVIDIA Key 2');
+    });
+
+    test('a reload: a provider removed takes its models along; models_refresh_seconds: 0 lists none', async () => {
+        const c = structuredClone(env.config);
+        c.providers = c.providers.filter((p) => p.id !== 'claude-up');
+        env.writeConfig(c);
+        assert.equal((await env.gw.reload()).result, 'ok');
+        const r = await list(full);
+        assert.ok(!ids(r).some((id) => id.startsWith('claude-')), 'claude-up\'s models are gone');
+        assert.ok(ids(r).includes('meta/llama-3.1-8b-instruct'), 'the others stay');
+        env.writeConfig({ ...c, protocols: { models_refresh_seconds: 0 } });
+        assert.equal((await env.gw.reload()).result, 'ok');
+        assert.deepEqual(ids(await list(full)), Object.keys(env.config.models), 'the logical models only');
     });
 
     test('no base URL and no key in any answer', () => {

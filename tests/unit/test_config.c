@@ -754,7 +754,7 @@ static void test_context_section(void)
     CHECK_STR(parse_err("protocols:\n  forward_headers: {anthropic: [x-api-key]}\n"),
               "t.yaml:2: protocols.forward_headers: credentials and framing headers "
               "(authorization, x-api-key, cookie, host, content-length) are never forwarded");
-    CHECK(strstr(parse_err("protocols:\n  models_refresh_seconds: 0\n"),
+    CHECK(strstr(parse_err("protocols:\n  models_refresh_seconds: -1\n"),
                  "protocols.models_refresh_seconds") != NULL);
     CHECK_STR(parse_err("protocols:\n  forward_headers: {a: [x], a: [y]}\n"),
               "t.yaml:2: duplicate key 'a' in protocols.forward_headers");

@@ -52,6 +52,7 @@ struct mg_upmodels_s {
     unsigned list_gen;    /* 0 = none built */
     unsigned serial;      /* bumped when a slot's list changes */
     unsigned list_serial;
+    int list_on; /* protocols.models_refresh_seconds > 0 when it was built */
 };
 
 static const char *result_name(mg_xfer_result_t r)
@@ -374,11 +375,11 @@ const mg_model_list_t *mg_upmodels_list(mg_upmodels_t *u)
     static const mg_model_list_t empty = {0};
     const mg_gen_t *g = u ? mg_gens_current(u->d.gens) : NULL;
     if (!g) return &empty;
-    if (u->list_gen == g->id && u->list_serial == u->serial) return &u->list;
     const mg_config_t *cfg = g->cfg;
+    int on = cfg->protocols.models_refresh_s > 0;
+    if (u->list_gen == g->id && u->list_serial == u->serial && u->list_on == on) return &u->list;
     mg_model_ids_t *lists = calloc(cfg->n_providers ? cfg->n_providers : 1, sizeof(*lists));
     if (!lists) return &empty;
-    int on = cfg->protocols.models_refresh_s > 0;
     for (size_t i = 0; i < cfg->n_providers; i++) {
         const um_slot_t *sl = on && wanted(g, i) ? slot_find(u, cfg->providers[i].id) : NULL;
         if (sl && sl->have) lists[i] = (mg_model_ids_t){sl->ids, sl->n_ids};
@@ -392,5 +393,6 @@ const mg_model_list_t *mg_upmodels_list(mg_upmodels_t *u)
     }
     u->list_gen = g->id;
     u->list_serial = u->serial;
+    u->list_on = on;
     return &u->list;
 }

@@ -257,6 +257,27 @@ local function from_entry(req, route)
     return out
 end
 
+-- list_models(route): Anthropic's model list (GET /v1/models, one page of up to 1,000), for
+-- GET /v1/models on a provider with a model_prefix; the key as on every request.
+function M.list_models(route)
+    local headers = { ["anthropic-version"] = DEFAULT_VERSION }
+    if type(route.api_key) == "string" and route.api_key ~= "" then
+        headers["x-api-key"] = route.api_key
+    end
+    return { path = "/v1/models?limit=1000", headers = headers }
+end
+
+-- decode_models(resp): the ids of Anthropic's list ({data = [{type = "model", id, ...}]}).
+function M.decode_models(resp)
+    local ids = {}
+    for _, m in ipairs(type(resp) == "table" and type(resp.data) == "table" and resp.data or {}) do
+        if type(m) == "table" and type(m.id) == "string" and m.id ~= "" then
+            ids[#ids + 1] = m.id
+        end
+    end
+    return ids
+end
+
 function M.encode(req, route)
     if req.endpoint ~= "chat" then
         util.not_for_route("anthropic: unsupported endpoint " .. tostring(req.endpoint))

@@ -405,6 +405,28 @@ local function encode_embed(route, body)
     return { model = route.model, input = input, dimensions = nonnull(body.dimensions) }
 end
 
+-- list_models(route): the models Ollama has pulled (GET /api/tags), for GET /v1/models on a
+-- provider with a model_prefix.
+function M.list_models(route)
+    local headers = {}
+    if type(route.api_key) == "string" and route.api_key ~= "" then
+        headers["Authorization"] = "Bearer " .. route.api_key
+    end
+    return { path = "/api/tags", headers = headers }
+end
+
+-- decode_models(resp): the names of /api/tags ({models = [{name = "llama3.2:latest", ...}]}).
+function M.decode_models(resp)
+    local ids = {}
+    for _, m in ipairs(type(resp) == "table" and type(resp.models) == "table" and resp.models or {}) do
+        local id = type(m) == "table" and (m.name or m.model)
+        if type(id) == "string" and id ~= "" then
+            ids[#ids + 1] = id
+        end
+    end
+    return ids
+end
+
 -- encode(req, route): once per attempt.
 function M.encode(req, route)
     local path = PATHS[req.endpoint]

@@ -41,6 +41,32 @@ function M.check(provider)
     return nil
 end
 
+-- The bearer header of the route's key, when it has one.
+local function auth_headers(route)
+    local headers = {}
+    if type(route.api_key) == "string" and route.api_key ~= "" then
+        headers["Authorization"] = "Bearer " .. route.api_key
+    end
+    return headers
+end
+
+-- list_models(route): the GET under base_url that lists the upstream's models ({base_url}/models:
+-- base_url holds the /v1), for GET /v1/models on a provider with a model_prefix.
+function M.list_models(route)
+    return { path = "/models", headers = auth_headers(route) }
+end
+
+-- decode_models(resp): the ids of an OpenAI list ({object = "list", data = [{id, ...}]}).
+function M.decode_models(resp)
+    local ids = {}
+    for _, m in ipairs(type(resp) == "table" and type(resp.data) == "table" and resp.data or {}) do
+        if type(m) == "table" and type(m.id) == "string" and m.id ~= "" then
+            ids[#ids + 1] = m.id
+        end
+    end
+    return ids
+end
+
 -- encode(req, route): once per attempt. Returns the upstream request description; body = nil
 -- lets the core send its canonical body.
 function M.encode(req, route)
@@ -48,14 +74,10 @@ function M.encode(req, route)
     if not path then
         util.not_for_route("openai: unsupported endpoint " .. tostring(req.endpoint))
     end
-    local headers = {}
-    if type(route.api_key) == "string" and route.api_key ~= "" then
-        headers["Authorization"] = "Bearer " .. route.api_key
-    end
     return {
         method = "POST",
         path = path,
-        headers = headers,
+        headers = auth_headers(route),
         body = nil,
         stream_format = "sse",
     }

@@ -304,6 +304,9 @@ static void close_everything(mg_server_t *s)
     mg_fulllog_close(&s->fulllog);
     mg_probe_stop(s->prober);
     s->prober = NULL;
+    mg_upmodels_stop(s->upmodels); /* its fetches go before the upstream client */
+    s->upmodels = NULL;
+    s->api.upmodels = NULL;
     mg_redis_stop(s->redis);   /* frees itself once its handles close */
     mg_shared_free(s->shared); /* after: the callbacks in flight have been told */
     mg_idem_cluster(s->idem, NULL, 0);
@@ -542,7 +545,9 @@ static int start_engines(mg_server_t *s)
     if (!s->upstream) return -1;
     mg_probe_deps_t pd = {s->loop, &s->pool, &s->gens, s->upstream, health_sink, s};
     s->prober = mg_probe_start(&pd);
-    return s->prober ? 0 : -1;
+    mg_upmodels_deps_t ud = {s->loop, &s->gens, s->upstream};
+    s->upmodels = mg_upmodels_start(&ud);
+    return s->prober && s->upmodels ? 0 : -1;
 }
 
 /* The request path: pipeline, idempotency, tasks, admin, api. */
@@ -626,6 +631,7 @@ static int start_services(mg_server_t *s)
         .listener = &s->listener,
         .proc = &s->proc,
         .otlp = s->otlp,
+        .upmodels = s->upmodels,
     };
     return 0;
 }

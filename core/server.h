@@ -21,6 +21,7 @@
 #include "pipeline/tasks.h"
 #include "route/pool.h"
 #include "route/probe.h"
+#include "route/upmodels.h"
 #include "sched/pump.h"
 #include "sched/sched.h"
 #include "store/store.h"
@@ -39,6 +40,7 @@ typedef struct mg_server_s {
     int admin_on;
     mg_upstream_t *upstream; /* owned */
     mg_prober_t *prober;     /* owned: active health and load probes */
+    mg_upmodels_t *upmodels; /* owned: the model lists of providers with a model_prefix */
     mg_store_t *store;       /* owned */
     struct mg_pg_s *pg;      /* owned: cluster.postgres's client, NULL: none */
     mg_upkeep_t *upkeep;     /* owned, may be NULL: the database's housekeeping thread */

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/cors.h"
+#include "api/models.h"
 #include "base/clock.h"
 #include "base/crypto.h"
 #include "base/json.h"
@@ -26,95 +27,6 @@
 /* ------------------------------------------------------------------------ */
 /* Endpoints answered by the gateway                                         */
 /* ------------------------------------------------------------------------ */
-
-/* One logical model as OpenAI's Model object. A stable `created`: when the process started
- * is as honest as any. */
-static cJSON *model_json(const mg_api_t *s, const char *name)
-{
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)s->proc->started_at);
-    cJSON_AddStringToObject(m, "owned_by", "moongate");
-    return m;
-}
-
-/* GET /v1/models from an Anthropic client (it sends anthropic-version): Anthropic's list
- * shape, {data: [{type, id, display_name, created_at}], has_more, first_id, last_id}. */
-static void anthropic_models(mg_api_t *s, mg_http_req_t *req, const mg_config_t *cfg)
-{
-    char created[32];
-    time_t t = (time_t)s->proc->started_at;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cJSON *root = cJSON_CreateObject();
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
-    for (size_t i = 0; i < cfg->n_models; i++) {
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "type", "model");
-        cJSON_AddStringToObject(m, "id", cfg->models[i].name);
-        cJSON_AddStringToObject(m, "display_name", cfg->models[i].name);
-        cJSON_AddStringToObject(m, "created_at", created);
-        cJSON_AddItemToArray(data, m);
-    }
-    cJSON_AddFalseToObject(root, "has_more");
-    if (cfg->n_models) {
-        cJSON_AddStringToObject(root, "first_id", cfg->models[0].name);
-        cJSON_AddStringToObject(root, "last_id", cfg->models[cfg->n_models - 1].name);
-    } else {
-        cJSON_AddNullToObject(root, "first_id");
-        cJSON_AddNullToObject(root, "last_id");
-    }
-    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, root);
-}
-
-static void handle_models(mg_api_t *s, mg_http_req_t *req)
-{
-    mg_gen_t *g = mg_gens_current(s->gens);
-    if (mg_http_header(req, "anthropic-version")) {
-        anthropic_models(s, req, g->cfg);
-        return;
-    }
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(root, "data");
-    for (size_t i = 0; i < g->cfg->n_models; i++)
-        cJSON_AddItemToArray(data, model_json(s, g->cfg->models[i].name));
-    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, root);
-}
-
-/* %XX decoded in place (a model id may hold a '/', which clients send as %2F); -1 when a
- * %-escape is malformed or decodes to NUL. */
-static int percent_decode(char *s)
-{
-    char *w = s;
-    for (const char *r = s; *r; r++) {
-        if (*r != '%') {
-            *w++ = *r;
-            continue;
-        }
-        int hi = mg_hex_digit(r[1]), lo = hi < 0 ? -1 : mg_hex_digit(r[2]);
-        if (lo < 0 || (hi == 0 && lo == 0)) return -1;
-        *w++ = (char)(hi * 16 + lo);
-        r += 2;
-    }
-    *w = '\0';
-    return 0;
-}
-
-/* GET /v1/models/{id}: the logical model, or 404 MODEL_NOT_FOUND. */
-static void handle_model(mg_api_t *s, mg_http_req_t *req, char *id)
-{
-    const mg_config_t *cfg = mg_gens_current(s->gens)->cfg;
-    if (percent_decode(id) != 0 || !mg_config_model(cfg, id)) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "model '%.200s' does not exist", id);
-        mg_answer_error(s->metrics, req, MG_EP_MODELS, 404, "MODEL_NOT_FOUND", msg, 0);
-        return;
-    }
-    mg_answer_tree(s->metrics, req, MG_EP_MODELS, 200, model_json(s, id));
-}
 
 /* Ready: config loaded, storage open, at least one provider configured. */
 static void handle_ready(mg_api_t *s, mg_http_req_t *req)
@@ -304,7 +216,7 @@ static const route_t routes[] = {
     {"/v1/responses", ROUTE_POST, MG_EP_RESPONSES, handle_responses},
     {"/v1/messages", ROUTE_POST, MG_EP_MESSAGES, handle_messages},
     {"/v1/messages/count_tokens", ROUTE_POST, MG_EP_MESSAGES, handle_count_tokens},
-    {"/v1/models", ROUTE_GET, MG_EP_MODELS, handle_models},
+    {"/v1/models", ROUTE_GET, MG_EP_MODELS, mg_api_models},
     {"/health", ROUTE_GET, MG_EP_OTHER, handle_health},
     {"/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
     {"/health/ready", ROUTE_GET, MG_EP_OTHER, handle_ready},
@@ -423,7 +335,7 @@ void mg_api_handle(void *api, mg_http_req_t *req)
     if (strncmp(req->path, "/v1/models/", 11) == 0 && req->path[11]) {
         if (req->method != HTTP_GET)
             mg_answer_error(s->metrics, req, MG_EP_MODELS, 405, "METHOD_NOT_ALLOWED", "use GET", 0);
-        else handle_model(s, req, req->path + 11);
+        else mg_api_model(s, req, req->path + 11);
         return;
     }
     if (strncmp(req->path, "/v1/responses/", 14) == 0 && req->path[14]) {

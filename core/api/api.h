@@ -57,6 +57,7 @@ typedef struct mg_api_s {
     struct mg_shared_s *shared;     /* the limits shared through it; NULL: none */
     struct mg_cidem_s *cidem;       /* idempotency keys shared through it; NULL: none */
     struct mg_otlp_s *otlp;         /* NULL: no observability.otlp */
+    struct mg_upmodels_s *upmodels; /* the providers' model lists (GET /v1/models); NULL: none */
 } mg_api_t;
 
 /* The listener handler for server.listen (ud = the mg_api_t). */

@@ -87,10 +87,23 @@ static int load_forward(conf_loader_t *l, yaml_node_t *map, const char *path, mg
 
 static int load_provider(conf_loader_t *l, yaml_node_t *v, size_t i, mg_provider_conf_t *p)
 {
-    static const char *const keys[] = {
-        "id",           "adapter", "base_url",    "api_key", "pool",         "rpm_limit",
-        "tpm_limit",    "weight",  "local",       "engine",  "model_prefix", "cost_per_1k_tokens",
-        "stream_usage", "forward", "metrics_url", NULL};
+    static const char *const keys[] = {"id",
+                                       "adapter",
+                                       "base_url",
+                                       "api_key",
+                                       "pool",
+                                       "rpm_limit",
+                                       "tpm_limit",
+                                       "weight",
+                                       "local",
+                                       "engine",
+                                       "model_prefix",
+                                       "cost_per_1k_tokens",
+                                       "stream_usage",
+                                       "forward",
+                                       "metrics_url",
+                                       "name",
+                                       NULL};
     char path[32], buf[72];
     snprintf(path, sizeof path, "providers[%zu]", i);
     p->line = conf_line_of(v);
@@ -142,6 +155,7 @@ static int load_provider(conf_loader_t *l, yaml_node_t *v, size_t i, mg_provider
         conf_opt_positive(l, v, path, "weight", 1e6, &p->weight) < 0 ||
         conf_opt_string(l, v, path, "engine", &p->engine) < 0 ||
         conf_opt_string(l, v, path, "model_prefix", &p->model_prefix) < 0 ||
+        conf_opt_string(l, v, path, "name", &p->name) < 0 ||
         conf_opt_string(l, v, path, "metrics_url", &p->metrics_url) < 0 ||
         opt_cost(l, v, path, &p->cost_per_1k_tokens) < 0)
         return -1;

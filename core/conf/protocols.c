@@ -56,6 +56,7 @@ int mg_protocols_conf_defaults(mg_protocols_conf_t *c)
     memset(c, 0, sizeof(*c));
     c->ping_interval_ms = 15000;
     c->responses_retention_s = 30 * 86400;
+    c->models_refresh_s = 300;
     mg_header_allow_t *a = allow_add(c, "anthropic");
     if (!a || allow_name(a, "anthropic-version") || allow_name(a, "anthropic-beta")) return -1;
     return 0;
@@ -150,7 +151,8 @@ static int load_allow(conf_loader_t *l, yaml_node_t *v, int line, mg_protocols_c
 int conf_section_protocols(conf_loader_t *l, yaml_node_t *v, int line)
 {
     static const char *const keys[] = {"ping_interval_ms", "forward_headers",
-                                       "responses_retention_seconds", NULL};
+                                       "responses_retention_seconds", "models_refresh_seconds",
+                                       NULL};
     int m = conf_want_map(l, v, line, "protocols", keys);
     if (m <= 0) return m;
     mg_protocols_conf_t *c = &l->cfg->protocols;
@@ -163,6 +165,9 @@ int conf_section_protocols(conf_loader_t *l, yaml_node_t *v, int line)
     c->ping_interval_ms = ping;
     if (conf_opt_int_field(l, v, "protocols", "responses_retention_seconds", 60, 3650 * 86400,
                            &c->responses_retention_s) < 0)
+        return -1;
+    if (conf_opt_int_field(l, v, "protocols", "models_refresh_seconds", 0, 86400,
+                           &c->models_refresh_s) < 0)
         return -1;
     yaml_node_pair_t *fh = conf_find_pair(l, v, "forward_headers");
     return fh ? load_allow(l, conf_node_at(l, fh->value), conf_line_of(conf_node_at(l, fh->key)), c)

@@ -9,6 +9,10 @@
  *     responses_retention_seconds: 2592000   # stored Responses (store: true) are kept this
  *                                      # long (60 s .. 10 years; default 30 days); a reload
  *                                      # applies to Responses stored after it
+ *     models_refresh_seconds: 300      # the model lists of providers with a model_prefix
+ *                                      # (GET /v1/models) are fetched again this often, in
+ *                                      # the background (0 = never: GET /v1/models lists
+ *                                      # the logical models only; up to 86400)
  *     forward_headers:                 # client headers handed to a translating adapter
  *       anthropic: [anthropic-version, anthropic-beta]   # by adapter name (the default);
  *                                      # a name ending in "*" is a prefix (anthropic-*)
@@ -29,6 +33,7 @@ typedef struct mg_header_allow_s {
 typedef struct mg_protocols_conf_s {
     int ping_interval_ms;      /* default 15000; 0 = no pings */
     int responses_retention_s; /* default 30 days (MG_RESP_RETENTION_DEFAULT_S) */
+    int models_refresh_s;      /* default 300: upstream model lists kept this long; 0 = off */
     mg_header_allow_t *allow;  /* owned: one per adapter named; default anthropic's two */
     size_t n_allow;
 } mg_protocols_conf_t;

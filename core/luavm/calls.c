@@ -1,5 +1,6 @@
 /* calls: the calls into policies and adapters a request makes: route(), on_response(),
- * encode(), decode(), decode_event() (see luavm.h and lua/README.md for the contract).
+ * encode(), decode(), decode_event(); and the two an upstream model list makes (list_models(),
+ * decode_models(): route/upmodels.h). See luavm.h and lua/README.md for the contract.
  *
  * route() and encode() go through the keep (keep.h): an answer that holds for this request is
  * given without calling Lua, and an answer Lua gives is recorded (trace.h) and kept when it
@@ -182,7 +183,7 @@ static void push_route(lua_State *L, const mg_provider_conf_t *p, const char *mo
 {
     lua_createtable(L, 0, 6);
     mg_lset_str(L, "provider", p->id);
-    mg_lset_str(L, "model", model);
+    if (model) mg_lset_str(L, "model", model);
     mg_lset_str(L, "base_url", p->base_url);
     if (p->api_key) mg_lset_str(L, "api_key", p->api_key);
     mg_lset_str(L, "pool", p->pool);
@@ -380,4 +381,108 @@ int mg_gen_decode_event(mg_gen_t *g, int adapter, int req_ref, int state_ref, co
     *done = lua_toboolean(L, -1);
     lua_settop(L, top);
     return *out ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* list_models, decode_models                                                */
+/* ------------------------------------------------------------------------ */
+
+int mg_gen_models_request(mg_gen_t *g, int adapter, const mg_provider_conf_t *p, mg_encoded_t *out,
+                          char *err, size_t errlen)
+{
+    lua_State *L = g->L;
+    int top = lua_gettop(L);
+    memset(out, 0, sizeof(*out));
+    lua_checkstack(L, 8);
+    if (mg_lpush_field(L, g->adapters[adapter].ref, "list_models") != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        return 1; /* the adapter has no list */
+    }
+    push_route(L, p, NULL);
+    if (mg_lcall(L, 1, 1, err, errlen) != 0) return -1;
+    if (lua_isnil(L, -1)) {
+        lua_settop(L, top);
+        return 1;
+    }
+    const char *name = g->adapters[adapter].name;
+    if (!lua_istable(L, -1) || lua_getfield(L, -1, "path") != LUA_TSTRING) {
+        snprintf(err, errlen, "%s.list_models must return nil or {path = ..., headers = ...}",
+                 name);
+        lua_settop(L, top);
+        return -1;
+    }
+    snprintf(out->method, sizeof(out->method), "GET");
+    out->path = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (lua_getfield(L, -1, "headers") == LUA_TTABLE &&
+        read_headers(L, &out->headers, err, errlen) != 0) {
+        lua_settop(L, top);
+        mg_encoded_free(out);
+        return -1;
+    }
+    lua_settop(L, top);
+    if (!out->path) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+void mg_model_ids_free(char **ids, size_t n)
+{
+    for (size_t i = 0; ids && i < n; i++) free(ids[i]);
+    free(ids);
+}
+
+/* The list of strings on top of the stack into *ids (others are skipped). 0 or -1. */
+static int read_ids(lua_State *L, char ***ids, size_t *n)
+{
+    size_t len = lua_rawlen(L, -1);
+    *ids = calloc(len ? len : 1, sizeof(**ids));
+    if (!*ids) return -1;
+    for (size_t i = 1; i <= len; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i);
+        if (lua_type(L, -1) == LUA_TSTRING && lua_rawlen(L, -1) > 0) {
+            if (!((*ids)[*n] = strdup(lua_tostring(L, -1)))) {
+                lua_pop(L, 1);
+                return -1;
+            }
+            (*n)++;
+        }
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+int mg_gen_models_decode(mg_gen_t *g, int adapter, const cJSON *resp, char ***ids, size_t *n,
+                         char *err, size_t errlen)
+{
+    lua_State *L = g->L;
+    int top = lua_gettop(L);
+    *ids = NULL;
+    *n = 0;
+    lua_checkstack(L, 8);
+    if (mg_lpush_field(L, g->adapters[adapter].ref, "decode_models") != LUA_TFUNCTION) {
+        lua_settop(L, top);
+        snprintf(err, errlen, "%s has list_models but no decode_models", g->adapters[adapter].name);
+        return -1;
+    }
+    mg_ljson_push(L, &g->json, resp);
+    if (mg_lcall(L, 1, 1, err, errlen) != 0) return -1;
+    int rc = 0;
+    if (!lua_istable(L, -1)) {
+        snprintf(err, errlen, "%s.decode_models must return a list of model ids",
+                 g->adapters[adapter].name);
+        rc = -1;
+    } else if (read_ids(L, ids, n) != 0) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    lua_settop(L, top);
+    if (rc != 0) {
+        mg_model_ids_free(*ids, *n);
+        *ids = NULL;
+        *n = 0;
+    }
+    return rc;
 }

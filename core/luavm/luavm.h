@@ -247,6 +247,19 @@ int mg_gen_decode(mg_gen_t *g, int adapter, int req_ref, const cJSON *resp, cJSO
 int mg_gen_decode_event(mg_gen_t *g, int adapter, int req_ref, int state_ref, const cJSON *data,
                         cJSON **out, int *done, char *err, size_t errlen);
 
+/* An upstream's model list (route/upmodels.h; lua/README.md): adapter.list_models(route) ->
+ * the GET under the provider's base_url that lists its models, as out->path and
+ * out->headers (out->method "GET", no body). Returns 0; 1 when the adapter lists none (no
+ * list_models, or it returned nil: out untouched); -1 with err. route has no model. */
+int mg_gen_models_request(mg_gen_t *g, int adapter, const mg_provider_conf_t *p, mg_encoded_t *out,
+                          char *err, size_t errlen);
+/* adapter.decode_models(resp) -> the upstream's model ids in its order: *ids an owned array of
+ * *n owned strings (mg_model_ids_free; entries that are not non-empty strings are left out).
+ * 0 or -1 with err. */
+int mg_gen_models_decode(mg_gen_t *g, int adapter, const cJSON *resp, char ***ids, size_t *n,
+                         char *err, size_t errlen);
+void mg_model_ids_free(char **ids, size_t n);
+
 /* JSON <-> Lua conversion (exposed for tests). */
 void mg_lua_push_json(mg_gen_t *g, const cJSON *v);
 cJSON *mg_lua_to_json(mg_gen_t *g, int idx, char *err, size_t errlen);

@@ -32,8 +32,10 @@ const pastOutput = []; // stdout and stderr of the gateways stopped by restart()
 before(async () => {
     up = await startMock();
     env = await startEnv({
-        // the test call uses the probe timeout: short, so "does not answer" is quick to test
-        configure: (c) => ({ ...c, health: { probes: false, probe_timeout_ms: 800 } }),
+        // the test call uses the probe timeout: short, so "does not answer" is quick to test;
+        // no background model lists (GET /v1/models): their fetches of {endpoint}/models
+        // would take the one-shot answers scripted below for the test calls
+        configure: (c) => ({ ...c, health: { probes: false, probe_timeout_ms: 800 }, protocols: { models_refresh_seconds: 0 } }),
         env: gwEnv,
     });
 });

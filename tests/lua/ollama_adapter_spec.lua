@@ -626,4 +626,17 @@ describe("adapters/ollama.lua", function()
             assert.equal("Say: hi", chunks[1].choices[1].text)
         end)
     end)
+
+    describe("model list", function()
+        it("asks /api/tags", function()
+            assert.equal("/api/tags", ollama.list_models(route).path)
+        end)
+
+        it("reads the names of /api/tags (model when there is no name)", function()
+            local ids = ollama.decode_models({ models = { { name = "llama3.2:latest", size = 1 }, { model = "qwen3:8b" },
+                { size = 2 } } })
+            assert.same({ "llama3.2:latest", "qwen3:8b" }, ids)
+            assert.same({}, ollama.decode_models({ models = "x" }))
+        end)
+    end)
 end)

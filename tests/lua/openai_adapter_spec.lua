@@ -78,4 +78,22 @@ describe("adapters/openai.lua", function()
             assert.matches("must not end", openai.check({ id = "a", base_url = "http://x/v1/" }))
         end)
     end)
+
+    describe("model list (GET /v1/models of a model_prefix provider)", function()
+        it("asks {base_url}/models with the route's key, none without one", function()
+            local keyed = { provider = "nim", base_url = "https://integrate.api.nvidia.com/v1", api_key = "nvapi-k" }
+            local out = openai.list_models(keyed)
+            assert.equal("/models", out.path)
+            assert.equal("Bearer nvapi-k", out.headers.Authorization)
+            assert.is_nil(next(openai.list_models(route).headers))
+        end)
+
+        it("reads the ids of an OpenAI list, skipping entries without one", function()
+            local ids = openai.decode_models({ object = "list", data = { { id = "meta/a" }, { id = "" }, 7,
+                { name = "x" }, { id = "meta/b" } } })
+            assert.same({ "meta/a", "meta/b" }, ids)
+            assert.same({}, openai.decode_models({ error = { message = "no" } }))
+            assert.same({}, openai.decode_models("text"))
+        end)
+    end)
 end)

@@ -493,6 +493,60 @@ static void test_decode_event_error_line(void)
     cJSON_Delete(st.chunks);
 }
 
+/* ---- list_models, decode_models ------------------------------------------------------- */
+
+static void test_models_calls(void)
+{
+    int a = adapter_of(G, "oa");
+    mg_encoded_t e;
+    CHECK_EQ_INT(
+        mg_gen_models_request(G, a, mg_config_provider(G->cfg, "oa"), &e, err, sizeof(err)), 0);
+    CHECK_STR(e.method, "GET");
+    CHECK_STR(e.path, "/models");
+    CHECK(has_header(e.headers, "Authorization: Bearer sk-test"));
+    CHECK(e.body == NULL);
+    mg_encoded_free(&e);
+    CHECK_EQ_INT(
+        mg_gen_models_request(G, a, mg_config_provider(G->cfg, "oa-nokey"), &e, err, sizeof(err)),
+        0);
+    CHECK_EQ_INT(header_count(e.headers), 0); /* no key, no Authorization */
+    mg_encoded_free(&e);
+    cJSON *list = cJSON_Parse("{\"object\":\"list\",\"data\":[{\"id\":\"meta/a\"},{\"id\":\"\"},"
+                              "{\"name\":\"x\"},7,{\"id\":\"meta/b\",\"owned_by\":\"n\"}]}");
+    char **ids = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(mg_gen_models_decode(G, a, list, &ids, &n, err, sizeof(err)), 0);
+    CHECK_EQ_INT(n, 2); /* the entries without an id are left out */
+    if (n == 2) {
+        CHECK_STR(ids[0], "meta/a");
+        CHECK_STR(ids[1], "meta/b");
+    }
+    mg_model_ids_free(ids, n);
+    cJSON_Delete(list);
+    /* an answer of another shape lists nothing, without an error */
+    cJSON *odd = cJSON_Parse("[1,2]");
+    CHECK_EQ_INT(mg_gen_models_decode(G, a, odd, &ids, &n, err, sizeof(err)), 0);
+    CHECK_EQ_INT(n, 0);
+    mg_model_ids_free(ids, n);
+    cJSON_Delete(odd);
+
+    int o = adapter_of(G, "ol");
+    CHECK_EQ_INT(
+        mg_gen_models_request(G, o, mg_config_provider(G->cfg, "ol"), &e, err, sizeof(err)), 0);
+    CHECK_STR(e.path, "/api/tags");
+    mg_encoded_free(&e);
+    cJSON *tags = cJSON_Parse("{\"models\":[{\"name\":\"llama3.2:latest\",\"size\":1},"
+                              "{\"model\":\"qwen3:8b\"}]}");
+    CHECK_EQ_INT(mg_gen_models_decode(G, o, tags, &ids, &n, err, sizeof(err)), 0);
+    CHECK_EQ_INT(n, 2);
+    if (n == 2) {
+        CHECK_STR(ids[0], "llama3.2:latest");
+        CHECK_STR(ids[1], "qwen3:8b");
+    }
+    mg_model_ids_free(ids, n);
+    cJSON_Delete(tags);
+}
+
 int main(void)
 {
     tree_new();
@@ -508,6 +562,7 @@ int main(void)
     MG_RUN(test_decode_event_chat_stream);
     MG_RUN(test_decode_event_tools_and_generate);
     MG_RUN(test_decode_event_error_line);
+    MG_RUN(test_models_calls);
     mg_gen_unref(G);
     tree_remove();
     MG_RUN(test_encode_rejects_bad_results);

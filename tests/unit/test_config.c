@@ -754,6 +754,8 @@ static void test_context_section(void)
     CHECK_STR(parse_err("protocols:\n  forward_headers: {anthropic: [x-api-key]}\n"),
               "t.yaml:2: protocols.forward_headers: credentials and framing headers "
               "(authorization, x-api-key, cookie, host, content-length) are never forwarded");
+    CHECK(strstr(parse_err("protocols:\n  models_refresh_seconds: -1\n"),
+                 "protocols.models_refresh_seconds") != NULL);
     CHECK_STR(parse_err("protocols:\n  forward_headers: {a: [x], a: [y]}\n"),
               "t.yaml:2: duplicate key 'a' in protocols.forward_headers");
     CHECK_STR(parse_err("billing:\n  webhook_tolerance_s: 0\n"),
@@ -813,7 +815,7 @@ static void test_operational_sections(void)
     mg_config_t *c =
         parse_ok("providers:\n"
                  "  - { id: p, adapter: openai, base_url: http://h/v1, engine: vllm,\n"
-                 "      model_prefix: \"nv/\" }\n"
+                 "      model_prefix: \"nv/\", name: \"NIM key 2\" }\n"
                  "models:\n"
                  "  m:\n"
                  "    max_concurrency: 2\n"
@@ -827,6 +829,7 @@ static void test_operational_sections(void)
                  "routing: { local_first: false, queue_timeout_ms: 1500 }\n"
                  "circuit_breaker: { consecutive_failures: 5 }\n"
                  "health: { probes: false }\n"
+                 "protocols: { models_refresh_seconds: 30 }\n"
                  "tasks: { retention_seconds: 120 }\n"
                  "idempotency: { ttl_seconds: 60 }\n"
                  "applications:\n"
@@ -838,6 +841,8 @@ static void test_operational_sections(void)
     if (c) {
         CHECK_STR(c->providers[0].engine, "vllm");
         CHECK_STR(c->providers[0].model_prefix, "nv/");
+        CHECK_STR(c->providers[0].name, "NIM key 2");
+        CHECK_EQ_INT(c->protocols.models_refresh_s, 30);
         CHECK_EQ_INT(c->models[0].max_concurrency, 2);
         CHECK_EQ_INT(c->models[0].kv_cache_per_token_bytes, 131072);
         CHECK(c->models[0].routes[0].smaller);

@@ -295,6 +295,7 @@ static void close_everything(mg_server_t *s)
     mg_usage_pruner_stop(&s->usage_pruner);
     mg_pump_close(&s->pump);
     mg_ping_stop(&s->pipeline);
+    mg_pipeline_leases_stop(&s->pipeline);
     mg_idem_stop(s->idem);
     mg_dashboard_close(&s->dashboard);
     mg_listener_close(&s->listener);
@@ -580,6 +581,7 @@ static int start_services(mg_server_t *s)
     s->pipeline.calib = &s->calib;
     mg_pipeline_calib_load(&s->pipeline); /* a failure is logged: the estimate starts at 4 */
     mg_ping_start(&s->pipeline);
+    mg_pipeline_leases_start(&s->pipeline);
     mg_idem_deps_t id = {s->store, s->loop, mg_pipeline_handle, &s->pipeline};
     s->idem = mg_idem_open(&id, cfg->idempotency_ttl_seconds, cfg->idempotency_max_entries);
     s->pipeline.idem = s->idem;

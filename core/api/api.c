@@ -73,6 +73,7 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
     cJSON_AddNumberToObject(l, "unavailable", (double)ls.unavailable);
     cJSON_AddNumberToObject(l, "noscript", (double)ls.noscript);
     cJSON_AddNumberToObject(l, "released", (double)ls.released);
+    cJSON_AddNumberToObject(l, "renewed", (double)ls.renewed);
     cJSON *d = cJSON_AddObjectToObject(l, "degraded");
     for (int m = 0; m < 3; m++)
         cJSON_AddNumberToObject(d, mg_cluster_degraded_name((mg_cluster_degraded_t)m),

@@ -148,10 +148,37 @@ static const char RELEASE_LUA[] =
     "end\n"
     "return 1\n";
 
+/* KEYS as above; ARGV as the reserve script's (lease, unused, lease ttl ms, n, rpm, tpm, conc
+ * per level, m). Each concurrency lease and spend hold of `lease` still in its set is moved
+ * to now + ttl (one that already expired and was taken out stays out: its request was counted
+ * dead, and the others may have used its place). Answers how many were renewed. */
+static const char RENEW_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local lease, ttl, n = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local renewed = 0\n"
+    "local function keep(k, also)\n"
+    "  if not redis.call('ZSCORE', k, lease) then return end\n"
+    "  redis.call('ZADD', k, now + ttl, lease)\n"
+    "  renewed = renewed + 1\n"
+    "  for _, key in ipairs({k, also}) do\n"
+    "    if redis.call('PTTL', key) < ttl + 1000 then redis.call('PEXPIRE', key, ttl + 1000) end\n"
+    "  end\n"
+    "end\n"
+    "for i = 0, n - 1 do\n"
+    "  if tonumber(ARGV[7+i*3]) > 0 then keep(KEYS[3+i*3], KEYS[3+i*3]) end\n"
+    "end\n"
+    "local m, kb = tonumber(ARGV[5 + n * 3] or '0'), n * 3\n"
+    "for j = 0, m - 1 do keep(KEYS[kb+2+j*4], KEYS[kb+1+j*4]) end\n"
+    "return renewed\n";
+
+enum { OP_RESERVE, OP_RELEASE, OP_RENEW };
+static const char *const scripts[3] = {RESERVE_LUA, RELEASE_LUA, RENEW_LUA};
+
 struct mg_shared_s {
     mg_redis_t *r; /* borrowed */
     char prefix[80];
-    char sha_reserve[41], sha_release[41];
+    char sha[3][41]; /* per OP_ */
     mg_shared_stats_t stats;
     int degraded_now; /* the last request went on without Redis (logged once per change) */
 };
@@ -159,7 +186,7 @@ struct mg_shared_s {
 /* One script run in flight: what it needs to be sent again as EVAL after NOSCRIPT. */
 typedef struct op_s {
     mg_shared_t *s;
-    int release; /* the release script (fire and forget) */
+    int kind; /* OP_: release and renew are fire and forget */
     mg_shared_level_t lv[MG_SHARED_MAX_LEVELS];
     size_t n;
     char lease[MG_SHARED_LEASE_MAX];
@@ -191,8 +218,7 @@ static void on_loaded(void *ud, redisReply *reply)
 static void load_scripts(void *ud)
 {
     mg_shared_t *s = ud;
-    const char *scripts[2] = {RESERVE_LUA, RELEASE_LUA};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", scripts[i]};
         size_t lens[3] = {6, 4, strlen(scripts[i])};
         mg_redis_command(s->r, on_loaded, s, 3, argv, lens);
@@ -206,8 +232,7 @@ mg_shared_t *mg_shared_new(mg_redis_t *r, const char *prefix)
     if (!s) return NULL;
     s->r = r;
     snprintf(s->prefix, sizeof(s->prefix), "%s", prefix ? prefix : "moongate:");
-    sha1_hex(RESERVE_LUA, s->sha_reserve);
-    sha1_hex(RELEASE_LUA, s->sha_release);
+    for (int i = 0; i < 3; i++) sha1_hex(scripts[i], s->sha[i]);
     mg_redis_on_connect(r, load_scripts, s);
     return s;
 }
@@ -241,13 +266,14 @@ static int send_op(op_t *op)
     int argc = 0, ni = 0;
 #define ARG(str) (argv[argc] = (str), lens[argc] = strlen(argv[argc]), argc++)
 #define NUM(fmt, v) (snprintf(nums[ni], sizeof(nums[ni]), fmt, v), ARG(nums[ni++]))
-    const char *script = op->release ? RELEASE_LUA : RESERVE_LUA;
+    const char *script = scripts[op->kind];
+    int release = op->kind == OP_RELEASE;
     if (op->evaled) {
         argv[argc] = "EVAL", lens[argc++] = 4;
         argv[argc] = script, lens[argc++] = strlen(script);
     } else {
         argv[argc] = "EVALSHA", lens[argc++] = 7;
-        ARG(op->release ? s->sha_release : s->sha_reserve);
+        ARG(s->sha[op->kind]);
     }
     NUM("%zu", op->n * 3 + sp->n * 4);
     static const char suffix[3] = {'r', 't', 'c'};
@@ -269,7 +295,7 @@ static int send_op(op_t *op)
         ARG(keys[ki++]);
     }
     ARG(op->lease);
-    if (op->release) {
+    if (release) {
         NUM("%llu", (unsigned long long)op->at_s);
         NUM("%lld", (long long)op->delta);
         ARG(op->undo ? "1" : "0");
@@ -285,7 +311,7 @@ static int send_op(op_t *op)
     }
     NUM("%zu", sp->n);
     NUM("%lld", (long long)(sp->micros > 0 ? sp->micros : 0));
-    if (!op->release)
+    if (op->kind == OP_RESERVE)
         for (size_t j = 0; j < sp->n; j++) {
             NUM("%lld", (long long)sp->lv[j].daily);
             NUM("%lld", (long long)sp->lv[j].monthly);
@@ -344,8 +370,11 @@ static void on_reply(void *ud, redisReply *reply)
         if (send_op(op) == 0) return; /* the same op, answered later */
         reply = NULL;
     }
-    if (op->release) {
-        if (reply) s->stats.released++;
+    if (op->kind != OP_RESERVE) {
+        if (reply && reply->type != REDIS_REPLY_ERROR) {
+            if (op->kind == OP_RELEASE) s->stats.released++;
+            else s->stats.renewed += reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0;
+        }
         free(op);
         return;
     }
@@ -400,16 +429,26 @@ void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, co
 {
     op_t *op = op_new(s, lv, n, lease, spend);
     if (!op) return;
-    op->release = 1;
+    op->kind = OP_RELEASE;
     op->at_s = at_s;
     op->delta = token_delta;
     op->undo = undo;
     if (send_op(op) != 0) free(op); /* the leases expire by themselves */
 }
 
-const char *mg_shared_script(int release)
+void mg_shared_renew(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                     uint64_t lease_ttl_ms, const mg_shared_spend_t *spend)
 {
-    return release ? RELEASE_LUA : RESERVE_LUA;
+    op_t *op = op_new(s, lv, n, lease, spend);
+    if (!op) return;
+    op->kind = OP_RENEW;
+    op->ttl_ms = lease_ttl_ms;
+    if (send_op(op) != 0) free(op); /* the next tick tries again, within the lease's time */
+}
+
+const char *mg_shared_script(int which)
+{
+    return which >= 0 && which < 3 ? scripts[which] : NULL;
 }
 
 void mg_shared_note_degraded(mg_shared_t *s, int mode)

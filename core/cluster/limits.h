@@ -88,6 +88,7 @@ typedef void (*mg_shared_cb)(void *ud, const mg_shared_answer_t *a);
 
 typedef struct mg_shared_stats_s {
     unsigned long long reserved, refused, unavailable, noscript, released;
+    unsigned long long renewed;     /* leases and spend holds renewed (mg_shared_renew) */
     unsigned long long degraded[3]; /* requests that went on per mode (mg_cluster_degraded_t) */
     double rtt_ms_sum;              /* reserve round trips answered, their total time */
     unsigned long long rtt_n;
@@ -118,8 +119,15 @@ void mg_shared_release(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, co
                        uint64_t at_s, int64_t token_delta, int undo,
                        const mg_shared_spend_t *spend);
 
-/* The scripts' text, for the test that runs them against a real redis-server. */
-const char *mg_shared_script(int release);
+/* A request still running (fire and forget): its concurrency leases and spend holds at the n
+ * levels (and spend's; NULL: none) live lease_ttl_ms from now. One still in its set only: a
+ * lease that expired meanwhile (Redis unreachable that long) is not brought back. */
+void mg_shared_renew(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, const char *lease,
+                     uint64_t lease_ttl_ms, const mg_shared_spend_t *spend);
+
+/* The scripts' text (0 reserve, 1 release, 2 renew), for the test that runs them against a
+ * real redis-server. */
+const char *mg_shared_script(int which);
 
 /* A request went on without Redis in `mode` (counted for /status and the metrics). */
 void mg_shared_note_degraded(mg_shared_t *s, int mode);

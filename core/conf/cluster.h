@@ -12,6 +12,9 @@
  *       degraded: local                # Redis unreachable or late: local | fail_closed |
  *                                      # fail_open (the shared limits' fallback)
  *       expected_instances: 1          # local: each instance enforces limit / this
+ *       lease_ttl_ms: 15000            # a concurrency lease or spend hold lives this long
+ *                                      # unless renewed (every third of it, while its
+ *                                      # request runs): a dead instance's return after it
  *     postgres:                        # control plane, usage, ledger
  *       url: postgres://moongate@127.0.0.1:5432/moongate  # or postgresql://, or key=value
  *       pool_size: 4
@@ -46,6 +49,7 @@ typedef struct mg_cluster_conf_s {
         int pool_size;                  /* default 2 */
         mg_cluster_degraded_t degraded; /* default local */
         int expected_instances;         /* local: each enforces its share, limit / this (1) */
+        int lease_ttl_ms;               /* leases and spend holds unless renewed (15000) */
     } redis;
     struct {
         char *url;     /* owned; NULL: no PostgreSQL */

@@ -59,7 +59,8 @@ typedef struct mg_pipeline_s {
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;
-    uv_timer_t ping_timer; /* keep-alives on silent streams (ping.h) */
+    uv_timer_t ping_timer;  /* keep-alives on silent streams (ping.h) */
+    uv_timer_t lease_timer; /* the shared leases' renewal (shared.c) */
 } mg_pipeline_t;
 
 /* Answer an inference request for endpoint ep (an mg_handle_fn with ud = the pipeline). */
@@ -79,6 +80,13 @@ int mg_pipeline_task(void *pipeline, mg_http_req_t *req, const char *task_id,
  * another instance cooled a provider; this one cools it too, for the same seconds (logged
  * and persisted as its own cooldowns are). Its own messages are ignored. */
 void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len);
+
+/* With cluster.redis: the concurrency leases and spend holds the calls in flight keep in
+ * Redis are renewed every third of cluster.redis.lease_ttl_ms (read at each tick), so they
+ * outlive no instance by more than that and no running request loses them. Stop closes the
+ * timer (at shutdown). */
+void mg_pipeline_leases_start(mg_pipeline_t *pl);
+void mg_pipeline_leases_stop(mg_pipeline_t *pl);
 
 /* The calls holding a slot now, by application and logical model, into f (cleared first:
  * moongate_active_tasks, set before each scrape). */

@@ -16,8 +16,13 @@
  * decides, never a wait: local (the key's and project's quota reserved by this instance as a
  * single node would, against its share: limit / cluster.redis.expected_instances), fail_closed (503
  * CLUSTER_UNAVAILABLE), fail_open (no key or project limits). A script that answers after its
- * deadline may have reserved: its leases expire (lease TTL: the request's total deadline + 2 s) and
- * its admissions leave the windows within a minute.
+ * deadline may have reserved: its leases expire and its admissions leave the windows within a
+ * minute.
+ *
+ * Leases: a concurrency lease and a spend hold live cluster.redis.lease_ttl_ms (or the request's
+ * total deadline + 2 s when that is sooner), and the instance renews those of its calls in
+ * flight every third of that (mg_pipeline_leases_start): a killed instance's return within the
+ * TTL, however long its requests were allowed to run.
  *
  * Spend: with its key's, project's or tenant's daily or monthly spend limit, the request's
  * estimated cost is held in the same script (first reservation only), all or nothing with the
@@ -213,6 +218,15 @@ static void on_answer(void *ud, const mg_shared_answer_t *a)
     if (rc == MG_STEP_NEXT) mg_call_run(c);
 }
 
+/* How long a lease of c lives from now: the configured TTL, or less when the request's
+ * deadline comes first. */
+static uint64_t lease_ttl(const call_t *c, uint64_t now)
+{
+    uint64_t conf = (uint64_t)c->gen->cfg->cluster.redis.lease_ttl_ms;
+    uint64_t left = (c->total_deadline_ms > now ? c->total_deadline_ms - now : 0) + LEASE_SLACK_MS;
+    return left < conf ? left : conf;
+}
+
 mg_step_rc_t step_shared(call_t *c)
 {
     mg_shared_t *s = c->pl->shared;
@@ -232,8 +246,7 @@ mg_step_rc_t step_shared(call_t *c)
     }
     snprintf(op->lease, sizeof(op->lease), "%s:%d", c->lua_request_id, c->shared_attempts++);
     op->tokens = c->est_tokens > 0 ? (uint64_t)c->est_tokens : 0;
-    uint64_t now = uv_now(c->pl->loop);
-    uint64_t ttl = (c->total_deadline_ms > now ? c->total_deadline_ms - now : 0) + LEASE_SLACK_MS;
+    uint64_t ttl = lease_ttl(c, uv_now(c->pl->loop));
     if (!mg_redis_up(mg_shared_redis(s)) ||
         mg_shared_reserve(s, op->lv, op->n, op->lease, op->tokens, ttl,
                           op->spend.n ? &op->spend : NULL, on_answer, op) != 0) {
@@ -271,6 +284,47 @@ void shared_finish(call_t *c)
         mg_shared_release(op->s, op->lv, op->n, op->lease, op->at_s, delta, undo,
                           op->spend.n ? &op->spend : NULL);
     free(op);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lease renewal                                                             */
+/* ------------------------------------------------------------------------ */
+
+static int holds_leases(const shared_op_t *op)
+{
+    for (size_t i = 0; i < op->n; i++)
+        if (op->lv[i].conc > 0) return 1;
+    return op->spend.n > 0 && op->spend.micros > 0;
+}
+
+static void on_lease_tick(uv_timer_t *t)
+{
+    mg_pipeline_t *pl = t->data;
+    uint64_t period = (uint64_t)mg_gens_current(pl->gens)->cfg->cluster.redis.lease_ttl_ms / 3;
+    mg_shared_t *s = pl->shared;
+    if (s && mg_redis_up(mg_shared_redis(s))) {
+        uint64_t now = uv_now(pl->loop);
+        for (call_t *c = pl->calls; c; c = c->next) {
+            shared_op_t *op = c->shared;
+            if (op && holds_leases(op))
+                mg_shared_renew(s, op->lv, op->n, op->lease, lease_ttl(c, now),
+                                op->spend.n ? &op->spend : NULL);
+        }
+    }
+    uv_timer_start(t, on_lease_tick, period, 0);
+}
+
+void mg_pipeline_leases_start(mg_pipeline_t *pl)
+{
+    uv_timer_init(pl->loop, &pl->lease_timer);
+    pl->lease_timer.data = pl;
+    on_lease_tick(&pl->lease_timer);
+}
+
+void mg_pipeline_leases_stop(mg_pipeline_t *pl)
+{
+    uv_timer_stop(&pl->lease_timer);
+    uv_close((uv_handle_t *)&pl->lease_timer, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

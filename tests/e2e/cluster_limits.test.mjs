@@ -1,8 +1,8 @@
 // Limits shared through Redis (issue 24): three moongate instances (each its own SQLite, keys
 // numbered alike) share one real redis-server and one mock engine. A key's RPM limit hit from
 // all three admits exactly the limit, not three times it; a provider's RPM likewise; a key's
-// concurrency cap holds across instances, and the leases of an instance killed with SIGKILL
-// return once they expire; with Redis stopped (SIGSTOP) each instance does what its
+// concurrency cap holds across instances, the leases of running requests are renewed past
+// their TTL, and those of an instance killed with SIGKILL return once it passes; with Redis stopped (SIGSTOP) each instance does what its
 // cluster.redis.degraded says (local, fail_closed, fail_open), within timeout_ms, shown in
 // /status and the metrics; Redis back: shared again.
 import assert from 'node:assert/strict';
@@ -22,6 +22,7 @@ const N = 3;
 const MODES = ['local', 'fail_closed', 'fail_open']; // instance i's cluster.redis.degraded
 const TIMEOUT_MS = 100;
 const TOTAL_MS = 4000; // the requests' total deadline: a lease lives that long + 2 s at most
+const LEASE_TTL_MS = 1500; // cluster.redis.lease_ttl_ms: renewed every 500 ms while running
 
 let redis;
 let mock;
@@ -60,7 +61,10 @@ function config(dir, i, dead) {
         cluster: {
             node_id: `node-${i}`,
             // expected_instances: in local mode node-0 enforces half of each limit
-            redis: { url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i], ...(i === 0 ? { expected_instances: 2 } : {}) },
+            redis: {
+                url: redis.url, timeout_ms: TIMEOUT_MS, degraded: MODES[i], lease_ttl_ms: LEASE_TTL_MS,
+                ...(i === 0 ? { expected_instances: 2 } : {}),
+            },
         },
     };
 }
@@ -348,7 +352,7 @@ describe('limits shared through redis', () => {
         console.log(`breaker opened on node-0: open on the others within ${heard.toFixed(1)} ms of its status read`);
     });
 
-    test('a key\'s concurrency cap across instances; a killed instance\'s leases return after expiry', async () => {
+    test('a key\'s concurrency cap across instances; running requests keep their leases; a killed instance\'s return after their TTL', async () => {
         const k = await keyEverywhere('conc-tenant', { max_concurrency: 2 });
         // two slow requests on instance 2 hold both leases
         const held = [chat(2, k.secrets[2], 'slow', 60000).catch(() => null), chat(2, k.secrets[2], 'slow', 60000).catch(() => null)];
@@ -356,6 +360,11 @@ describe('limits shared through redis', () => {
         const other = await chat(0, k.secrets[0]);
         assert.equal(other.status, 429, 'the cap holds on another instance');
         assert.match(other.json.error.message, /key's concurrency limit/);
+        // past the leases' TTL the requests still run: their instance renewed them
+        await new Promise((r) => setTimeout(r, LEASE_TTL_MS + 500));
+        assert.equal(Number(redisCli('ZCARD', `moongate:k:${k.id}:c`)), 2, 'both leases renewed');
+        assert.equal((await chat(1, k.secrets[1])).status, 429, 'the cap still holds past the TTL');
+        assert.ok((await status(2)).cluster.redis.shared_limits.renewed >= 4, 'renewed by its instance');
         const killedAt = performance.now();
         gws[2].child.kill('SIGKILL');
         await Promise.all(held);
@@ -364,8 +373,8 @@ describe('limits shared through redis', () => {
         await waitFor(async () => (await chat(0, k.secrets[0])).status === 200,
             { timeoutMs: TOTAL_MS + 6000, intervalMs: 200, what: 'the leases expired' });
         const back = performance.now() - killedAt;
-        console.log(`leases of the killed instance returned ${Math.round(back)} ms after SIGKILL (lease ttl <= ${TOTAL_MS + 2000} ms)`);
-        assert.ok(back <= TOTAL_MS + 2000 + 1500);
+        console.log(`leases of the killed instance returned ${Math.round(back)} ms after SIGKILL (lease ttl ${LEASE_TTL_MS} ms)`);
+        assert.ok(back <= LEASE_TTL_MS + 1500, 'within the lease TTL, not the requests\' deadline');
         await waitFor(async () => Number(redisCli('ZCARD', `moongate:k:${k.id}:c`)) === 0, { what: 'no lease left once the request ended' });
     });
 });

@@ -98,7 +98,7 @@ typedef struct {
 #define DAY "2026-12-02"
 #define MONTH "2026-12"
 
-/* reserve (release 0) or release: the KEYS and ARGV layout of limits.c's send_op */
+/* reserve (0), release (1) or renew (2): the KEYS and ARGV layout of limits.c's send_op */
 static redisReply *run(int release, const lv_t *lv, int n, const sp_t *sp, int m, const char *lease,
                        long long tokens_or_at, long long ttl_or_delta, int undo, long long micros)
 {
@@ -125,7 +125,7 @@ static redisReply *run(int release, const lv_t *lv, int n, const sp_t *sp, int m
     ADD(lease);
     FMT("%lld", tokens_or_at);
     FMT("%lld", ttl_or_delta);
-    if (release) ADD(undo ? "1" : "0");
+    if (release == 1) ADD(undo ? "1" : "0");
     FMT("%d", n);
     for (int i = 0; i < n; i++) {
         FMT("%u", lv[i].rpm);
@@ -169,6 +169,17 @@ static void release(const lv_t *lv, int n, const sp_t *sp, int m, const char *le
                     long long delta, int undo, long long cost)
 {
     freeReplyObject(run(1, lv, n, sp, m, lease, at, delta, undo, cost));
+}
+
+/* how many of the lease's concurrency leases and spend holds were renewed, -999 an error */
+static long long renew(const lv_t *lv, int n, const sp_t *sp, int m, const char *lease,
+                       long long ttl)
+{
+    redisReply *r = run(2, lv, n, sp, m, lease, 0, ttl, 0, 0);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -999;
+    if (r && r->type == REDIS_REPLY_ERROR) fprintf(stderr, "script error: %s\n", r->str);
+    freeReplyObject(r);
+    return v;
 }
 
 static long long num(const char *fmt, const char *key)
@@ -255,6 +266,30 @@ static void test_leases_expire(void)
     release(&k, 1, NULL, 0, "l2", 0, 0, 0, 0);
     CHECK_EQ_INT(num("ZCARD %s", "t:k:4:c"), 0);
     CHECK(num("PTTL %s", "t:k:4:c") != -1); /* every key expires */
+}
+
+/* A running request's lease outlives its TTL while renewed; unrenewed it expires, and once
+ * another request took its place a late renewal does not bring it back. */
+static void test_leases_renewed(void)
+{
+    lv_t k = {"k:5", 0, 0, 1};
+    sp_t sp = {"k:5", 1000, 0, 0, 0};
+    long long a[4];
+    CHECK_EQ_INT(reserve(&k, 1, &sp, 1, "r1", 1, 300, 10, a), 1);
+    for (int i = 0; i < 4; i++) {
+        sleep_ms(150);
+        CHECK_EQ_INT(renew(&k, 1, &sp, 1, "r1", 300), 2); /* the lease and the spend hold */
+    }
+    CHECK_EQ_INT(reserve(&k, 1, NULL, 0, "r2", 1, 300, 0, a), 0); /* 600 ms on: still held */
+    CHECK_EQ_INT(a[2], 3);
+    CHECK(num("PTTL %s", "t:k:5:c") > 0);
+    sleep_ms(400); /* no renewal (the instance died): it ends */
+    CHECK_EQ_INT(reserve(&k, 1, NULL, 0, "r2", 1, 300, 0, a), 1);
+    CHECK_EQ_INT(renew(&k, 1, NULL, 0, "r1", 300), 0);
+    CHECK_EQ_INT(num("ZCARD %s", "t:k:5:c"), 1);
+    CHECK_EQ_INT(renew(&k, 1, NULL, 0, "r2", 300), 1);
+    release(&k, 1, NULL, 0, "r2", 0, 0, 0, 0);
+    CHECK_EQ_INT(num("ZCARD %s", "t:k:5:c"), 0);
 }
 
 static void test_spend_holds_and_charges(void)
@@ -362,6 +397,7 @@ int main(void)
     MG_RUN(test_all_or_nothing);
     MG_RUN(test_tpm);
     MG_RUN(test_leases_expire);
+    MG_RUN(test_leases_renewed);
     MG_RUN(test_spend_holds_and_charges);
     MG_RUN(test_spend_expired_hold_returns);
     MG_RUN(test_spend_local_floor);

@@ -1066,6 +1066,7 @@ static void test_cluster_section(void)
         CHECK(cfg->cluster.redis.timeout_ms == 20 && cfg->cluster.redis.pool_size == 2);
         CHECK(cfg->cluster.redis.degraded == MG_DEGRADED_LOCAL);
         CHECK(cfg->cluster.redis.expected_instances == 1);
+        CHECK(cfg->cluster.redis.lease_ttl_ms == 15000);
         CHECK_STR(cfg->cluster.postgres.url, "postgres://u@127.0.0.1/db");
         CHECK(cfg->cluster.postgres.pool_size == 3);
         mg_config_free(cfg);
@@ -1086,10 +1087,13 @@ static void test_cluster_section(void)
     CHECK(cfg && cfg->cluster.redis.degraded == MG_DEGRADED_FAIL_CLOSED);
     if (cfg) mg_config_free(cfg);
     cfg = parse_ok("cluster:\n  redis: {url: \"redis://x\", degraded: fail_open, "
-                   "expected_instances: 3}\n");
+                   "expected_instances: 3, lease_ttl_ms: 3000}\n");
     CHECK(cfg && cfg->cluster.redis.degraded == MG_DEGRADED_FAIL_OPEN);
     CHECK(cfg && cfg->cluster.redis.expected_instances == 3);
+    CHECK(cfg && cfg->cluster.redis.lease_ttl_ms == 3000);
     if (cfg) mg_config_free(cfg);
+    CHECK(strstr(parse_err("cluster:\n  redis: {url: \"redis://x\", lease_ttl_ms: 999}\n"),
+                 "lease_ttl_ms") != NULL);
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", degraded: maybe}\n"),
               "t.yaml:2: cluster.redis.degraded must be local, fail_closed or fail_open");
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", size: 2}\n"),

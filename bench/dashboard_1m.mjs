@@ -109,9 +109,18 @@ COMMIT;`;
     const calls = [
         ['stats/overview', 'stats/overview'],
         ['trends: tokens by hour, 24 h', `stats/tokens?bucket=hour&${range(24)}`],
+        ['trends: tokens by hour, 7 days', `stats/tokens?bucket=hour&${range(168)}`],
+        ['trends: tokens by hour, 30 days', `stats/tokens?bucket=hour&${range(720)}`],
+        ['trends: tokens by day, 7 days', `stats/tokens?bucket=day&${range(168)}`],
         ['trends: tokens by day, 30 days', `stats/tokens?bucket=day&${range(720)}`],
+        ['trends: provider share, 24 h', `usage/analytics?group_by=provider&${range(24)}`],
+        ['trends: provider share, 7 days', `usage/analytics?group_by=provider&${range(168)}`],
         ['trends: provider share, 30 days', `usage/analytics?group_by=provider&${range(720)}`],
+        ['usage: group by model, 24 h', `usage/analytics?group_by=model&${range(24)}`],
+        ['usage: group by model, 7 days', `usage/analytics?group_by=model&${range(168)}`],
         ...['model', 'provider', 'key', 'project'].map((g) => [`usage: group by ${g}, 30 days`, `usage/analytics?group_by=${g}&${range(720)}`]),
+        ['stats/daily, 30 days', 'stats/daily?days=30'],
+        ['stats/providers/{id}', 'stats/providers/mock-openai'],
         ['requests: newest 50', 'usage/events?limit=50'],
         ['requests: page 2 (cursor)', null], // filled below
         ['requests: model', 'usage/events?limit=50&model=model-2'],

@@ -49,18 +49,20 @@ try {
     const now = Date.now();
     const span = 30 * 86400 * 1000;
     const t0 = process.hrtime.bigint();
-    // the roll-ups of the events past the watermark per `unit` seconds (hour, or day when the
-    // binary has the daily tables: migration 24)
+    // the roll-ups of the events past the watermark per `unit` seconds (hour; and day, and
+    // per hour and tenant, when the binary has those tables: migration 24)
     const daily = sql("SELECT count(*) AS n FROM sqlite_master WHERE name = 'usage_daily'")[0].n > 0;
     const key = (unit) => `(at_ms / ${unit * 1000}) * ${unit}, COALESCE(tenant_id, 0),
   COALESCE(project_id, 0), COALESCE(key_id, 0), COALESCE(provider_id, ''), COALESCE(logical_model, '')`;
     const past = 'FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark)';
-    const rollups = (sums, hist, unit) => `
-INSERT INTO ${sums} SELECT ${key(unit)},
-  count(*), sum(status IN ('failed','timed_out')), sum(status = 'cancelled'), sum(input_tokens),
+    const sums = `count(*), sum(status IN ('failed','timed_out')), sum(status = 'cancelled'), sum(input_tokens),
   sum(output_tokens), sum(cached_read_tokens), sum(cache_write_tokens), sum(reasoning_tokens),
   sum(cached_read_tokens > 0), sum(status = 'succeeded' AND (input_estimated OR output_estimated)),
-  sum(cost_micros), sum(latency_ms), sum(COALESCE(ttft_ms, 0)), sum(ttft_ms IS NOT NULL)
+  sum(cost_micros), sum(latency_ms), sum(COALESCE(ttft_ms, 0)), sum(ttft_ms IS NOT NULL)`;
+    const totals = `INSERT INTO usage_tenant_hourly SELECT (at_ms / 3600000) * 3600, COALESCE(tenant_id, 0), ${sums}
+  ${past} GROUP BY 1, 2;`;
+    const rollups = (table, hist, unit) => `
+INSERT INTO ${table} SELECT ${key(unit)}, ${sums}
   ${past} GROUP BY 1, 2, 3, 4, 5, 6;
 INSERT INTO ${hist} SELECT ${key(unit)}, 'latency', latency_bin, count(*) ${past}
   GROUP BY 1, 2, 3, 4, 5, 6, 8;
@@ -86,7 +88,7 @@ FROM n;
 -- per-event trigger of migration 10 in SQL), and the watermark past them: summing a million
 -- events at start-up instead takes minutes (bench/README.md)
 ${rollups('usage_hourly', 'usage_hist', 3600)}
-${daily ? rollups('usage_daily', 'usage_hist_daily', 86400) : ''}
+${daily ? rollups('usage_daily', 'usage_hist_daily', 86400) + totals : ''}
 UPDATE usage_rollup_mark SET seq = (SELECT max(seq) FROM usage_events);
 COMMIT;`;
     execFileSync('sqlite3', [env.config.storage.path], { input: fill, maxBuffer: 1 << 26 });

@@ -405,30 +405,24 @@ static void series_row(void *ud, int ncols, const char *const *c)
     cJSON_AddItemToArray(s->rows, o);
 }
 
-/* The roll-ups summed per bucket of `width` seconds (3600 or 86400) over [from, to), with
- * empty buckets filled in (the caller bounds their count). By day, the range's pieces are
- * read (whole days from usage_daily); a piece's buckets come after the previous piece's, as
- * a partial day's hours are their day's bucket alone. By hour, usage_hourly only. */
+/* usage_tenant_hourly summed per bucket of `width` seconds (a multiple of 3600) over
+ * [from, to), with empty buckets filled in (the caller bounds their count): one row per
+ * hour and tenant, whatever the keys, projects, providers and models. */
 static cJSON *series(stats_t *c, int64_t width, int64_t from, int64_t to)
 {
-    piece_t pc[3] = {{0, from, to}};
-    int n = width % 86400 == 0 ? pieces(from, to, pc) : 1;
+    char sql[900], f[24], t[24], w[24], err[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT hour / ?4 * ?4, " SUM_COLUMNS " FROM usage_tenant_hourly WHERE hour >= ?1"
+             " AND hour < ?2 AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1 ORDER BY 1");
+    fmt(f, sizeof(f), from);
+    fmt(t, sizeof(t), to);
+    fmt(w, sizeof(w), width);
+    const char *p[4] = {f, t, c->tenant, w};
     series_t s = {cJSON_CreateArray()};
-    for (int i = 0; i < n; i++) {
-        char sql[900], f[24], t[24], w[24], err[256];
-        snprintf(sql, sizeof(sql),
-                 "SELECT %s / ?4 * ?4, " SUM_COLUMNS " FROM %s WHERE %s >= ?1 AND %s < ?2"
-                 " AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1 ORDER BY 1",
-                 time_col(&pc[i]), sums_table(&pc[i]), time_col(&pc[i]), time_col(&pc[i]));
-        fmt(f, sizeof(f), pc[i].lo);
-        fmt(t, sizeof(t), pc[i].hi);
-        fmt(w, sizeof(w), width);
-        const char *p[4] = {f, t, c->tenant, w};
-        if (mg_store_read_query(c->rd, sql, 4, p, series_row, &s, err, sizeof(err)) != 0) {
-            cJSON_Delete(s.rows);
-            adm_storage_error(c->a, err);
-            return NULL;
-        }
+    if (mg_store_read_query(c->rd, sql, 4, p, series_row, &s, err, sizeof(err)) != 0) {
+        cJSON_Delete(s.rows);
+        adm_storage_error(c->a, err);
+        return NULL;
     }
     /* fill: one entry per bucket, in order */
     cJSON *out = cJSON_CreateArray();

@@ -82,6 +82,7 @@ typedef struct {
     sums_t batch, pending;
     sqlite3_stmt *hourly_st, *hist_st, *provider_st, *daily_st, *mark_st;
     sqlite3_stmt *hourly_day_st, *hist_day_st; /* usage_daily, usage_hist_daily */
+    sqlite3_stmt *totals_st;                   /* usage_tenant_hourly */
 } rollup_t;
 
 /* A new zeroed element at the end of an array (a, n, cap), or NULL. */
@@ -294,6 +295,7 @@ static void rollup_destroy(void *state)
     sqlite3_finalize(r->mark_st);
     sqlite3_finalize(r->hourly_day_st);
     sqlite3_finalize(r->hist_day_st);
+    sqlite3_finalize(r->totals_st);
     sums_free(&r->batch);
     sums_free(&r->pending);
     free(r);
@@ -430,11 +432,9 @@ static void rollup_flushed(void *state)
 
 /* ---- the flush: one UPSERT per bucket ---- */
 
-/* usage_hourly's and usage_daily's UPSERT: the same columns, the key's first the hour or
- * the day */
-#define SUMS_UPSERT(table)                                                                         \
-    "INSERT INTO " table " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"        \
-    " ?14, ?15, ?16, ?17, ?18, ?19, ?20)"                                                          \
+/* The sums' UPSERT: the key's columns (the values' first `key` parameters), then the 14
+ * sums added to a row already there */
+#define SUMS_SET                                                                                   \
     " ON CONFLICT DO UPDATE SET requests = requests + excluded.requests,"                          \
     " errors = errors + excluded.errors, cancelled = cancelled + excluded.cancelled,"              \
     " input_tokens = input_tokens + excluded.input_tokens,"                                        \
@@ -448,6 +448,10 @@ static void rollup_flushed(void *state)
     " latency_ms_sum = latency_ms_sum + excluded.latency_ms_sum,"                                  \
     " ttft_ms_sum = ttft_ms_sum + excluded.ttft_ms_sum,"                                           \
     " ttft_count = ttft_count + excluded.ttft_count"
+/* usage_hourly's and usage_daily's: the key's first the hour or the day */
+#define SUMS_UPSERT(table)                                                                         \
+    "INSERT INTO " table " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"        \
+    " ?14, ?15, ?16, ?17, ?18, ?19, ?20)" SUMS_SET
 #define HIST_UPSERT(table)                                                                         \
     "INSERT INTO " table " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"                            \
     " ON CONFLICT DO UPDATE SET n = n + excluded.n"
@@ -456,6 +460,9 @@ static const char *const HOURLY_SQL = SUMS_UPSERT("usage_hourly");
 static const char *const HOURLY_DAY_SQL = SUMS_UPSERT("usage_daily");
 static const char *const HIST_SQL = HIST_UPSERT("usage_hist");
 static const char *const HIST_DAY_SQL = HIST_UPSERT("usage_hist_daily");
+static const char *const TOTALS_SQL =
+    "INSERT INTO usage_tenant_hourly VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
+    " ?13, ?14, ?15, ?16)" SUMS_SET;
 
 /* the ADR's columns: cost in currency units beside the exact micros, the average latency
  * as the integer quotient of the sums (what the per-event trigger left after N events) */
@@ -551,6 +558,41 @@ static int flush_hourly(rollup_t *rs, const sums_t *r)
     return 0;
 }
 
+/* usage_tenant_hourly: the hourly buckets summed per hour and tenant, what the series by
+ * hour or day read (admin/stats.c: one row per hour and tenant instead of one per key,
+ * project, provider and model). Summed here, at the flush, so a second of traffic costs an
+ * UPSERT or two more, not one per bucket; the sums are few (one per hour and tenant of
+ * the second), searched from the newest. */
+typedef struct {
+    int64_t hour, tenant, v[H_N];
+} total_t;
+
+static int flush_totals(rollup_t *rs, const sums_t *r)
+{
+    if (!r->hourly.n) return 0;
+    total_t *t = malloc((size_t)r->hourly.n * sizeof(*t));
+    if (!t) return -1;
+    int n = 0, rc = 0;
+    for (int i = 0; i < r->hourly.n; i++) {
+        const hourly_t *h = &r->hourly.a[i];
+        int j = n - 1;
+        while (j >= 0 && (t[j].hour != h->k.hour || t[j].tenant != h->k.tenant)) j--;
+        if (j < 0) {
+            j = n++;
+            t[j] = (total_t){.hour = h->k.hour, .tenant = h->k.tenant};
+        }
+        for (int c = 0; c < H_N; c++) t[j].v[c] += h->v[c];
+    }
+    for (int j = 0; j < n && rc == 0; j++) {
+        sqlite3_bind_int64(rs->totals_st, 1, t[j].hour);
+        sqlite3_bind_int64(rs->totals_st, 2, t[j].tenant);
+        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(rs->totals_st, 3 + c, t[j].v[c]);
+        rc = run(rs->totals_st);
+    }
+    free(t);
+    return rc;
+}
+
 static int flush_pools(rollup_t *rs, const sums_t *r)
 {
     sqlite3_stmt *st = rs->provider_st;
@@ -587,9 +629,13 @@ static int rollup_flush(void *state, sqlite3 *db)
         prepare(db, &r->provider_st, PROVIDER_SQL) != 0 ||
         prepare(db, &r->daily_st, DAILY_SQL) != 0 || prepare(db, &r->mark_st, MARK_SQL) != 0 ||
         prepare(db, &r->hourly_day_st, HOURLY_DAY_SQL) != 0 ||
-        prepare(db, &r->hist_day_st, HIST_DAY_SQL) != 0)
+        prepare(db, &r->hist_day_st, HIST_DAY_SQL) != 0 ||
+        prepare(db, &r->totals_st, TOTALS_SQL) != 0)
         return -1;
-    int rc = flush_hourly(r, &r->pending) == 0 && flush_pools(r, &r->pending) == 0 ? 0 : -1;
+    int rc = flush_hourly(r, &r->pending) == 0 && flush_totals(r, &r->pending) == 0 &&
+                     flush_pools(r, &r->pending) == 0
+                 ? 0
+                 : -1;
     if (rc == 0) {
         sqlite3_bind_int64(r->mark_st, 1, r->pending.max_seq);
         rc = run(r->mark_st);

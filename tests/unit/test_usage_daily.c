@@ -1,10 +1,12 @@
-/* Unit tests for the daily roll-ups (store migration 24: usage_daily, usage_hist_daily;
- * obs/usage_rollup.h writes them in the hourly ones' flush): over events spread across days
- * and hours, with replays, each daily row is the sum of its day's hourly rows and the sum of
- * its day's raw events, histograms included; after a kill -9 between two flushes (events
- * committed past the watermark, more in the journal undrained) the next start sums them into
- * both, once, and a second start or a replayed journal adds nothing; a database of before
- * migration 24 has its daily tables back-filled from the hourly ones. */
+/* Unit tests for the daily and per-tenant roll-ups (store migration 24: usage_daily,
+ * usage_hist_daily, usage_tenant_hourly; obs/usage_rollup.h writes them in the hourly ones'
+ * flush): over events spread across days and hours, with replays, each daily row is the sum
+ * of its day's hourly rows and of its day's raw events, histograms included, and each
+ * per-tenant row the sum of its hour's rows and events of the tenant; after a kill -9
+ * between two flushes (events committed past the watermark, more in the journal undrained)
+ * the next start sums them into all of them, once, and a second start or a replayed
+ * journal adds nothing; a database of before migration 24 has the new tables back-filled
+ * from the hourly ones. */
 #include "mgtest.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
@@ -134,6 +136,15 @@ static mg_usage_event_t varied(int i, char *id, size_t idlen)
     "SELECT hour - hour % 86400, tenant_id, project_id, key_id, provider_id, model, kind, bin,"    \
     " SUM(n) FROM usage_hist GROUP BY 1, 2, 3, 4, 5, 6, 7, 8"
 
+#define TOTALS_FROM_EVENTS                                                                         \
+    "SELECT at_ms / 3600000 * 3600, COALESCE(tenant_id, 0)," EV_SUMS                               \
+    " FROM usage_events GROUP BY 1, 2"
+#define TOTALS_FROM_HOURLY                                                                         \
+    "SELECT hour, tenant_id, SUM(requests), SUM(errors), SUM(cancelled), SUM(input_tokens),"       \
+    " SUM(output_tokens), SUM(cached_read_tokens), SUM(cache_write_tokens),"                       \
+    " SUM(reasoning_tokens), SUM(cache_hits), SUM(missing_usage), SUM(cost_micros),"               \
+    " SUM(latency_ms_sum), SUM(ttft_ms_sum), SUM(ttft_count) FROM usage_hourly GROUP BY 1, 2"
+
 /* Rows in one of a and b and not in the other (0: the same set of rows) */
 static long long differ(const char *a, const char *b)
 {
@@ -145,7 +156,8 @@ static long long differ(const char *a, const char *b)
     return q(sql);
 }
 
-/* Every daily row equals its day's events and its day's hourly rows, and none is missing. */
+/* Every daily row equals its day's events and its day's hourly rows, every per-tenant row
+ * its hour's of the tenant, and none is missing. */
 static void check_daily_is_exact(const char *what)
 {
     fprintf(stderr, "  checking %s\n", what);
@@ -155,6 +167,9 @@ static void check_daily_is_exact(const char *what)
     CHECK_EQ_INT(differ("SELECT * FROM usage_daily", DAILY_FROM_HOURLY), 0);
     CHECK_EQ_INT(differ("SELECT * FROM usage_hist_daily", HIST_DAILY_FROM_EVENTS), 0);
     CHECK_EQ_INT(differ("SELECT * FROM usage_hist_daily", HIST_DAILY_FROM_HOURLY), 0);
+    CHECK(q("SELECT COUNT(*) FROM usage_tenant_hourly") > 4);
+    CHECK_EQ_INT(differ("SELECT * FROM usage_tenant_hourly", TOTALS_FROM_EVENTS), 0);
+    CHECK_EQ_INT(differ("SELECT * FROM usage_tenant_hourly", TOTALS_FROM_HOURLY), 0);
     CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_daily"),
                  q("SELECT COUNT(*) FROM usage_events"));
 }
@@ -275,7 +290,7 @@ static void test_daily_after_kill(void)
  * next open makes them again, from the hourly rows. */
 static void test_migration_backfills(void)
 {
-    raw_exec("DROP TABLE usage_daily; DROP TABLE usage_hist_daily;"
+    raw_exec("DROP TABLE usage_daily; DROP TABLE usage_hist_daily; DROP TABLE usage_tenant_hourly;"
              " DELETE FROM schema_migrations WHERE version = 24");
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM sqlite_master WHERE name = 'usage_daily'"), 0);
     char err[256];

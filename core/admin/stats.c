@@ -1,5 +1,8 @@
 /* stats: the usage analytics of the admin API, on the worker thread, read from the roll-ups
- * (usage_hourly, usage_hist: O(buckets), never the raw events) except the event list.
+ * (O(buckets), never the raw events) except the event list: a range's whole UTC days from
+ * usage_daily / usage_hist_daily and its partial days' hours from usage_hourly / usage_hist
+ * (pieces(), below: the same answer as the hourly tables alone), the series from
+ * usage_tenant_hourly, all of one answer in one read transaction (bench/README.md).
  *
  *   GET /api/v2/stats/overview                 today, this week (from Monday), this month:
  *                                              requests, errors, tokens in and out, cost
@@ -711,10 +714,9 @@ static int64_t seq_at(admin_t *a, mg_store_read_t *rd, int64_t at_ms, int64_t lo
         int64_t mid = lo + (hi - lo) / 2;
         fmt(m, sizeof(m), mid);
         ints_t r = {{0, 0}, {0, 0}};
-        if (mg_store_query(
-                a->store,
-                "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1, p,
-                ints_row, &r, err, sizeof(err)) != 0) {
+        if (mg_store_read_query(
+                rd, "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1,
+                p, ints_row, &r, err, sizeof(err)) != 0) {
             adm_storage_error(a, err);
             return -1;
         }

@@ -5,7 +5,7 @@
 // store, creates a tenant and a key, stops it; fills usage_events with EVENTS rows in one
 // sqlite3 transaction (a recursive CTE: 30 days back to now, at_ms rising with seq as the
 // gateway writes them; 2 tenants, 50 keys, 5 projects, 4 models, 3 providers, 97 % succeeded,
-// plus 10 events of one rare key) and their hourly roll-ups in the same transaction; restarts
+// plus 10 events of one rare key) and their hourly and daily roll-ups in the same transaction; restarts
 // the gateway on it and times each call N times, one at a time
 // with fetch on one keep-alive connection: p50 and max in ms, the wall time from the request
 // to the whole body. Prints a table and a JSON line.
@@ -49,6 +49,25 @@ try {
     const now = Date.now();
     const span = 30 * 86400 * 1000;
     const t0 = process.hrtime.bigint();
+    // the roll-ups of the events past the watermark per `unit` seconds (hour; and day, and
+    // per hour and tenant, when the binary has those tables: migration 24)
+    const daily = sql("SELECT count(*) AS n FROM sqlite_master WHERE name = 'usage_daily'")[0].n > 0;
+    const key = (unit) => `(at_ms / ${unit * 1000}) * ${unit}, COALESCE(tenant_id, 0),
+  COALESCE(project_id, 0), COALESCE(key_id, 0), COALESCE(provider_id, ''), COALESCE(logical_model, '')`;
+    const past = 'FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark)';
+    const sums = `count(*), sum(status IN ('failed','timed_out')), sum(status = 'cancelled'), sum(input_tokens),
+  sum(output_tokens), sum(cached_read_tokens), sum(cache_write_tokens), sum(reasoning_tokens),
+  sum(cached_read_tokens > 0), sum(status = 'succeeded' AND (input_estimated OR output_estimated)),
+  sum(cost_micros), sum(latency_ms), sum(COALESCE(ttft_ms, 0)), sum(ttft_ms IS NOT NULL)`;
+    const totals = `INSERT INTO usage_tenant_hourly SELECT (at_ms / 3600000) * 3600, COALESCE(tenant_id, 0), ${sums}
+  ${past} GROUP BY 1, 2;`;
+    const rollups = (table, hist, unit) => `
+INSERT INTO ${table} SELECT ${key(unit)}, ${sums}
+  ${past} GROUP BY 1, 2, 3, 4, 5, 6;
+INSERT INTO ${hist} SELECT ${key(unit)}, 'latency', latency_bin, count(*) ${past}
+  GROUP BY 1, 2, 3, 4, 5, 6, 8;
+INSERT INTO ${hist} SELECT ${key(unit)}, 'ttft', ttft_bin, count(*) ${past}
+  AND ttft_bin IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6, 8;`;
     // seq is assigned by SQLite (INTEGER PRIMARY KEY): after the real events
     const fill = `
 PRAGMA journal_mode=WAL;
@@ -65,24 +84,11 @@ SELECT printf('bench-%d', i), ${now - span} + i * ${Math.floor(span / EVENTS)}, 
   CASE WHEN i % 100 < 97 THEN 200 ELSE 502 END, CASE WHEN i % 100 < 97 THEN NULL ELSE 'UPSTREAM_ERROR' END,
   i % 2, 100 + i % 900, 50 + i % 400, 200 + i % 3000, 50 + i % 500, i % 1000, 8 + i % 4, 6 + i % 3
 FROM n;
--- the hourly roll-ups of the new events, as the writer sums them (obs/usage_rollup.c; the
+-- the roll-ups of the new events, as the writer sums them (obs/usage_rollup.c; the
 -- per-event trigger of migration 10 in SQL), and the watermark past them: summing a million
 -- events at start-up instead takes minutes (bench/README.md)
-INSERT INTO usage_hourly SELECT (at_ms / 3600000) * 3600, COALESCE(tenant_id, 0),
-  COALESCE(project_id, 0), COALESCE(key_id, 0), COALESCE(provider_id, ''), COALESCE(logical_model, ''),
-  count(*), sum(status IN ('failed','timed_out')), sum(status = 'cancelled'), sum(input_tokens),
-  sum(output_tokens), sum(cached_read_tokens), sum(cache_write_tokens), sum(reasoning_tokens),
-  sum(cached_read_tokens > 0), sum(status = 'succeeded' AND (input_estimated OR output_estimated)),
-  sum(cost_micros), sum(latency_ms), sum(COALESCE(ttft_ms, 0)), sum(ttft_ms IS NOT NULL)
-  FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark) GROUP BY 1, 2, 3, 4, 5, 6;
-INSERT INTO usage_hist SELECT (at_ms / 3600000) * 3600, COALESCE(tenant_id, 0),
-  COALESCE(project_id, 0), COALESCE(key_id, 0), COALESCE(provider_id, ''), COALESCE(logical_model, ''),
-  'latency', latency_bin, count(*) FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark)
-  GROUP BY 1, 2, 3, 4, 5, 6, 8;
-INSERT INTO usage_hist SELECT (at_ms / 3600000) * 3600, COALESCE(tenant_id, 0),
-  COALESCE(project_id, 0), COALESCE(key_id, 0), COALESCE(provider_id, ''), COALESCE(logical_model, ''),
-  'ttft', ttft_bin, count(*) FROM usage_events WHERE seq > (SELECT seq FROM usage_rollup_mark)
-  AND ttft_bin IS NOT NULL GROUP BY 1, 2, 3, 4, 5, 6, 8;
+${rollups('usage_hourly', 'usage_hist', 3600)}
+${daily ? rollups('usage_daily', 'usage_hist_daily', 86400) + totals : ''}
 UPDATE usage_rollup_mark SET seq = (SELECT max(seq) FROM usage_events);
 COMMIT;`;
     execFileSync('sqlite3', [env.config.storage.path], { input: fill, maxBuffer: 1 << 26 });
@@ -105,9 +111,18 @@ COMMIT;`;
     const calls = [
         ['stats/overview', 'stats/overview'],
         ['trends: tokens by hour, 24 h', `stats/tokens?bucket=hour&${range(24)}`],
+        ['trends: tokens by hour, 7 days', `stats/tokens?bucket=hour&${range(168)}`],
+        ['trends: tokens by hour, 30 days', `stats/tokens?bucket=hour&${range(720)}`],
+        ['trends: tokens by day, 7 days', `stats/tokens?bucket=day&${range(168)}`],
         ['trends: tokens by day, 30 days', `stats/tokens?bucket=day&${range(720)}`],
+        ['trends: provider share, 24 h', `usage/analytics?group_by=provider&${range(24)}`],
+        ['trends: provider share, 7 days', `usage/analytics?group_by=provider&${range(168)}`],
         ['trends: provider share, 30 days', `usage/analytics?group_by=provider&${range(720)}`],
+        ['usage: group by model, 24 h', `usage/analytics?group_by=model&${range(24)}`],
+        ['usage: group by model, 7 days', `usage/analytics?group_by=model&${range(168)}`],
         ...['model', 'provider', 'key', 'project'].map((g) => [`usage: group by ${g}, 30 days`, `usage/analytics?group_by=${g}&${range(720)}`]),
+        ['stats/daily, 30 days', 'stats/daily?days=30'],
+        ['stats/providers/{id}', 'stats/providers/mock-openai'],
         ['requests: newest 50', 'usage/events?limit=50'],
         ['requests: page 2 (cursor)', null], // filled below
         ['requests: model', 'usage/events?limit=50&model=model-2'],

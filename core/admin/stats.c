@@ -1,5 +1,8 @@
 /* stats: the usage analytics of the admin API, on the worker thread, read from the roll-ups
- * (usage_hourly, usage_hist: O(buckets), never the raw events) except the event list.
+ * (O(buckets), never the raw events) except the event list: a range's whole UTC days from
+ * usage_daily / usage_hist_daily and its partial days' hours from usage_hourly / usage_hist
+ * (pieces(), below: the same answer as the hourly tables alone), the series from
+ * usage_tenant_hourly, all of one answer in one read transaction (bench/README.md).
  *
  *   GET /api/v2/stats/overview                 today, this week (from Monday), this month:
  *                                              requests, errors, tokens in and out, cost
@@ -123,7 +126,16 @@ static int tenant_filter(admin_t *a, char *buf, size_t cap, const char **out)
     return 0;
 }
 
-/* ---- sums over usage_hourly ---- */
+/* One stats call: its admin request, the tenant it may see (NULL: all) and one read
+ * connection in one read transaction, so the pieces of a range (below) and the periods of
+ * an answer are one snapshot of the roll-ups. */
+typedef struct {
+    admin_t *a;
+    const char *tenant;
+    mg_store_read_t *rd;
+} stats_t;
+
+/* ---- sums over the roll-ups ---- */
 
 #define SUM_COLUMNS                                                                                \
     "COALESCE(SUM(requests),0), COALESCE(SUM(errors),0), COALESCE(SUM(cancelled),0),"              \
@@ -203,25 +215,77 @@ static void hist_row(void *ud, int ncols, const char *const *c)
     g->hist[c[1] && strcmp(c[1], "ttft") == 0][bin] += c[3] ? strtoll(c[3], NULL, 10) : 0;
 }
 
-/* Sums of usage_hourly over [from, to) for the tenant (NULL: all), grouped by group_expr
- * (NULL: one group), into gs (prev: the previous-period slot). 0 or -1 (error set). */
-static int sums(admin_t *a, groups_t *gs, const char *group_expr, const char *where, int64_t from,
-                int64_t to, const char *tenant, const char *extra, int prev)
+/* The hours of [from, to) (those whose start is in it: what `hour >= from AND hour < to`
+ * over usage_hourly counts) as up to three pieces, in time order: the whole UTC days among
+ * them from the daily tables (usage_daily, usage_hist_daily), the hours before the first
+ * whole day and after the last from the hourly ones. Every hour is in one piece only and a
+ * day's row is the sum of its hours' rows (obs/usage_rollup.c adds each bucket to both in
+ * the same transaction), so an answer is the hourly tables' to the unit, read from about
+ * 24 times fewer rows over a month (bench/README.md). Hours before 1970 do not exist. */
+typedef struct {
+    int daily;
+    int64_t lo, hi;
+} piece_t;
+
+static int64_t ceil_to(int64_t v, int64_t unit)
 {
-    char sql[1400], f[24], t[24], err[256];
-    snprintf(sql, sizeof(sql),
-             "SELECT %s%s" SUM_COLUMNS " FROM usage_hourly WHERE hour >= ?1 AND hour < ?2"
-             " AND (?3 IS NULL OR tenant_id = ?3) AND (?4 IS NULL OR %s = ?4)%s%s",
-             group_expr ? group_expr : "", group_expr ? ", " : "", where ? where : "1", "",
-             group_expr ? " GROUP BY 1" : "");
-    fmt(f, sizeof(f), from);
-    fmt(t, sizeof(t), to);
-    const char *p[4] = {f, t, tenant, extra};
+    return v <= 0 ? 0 : (v + unit - 1) / unit * unit;
+}
+
+static int pieces(int64_t from, int64_t to, piece_t out[3])
+{
+    int64_t f = ceil_to(from, 3600), t = ceil_to(to, 3600);
+    int64_t d0 = ceil_to(f, 86400), d1 = t / 86400 * 86400;
+    int n = 0;
+    if (d0 >= d1) {
+        if (f < t) out[n++] = (piece_t){0, f, t};
+        return n;
+    }
+    if (f < d0) out[n++] = (piece_t){0, f, d0};
+    out[n++] = (piece_t){1, d0, d1};
+    if (d1 < t) out[n++] = (piece_t){0, d1, t};
+    return n;
+}
+
+/* A piece's tables and time column */
+static const char *sums_table(const piece_t *p)
+{
+    return p->daily ? "usage_daily" : "usage_hourly";
+}
+static const char *hist_table(const piece_t *p)
+{
+    return p->daily ? "usage_hist_daily" : "usage_hist";
+}
+static const char *time_col(const piece_t *p)
+{
+    return p->daily ? "day" : "hour";
+}
+
+/* Sums over [from, to) for c's tenant (NULL: all), grouped by group_expr (NULL: one group),
+ * into gs (prev: the previous-period slot), piece by piece (the groups add up). 0 or -1
+ * (error set). */
+static int sums(stats_t *c, groups_t *gs, const char *group_expr, const char *where, int64_t from,
+                int64_t to, const char *extra, int prev)
+{
+    piece_t pc[3];
+    int n = pieces(from, to, pc);
     gs->key_cols = group_expr != NULL;
     gs->into_prev = prev;
-    if (mg_store_query(a->store, sql, 4, p, sums_row, gs, err, sizeof(err)) != 0) {
-        adm_storage_error(a, err);
-        return -1;
+    for (int i = 0; i < n; i++) {
+        char sql[1400], f[24], t[24], err[256];
+        snprintf(sql, sizeof(sql),
+                 "SELECT %s%s" SUM_COLUMNS " FROM %s WHERE %s >= ?1 AND %s < ?2"
+                 " AND (?3 IS NULL OR tenant_id = ?3) AND (?4 IS NULL OR %s = ?4)%s",
+                 group_expr ? group_expr : "", group_expr ? ", " : "", sums_table(&pc[i]),
+                 time_col(&pc[i]), time_col(&pc[i]), where ? where : "1",
+                 group_expr ? " GROUP BY 1" : "");
+        fmt(f, sizeof(f), pc[i].lo);
+        fmt(t, sizeof(t), pc[i].hi);
+        const char *p[4] = {f, t, c->tenant, extra};
+        if (mg_store_read_query(c->rd, sql, 4, p, sums_row, gs, err, sizeof(err)) != 0) {
+            adm_storage_error(c->a, err);
+            return -1;
+        }
     }
     return 0;
 }
@@ -243,11 +307,10 @@ static cJSON *totals_json(const int64_t *s)
 }
 
 /* One total over [from, to) as JSON, or NULL (error set). */
-static cJSON *period_json(admin_t *a, int64_t from, int64_t to, const char *tenant, const char *col,
-                          const char *val)
+static cJSON *period_json(stats_t *c, int64_t from, int64_t to, const char *col, const char *val)
 {
     groups_t gs = {0};
-    if (sums(a, &gs, NULL, col, from, to, tenant, val, 0) != 0) {
+    if (sums(c, &gs, NULL, col, from, to, val, 0) != 0) {
         free(gs.g);
         return NULL;
     }
@@ -272,25 +335,26 @@ static void periods(int64_t now, int64_t *day, int64_t *week, int64_t *month)
     *month = *day - (int64_t)(tm.tm_mday - 1) * 86400;
 }
 
-static void overview(admin_t *a, const char *tenant, const char *col, const char *val, cJSON *o)
+static void overview(stats_t *c, cJSON *o)
 {
     int64_t now = now_s(), day, week, month;
     periods(now, &day, &week, &month);
     const char *names[3] = {"today", "this_week", "this_month"};
     int64_t from[3] = {day, week, month};
     for (int i = 0; i < 3; i++) {
-        cJSON *p = period_json(a, from[i], now + 3600, tenant, col, val);
+        cJSON *p = period_json(c, from[i], now + 3600, NULL, NULL);
         if (!p) {
             cJSON_Delete(o);
             return;
         }
         cJSON_AddItemToObject(o, names[i], p);
     }
-    adm_set_answer(a, 200, o);
+    adm_set_answer(c->a, 200, o);
 }
 
-static void stats_provider(admin_t *a, const char *tenant, const char *id)
+static void stats_provider(stats_t *c, const char *id)
 {
+    admin_t *a = c->a;
     if (!mg_config_provider(a->gen->cfg, id)) {
         adm_set_error(a, 404, "NOT_FOUND", "provider %.64s does not exist", id);
         return;
@@ -302,7 +366,7 @@ static void stats_provider(admin_t *a, const char *tenant, const char *id)
     const char *names[3] = {"today", "last_7_days", "last_30_days"};
     int64_t from[3] = {day, day - 6 * 86400, day - 29 * 86400};
     for (int i = 0; i < 3; i++) {
-        cJSON *p = period_json(a, from[i], now + 3600, tenant, "provider_id", id);
+        cJSON *p = period_json(c, from[i], now + 3600, "provider_id", id);
         if (!p) {
             cJSON_Delete(o);
             return;
@@ -310,7 +374,7 @@ static void stats_provider(admin_t *a, const char *tenant, const char *id)
         cJSON_AddItemToObject(o, names[i], p);
     }
     groups_t gs = {0};
-    if (sums(a, &gs, "model", "provider_id", from[2], now + 3600, tenant, id, 0) != 0) {
+    if (sums(c, &gs, "model", "provider_id", from[2], now + 3600, id, 0) != 0) {
         cJSON_Delete(o);
         free(gs.g);
         return;
@@ -344,22 +408,23 @@ static void series_row(void *ud, int ncols, const char *const *c)
     cJSON_AddItemToArray(s->rows, o);
 }
 
-/* Rows of usage_hourly summed per bucket of `width` seconds over [from, to), with empty
- * buckets filled in (the caller bounds their count). */
-static cJSON *series(admin_t *a, int64_t width, int64_t from, int64_t to, const char *tenant)
+/* usage_tenant_hourly summed per bucket of `width` seconds (a multiple of 3600) over
+ * [from, to), with empty buckets filled in (the caller bounds their count): one row per
+ * hour and tenant, whatever the keys, projects, providers and models. */
+static cJSON *series(stats_t *c, int64_t width, int64_t from, int64_t to)
 {
     char sql[900], f[24], t[24], w[24], err[256];
     snprintf(sql, sizeof(sql),
-             "SELECT hour / ?4 * ?4, " SUM_COLUMNS " FROM usage_hourly WHERE hour >= ?1"
+             "SELECT hour / ?4 * ?4, " SUM_COLUMNS " FROM usage_tenant_hourly WHERE hour >= ?1"
              " AND hour < ?2 AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1 ORDER BY 1");
     fmt(f, sizeof(f), from);
     fmt(t, sizeof(t), to);
     fmt(w, sizeof(w), width);
-    const char *p[4] = {f, t, tenant, w};
+    const char *p[4] = {f, t, c->tenant, w};
     series_t s = {cJSON_CreateArray()};
-    if (mg_store_query(a->store, sql, 4, p, series_row, &s, err, sizeof(err)) != 0) {
+    if (mg_store_read_query(c->rd, sql, 4, p, series_row, &s, err, sizeof(err)) != 0) {
         cJSON_Delete(s.rows);
-        adm_storage_error(a, err);
+        adm_storage_error(c->a, err);
         return NULL;
     }
     /* fill: one entry per bucket, in order */
@@ -385,8 +450,9 @@ static cJSON *series(admin_t *a, int64_t width, int64_t from, int64_t to, const 
     return out;
 }
 
-static void stats_daily(admin_t *a, const char *tenant)
+static void stats_daily(stats_t *c)
 {
+    admin_t *a = c->a;
     char v[16];
     int days = 7;
     if (adm_query_param(a, "days", v, sizeof(v))) {
@@ -397,7 +463,7 @@ static void stats_daily(admin_t *a, const char *tenant)
         }
     }
     int64_t now = now_s(), today = now - now % 86400;
-    cJSON *rows = series(a, 86400, today - (int64_t)(days - 1) * 86400, today + 86400, tenant);
+    cJSON *rows = series(c, 86400, today - (int64_t)(days - 1) * 86400, today + 86400);
     if (!rows) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "stats.daily");
@@ -406,8 +472,9 @@ static void stats_daily(admin_t *a, const char *tenant)
     adm_set_answer(a, 200, o);
 }
 
-static void stats_tokens(admin_t *a, const char *tenant)
+static void stats_tokens(stats_t *c)
 {
+    admin_t *a = c->a;
     char b[8] = "hour";
     adm_query_param(a, "bucket", b, sizeof(b));
     int day = strcmp(b, "day") == 0;
@@ -421,7 +488,7 @@ static void stats_tokens(admin_t *a, const char *tenant)
         from -= from % 86400;
         to = (to + 86399) / 86400 * 86400;
     }
-    cJSON *rows = series(a, day ? 86400 : 3600, from, to, tenant);
+    cJSON *rows = series(c, day ? 86400 : 3600, from, to);
     if (!rows) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "stats.tokens");
@@ -494,8 +561,9 @@ static cJSON *group_json(const group_t *g, const char *group_by)
     return o;
 }
 
-static void usage_analytics(admin_t *a, const char *tenant)
+static void usage_analytics(stats_t *c)
 {
+    admin_t *a = c->a;
     static const char *const by[4][2] = {{"model", "model"},
                                          {"provider", "provider_id"},
                                          {"key", "key_id"},
@@ -514,20 +582,24 @@ static void usage_analytics(admin_t *a, const char *tenant)
     if (range_params(a, 7 * 86400, &from, &to) != 0) return;
     int64_t len = to - from;
     groups_t gs = {0};
-    char sql[600], f[24], t[24], err[256];
-    if (sums(a, &gs, col, NULL, from, to, tenant, NULL, 0) != 0 ||
-        sums(a, &gs, col, NULL, from - len, from, tenant, NULL, 1) != 0)
+    if (sums(c, &gs, col, NULL, from, to, NULL, 0) != 0 ||
+        sums(c, &gs, col, NULL, from - len, from, NULL, 1) != 0)
         goto out;
-    snprintf(sql, sizeof(sql),
-             "SELECT %s, kind, bin, SUM(n) FROM usage_hist WHERE hour >= ?1 AND hour < ?2"
-             " AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1, 2, 3",
-             col);
-    fmt(f, sizeof(f), from);
-    fmt(t, sizeof(t), to);
-    const char *p[3] = {f, t, tenant};
-    if (mg_store_query(a->store, sql, 3, p, hist_row, &gs, err, sizeof(err)) != 0) {
-        adm_storage_error(a, err);
-        goto out;
+    piece_t pc[3];
+    int n = pieces(from, to, pc);
+    for (int i = 0; i < n; i++) {
+        char sql[600], f[24], t[24], err[256];
+        snprintf(sql, sizeof(sql),
+                 "SELECT %s, kind, bin, SUM(n) FROM %s WHERE %s >= ?1 AND %s < ?2"
+                 " AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1, 2, 3",
+                 col, hist_table(&pc[i]), time_col(&pc[i]), time_col(&pc[i]));
+        fmt(f, sizeof(f), pc[i].lo);
+        fmt(t, sizeof(t), pc[i].hi);
+        const char *p[3] = {f, t, c->tenant};
+        if (mg_store_read_query(c->rd, sql, 3, p, hist_row, &gs, err, sizeof(err)) != 0) {
+            adm_storage_error(a, err);
+            goto out;
+        }
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "usage.analytics");
@@ -642,10 +714,9 @@ static int64_t seq_at(admin_t *a, mg_store_read_t *rd, int64_t at_ms, int64_t lo
         int64_t mid = lo + (hi - lo) / 2;
         fmt(m, sizeof(m), mid);
         ints_t r = {{0, 0}, {0, 0}};
-        if (mg_store_query(
-                a->store,
-                "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1, p,
-                ints_row, &r, err, sizeof(err)) != 0) {
+        if (mg_store_read_query(
+                rd, "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1,
+                p, ints_row, &r, err, sizeof(err)) != 0) {
             adm_storage_error(a, err);
             return -1;
         }
@@ -838,23 +909,37 @@ int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *ve
      * pending (this is the worker thread), so it sees every committed event; the turn
      * drains the usage journal first (store.h), so every answered request's event too */
     mg_store_sync_aggs(a->store);
-    if (usage && !verb) {
-        if (id[0] == 'a') usage_analytics(a, tenant);
-        else usage_events(a, tenant);
+    if (usage && !verb && id[0] == 'e') {
+        usage_events(a, tenant);
+        return 1;
+    }
+    char err[256];
+    stats_t c = {a, tenant, mg_store_read_open(a->store, err, sizeof(err))};
+    if (!c.rd) {
+        adm_storage_error(a, err);
+        return 1;
+    }
+    /* one read transaction: every query of the answer sees the same roll-ups (the close
+     * ends it) */
+    if (mg_store_read_query(c.rd, "BEGIN", 0, NULL, NULL, NULL, err, sizeof(err)) != 0) {
+        adm_storage_error(a, err);
+    } else if (usage && !verb) {
+        usage_analytics(&c);
     } else if (stats && id && !strcmp(id, "overview") && !verb) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "stats.overview");
-        overview(a, tenant, NULL, NULL, o);
+        overview(&c, o);
     } else if (stats && id && !strcmp(id, "daily") && !verb) {
-        stats_daily(a, tenant);
+        stats_daily(&c);
     } else if (stats && id && !strcmp(id, "tokens") && !verb) {
-        stats_tokens(a, tenant);
+        stats_tokens(&c);
     } else if (stats && id && !strcmp(id, "providers") && verb) {
         snprintf(a->target, sizeof(a->target), "provider:%.64s", verb);
-        stats_provider(a, tenant, verb);
+        stats_provider(&c, verb);
     } else {
         a->action = "admin.unknown";
         adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
     }
+    mg_store_read_close(c.rd);
     return 1;
 }

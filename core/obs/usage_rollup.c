@@ -81,6 +81,8 @@ typedef struct {
 typedef struct {
     sums_t batch, pending;
     sqlite3_stmt *hourly_st, *hist_st, *provider_st, *daily_st, *mark_st;
+    sqlite3_stmt *hourly_day_st, *hist_day_st; /* usage_daily, usage_hist_daily */
+    sqlite3_stmt *totals_st;                   /* usage_tenant_hourly */
 } rollup_t;
 
 /* A new zeroed element at the end of an array (a, n, cap), or NULL. */
@@ -291,6 +293,9 @@ static void rollup_destroy(void *state)
     sqlite3_finalize(r->provider_st);
     sqlite3_finalize(r->daily_st);
     sqlite3_finalize(r->mark_st);
+    sqlite3_finalize(r->hourly_day_st);
+    sqlite3_finalize(r->hist_day_st);
+    sqlite3_finalize(r->totals_st);
     sums_free(&r->batch);
     sums_free(&r->pending);
     free(r);
@@ -427,26 +432,37 @@ static void rollup_flushed(void *state)
 
 /* ---- the flush: one UPSERT per bucket ---- */
 
-static const char *const HOURLY_SQL =
-    "INSERT INTO usage_hourly VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"
-    " ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
-    " ON CONFLICT DO UPDATE SET requests = requests + excluded.requests,"
-    " errors = errors + excluded.errors, cancelled = cancelled + excluded.cancelled,"
-    " input_tokens = input_tokens + excluded.input_tokens,"
-    " output_tokens = output_tokens + excluded.output_tokens,"
-    " cached_read_tokens = cached_read_tokens + excluded.cached_read_tokens,"
-    " cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,"
-    " reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,"
-    " cache_hits = cache_hits + excluded.cache_hits,"
-    " missing_usage = missing_usage + excluded.missing_usage,"
-    " cost_micros = cost_micros + excluded.cost_micros,"
-    " latency_ms_sum = latency_ms_sum + excluded.latency_ms_sum,"
-    " ttft_ms_sum = ttft_ms_sum + excluded.ttft_ms_sum,"
-    " ttft_count = ttft_count + excluded.ttft_count";
+/* The sums' UPSERT: the key's columns (the values' first `key` parameters), then the 14
+ * sums added to a row already there */
+#define SUMS_SET                                                                                   \
+    " ON CONFLICT DO UPDATE SET requests = requests + excluded.requests,"                          \
+    " errors = errors + excluded.errors, cancelled = cancelled + excluded.cancelled,"              \
+    " input_tokens = input_tokens + excluded.input_tokens,"                                        \
+    " output_tokens = output_tokens + excluded.output_tokens,"                                     \
+    " cached_read_tokens = cached_read_tokens + excluded.cached_read_tokens,"                      \
+    " cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,"                      \
+    " reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,"                            \
+    " cache_hits = cache_hits + excluded.cache_hits,"                                              \
+    " missing_usage = missing_usage + excluded.missing_usage,"                                     \
+    " cost_micros = cost_micros + excluded.cost_micros,"                                           \
+    " latency_ms_sum = latency_ms_sum + excluded.latency_ms_sum,"                                  \
+    " ttft_ms_sum = ttft_ms_sum + excluded.ttft_ms_sum,"                                           \
+    " ttft_count = ttft_count + excluded.ttft_count"
+/* usage_hourly's and usage_daily's: the key's first the hour or the day */
+#define SUMS_UPSERT(table)                                                                         \
+    "INSERT INTO " table " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"        \
+    " ?14, ?15, ?16, ?17, ?18, ?19, ?20)" SUMS_SET
+#define HIST_UPSERT(table)                                                                         \
+    "INSERT INTO " table " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"                            \
+    " ON CONFLICT DO UPDATE SET n = n + excluded.n"
 
-static const char *const HIST_SQL =
-    "INSERT INTO usage_hist VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    " ON CONFLICT DO UPDATE SET n = n + excluded.n";
+static const char *const HOURLY_SQL = SUMS_UPSERT("usage_hourly");
+static const char *const HOURLY_DAY_SQL = SUMS_UPSERT("usage_daily");
+static const char *const HIST_SQL = HIST_UPSERT("usage_hist");
+static const char *const HIST_DAY_SQL = HIST_UPSERT("usage_hist_daily");
+static const char *const TOTALS_SQL =
+    "INSERT INTO usage_tenant_hourly VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
+    " ?13, ?14, ?15, ?16)" SUMS_SET;
 
 /* the ADR's columns: cost in currency units beside the exact micros, the average latency
  * as the integer quotient of the sums (what the per-event trigger left after N events) */
@@ -496,9 +512,10 @@ static int run(sqlite3_stmt *st)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-static void bind_hour_key(sqlite3_stmt *st, const hour_key_t *k)
+/* The key's hour, or its UTC day (the midnight's unix seconds) when day is set. */
+static void bind_hour_key(sqlite3_stmt *st, const hour_key_t *k, int day)
 {
-    sqlite3_bind_int64(st, 1, k->hour);
+    sqlite3_bind_int64(st, 1, day ? k->hour - k->hour % 86400 : k->hour);
     sqlite3_bind_int64(st, 2, k->tenant);
     sqlite3_bind_int64(st, 3, k->project);
     sqlite3_bind_int64(st, 4, k->key);
@@ -508,23 +525,72 @@ static void bind_hour_key(sqlite3_stmt *st, const hour_key_t *k)
 
 static const char *const MARK_SQL = "UPDATE usage_rollup_mark SET seq = max(seq, ?1)";
 
+static int upsert_sums(sqlite3_stmt *st, const hourly_t *h, int day)
+{
+    bind_hour_key(st, &h->k, day);
+    for (int c = 0; c < H_N; c++) sqlite3_bind_int64(st, 7 + c, h->v[c]);
+    return run(st);
+}
+
+static int upsert_hist(sqlite3_stmt *st, const hist_t *h, int day)
+{
+    bind_hour_key(st, &h->k, day);
+    sqlite3_bind_text(st, 7, h->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 8, h->bin);
+    sqlite3_bind_int64(st, 9, h->n);
+    return run(st);
+}
+
+/* Each hourly bucket and histogram bin is added to its hour's row and to its day's: the
+ * daily tables are the hourly ones summed per day by construction, in the same
+ * transaction (one UPSERT more per bucket; the buckets of a second mostly share an hour,
+ * so summing them per day first would save next to nothing). */
 static int flush_hourly(rollup_t *rs, const sums_t *r)
 {
+    for (int i = 0; i < r->hourly.n; i++)
+        if (upsert_sums(rs->hourly_st, &r->hourly.a[i], 0) != 0 ||
+            upsert_sums(rs->hourly_day_st, &r->hourly.a[i], 1) != 0)
+            return -1;
+    for (int i = 0; i < r->hist.n; i++)
+        if (upsert_hist(rs->hist_st, &r->hist.a[i], 0) != 0 ||
+            upsert_hist(rs->hist_day_st, &r->hist.a[i], 1) != 0)
+            return -1;
+    return 0;
+}
+
+/* usage_tenant_hourly: the hourly buckets summed per hour and tenant, what the series by
+ * hour or day read (admin/stats.c: one row per hour and tenant instead of one per key,
+ * project, provider and model). Summed here, at the flush, so a second of traffic costs an
+ * UPSERT or two more, not one per bucket; the sums are few (one per hour and tenant of
+ * the second), searched from the newest. */
+typedef struct {
+    int64_t hour, tenant, v[H_N];
+} total_t;
+
+static int flush_totals(rollup_t *rs, const sums_t *r)
+{
+    if (!r->hourly.n) return 0;
+    total_t *t = malloc((size_t)r->hourly.n * sizeof(*t));
+    if (!t) return -1;
+    int n = 0, rc = 0;
     for (int i = 0; i < r->hourly.n; i++) {
         const hourly_t *h = &r->hourly.a[i];
-        bind_hour_key(rs->hourly_st, &h->k);
-        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(rs->hourly_st, 7 + c, h->v[c]);
-        if (run(rs->hourly_st) != 0) return -1;
+        int j = n - 1;
+        while (j >= 0 && (t[j].hour != h->k.hour || t[j].tenant != h->k.tenant)) j--;
+        if (j < 0) {
+            j = n++;
+            t[j] = (total_t){.hour = h->k.hour, .tenant = h->k.tenant};
+        }
+        for (int c = 0; c < H_N; c++) t[j].v[c] += h->v[c];
     }
-    for (int i = 0; i < r->hist.n; i++) {
-        const hist_t *h = &r->hist.a[i];
-        bind_hour_key(rs->hist_st, &h->k);
-        sqlite3_bind_text(rs->hist_st, 7, h->kind, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(rs->hist_st, 8, h->bin);
-        sqlite3_bind_int64(rs->hist_st, 9, h->n);
-        if (run(rs->hist_st) != 0) return -1;
+    for (int j = 0; j < n && rc == 0; j++) {
+        sqlite3_bind_int64(rs->totals_st, 1, t[j].hour);
+        sqlite3_bind_int64(rs->totals_st, 2, t[j].tenant);
+        for (int c = 0; c < H_N; c++) sqlite3_bind_int64(rs->totals_st, 3 + c, t[j].v[c]);
+        rc = run(rs->totals_st);
     }
-    return 0;
+    free(t);
+    return rc;
 }
 
 static int flush_pools(rollup_t *rs, const sums_t *r)
@@ -561,9 +627,15 @@ static int rollup_flush(void *state, sqlite3 *db)
     if (!r->pending.hourly.n) return 0;
     if (prepare(db, &r->hourly_st, HOURLY_SQL) != 0 || prepare(db, &r->hist_st, HIST_SQL) != 0 ||
         prepare(db, &r->provider_st, PROVIDER_SQL) != 0 ||
-        prepare(db, &r->daily_st, DAILY_SQL) != 0 || prepare(db, &r->mark_st, MARK_SQL) != 0)
+        prepare(db, &r->daily_st, DAILY_SQL) != 0 || prepare(db, &r->mark_st, MARK_SQL) != 0 ||
+        prepare(db, &r->hourly_day_st, HOURLY_DAY_SQL) != 0 ||
+        prepare(db, &r->hist_day_st, HIST_DAY_SQL) != 0 ||
+        prepare(db, &r->totals_st, TOTALS_SQL) != 0)
         return -1;
-    int rc = flush_hourly(r, &r->pending) == 0 && flush_pools(r, &r->pending) == 0 ? 0 : -1;
+    int rc = flush_hourly(r, &r->pending) == 0 && flush_totals(r, &r->pending) == 0 &&
+                     flush_pools(r, &r->pending) == 0
+                 ? 0
+                 : -1;
     if (rc == 0) {
         sqlite3_bind_int64(r->mark_st, 1, r->pending.max_seq);
         rc = run(r->mark_st);
@@ -571,6 +643,8 @@ static int rollup_flush(void *state, sqlite3 *db)
     /* the bound strings die with the pending sums */
     sqlite3_clear_bindings(r->hourly_st);
     sqlite3_clear_bindings(r->hist_st);
+    sqlite3_clear_bindings(r->hourly_day_st);
+    sqlite3_clear_bindings(r->hist_day_st);
     sqlite3_clear_bindings(r->provider_st);
     sqlite3_clear_bindings(r->daily_st);
     return rc;

@@ -191,9 +191,9 @@ static int count_of(const char *path, const char *sql)
 }
 
 /* Migration 23 keeps the rows of the table it rebuilds: a database written at version 22
- * (its responses table as migration 15 made it) opened by this binary still answers its
- * Responses by id (expired ones excepted) and deletes them; new ones are keyed above them;
- * the start-up prune removes the expired rows older than the oldest live one. */
+ * (its responses table as migration 15 made it, the usage roll-ups empty) opened by this binary
+ * still answers its Responses by id (expired ones excepted) and deletes them; new ones are keyed
+ * above them; the start-up prune removes the expired rows older than the oldest live one. */
 static void test_migration_keeps_rows(void)
 {
     char dir[64], path[128], err[256];
@@ -211,6 +211,15 @@ static void test_migration_keeps_rows(void)
                           " response TEXT NOT NULL, input TEXT NOT NULL, messages TEXT NOT NULL,"
                           " created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);"
                           "CREATE INDEX idx_responses_expiry ON responses(expires_at);"
+                          /* the hourly roll-ups a version-22 database has (migration 13),
+                           * empty: migration 24 back-fills the daily ones from them */
+                          "CREATE TABLE usage_hourly (hour, tenant_id, project_id, key_id,"
+                          " provider_id, model, requests, errors, cancelled, input_tokens,"
+                          " output_tokens, cached_read_tokens, cache_write_tokens,"
+                          " reasoning_tokens, cache_hits, missing_usage, cost_micros,"
+                          " latency_ms_sum, ttft_ms_sum, ttft_count);"
+                          "CREATE TABLE usage_hist (hour, tenant_id, project_id, key_id,"
+                          " provider_id, model, kind, bin, n);"
                           "INSERT INTO responses VALUES ('resp_000000000000000000000001',"
                           " 'cred:a', '{}', '[]', '[]', 1, 2);"
                           "INSERT INTO responses VALUES ('resp_9a3f00c1d2e4b5a6c7d8e9f0',"

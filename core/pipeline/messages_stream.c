@@ -81,7 +81,10 @@ static void message_start(mg_msgs_stream_t *s, mg_buf_t *out)
     mg_buf_append_str(out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
                            "\"usage\":{\"input_tokens\":");
     mg_buf_append_int(out, s->usage.input);
-    mg_buf_append_str(out, ",\"output_tokens\":0}}");
+    /* the cache counts are not known before the upstream's usage (message_delta has them):
+       null, as the SDK's Usage allows, rather than a 0 that would be a claim */
+    mg_buf_append_str(out, ",\"output_tokens\":0,\"cache_creation_input_tokens\":null,"
+                           "\"cache_read_input_tokens\":null}}");
     event_end(out);
     event_head(out, "ping"); /* as Anthropic's own streams: clients know the stream is live */
     event_end(out);

@@ -21,8 +21,21 @@ int mg_msgs_stream_init(mg_msgs_stream_t *s, const char *id, const char *model,
     return s->model ? 0 : -1;
 }
 
+static void pending_clear(mg_msgs_stream_t *s)
+{
+    for (int i = 0; i < s->npending; i++) {
+        free(s->pending[i].id);
+        free(s->pending[i].name);
+        mg_buf_free(&s->pending[i].arg);
+    }
+    s->npending = 0;
+}
+
 void mg_msgs_stream_free(mg_msgs_stream_t *s)
 {
+    pending_clear(s);
+    free(s->pending);
+    s->pending = NULL;
     free(s->model);
     free(s->stop_sequence);
     mg_buf_free(&s->line);
@@ -68,7 +81,10 @@ static void message_start(mg_msgs_stream_t *s, mg_buf_t *out)
     mg_buf_append_str(out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
                            "\"usage\":{\"input_tokens\":");
     mg_buf_append_int(out, s->usage.input);
-    mg_buf_append_str(out, ",\"output_tokens\":0}}");
+    /* the cache counts are not known before the upstream's usage (message_delta has them):
+       null, as the SDK's Usage allows, rather than a 0 that would be a claim */
+    mg_buf_append_str(out, ",\"output_tokens\":0,\"cache_creation_input_tokens\":null,"
+                           "\"cache_read_input_tokens\":null}}");
     event_end(out);
     event_head(out, "ping"); /* as Anthropic's own streams: clients know the stream is live */
     event_end(out);
@@ -86,9 +102,12 @@ static void close_block(mg_msgs_stream_t *s, mg_buf_t *out)
 
 /* A new block of `kind`: the open one closed first. `block` is its content_block's members
  * after "type" (text already JSON). */
+static void flush_pending(mg_msgs_stream_t *s, mg_buf_t *out);
+
 static int open_block(mg_msgs_stream_t *s, mg_msgs_block_t kind, const char *type,
                       const char *members, mg_buf_t *out)
 {
+    if (kind != MG_MSGS_TOOL) flush_pending(s, out); /* waiting calls come first */
     close_block(s, out);
     int index = s->next_index++;
     event_head(out, "content_block_start");
@@ -168,44 +187,119 @@ static void text(mg_msgs_stream_t *s, const cJSON *delta, mg_buf_t *out)
     block_delta(out, s->open_index, "text_delta", "text", t);
 }
 
-/* One tool call fragment: its first fragment (id, name) opens its block; its argument
- * fragments are input_json_delta events on that block. */
+/* A tool_use block's start for call `ti`: closes the open block. */
+static void open_tool_block(mg_msgs_stream_t *s, int ti, const char *id, const char *name,
+                            mg_buf_t *out)
+{
+    char gen[160];
+    if (!id) {
+        snprintf(gen, sizeof(gen), "toolu_%s_%d", s->id, ti);
+        id = gen;
+    }
+    mg_buf_t m = {0};
+    mg_buf_append_str(&m, ",\"id\":");
+    put_str(&m, id);
+    mg_buf_append_str(&m, ",\"name\":");
+    put_str(&m, name ? name : "");
+    mg_buf_append_str(&m, ",\"input\":{}");
+    s->tool_block[ti] = (short)open_block(s, MG_MSGS_TOOL, "tool_use", m.data ? m.data : "", out);
+    s->open_tool = ti;
+    mg_buf_free(&m);
+}
+
+/* Every waiting call gets its block in start order, its kept fragments as they came; the last
+ * one stays open (its later fragments stream live). */
+static void flush_pending(mg_msgs_stream_t *s, mg_buf_t *out)
+{
+    for (int i = 0; i < s->npending; i++) {
+        mg_msgs_pending_t *p = &s->pending[i];
+        open_tool_block(s, p->tool, p->id, p->name, out);
+        for (size_t at = 0; at < p->arg.len;) {
+            const char *nl = memchr(p->arg.data + at, '\n', p->arg.len - at);
+            size_t len = nl ? (size_t)(nl - (p->arg.data + at)) : p->arg.len - at;
+            block_delta_json(out, s->open_index, "input_json_delta", "partial_json",
+                             p->arg.data + at, len);
+            at += len + 1;
+        }
+    }
+    pending_clear(s);
+}
+
+/* A call's argument fragment as a JSON string literal (a string, or an object printed), or
+ * 0 when it has none. */
+static int arg_literal(const cJSON *args, mg_buf_t *lit)
+{
+    if (cJSON_IsString(args) && args->valuestring[0]) {
+        mg_json_print_string(args->valuestring, strlen(args->valuestring), lit);
+        return 1;
+    }
+    if (!cJSON_IsObject(args)) return 0; /* an engine that sends the arguments as an object */
+    mg_buf_t a = {0};
+    mg_json_print(args, &a);
+    int some = a.len > 2;
+    if (some) mg_json_print_string(a.data, a.len, lit);
+    mg_buf_free(&a);
+    return some;
+}
+
+static mg_msgs_pending_t *pending_of(mg_msgs_stream_t *s, int ti)
+{
+    for (int i = 0; i < s->npending; i++)
+        if (s->pending[i].tool == ti) return &s->pending[i];
+    return NULL;
+}
+
+/* A call starting while another call's block is open: it waits. 0, or -1 out of memory (it
+ * then opens at once: overlap is better than a lost call). */
+static int wait_call(mg_msgs_stream_t *s, int ti, const char *id, const char *name)
+{
+    if (!s->pending && !(s->pending = calloc(MG_MSGS_TOOLS_MAX, sizeof(*s->pending)))) return -1;
+    mg_msgs_pending_t *p = &s->pending[s->npending];
+    memset(p, 0, sizeof(*p));
+    p->tool = ti;
+    p->id = id ? strdup(id) : NULL;
+    p->name = strdup(name ? name : "");
+    if ((id && !p->id) || !p->name) {
+        free(p->id);
+        free(p->name);
+        return -1;
+    }
+    s->npending++;
+    s->tool_block[ti] = -2;
+    return 0;
+}
+
+/* One tool call fragment: its first fragment (id, name) opens its block (or makes it wait,
+ * see the header); its argument fragments are input_json_delta events on that block. */
 static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg_buf_t *out)
 {
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(tc, "index");
     int ti = mg_json_int(idx, position);
     if (ti < 0 || ti >= MG_MSGS_TOOLS_MAX) ti = MG_MSGS_TOOLS_MAX - 1;
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
-    if (s->tool_block[ti] < 0) {
+    if (s->tool_block[ti] == -1) {
         const char *id = nonempty(tc, "id"), *name = nonempty(fn, "name");
-        char gen[160];
-        if (!id) {
-            snprintf(gen, sizeof(gen), "toolu_%s_%d", s->id, ti);
-            id = gen;
+        if (s->open != MG_MSGS_TOOL || wait_call(s, ti, id, name) != 0)
+            open_tool_block(s, ti, id, name, out);
+    }
+    mg_buf_t lit = {0};
+    int some = arg_literal(cJSON_GetObjectItemCaseSensitive(fn, "arguments"), &lit);
+    if (s->tool_block[ti] == -2) {
+        mg_msgs_pending_t *p = pending_of(s, ti);
+        if (some) {
+            if (p->arg.len) mg_buf_append(&p->arg, "\n", 1); /* a literal holds no raw \n */
+            mg_buf_append(&p->arg, lit.data, lit.len);
         }
-        mg_buf_t m = {0};
-        mg_buf_append_str(&m, ",\"id\":");
-        put_str(&m, id);
-        mg_buf_append_str(&m, ",\"name\":");
-        put_str(&m, name ? name : "");
-        mg_buf_append_str(&m, ",\"input\":{}");
-        s->tool_block[ti] =
-            (short)open_block(s, MG_MSGS_TOOL, "tool_use", m.data ? m.data : "", out);
-        s->open_tool = ti;
-        mg_buf_free(&m);
+        /* its own arguments with none of the open call's since it started: the open call is
+           done (calls one after another) */
+        if (some && !s->interleaved) flush_pending(s, out);
+    } else if (some) {
+        if (ti == s->open_tool && s->npending) s->interleaved = 1;
+        /* only a call whose block was closed by a wrong guess above lands on a closed block */
+        block_delta_json(out, s->tool_block[ti], "input_json_delta", "partial_json", lit.data,
+                         lit.len);
     }
-    /* an engine that interleaves its calls' fragments (none known does) has a later
-       fragment go to its own block, already started: no argument is lost */
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-    if (cJSON_IsString(args) && args->valuestring[0])
-        block_delta(out, s->tool_block[ti], "input_json_delta", "partial_json", args->valuestring);
-    else if (cJSON_IsObject(args)) { /* an engine that sends the arguments as an object */
-        mg_buf_t a = {0};
-        mg_json_print(args, &a);
-        if (a.len > 2)
-            block_delta(out, s->tool_block[ti], "input_json_delta", "partial_json", a.data);
-        mg_buf_free(&a);
-    }
+    mg_buf_free(&lit);
 }
 
 static void finish(mg_msgs_stream_t *s, const cJSON *choice)
@@ -256,6 +350,7 @@ static void error_event(mg_msgs_stream_t *s, const cJSON *err, mg_buf_t *out)
 static void stream_end(mg_msgs_stream_t *s, mg_buf_t *out)
 {
     if (!s->started) message_start(s, out);
+    flush_pending(s, out);
     close_block(s, out);
     const mg_msgs_usage_t *u = s->have_usage ? &s->usage : &s->fallback;
     event_head(out, "message_delta");

@@ -14,7 +14,13 @@
  * (adapters/anthropic.lua) is its signature_delta, delta.redacted_thinking a redacted block;
  * delta.content a text block; each tool call (by its index: every one of them, not only the
  * first) a tool_use block whose input_json_delta events are the upstream's argument deltas as
- * they arrive (an empty tool_calls list, or an empty argument delta, makes no event). A chunk
+ * they arrive (an empty tool_calls list, or an empty argument delta, makes no event). Blocks
+ * never overlap, so a call that starts while another's block is open waits (its fragments
+ * kept): its own first argument fragment, with none of the open call's in between, closes the
+ * open block and opens its own (calls sent one after another stream live); a fragment of the
+ * open call after another call started (an engine that interleaves its calls' arguments)
+ * keeps every waiting call until the end of the message, where each gets its block in turn,
+ * its arguments in the pieces they came in. A chunk
  * whose "error" is set ends the stream with Anthropic's error event (no message_stop: a
  * failed stream never looks complete); [DONE] ends it properly.
  *
@@ -39,6 +45,14 @@ typedef enum {
     MG_MSGS_REDACTED
 } mg_msgs_block_t;
 
+/* A tool call that started while another call's block was open: its block not yet sent. */
+typedef struct {
+    int tool;     /* its canonical index */
+    char *id;     /* owned */
+    char *name;   /* owned */
+    mg_buf_t arg; /* owned: its argument fragments, each a JSON string literal, \n-separated */
+} mg_msgs_pending_t;
+
 typedef struct mg_msgs_stream_s {
     char id[96];           /* "msg_<request id>" */
     char *model;           /* owned: the client's model name */
@@ -50,7 +64,11 @@ typedef struct mg_msgs_stream_s {
     int open_index;                      /* its index */
     int open_tool;                       /* the canonical index of the open tool call */
     int next_index;                      /* the next block's index */
-    short tool_block[MG_MSGS_TOOLS_MAX]; /* canonical tool index -> block index, -1: none yet */
+    short tool_block[MG_MSGS_TOOLS_MAX]; /* canonical tool index -> block index, -1: none yet,
+                                            -2: waiting in pending */
+    mg_msgs_pending_t *pending;          /* owned (MG_MSGS_TOOLS_MAX, lazily): waiting calls */
+    int npending;                        /* in start order */
+    int interleaved;                     /* the engine interleaves: waiting calls wait to the end */
     const char *stop_reason;             /* static, NULL until a finish_reason came */
     char *stop_sequence;                 /* owned, or NULL */
     mg_buf_t line;                       /* owned: an unfinished line of the input */

@@ -40,6 +40,11 @@
 //                              that many frames (lead and content frames counted; default 0,
 //                              before the first), and the stream goes on as scripted
 //   hang                       never answer
+//   fixture                    a file under tests/fixtures (e.g. "openai/chat_stream.sse"),
+//                              replayed as recorded: .json whole (application/json), .sse frame
+//                              by frame and .ndjson line by line chunk_delay_ms apart (default
+//                              20; each frame its own write), .txt whole (Prometheus text);
+//                              status from action.status (default 200)
 //   hold                       a name: wait (before delay_first_byte_ms) until POST
 //                              /__mock/release names it, then answer as scripted; the record
 //                              says held: true until then. An upstream made slow with no clock
@@ -69,7 +74,9 @@
 //
 // This file only uses node: modules. Run `node tests/mock/engine.mjs --help`.
 
+import fs from 'node:fs';
 import http from 'node:http';
+import nodePath from 'node:path';
 import { fileURLToPath } from 'node:url';
 import process from 'node:process';
 
@@ -77,6 +84,7 @@ const DEFAULT_CHUNKS = 5;
 const EMBED_DIMS = 8;
 const WORDS = ['says', 'hello', 'from', 'the', 'mock', 'engine'];
 const CONTROL_PREFIX = '/__mock/';
+const FIXTURES_DIR = nodePath.resolve(nodePath.dirname(fileURLToPath(import.meta.url)), '../fixtures');
 
 // ---------------------------------------------------------------------------
 // Deterministic content
@@ -1136,6 +1144,10 @@ async function respond(task, action, path, parsed, text, method) {
     if (task.dead) return;
 
     const extra = action.headers ?? {};
+    if (typeof action.fixture === 'string') {
+        await sendFixture(task, action, extra);
+        return;
+    }
     if (Array.isArray(action.body)) {
         await sendParts(task, action, extra);
         return;
@@ -1196,6 +1208,38 @@ async function sendParts(task, action, extra) {
         if (i > 0) await task.sleep(gap);
         if (task.dead) return;
         res.write(String(action.body[i]));
+    }
+    res.end();
+}
+
+/** A recorded fixture file's bytes: what the file holds, only cut into its frames (the
+ * mock adds nothing, so a test sees exactly what the recorded server sent). */
+export function fixtureFrames(name) {
+    const file = nodePath.resolve(FIXTURES_DIR, name);
+    if (!file.startsWith(FIXTURES_DIR + nodePath.sep)) throw new Error(`fixture outside tests/fixtures: ${name}`);
+    const text = fs.readFileSync(file, 'utf8');
+    if (name.endsWith('.sse')) return { type: 'text/event-stream; charset=utf-8', frames: text.split(/(?<=\n\n)/) };
+    if (name.endsWith('.ndjson')) return { type: 'application/x-ndjson', frames: text.split(/(?<=\n)/) };
+    if (name.endsWith('.json')) return { type: 'application/json', whole: text };
+    return { type: 'text/plain; version=0.0.4; charset=utf-8', whole: text };
+}
+
+async function sendFixture(task, action, extra) {
+    const { res } = task;
+    const f = fixtureFrames(action.fixture);
+    const status = action.status ?? 200;
+    if (f.whole !== undefined) {
+        res.writeHead(status, { 'Content-Type': f.type, 'Content-Length': Buffer.byteLength(f.whole), ...extra });
+        res.end(f.whole);
+        return;
+    }
+    res.writeHead(status, { 'Content-Type': f.type, 'Cache-Control': 'no-cache', ...extra });
+    res.flushHeaders();
+    const gap = action.chunk_delay_ms ?? 20;
+    for (let i = 0; i < f.frames.length; i++) {
+        if (i > 0) await task.sleep(gap);
+        if (task.dead) return;
+        res.write(f.frames[i]);
     }
     res.end();
 }

@@ -340,11 +340,79 @@ static void test_stream_tools(void)
             first.data,
             "\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":9,\"output_tokens\":7") !=
         NULL);
-    CHECK(strstr(first.data, "\"usage\":{\"input_tokens\":5,\"output_tokens\":0}") !=
-          NULL); /* message_start's estimate */
+    CHECK(
+        strstr(
+            first.data,
+            "\"usage\":{\"input_tokens\":5,\"output_tokens\":0,\"cache_creation_input_tokens\":null,"
+            "\"cache_read_input_tokens\":null}") != NULL); /* message_start's estimate */
     mg_buf_free(&types);
     mg_buf_free(&first);
     mg_buf_free(&in);
+}
+
+/* Two calls whose argument fragments interleave (0, 1, 0, 1): blocks never overlap; the second
+ * call waits and gets its block after the first closes, its fragments as they came. Then
+ * calls sent one after another: each opens live when its own arguments come. */
+static void test_stream_tools_interleaved(void)
+{
+#define TC(i, rest) CHUNK("{\"tool_calls\":[{\"index\":" #i "," rest "}]}", "null")
+#define ARG(i, a) TC(i, "\"function\":{\"arguments\":\"" a "\"}")
+    static const char *const inter[] = {
+        TC(0,
+           "\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}"),
+        TC(1,
+           "\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}"),
+        ARG(0, "{\\\"x\\\""),
+        ARG(1, "{\\\"y\\\""),
+        ARG(0, ":1}"),
+        ARG(1, ":2}"),
+        CHUNK("{}", "\"tool_calls\""),
+        "[DONE]",
+    };
+    static const char *const seq[] = {
+        TC(0,
+           "\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}"),
+        ARG(0, "{\\\"x\\\":1}"),
+        TC(1,
+           "\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}"),
+        ARG(1, "{\\\"y\\\":2}"),
+        CHUNK("{\"content\":\"after\"}", "null"),
+        CHUNK("{}", "\"stop\""),
+        "[DONE]",
+    };
+#undef ARG
+#undef TC
+    for (int round = 0; round < 2; round++) {
+        mg_buf_t in = {0}, out = {0}, types = {0};
+        if (round == 0) sse_of(inter, sizeof(inter) / sizeof(inter[0]), &in);
+        else sse_of(seq, sizeof(seq) / sizeof(seq[0]), &in);
+        mg_msgs_stream_t s;
+        CHECK_EQ_INT(mg_msgs_stream_init(&s, "msg_2", "claude", 5), 0);
+        feed_all(&s, in.data, in.len, 7, &out);
+        event_types(out.data, &types);
+        if (round == 0) {
+            CHECK_STR(types.data,
+                      "message_start ping content_block_start[0] content_block_delta[0] "
+                      "content_block_delta[0] content_block_stop[0] content_block_start[1] "
+                      "content_block_delta[1] content_block_delta[1] content_block_stop[1] "
+                      "message_delta message_stop ");
+            const char *b = strstr(out.data, "\"id\":\"b\"");
+            CHECK(b && strstr(out.data, "\"index\":0,\"delta\":{\"type\":\"input_json_delta\","
+                                        "\"partial_json\":\":1}\"}") < b);
+            CHECK(b && strstr(b, "\"index\":1,\"delta\":{\"type\":\"input_json_delta\","
+                                 "\"partial_json\":\"{\\\"y\\\"\"}") != NULL);
+        } else {
+            CHECK_STR(types.data,
+                      "message_start ping content_block_start[0] content_block_delta[0] "
+                      "content_block_stop[0] content_block_start[1] content_block_delta[1] "
+                      "content_block_stop[1] content_block_start[2] content_block_delta[2] "
+                      "content_block_stop[2] message_delta message_stop ");
+        }
+        mg_msgs_stream_free(&s);
+        mg_buf_free(&types);
+        mg_buf_free(&out);
+        mg_buf_free(&in);
+    }
 }
 
 static void test_stream_error_and_fallback(void)
@@ -423,6 +491,7 @@ int main(void)
     MG_RUN(test_stop_reasons);
     MG_RUN(test_error_body);
     MG_RUN(test_stream_tools);
+    MG_RUN(test_stream_tools_interleaved);
     MG_RUN(test_stream_error_and_fallback);
     MG_RUN(test_stream_text_bytes);
     return mg_test_summary();

@@ -48,6 +48,9 @@ local M = { name = "anthropic", version = 1 }
 
 M.passthrough = false
 M.probe_path = "/v1/models" -- health probe: Anthropic lists its models here
+-- and wants the key in x-api-key (not Authorization: Bearer) with its API version
+M.probe_key_header = "x-api-key"
+M.probe_headers = { ["anthropic-version"] = "2023-06-01" }
 -- it sends a /v1/messages client's own body (req.entry): requests the canonical form cannot
 -- carry all of (documents, server tools, mcp_servers) are served by this adapter's routes,
 -- and the core forwards their answers as Anthropic wrote them (decode and decode_event below

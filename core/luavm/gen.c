@@ -91,6 +91,60 @@ static int load_module_file(lua_State *L, const char *path, int *ref, char *err,
     return 0;
 }
 
+/* A header name or value the probe may send: printable, no CR/LF (nor ':' in a name). */
+static int header_ok(const char *s, int name)
+{
+    if (!*s) return 0;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f || (name && (*s == ':' || *s == ' '))) return 0;
+    return 1;
+}
+
+/* M.probe_key_header and M.probe_headers. 0, or -1 with err set (what was read is freed with
+ * the generation). */
+static int load_probe_headers(lua_State *L, mg_adapter_t *a, const char *path, char *err,
+                              size_t errlen)
+{
+    int t = mg_lpush_field(L, a->ref, "probe_key_header");
+    if (t == LUA_TSTRING && header_ok(lua_tostring(L, -1), 1))
+        a->probe_key_header = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (t != LUA_TNIL && !a->probe_key_header) {
+        snprintf(err, errlen, "%s: probe_key_header must be a header name", path);
+        return -1;
+    }
+    if (mg_lpush_field(L, a->ref, "probe_headers") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    size_t n = 0;
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) n++;
+    a->probe_headers = calloc(n + 1, sizeof(char *));
+    if (!a->probe_headers) {
+        lua_pop(L, 1);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    size_t i = 0;
+    for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING ||
+            !header_ok(lua_tostring(L, -2), 1) || !header_ok(lua_tostring(L, -1), 0)) {
+            lua_pop(L, 3);
+            snprintf(err, errlen, "%s: probe_headers must map header names to strings", path);
+            return -1;
+        }
+        size_t len = strlen(lua_tostring(L, -2)) + strlen(lua_tostring(L, -1)) + 3;
+        if (!(a->probe_headers[i] = malloc(len))) {
+            lua_pop(L, 3);
+            snprintf(err, errlen, "%s: out of memory", path);
+            return -1;
+        }
+        snprintf(a->probe_headers[i++], len, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
 static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *err, size_t errlen)
 {
     lua_State *L = g->L;
@@ -117,7 +171,7 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
     mg_lpush_field(L, a->ref, "stream_eof");
     a->stream_eof = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    if (!a->probe_path) return -1;
+    if (!a->probe_path || load_probe_headers(L, a, path, err, errlen) != 0) return -1;
     if (!a->passthrough) {
         const char *need[] = {"decode", "decode_event"};
         for (int i = 0; i < 2; i++) {
@@ -403,6 +457,9 @@ void mg_gen_unref(mg_gen_t *g)
     for (size_t i = 0; i < g->n_adapters; i++) {
         free(g->adapters[i].name);
         free(g->adapters[i].probe_path);
+        free(g->adapters[i].probe_key_header);
+        for (char **h = g->adapters[i].probe_headers; h && *h; h++) free(*h);
+        free(g->adapters[i].probe_headers);
     }
     free(g->adapters);
     free(g->provider_adapter);

@@ -35,13 +35,16 @@ typedef struct mg_adapter_s {
     int ref;          /* registry reference to the module table */
     int passthrough;  /* OpenAI wire: the core forwards bodies and streams itself */
     char *probe_path; /* owned: health probe path under base_url (M.probe_path, default /models) */
-    int entry_anthropic; /* M.entry_wire == "anthropic": it sends a Messages client's own body
-                            (req.entry), so what the canonical form cannot carry still reaches
-                            its upstream */
-    int stream_eof;      /* M.stream_eof: its streams have no end marker; decode_event gets
-                            util.null once at a clean end of the upstream's stream */
-    int encode_untraced; /* its encode() read the request's own fields: its answers are never
-                            kept, so it gets the plain request table (keep.h) */
+    char *probe_key_header; /* owned: the header the health probe carries the key in, as it is
+                               (M.probe_key_header); NULL: Authorization: Bearer <key> */
+    char **probe_headers;   /* owned, NULL-terminated "Name: value" lines (M.probe_headers) */
+    int entry_anthropic;    /* M.entry_wire == "anthropic": it sends a Messages client's own body
+                               (req.entry), so what the canonical form cannot carry still reaches
+                               its upstream */
+    int stream_eof;         /* M.stream_eof: its streams have no end marker; decode_event gets
+                               util.null once at a clean end of the upstream's stream */
+    int encode_untraced;    /* its encode() read the request's own fields: its answers are never
+                               kept, so it gets the plain request table (keep.h) */
 } mg_adapter_t;
 
 #define MG_REQ_FREE_MAX 64 /* request tables a generation keeps for reuse */

@@ -262,15 +262,11 @@ static void on_probe_done(void *ud, mg_xfer_result_t result, const char *detail)
 }
 
 /* GET url for slot sl; 0, or -1 when it could not start (nothing in flight then). */
-static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, load_kind_t lk,
-                       const char *url, const char *api_key, int timeout_ms)
+/* The request's headers: the fixed ones, the adapter's (a: NULL for an engine's load page)
+ * and the key, as Authorization: Bearer or in the adapter's own header. NULL: no memory. */
+static struct curl_slist *probe_headers(probe_kind_t kind, const mg_adapter_t *a,
+                                        const char *api_key)
 {
-    probe_t *p = calloc(1, sizeof(*p));
-    if (!p) return -1;
-    p->pr = pr;
-    p->slot = sl;
-    p->kind = kind;
-    p->load = lk;
     struct curl_slist *h = NULL, *nh;
     const char *fixed[] = {kind == PROBE_HEALTH ? "Accept: application/json" : "Accept: */*",
                            "User-Agent: moongate/" MOONGATE_VERSION " (probe)"};
@@ -278,15 +274,41 @@ static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, loa
         if (!(nh = curl_slist_append(h, fixed[i]))) goto fail;
         h = nh;
     }
+    for (char **x = a ? a->probe_headers : NULL; x && *x; x++) {
+        if (!(nh = curl_slist_append(h, *x))) goto fail;
+        h = nh;
+    }
     if (api_key && api_key[0]) {
-        size_t n = strlen(api_key) + 32;
+        const char *name = a && a->probe_key_header ? a->probe_key_header : NULL;
+        size_t n = strlen(api_key) + (name ? strlen(name) : 0) + 32;
         char *line = malloc(n);
         if (!line) goto fail;
-        snprintf(line, n, "Authorization: Bearer %s", api_key);
+        if (name) snprintf(line, n, "%s: %s", name, api_key);
+        else snprintf(line, n, "Authorization: Bearer %s", api_key);
         nh = curl_slist_append(h, line);
         free(line);
         if (!nh) goto fail;
         h = nh;
+    }
+    return h;
+fail:
+    curl_slist_free_all(h);
+    return NULL;
+}
+
+static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, load_kind_t lk,
+                       const char *url, const mg_adapter_t *a, const char *api_key, int timeout_ms)
+{
+    probe_t *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    p->pr = pr;
+    p->slot = sl;
+    p->kind = kind;
+    p->load = lk;
+    struct curl_slist *h = probe_headers(kind, a, api_key);
+    if (!h) {
+        probe_free(p);
+        return -1;
     }
     mg_xfer_opts_t o = {
         .method = "GET",
@@ -306,10 +328,6 @@ static int probe_start(mg_prober_t *pr, probe_slot_t *sl, probe_kind_t kind, loa
     sl->probe[kind] = p;
     sync_in_flight(pr, sl);
     return 0;
-fail:
-    curl_slist_free_all(h);
-    probe_free(p);
-    return -1;
 }
 
 /* base + path, malloc'd; NULL when out of memory. */
@@ -334,15 +352,17 @@ static void maybe_health(mg_prober_t *pr, probe_slot_t *sl, const mg_gen_t *g, s
     if (now < sl->health_due_ms || sl->probe[PROBE_HEALTH]) return;
     const mg_provider_conf_t *pc = &g->cfg->providers[i];
     const char *path = "/models";
+    const mg_adapter_t *a = NULL;
     if (g->provider_adapter && g->provider_adapter[i] >= 0 &&
-        (size_t)g->provider_adapter[i] < g->n_adapters &&
-        g->adapters[g->provider_adapter[i]].probe_path)
-        path = g->adapters[g->provider_adapter[i]].probe_path;
+        (size_t)g->provider_adapter[i] < g->n_adapters)
+        a = &g->adapters[g->provider_adapter[i]];
+    if (a && a->probe_path) path = a->probe_path;
     char *url = join_url(pc->base_url, path);
     sl->health_due_ms = now + interval;
     if (!url) return;
     ps->last_probe_ms = now;
-    if (probe_start(pr, sl, PROBE_HEALTH, LOAD_NONE, url, pc->api_key, hc->probe_timeout_ms) == 0)
+    if (probe_start(pr, sl, PROBE_HEALTH, LOAD_NONE, url, a, pc->api_key, hc->probe_timeout_ms) ==
+        0)
         sl->probe[PROBE_HEALTH]->status_only = strncmp(path, "/v2/health/", 11) == 0;
     free(url);
 }
@@ -371,7 +391,7 @@ static void maybe_load(mg_prober_t *pr, probe_slot_t *sl, const mg_config_t *cfg
         free(origin);
     }
     if (!url) return;
-    probe_start(pr, sl, PROBE_LOAD, lk, url, pc->api_key, cfg->health.probe_timeout_ms);
+    probe_start(pr, sl, PROBE_LOAD, lk, url, NULL, pc->api_key, cfg->health.probe_timeout_ms);
     free(url);
 }
 

@@ -28,6 +28,8 @@ before(async () => {
                 { id: 'llama-local', adapter: 'openai', base_url: `${m}/v1`, engine: 'llamacpp' },
                 { id: 'ollama-local', adapter: 'openai', base_url: `${m}/v1`, engine: 'ollama' },
                 { id: 'html-prov', adapter: 'openai', base_url: `${m}/bad/v1` },
+                // the anthropic adapter's probe carries the key its own way (probe_key_header)
+                { id: 'claude-prov', adapter: 'anthropic', base_url: `${m}/claude`, api_key: `\${${TEST_KEY_ENV}}` },
             ];
             config.models = {
                 chat: { routes: [{ provider: 'vllm-local', model: 'up-chat' }] },
@@ -100,6 +102,11 @@ test('engine load: vLLM /metrics, llama.cpp /slots, Ollama /api/ps, followed as 
     const probe = seen.find((r) => r.path === '/v1/models' && r.headers.authorization);
     assert.ok(probe, 'the health probe of a provider with a key carries it');
     assert.equal(probe.headers.authorization, `Bearer ${TEST_KEY}`);
+    const claude = await waitFor(async () => (await env.mock.requests((r) => r.path === '/claude/v1/models'))[0],
+        { what: 'the anthropic provider probed' });
+    assert.equal(claude.headers['x-api-key'], TEST_KEY, 'its key in x-api-key');
+    assert.equal(claude.headers['anthropic-version'], '2023-06-01');
+    assert.equal(claude.headers.authorization, undefined, 'and not as a bearer token');
     // a provider without an engine gets no load probe
     assert.equal((await provider('html-prov')).load, undefined);
 });

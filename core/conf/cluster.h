@@ -12,6 +12,7 @@
  *       degraded: local                # Redis unreachable or late: local | fail_closed |
  *                                      # fail_open (the shared limits' fallback)
  *       expected_instances: 1          # local: each instance enforces limit / this
+ *       health_samples: true           # route health shared through <key_prefix>health
  *     postgres:                        # control plane, usage, ledger
  *       url: postgres://moongate@127.0.0.1:5432/moongate  # or postgresql://, or key=value
  *       pool_size: 4
@@ -21,6 +22,7 @@
 #ifndef MG_CONF_CLUSTER_H
 #define MG_CONF_CLUSTER_H
 
+#include <stdbool.h>
 #include <yaml.h>
 
 typedef struct conf_loader_s conf_loader_t;
@@ -46,6 +48,7 @@ typedef struct mg_cluster_conf_s {
         int pool_size;                  /* default 2 */
         mg_cluster_degraded_t degraded; /* default local */
         int expected_instances;         /* local: each enforces its share, limit / this (1) */
+        bool health_samples;            /* share route health samples (cluster/samples.h): true */
     } redis;
     struct {
         char *url;     /* owned; NULL: no PostgreSQL */

@@ -1061,6 +1061,7 @@ static void test_cluster_section(void)
         CHECK(cfg->cluster.redis.timeout_ms == 20 && cfg->cluster.redis.pool_size == 2);
         CHECK(cfg->cluster.redis.degraded == MG_DEGRADED_LOCAL);
         CHECK(cfg->cluster.redis.expected_instances == 1);
+        CHECK(cfg->cluster.redis.health_samples); /* shared by default */
         CHECK_STR(cfg->cluster.postgres.url, "postgres://u@127.0.0.1/db");
         CHECK(cfg->cluster.postgres.pool_size == 3);
         mg_config_free(cfg);
@@ -1084,6 +1085,9 @@ static void test_cluster_section(void)
                    "expected_instances: 3}\n");
     CHECK(cfg && cfg->cluster.redis.degraded == MG_DEGRADED_FAIL_OPEN);
     CHECK(cfg && cfg->cluster.redis.expected_instances == 3);
+    if (cfg) mg_config_free(cfg);
+    cfg = parse_ok("cluster:\n  redis: {url: \"redis://x\", health_samples: false}\n");
+    CHECK(cfg && !cfg->cluster.redis.health_samples);
     if (cfg) mg_config_free(cfg);
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", degraded: maybe}\n"),
               "t.yaml:2: cluster.redis.degraded must be local, fail_closed or fail_open");

@@ -305,6 +305,8 @@ static void close_everything(mg_server_t *s)
     mg_fulllog_close(&s->fulllog);
     mg_probe_stop(s->prober);
     s->prober = NULL;
+    mg_redis_stop(s->redis_sub); /* the cooldown channel's: its timers held the loop */
+    s->redis_sub = NULL;
     mg_redis_stop(s->redis);   /* frees itself once its handles close */
     mg_shared_free(s->shared); /* after: the callbacks in flight have been told */
     mg_csamples_stop(s->samples);

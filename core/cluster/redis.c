@@ -374,6 +374,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     mg_redis_t *r = req->data;
     r->resolving = 0;
+    r->open_handles--; /* the request no longer holds r (it did not let go before: never freed) */
     char ip[64] = "";
     if (status == 0 && res) {
         if (res->ai_family == AF_INET6)
@@ -382,7 +383,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     if (res) uv_freeaddrinfo(res);
     if (r->stopping) {
-        if (--r->open_handles == 0) free(r);
+        if (r->open_handles == 0) free(r);
         return;
     }
     if (!ip[0]) {

@@ -92,6 +92,26 @@ describe('cluster redis client', () => {
     });
 });
 
+describe('SIGTERM with cluster.redis', () => {
+    test('exits by itself: the listening connection closes too', async () => {
+        const redis = await startRedis();
+        const env = await startEnv({
+            configure: (c) => ({ ...c, cluster: { node_id: 'edge-t', redis: { url: redis.url } } }),
+        });
+        try {
+            await waitFor(async () => (await status(env)).cluster.redis.state === 'up', { what: 'redis up' });
+            env.gw.term();
+            // the cooldown channel's connection kept the loop alive: killed after the grace
+            const { code, signal } = await env.gw.waitExit(5000);
+            assert.equal(signal, null);
+            assert.equal(code, 0);
+        } finally {
+            await env.close();
+            await redis.stop();
+        }
+    });
+});
+
 describe('no cluster section: the single-node default', () => {
     let env;
     before(async () => { env = await startEnv(); });

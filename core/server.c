@@ -9,6 +9,7 @@
 #include "cluster/limits.h"
 #include "cluster/idem.h"
 #include "cluster/redis.h"
+#include "cluster/samples.h"
 #include "tenancy/wallet.h"
 #include "server.h"
 
@@ -308,8 +309,12 @@ static void close_everything(mg_server_t *s)
     mg_upmodels_stop(s->upmodels); /* its fetches go before the upstream client */
     s->upmodels = NULL;
     s->api.upmodels = NULL;
+    mg_redis_stop(s->redis_sub); /* the cooldown channel's: its timers held the loop */
+    s->redis_sub = NULL;
     mg_redis_stop(s->redis);   /* frees itself once its handles close */
     mg_shared_free(s->shared); /* after: the callbacks in flight have been told */
+    mg_csamples_stop(s->samples);
+    s->samples = s->pipeline.samples = s->api.samples = NULL;
     mg_idem_cluster(s->idem, NULL, 0);
     mg_cidem_free(s->cidem);
     s->cidem = NULL;
@@ -710,6 +715,11 @@ static void start_loop_hooks(mg_server_t *s)
                                                                     : cfg->timeouts.total_ms;
     mg_idem_cluster(s->idem, s->cidem,
                     (uint64_t)total + (uint64_t)cfg->routing.queue_timeout_ms + 5000);
+    /* health samples heard from the other instances, and this one's shared with them */
+    if (cfg->cluster.redis.health_samples)
+        s->samples = mg_csamples_new(s->loop, s->redis, cfg->cluster.redis.key_prefix,
+                                     cfg->cluster.node_id, mg_pipeline_sample_heard, &s->pipeline);
+    s->pipeline.samples = s->api.samples = s->samples;
     if (s->shared) { /* cooldowns heard from the other instances */
         const mg_cluster_conf_t *cc = &mg_gens_current(&s->gens)->cfg->cluster;
         char channel[160];

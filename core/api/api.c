@@ -3,6 +3,7 @@
 #include "cluster/idem.h"
 #include "cluster/limits.h"
 #include "cluster/redis.h"
+#include "cluster/samples.h"
 #include "api/api.h"
 
 #include <stdio.h>
@@ -88,6 +89,26 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
     cJSON_AddNumberToObject(id, "stored", (double)is.stored);
     cJSON_AddNumberToObject(id, "conflicts", (double)is.conflicts);
     cJSON_AddNumberToObject(id, "unavailable", (double)is.unavailable);
+    mg_csamples_stats_t hs;
+    mg_csamples_stats(s->samples, &hs);
+    cJSON *h = cJSON_AddObjectToObject(rd, "health_samples");
+    cJSON_AddNumberToObject(h, "added", (double)hs.added);
+    cJSON_AddNumberToObject(h, "dropped", (double)hs.dropped);
+    cJSON_AddNumberToObject(h, "heard", (double)hs.heard);
+    cJSON_AddNumberToObject(h, "replayed", (double)hs.replayed);
+}
+
+/* The provider's 5-minute health window: its own attempts and, with cluster.redis, the other
+ * instances' (cluster/samples.h). Rates and means null when there are none. */
+static void add_health_window(cJSON *o, const mg_health_t *h, uint64_t now)
+{
+    mg_health_snapshot_t hs;
+    mg_health_snapshot(h, now, &hs);
+    cJSON_AddNumberToObject(o, "samples_5m", hs.window_samples);
+    if (hs.window_samples) cJSON_AddNumberToObject(o, "success_rate_5m", hs.window_success_rate);
+    else cJSON_AddNullToObject(o, "success_rate_5m");
+    if (hs.window_ttft_ms >= 0) cJSON_AddNumberToObject(o, "ttft_ms_5m", hs.window_ttft_ms);
+    else cJSON_AddNullToObject(o, "ttft_ms_5m");
 }
 
 static void handle_status(mg_api_t *s, mg_http_req_t *req)
@@ -142,6 +163,7 @@ static void handle_status(mg_api_t *s, mg_http_req_t *req)
         cJSON_AddNumberToObject(o, "requests_total", st ? (double)st->requests_total : 0);
         cJSON_AddNumberToObject(o, "failures_total", st ? (double)st->failures_total : 0);
         cJSON_AddNumberToObject(o, "consecutive_failures", st ? st->consecutive_failures : 0);
+        if (st) add_health_window(o, &st->health, uv_now(s->loop));
         cJSON_AddItemToArray(ps, o);
     }
     cJSON *ms = cJSON_AddArrayToObject(root, "models");

@@ -56,6 +56,7 @@ typedef struct mg_api_s {
     const struct mg_redis_s *redis; /* NULL: no cluster.redis */
     struct mg_shared_s *shared;     /* the limits shared through it; NULL: none */
     struct mg_cidem_s *cidem;       /* idempotency keys shared through it; NULL: none */
+    struct mg_csamples_s *samples;  /* health samples shared through it; NULL: none */
     struct mg_otlp_s *otlp;         /* NULL: no observability.otlp */
     struct mg_upmodels_s *upmodels; /* the providers' model lists (GET /v1/models); NULL: none */
 } mg_api_t;

@@ -1,7 +1,6 @@
 /* redis: see redis.h. */
 #include "cluster/redis.h"
 
-#include <hiredis/adapters/libuv.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define PROBE_EVERY_MS 1000
+#define CONNECT_TIMEOUT_MS 1000
 
 struct mg_redis_s {
     uv_loop_t *loop;
@@ -23,6 +23,7 @@ struct mg_redis_s {
     int db;
     int timeout_ms;
     redisAsyncContext *ac; /* NULL: not connected */
+    uint64_t connect_at;   /* loop ms the connection was begun */
     int connected;         /* the connect callback said OK */
     int up;                /* the state shown: connected and answering in time */
     int stopping;
@@ -181,9 +182,22 @@ static void on_probe_reply(void *ud, redisReply *reply)
     (void)ud, (void)reply;
 }
 
+/* A connection not made within CONNECT_TIMEOUT_MS (a host that drops the SYN would keep it
+ * for minutes) is given up (freed: no callback runs) and tried anew. */
+static void connect_overdue(mg_redis_t *r)
+{
+    if (!r->ac || r->connected || uv_now(r->loop) - r->connect_at < CONNECT_TIMEOUT_MS) return;
+    redisAsyncContext *ac = r->ac;
+    r->ac = NULL;
+    redisAsyncFree(ac);
+    set_state(r, 0, "cannot connect");
+    schedule_reconnect(r);
+}
+
 static void on_probe(uv_timer_t *t)
 {
     mg_redis_t *r = t->data;
+    connect_overdue(r);
     if (r->channel[0]) return; /* a subscribed connection takes no PING of ours */
     const char *argv[] = {"PING"};
     size_t lens[] = {4};
@@ -248,6 +262,89 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     schedule_reconnect(r);
 }
 
+/* ---- hiredis on libuv -------------------------------------------------------------------
+ * Our own binding rather than hiredis' adapters/libuv.h: that one (0.14, Debian's) drops an
+ * event whose poll reports an error, and libuv reports one, and stops polling, for a reset
+ * connection or a refused connect; hiredis then never learns the connection is gone: every
+ * command times out and no reconnect is ever made. Here an error is handed to hiredis as the
+ * events it waits for: its read or write meets the error and ends the connection. */
+typedef struct poller_s {
+    redisAsyncContext *ac; /* NULL once hiredis let go (the handle is closing) */
+    uv_poll_t poll;
+    int events;
+} poller_t;
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    poller_t *p = h->data;
+    if (status < 0) events = p->events;
+    if (p->ac && (events & UV_READABLE)) redisAsyncHandleRead(p->ac);
+    if (p->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(p->ac); /* may have ended it */
+}
+
+static void poll_set(poller_t *p, int events)
+{
+    p->events = events;
+    if (events) uv_poll_start(&p->poll, events, on_poll);
+    else uv_poll_stop(&p->poll);
+}
+
+static void ev_add_read(void *d)
+{
+    poller_t *p = d;
+    poll_set(p, p->events | UV_READABLE);
+}
+
+static void ev_del_read(void *d)
+{
+    poller_t *p = d;
+    poll_set(p, p->events & ~UV_READABLE);
+}
+
+static void ev_add_write(void *d)
+{
+    poller_t *p = d;
+    poll_set(p, p->events | UV_WRITABLE);
+}
+
+static void ev_del_write(void *d)
+{
+    poller_t *p = d;
+    poll_set(p, p->events & ~UV_WRITABLE);
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void ev_cleanup(void *d)
+{
+    poller_t *p = d;
+    p->ac = NULL;
+    uv_close((uv_handle_t *)&p->poll, on_poll_closed);
+}
+
+/* 0, or -1 (out of memory, or the socket cannot be polled). */
+static int attach(redisAsyncContext *ac, uv_loop_t *loop)
+{
+    poller_t *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    if (uv_poll_init(loop, &p->poll, ac->c.fd) != 0) {
+        free(p);
+        return -1;
+    }
+    p->ac = ac;
+    p->poll.data = p;
+    ac->ev.data = p;
+    ac->ev.addRead = ev_add_read;
+    ac->ev.delRead = ev_del_read;
+    ac->ev.addWrite = ev_add_write;
+    ac->ev.delWrite = ev_del_write;
+    ac->ev.cleanup = ev_cleanup;
+    return 0;
+}
+
 static void connect_to(mg_redis_t *r, const char *ip)
 {
     redisAsyncContext *ac =
@@ -258,10 +355,16 @@ static void connect_to(mg_redis_t *r, const char *ip)
         schedule_reconnect(r);
         return;
     }
+    if (attach(ac, r->loop) != 0) {
+        redisAsyncFree(ac);
+        set_state(r, 0, "cannot connect");
+        schedule_reconnect(r);
+        return;
+    }
     ac->data = r;
     r->ac = ac;
+    r->connect_at = uv_now(r->loop);
     r->stats.reconnects++;
-    redisLibuvAttach(ac, r->loop);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
 }
@@ -271,6 +374,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     mg_redis_t *r = req->data;
     r->resolving = 0;
+    r->open_handles--; /* the request no longer holds r (it did not let go before: never freed) */
     char ip[64] = "";
     if (status == 0 && res) {
         if (res->ai_family == AF_INET6)
@@ -279,7 +383,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     if (res) uv_freeaddrinfo(res);
     if (r->stopping) {
-        if (--r->open_handles == 0) free(r);
+        if (r->open_handles == 0) free(r);
         return;
     }
     if (!ip[0]) {

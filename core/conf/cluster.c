@@ -16,6 +16,7 @@ void mg_cluster_conf_defaults(mg_cluster_conf_t *c)
     c->redis.pool_size = 2;
     c->redis.expected_instances = 1;
     c->redis.lease_ttl_ms = 15000;
+    c->redis.health_samples = true;
     c->postgres.pool_size = 4;
 }
 
@@ -61,9 +62,9 @@ static int starts(const char *s, const char *prefix)
  * never shows the url, which may hold a password. */
 static int load_redis(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_conf_t *c)
 {
-    static const char *const keys[] = {"url",          "key_prefix", "timeout_ms",
-                                       "pool_size",    "degraded",   "expected_instances",
-                                       "lease_ttl_ms", NULL};
+    static const char *const keys[] = {"url",          "key_prefix",     "timeout_ms",
+                                       "pool_size",    "degraded",       "expected_instances",
+                                       "lease_ttl_ms", "health_samples", NULL};
     int m = conf_want_map(l, v, line, "cluster.redis", keys);
     if (m <= 0) return m;
     if (conf_req_string(l, v, "cluster.redis", "url", &c->redis.url) < 0 ||
@@ -75,7 +76,8 @@ static int load_redis(conf_loader_t *l, yaml_node_t *v, int line, mg_cluster_con
         conf_opt_int_field(l, v, "cluster.redis", "expected_instances", 1, 1000,
                            &c->redis.expected_instances) < 0 ||
         conf_opt_int_field(l, v, "cluster.redis", "lease_ttl_ms", 1000, 3600000,
-                           &c->redis.lease_ttl_ms) < 0)
+                           &c->redis.lease_ttl_ms) < 0 ||
+        conf_opt_bool(l, v, "cluster.redis", "health_samples", &c->redis.health_samples) < 0)
         return -1;
     if (!starts(c->redis.url, "redis://") && !starts(c->redis.url, "unix:"))
         return conf_fail(l, line, "cluster.redis.url must start with redis:// or unix:");

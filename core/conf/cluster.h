@@ -15,6 +15,7 @@
  *       lease_ttl_ms: 15000            # a concurrency lease or spend hold lives this long
  *                                      # unless renewed (every third of it, while its
  *                                      # request runs): a dead instance's return after it
+ *       health_samples: true           # route health shared through <key_prefix>health
  *     postgres:                        # control plane, usage, ledger
  *       url: postgres://moongate@127.0.0.1:5432/moongate  # or postgresql://, or key=value
  *       pool_size: 4
@@ -24,6 +25,7 @@
 #ifndef MG_CONF_CLUSTER_H
 #define MG_CONF_CLUSTER_H
 
+#include <stdbool.h>
 #include <yaml.h>
 
 typedef struct conf_loader_s conf_loader_t;
@@ -50,6 +52,7 @@ typedef struct mg_cluster_conf_s {
         mg_cluster_degraded_t degraded; /* default local */
         int expected_instances;         /* local: each enforces its share, limit / this (1) */
         int lease_ttl_ms;               /* leases and spend holds unless renewed (15000) */
+        bool health_samples;            /* share route health samples (cluster/samples.h): true */
     } redis;
     struct {
         char *url;     /* owned; NULL: no PostgreSQL */

@@ -87,9 +87,10 @@ void attempt_end(call_t *c, attempt_outcome_t outcome)
     }
     /* only a stream has a first token; a whole answer's first byte measures the answer */
     int64_t ttft = c->stream && c->t_first ? (int64_t)ms_since(c->t_start, c->t_first) : -1;
-    if (mg_health_record(&ps->health, now, !provider_fault, (int64_t)(now - c->attempt_start_ms),
-                         ttft))
+    int64_t latency = (int64_t)(now - c->attempt_start_ms);
+    if (mg_health_record(&ps->health, now, !provider_fault, latency, ttft))
         mg_persist_health(c->pl->store, ps);
+    shared_sample_add(c, ps, !provider_fault, latency, ttft);
     if (c->up_status >= 400) apply_cooldown_policy(c, ps, now);
     else if (success) mg_cooldown_success(&ps->cooldown, now);
     /* the TPM window learns what the answer really cost */

@@ -559,6 +559,9 @@ void shared_cooldown_publish(call_t *c, const mg_provider_state_t *ps, int conse
 
 mg_step_rc_t step_route(call_t *c);
 mg_step_rc_t step_reserve(call_t *c);
+/* attempt_end: the attempt's health sample, for the other instances (cluster/samples.h). */
+void shared_sample_add(call_t *c, const mg_provider_state_t *ps, int ok, int64_t latency_ms,
+                       int64_t ttft_ms);
 /* The shared step refused the reserved entry's provider until `until_ms` (loop time): its
  * local reservation taken back, the plan's next entry. */
 mg_step_rc_t attempt_shared_limited(call_t *c, uint64_t until_ms);

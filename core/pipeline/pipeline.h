@@ -55,7 +55,8 @@ typedef struct mg_pipeline_s {
     struct mg_resp_store_s *responses; /* stored Responses (previous_response_id) */
     mg_sessions_t *sessions;           /* requests with a session_id are answered on its history */
     mg_shared_t *shared; /* limits shared through Redis (cluster.redis); NULL: single node */
-    mg_calib_t *calib;   /* bytes per token learned per route (pipeline/calib.h); NULL: bytes / 4 */
+    struct mg_csamples_s *samples; /* health samples shared through it; NULL: not shared */
+    mg_calib_t *calib; /* bytes per token learned per route (pipeline/calib.h); NULL: bytes / 4 */
     /* the pipeline's own */
     struct call_s *calls; /* in flight */
     int in_flight;
@@ -87,6 +88,11 @@ void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
  * timer (at shutdown). */
 void mg_pipeline_leases_start(mg_pipeline_t *pl);
 void mg_pipeline_leases_stop(mg_pipeline_t *pl);
+/* Another instance's health sample (an mg_csamples_feed_fn with ud = the pipeline): recorded
+ * in the provider's health as this instance's own are, age_ms in the past (stored when the
+ * state changes). 0 when the provider is not in this instance's config. */
+struct mg_csample_s;
+int mg_pipeline_sample_heard(void *pipeline, const struct mg_csample_s *s, uint64_t age_ms);
 
 /* The calls holding a slot now, by application and logical model, into f (cleared first:
  * moongate_active_tasks, set before each scrape). */

@@ -40,6 +40,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "cluster/samples.h"
 #include "route/persist.h"
 
 #define LEASE_SLACK_MS 2000
@@ -447,4 +448,39 @@ void mg_pipeline_cooldown_heard(void *pipeline, const char *payload, size_t len)
     mg_log_double(&l, "cooldown_s", secs);
     mg_log_end(&l);
     mg_persist_cooldown(pl->store, ps, atoi(parts[3]), secs, atoi(parts[4]), now);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Health samples shared through a Redis stream (cluster/samples.h)          */
+/* ------------------------------------------------------------------------ */
+
+static int32_t ms32(int64_t v)
+{
+    return v < 0 ? -1 : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+}
+
+void shared_sample_add(call_t *c, const mg_provider_state_t *ps, int ok, int64_t latency_ms,
+                       int64_t ttft_ms)
+{
+    if (!c->pl->samples) return;
+    mg_csample_t s = {.provider = ps->id,
+                      .model = c->upstream_model ? c->upstream_model : "",
+                      .ok = ok,
+                      .ttft_ms = ms32(ttft_ms),
+                      .latency_ms = ms32(latency_ms),
+                      .at_ms = mg_unix_ms()};
+    mg_csamples_add(c->pl->samples, &s);
+}
+
+int mg_pipeline_sample_heard(void *pipeline, const mg_csample_t *s, uint64_t age_ms)
+{
+    mg_pipeline_t *pl = pipeline;
+    mg_provider_state_t *ps = mg_pool_get(pl->pool, s->provider);
+    if (!ps) return 0;
+    uint64_t now = uv_now(pl->loop);
+    mg_pool_changed(ps); /* the recent counters routing scores with */
+    if (mg_health_record(&ps->health, mg_health_sample_at(&ps->health, now, age_ms), s->ok,
+                         s->latency_ms, s->ttft_ms))
+        mg_persist_health(pl->store, ps);
+    return 1;
 }

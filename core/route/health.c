@@ -502,6 +502,7 @@ static int health_back_from_down(mg_health_t *h, uint64_t now_ms, int64_t ttft_m
 /* Count one outcome everywhere and run the state machine. */
 static int health_outcome(mg_health_t *h, uint64_t now_ms, int ok, int64_t ttft_ms)
 {
+    if (now_ms > h->last_at_ms) h->last_at_ms = now_ms;
     if (ok && h->state == MG_HEALTH_DOWN) return health_back_from_down(h, now_ms, ttft_ms);
     if (ok) {
         h->consecutive_successes++;
@@ -559,6 +560,13 @@ int mg_health_record(mg_health_t *h, uint64_t now_ms, int success, int64_t laten
     if (latency_ms >= 0) h->last_latency_ms = latency_ms;
     if (ttft_ms >= 0) h->last_ttft_ms = ttft_ms;
     return health_outcome(h, now_ms, success != 0, ttft_ms);
+}
+
+uint64_t mg_health_sample_at(const mg_health_t *h, uint64_t now_ms, uint64_t age_ms)
+{
+    uint64_t at = now_ms > age_ms ? now_ms - age_ms : 0;
+    if (at < h->last_at_ms) at = h->last_at_ms;
+    return at < now_ms ? at : now_ms;
 }
 
 int mg_health_probe_result(mg_health_t *h, uint64_t now_ms, int ok)

@@ -253,6 +253,7 @@ typedef struct mg_health_s {
     const char *down_reason; /* static: which rule took it down ("consecutive_failures",
                                 "success_rate", "restored"), NULL while not down */
     uint64_t trial_at_ms;    /* while down: when the last trial went (or it went down) */
+    uint64_t last_at_ms;     /* the latest outcome's time: samples never go back past it */
     mg_outcome_window_t window;
     mg_health_sample_t recent[MG_HEALTH_RECENT_MAX]; /* ring, oldest at recent_head */
     int recent_head, recent_count;
@@ -291,6 +292,11 @@ void mg_health_set_config(mg_health_t *h, const mg_health_config_t *cfg);
  * passing alone does not change it). Returns 1 if the state changed. */
 int mg_health_record(mg_health_t *h, uint64_t now_ms, int success, int64_t latency_ms,
                      int64_t ttft_ms);
+
+/* When to record a sample taken age_ms before now_ms (another instance's, shared through the
+ * cluster: cluster/samples.h): now_ms - age_ms, but never before the latest outcome recorded
+ * (the window and the recent ring hold samples in time order). */
+uint64_t mg_health_sample_at(const mg_health_t *h, uint64_t now_ms, uint64_t age_ms);
 
 /* An active probe's result: an outcome like any other (no latency/TTFT), so a
  * provider that is down and gets no traffic can come back. Returns 1 if the

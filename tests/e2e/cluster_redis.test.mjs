@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { startEnv, waitFor } from './lib/harness.mjs';
+import { sleep, startEnv, waitFor } from './lib/harness.mjs';
 import { startRedis } from './lib/redis.mjs';
 
 async function status(env) {
@@ -75,6 +75,40 @@ describe('cluster redis client', () => {
         await waitFor(async () => (await status(env)).cluster.redis.state === 'up',
             { timeoutMs: 20000, what: 'reconnected' });
         assert.ok((await status(env)).cluster.redis.connects > before_);
+    });
+
+    test('killed, kept away past refused reconnects, restarted: reconnects by itself', async () => {
+        // a refused connect reports a poll error, which hiredis 0.14's own libuv adapter dropped:
+        // that reconnect waited for ever (cluster/redis.c binds hiredis to libuv itself)
+        const port = redis.port;
+        await redis.stop();
+        redis = null;
+        await waitFor(async () => (await status(env)).cluster.redis.state === 'degraded',
+            { timeoutMs: 5000, what: 'degraded after kill' });
+        await sleep(1500);
+        redis = await startRedis({ port });
+        await waitFor(async () => (await status(env)).cluster.redis.state === 'up',
+            { timeoutMs: 20000, what: 'reconnected' });
+    });
+});
+
+describe('SIGTERM with cluster.redis', () => {
+    test('exits by itself: the listening connection closes too', async () => {
+        const redis = await startRedis();
+        const env = await startEnv({
+            configure: (c) => ({ ...c, cluster: { node_id: 'edge-t', redis: { url: redis.url } } }),
+        });
+        try {
+            await waitFor(async () => (await status(env)).cluster.redis.state === 'up', { what: 'redis up' });
+            env.gw.term();
+            // the cooldown channel's connection kept the loop alive: killed after the grace
+            const { code, signal } = await env.gw.waitExit(5000);
+            assert.equal(signal, null);
+            assert.equal(code, 0);
+        } finally {
+            await env.close();
+            await redis.stop();
+        }
     });
 });
 

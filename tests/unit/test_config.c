@@ -1067,6 +1067,7 @@ static void test_cluster_section(void)
         CHECK(cfg->cluster.redis.degraded == MG_DEGRADED_LOCAL);
         CHECK(cfg->cluster.redis.expected_instances == 1);
         CHECK(cfg->cluster.redis.lease_ttl_ms == 15000);
+        CHECK(cfg->cluster.redis.health_samples); /* shared by default */
         CHECK_STR(cfg->cluster.postgres.url, "postgres://u@127.0.0.1/db");
         CHECK(cfg->cluster.postgres.pool_size == 3);
         mg_config_free(cfg);
@@ -1094,6 +1095,9 @@ static void test_cluster_section(void)
     if (cfg) mg_config_free(cfg);
     CHECK(strstr(parse_err("cluster:\n  redis: {url: \"redis://x\", lease_ttl_ms: 999}\n"),
                  "lease_ttl_ms") != NULL);
+    cfg = parse_ok("cluster:\n  redis: {url: \"redis://x\", health_samples: false}\n");
+    CHECK(cfg && !cfg->cluster.redis.health_samples);
+    if (cfg) mg_config_free(cfg);
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", degraded: maybe}\n"),
               "t.yaml:2: cluster.redis.degraded must be local, fail_closed or fail_open");
     CHECK_STR(parse_err("cluster:\n  redis: {url: \"redis://x\", size: 2}\n"),

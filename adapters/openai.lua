@@ -58,13 +58,7 @@ end
 
 -- decode_models(resp): the ids of an OpenAI list ({object = "list", data = [{id, ...}]}).
 function M.decode_models(resp)
-    local ids = {}
-    for _, m in ipairs(type(resp) == "table" and type(resp.data) == "table" and resp.data or {}) do
-        if type(m) == "table" and type(m.id) == "string" and m.id ~= "" then
-            ids[#ids + 1] = m.id
-        end
-    end
-    return ids
+    return util.list_ids(resp)
 end
 
 -- encode(req, route): once per attempt. Returns the upstream request description; body = nil

@@ -140,6 +140,18 @@ util.refusal_mt = {
     end,
 }
 
+-- The ids of a model list as OpenAI and Anthropic write it ({data = [{id = "...", ...}]}),
+-- in its order; entries without a string id are skipped (an adapter's decode_models).
+function util.list_ids(resp)
+    local ids = {}
+    for _, m in ipairs(type(resp) == "table" and type(resp.data) == "table" and resp.data or {}) do
+        if type(m) == "table" and type(m.id) == "string" and m.id ~= "" then
+            ids[#ids + 1] = m.id
+        end
+    end
+    return ids
+end
+
 local function refuse(kind, message, param)
     error(setmetatable({ refusal = kind, message = tostring(message),
                          param = param ~= nil and tostring(param) or nil }, util.refusal_mt), 0)

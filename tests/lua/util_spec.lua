@@ -37,6 +37,12 @@ describe("moongate.util", function()
         assert.is_true(util.is_array(c))
     end)
 
+    it("reads the ids of a model list, skipping entries without one", function()
+        assert.are.same({ "a", "b" }, util.list_ids({ data = { { id = "a" }, { id = 7 }, {}, { id = "" }, { id = "b" } } }))
+        assert.are.same({}, util.list_ids({ object = "list" }))
+        assert.are.same({}, util.list_ids("not a list"))
+    end)
+
     it("encodes base64", function()
         assert.equal("", util.base64_encode(""))
         assert.equal("Zg==", util.base64_encode("f"))

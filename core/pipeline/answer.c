@@ -188,6 +188,14 @@ static cJSON *usage_json(call_t *c)
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)c->prompt_tokens);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)c->completion_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(c->prompt_tokens + c->completion_tokens));
+    /* the details the upstream reported, as the whole answer's usage has them (the cache
+       reads are part of prompt_tokens, reasoning part of completion_tokens) */
+    if (c->cached_tokens > 0)
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+                                "cached_tokens", (double)c->cached_tokens);
+    if (c->reasoning_tokens > 0)
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "completion_tokens_details"),
+                                "reasoning_tokens", (double)c->reasoning_tokens);
     return u;
 }
 

@@ -59,12 +59,21 @@ export async function waitFor(fn, { timeoutMs = 5000, intervalMs = 50, what = 'c
 }
 
 /** A port that nothing listens on (bound then released; connection refused afterwards). */
+/** A port nothing listens on, for "connection refused". Drawn below Linux's ephemeral range
+ * (32768-60999), which every listen(0) of the tests running beside this one and every
+ * outgoing connection take their ports from: a port freed from there could be handed to
+ * another test's mock a moment later (a "dead" route then answered 200). */
 export async function deadPort() {
-    const srv = net.createServer();
-    await new Promise((r) => srv.listen(0, '127.0.0.1', r));
-    const { port } = srv.address();
-    await new Promise((r) => srv.close(r));
-    return port;
+    for (let i = 0; i < 200; i++) {
+        const port = 20000 + Math.floor(Math.random() * 12000);
+        const refused = await new Promise((resolve) => {
+            const s = net.connect({ port, host: '127.0.0.1' });
+            s.once('connect', () => { s.destroy(); resolve(false); });
+            s.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+        });
+        if (refused) return port;
+    }
+    throw new Error('no free port below the ephemeral range');
 }
 
 const live = new Set();

@@ -75,6 +75,11 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
     cJSON_AddNumberToObject(l, "noscript", (double)ls.noscript);
     cJSON_AddNumberToObject(l, "released", (double)ls.released);
     cJSON_AddNumberToObject(l, "renewed", (double)ls.renewed);
+    cJSON *rc = cJSON_AddObjectToObject(l, "reconciled");
+    cJSON_AddNumberToObject(rc, "admissions", (double)ls.reconciled);
+    cJSON_AddNumberToObject(rc, "micros", (double)ls.reconciled_micros);
+    cJSON_AddNumberToObject(rc, "lost", (double)ls.reconcile_lost);
+    cJSON_AddNumberToObject(rc, "dropped", (double)ls.backlog_dropped);
     cJSON *d = cJSON_AddObjectToObject(l, "degraded");
     for (int m = 0; m < 3; m++)
         cJSON_AddNumberToObject(d, mg_cluster_degraded_name((mg_cluster_degraded_t)m),
@@ -554,8 +559,12 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
                  "# TYPE moongate_cluster_limits_total counter\n"
                  "moongate_cluster_limits_total{result=\"reserved\"} %llu\n"
                  "moongate_cluster_limits_total{result=\"refused\"} %llu\n"
-                 "moongate_cluster_limits_total{result=\"unavailable\"} %llu\n",
-                 ls.reserved, ls.refused, ls.unavailable);
+                 "moongate_cluster_limits_total{result=\"unavailable\"} %llu\n"
+                 "# HELP moongate_cluster_limits_reconciled_total Admissions made without "
+                 "Redis and given back to it when it answered again.\n"
+                 "# TYPE moongate_cluster_limits_reconciled_total counter\n"
+                 "moongate_cluster_limits_reconciled_total %llu\n",
+                 ls.reserved, ls.refused, ls.unavailable, ls.reconciled);
         mg_buf_append_str(&b, line);
     }
     if (s->otlp) append_otlp_metrics(&b, s->otlp);

@@ -8,7 +8,9 @@
 #include <string.h>
 #include <uv.h>
 
+#include "base/clock.h"
 #include "base/log.h"
+#include "cluster/backlog.h"
 
 /* KEYS: three per level (NAME:r, NAME:t, NAME:c), then four per spend level (s:NAME:h,
  * s:NAME:z, s:NAME:d:DAY, s:NAME:m:MONTH). ARGV: lease, tokens, lease ttl ms, n, then rpm,
@@ -172,15 +174,60 @@ static const char RENEW_LUA[] =
     "for j = 0, m - 1 do keep(KEYS[kb+2+j*4], KEYS[kb+1+j*4]) end\n"
     "return renewed\n";
 
+/* KEYS: two per bucket (NAME:r, NAME:t), then two per spend entry (s:NAME:d:DAY,
+ * s:NAME:m:MONTH). ARGV: a tag unique to this run of the script, the bucket count, then
+ * per bucket its age in ms, admissions, tokens, and whether the level has an RPM and a TPM
+ * window ('1'/'0'); then the spend count and the micros of each. Admissions still inside
+ * the 60 s window go into the RPM log at their time (Redis' now minus their age) and their
+ * tokens into that second's TPM bucket; the micros are added to both periods. Answers the
+ * admissions added. */
+static const char RECONCILE_LUA[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local tag, nb = ARGV[1], tonumber(ARGV[2])\n"
+    "local added = 0\n"
+    "for i = 0, nb - 1 do\n"
+    "  local age, count, tokens = tonumber(ARGV[3+i*5]), tonumber(ARGV[4+i*5]), "
+    "tonumber(ARGV[5+i*5])\n"
+    "  local at, kr, kt = now - age, KEYS[1+i*2], KEYS[2+i*2]\n"
+    "  if age < 60000 then\n"
+    "    if ARGV[6+i*5] == '1' then\n"
+    "      for k = 1, count do redis.call('ZADD', kr, at, tag .. ':' .. i .. ':' .. k) end\n"
+    "      redis.call('PEXPIRE', kr, 61000)\n"
+    "      added = added + count\n"
+    "    end\n"
+    "    if ARGV[7+i*5] == '1' and tokens > 0 then\n"
+    "      redis.call('HINCRBY', kt, math.floor(at / 1000), tokens)\n"
+    "      redis.call('EXPIRE', kt, 62)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "local sb, kb = 3 + nb * 5, nb * 2\n"
+    "for j = 0, tonumber(ARGV[sb]) - 1 do\n"
+    "  local m = tonumber(ARGV[sb+1+j])\n"
+    "  redis.call('INCRBY', KEYS[kb+1+j*2], m)\n"
+    "  redis.call('EXPIRE', KEYS[kb+1+j*2], 90000)\n"
+    "  redis.call('INCRBY', KEYS[kb+2+j*2], m)\n"
+    "  redis.call('EXPIRE', KEYS[kb+2+j*2], 2764800)\n"
+    "end\n"
+    "return added\n";
+
 enum { OP_RESERVE, OP_RELEASE, OP_RENEW };
 static const char *const scripts[3] = {RESERVE_LUA, RELEASE_LUA, RENEW_LUA};
+
+/* Buckets and spend entries given back per script run (bounded arguments). */
+#define RECONCILE_BUCKETS 64
+#define RECONCILE_SPEND 16
 
 struct mg_shared_s {
     mg_redis_t *r; /* borrowed */
     char prefix[80];
     char sha[3][41]; /* per OP_ */
     mg_shared_stats_t stats;
-    int degraded_now; /* the last request went on without Redis (logged once per change) */
+    int degraded_now;      /* the last request went on without Redis (logged once per change) */
+    mg_backlog_t *backlog; /* owned: what went on without Redis, to be given back */
+    char run[20];          /* this process' tag in the members it gives back */
+    unsigned long long reconcile_runs;
 };
 
 /* One script run in flight: what it needs to be sent again as EVAL after NOSCRIPT. */
@@ -232,6 +279,12 @@ mg_shared_t *mg_shared_new(mg_redis_t *r, const char *prefix)
     if (!s) return NULL;
     s->r = r;
     snprintf(s->prefix, sizeof(s->prefix), "%s", prefix ? prefix : "moongate:");
+    s->backlog = calloc(1, sizeof(*s->backlog));
+    if (!s->backlog) {
+        free(s);
+        return NULL;
+    }
+    snprintf(s->run, sizeof(s->run), "b%llx", (unsigned long long)(uv_hrtime() ^ mg_unix_ms()));
     for (int i = 0; i < 3; i++) sha1_hex(scripts[i], s->sha[i]);
     mg_redis_on_connect(r, load_scripts, s);
     return s;
@@ -239,6 +292,8 @@ mg_shared_t *mg_shared_new(mg_redis_t *r, const char *prefix)
 
 void mg_shared_free(mg_shared_t *s)
 {
+    if (!s) return;
+    free(s->backlog);
     free(s);
 }
 
@@ -409,6 +464,7 @@ int mg_shared_reserve(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, con
                       uint64_t tokens, uint64_t lease_ttl_ms, const mg_shared_spend_t *spend,
                       mg_shared_cb cb, void *ud)
 {
+    mg_shared_reconcile(s); /* sent first: Redis runs it before this reservation */
     op_t *op = op_new(s, lv, n, lease, spend);
     if (!op) return -1;
     op->tokens = tokens;
@@ -468,4 +524,122 @@ void mg_shared_stats(const mg_shared_t *s, mg_shared_stats_t *out)
 {
     if (s) *out = s->stats;
     else memset(out, 0, sizeof(*out));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reconciliation: what went on without Redis, given back                    */
+/* ------------------------------------------------------------------------ */
+
+void mg_shared_note_local(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, uint64_t tokens)
+{
+    if (s && n) mg_backlog_admit(s->backlog, lv, n, tokens, mg_unix_ms());
+}
+
+void mg_shared_note_local_spend(mg_shared_t *s, const mg_shared_spend_t *spend)
+{
+    if (s && spend && spend->n) mg_backlog_spend(s->backlog, spend);
+}
+
+/* One script run in flight: what it gives back, counted when Redis answers. */
+typedef struct given_s {
+    mg_shared_t *s;
+    unsigned long long admissions;
+    int64_t micros;
+} given_t;
+
+static void on_reconciled(void *ud, redisReply *reply)
+{
+    given_t *g = ud;
+    mg_shared_stats_t *st = &g->s->stats;
+    if (reply && reply->type == REDIS_REPLY_INTEGER) {
+        st->reconciled += (unsigned long long)reply->integer;
+        st->reconciled_micros += (unsigned long long)g->micros;
+    } else { /* lost, or applied without our knowing: never sent twice (no double count) */
+        if (reply && reply->type == REDIS_REPLY_ERROR)
+            mg_log_msg(MG_LOG_WARN, NULL, "cluster redis: the reconcile script failed: %.200s",
+                       reply->str);
+        st->reconcile_lost += g->admissions;
+    }
+    free(g);
+}
+
+/* The arguments of one run: up to RECONCILE_BUCKETS buckets and RECONCILE_SPEND entries. */
+#define RECONCILE_KEYS (2 * (RECONCILE_BUCKETS + RECONCILE_SPEND))
+#define RECONCILE_NUMS (3 + 5 * RECONCILE_BUCKETS + 1 + RECONCILE_SPEND)
+typedef struct reconcile_args_s {
+    mg_backlog_bucket_t b[RECONCILE_BUCKETS];
+    mg_backlog_spend_t sp[RECONCILE_SPEND];
+    char keys[RECONCILE_KEYS][80 + MG_SHARED_NAME_MAX + 24];
+    char nums[RECONCILE_NUMS][32];
+    const char *argv[2 + RECONCILE_KEYS + RECONCILE_NUMS];
+    size_t lens[2 + RECONCILE_KEYS + RECONCILE_NUMS];
+} reconcile_args_t;
+
+/* Send one run with what the backlog still holds (taken out of it). 0 or -1. */
+static int reconcile_once(mg_shared_t *s, reconcile_args_t *a, uint64_t now_ms)
+{
+    size_t nb = mg_backlog_take(s->backlog, a->b, RECONCILE_BUCKETS);
+    size_t ns = mg_backlog_take_spend(s->backlog, a->sp, RECONCILE_SPEND);
+    given_t *g = calloc(1, sizeof(*g));
+    if (!g) return -1;
+    g->s = s;
+    int argc = 0, ki = 0, ni = 0;
+#define ARG(str) (a->argv[argc] = (str), a->lens[argc] = strlen(a->argv[argc]), argc++)
+#define NUM(fmt, v) (snprintf(a->nums[ni], sizeof(a->nums[ni]), fmt, v), ARG(a->nums[ni++]))
+#define KEY(...) (snprintf(a->keys[ki], sizeof(a->keys[ki]), __VA_ARGS__), ARG(a->keys[ki++]))
+    ARG("EVAL");
+    ARG(RECONCILE_LUA);
+    NUM("%zu", 2 * (nb + ns));
+    for (size_t i = 0; i < nb; i++) {
+        KEY("%s%s:r", s->prefix, a->b[i].name);
+        KEY("%s%s:t", s->prefix, a->b[i].name);
+    }
+    for (size_t j = 0; j < ns; j++) {
+        KEY("%ss:%s:d:%s", s->prefix, a->sp[j].name, a->sp[j].day);
+        KEY("%ss:%s:m:%s", s->prefix, a->sp[j].name, a->sp[j].month);
+    }
+    snprintf(a->nums[ni], sizeof(a->nums[ni]), "%s:%llu", s->run, ++s->reconcile_runs);
+    ARG(a->nums[ni++]);
+    NUM("%zu", nb);
+    for (size_t i = 0; i < nb; i++) {
+        const mg_backlog_bucket_t *b = &a->b[i];
+        NUM("%llu", (unsigned long long)(now_ms > b->last_ms ? now_ms - b->last_ms : 0));
+        NUM("%u", b->count);
+        NUM("%llu", (unsigned long long)b->tokens);
+        ARG(b->rpm ? "1" : "0");
+        ARG(b->tpm ? "1" : "0");
+        if (b->rpm) g->admissions += b->count;
+    }
+    NUM("%zu", ns);
+    for (size_t j = 0; j < ns; j++) {
+        NUM("%lld", (long long)a->sp[j].micros);
+        g->micros += a->sp[j].micros;
+    }
+#undef KEY
+#undef NUM
+#undef ARG
+    if (mg_redis_command(s->r, on_reconciled, g, argc, a->argv, a->lens) != 0) {
+        s->stats.reconcile_lost += g->admissions;
+        free(g);
+        return -1;
+    }
+    return 0;
+}
+
+void mg_shared_reconcile(mg_shared_t *s)
+{
+    if (!s || !mg_backlog_pending(s->backlog) || !mg_redis_up(s->r)) return;
+    uint64_t now = mg_unix_ms();
+    mg_backlog_age(s->backlog, now);
+    reconcile_args_t *a = malloc(sizeof(*a));
+    if (!a) return;
+    while (mg_backlog_pending(s->backlog))
+        if (reconcile_once(s, a, now) != 0) break;
+    free(a);
+    s->stats.backlog_dropped = s->backlog->dropped;
+}
+
+const char *mg_shared_reconcile_script(void)
+{
+    return RECONCILE_LUA;
 }

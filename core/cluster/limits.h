@@ -88,7 +88,11 @@ typedef void (*mg_shared_cb)(void *ud, const mg_shared_answer_t *a);
 
 typedef struct mg_shared_stats_s {
     unsigned long long reserved, refused, unavailable, noscript, released;
-    unsigned long long renewed;     /* leases and spend holds renewed (mg_shared_renew) */
+    unsigned long long renewed;           /* leases and spend holds renewed (mg_shared_renew) */
+    unsigned long long reconciled;        /* admissions made without Redis, given back to it */
+    unsigned long long reconciled_micros; /* spend charged without Redis, given back */
+    unsigned long long reconcile_lost;    /* admissions whose giving back was not answered */
+    unsigned long long backlog_dropped;   /* admissions or charges the backlog had no room for */
     unsigned long long degraded[3]; /* requests that went on per mode (mg_cluster_degraded_t) */
     double rtt_ms_sum;              /* reserve round trips answered, their total time */
     unsigned long long rtt_n;
@@ -128,6 +132,19 @@ void mg_shared_renew(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, cons
 /* The scripts' text (0 reserve, 1 release, 2 renew), for the test that runs them against a
  * real redis-server. */
 const char *mg_shared_script(int which);
+
+/* Reconciliation (cluster/backlog.h): a request admitted without Redis (the local or
+ * fail_open mode) at the n levels, with its estimated tokens; a cost charged without Redis.
+ * Both are kept (bounded, the last minute) and given back by mg_shared_reconcile: one script
+ * run per 64 buckets, which puts the admissions still inside the window into the RPM logs at
+ * their age and the tokens into their second, and adds the micros to the spend periods.
+ * mg_shared_reserve calls it first (so Redis counts them before the reservation), the lease
+ * tick when no request comes. Nothing is sent twice: a run Redis did not answer is counted as
+ * lost (it may have been applied). */
+void mg_shared_note_local(mg_shared_t *s, const mg_shared_level_t *lv, size_t n, uint64_t tokens);
+void mg_shared_note_local_spend(mg_shared_t *s, const mg_shared_spend_t *spend);
+void mg_shared_reconcile(mg_shared_t *s);
+const char *mg_shared_reconcile_script(void); /* its text, for the script test */
 
 /* A request went on without Redis in `mode` (counted for /status and the metrics). */
 void mg_shared_note_degraded(mg_shared_t *s, int mode);

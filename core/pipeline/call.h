@@ -285,6 +285,7 @@ typedef struct call_s {
     int charged;            /* charge_spend ran (it charges once) */
     int64_t charged_micros; /* what it charged (the shared spend's settlement, shared.c) */
     int spend_shared;       /* the spend is held in Redis (shared.c): once per call */
+    int spend_local;        /* its spend went on without Redis: given back at the end */
     long long prompt_tokens, completion_tokens;
     /* the usage's cache and reasoning details, as reported (meter.c turns them into
        mutually exclusive billing buckets, obs/price.h) */

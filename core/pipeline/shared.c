@@ -24,6 +24,11 @@
  * flight every third of that (mg_pipeline_leases_start): a killed instance's return within the
  * TTL, however long its requests were allowed to run.
  *
+ * Reconciliation: what a degraded instance let through (local or fail_open) is kept and given
+ * back when Redis answers again (mg_shared_note_local): the admissions still inside the
+ * minute join the shared RPM and TPM windows, the costs charged join the spend periods, so a
+ * returning Redis does not admit a whole limit again on top of the degraded minute.
+ *
  * Spend: with its key's, project's or tenant's daily or monthly spend limit, the request's
  * estimated cost is held in the same script (first reservation only), all or nothing with the
  * rates, against the spend of every instance; the call's end takes the hold out and charges
@@ -144,9 +149,15 @@ static mg_step_rc_t key_refused(call_t *c, const char *msg, uint64_t retry_ms)
     return MG_STEP_NEXT;
 }
 
-/* Redis could not answer: the configured degraded mode. with_keys: the key's and project's
- * quota was still to be reserved. */
-static mg_step_rc_t degraded(call_t *c, int with_keys)
+/* What went on without Redis is kept to be given back when it answers (cluster/backlog.h). */
+static void note_local(call_t *c, const shared_op_t *op)
+{
+    mg_shared_note_local(c->pl->shared, op->lv, op->n, op->tokens);
+    if (op->spend.n) c->spend_local = 1;
+}
+
+/* Redis could not answer for op: the configured degraded mode. */
+static mg_step_rc_t degraded(call_t *c, const shared_op_t *op)
 {
     mg_cluster_degraded_t mode = c->gen->cfg->cluster.redis.degraded;
     mg_shared_note_degraded(c->pl->shared, (int)mode);
@@ -157,14 +168,14 @@ static mg_step_rc_t degraded(call_t *c, int with_keys)
                           "cluster.redis.degraded is fail_closed; retry later",
                           1000);
     }
-    if (!with_keys) return MG_STEP_NEXT;
-    if (mode == MG_DEGRADED_FAIL_OPEN) {
+    if (op->key_levels && mode == MG_DEGRADED_FAIL_OPEN) {
         c->auth.quota_deferred = 0; /* admitted without the key's limits */
-        return MG_STEP_NEXT;
+    } else if (op->key_levels) {
+        int share = c->gen->cfg->cluster.redis.expected_instances;
+        if (mg_auth_quota_local(&c->auth, mg_unix_ms(), c->est_tokens, share) != 0)
+            return key_refused(c, c->auth.message, c->auth.retry_after_ms);
     }
-    int share = c->gen->cfg->cluster.redis.expected_instances;
-    if (mg_auth_quota_local(&c->auth, mg_unix_ms(), c->est_tokens, share) != 0)
-        return key_refused(c, c->auth.message, c->auth.retry_after_ms);
+    note_local(c, op);
     return MG_STEP_NEXT;
 }
 
@@ -197,7 +208,7 @@ static void on_answer(void *ud, const mg_shared_answer_t *a)
         else free(op);
         op = NULL;
     } else if (a->rc == MG_SHARED_UNAVAILABLE) {
-        rc = degraded(c, op->key_levels > 0);
+        rc = degraded(c, op);
     } else if (a->level >= 0 && (size_t)a->level >= op->n) {
         rc = spend_refused(c, op, a);
     } else if (a->level >= 0 && (size_t)a->level < op->key_levels) {
@@ -251,12 +262,21 @@ mg_step_rc_t step_shared(call_t *c)
     if (!mg_redis_up(mg_shared_redis(s)) ||
         mg_shared_reserve(s, op->lv, op->n, op->lease, op->tokens, ttl,
                           op->spend.n ? &op->spend : NULL, on_answer, op) != 0) {
-        size_t had_keys = op->key_levels;
+        mg_step_rc_t rc = degraded(c, op);
         free(op);
-        return degraded(c, had_keys > 0);
+        return rc;
     }
     c->shared_pending = op;
     return MG_STEP_AGAIN; /* on_answer resumes it */
+}
+
+/* The cost of a call whose spend could not be held in Redis: kept to be given back. */
+static void give_back_spend(call_t *c)
+{
+    shared_op_t op = {0};
+    add_spend_levels(c, &op);
+    op.spend.micros = c->charged_micros;
+    mg_shared_note_local_spend(c->pl->shared, &op.spend);
 }
 
 void shared_finish(call_t *c)
@@ -267,6 +287,7 @@ void shared_finish(call_t *c)
         attempt_unreserve_entry(c); /* the entry reserved locally was never sent (a breaker's
                                        trial slot included) */
     }
+    if (c->spend_local && !c->spend_shared && c->charged) give_back_spend(c);
     shared_op_t *op = c->shared;
     if (!op) return;
     c->shared = NULL;
@@ -304,6 +325,7 @@ static void on_lease_tick(uv_timer_t *t)
     uint64_t period = (uint64_t)mg_gens_current(pl->gens)->cfg->cluster.redis.lease_ttl_ms / 3;
     mg_shared_t *s = pl->shared;
     if (s && mg_redis_up(mg_shared_redis(s))) {
+        mg_shared_reconcile(s); /* what went on without Redis, when no request came since */
         uint64_t now = uv_now(pl->loop);
         for (call_t *c = pl->calls; c; c = c->next) {
             shared_op_t *op = c->shared;

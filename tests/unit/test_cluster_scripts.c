@@ -5,7 +5,8 @@
  * the second leaves the first untouched), tokens too large for a TPM limit, the TPM window
  * corrected at release and never below 0, leases that expire, undo, spend holds (refused at
  * the limit counting what is held, expired holds returned, the charge at release, the local
- * figure as the floor), and the value formats of idempotency records. */
+ * figure as the floor), the reconciliation of a degraded minute, and the value formats of
+ * idempotency records. */
 #include "mgtest.h"
 
 #include <hiredis/hiredis.h>
@@ -360,6 +361,72 @@ static void test_spend_and_rates_all_or_nothing(void)
     CHECK_EQ_INT(num("ZCARD %s", "t:k:8:c"), 1);
 }
 
+/* the reconcile script, as limits.c's reconcile_once sends it: buckets then spend entries */
+static long long reconcile(const char *tag, const char *const *names, const long long (*b)[5],
+                           int nb, const char *spend, long long micros)
+{
+    const char *argv[64];
+    size_t lens[64];
+    char buf[64][96];
+    int argc = 0, bi = 0;
+#define ADD(s) (argv[argc] = (s), lens[argc] = strlen(argv[argc]), argc++)
+#define FMT(...) (snprintf(buf[bi], sizeof(buf[bi]), __VA_ARGS__), ADD(buf[bi++]))
+    ADD("EVAL");
+    ADD(mg_shared_reconcile_script());
+    FMT("%d", nb * 2 + (spend ? 2 : 0));
+    for (int i = 0; i < nb; i++) {
+        FMT("t:%s:r", names[i]);
+        FMT("t:%s:t", names[i]);
+    }
+    if (spend) {
+        FMT("t:s:%s:d:" DAY, spend);
+        FMT("t:s:%s:m:" MONTH, spend);
+    }
+    ADD(tag);
+    FMT("%d", nb);
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < 5; k++) FMT("%lld", b[i][k]);
+    FMT("%d", spend ? 1 : 0);
+    if (spend) FMT("%lld", micros);
+#undef ADD
+#undef FMT
+    redisReply *r = redisCommandArgv(rc, argc, argv, lens);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -999;
+    if (r && r->type == REDIS_REPLY_ERROR) fprintf(stderr, "script error: %s\n", r->str);
+    freeReplyObject(r);
+    return v;
+}
+
+/* What went on without Redis joins the windows: the admissions count against the RPM limit
+ * at their age (one older than the window is not added), the tokens against the TPM, the
+ * micros against the spend periods; a second run (another tag) adds, never replaces. */
+static void test_reconcile(void)
+{
+    const char *names[3] = {"k:9", "k:9", "p:9"};
+    const long long b[3][5] = {
+        {1500, 3, 30, 1, 1},  /* 1.5 s ago: 3 admissions, 30 tokens, RPM and TPM */
+        {61000, 5, 50, 1, 1}, /* out of the window: nothing */
+        {200, 2, 20, 0, 1},   /* a level with a TPM window only: tokens, no admissions */
+    };
+    CHECK_EQ_INT(reconcile("run1", names, b, 3, "k:9", 700), 3);
+    CHECK_EQ_INT(num("ZCARD %s", "t:k:9:r"), 3);
+    CHECK_EQ_INT(hsum("t:k:9:t"), 30);
+    CHECK_EQ_INT(num("ZCARD %s", "t:p:9:r"), 0);
+    CHECK_EQ_INT(hsum("t:p:9:t"), 20);
+    CHECK_EQ_INT(num("GET %s", "t:s:k:9:d:" DAY), 700);
+    CHECK_EQ_INT(num("GET %s", "t:s:k:9:m:" MONTH), 700);
+    CHECK(num("TTL %s", "t:s:k:9:d:" DAY) > 0);
+    /* the reserve script sees them: a limit of 4 a minute leaves room for one */
+    lv_t k = {"k:9", 4, 0, 0};
+    long long a[4];
+    CHECK_EQ_INT(reserve(&k, 1, NULL, 0, "after1", 1, 1000, 0, a), 1);
+    CHECK_EQ_INT(reserve(&k, 1, NULL, 0, "after2", 1, 1000, 0, a), 0);
+    /* a second instance's run adds its own (distinct members, summed micros) */
+    CHECK_EQ_INT(reconcile("run2", names, b, 1, "k:9", 300), 3);
+    CHECK_EQ_INT(num("ZCARD %s", "t:k:9:r"), 7);
+    CHECK_EQ_INT(num("GET %s", "t:s:k:9:d:" DAY), 1000);
+}
+
 static void test_idem_values(void)
 {
     mg_cidem_answer_t a;
@@ -402,6 +469,7 @@ int main(void)
     MG_RUN(test_spend_expired_hold_returns);
     MG_RUN(test_spend_local_floor);
     MG_RUN(test_spend_and_rates_all_or_nothing);
+    MG_RUN(test_reconcile);
     MG_RUN(test_idem_values);
     stop_redis();
     return mg_test_summary();

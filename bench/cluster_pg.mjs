@@ -11,53 +11,13 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { REPO_ROOT, adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml, waitFor } from '../tests/e2e/lib/harness.mjs';
+import { REPO_ROOT, adminCall, buildConfig, deadPort, startGateway, startMock, toYaml, waitFor } from '../tests/e2e/lib/harness.mjs';
 import { startPostgres } from '../tests/e2e/lib/postgres.mjs';
+import { TICK, closedLoop, cpuTicks, pgTicks } from './cluster_lib.mjs';
 
 const REQUESTS = Number(process.env.REQUESTS ?? 4000);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
 const TOKEN = 'adm-bench-cluster-pg-0001';
-const TICK = 100; // USER_HZ
-
-function cpuTicks(pid) {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return Number(rest[11]) + Number(rest[12]); // utime + stime
-}
-
-/** The CPU of the cluster's processes: the postmaster (its command line names the data dir)
- * and its children (backends, writers). */
-function pgTicks(dataDir) {
-    let sum = 0;
-    for (const p of fs.readdirSync('/proc')) {
-        if (!/^\d+$/.test(p)) continue;
-        try {
-            if (fs.readFileSync(`/proc/${p}/comm`, 'utf8').trim() !== 'postgres') continue;
-            const f = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
-            const ppid = f.slice(f.lastIndexOf(')') + 2).split(' ')[1];
-            const mine = (q) => fs.readFileSync(`/proc/${q}/cmdline`, 'utf8').includes(dataDir);
-            if (mine(p) || mine(ppid)) sum += cpuTicks(p);
-        } catch {
-            /* gone */
-        }
-    }
-    return sum;
-}
-
-async function run(base, headers) {
-    let next = 0;
-    let failed = 0;
-    const body = { model: 'chat', messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 };
-    const worker = async () => {
-        while (next < REQUESTS) {
-            next++;
-            const r = await postJson(`${base}/v1/chat/completions`, body, { headers });
-            if (r.status !== 200) failed++;
-        }
-    };
-    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-    return failed;
-}
 
 const pg = await startPostgres();
 const mock = await startMock();
@@ -89,11 +49,11 @@ try {
                     `INSERT INTO topups VALUES ('bench', ${t.json.id}, 1000000000000, 0)`]);
             }
         }
-        await run(gw.base, headers); // warm-up (connections, caches)
+        await closedLoop([{ base: gw.base, headers }], REQUESTS, CONCURRENCY); // warm-up (connections, caches)
         const g0 = cpuTicks(gw.pid);
         const p0 = pgTicks(pg.data);
         const t0 = process.hrtime.bigint();
-        const failed = await run(gw.base, headers);
+        const { failed } = await closedLoop([{ base: gw.base, headers }], REQUESTS, CONCURRENCY);
         const secs = Number(process.hrtime.bigint() - t0) / 1e9;
         const g1 = cpuTicks(gw.pid);
         if (v.startsWith('pg')) {

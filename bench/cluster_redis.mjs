@@ -10,38 +10,13 @@ import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { REPO_ROOT, adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml } from '../tests/e2e/lib/harness.mjs';
+import { REPO_ROOT, adminCall, buildConfig, deadPort, startGateway, startMock, toYaml } from '../tests/e2e/lib/harness.mjs';
 import { startRedis } from '../tests/e2e/lib/redis.mjs';
+import { TICK, closedLoop, cpuTicks } from './cluster_lib.mjs';
 
 const REQUESTS = Number(process.env.REQUESTS ?? 4000);
 const CONCURRENCY = Number(process.env.CONCURRENCY ?? 16);
 const TOKEN = 'adm-bench-cluster-redis-0001';
-const TICK = 100; // USER_HZ
-
-function cpuTicks(pid) {
-    const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return Number(rest[11]) + Number(rest[12]); // utime + stime
-}
-
-async function run(base, headers) {
-    let next = 0;
-    let failed = 0;
-    const lat = [];
-    const body = { model: 'chat', messages: [{ role: 'user', content: 'hello' }], max_tokens: 5 };
-    const worker = async () => {
-        while (next < REQUESTS) {
-            next++;
-            const t0 = performance.now();
-            const r = await postJson(`${base}/v1/chat/completions`, body, { headers });
-            lat.push(performance.now() - t0);
-            if (r.status !== 200) failed++;
-        }
-    };
-    await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-    lat.sort((a, b) => a - b);
-    return { failed, p50: lat[Math.floor(lat.length / 2)], p99: lat[Math.floor(lat.length * 0.99)] };
-}
 
 const redis = await startRedis();
 const mock = await startMock();
@@ -60,11 +35,11 @@ try {
         const t = await adminCall(gw.base, TOKEN, 'POST', 'tenants', { name: `bench-${v}` });
         const k = await adminCall(gw.base, TOKEN, 'POST', 'keys', { tenant_id: t.json.id, rpm_limit: 10000000, max_concurrency: 1000 });
         const headers = { authorization: `Bearer ${k.json.key}` };
-        await run(gw.base, headers); // warm-up (connections, caches)
+        await closedLoop([{ base: gw.base, headers }], REQUESTS, CONCURRENCY); // warm-up (connections, caches)
         const g0 = cpuTicks(gw.pid);
         const r0 = cpuTicks(redis.child.pid);
         const t0 = process.hrtime.bigint();
-        const res = await run(gw.base, headers);
+        const res = await closedLoop([{ base: gw.base, headers }], REQUESTS, CONCURRENCY);
         const secs = Number(process.hrtime.bigint() - t0) / 1e9;
         const g1 = cpuTicks(gw.pid);
         const r1 = cpuTicks(redis.child.pid);

@@ -207,38 +207,59 @@ static void open_tool_block(mg_msgs_stream_t *s, int ti, const char *id, const c
     mg_buf_free(&m);
 }
 
-/* Every waiting call gets its block in start order, its kept fragments as they came; the last
- * one stays open (its later fragments stream live). */
+static void open_first_pending(mg_msgs_stream_t *s, mg_buf_t *out);
+
+/* Every waiting call gets its block in start order; the last one stays open. */
 static void flush_pending(mg_msgs_stream_t *s, mg_buf_t *out)
 {
-    for (int i = 0; i < s->npending; i++) {
-        mg_msgs_pending_t *p = &s->pending[i];
-        open_tool_block(s, p->tool, p->id, p->name, out);
-        for (size_t at = 0; at < p->arg.len;) {
-            const char *nl = memchr(p->arg.data + at, '\n', p->arg.len - at);
-            size_t len = nl ? (size_t)(nl - (p->arg.data + at)) : p->arg.len - at;
-            block_delta_json(out, s->open_index, "input_json_delta", "partial_json",
-                             p->arg.data + at, len);
-            at += len + 1;
+    while (s->npending) open_first_pending(s, out);
+}
+
+/* Follow a call's argument text (decoded) through its JSON structure. */
+static void scan_args(mg_msgs_args_t *a, const char *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (a->in_str) {
+            if (a->esc) a->esc = 0;
+            else if (ch == '\\') a->esc = 1;
+            else if (ch == '"') a->in_str = 0;
+        } else if (ch == '"') {
+            a->in_str = 1;
+        } else if (ch == '{' || ch == '[') {
+            a->depth++;
+            a->opened = 1;
+        } else if ((ch == '}' || ch == ']') && a->depth > 0) {
+            a->depth--;
         }
     }
-    pending_clear(s);
+}
+
+/* The arguments so far are one whole object or array: nothing can be added to them. */
+static int args_whole(const mg_msgs_args_t *a)
+{
+    return a->opened && a->depth == 0 && !a->in_str;
 }
 
 /* A call's argument fragment as a JSON string literal (a string, or an object printed), or
- * 0 when it has none. */
-static int arg_literal(const cJSON *args, mg_buf_t *lit)
+ * 0 when it has none; followed in `a`. */
+static int arg_literal(const cJSON *args, mg_buf_t *lit, mg_msgs_args_t *a)
 {
     if (cJSON_IsString(args) && args->valuestring[0]) {
-        mg_json_print_string(args->valuestring, strlen(args->valuestring), lit);
+        size_t n = strlen(args->valuestring);
+        scan_args(a, args->valuestring, n);
+        mg_json_print_string(args->valuestring, n, lit);
         return 1;
     }
     if (!cJSON_IsObject(args)) return 0; /* an engine that sends the arguments as an object */
-    mg_buf_t a = {0};
-    mg_json_print(args, &a);
-    int some = a.len > 2;
-    if (some) mg_json_print_string(a.data, a.len, lit);
-    mg_buf_free(&a);
+    mg_buf_t b = {0};
+    mg_json_print(args, &b);
+    int some = b.len > 2;
+    if (some) {
+        scan_args(a, b.data, b.len);
+        mg_json_print_string(b.data, b.len, lit);
+    }
+    mg_buf_free(&b);
     return some;
 }
 
@@ -269,6 +290,33 @@ static int wait_call(mg_msgs_stream_t *s, int ti, const char *id, const char *na
     return 0;
 }
 
+/* The first waiting call gets its block (the open one closes), its kept fragments as they
+ * came. */
+static void open_first_pending(mg_msgs_stream_t *s, mg_buf_t *out)
+{
+    mg_msgs_pending_t p = s->pending[0];
+    memmove(s->pending, s->pending + 1, (size_t)(s->npending - 1) * sizeof(*s->pending));
+    s->npending--;
+    open_tool_block(s, p.tool, p.id, p.name, out);
+    for (size_t at = 0; at < p.arg.len;) {
+        const char *nl = memchr(p.arg.data + at, '\n', p.arg.len - at);
+        size_t len = nl ? (size_t)(nl - (p.arg.data + at)) : p.arg.len - at;
+        block_delta_json(out, s->open_index, "input_json_delta", "partial_json", p.arg.data + at,
+                         len);
+        at += len + 1;
+    }
+    free(p.id);
+    free(p.name);
+    mg_buf_free(&p.arg);
+}
+
+/* The open call's block is done once its arguments are whole: the waiting calls get theirs. */
+static void advance(mg_msgs_stream_t *s, mg_buf_t *out)
+{
+    while (s->npending && (s->open != MG_MSGS_TOOL || args_whole(&s->args[s->open_tool])))
+        open_first_pending(s, out);
+}
+
 /* One tool call fragment: its first fragment (id, name) opens its block (or makes it wait,
  * see the header); its argument fragments are input_json_delta events on that block. */
 static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg_buf_t *out)
@@ -279,27 +327,24 @@ static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
     if (s->tool_block[ti] == -1) {
         const char *id = nonempty(tc, "id"), *name = nonempty(fn, "name");
-        if (s->open != MG_MSGS_TOOL || wait_call(s, ti, id, name) != 0)
-            open_tool_block(s, ti, id, name, out);
+        int busy = s->open == MG_MSGS_TOOL && !args_whole(&s->args[s->open_tool]);
+        if (!busy || wait_call(s, ti, id, name) != 0) open_tool_block(s, ti, id, name, out);
     }
     mg_buf_t lit = {0};
-    int some = arg_literal(cJSON_GetObjectItemCaseSensitive(fn, "arguments"), &lit);
+    int some = arg_literal(cJSON_GetObjectItemCaseSensitive(fn, "arguments"), &lit, &s->args[ti]);
     if (s->tool_block[ti] == -2) {
         mg_msgs_pending_t *p = pending_of(s, ti);
         if (some) {
             if (p->arg.len) mg_buf_append(&p->arg, "\n", 1); /* a literal holds no raw \n */
             mg_buf_append(&p->arg, lit.data, lit.len);
         }
-        /* its own arguments with none of the open call's since it started: the open call is
-           done (calls one after another) */
-        if (some && !s->interleaved) flush_pending(s, out);
     } else if (some) {
-        if (ti == s->open_tool && s->npending) s->interleaved = 1;
-        /* only a call whose block was closed by a wrong guess above lands on a closed block */
+        /* only a call whose block a text or thinking block closed lands on a closed block */
         block_delta_json(out, s->tool_block[ti], "input_json_delta", "partial_json", lit.data,
                          lit.len);
     }
     mg_buf_free(&lit);
+    advance(s, out);
 }
 
 static void finish(mg_msgs_stream_t *s, const cJSON *choice)

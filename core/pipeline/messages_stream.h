@@ -15,12 +15,14 @@
  * delta.content a text block; each tool call (by its index: every one of them, not only the
  * first) a tool_use block whose input_json_delta events are the upstream's argument deltas as
  * they arrive (an empty tool_calls list, or an empty argument delta, makes no event). Blocks
- * never overlap, so a call that starts while another's block is open waits (its fragments
- * kept): its own first argument fragment, with none of the open call's in between, closes the
- * open block and opens its own (calls sent one after another stream live); a fragment of the
- * open call after another call started (an engine that interleaves its calls' arguments)
- * keeps every waiting call until the end of the message, where each gets its block in turn,
- * its arguments in the pieces they came in. A chunk
+ * never overlap, so a call that starts while another call's block is open waits (its
+ * fragments kept) until the open call's arguments are one whole JSON value: an engine cannot
+ * add to those without breaking them, so that block may close, whichever order the engine
+ * sends its calls' fragments in (one after another, interleaved, or back to an earlier call).
+ * The waiting calls then get their blocks in start order, their arguments in the pieces they
+ * came in; the first one still incomplete stays open and streams live. Calls whose arguments
+ * never become whole wait to the end of the message (or the next text or thinking block). A
+ * chunk
  * whose "error" is set ends the stream with Anthropic's error event (no message_stop: a
  * failed stream never looks complete); [DONE] ends it properly.
  *
@@ -45,6 +47,12 @@ typedef enum {
     MG_MSGS_REDACTED
 } mg_msgs_block_t;
 
+/* How far a call's argument text has come: braces and brackets outside strings. */
+typedef struct {
+    int depth;
+    unsigned char in_str, esc, opened;
+} mg_msgs_args_t;
+
 /* A tool call that started while another call's block was open: its block not yet sent. */
 typedef struct {
     int tool;     /* its canonical index */
@@ -68,11 +76,11 @@ typedef struct mg_msgs_stream_s {
                                             -2: waiting in pending */
     mg_msgs_pending_t *pending;          /* owned (MG_MSGS_TOOLS_MAX, lazily): waiting calls */
     int npending;                        /* in start order */
-    int interleaved;                     /* the engine interleaves: waiting calls wait to the end */
-    const char *stop_reason;             /* static, NULL until a finish_reason came */
-    char *stop_sequence;                 /* owned, or NULL */
-    mg_buf_t line;                       /* owned: an unfinished line of the input */
-    mg_buf_t data;                       /* owned: the current event's data */
+    mg_msgs_args_t args[MG_MSGS_TOOLS_MAX]; /* per canonical tool index */
+    const char *stop_reason;                /* static, NULL until a finish_reason came */
+    char *stop_sequence;                    /* owned, or NULL */
+    mg_buf_t line;                          /* owned: an unfinished line of the input */
+    mg_buf_t data;                          /* owned: the current event's data */
 } mg_msgs_stream_t;
 
 /* A new stream for message `id`, answering as `model`; input_estimate is message_start's

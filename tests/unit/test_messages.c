@@ -351,8 +351,10 @@ static void test_stream_tools(void)
 }
 
 /* Two calls whose argument fragments interleave (0, 1, 0, 1): blocks never overlap; the second
- * call waits and gets its block after the first closes, its fragments as they came. Then
- * calls sent one after another: each opens live when its own arguments come. */
+ * call waits and gets its block once the first's arguments are whole, its fragments as they
+ * came. Then calls sent one after another: each opens live when the one before is whole.
+ * Then an engine that goes back to the first call after the second's arguments came whole
+ * (a brace inside a string does not count): still no overlap. */
 static void test_stream_tools_interleaved(void)
 {
 #define TC(i, rest) CHUNK("{\"tool_calls\":[{\"index\":" #i "," rest "}]}", "null")
@@ -380,12 +382,25 @@ static void test_stream_tools_interleaved(void)
         CHUNK("{}", "\"stop\""),
         "[DONE]",
     };
+    /* the second call's arguments whole before the engine goes back to the first's */
+    static const char *const back[] = {
+        TC(0,
+           "\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}"),
+        ARG(0, "{\\\"x\\\""),
+        TC(1,
+           "\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}"),
+        ARG(1, "{\\\"y\\\":\\\"}\\\"}"),
+        ARG(0, ":1}"),
+        CHUNK("{}", "\"tool_calls\""),
+        "[DONE]",
+    };
 #undef ARG
 #undef TC
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
         mg_buf_t in = {0}, out = {0}, types = {0};
         if (round == 0) sse_of(inter, sizeof(inter) / sizeof(inter[0]), &in);
-        else sse_of(seq, sizeof(seq) / sizeof(seq[0]), &in);
+        else if (round == 1) sse_of(seq, sizeof(seq) / sizeof(seq[0]), &in);
+        else sse_of(back, sizeof(back) / sizeof(back[0]), &in);
         mg_msgs_stream_t s;
         CHECK_EQ_INT(mg_msgs_stream_init(&s, "msg_2", "claude", 5), 0);
         feed_all(&s, in.data, in.len, 7, &out);
@@ -401,12 +416,19 @@ static void test_stream_tools_interleaved(void)
                                         "\"partial_json\":\":1}\"}") < b);
             CHECK(b && strstr(b, "\"index\":1,\"delta\":{\"type\":\"input_json_delta\","
                                  "\"partial_json\":\"{\\\"y\\\"\"}") != NULL);
-        } else {
+        } else if (round == 1) {
             CHECK_STR(types.data,
                       "message_start ping content_block_start[0] content_block_delta[0] "
                       "content_block_stop[0] content_block_start[1] content_block_delta[1] "
                       "content_block_stop[1] content_block_start[2] content_block_delta[2] "
                       "content_block_stop[2] message_delta message_stop ");
+        } else { /* the first call's late fragment on its own open block, then the second's */
+            CHECK_STR(types.data,
+                      "message_start ping content_block_start[0] content_block_delta[0] "
+                      "content_block_delta[0] content_block_stop[0] content_block_start[1] "
+                      "content_block_delta[1] content_block_stop[1] message_delta message_stop ");
+            const char *b = strstr(out.data, "\"id\":\"b\"");
+            CHECK(b && strstr(out.data, "\"partial_json\":\":1}\"") < b);
         }
         mg_msgs_stream_free(&s);
         mg_buf_free(&types);

@@ -172,6 +172,16 @@ describe('responses passed through to a native provider', () => {
         assert.equal(e.reasoning_tokens, 256);
     });
 
+    test('stream: a recorded error event mid-stream arrives as the upstream sent it and ends the stream', async () => {
+        await script('up-native-fx', { fixture: 'openai/responses_stream_error.sse' });
+        const { data: stream, response } = await client.responses
+            .create({ model: 'native-fx', input: 'hi', stream: true }).withResponse();
+        const got = await collect(stream);
+        assert.deepEqual(got, renamed(fixtureEvents('responses_stream_error.sse'), 'native-fx'), 'no second error of the gateway\'s');
+        const e = await usageEvent(response.headers.get('x-request-id'));
+        assert.equal(e.status, 'failed');
+    });
+
     test('responses.stream: the official event order, the client\'s model, finalResponse', async () => {
         const stream = client.responses.stream({ model: 'native', input: 'stream natively please' });
         const evs = await collect(stream);

@@ -34,6 +34,7 @@ static void pending_clear(mg_msgs_stream_t *s)
 void mg_msgs_stream_free(mg_msgs_stream_t *s)
 {
     pending_clear(s);
+    mg_buf_free(&s->open_args);
     free(s->pending);
     s->pending = NULL;
     free(s->model);
@@ -204,6 +205,7 @@ static void open_tool_block(mg_msgs_stream_t *s, int ti, const char *id, const c
     mg_buf_append_str(&m, ",\"input\":{}");
     s->tool_block[ti] = (short)open_block(s, MG_MSGS_TOOL, "tool_use", m.data ? m.data : "", out);
     s->open_tool = ti;
+    s->open_args.len = 0;
     mg_buf_free(&m);
 }
 
@@ -219,6 +221,9 @@ static void flush_pending(mg_msgs_stream_t *s, mg_buf_t *out)
             size_t len = nl ? (size_t)(nl - (p->arg.data + at)) : p->arg.len - at;
             block_delta_json(out, s->open_index, "input_json_delta", "partial_json",
                              p->arg.data + at, len);
+            cJSON *piece = cJSON_ParseWithLength(p->arg.data + at, len); /* the literal's text */
+            if (cJSON_IsString(piece)) mg_buf_append_str(&s->open_args, piece->valuestring);
+            cJSON_Delete(piece);
             at += len + 1;
         }
     }
@@ -240,6 +245,22 @@ static int arg_literal(const cJSON *args, mg_buf_t *lit)
     if (some) mg_json_print_string(a.data, a.len, lit);
     mg_buf_free(&a);
     return some;
+}
+
+/* The open tool call's arguments are whole JSON: the engine is done with it (a fragment it
+ * sent it later could only break them). */
+static int open_args_whole(const mg_msgs_stream_t *s)
+{
+    cJSON *v = s->open_args.len ? cJSON_ParseWithLength(s->open_args.data, s->open_args.len) : NULL;
+    cJSON_Delete(v);
+    return v != NULL;
+}
+
+/* A fragment of the open call: its text kept for open_args_whole. */
+static void keep_open_args(mg_msgs_stream_t *s, const cJSON *args)
+{
+    if (cJSON_IsString(args)) mg_buf_append_str(&s->open_args, args->valuestring);
+    else if (cJSON_IsObject(args)) mg_json_print(args, &s->open_args); /* whole by itself */
 }
 
 static mg_msgs_pending_t *pending_of(mg_msgs_stream_t *s, int ti)
@@ -283,18 +304,20 @@ static void tool_fragment(mg_msgs_stream_t *s, const cJSON *tc, int position, mg
             open_tool_block(s, ti, id, name, out);
     }
     mg_buf_t lit = {0};
-    int some = arg_literal(cJSON_GetObjectItemCaseSensitive(fn, "arguments"), &lit);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+    int some = arg_literal(args, &lit);
     if (s->tool_block[ti] == -2) {
         mg_msgs_pending_t *p = pending_of(s, ti);
         if (some) {
             if (p->arg.len) mg_buf_append(&p->arg, "\n", 1); /* a literal holds no raw \n */
             mg_buf_append(&p->arg, lit.data, lit.len);
         }
-        /* its own arguments with none of the open call's since it started: the open call is
-           done (calls one after another) */
-        if (some && !s->interleaved) flush_pending(s, out);
+        /* its own arguments with none of the open call's since it started, and the open
+           call's whole: the open call is done (calls one after another) */
+        if (some && !s->interleaved && open_args_whole(s)) flush_pending(s, out);
     } else if (some) {
         if (ti == s->open_tool && s->npending) s->interleaved = 1;
+        if (ti == s->open_tool) keep_open_args(s, args);
         /* only a call whose block was closed by a wrong guess above lands on a closed block */
         block_delta_json(out, s->tool_block[ti], "input_json_delta", "partial_json", lit.data,
                          lit.len);

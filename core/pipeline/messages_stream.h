@@ -16,8 +16,9 @@
  * first) a tool_use block whose input_json_delta events are the upstream's argument deltas as
  * they arrive (an empty tool_calls list, or an empty argument delta, makes no event). Blocks
  * never overlap, so a call that starts while another's block is open waits (its fragments
- * kept): its own first argument fragment, with none of the open call's in between, closes the
- * open block and opens its own (calls sent one after another stream live); a fragment of the
+ * kept): its own argument fragment, with none of the open call's in between and the open
+ * call's arguments whole JSON by then, closes the open block and opens its own (calls sent
+ * one after another stream live); a fragment of the
  * open call after another call started (an engine that interleaves its calls' arguments)
  * keeps every waiting call until the end of the message, where each gets its block in turn,
  * its arguments in the pieces they came in. A chunk
@@ -69,6 +70,10 @@ typedef struct mg_msgs_stream_s {
     mg_msgs_pending_t *pending;          /* owned (MG_MSGS_TOOLS_MAX, lazily): waiting calls */
     int npending;                        /* in start order */
     int interleaved;                     /* the engine interleaves: waiting calls wait to the end */
+    mg_buf_t open_args;                  /* owned: the open tool call's arguments so far (text):
+                                            its block closes for a waiting call only once they
+                                            are whole JSON, so an engine that goes back to it
+                                            never lands on a closed block */
     const char *stop_reason;             /* static, NULL until a finish_reason came */
     char *stop_sequence;                 /* owned, or NULL */
     mg_buf_t line;                       /* owned: an unfinished line of the input */

@@ -380,8 +380,40 @@ static void test_stream_tools_interleaved(void)
         CHUNK("{}", "\"stop\""),
         "[DONE]",
     };
+    /* call 1 streams its whole arguments while call 0's are unfinished, then the engine goes
+       back to call 0: call 1 must wait (block 0 cannot close on a half argument) */
+    static const char *const back[] = {
+        TC(0,
+           "\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}"),
+        ARG(0, "{\\\"x\\\""),
+        TC(1,
+           "\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}"),
+        ARG(1, "{\\\"y\\\":2}"),
+        ARG(0, ":1}"),
+        CHUNK("{}", "\"tool_calls\""),
+        "[DONE]",
+    };
 #undef ARG
 #undef TC
+    {
+        mg_buf_t in = {0}, out = {0}, types = {0};
+        sse_of(back, sizeof(back) / sizeof(back[0]), &in);
+        mg_msgs_stream_t s;
+        CHECK_EQ_INT(mg_msgs_stream_init(&s, "msg_3", "claude", 5), 0);
+        feed_all(&s, in.data, in.len, 5, &out);
+        event_types(out.data, &types);
+        CHECK_STR(types.data, "message_start ping content_block_start[0] content_block_delta[0] "
+                              "content_block_delta[0] content_block_stop[0] "
+                              "content_block_start[1] content_block_delta[1] "
+                              "content_block_stop[1] message_delta message_stop ");
+        const char *b = strstr(out.data, "\"id\":\"b\"");
+        CHECK(b && strstr(out.data, "\"index\":0,\"delta\":{\"type\":\"input_json_delta\","
+                                    "\"partial_json\":\":1}\"}") < b);
+        mg_msgs_stream_free(&s);
+        mg_buf_free(&types);
+        mg_buf_free(&out);
+        mg_buf_free(&in);
+    }
     for (int round = 0; round < 2; round++) {
         mg_buf_t in = {0}, out = {0}, types = {0};
         if (round == 0) sse_of(inter, sizeof(inter) / sizeof(inter[0]), &in);

@@ -174,8 +174,9 @@ static void begin_answer(call_t *c)
 }
 
 /* The upstream's failure: the next route before the client saw a byte, else the event
- * forwarded (raw) and the stream's error end. `code`/`message` from the event. */
-static int upstream_failed(call_t *c, const mg_sse_event_t *ev, const cJSON *code,
+ * (`shown`: its text as the client gets it) forwarded and the stream's error end.
+ * `code`/`message` from the event. */
+static int upstream_failed(call_t *c, const mg_buf_t *shown, const cJSON *code,
                            const cJSON *message)
 {
     mg_buf_t text = {0};
@@ -185,7 +186,7 @@ static int upstream_failed(call_t *c, const mg_sse_event_t *ev, const cJSON *cod
     }
     mg_buf_append_str(&text, cJSON_IsString(message) ? message->valuestring : "unspecified");
     if (started(c)) {
-        mg_buf_append(&c->out, ev->raw, ev->raw_len);
+        mg_buf_append(&c->out, shown->data, shown->len);
         c->rnative->terminal_forwarded = 1;
     }
     cJSON *e = cJSON_CreateObject();
@@ -196,6 +197,23 @@ static int upstream_failed(call_t *c, const mg_sse_event_t *ev, const cJSON *cod
     return rc;
 }
 
+/* The event as the client gets it into `shown`: its bytes, or, when it carries a Response
+ * whose model is renamed, the event printed again with the client's name. */
+static void shown_event(call_t *c, const mg_sse_event_t *ev, const event_scan_t *t, cJSON *d,
+                        mg_buf_t *shown)
+{
+    cJSON *resp = cJSON_GetObjectItemCaseSensitive(d, "response");
+    if (!model_renamed(c) || !cJSON_HasObjectItem(resp, "model")) {
+        mg_buf_append(shown, ev->raw, ev->raw_len);
+        return;
+    }
+    set_item(resp, "model", cJSON_CreateString(c->client_model));
+    mg_buf_t text = {0};
+    mg_json_print(d, &text);
+    out_event_typed(shown, t->type, t->len, text.data ? text.data : "{}", text.len ? text.len : 2);
+    mg_buf_free(&text);
+}
+
 /* An event that carries a Response (or is an error): read as a tree. */
 static int tree_event(call_t *c, const mg_sse_event_t *ev, const event_scan_t *t)
 {
@@ -204,42 +222,34 @@ static int tree_event(call_t *c, const mg_sse_event_t *ev, const event_scan_t *t
         cJSON_Delete(d);
         return garbage_event(c);
     }
-    if (type_is(t, "error")) { /* {type, code, message, param, sequence_number} */
-        int rc = upstream_failed(c, ev, cJSON_GetObjectItemCaseSensitive(d, "code"),
-                                 cJSON_GetObjectItemCaseSensitive(d, "message"));
-        cJSON_Delete(d);
-        return rc;
-    }
-    cJSON *resp = cJSON_GetObjectItemCaseSensitive(d, "response");
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(d, "response");
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(resp, "usage");
     if (cJSON_IsObject(usage)) {
         char *u = cJSON_PrintUnformatted(usage);
         if (u) take_usage_bytes(c, u, strlen(u));
         free(u);
     }
-    if (type_is(t, "response.failed")) {
-        const cJSON *err = cJSON_GetObjectItemCaseSensitive(resp, "error");
-        int rc = upstream_failed(c, ev, cJSON_GetObjectItemCaseSensitive(err, "code"),
-                                 cJSON_GetObjectItemCaseSensitive(err, "message"));
-        cJSON_Delete(d);
-        return rc;
-    }
-    int opening = type_is(t, "response.created") || type_is(t, "response.in_progress") ||
-                  type_is(t, "response.queued");
-    if (!opening) begin_answer(c);
-    if (type_is(t, "response.completed") || type_is(t, "response.incomplete")) c->upstream_done = 1;
-    mg_buf_t *to = opening && !c->first_chunk_done ? &c->rnative->held : &c->out;
-    if (model_renamed(c) && cJSON_HasObjectItem(resp, "model")) {
-        set_item(resp, "model", cJSON_CreateString(c->client_model));
-        mg_buf_t text = {0};
-        mg_json_print(d, &text);
-        out_event_typed(to, t->type, t->len, text.data ? text.data : "{}", text.len ? text.len : 2);
-        mg_buf_free(&text);
+    mg_buf_t shown = {0};
+    shown_event(c, ev, t, d, &shown);
+    int rc = 0;
+    if (type_is(t, "error") || type_is(t, "response.failed")) {
+        /* error: {type, code, message, param, sequence_number}; failed: response.error */
+        const cJSON *err =
+            type_is(t, "error") ? d : cJSON_GetObjectItemCaseSensitive(resp, "error");
+        rc = upstream_failed(c, &shown, cJSON_GetObjectItemCaseSensitive(err, "code"),
+                             cJSON_GetObjectItemCaseSensitive(err, "message"));
     } else {
-        mg_buf_append(to, ev->raw, ev->raw_len);
+        int opening = type_is(t, "response.created") || type_is(t, "response.in_progress") ||
+                      type_is(t, "response.queued");
+        if (!opening) begin_answer(c);
+        if (type_is(t, "response.completed") || type_is(t, "response.incomplete"))
+            c->upstream_done = 1;
+        mg_buf_append(opening && !c->first_chunk_done ? &c->rnative->held : &c->out, shown.data,
+                      shown.len);
     }
+    mg_buf_free(&shown);
     cJSON_Delete(d);
-    return 0;
+    return rc;
 }
 
 int resp_native_event(call_t *c, const mg_sse_event_t *ev)

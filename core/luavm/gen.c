@@ -167,11 +167,16 @@ static int load_adapter(mg_gen_t *g, const char *name, mg_adapter_t *a, char *er
     lua_pop(L, 1);
     mg_lpush_field(L, a->ref, "entry_wire");
     a->entry_anthropic = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "anthropic") == 0;
+    a->entry_responses = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "responses") == 0;
     lua_pop(L, 1);
     mg_lpush_field(L, a->ref, "stream_eof");
     a->stream_eof = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (!a->probe_path || load_probe_headers(L, a, path, err, errlen) != 0) return -1;
+    if (a->entry_responses && !a->passthrough) { /* the core forwards its answers itself */
+        snprintf(err, errlen, "%s: entry_wire = \"responses\" needs passthrough = true", path);
+        return -1;
+    }
     if (!a->passthrough) {
         const char *need[] = {"decode", "decode_event"};
         for (int i = 0; i < 2; i++) {

@@ -41,6 +41,9 @@ typedef struct mg_adapter_s {
     int entry_anthropic;    /* M.entry_wire == "anthropic": it sends a Messages client's own body
                                (req.entry), so what the canonical form cannot carry still reaches
                                its upstream */
+    int entry_responses;    /* M.entry_wire == "responses" (a passthrough adapter): a Responses
+                               client's own body goes to its upstream, which answers in the
+                               Responses API (pipeline/responses_native.c) */
     int stream_eof;         /* M.stream_eof: its streams have no end marker; decode_event gets
                                util.null once at a clean end of the upstream's stream */
     int encode_untraced;    /* its encode() read the request's own fields: its answers are never

@@ -160,7 +160,7 @@ static int usage_detail(void *ud, const mg_json_member_t *m)
     return 0;
 }
 
-static void take_usage_bytes(call_t *c, const char *json, size_t n)
+void take_usage_bytes(call_t *c, const char *json, size_t n)
 {
     usage_scan_t u = {0};
     if (mg_json_members(json, n, usage_member, &u) != 0 || !u.found) return;
@@ -755,7 +755,8 @@ static int translated_event(call_t *c, const mg_sse_event_t *ev)
  * end, so it can close the answer. 1 = the call went on (an error end). */
 static int translated_eof(call_t *c)
 {
-    if (c->passthrough || c->native || c->upstream_done || c->stop_stream) return 0;
+    if (c->passthrough || c->native || c->native_resp || c->upstream_done || c->stop_stream)
+        return 0;
     if (!c->gen->adapters[c->adapter].stream_eof) return 0;
     cJSON *null = cJSON_CreateNull();
     if (!null) return 0;
@@ -767,6 +768,7 @@ static int on_stream_event(void *ud, const mg_sse_event_t *ev)
     call_t *c = ud;
     if (c->stop_stream) return 1;
     if (c->native) return msgs_native_event(c, ev);
+    if (c->native_resp) return resp_native_event(c, ev);
     return c->passthrough ? passthrough_event(c, ev) : translated_event(c, ev);
 }
 
@@ -1014,6 +1016,7 @@ mg_step_rc_t step_stream(call_t *c)
     c->status = 200;
     c->outcome = "ok";
     if (c->native) return msgs_native_answer(c);
+    if (c->native_resp) return resp_native_answer(c);
     if (c->passthrough && c->responses) {
         /* read from its bytes when strict JSON with only what most answers carry */
         mg_resp_chunk_t ch;

@@ -612,6 +612,17 @@ static void set_entry(call_t *c)
     cJSON_Delete(e);
 }
 
+/* req.entry for an adapter that speaks Responses natively: the wire only (it is a
+ * passthrough adapter: the core sends the client's body itself), so that its encode picks
+ * the upstream's /responses. */
+static void set_responses_entry(call_t *c)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "wire", "responses");
+    mg_gen_req_set_entry(c->gen, req_table(c), e);
+    cJSON_Delete(e);
+}
+
 /* The adapter gave no request for the entry. A refusal of invalid input ends the call
  * (400, its reason and param: no other route is tried); "not for this route" goes on to the
  * next entry and is the answer when no route takes the request, unless an attempt failed
@@ -662,11 +673,23 @@ mg_step_rc_t step_encode(call_t *c)
         if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
         return entry_dropped(c);
     }
+    c->native_resp = c->responses && c->gen->adapters[c->adapter].entry_responses;
+    const char *why, *param;
+    if (c->responses && responses_route_refused(c, c->native_resp, &why, &param)) {
+        /* the model's other kind of route may serve it */
+        free(c->refusal_message);
+        c->refusal_message = strdup(why);
+        snprintf(c->refusal_param, sizeof(c->refusal_param), "%s", param);
+        if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
+        return entry_dropped(c);
+    }
+    if (c->native_resp && resp_native_begin(c) != 0) return entry_dropped(c);
     /* a Responses call's chat body exists only as the tree (responses_call.c) */
-    int from_tree = !c->passthrough || c->responses;
+    int from_tree = !c->passthrough || (c->responses && !c->native_resp);
     if (from_tree) set_item(c->body, "model", cJSON_CreateString(r->model));
     if (!c->passthrough) mg_gen_req_set_body(c->gen, req_table(c), c->body);
     if (!c->passthrough && c->front_messages) set_entry(c);
+    if (c->native_resp) set_responses_entry(c);
     if (c->responses && c->passthrough && c->stream && c->provider->no_stream_usage)
         cJSON_DeleteItemFromObjectCaseSensitive(c->body, "stream_options");
     char err[512];
@@ -675,9 +698,10 @@ mg_step_rc_t step_encode(call_t *c)
         return encode_failed(c, err);
     c->ndjson = c->enc.ndjson;
     c->up_body.len = 0;
-    int rc = c->enc.body  ? mg_json_print(c->enc.body, &c->up_body)
-             : !from_tree ? passthrough_body(c, r->model, &c->up_body)
-                          : mg_json_print(c->body, &c->up_body);
+    int rc = c->enc.body      ? mg_json_print(c->enc.body, &c->up_body)
+             : c->native_resp ? resp_native_body(c, r->model, &c->up_body)
+             : !from_tree     ? passthrough_body(c, r->model, &c->up_body)
+                              : mg_json_print(c->body, &c->up_body);
     if (rc != 0) {
         mg_buf_free(&c->up_body);
         mg_encoded_free(&c->enc);

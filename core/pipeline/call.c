@@ -251,6 +251,7 @@ static void call_free(call_t *c)
     mg_gen_unref(c->gen);
     cJSON_Delete(c->body);
     responses_free(c);
+    resp_native_free(c);
     cJSON_Delete(c->held_finish);
     mg_buf_free(&c->held_raw);
     if (c->sse_ready) mg_sse_free(&c->sse);
@@ -567,6 +568,11 @@ static void respond_error(call_t *c)
  * failed, the error event (the held chunk dropped) and [DONE]; then everything pending. */
 static void end_stream(call_t *c)
 {
+    if (c->native_resp) { /* the upstream's events, its end among them */
+        if (c->error_code) c->pl->metrics->stream_errors_total++;
+        resp_native_end(c);
+        return;
+    }
     if (c->responses) { /* the Responses API's own end: no [DONE] */
         if (c->error_code) c->pl->metrics->stream_errors_total++;
         responses_stream_end(c, c->error_code ? error_message(c) : NULL);
@@ -606,7 +612,8 @@ mg_step_rc_t step_finish(call_t *c)
         msgs_answer(c) != 0)
         call_error(c, 502, "MODEL_UNAVAILABLE", "the provider's answer holds no message", 0);
     calib_learn(c); /* before the estimates: only an answer with usage teaches */
-    if (c->responses && c->answer_kind == ANSWER_JSON && !c->error_code) responses_keep(c);
+    if (c->responses && !c->native_resp && c->answer_kind == ANSWER_JSON && !c->error_code)
+        responses_keep(c); /* a native route's upstream keeps its own */
     if (c->answer_kind != ANSWER_JSON) estimate_tokens(c);
     call_log(c);
     /* a cancelled call's answer acknowledges the cancellation, not a usage: not held (a

@@ -146,6 +146,8 @@ typedef struct call_s {
                                       out (only an entry_wire = "anthropic" adapter serves it) */
     int native;                    /* the attempt's upstream speaks the Messages client's wire:
                                       its answer goes to the client as it is (messages_native.c) */
+    int native_resp;               /* the same for a Responses client (responses_native.c) */
+    struct resp_native_s *rnative; /* owned: that attempt's stream state, or NULL */
     mg_task_t task;                /* the PRD's state machine; every change is logged */
     mg_sched_entry_t entry;        /* the scheduler's view: queued, then a lease */
     int queued;                    /* entry is in the queue */
@@ -412,6 +414,9 @@ int passthrough_body(call_t *c, const char *model, mg_buf_t *out);
 /* Whether a member is one the gateway adds to answers (a clash when the upstream has it). */
 int is_gateway_member(const mg_json_member_t *m);
 int member_is(const mg_json_member_t *m, const char *key);
+/* A usage object's bytes (chat's, the Responses API's or Anthropic's names) into the call's
+ * counts (answer.c). */
+void take_usage_bytes(call_t *c, const char *json, size_t n);
 void set_item(cJSON *obj, const char *key, cJSON *value);
 
 /* ---- messages.c: the Anthropic Messages front end ------------------------------------- */
@@ -658,5 +663,33 @@ void responses_stream_end(call_t *c, const char *error_message);
 void responses_prompt(call_t *c, const char **text, size_t *len);
 /* The front end's state freed, a lookup in flight cancelled (call_free). */
 void responses_free(call_t *c);
+/* The client's Responses body (borrowed), as it came. */
+const cJSON *responses_request(const call_t *c);
+/* Whether a route of this kind (native: its adapter speaks Responses) cannot serve this
+ * call: 1 with the reason and the param it names, else 0. A bridged route cannot serve a
+ * request the bridge cannot translate, nor a previous_response_id the gateway does not
+ * hold (both kept for the model's native routes); a native route cannot continue a
+ * response the gateway keeps (its upstream never saw that id). */
+int responses_route_refused(const call_t *c, int native, const char **msg, const char **param);
+
+/* ---- responses_native.c: a Responses upstream's answer to a Responses client, as it is -
+ * (adapters with entry_wire = "responses"). */
+
+/* Whether provider p's adapter speaks Responses natively. */
+int resp_native_adapter(const mg_gen_t *g, const mg_provider_conf_t *p);
+/* Whether the model a client names (a logical model, "model:provider", or one served by a
+ * model_prefix) has a route whose provider speaks Responses natively. */
+int resp_native_model(const mg_gen_t *g, const char *name);
+/* An attempt on such a route begins (its stream state reset). 0 or -1 (out of memory). */
+int resp_native_begin(call_t *c);
+void resp_native_free(call_t *c);
+/* The upstream body: the client's, the gateway's extensions out, model the route's. */
+int resp_native_body(call_t *c, const char *model, mg_buf_t *out);
+/* One upstream event forwarded (see responses_native.c). 0, or 1 when the call moved on. */
+int resp_native_event(call_t *c, const mg_sse_event_t *ev);
+/* The whole answer forwarded. */
+mg_step_rc_t resp_native_answer(call_t *c);
+/* The stream's end: the API's error event when the gateway's own failure ended it. */
+void resp_native_end(call_t *c);
 
 #endif

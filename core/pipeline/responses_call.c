@@ -33,6 +33,8 @@ typedef struct resp_call_s {
     char scope[128];                  /* the caller's (after identify) */
     mg_resp_out_t *out;               /* owned: the answer, made at its first chunk */
     mg_buf_t prompt;                  /* owned: the chat messages printed (responses_prompt) */
+    /* what only the model's native routes can serve (responses_unbridged) */
+    mg_resp_error_t unbridged; /* message "" when the bridge can translate the request */
 } resp_call_t;
 
 void responses_free(call_t *c)
@@ -81,6 +83,61 @@ static void prev_found(void *ud, const mg_resp_record_t *rec)
     call_resume(c, STEP_IDENTIFY);
 }
 
+const cJSON *responses_request(const call_t *c)
+{
+    return c->responses ? c->responses->req : NULL;
+}
+
+int responses_route_refused(const call_t *c, int native, const char **msg, const char **param)
+{
+    const resp_call_t *r = c->responses;
+    if (native && r->prev == PREV_FOUND) {
+        /* the gateway's own id (a bridged answer it keeps): its upstreams never saw it */
+        *msg = "previous_response_id names a response the gateway keeps: only the model's "
+               "bridged (chat) routes can continue it";
+        *param = "previous_response_id";
+        return 1;
+    }
+    if (native || !r->unbridged.message[0]) return 0;
+    *msg = r->unbridged.message;
+    *param = r->unbridged.param;
+    return 1;
+}
+
+static const char *model_of(const cJSON *req)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(req, "model");
+    return cJSON_IsString(m) ? m->valuestring : NULL;
+}
+
+/* The chat body of a request the bridge cannot translate but a native route may serve: what
+ * the call's own steps read (model, stream, the gateway's extensions, the output ceiling) and
+ * the input as one user message, for counting only (it is never sent). NULL: out of memory. */
+static cJSON *stand_in_chat(const cJSON *req)
+{
+    static const char *const keep[] = {"model",    "stream",          "priority",
+                                       "timeouts", "routing",         "session_id",
+                                       "metadata", "idempotency_key", "context_policy"};
+    cJSON *chat = cJSON_CreateObject();
+    for (size_t i = 0; chat && i < sizeof(keep) / sizeof(keep[0]); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, keep[i]);
+        if (v) cJSON_AddItemToObject(chat, keep[i], cJSON_Duplicate(v, 1));
+    }
+    const cJSON *mot = cJSON_GetObjectItemCaseSensitive(req, "max_output_tokens");
+    if (cJSON_IsNumber(mot)) cJSON_AddNumberToObject(chat, "max_tokens", mot->valuedouble);
+    const cJSON *input = cJSON_GetObjectItemCaseSensitive(req, "input");
+    char *text = cJSON_IsString(input) ? NULL : cJSON_PrintUnformatted(input);
+    cJSON *msg = cJSON_CreateObject();
+    cJSON_AddStringToObject(msg, "role", "user");
+    cJSON_AddStringToObject(msg, "content",
+                            cJSON_IsString(input) ? input->valuestring
+                            : text                ? text
+                                                  : "");
+    free(text);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(chat, "messages"), msg);
+    return chat;
+}
+
 /* 0: c->body is the chat body; 1: the same, and the previous response is being looked up
  * (resume at identify); -1: the call's error is set. */
 int responses_parse(call_t *c)
@@ -100,8 +157,17 @@ int responses_parse(call_t *c)
         return refuse(c, 400, "INVALID_REQUEST", "request body is not a JSON object", NULL);
     mg_resp_error_t err;
     cJSON *chat = NULL;
-    if (mg_resp_to_chat(r->req, &chat, &err) != 0)
-        return refuse(c, 400, "INVALID_REQUEST", err.message, err.param);
+    if (mg_resp_to_chat(r->req, &chat, &err) != 0) {
+        /* what the bridge cannot honour is refused, unless a native route may take it */
+        if (!resp_native_model(c->gen, model_of(r->req)))
+            return refuse(c, 400, "INVALID_REQUEST", err.message, err.param);
+        r->unbridged = err;
+        if (!r->unbridged.message[0])
+            snprintf(r->unbridged.message, sizeof(r->unbridged.message), "%s",
+                     "the request cannot be bridged to a chat engine");
+        if (!(chat = stand_in_chat(r->req)))
+            return refuse(c, 500, "INTERNAL_ERROR", "out of memory", NULL);
+    }
     c->body = chat;
     c->ep = MG_EP_CHAT;       /* the engine's side; metrics and idempotency see MG_EP_RESPONSES */
     c->chunk_memo.places = 1; /* stream chunks are read by their template (responses_scan) */
@@ -129,6 +195,15 @@ mg_step_rc_t responses_identified(call_t *c)
     resp_call_t *r = c->responses;
     mg_resp_scope(c->gen->cfg->auth_enabled ? &c->auth : NULL, c->req, r->scope, sizeof(r->scope));
     if (!r->prev_id[0]) return MG_STEP_NEXT;
+    if (r->prev != PREV_FOUND && resp_native_model(c->gen, model_of(r->req))) {
+        /* an id the gateway never made: a native route's upstream owns the chain */
+        if (!r->unbridged.message[0]) {
+            snprintf(r->unbridged.message, sizeof(r->unbridged.message),
+                     "Previous response with id '%.96s' not found.", r->prev_id);
+            snprintf(r->unbridged.param, sizeof(r->unbridged.param), "previous_response_id");
+        }
+        return MG_STEP_NEXT;
+    }
     if (r->prev != PREV_FOUND || strcmp(r->prev_scope, r->scope) != 0) {
         char msg[200];
         snprintf(msg, sizeof(msg), "Previous response with id '%.96s' not found.", r->prev_id);

@@ -2,7 +2,7 @@
 // Scriptable mock model engine for moongate's end-to-end tests.
 //
 // It speaks the OpenAI wire (/v1/models, /v1/chat/completions, /v1/completions,
-// /v1/embeddings), Anthropic's Messages API (/v1/messages), Ollama's native API (/api/chat, /api/generate, /api/embed,
+// /v1/embeddings, /v1/responses), Anthropic's Messages API (/v1/messages), Ollama's native API (/api/chat, /api/generate, /api/embed,
 // /api/tags) and Triton's generate extension (/v2/models/{model}/generate and
 // generate_stream, /v2/health/ready) in their documented shapes, with deterministic canned answers, and it
 // records every request it sees. Tests script failures through a small control API:
@@ -57,6 +57,8 @@
 //                              tool, or of the tool its tool_choice names, in the path's wire
 //                              shape (OpenAI streams the arguments in two deltas per call);
 //                              arguments from action.arguments[name] (default {})
+//   error_after_chunks, fail_early, usage {cached, reasoning}   on /v1/responses (the
+//                              Responses API natively): see openaiResponses
 //   thinking                   text an Ollama chat answer thinks before it answers
 //                              (message.thinking; streamed in two lines before the content)
 //
@@ -722,6 +724,94 @@ function anthropicMessages(ctx) {
     return { status: 200, stream: true, format: 'sse', lead, content, tail };
 }
 
+/** Prompt "tokens" of a Responses request: words of a string input, or of every text part. */
+function promptTokensResponses(body) {
+    if (typeof body.input === 'string') return Math.max(wordCount(body.input), 1);
+    let n = wordCount(body.instructions);
+    for (const item of Array.isArray(body.input) ? body.input : []) {
+        if (typeof item?.content === 'string') n += wordCount(item.content);
+        else if (Array.isArray(item?.content)) for (const p of item.content) n += wordCount(p?.text);
+    }
+    return Math.max(n, 1);
+}
+
+/**
+ * POST /v1/responses, the Responses API answered natively (OpenAI's own shape and event
+ * order: response.created, response.in_progress, output_item.added, content_part.added,
+ * output_text.delta..., output_text.done, content_part.done, output_item.done,
+ * response.completed). The Response echoes the request's parameters as OpenAI's does
+ * (instructions, previous_response_id, store, reasoning, tools, metadata, ...), so a test
+ * sees what reached the engine in the answer too. Actions: chunks, usage {cached,
+ * reasoning} (input_tokens_details.cached_tokens, output_tokens_details.reasoning_tokens),
+ * error_after_chunks N (an `error` event after N deltas, then EOF), fail_early (a stream:
+ * response.created, response.in_progress, then response.failed; whole: status "failed").
+ */
+function openaiResponses(ctx) {
+    const { body, action, seq } = ctx;
+    const model = body.model ?? 'mock-model';
+    const { n } = pieceCount(action, body.max_output_tokens);
+    const pieces = contentPieces(model, n);
+    const text = pieces.join('');
+    const id = `resp_mock_${seq}`;
+    const msgId = `msg_mock_${seq}`;
+    const input = promptTokensResponses(body);
+    const cached = action.usage?.cached ?? 0;
+    const reasoning = action.usage?.reasoning ?? 0;
+    const usage = {
+        input_tokens: input, input_tokens_details: { cached_tokens: cached },
+        output_tokens: n + reasoning, output_tokens_details: { reasoning_tokens: reasoning },
+        total_tokens: input + n + reasoning,
+    };
+    const echo = (k, dflt) => (body[k] !== undefined ? body[k] : dflt);
+    const response = (status, output, u, error = null) => ({
+        id, object: 'response', created_at: nowSec(), status, background: false, error,
+        incomplete_details: null, instructions: echo('instructions', null),
+        max_output_tokens: echo('max_output_tokens', null), model, output,
+        parallel_tool_calls: echo('parallel_tool_calls', true),
+        previous_response_id: echo('previous_response_id', null),
+        reasoning: echo('reasoning', { effort: null, summary: null }), store: echo('store', true),
+        temperature: echo('temperature', 1), text: echo('text', { format: { type: 'text' } }),
+        tool_choice: echo('tool_choice', 'auto'), tools: echo('tools', []), top_p: echo('top_p', 1),
+        truncation: echo('truncation', 'disabled'), usage: u, user: echo('user', null),
+        metadata: echo('metadata', {}),
+    });
+    const part = (t) => ({ type: 'output_text', annotations: [], logprobs: [], text: t });
+    const message = { id: msgId, type: 'message', status: 'completed', role: 'assistant', content: [part(text)] };
+    const failure = { code: 'server_error', message: 'mock: the response failed' };
+    if (!body.stream) {
+        if (action.fail_early) return { status: 200, json: response('failed', [], null, failure) };
+        return { status: 200, json: response('completed', [message], usage) };
+    }
+    let sequence = 0;
+    const ev = (type, obj) => `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: sequence++, ...obj })}\n\n`;
+    const lead = [
+        ev('response.created', { response: response('in_progress', [], null) }),
+        ev('response.in_progress', { response: response('in_progress', [], null) }),
+    ];
+    if (action.fail_early) {
+        lead.push(ev('response.failed', { response: response('failed', [], null, failure) }));
+        return { status: 200, stream: true, format: 'sse', lead, content: [], tail: [] };
+    }
+    const where = { item_id: msgId, output_index: 0, content_index: 0 };
+    lead.push(ev('response.output_item.added', { output_index: 0, item: { ...message, status: 'in_progress', content: [] } }));
+    lead.push(ev('response.content_part.added', { ...where, part: part('') }));
+    const cut = action.error_after_chunks;
+    const content = [];
+    for (let i = 0; i < pieces.length && (cut === undefined || i < cut); i++)
+        content.push(ev('response.output_text.delta', { ...where, delta: pieces[i], logprobs: [], obfuscation: 'mock' }));
+    if (cut !== undefined) {
+        content.push(ev('error', { code: 'server_error', message: 'mock: the stream failed', param: null }));
+        return { status: 200, stream: true, format: 'sse', lead, content, tail: [] };
+    }
+    const tail = [
+        ev('response.output_text.done', { ...where, text, logprobs: [] }),
+        ev('response.content_part.done', { ...where, part: part(text) }),
+        ev('response.output_item.done', { output_index: 0, item: message }),
+        ev('response.completed', { response: response('completed', [message], usage) }),
+    ];
+    return { status: 200, stream: true, format: 'sse', lead, content, tail };
+}
+
 /** Prompt "tokens" of a Messages request: words of the system prompt and every text block. */
 function promptTokensAnthropic(body) {
     let n = 0;
@@ -773,6 +863,7 @@ function tritonModel(path) {
 const ROUTES = {
     'GET /v2/health/ready': () => ({ status: 200, text: '', contentType: 'text/plain' }),
     'POST /v1/messages': anthropicMessages,
+    'POST /v1/responses': openaiResponses,
     'GET /v1/models': openaiModels,
     'GET /metrics': vllmMetrics,
     'GET /slots': llamaSlots,

@@ -57,10 +57,14 @@ static const char *event_status(const call_t *c)
     }
 }
 
+/* The surface the client called: a Messages or Responses call runs as chat, but its event
+ * says what the client used. */
 static const char *endpoint_name(const call_t *c)
 {
-    switch (c->ep) {
+    switch (call_client_ep(c)) {
     case MG_EP_CHAT: return "chat";
+    case MG_EP_MESSAGES: return "messages";
+    case MG_EP_RESPONSES: return "responses";
     case MG_EP_COMPLETIONS: return "completions";
     case MG_EP_EMBEDDINGS: return "embeddings";
     default: return c->req && c->req->path ? c->req->path : "other";

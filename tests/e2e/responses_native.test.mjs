@@ -128,7 +128,7 @@ describe('responses passed through to a native provider', () => {
         assert.equal(r.output_text, contentFor('up-native'));
         assert.equal(r.request_id, undefined, 'nothing of the gateway\'s in the body');
         const e = await usageEvent(response.headers.get('x-request-id'));
-        assert.equal(e.endpoint, 'chat', 'as every Responses call is metered (it runs as chat)');
+        assert.equal(e.endpoint, 'responses', 'the surface the client called');
         assert.equal(e.status, 'succeeded');
         assert.equal(e.input_tokens, r.usage.input_tokens);
         assert.equal(e.output_tokens, r.usage.output_tokens);

@@ -224,7 +224,7 @@ describe('one usage event per request', () => {
         assert.ok(e.output_tokens >= 1 && e.output_tokens < 50, `the output so far: ${e.output_tokens}`);
     });
 
-    test('embeddings and completions have events too; a provider without a price table uses cost_per_1k_tokens', async () => {
+    test('embeddings, completions, messages and responses have events too; a provider without a price table uses cost_per_1k_tokens', async () => {
         const em = await postJson(`${env.api}/embeddings`, { model: 'embed', input: 'one two three' });
         assert.equal(em.status, 200, em.text);
         const ee = await eventOf(rid(em));
@@ -236,6 +236,13 @@ describe('one usage event per request', () => {
         assert.equal(co.status, 200, co.text);
         const ec = await eventOf(rid(co));
         assert.equal(ec.endpoint, 'completions');
+        // the Anthropic and Responses front ends run as chat; their events name the surface
+        const ms = await postJson(`${env.api}/messages`, { model: 'chat', max_tokens: 20, messages: [{ role: 'user', content: 'hi' }] });
+        assert.equal(ms.status, 200, ms.text);
+        assert.equal((await eventOf(rid(ms))).endpoint, 'messages');
+        const rs = await postJson(`${env.api}/responses`, { model: 'chat', input: 'hi' });
+        assert.equal(rs.status, 200, rs.text);
+        assert.equal((await eventOf(rid(rs))).endpoint, 'responses');
         // failover's first route is on mock-openai (priced "*"), both answer: the first serves
         assert.equal(ec.provider_id, 'mock-openai');
         await script({ model: 'up-fail-1', times: 10, action: { status: 503 } });

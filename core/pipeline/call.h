@@ -531,6 +531,8 @@ void content_take_event(call_t *c, const char *json, size_t n);
 /* A native Anthropic stream's content_block_delta event: its text kept while the window is
  * open. */
 void content_take_anthropic(call_t *c, const char *json, size_t n);
+/* A native Responses stream's response.output_text.delta event, likewise. */
+void content_take_responses(call_t *c, const char *json, size_t n);
 /* End the request line: with prompt and answer (redacted) while the window is open, else as
  * mg_log_end. */
 void content_log_end(call_t *c, struct mg_logline_s *l);

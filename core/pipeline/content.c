@@ -38,17 +38,28 @@ void content_take_event(call_t *c, const char *json, size_t n)
     cJSON_Delete(chunk);
 }
 
-void content_take_anthropic(call_t *c, const char *json, size_t n)
+/* The event's text at delta (inner NULL: delta is the text itself) kept, within the cap. */
+static void take_delta_text(call_t *c, const char *json, size_t n, const char *inner)
 {
     if (!window_open(c) || c->full_answer.len >= MG_FULLLOG_FIELD_MAX) return;
     cJSON *ev = cJSON_ParseWithLength(json, n);
-    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(ev, "delta");
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(delta, "text"); /* a text_delta's */
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(ev, "delta");
+    if (inner) text = cJSON_GetObjectItemCaseSensitive(text, inner);
     if (cJSON_IsString(text)) {
         size_t len = strlen(text->valuestring), room = MG_FULLLOG_FIELD_MAX - c->full_answer.len;
         mg_buf_append(&c->full_answer, text->valuestring, len < room ? len : room);
     }
     cJSON_Delete(ev);
+}
+
+void content_take_anthropic(call_t *c, const char *json, size_t n)
+{
+    take_delta_text(c, json, n, "text"); /* a text_delta's */
+}
+
+void content_take_responses(call_t *c, const char *json, size_t n)
+{
+    take_delta_text(c, json, n, NULL);
 }
 
 void content_log_end(call_t *c, mg_logline_t *l)

@@ -265,6 +265,8 @@ int resp_native_event(call_t *c, const mg_sse_event_t *ev)
     if (type_is(&t, "error") || carries_response(&t)) return tree_event(c, ev, &t);
     begin_answer(c);
     if (t.len > 6 && memcmp(t.type + t.len - 6, ".delta", 6) == 0) c->chunks++;
+    if (type_is(&t, "response.output_text.delta"))
+        content_take_responses(c, ev->data, ev->data_len); /* full logging's */
     mg_buf_append(&c->out, ev->raw, ev->raw_len);
     return 0;
 }

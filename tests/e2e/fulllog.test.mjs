@@ -27,9 +27,12 @@ before(async () => {
         configure: (c, e) => ({ ...c, auth: { enabled: true }, health: { probes: false },
             dashboard: { stream_interval_ms: 250 },
             // a native Anthropic route: /v1/messages passes through (pipeline/messages_native.c)
+            // and a native Responses route (pipeline/responses_native.c)
             providers: [...c.providers, { id: 'mock-anthropic', adapter: 'anthropic',
-                base_url: `http://127.0.0.1:${e.mock.port}`, api_key: 'sk-ant-upstream-key' }],
-            models: { ...c.models, 'claude-native': { routes: [{ provider: 'mock-anthropic', model: 'claude-up' }] } } }),
+                base_url: `http://127.0.0.1:${e.mock.port}`, api_key: 'sk-ant-upstream-key' },
+            { id: 'mock-responses', adapter: 'openai_responses', base_url: `http://127.0.0.1:${e.mock.port}/v1` }],
+            models: { ...c.models, 'claude-native': { routes: [{ provider: 'mock-anthropic', model: 'claude-up' }] },
+                'resp-native': { routes: [{ provider: 'mock-responses', model: 'up-native' }] } } }),
         env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN },
     });
     tenantId = (await admin('POST', 'tenants', { name: 'fulllog' })).json.id;
@@ -180,6 +183,27 @@ describe('full logging mode', () => {
                 messages: [{ role: 'user', content: 'MARKER-NATIVE-2' }] }).withResponse();
             const wl = await env.gw.requestLog(whole.response.headers.get('x-request-id'));
             assert.ok(wl.answer.includes(whole.data.content[0].text), 'a whole answer is logged too');
+        } finally {
+            assert.equal((await admin('DELETE', 'logging/full')).status, 200);
+        }
+    });
+
+    test('a native Responses stream: its output_text deltas put together; a whole answer too', async () => {
+        const on = await admin('POST', 'logging/full', { duration_seconds: 60, reason: 'native responses' });
+        assert.equal(on.status, 200, on.text);
+        try {
+            const { data, response } = await client.responses.create({ model: 'resp-native', stream: true,
+                input: 'MARKER-RESP-1: summarise this' }).withResponse();
+            let text = '';
+            for await (const ev of data) if (ev.type === 'response.output_text.delta') text += ev.delta;
+            assert.ok(text.length > 0, 'the mock streamed some text');
+            const line = await env.gw.requestLog(response.headers.get('x-request-id'));
+            assert.equal(line.log_mode, 'full');
+            assert.ok(line.prompt.includes('MARKER-RESP-1'), line.prompt);
+            assert.equal(line.answer, text, 'the streamed text, whole');
+            const whole = await client.responses.create({ model: 'resp-native', input: 'MARKER-RESP-2' }).withResponse();
+            const wl = await env.gw.requestLog(whole.response.headers.get('x-request-id'));
+            assert.ok(wl.answer.includes(whole.data.output_text), 'a whole answer is logged too');
         } finally {
             assert.equal((await admin('DELETE', 'logging/full')).status, 200);
         }

@@ -151,8 +151,14 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         for (const r of done) assert.equal(r.status, 201, r.text);
         const ids = done.map((r) => r.json.id);
         assert.equal(new Set(ids).size, ids.length, 'distinct ids');
-        const want = (await admin(0, 'GET', 'tenants')).json;
-        for (const i of [1, 2]) await sameOn(i, 'tenants', want, Date.now());
+        // converged: the three lists are the same and hold every tenant just made
+        let want;
+        await waitFor(async () => {
+            const lists = await Promise.all([0, 1, 2].map(async (i) => JSON.stringify((await admin(i, 'GET', 'tenants')).json)));
+            want = JSON.parse(lists[0]);
+            const got = new Set((want.data ?? want.tenants ?? want).map((x) => x.id));
+            return lists[1] === lists[0] && lists[2] === lists[0] && ids.every((id) => got.has(id));
+        }, { ...WAIT, what: 'the three tenant lists the same' });
         const names = new Map((want.data ?? want.tenants ?? want).map((x) => [x.id, x.name]));
         for (const r of done) assert.equal(names.get(r.json.id), r.json.name, 'each id names what was created with it');
     });

@@ -196,13 +196,25 @@ static int begin_locked(mg_control_t *cp, char *err, size_t errlen)
     return -1;
 }
 
-static int hook_begin(void *ud, sqlite3 *db, char *err, size_t errlen)
+/* Before SQLite's BEGIN IMMEDIATE: the cluster-wide lock. */
+static int hook_lock(void *ud, char *err, size_t errlen)
 {
     mg_control_t *cp = ud;
     cp->tx_pend = NULL;
     cp->tx_touched = 0;
     cp->tx_append = 0;
-    if (begin_locked(cp, err, errlen) != 0) goto refused;
+    if (begin_locked(cp, err, errlen) == 0) return 0;
+    pthread_mutex_lock(&cp->mu);
+    cp->stats.refused_total++;
+    pthread_mutex_unlock(&cp->mu);
+    return -1;
+}
+
+/* Inside SQLite's transaction: the entries not seen yet, so ids allocated next are the
+ * cluster's. */
+static int hook_begin(void *ud, sqlite3 *db, char *err, size_t errlen)
+{
+    mg_control_t *cp = ud;
     if (cp_capture_ensure(&cp->schema, db, err, errlen) != 0) return -1;
     int64_t applied = cp_state_applied(db);
     uint64_t n = 0;
@@ -221,11 +233,6 @@ static int hook_begin(void *ud, sqlite3 *db, char *err, size_t errlen)
         return -1;
     }
     return 0;
-refused:
-    pthread_mutex_lock(&cp->mu);
-    cp->stats.refused_total++;
-    pthread_mutex_unlock(&cp->mu);
-    return -1;
 }
 
 /* Append the outbox's rows to the log; the last id into *last. 0 or -1. */
@@ -609,7 +616,7 @@ mg_control_t *mg_control_start(const mg_control_deps_t *d, char *err, size_t err
     }
     cp->async.data = cp;
     cp->attached = 1;
-    mg_store_txhook_t h = {hook_begin, hook_commit, hook_end, cp};
+    mg_store_txhook_t h = {hook_lock, hook_begin, hook_commit, hook_end, cp};
     mg_store_set_txhook(d->store, &h);
     if (pthread_create(&cp->thread, NULL, follow_main, cp) != 0) {
         snprintf(err, errlen, "control: cannot start its thread");

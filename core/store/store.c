@@ -1210,7 +1210,13 @@ int mg_store_tx_begin(mg_store_t *s, mg_store_tx_t **out, char *err, size_t errl
         snprintf(err, errlen, "out of memory");
         return MG_STORE_ERROR;
     }
+    if (s->hook.begin && s->hook.lock(s->hook.ud, err, errlen) != 0) {
+        s->hook.end(s->hook.ud, 0);
+        free(tx);
+        return MG_STORE_EUNAVAIL;
+    }
     if (mg_sqlite_exec(s->admin_db, "BEGIN IMMEDIATE", err, errlen) != 0) {
+        if (s->hook.begin) s->hook.end(s->hook.ud, 0);
         free(tx);
         return MG_STORE_ERROR;
     }

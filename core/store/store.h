@@ -254,12 +254,15 @@ enum {
 };
 
 /* A hook around every admin transaction (cluster/control.h installs it when the control
- * plane is shared): begin runs inside the open transaction right after BEGIN IMMEDIATE,
- * commit just before COMMIT (a failure of either rolls the transaction back and the call
- * returns MG_STORE_EUNAVAIL), end after the transaction ended (committed 1 when the SQLite
- * COMMIT succeeded). All three run on the thread of the transaction, with the admin
- * connection. Set once at start-up, before any transaction; NULL removes it. */
+ * plane is shared): lock runs before BEGIN IMMEDIATE (so a wait for a cluster-wide lock never
+ * holds the database's write lock), begin inside the open transaction right after it,
+ * commit just before COMMIT (a failure of any of them rolls the transaction back and the call
+ * returns MG_STORE_EUNAVAIL), end after the transaction ended or failed to begin (committed 1
+ * when the SQLite COMMIT succeeded). All run on the thread of the transaction, begin and
+ * commit with the admin connection. Set once at start-up, before any transaction; NULL
+ * removes it. */
 typedef struct mg_store_txhook_s {
+    int (*lock)(void *ud, char *err, size_t errlen);
     int (*begin)(void *ud, struct sqlite3 *db, char *err, size_t errlen);
     int (*commit)(void *ud, struct sqlite3 *db, char *err, size_t errlen);
     void (*end)(void *ud, int committed);

@@ -20,6 +20,9 @@
 #define POLL_MS 250      /* the follower's poll; NOTIFY wakes it sooner */
 #define FETCH_ROWS "500" /* log entries per round trip */
 #define CHANNEL "mg_control"
+#define RETRY_MS                                                                                   \
+    1000 /* after a failed connect, admin writes fail at once this long (a dead                    \
+            host's connect timeout is paid once a second at most) */
 
 /* A changed row of a table mirrored in memory (CT_AUTH), waiting for the follower. */
 typedef struct pend_s {
@@ -47,6 +50,7 @@ struct mg_control_s {
     /* the admin worker's side (the transaction hook): one transaction at a time */
     PGconn *wconn;
     int in_tx;         /* a PostgreSQL transaction is open on wconn */
+    int64_t wfail_ms;  /* when wconn's last connection attempt failed */
     pend_t *tx_pend;   /* rows applied by the open transaction, mirrored once it commits */
     int tx_touched;    /* CT_* flags of the tables it applied */
     int64_t tx_append; /* entries the open transaction appended */
@@ -181,7 +185,13 @@ static int begin_locked(mg_control_t *cp, char *err, size_t errlen)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (cp->wconn && PQstatus(cp->wconn) != CONNECTION_OK) wconn_drop(cp);
+        int64_t now = (int64_t)(uv_hrtime() / 1000000);
+        if (!cp->wconn && now - cp->wfail_ms < RETRY_MS) { /* failed just now: do not wait again */
+            snprintf(err, errlen, "PostgreSQL unreachable");
+            return -1;
+        }
         if (!cp->wconn && !(cp->wconn = connect_pg(cp->url))) {
+            cp->wfail_ms = (int64_t)(uv_hrtime() / 1000000);
             snprintf(err, errlen, "PostgreSQL unreachable");
             return -1;
         }

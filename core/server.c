@@ -651,6 +651,7 @@ static int start_services(mg_server_t *s)
         .proc = &s->proc,
         .otlp = s->otlp,
         .upmodels = s->upmodels,
+        .control = s->control,
     };
     return 0;
 }

@@ -49,11 +49,13 @@ struct mg_control_s {
     cp_schema_t schema;
     /* the admin worker's side (the transaction hook): one transaction at a time */
     PGconn *wconn;
-    int in_tx;         /* a PostgreSQL transaction is open on wconn */
-    int64_t wfail_ms;  /* when wconn's last connection attempt failed */
-    pend_t *tx_pend;   /* rows applied by the open transaction, mirrored once it commits */
-    int tx_touched;    /* CT_* flags of the tables it applied */
-    int64_t tx_append; /* entries the open transaction appended */
+    int in_tx;          /* a PostgreSQL transaction is open on wconn */
+    int64_t wfail_ms;   /* when wconn's last connection attempt failed */
+    pend_t *tx_pend;    /* rows applied by the open transaction, mirrored once it commits */
+    int tx_touched;     /* CT_* flags of the tables it applied */
+    int64_t tx_append;  /* entries the open transaction appended */
+    int64_t tx_applied; /* the log id its SQLite transaction is at */
+    uint64_t tx_count;  /* entries of others it applied */
     /* the follower */
     pthread_t thread;
     int started;
@@ -213,6 +215,8 @@ static int hook_lock(void *ud, char *err, size_t errlen)
     cp->tx_pend = NULL;
     cp->tx_touched = 0;
     cp->tx_append = 0;
+    cp->tx_applied = 0;
+    cp->tx_count = 0;
     if (begin_locked(cp, err, errlen) == 0) return 0;
     pthread_mutex_lock(&cp->mu);
     cp->stats.refused_total++;
@@ -237,6 +241,8 @@ static int hook_begin(void *ud, sqlite3 *db, char *err, size_t errlen)
         0)
         return -1;
     if (applied != before && cp_state_set(db, applied, err, errlen) != 0) return -1;
+    cp->tx_applied = applied;
+    cp->tx_count = n;
     /* what was just applied is not this transaction's change */
     if (cp_outbox_clear(db) != 0) {
         snprintf(err, errlen, "cannot clear the outbox");
@@ -296,7 +302,7 @@ static int hook_commit(void *ud, sqlite3 *db, char *err, size_t errlen)
     cp->in_tx = 0;
     pthread_mutex_lock(&cp->mu);
     cp->stats.appended_total += (uint64_t)cp->tx_append;
-    if (last > 0) cp->stats.applied_id = last;
+    if (last > 0) cp->tx_applied = last;
     pthread_mutex_unlock(&cp->mu);
     return 0;
 fail:
@@ -314,6 +320,12 @@ static void hook_end(void *ud, int committed)
         char err[64];
         if (pg_cmd(cp->wconn, "ROLLBACK", err, sizeof(err)) != 0) wconn_drop(cp);
         cp->in_tx = 0;
+    }
+    if (committed) {
+        pthread_mutex_lock(&cp->mu);
+        if (cp->tx_applied > cp->stats.applied_id) cp->stats.applied_id = cp->tx_applied;
+        cp->stats.applied_total += cp->tx_count;
+        pthread_mutex_unlock(&cp->mu);
     }
     if (committed && (cp->tx_pend || cp->tx_touched)) hand_over(cp, cp->tx_pend, cp->tx_touched);
     else pend_free(cp->tx_pend);
@@ -503,7 +515,7 @@ static void follow_once(mg_control_t *cp)
         return;
     }
     pthread_mutex_lock(&cp->mu);
-    cp->stats.applied_id = applied;
+    if (applied > cp->stats.applied_id) cp->stats.applied_id = applied;
     cp->stats.applied_total += n;
     pthread_mutex_unlock(&cp->mu);
     hand_over(cp, pend, touched);
@@ -582,6 +594,7 @@ static int open_fdb(mg_control_t *cp, char *err, size_t errlen)
     }
     sqlite3_busy_timeout(cp->fdb, 5000);
     if (cp_state_ensure(cp->fdb, err, errlen) != 0) return -1;
+    cp->stats.applied_id = cp_state_applied(cp->fdb);
     return cp_schema_build(&cp->schema, cp->fdb, err, errlen);
 }
 

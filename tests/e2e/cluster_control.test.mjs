@@ -46,6 +46,9 @@ const chat = (i, key, model) => postJson(`${gws[i].base}/v1/chat/completions`,
     { model, messages: [{ role: 'user', content: 'through the shared control plane' }], max_tokens: 8 },
     { headers: { authorization: `Bearer ${key}` } });
 
+const control = async (i) => (await (await fetch(`${gws[i].base}/status`, { signal: AbortSignal.timeout(10000) })).json()).cluster.control;
+const logMax = () => Number(pg.rows('SELECT COALESCE(max(id), 0) AS m FROM control_log')[0].m);
+
 /** A GET answer without what is per instance (live counters, last use). */
 function stable(v) {
     if (Array.isArray(v)) return v.map(stable);
@@ -121,6 +124,15 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             assert.equal(seen.body.model, 'up-cp');
             assert.equal(seen.headers.authorization, `Bearer ${PROVIDER_KEY}`, 'the provider key decrypted on the follower');
         }
+        // /status: every instance follows and is at the log's last entry; A appended them
+        await waitFor(async () => {
+            const want = logMax();
+            const st = await Promise.all([0, 1, 2].map(control));
+            return st.every((c) => c.state === 'following' && c.applied_id === want);
+        }, { ...WAIT, what: 'every instance at the last log entry in /status' });
+        const [c0, c1] = [await control(0), await control(1)];
+        assert.ok(c0.appended >= 6, JSON.stringify(c0));
+        assert.ok(c1.applied >= 6, JSON.stringify(c1));
         // secrets: the log holds the ciphertext and the digest, never the clear values
         const log = JSON.stringify(pg.rows('SELECT tbl, row FROM control_log'));
         assert.ok(!log.includes(PROVIDER_KEY), 'no clear provider key in control_log');
@@ -193,6 +205,7 @@ describe('the control plane through PostgreSQL', { skip }, () => {
                 const c = await chat(i, made.key.key, 'cp-chat');
                 assert.equal(c.status, 200, c.text);
             }
+            for (let i = 0; i < N; i++) assert.ok((await control(i)).refused >= 1, 'counted in /status');
             // nothing of the refused writes stayed anywhere
             for (let i = 0; i < N; i++) {
                 const l = await admin(i, 'GET', 'tenants');
@@ -211,5 +224,7 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         }, { ...WAIT, intervalMs: 100, what: 'an admin write accepted after the restart' });
         for (const i of [0, 2]) await waitFor(async () => (await admin(i, 'GET', `tenants/${w.json.id}`)).json?.name === 'after-restart',
             { ...WAIT, timeoutMs: 20000, what: `the write after the restart on ${i}` });
+        await waitFor(async () => (await Promise.all([0, 1, 2].map(control))).every((c) => c.state === 'following'),
+            { ...WAIT, what: 'every follower connected again' });
     });
 });

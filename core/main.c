@@ -14,6 +14,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "cluster/migrate.h"
 #include "conf/config.h"
 #include "luavm/luavm.h"
 #include "conf/providers.h"
@@ -55,6 +56,11 @@ static void usage(FILE *f)
         "  backup DEST             an online, consistent copy of the store named by the\n"
         "                          config into the file DEST, while the gateway serves\n"
         "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
+        "  migrate-store --from sqlite:PATH --to postgres:URL [--force]\n"
+        "                          move a single node's store into a cluster's PostgreSQL:\n"
+        "                          its control plane into control_log, its usage events and\n"
+        "                          prepaid wallets into the shared tables (idempotent);\n"
+        "                          a non-empty control_log is refused unless --force\n"
         "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
         "                          every wallet equals the sums of its entries, every request\n"
         "                          reserved once and ended at most once; prints each problem,\n"
@@ -253,6 +259,8 @@ int main(int argc, char **argv)
     const char *backup = NULL;
     if (argc > 1 && strcmp(argv[1], "keygen") == 0) return argc == 2 ? keygen() : 2;
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0) return tokenize(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "migrate-store") == 0)
+        return mg_migrate_store_main(argc - 2, argv + 2);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i == 1 && strcmp(a, "rotate-encryption-key") == 0) {

@@ -13,6 +13,8 @@
 #include "tenancy/wallet.h"
 #include "server.h"
 
+#include "cluster/control.h"
+
 #include "token/registry.h"
 
 #include <errno.h>
@@ -339,6 +341,7 @@ static void close_everything(mg_server_t *s)
     uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     mg_store_detach(s->store); /* writes still commit; their callbacks run in mg_store_close */
     mg_pg_detach(s->pg);       /* likewise: its callbacks run in mg_pg_close */
+    mg_control_detach(s->control);
 }
 
 static void on_drain_tick(uv_timer_t *t)
@@ -611,6 +614,15 @@ static int start_services(mg_server_t *s)
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
                           &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
     s->admin = mg_admin_new(&ad);
+    if (cfg->cluster.postgres.url) { /* the control plane shared through it (cluster/control.h) */
+        char err[512];
+        mg_control_deps_t cd = {s->loop,           s->store, s->auth,
+                                mg_server_rebuild, s,        cfg->cluster.postgres.url};
+        if (!(s->control = mg_control_start(&cd, err, sizeof(err)))) {
+            fprintf(stderr, "moongate: cluster.postgres: %s\n", err);
+            return -1;
+        }
+    }
     s->fulllog.on_expired = fulllog_expired;
     s->fulllog.on_expired_ud = s;
     if (!s->idem || !s->tasks || !s->sessions || !s->admin || !s->responses) return -1;
@@ -639,6 +651,7 @@ static int start_services(mg_server_t *s)
         .proc = &s->proc,
         .otlp = s->otlp,
         .upmodels = s->upmodels,
+        .control = s->control,
     };
     return 0;
 }
@@ -789,6 +802,8 @@ int mg_server_run(mg_server_t *s)
     /* free what the loop no longer needs; the store first: the callbacks of its last
        writes still reach idem's entries */
     mg_upkeep_stop(s->upkeep);
+    mg_control_stop(s->control); /* before the store: its thread writes there */
+    s->control = NULL;
     mg_store_close(s->store);
     mg_pg_close(s->pg);    /* after the store: its last callbacks may end holds */
     mg_otlp_stop(s->otlp); /* the spans still queued sent, bounded by its timeout */

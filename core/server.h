@@ -62,6 +62,7 @@ typedef struct mg_server_s {
     struct mg_shared_s *shared;        /* owned: the limits shared through it (cluster/limits.h) */
     struct mg_redis_s *redis_sub;      /* owned: the cooldown channel's listening connection */
     struct mg_cidem_s *cidem;          /* owned: idempotency keys shared through redis */
+    struct mg_control_s *control;      /* owned: the control plane through cluster.postgres */
     struct mg_csamples_s *samples;     /* owned: health samples shared through redis */
     mg_dashboard_t dashboard;          /* the WebUI: files, sessions, live stream */
     mg_recent_t recent;                /* the last finished requests, for the dashboard */

@@ -1109,7 +1109,9 @@ static void audit_sync(admin_t *a)
     int rc = mg_store_tx_begin(a->store, &tx, err, sizeof(err));
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
     if (rc >= 0) rc = mg_store_tx_commit(tx, err, sizeof(err));
-    else mg_store_tx_rollback(tx);
+    else if (rc != MG_STORE_EUNAVAIL) mg_store_tx_rollback(tx);
+    /* the shared control plane is down: keep the record here at least (not replicated) */
+    if (rc == MG_STORE_EUNAVAIL && mg_store_write(a->store, AUDIT_INSERT, 7, r.p) == 0) rc = 0;
     if (rc < 0)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }

@@ -368,19 +368,35 @@ int adm_tx_write(admin_t *a, mg_store_tx_t *tx, const char *sql, int n, const ch
     return rc;
 }
 
+/* A failed begin or commit: 503 when the shared control plane refused (nothing changed,
+ * here or anywhere: the client may retry), 500 otherwise. */
+static void tx_error(admin_t *a, int rc, const char *err)
+{
+    if (rc != MG_STORE_EUNAVAIL) {
+        adm_storage_error(a, err);
+        return;
+    }
+    mg_log_msg(MG_LOG_WARN, a->request_id, "admin %s: control plane unavailable: %s", a->action,
+               err);
+    adm_set_error(a, 503, "CONTROL_PLANE_UNAVAILABLE",
+                  "the cluster's control plane (PostgreSQL) is unreachable: nothing was changed");
+}
+
 int adm_tx_begin(admin_t *a, mg_store_tx_t **tx)
 {
     char err[256];
-    if (mg_store_tx_begin(a->store, tx, err, sizeof(err)) == 0) return 0;
-    adm_storage_error(a, err);
+    int rc = mg_store_tx_begin(a->store, tx, err, sizeof(err));
+    if (rc == 0) return 0;
+    tx_error(a, rc, err);
     return -1;
 }
 
 int adm_tx_commit(admin_t *a, mg_store_tx_t *tx)
 {
     char err[256];
-    if (mg_store_tx_commit(tx, err, sizeof(err)) == 0) return 0;
-    adm_storage_error(a, err);
+    int rc = mg_store_tx_commit(tx, err, sizeof(err));
+    if (rc == 0) return 0;
+    tx_error(a, rc, err);
     return -1;
 }
 

@@ -1,5 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
+#include "cluster/control.h"
 #include "cluster/idem.h"
 #include "cluster/limits.h"
 #include "cluster/redis.h"
@@ -49,6 +50,18 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
 {
     cJSON *cl = cJSON_AddObjectToObject(root, "cluster");
     cJSON_AddStringToObject(cl, "node_id", g->cfg->cluster.node_id);
+    cJSON *cp = cJSON_AddObjectToObject(cl, "control");
+    if (!s->control) {
+        cJSON_AddStringToObject(cp, "state", "off");
+    } else {
+        mg_control_stats_t cs;
+        mg_control_stats(s->control, &cs);
+        cJSON_AddStringToObject(cp, "state", cs.follower_connected ? "following" : "disconnected");
+        cJSON_AddNumberToObject(cp, "applied_id", (double)cs.applied_id);
+        cJSON_AddNumberToObject(cp, "applied", (double)cs.applied_total);
+        cJSON_AddNumberToObject(cp, "appended", (double)cs.appended_total);
+        cJSON_AddNumberToObject(cp, "refused", (double)cs.refused_total);
+    }
     cJSON *rd = cJSON_AddObjectToObject(cl, "redis");
     cJSON_AddStringToObject(rd, "state", mg_redis_state_name(s->redis));
     if (!s->redis) return;

@@ -59,6 +59,7 @@ typedef struct mg_api_s {
     struct mg_csamples_s *samples;  /* health samples shared through it; NULL: none */
     struct mg_otlp_s *otlp;         /* NULL: no observability.otlp */
     struct mg_upmodels_s *upmodels; /* the providers' model lists (GET /v1/models); NULL: none */
+    struct mg_control_s *control;   /* the control plane through PostgreSQL; NULL: none */
 } mg_api_t;
 
 /* The listener handler for server.listen (ud = the mg_api_t). */

@@ -103,6 +103,7 @@ struct mg_store_s {
     pthread_t loop_thread;
     mg_store_stats_t stats; /* guarded by mu; queued/parked filled in by mg_store_stats */
     sqlite3 *admin_db;      /* synchronous admin transactions; opened on first use */
+    mg_store_txhook_t hook; /* around every admin transaction; begin NULL: none */
     mg_store_tx_t *tx;      /* the open admin transaction, or NULL */
     /* the journal (mg_store_use_journal): its records become writes of journal_sql */
     mg_journal_t *journal;
@@ -1209,9 +1210,22 @@ int mg_store_tx_begin(mg_store_t *s, mg_store_tx_t **out, char *err, size_t errl
         snprintf(err, errlen, "out of memory");
         return MG_STORE_ERROR;
     }
+    if (s->hook.begin && s->hook.lock(s->hook.ud, err, errlen) != 0) {
+        s->hook.end(s->hook.ud, 0);
+        free(tx);
+        return MG_STORE_EUNAVAIL;
+    }
     if (mg_sqlite_exec(s->admin_db, "BEGIN IMMEDIATE", err, errlen) != 0) {
+        if (s->hook.begin) s->hook.end(s->hook.ud, 0);
         free(tx);
         return MG_STORE_ERROR;
+    }
+    if (s->hook.begin && s->hook.begin(s->hook.ud, s->admin_db, err, errlen) != 0) {
+        char ignore[64];
+        mg_sqlite_exec(s->admin_db, "ROLLBACK", ignore, sizeof(ignore));
+        s->hook.end(s->hook.ud, 0);
+        free(tx);
+        return MG_STORE_EUNAVAIL;
     }
     tx->s = s;
     tx->db = s->admin_db;
@@ -1261,15 +1275,29 @@ static void tx_end(mg_store_tx_t *tx)
     free(tx);
 }
 
+/* The hook's end, then tx_end. */
+static void tx_finish(mg_store_tx_t *tx, int committed)
+{
+    mg_store_t *s = tx->s;
+    tx_end(tx);
+    if (s->hook.begin) s->hook.end(s->hook.ud, committed);
+}
+
 int mg_store_tx_commit(mg_store_tx_t *tx, char *err, size_t errlen)
 {
-    if (mg_sqlite_exec(tx->db, "COMMIT", err, errlen) != 0) {
-        char ignore[64];
+    mg_store_t *s = tx->s;
+    char ignore[64];
+    if (s->hook.begin && s->hook.commit(s->hook.ud, tx->db, err, errlen) != 0) {
         mg_sqlite_exec(tx->db, "ROLLBACK", ignore, sizeof(ignore));
-        tx_end(tx);
+        tx_finish(tx, 0);
+        return MG_STORE_EUNAVAIL;
+    }
+    if (mg_sqlite_exec(tx->db, "COMMIT", err, errlen) != 0) {
+        mg_sqlite_exec(tx->db, "ROLLBACK", ignore, sizeof(ignore));
+        tx_finish(tx, 0);
         return MG_STORE_ERROR;
     }
-    tx_end(tx);
+    tx_finish(tx, 1);
     return 0;
 }
 
@@ -1278,7 +1306,18 @@ void mg_store_tx_rollback(mg_store_tx_t *tx)
     if (!tx) return;
     char ignore[64];
     mg_sqlite_exec(tx->db, "ROLLBACK", ignore, sizeof(ignore));
-    tx_end(tx);
+    tx_finish(tx, 0);
+}
+
+void mg_store_set_txhook(mg_store_t *s, const mg_store_txhook_t *hook)
+{
+    if (hook) s->hook = *hook;
+    else memset(&s->hook, 0, sizeof(s->hook));
+}
+
+const char *mg_store_path(const mg_store_t *s)
+{
+    return s->path;
 }
 
 int mg_store_schema_version(const mg_store_t *s)

@@ -249,7 +249,28 @@ enum {
     MG_STORE_ERROR = -1,       /* SQL or I/O error; err says which */
     MG_STORE_ECONSTRAINT = -2, /* a UNIQUE, CHECK or FOREIGN KEY constraint refused the row */
     MG_STORE_EFULL = -3,       /* the disk is full (mg_store_write_rows_nowait) */
+    MG_STORE_EUNAVAIL = -4,    /* the transaction hook (the cluster's control plane) refused:
+                                  nothing was changed */
 };
+
+/* A hook around every admin transaction (cluster/control.h installs it when the control
+ * plane is shared): lock runs before BEGIN IMMEDIATE (so a wait for a cluster-wide lock never
+ * holds the database's write lock), begin inside the open transaction right after it,
+ * commit just before COMMIT (a failure of any of them rolls the transaction back and the call
+ * returns MG_STORE_EUNAVAIL), end after the transaction ended or failed to begin (committed 1
+ * when the SQLite COMMIT succeeded). All run on the thread of the transaction, begin and
+ * commit with the admin connection. Set once at start-up, before any transaction; NULL
+ * removes it. */
+typedef struct mg_store_txhook_s {
+    int (*lock)(void *ud, char *err, size_t errlen);
+    int (*begin)(void *ud, struct sqlite3 *db, char *err, size_t errlen);
+    int (*commit)(void *ud, struct sqlite3 *db, char *err, size_t errlen);
+    void (*end)(void *ud, int committed);
+    void *ud;
+} mg_store_txhook_t;
+void mg_store_set_txhook(mg_store_t *s, const mg_store_txhook_t *hook);
+/* The database file's path (borrowed), for a component that opens a connection of its own. */
+const char *mg_store_path(const mg_store_t *s);
 
 /* Begin a transaction on the admin connection. Returns 0 and *out, or MG_STORE_ERROR with
  * err set (another transaction open, cannot open, busy past the timeout). */

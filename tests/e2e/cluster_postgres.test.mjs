@@ -30,8 +30,8 @@ let pg;
 let mock;
 let dirs = [];
 const gws = [];
-const keys = {}; // tenant name -> [key of instance 0, 1, 2]
-const tenants = {}; // tenant name -> id (the same on every instance)
+const keys = {}; // tenant name -> [the key, as used on instance 0, 1, 2]
+const tenants = {}; // tenant name -> id (made once, on instance 0)
 
 const skip = postgresAvailable() ? false : 'PostgreSQL server binaries not installed (scripts/setup)';
 
@@ -55,18 +55,21 @@ const auth = (k) => ({ authorization: `Bearer ${k.key}` });
 const chatBody = (extra = {}) => ({ model: 'chat', messages: [{ role: 'user', content: 'count my cost' }], max_tokens: 50, ...extra });
 const estimate = (body) => (Math.floor(Buffer.byteLength(JSON.stringify(body)) / 4) + (body.max_tokens ?? 256)) * PER_TOKEN;
 
-/** The same tenant (same id) and a key for it on every instance. */
+/** A tenant and a key made once, on instance 0, and used everywhere: the control plane is
+ * shared (cluster/control.h); keys[name] holds the same key for each instance. */
 async function tenantEverywhere(name, billing) {
-    keys[name] = [];
-    for (let i = 0; i < N; i++) {
-        const t = await admin(i, 'POST', 'tenants', { name });
-        assert.equal(t.status, 201, t.text);
-        if (tenants[name] === undefined) tenants[name] = t.json.id;
-        assert.equal(t.json.id, tenants[name], 'the instances number tenants alike');
-        if (billing) assert.equal((await admin(i, 'PUT', `tenants/${t.json.id}/billing`, billing)).status, 200);
-        const k = await admin(i, 'POST', 'keys', { tenant_id: t.json.id });
-        assert.equal(k.status, 201, k.text);
-        keys[name].push(k.json);
+    const t = await admin(0, 'POST', 'tenants', { name });
+    assert.equal(t.status, 201, t.text);
+    tenants[name] = t.json.id;
+    if (billing) assert.equal((await admin(0, 'PUT', `tenants/${t.json.id}/billing`, billing)).status, 200);
+    const k = await admin(0, 'POST', 'keys', { tenant_id: t.json.id });
+    assert.equal(k.status, 201, k.text);
+    keys[name] = Array.from({ length: N }, () => k.json);
+    const want = (await admin(0, 'GET', `tenants/${t.json.id}/billing`)).json;
+    for (let i = 1; i < N; i++) {
+        await waitFor(async () => (await admin(i, 'GET', `keys/${k.json.id}`)).status === 200
+            && JSON.stringify((await admin(i, 'GET', `tenants/${t.json.id}/billing`)).json) === JSON.stringify(want),
+        { timeoutMs: 10000, what: `tenant ${name} and its key on instance ${i}` });
     }
     return tenants[name];
 }
@@ -146,7 +149,7 @@ describe('cluster.postgres', { skip }, () => {
     test('three instances started at once migrate once, under the advisory lock', async () => {
         for (const g of gws) await g.waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
         const versions = pg.rows('SELECT version FROM mg_schema ORDER BY version').map((r) => r.version);
-        assert.deepEqual(versions, [1, 2]);
+        assert.deepEqual(versions, [1, 2, 3]);
         for (const g of gws) {
             assert.ok(!g.logs.some((l) => /migrations failed/.test(l.msg ?? '')), 'no instance saw a migration fail');
             assert.ok(!g.stdoutText().includes(pg.url), 'the url is a secret: never logged');

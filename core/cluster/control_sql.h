@@ -1,0 +1,62 @@
+/* control_sql: the SQLite side of the replicated control plane (cluster/control.h): the
+ * control tables, the statements built from their columns (capture triggers, upsert,
+ * append, delete), applying one log entry, and the per-node bookkeeping table. No
+ * PostgreSQL here; every function runs on the caller's thread with the caller's
+ * connection. */
+#ifndef MG_CLUSTER_CONTROL_SQL_H
+#define MG_CLUSTER_CONTROL_SQL_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    CT_AUTH = 1,    /* mirrored into the auth state (keys, projects, tenants) */
+    CT_REBUILD = 2, /* a change rebuilds the generation */
+    CT_APPEND = 4,  /* append-only (audit): applied as a new local row, not by id */
+};
+
+typedef struct cp_table_s {
+    const char *name;
+    const char *pk;
+    int flags;
+    char **cols; /* the table's columns here, in order */
+    int ncols;
+    char *upsert; /* ?1 = the row as JSON */
+    char *append; /* ?1 = the row as JSON; every column but the key */
+    char *del;    /* ?1 = the key */
+} cp_table_t;
+
+#define CP_NTABLES 10
+
+typedef struct cp_schema_s {
+    cp_table_t t[CP_NTABLES];
+} cp_schema_t;
+
+/* Build the statements from db's columns. 0, or -1 with err set. */
+int cp_schema_build(cp_schema_t *s, sqlite3 *db, char *err, size_t errlen);
+void cp_schema_free(cp_schema_t *s);
+/* The table named name, or -1. */
+int cp_schema_find(const cp_schema_t *s, const char *name);
+
+/* control_state (the last log id applied here) exists: 0 or -1. */
+int cp_state_ensure(sqlite3 *db, char *err, size_t errlen);
+int64_t cp_state_applied(sqlite3 *db);
+int cp_state_set(sqlite3 *db, int64_t id, char *err, size_t errlen);
+
+/* The TEMP outbox and its capture triggers on db (the admin connection), created when
+ * missing (inside the open transaction: a rollback undoes them, so they are checked each
+ * time). 0 or -1. */
+int cp_capture_ensure(const cp_schema_t *s, sqlite3 *db, char *err, size_t errlen);
+int cp_outbox_clear(sqlite3 *db);
+
+/* json_object('c1', <prefix>"c1", ...) over table ti's columns, into b (prefix "NEW.", or
+ * "" for a plain SELECT). 0 or -1. */
+struct mg_buf_s;
+int cp_json_expr(const cp_table_t *t, const char *prefix, struct mg_buf_s *b);
+
+/* Apply one entry (op "put", "del" or "add") of table ti. 0 or -1 with err set. */
+int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
+             const char *row, char *err, size_t errlen);
+
+#endif

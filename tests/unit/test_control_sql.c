@@ -1,0 +1,227 @@
+/* Unit tests for core/cluster/control_sql.c, the SQLite side of the replicated control plane:
+ * changes made on one store's connection are captured by the TEMP triggers (whole rows as
+ * JSON, deletes by key, audit rows as appends), applied to a second store they give the same
+ * rows, applying them again changes nothing (upserts), a delete removes the row, a rolled
+ * back transaction takes its triggers with it and the next one recreates them, and a
+ * connection without the triggers (the writer's, the follower's) captures nothing. */
+#include "mgtest.h"
+#include "cluster/control_sql.h"
+#include "base/json.h"
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static sqlite3 *open_store(const char *name, mg_store_t **st)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (mg_store_open(path, st, err, sizeof(err)) != 0) {
+        fprintf(stderr, "open: %s\n", err);
+        return NULL;
+    }
+    sqlite3 *db = NULL;
+    sqlite3_open(path, &db);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) fprintf(stderr, "%s: %s\n", sql, msg ? msg : "?");
+    sqlite3_free(msg);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+static long long count(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* Every row of table ti as JSON text, in key order: what two stores must agree on. */
+static char *dump(const cp_schema_t *s, sqlite3 *db, int ti)
+{
+    mg_buf_t q = {0}, out = {0};
+    mg_buf_append_str(&q, "SELECT ");
+    cp_json_expr(&s->t[ti], "", &q);
+    mg_buf_append_str(&q, " FROM ");
+    mg_buf_append_str(&q, s->t[ti].name);
+    mg_buf_append_str(&q, " ORDER BY 1");
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, q.data, -1, &st, NULL) == SQLITE_OK)
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            mg_buf_append_str(&out, (const char *)sqlite3_column_text(st, 0));
+            mg_buf_append_str(&out, "\n");
+        }
+    sqlite3_finalize(st);
+    mg_buf_free(&q);
+    if (!out.data) mg_buf_append_str(&out, "");
+    return out.data;
+}
+
+/* Apply every outbox row of src to dst in one transaction; the number applied. */
+static int replay(const cp_schema_t *s, sqlite3 *src, sqlite3 *dst)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0;
+    char err[256];
+    if (sqlite3_prepare_v2(src, "SELECT tbl, pk, op, row FROM temp.mg_outbox ORDER BY rowid", -1,
+                           &st, NULL) != SQLITE_OK)
+        return -1;
+    exec(dst, "BEGIN IMMEDIATE");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int ti = cp_schema_find(s, (const char *)sqlite3_column_text(st, 0));
+        if (ti < 0 || cp_apply(s, dst, ti, (const char *)sqlite3_column_text(st, 2),
+                               (const char *)sqlite3_column_text(st, 1),
+                               (const char *)sqlite3_column_text(st, 3), err, sizeof(err)) != 0) {
+            fprintf(stderr, "apply: %s\n", err);
+            n = -1;
+            break;
+        }
+        n++;
+    }
+    sqlite3_finalize(st);
+    exec(dst, n < 0 ? "ROLLBACK" : "COMMIT");
+    return n;
+}
+
+static mg_store_t *sa, *sb;
+static sqlite3 *a, *b;
+static cp_schema_t schema;
+
+static void test_capture_and_apply(void)
+{
+    char err[256];
+    CHECK_EQ_INT(exec(a, "BEGIN IMMEDIATE"), 0);
+    CHECK_EQ_INT(cp_capture_ensure(&schema, a, err, sizeof(err)), 0);
+    CHECK_EQ_INT(
+        exec(a,
+             "INSERT INTO tenants(name, created_at) VALUES ('acme', 1);"
+             "INSERT INTO projects(tenant_id, name, rpm_limit, created_at) VALUES (1, 'web', 9, 2);"
+             "INSERT INTO api_keys(tenant_id, project_id, name, digest, display, created_at)"
+             " VALUES (1, 1, 'k', '" /* a digest, never a key */
+             "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 'mg-…cdef', 3);"
+             "INSERT INTO providers(id, name, api_key, endpoint_url, weight)"
+             " VALUES ('p_1', 'up', 'enc:v1:ciphertext', 'http://127.0.0.1:1/v1', 0.5);"
+             "INSERT INTO system_config(key, value) VALUES ('a', '1'), ('b', '[\"x\"]');"
+             "UPDATE projects SET rpm_limit = 10 WHERE id = 1;"
+             "DELETE FROM system_config WHERE key = 'a';"
+             "INSERT INTO audit_logs(at, actor, action, status) VALUES (5, 'admin', 't', 201);"),
+        0);
+    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox"), 9);
+    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'del' AND pk = 'a'"), 1);
+    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'add'"), 1);
+    CHECK_EQ_INT(replay(&schema, a, b), 9);
+    CHECK_EQ_INT(exec(a, "COMMIT"), 0);
+    const char *tables[] = {"tenants", "projects", "api_keys", "providers", "system_config"};
+    for (size_t i = 0; i < sizeof(tables) / sizeof(*tables); i++) {
+        int ti = cp_schema_find(&schema, tables[i]);
+        char *x = dump(&schema, a, ti), *y = dump(&schema, b, ti);
+        CHECK(strlen(x) > 0);
+        CHECK_STR(y, x);
+        free(x);
+        free(y);
+    }
+    CHECK_EQ_INT(count(b, "SELECT rpm_limit FROM projects WHERE id = 1"), 10);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM system_config WHERE key = 'a'"), 0);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_logs WHERE action = 't'"), 1);
+    /* the next id is the same on both sides */
+    exec(a, "INSERT INTO tenants(name, created_at) VALUES ('next', 1)");
+    exec(b, "INSERT INTO tenants(name, created_at) VALUES ('next', 1)");
+    CHECK_EQ_INT(count(a, "SELECT id FROM tenants WHERE name = 'next'"),
+                 count(b, "SELECT id FROM tenants WHERE name = 'next'"));
+}
+
+static void test_apply_again_is_harmless(void)
+{
+    char err[256];
+    int ti = cp_schema_find(&schema, "projects");
+    char *before = dump(&schema, b, ti);
+    const char *row = "{\"id\":1,\"tenant_id\":1,\"name\":\"web\",\"rpm_limit\":10,\"tpm_limit\":0,"
+                      "\"max_concurrency\":0,\"monthly_limit_micros\":0,\"created_at\":2,"
+                      "\"daily_limit_micros\":0}";
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_INT(cp_apply(&schema, b, ti, "put", "1", row, err, sizeof(err)), 0);
+    char *after = dump(&schema, b, ti);
+    CHECK_STR(after, before);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM projects"), 1);
+    free(before);
+    free(after);
+    CHECK_EQ_INT(cp_apply(&schema, b, cp_schema_find(&schema, "system_config"), "del", "b", NULL,
+                          err, sizeof(err)),
+                 0);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM system_config WHERE key = 'b'"), 0);
+    CHECK(cp_apply(&schema, b, ti, "put", "1", NULL, err, sizeof(err)) != 0); /* no row */
+}
+
+static void test_rollback_takes_the_triggers(void)
+{
+    char err[256];
+    sqlite3 *c = NULL;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/a.db", dir);
+    sqlite3_open(path, &c);
+    sqlite3_busy_timeout(c, 5000);
+    CHECK_EQ_INT(exec(c, "BEGIN IMMEDIATE"), 0);
+    CHECK_EQ_INT(cp_capture_ensure(&schema, c, err, sizeof(err)), 0);
+    CHECK_EQ_INT(exec(c, "ROLLBACK"), 0);
+    CHECK_EQ_INT(count(c, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
+    CHECK_EQ_INT(exec(c, "BEGIN IMMEDIATE"), 0);
+    CHECK_EQ_INT(cp_capture_ensure(&schema, c, err, sizeof(err)), 0);
+    exec(c, "INSERT INTO tenants(name, created_at) VALUES ('again', 1)");
+    CHECK_EQ_INT(count(c, "SELECT COUNT(*) FROM temp.mg_outbox WHERE tbl = 'tenants'"), 1);
+    CHECK_EQ_INT(exec(c, "COMMIT"), 0);
+    /* another connection has no triggers: its writes are not captured */
+    exec(b, "INSERT INTO tenants(name, created_at) VALUES ('local', 1)");
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
+    sqlite3_close(c);
+}
+
+static void test_state(void)
+{
+    char err[256];
+    CHECK_EQ_INT(cp_state_ensure(b, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_state_ensure(b, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_state_applied(b), 0);
+    CHECK_EQ_INT(cp_state_set(b, 42, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_state_applied(b), 42);
+    CHECK_EQ_INT(cp_schema_find(&schema, "usage_events"), -1); /* per node: not replicated */
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/mg-control-sql-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    char err[256];
+    a = open_store("a.db", &sa);
+    b = open_store("b.db", &sb);
+    if (!a || !b || cp_schema_build(&schema, a, err, sizeof(err)) != 0) {
+        fprintf(stderr, "setup: %s\n", err);
+        return 1;
+    }
+    MG_RUN(test_capture_and_apply);
+    MG_RUN(test_apply_again_is_harmless);
+    MG_RUN(test_rollback_takes_the_triggers);
+    MG_RUN(test_state);
+    cp_schema_free(&schema);
+    sqlite3_close(a);
+    sqlite3_close(b);
+    mg_store_close(sa);
+    mg_store_close(sb);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    return mg_test_summary();
+}

@@ -290,7 +290,8 @@ out:
  */
 
 /* ---- the books in the cluster's PostgreSQL (store/pg.h), when configured --------------------
- * The tenant is this instance's (its SQLite); its wallet and top-ups are the cluster's. */
+ * The tenant is the control plane's (replicated into this instance's SQLite); its wallet,
+ * entries, holds and top-ups are the cluster's: read and changed there. */
 
 typedef struct pg_row_s {
     int rows;
@@ -314,6 +315,33 @@ static int pg_first(admin_t *a, const char *sql, int n, const char *const *p, pg
         return -1;
     }
     return 0;
+}
+
+typedef struct pg_list_s {
+    cJSON *arr;
+    cJSON *(*row)(int ncols, const char *const *cols);
+} pg_list_t;
+
+static void on_pg_list_row(void *ud, int ncols, const char *const *cols)
+{
+    pg_list_t *l = ud;
+    cJSON *o = l->row(ncols, cols);
+    if (o) cJSON_AddItemToArray(l->arr, o);
+}
+
+/* The rows of sql in PostgreSQL as a JSON array (row makes each), or NULL with the 503 set. */
+static cJSON *pg_list(admin_t *a, const char *sql, int n, const char *const *p,
+                      cJSON *(*row)(int, const char *const *))
+{
+    char err[256];
+    pg_list_t l = {cJSON_CreateArray(), row};
+    if (mg_pg_query_sync(mg_store_pg(a->store), sql, n, p, on_pg_list_row, &l, err, sizeof(err)) !=
+        0) {
+        cJSON_Delete(l.arr);
+        adm_set_error(a, 503, "RESOURCE_EXHAUSTED", "%s", err);
+        return NULL;
+    }
+    return l.arr;
 }
 
 static void pg_wallet_get(admin_t *a, const char *id)
@@ -381,11 +409,19 @@ static void ledger_list(admin_t *a, const char *id)
     char lim[16];
     snprintf(lim, sizeof(lim), "%ld", limit + 1);
     const char *p[3] = {id, cursor[0] ? cursor : NULL, lim};
-    cJSON *list = adm_query_list(a,
-                                 "SELECT " ENTRY_COLUMNS " FROM ledger_entries WHERE tenant_id = ?1"
-                                 " AND (?2 IS NULL OR id < CAST(?2 AS INTEGER))"
-                                 " ORDER BY id DESC LIMIT CAST(?3 AS INTEGER)",
-                                 3, p, entry_json);
+    cJSON *list =
+        mg_store_pg(a->store)
+            ? pg_list(a,
+                      "SELECT " ENTRY_COLUMNS " FROM ledger_entries"
+                      " WHERE tenant_id = $1::bigint"
+                      " AND ($2::text IS NULL OR id < $2::bigint)"
+                      " ORDER BY id DESC LIMIT $3::bigint",
+                      3, p, entry_json)
+            : adm_query_list(a,
+                             "SELECT " ENTRY_COLUMNS " FROM ledger_entries WHERE tenant_id = ?1"
+                             " AND (?2 IS NULL OR id < CAST(?2 AS INTEGER))"
+                             " ORDER BY id DESC LIMIT CAST(?3 AS INTEGER)",
+                             3, p, entry_json);
     if (!list) return;
     int more = cJSON_GetArraySize(list) > limit;
     if (more) cJSON_DeleteItemFromArray(list, (int)limit);
@@ -411,11 +447,18 @@ static void holds_list(admin_t *a, const char *id)
     int filtered = adm_query_param(a, "state", state, sizeof(state));
     if (tenant_known(a, id) != 1) return;
     const char *p[2] = {id, filtered ? state : NULL};
-    cJSON *list = adm_query_list(a,
-                                 "SELECT " HOLD_COLUMNS " FROM ledger_holds WHERE tenant_id = ?1"
-                                 " AND (?2 IS NULL OR state = ?2)"
-                                 " ORDER BY created_ms DESC, rowid DESC LIMIT 500",
-                                 2, p, hold_json);
+    cJSON *list =
+        mg_store_pg(a->store)
+            ? pg_list(a,
+                      "SELECT " HOLD_COLUMNS " FROM ledger_holds"
+                      " WHERE tenant_id = $1::bigint AND ($2::text IS NULL OR state = $2)"
+                      " ORDER BY created_ms DESC, request_id DESC LIMIT 500",
+                      2, p, hold_json)
+            : adm_query_list(a,
+                             "SELECT " HOLD_COLUMNS " FROM ledger_holds WHERE tenant_id = ?1"
+                             " AND (?2 IS NULL OR state = ?2)"
+                             " ORDER BY created_ms DESC, rowid DESC LIMIT 500",
+                             2, p, hold_json);
     if (!list) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
@@ -427,6 +470,42 @@ static void holds_list(admin_t *a, const char *id)
 /* ---- release and adjust ------------------------------------------------------------------------
  */
 
+/* One row of sql in PostgreSQL as the answer (row makes it), 404 naming what when none. */
+static void pg_answer_row(admin_t *a, int status, const char *sql, const char *key,
+                          cJSON *(*row)(int, const char *const *), const char *what)
+{
+    cJSON *list = pg_list(a, sql, 1, (const char *[]){key}, row);
+    if (!list) return;
+    cJSON *o = cJSON_DetachItemFromArray(list, 0);
+    cJSON_Delete(list);
+    if (o) adm_set_answer(a, status, o);
+    else adm_set_error(a, 404, "NOT_FOUND", "%s does not exist", what);
+}
+
+/* The release of a metering_failed hold in the cluster's books: one function call, the
+ * wallet row locked (store/pg_schema.c, mg_wallet_release_unmetered). */
+static void pg_release_unmetered(admin_t *a, const char *id, const char *rid, const char *reason)
+{
+    char at[24];
+    adm_fmt_i64(at, sizeof(at), now_ms());
+    pg_row_t r;
+    if (pg_first(a, "SELECT mg_wallet_release_unmetered($1, $2::bigint, $3, $4, $5::bigint)", 5,
+                 (const char *[]){rid, id, reason, a->actor, at}, &r) != 0)
+        return;
+    if (strcmp(r.v[0], "missing") == 0) {
+        adm_set_error(a, 404, "NOT_FOUND", "tenant %s has no hold for request %s", id, rid);
+        return;
+    }
+    if (strcmp(r.v[0], "released") != 0) {
+        adm_set_error(a, 409, "CONFLICT",
+                      "the hold is %s: only a metering_failed hold is released by an administrator",
+                      r.v[0]);
+        return;
+    }
+    pg_answer_row(a, 200, "SELECT " HOLD_COLUMNS " FROM ledger_holds WHERE request_id = $1", rid,
+                  hold_json, "the hold");
+}
+
 /* A metering_failed hold released by an administrator, with the reason: its release entry
  * carries the reason and the actor; no token and no charge is invented. */
 static void release_unmetered(admin_t *a, const char *id)
@@ -436,9 +515,14 @@ static void release_unmetered(admin_t *a, const char *id)
     first_t f;
     const char *rid, *reason;
     if (only_fields(a, allowed) != 0 || !(rid = body_text(a, "request_id", 64)) ||
-        !(reason = body_text(a, "reason", MAX_REASON)) || adm_tx_begin(a, &tx) != 0)
-        goto out;
+        !(reason = body_text(a, "reason", MAX_REASON)))
+        return;
     snprintf(a->target, sizeof(a->target), "tenant:%s/hold:%.60s", id, rid);
+    if (mg_store_pg(a->store)) {
+        if (tenant_known(a, id) == 1) pg_release_unmetered(a, id, rid, reason);
+        return;
+    }
+    if (adm_tx_begin(a, &tx) != 0) goto out;
     if (adm_tx_first(a, tx,
                      "SELECT state FROM ledger_holds WHERE request_id = ?1 AND tenant_id = ?2", 2,
                      (const char *[]){rid, id}, &f) != 0)
@@ -486,11 +570,21 @@ static void adjust(admin_t *a, const char *id)
         adm_set_error(a, 400, "INVALID_REQUEST", "field 'amount_micros': not 0");
         return;
     }
-    if (tenant_known(a, id) != 1 || adm_tx_begin(a, &tx) != 0) return;
+    if (tenant_known(a, id) != 1) return;
     char amt[24], at[24], source[64];
     adm_fmt_i64(amt, sizeof(amt), amount);
     adm_fmt_i64(at, sizeof(at), now_ms());
     snprintf(source, sizeof(source), "adj-%s", a->request_id);
+    if (mg_store_pg(a->store)) { /* the cluster's books: one function call, the row locked */
+        pg_row_t r;
+        if (pg_first(a, "SELECT mg_wallet_adjust($1::bigint, $2::bigint, $3, $4, $5, $6::bigint)",
+                     6, (const char *[]){id, amt, source, reason, a->actor, at}, &r) == 0)
+            pg_answer_row(a, 201,
+                          "SELECT " ENTRY_COLUMNS " FROM ledger_entries WHERE source_id = $1",
+                          source, entry_json, "the entry");
+        return;
+    }
+    if (adm_tx_begin(a, &tx) != 0) return;
     const char *p[6] = {id, amt, source, reason, a->actor, at};
     if (adm_tx_write(a, tx,
                      "INSERT INTO ledger_entries(tenant_id, kind, amount_micros, hold_micros,"

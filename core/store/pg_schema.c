@@ -155,6 +155,30 @@ static const char *const migrations[] = {
     " id BIGSERIAL PRIMARY KEY, tbl TEXT NOT NULL, pk TEXT NOT NULL,"
     " op TEXT NOT NULL CHECK(op IN ('put','del','add')), row TEXT,"
     " node TEXT NOT NULL, at BIGINT NOT NULL);",
+    /* 4: an administrator's changes to the books, each one transaction on the locked wallet
+     * row as the others: an adjustment entry (true), and the release of a metering_failed
+     * hold with its reason ('released', 'missing', or the hold's state when it is not
+     * metering_failed), whose release entry carries the reason and the actor */
+    "CREATE FUNCTION mg_wallet_adjust(p_tenant BIGINT, p_amount BIGINT, p_source TEXT,"
+    " p_reason TEXT, p_actor TEXT, p_at BIGINT) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN"
+    " INSERT INTO wallets(tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;"
+    " PERFORM 1 FROM wallets WHERE tenant_id = p_tenant FOR UPDATE;"
+    " PERFORM mg_ledger_entry(p_tenant, 'adjustment', p_amount, 0, NULL, p_source, p_reason,"
+    "  p_actor, p_at);"
+    " RETURN true; END $$;"
+    "CREATE FUNCTION mg_wallet_release_unmetered(p_req TEXT, p_tenant BIGINT, p_reason TEXT,"
+    " p_actor TEXT, p_at BIGINT) RETURNS text LANGUAGE plpgsql AS $$"
+    " DECLARE h ledger_holds%ROWTYPE; BEGIN"
+    " PERFORM 1 FROM wallets WHERE tenant_id = p_tenant FOR UPDATE;"
+    " SELECT * INTO h FROM ledger_holds WHERE request_id = p_req AND tenant_id = p_tenant"
+    "  FOR UPDATE;"
+    " IF NOT FOUND THEN RETURN 'missing'; END IF;"
+    " IF h.state <> 'metering_failed' THEN RETURN h.state; END IF;"
+    " UPDATE ledger_holds SET state = 'released_unmetered', reason = p_reason, actor = p_actor,"
+    "  ended_ms = p_at WHERE request_id = p_req;"
+    " PERFORM mg_ledger_entry(p_tenant, 'release', 0, -h.reserved_micros, p_req, NULL, p_reason,"
+    "  p_actor, p_at);"
+    " RETURN 'released'; END $$;",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

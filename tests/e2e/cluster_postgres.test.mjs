@@ -149,7 +149,7 @@ describe('cluster.postgres', { skip }, () => {
     test('three instances started at once migrate once, under the advisory lock', async () => {
         for (const g of gws) await g.waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
         const versions = pg.rows('SELECT version FROM mg_schema ORDER BY version').map((r) => r.version);
-        assert.deepEqual(versions, [1, 2, 3]);
+        assert.deepEqual(versions, [1, 2, 3, 4]);
         for (const g of gws) {
             assert.ok(!g.logs.some((l) => /migrations failed/.test(l.msg ?? '')), 'no instance saw a migration fail');
             assert.ok(!g.stdoutText().includes(pg.url), 'the url is a secret: never logged');
@@ -228,6 +228,48 @@ describe('cluster.postgres', { skip }, () => {
         assert.equal(Number(w.held_micros), 50 * need);
         assert.equal(Number(w.balance_micros), 50 * need);
         assert.equal(pg.rows(`SELECT 1 FROM ledger_holds WHERE tenant_id = ${t} AND state = 'metering_failed'`).length, 50);
+    });
+
+    test('the admin API reads and changes the cluster\'s books on every instance: ledger, holds, release, adjust', async () => {
+        const t = tenants.scarce;
+        // the ledger's pages through instance 1 are PostgreSQL's entries, newest first
+        const seen = [];
+        let cursor = null;
+        for (let page = 0; page < 50; page++) { // bounded: 101 entries in pages of 7
+            const r = await admin(1, 'GET', `tenants/${t}/ledger?limit=7${cursor ? `&cursor=${cursor}` : ''}`);
+            assert.equal(r.status, 200, r.text);
+            seen.push(...r.json.data);
+            cursor = r.json.next_cursor;
+            if (!r.json.has_more) break;
+        }
+        const rows = pg.rows(`SELECT id, kind, amount_micros, hold_micros FROM ledger_entries WHERE tenant_id = ${t} ORDER BY id DESC`);
+        assert.deepEqual(seen.map((e) => [e.id, e.kind, e.amount_micros, e.hold_micros]),
+            rows.map((e) => [Number(e.id), e.kind, Number(e.amount_micros), Number(e.hold_micros)]));
+        // the holds through instance 2
+        const failed = await admin(2, 'GET', `tenants/${t}/holds?state=metering_failed`);
+        assert.equal(failed.status, 200, failed.text);
+        assert.equal(failed.json.total, 50);
+        // a release with its reason on instance 0: the hold and its entry in PostgreSQL
+        const rid = failed.json.data[0].request_id;
+        const before = (await admin(2, 'GET', `tenants/${t}/wallet`)).json;
+        const rel = await admin(0, 'POST', `tenants/${t}/release`, { request_id: rid, reason: 'engine lost its usage' });
+        assert.equal(rel.status, 200, rel.text);
+        assert.equal(rel.json.state, 'released_unmetered');
+        assert.equal(rel.json.reason, 'engine lost its usage');
+        const [entry] = pg.rows(`SELECT kind, hold_micros, reason, actor FROM ledger_entries WHERE request_id = '${rid}' AND kind = 'release'`);
+        assert.equal(entry.reason, 'engine lost its usage');
+        assert.equal(Number(entry.hold_micros), -failed.json.data[0].reserved_micros);
+        assert.equal((await admin(1, 'POST', `tenants/${t}/release`, { request_id: rid, reason: 'again' })).status, 409);
+        assert.equal((await admin(1, 'POST', `tenants/${t}/release`, { request_id: 'no-such-request', reason: 'x' })).status, 404);
+        // an adjustment on instance 1; both changes seen in the wallet on instance 2
+        const adj = await admin(1, 'POST', `tenants/${t}/adjust`, { amount_micros: 12345, reason: 'goodwill' });
+        assert.equal(adj.status, 201, adj.text);
+        assert.equal(adj.json.kind, 'adjustment');
+        assert.equal(adj.json.amount_micros, 12345);
+        const after_ = (await admin(2, 'GET', `tenants/${t}/wallet`)).json;
+        assert.equal(after_.balance_micros, before.balance_micros + 12345);
+        assert.equal(after_.held_micros, before.held_micros - failed.json.data[0].reserved_micros);
+        checkLedger(t);
     });
 
     test('reservations racing on a locked wallet row: the balance for one grants one', async () => {

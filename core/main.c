@@ -31,51 +31,51 @@
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "usage: moongate [options]\n"
-        "\n"
-        "A self-hosted AI gateway: an OpenAI-compatible API in front of model back-ends,\n"
-        "with routing, adapters and policies in hot-reloadable Lua.\n"
-        "\n"
-        "options:\n"
-        "  -c, --config FILE   configuration file (default: $MOONGATE_CONFIG, else %s)\n"
-        "      --check         validate the configuration, policies and adapters, then exit\n"
-        "                      (0 = valid; otherwise FILE:LINE: reason on stderr, exit 1)\n"
-        "  -h, --help          show this help\n"
-        "      --version       print the version\n"
-        "\n"
-        "commands:\n"
-        "  keygen                  print a fresh encryption key for MOONGATE_ENCRYPTION_KEY\n"
-        "                          (64 hex characters; provider keys added through the\n"
-        "                          admin API are stored AES-256-GCM encrypted with it)\n"
-        "  rotate-encryption-key   re-encrypt every stored provider key, in one transaction,\n"
-        "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
-        "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
-        "                          the config; then restart the gateway with the new key\n"
-        "  backup DEST             an online, consistent copy of the store named by the\n"
-        "                          config into the file DEST, while the gateway serves\n"
-        "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
-        "  migrate-store --from sqlite:PATH --to postgres:URL [--force]\n"
-        "                          move a single node's store into a cluster's PostgreSQL:\n"
-        "                          its control plane into control_log, its usage events and\n"
-        "                          prepaid wallets into the shared tables (idempotent);\n"
-        "                          a non-empty control_log is refused unless --force\n"
-        "  check-ledger            verify the prepaid ledger in the store named by the config:\n"
-        "                          every wallet equals the sums of its entries, every request\n"
-        "                          reserved once and ended at most once; prints each problem,\n"
-        "                          exit 0 when consistent, 1 otherwise\n"
-        "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
-        "                          read stdin, print its token count (default o200k_base),\n"
-        "                          or with --ids the token ids as one JSON array; --special\n"
-        "                          recognises <|endoftext|> and the encoding's other special\n"
-        "                          tokens (plain text otherwise); --data-dir names where the\n"
-        "                          rank files are (default: as tokenizer.data_dir)\n"
-        "\n"
-        "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
-        "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit;\n"
-        "SIGUSR1 reopens log.file (after logrotate moved it).\n",
-        DEFAULT_CONFIG);
+    fprintf(f,
+            "usage: moongate [options]\n"
+            "\n"
+            "A self-hosted AI gateway: an OpenAI-compatible API in front of model back-ends,\n"
+            "with routing, adapters and policies in hot-reloadable Lua.\n"
+            "\n"
+            "options:\n"
+            "  -c, --config FILE   configuration file (default: $MOONGATE_CONFIG, else %s)\n"
+            "      --check         validate the configuration, policies and adapters, then exit\n"
+            "                      (0 = valid; otherwise FILE:LINE: reason on stderr, exit 1)\n"
+            "  -h, --help          show this help\n"
+            "      --version       print the version\n"
+            "\n"
+            "commands:\n"
+            "  keygen                  print a fresh encryption key for MOONGATE_ENCRYPTION_KEY\n"
+            "                          (64 hex characters; provider keys added through the\n"
+            "                          admin API are stored AES-256-GCM encrypted with it)\n"
+            "  rotate-encryption-key   re-encrypt every stored provider key, in one transaction,\n"
+            "                          from MOONGATE_ENCRYPTION_KEY (old) to\n"
+            "                          MOONGATE_NEW_ENCRYPTION_KEY (new), in the store named by\n"
+            "                          the config; then restart the gateway with the new key\n"
+            "  backup DEST             an online, consistent copy of the store named by the\n"
+            "                          config into the file DEST, while the gateway serves\n"
+            "                          (SQLite's backup API; restore: stop, copy DEST back)\n"
+            "  migrate-store --from sqlite:PATH --to postgres:URL [--force]\n"
+            "                          move a single node's store into a cluster's PostgreSQL:\n"
+            "                          its control plane into control_log, its usage events and\n"
+            "                          prepaid wallets into the shared tables (idempotent);\n"
+            "                          a non-empty control_log is refused unless --force\n"
+            "  check-ledger            verify the prepaid ledger the config names (its store, or\n"
+            "                          cluster.postgres when set):\n"
+            "                          every wallet equals the sums of its entries, every request\n"
+            "                          reserved once and ended at most once; prints each problem,\n"
+            "                          exit 0 when consistent, 1 otherwise\n"
+            "  tokenize [--encoding o200k_base|cl100k_base] [--ids] [--special] [--data-dir DIR]\n"
+            "                          read stdin, print its token count (default o200k_base),\n"
+            "                          or with --ids the token ids as one JSON array; --special\n"
+            "                          recognises <|endoftext|> and the encoding's other special\n"
+            "                          tokens (plain text otherwise); --data-dir names where the\n"
+            "                          rank files are (default: as tokenizer.data_dir)\n"
+            "\n"
+            "signals: SIGHUP reloads config, policies and adapters without dropping requests;\n"
+            "SIGTERM/SIGINT stop accepting, let requests in flight finish, then exit;\n"
+            "SIGUSR1 reopens log.file (after logrotate moved it).\n",
+            DEFAULT_CONFIG);
 }
 
 static int check_config(const char *path)
@@ -118,23 +118,40 @@ static int backup_store(const char *config, const char *dest)
     return rc != 0;
 }
 
-/* moongate check-ledger: mg_wallet_check over the store named by the config. */
+/* The check over the books the config names: the cluster's PostgreSQL when configured (the
+ * wallets live there), else the store. */
+static long check_books(const mg_config_t *cfg, long *wallets, long *entries, char *err,
+                        size_t errlen)
+{
+    long problems = -1;
+    if (cfg->cluster.postgres.url) {
+        mg_pg_t *pg = NULL;
+        if (mg_pg_open(cfg->cluster.postgres.url, 1, 0, &pg, err, errlen) != 0) return -1;
+        problems = mg_wallet_check_pg(pg, stdout, wallets, entries, err, errlen);
+        mg_pg_close(pg);
+        return problems;
+    }
+    mg_store_t *st = NULL;
+    if (mg_store_open(cfg->storage_path, &st, err, errlen) != 0) return -1;
+    problems = mg_wallet_check(st, stdout, wallets, entries, err, errlen);
+    mg_store_close(st);
+    return problems;
+}
+
+/* moongate check-ledger: mg_wallet_check over the books named by the config. */
 static int check_ledger(const char *path)
 {
     char err[1024];
     mg_config_t *cfg = NULL;
-    mg_store_t *st = NULL;
     long wallets = 0, entries = 0, problems = -1;
     if (mg_config_load(path, &cfg, err, sizeof(err)) != 0 ||
-        mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
-        (problems = mg_wallet_check(st, stdout, &wallets, &entries, err, sizeof(err))) < 0)
+        (problems = check_books(cfg, &wallets, &entries, err, sizeof(err))) < 0)
         fprintf(stderr, "moongate check-ledger: %s\n", err);
     else if (problems == 0)
         printf("ledger: consistent: %ld wallet(s), %ld entries\n", wallets, entries);
     else
         printf("ledger: %ld problem(s) in %ld wallet(s), %ld entries\n", problems, wallets,
                entries);
-    if (st) mg_store_close(st);
     mg_config_free(cfg);
     return problems == 0 ? 0 : 1;
 }

@@ -186,7 +186,10 @@ int mg_wallet_recover(mg_store_t *st, uint64_t now_ms)
 
 /* ---- the check --------------------------------------------------------------------------- */
 
-/* Each query lists the rows that break one rule, as one line of text each. */
+/* Each query lists the rows that break one rule, as one line of text each; written in the SQL
+ * SQLite and PostgreSQL share, so the cluster's books are checked by the same rules. */
+#define RESERVES "SUM(CASE WHEN kind = 'reserve' THEN 1 ELSE 0 END)"
+#define ENDS "SUM(CASE WHEN kind <> 'reserve' THEN 1 ELSE 0 END)"
 static const struct {
     const char *rule;
     const char *sql;
@@ -209,22 +212,22 @@ static const struct {
      "  FROM ledger_holds WHERE state IN ('held','metering_failed') GROUP BY tenant_id) h"
      "  ON h.tenant_id = w.tenant_id WHERE w.held_micros <> COALESCE(h.s, 0)"},
     {"a request's entries do not pair",
-     "SELECT 'request ' || request_id || ': ' || SUM(kind = 'reserve') || ' reserve, '"
-     " || SUM(kind <> 'reserve') || ' settle/release, holds sum to ' || SUM(hold_micros)"
+     "SELECT 'request ' || request_id || ': ' || " RESERVES " || ' reserve, ' || " ENDS
+     " || ' settle/release, holds sum to ' || SUM(hold_micros)"
      " FROM ledger_entries WHERE request_id IS NOT NULL GROUP BY request_id"
-     " HAVING SUM(kind = 'reserve') <> 1 OR SUM(kind <> 'reserve') > 1"
-     "  OR (SUM(kind <> 'reserve') = 1 AND SUM(hold_micros) <> 0)"},
+     " HAVING " RESERVES " <> 1 OR " ENDS " > 1 OR (" ENDS " = 1 AND SUM(hold_micros) <> 0)"},
     {"a hold's state disagrees with its entries",
      "SELECT 'request ' || h.request_id || ': state ' || h.state || ' with '"
      " || (SELECT COUNT(*) FROM ledger_entries e WHERE e.request_id = h.request_id"
      "     AND e.kind <> 'reserve') || ' end entries'"
      " FROM ledger_holds h WHERE (SELECT COUNT(*) FROM ledger_entries e"
      "  WHERE e.request_id = h.request_id AND e.kind <> 'reserve')"
-     "  <> (h.state IN ('settled','released','released_unmetered'))"
+     "  <> CASE WHEN h.state IN ('settled','released','released_unmetered') THEN 1 ELSE 0 END"
      "  OR (SELECT COUNT(*) FROM ledger_entries e WHERE e.request_id = h.request_id"
      "      AND e.kind = 'reserve' AND e.hold_micros = h.reserved_micros) <> 1"
      "  OR (h.state = 'settled' AND (SELECT -amount_micros FROM ledger_entries e"
-     "      WHERE e.request_id = h.request_id AND e.kind = 'settle') IS NOT h.charged_micros)"},
+     "      WHERE e.request_id = h.request_id AND e.kind = 'settle')"
+     "      IS DISTINCT FROM h.charged_micros)"},
     {"a top-up without its one entry",
      "SELECT 'top-up ' || t.event_id || ': ' || (SELECT COUNT(*) FROM ledger_entries e"
      "  WHERE e.kind = 'topup' AND e.source_id = t.event_id) || ' entries'"
@@ -253,25 +256,47 @@ static void on_count(void *ud, int ncols, const char *const *cols)
     c->count = ncols > 0 && cols[0] ? strtol(cols[0], NULL, 10) : 0;
 }
 
-long mg_wallet_check(mg_store_t *st, FILE *out, long *wallets, long *entries, char *err,
-                     size_t errlen)
+/* One check's query, on the store or on PostgreSQL. */
+typedef int (*check_query_fn)(void *db, const char *sql, check_t *c, char *err, size_t errlen);
+
+static int store_query(void *db, const char *sql, check_t *c, char *err, size_t errlen)
+{
+    return mg_store_query(db, sql, 0, NULL, c->rule ? on_problem : on_count, c, err, errlen);
+}
+
+static int pg_query(void *db, const char *sql, check_t *c, char *err, size_t errlen)
+{
+    return mg_pg_query_sync(db, sql, 0, NULL, c->rule ? on_problem : on_count, c, err, errlen);
+}
+
+static long check_with(check_query_fn q, void *db, FILE *out, long *wallets, long *entries,
+                       char *err, size_t errlen)
 {
     check_t c = {out, NULL, 0, 0};
     for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]); i++) {
         c.rule = checks[i].rule;
-        if (mg_store_query(st, checks[i].sql, 0, NULL, on_problem, &c, err, errlen) != 0) return -1;
+        if (q(db, checks[i].sql, &c, err, errlen) != 0) return -1;
     }
+    c.rule = NULL; /* the counts */
     if (wallets) {
-        if (mg_store_query(st, "SELECT COUNT(*) FROM wallets", 0, NULL, on_count, &c, err,
-                           errlen) != 0)
-            return -1;
+        if (q(db, "SELECT COUNT(*) FROM wallets", &c, err, errlen) != 0) return -1;
         *wallets = c.count;
     }
     if (entries) {
-        if (mg_store_query(st, "SELECT COUNT(*) FROM ledger_entries", 0, NULL, on_count, &c, err,
-                           errlen) != 0)
-            return -1;
+        if (q(db, "SELECT COUNT(*) FROM ledger_entries", &c, err, errlen) != 0) return -1;
         *entries = c.count;
     }
     return c.problems;
+}
+
+long mg_wallet_check(mg_store_t *st, FILE *out, long *wallets, long *entries, char *err,
+                     size_t errlen)
+{
+    return check_with(store_query, st, out, wallets, entries, err, errlen);
+}
+
+long mg_wallet_check_pg(mg_pg_t *pg, FILE *out, long *wallets, long *entries, char *err,
+                        size_t errlen)
+{
+    return check_with(pg_query, pg, out, wallets, entries, err, errlen);
 }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "store/pg.h"
 #include "store/store.h"
 
 /* The outcome of a reservation: rc 0 and granted 1 (held), rc 0 and granted 0 (the wallet
@@ -74,5 +75,9 @@ int mg_wallet_recover(mg_store_t *st, uint64_t now_ms);
  * not be read. *wallets and *entries (may be NULL) get the rows checked. */
 long mg_wallet_check(mg_store_t *st, FILE *out, long *wallets, long *entries, char *err,
                      size_t errlen);
+/* The same rules over the cluster's books in PostgreSQL (cluster.postgres: the wallets live
+ * there), through blocking queries of their own (the CLI's). */
+long mg_wallet_check_pg(mg_pg_t *pg, FILE *out, long *wallets, long *entries, char *err,
+                        size_t errlen);
 
 #endif

@@ -16,8 +16,9 @@ import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { spawnSync } from 'node:child_process';
 import {
-    REPO_ROOT, adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml, waitFor,
+    REPO_ROOT, adminCall, buildConfig, deadPort, gatewayBin, postJson, startGateway, startMock, toYaml, waitFor,
 } from './lib/harness.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
@@ -270,6 +271,24 @@ describe('cluster.postgres', { skip }, () => {
         assert.equal(after_.balance_micros, before.balance_micros + 12345);
         assert.equal(after_.held_micros, before.held_micros - failed.json.data[0].reserved_micros);
         checkLedger(t);
+        // `moongate check-ledger` on a cluster config checks the books in PostgreSQL
+        const check = () => spawnSync(gatewayBin(), ['check-ledger', '-c', gws[0].configPath],
+            { encoding: 'utf8', timeout: 30000, env: { ...process.env, CLUSTER_PG_URL: pg.url, CLUSTER_TOPUP_SECRET: SECRET } });
+        const ok = check();
+        assert.equal(ok.status, 0, ok.stdout + ok.stderr);
+        const wallets = Number(pg.rows('SELECT COUNT(*) AS n FROM wallets')[0].n);
+        const entries = Number(pg.rows('SELECT COUNT(*) AS n FROM ledger_entries')[0].n);
+        assert.match(ok.stdout, new RegExp(`^ledger: consistent: ${wallets} wallet\\(s\\), ${entries} entries$`, 'm'));
+        assert.ok(!(ok.stdout + ok.stderr).includes(pg.url), 'the url is never printed');
+        // a wallet row tampered with in PostgreSQL is found (then put back)
+        pg.exec(`UPDATE wallets SET balance_micros = balance_micros + 1 WHERE tenant_id = ${t}`);
+        try {
+            const bad = check();
+            assert.equal(bad.status, 1, bad.stdout + bad.stderr);
+            assert.match(bad.stdout, new RegExp(`wallet balance/held differ from the sums of its entries: tenant ${t}:`));
+        } finally {
+            pg.exec(`UPDATE wallets SET balance_micros = balance_micros - 1 WHERE tenant_id = ${t}`);
+        }
     });
 
     test('reservations racing on a locked wallet row: the balance for one grants one', async () => {

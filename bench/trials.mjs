@@ -386,6 +386,13 @@ async function slowChild(port, seconds, lifeMs) {
 const HARD_NOFILE = Number(execFileSync('sh', ['-c', 'ulimit -Hn'], { encoding: 'utf8' }).trim()) || 4096;
 const rssOf = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) * 1024;
 const mib = (n) => (n / 1048576).toFixed(1);
+// CPU seconds (user + system) a process has used: /proc/PID/stat's utime and stime, in ticks
+const TICK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+const cpuOf = (pid) => {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / TICK; // fields 14 and 15, counted after the name
+};
 
 /* TRIALS_DEBUG_HEAP=1: where a process's RSS is (smaps: the heap, anonymous maps, the rest)
  * and what glibc's allocator holds in use and free per arena (malloc_info through gdb). */
@@ -455,7 +462,9 @@ async function slow() {
     const seconds = SHORT ? 12 : 30;
     const pid = env.gw.pid;
     await latencies(env, 2000); // warm up
+    let cpu0 = cpuOf(pid), t0 = performance.now();
     const base = await latencies(env, SHORT ? 5000 : 10000);
+    const cpuBase = (cpuOf(pid) - cpu0) / ((performance.now() - t0) / 1000); // CPU s per s
     await sleep(1000);
     const idle = rssOf(pid); // after the unloaded run: what normal traffic itself keeps is in it
     if (process.env.TRIALS_DEBUG_HEAP) heapReport(pid, 'idle');
@@ -473,7 +482,16 @@ async function slow() {
     await sleep(6000); // the first ones time out and are replaced: the steady state
     let peak = rssOf(pid);
     const peakTimer = setInterval(() => (peak = Math.max(peak, rssOf(pid))), 250);
+    /* TRIALS_DEBUG_PERF=FILE: perf record -g of the gateway during the loaded run */
+    const perf = process.env.TRIALS_DEBUG_PERF &&
+        spawn('perf', ['record', '-g', '-o', process.env.TRIALS_DEBUG_PERF, '-p', String(pid)], { stdio: 'ignore' });
+    cpu0 = cpuOf(pid);
+    const childCpu0 = cpuOf(child.pid);
+    t0 = performance.now();
     const loaded = await latencies(env, Math.max(2000, (seconds - 8) * 1000));
+    const loadedSecs = (performance.now() - t0) / 1000;
+    const cpuLoaded = (cpuOf(pid) - cpu0) / loadedSecs, cpuChild = (cpuOf(child.pid) - childCpu0) / loadedSecs;
+    if (perf) perf.kill('SIGINT');
     await new Promise((r) => child.once('exit', r));
     clearInterval(peakTimer);
     const stats = JSON.parse(out.trim().split('\n').at(-1));
@@ -499,6 +517,11 @@ async function slow() {
     row('slow clients: normal p99', `${base.n} unloaded, ${loaded.n} loaded requests`,
         `p99 ${base.p99.toFixed(1)} -> ${loaded.p99.toFixed(1)} ms (p50 ${base.p50.toFixed(1)} -> ${loaded.p50.toFixed(1)}), ${loaded.failed} failed ${loaded.why}`,
         'p99 <= 2x, 0 failed', loaded.p99 <= 2 * base.p99 && loaded.failed === 0);
+    // where the machine's time went: the gateway's CPU with and without the slow clients, and
+    // the slow clients' own process (it shares the two cores with the gateway and the mocks)
+    row('slow clients: CPU', 'unloaded, loaded runs',
+        `gateway ${cpuBase.toFixed(2)} -> ${cpuLoaded.toFixed(2)} CPU s/s, the slow clients' process ${cpuChild.toFixed(2)} CPU s/s`,
+        'a figure', true);
     row('slow clients: closed by timeouts', `${stats.senders} senders, ${stats.readers} readers`,
         `${stats.sender_408} senders got 408, ${stats.sender_closed_other} closed otherwise, ${stats.reader_closed} readers reset (${stalled} client_stalled lines), ${stats.reader_completed} handed over whole, ${stats.open_at_end} left open, ${inFlight} in flight after`,
         'none left open, senders by 408', stats.open_at_end === 0 && stats.sender_closed_other === 0 && inFlight === 0);

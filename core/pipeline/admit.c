@@ -24,9 +24,9 @@ static int user_rate_refused(call_t *c)
 {
     int limit = c->gen->cfg->user_rpm_limit;
     uint64_t wait_ms = 0;
-    if (limit <= 0 || !c->user[0]) return 0;
+    if (limit <= 0 || !call_user(c)[0]) return 0;
     char key[400];
-    int n = snprintf(key, sizeof(key), "%s/%s", c->app ? c->app->name : "", c->user);
+    int n = snprintf(key, sizeof(key), "%s/%s", c->app ? c->app->name : "", call_user(c));
     int rc = mg_userrate_take(c->pl->userrate, key,
                               (size_t)n < sizeof(key) ? (size_t)n : sizeof(key) - 1,
                               (uint32_t)limit, uv_now(c->pl->loop), &wait_ms);
@@ -71,9 +71,9 @@ mg_step_rc_t step_enqueue(call_t *c)
                                  (uint32_t)c->app->max_queued_tasks);
         c->entry.gate[MG_GATE_APP] = g;
     }
-    if (c->user[0] && (cfg->user_max_running_tasks || cfg->user_max_queued_tasks)) {
+    if (call_user(c)[0] && (cfg->user_max_running_tasks || cfg->user_max_queued_tasks)) {
         char ug[400];
-        snprintf(ug, sizeof(ug), "user:%s/%s", c->app ? c->app->name : "", c->user);
+        snprintf(ug, sizeof(ug), "user:%s/%s", c->app ? c->app->name : "", call_user(c));
         mg_sched_gate_t *g = mg_sched_gate(pl->sched, MG_GATE_USER, ug);
         if (g)
             mg_sched_gate_limits(pl->sched, g, (uint32_t)cfg->user_max_running_tasks,
@@ -416,7 +416,6 @@ static void set_lua_info(call_t *c)
     const mg_config_t *cfg = c->gen->cfg;
     const routing_input_t *in = &c->in;
     memcpy(c->lua_request_id, c->req->request_id, sizeof(c->lua_request_id));
-    if (in->has_pin) memcpy(c->lua_pin, in->pin, sizeof(c->lua_pin));
     c->lua_info = (mg_lua_req_t){
         .request_id = c->lua_request_id,
         .endpoint = endpoint_name(c->ep),
@@ -426,7 +425,7 @@ static void set_lua_info(call_t *c)
         .created = (long long)time(NULL),
         .priority = in->priority,
         .pool = in->pool ? (strcmp(in->pool, "main") == 0 ? "main" : "fallback") : NULL,
-        .pin = in->has_pin ? c->lua_pin : NULL,
+        .pin = in->has_pin ? in->pin : NULL, /* resolve_model set it, nothing changes it */
         .local_only = in->local_only,
         .allow_smaller_model = in->allow_smaller_model,
         /* an application with a data policy reaches the cloud only if the policy allows */

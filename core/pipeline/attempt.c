@@ -641,7 +641,8 @@ static mg_step_rc_t encode_failed(call_t *c, const char *err)
     if (r->kind == MG_LREFUSAL_NOT_FOR_ROUTE) {
         free(c->refusal_message);
         c->refusal_message = strdup(err);
-        snprintf(c->refusal_param, sizeof(c->refusal_param), "%s", r->param);
+        free(c->refusal_param);
+        c->refusal_param = r->param[0] ? strdup(r->param) : NULL;
         if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
     } else if (c->last_fail != FAIL_REFUSED) {
         c->last_fail = FAIL_ADAPTER;
@@ -669,7 +670,8 @@ mg_step_rc_t step_encode(call_t *c)
         /* the canonical form lacks part of this Messages request: not for this route */
         free(c->refusal_message);
         c->refusal_message = strdup(c->msgs_lossy);
-        c->refusal_param[0] = '\0';
+        free(c->refusal_param);
+        c->refusal_param = NULL;
         if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
         return entry_dropped(c);
     }

@@ -376,7 +376,10 @@ static void sanitize_tree(call_t *c)
     c->app = app_of(c, cJSON_IsString(meta) ? meta->valuestring : NULL);
     const cJSON *uid = cJSON_GetObjectItemCaseSensitive(req_meta, "user_id");
     if (!cJSON_IsString(uid)) uid = cJSON_GetObjectItemCaseSensitive(c->body, "user");
-    if (cJSON_IsString(uid)) snprintf(c->user, sizeof(c->user), "%s", uid->valuestring);
+    free(c->user); /* (a call parses once; this keeps it so if that changes) */
+    c->user = NULL;
+    if (cJSON_IsString(uid) && uid->valuestring[0])
+        c->user = strndup(uid->valuestring, MG_CALL_USER_MAX);
     cJSON_Delete(req_meta);
 }
 
@@ -390,9 +393,9 @@ static void sanitize_fast(call_t *c, const fast_body_t *fb)
     c->stream = fb->stream && c->ep != MG_EP_EMBEDDINGS;
     c->client_include_usage = c->stream && fb->include_usage;
     c->app = app_of(c, NULL);
-    size_t n = fb->user_len < sizeof(c->user) - 1 ? fb->user_len : sizeof(c->user) - 1;
-    if (fb->user) memcpy(c->user, fb->user, n);
-    c->user[fb->user ? n : 0] = '\0';
+    size_t n = fb->user_len < MG_CALL_USER_MAX ? fb->user_len : MG_CALL_USER_MAX;
+    free(c->user);
+    c->user = fb->user && n ? strndup(fb->user, n) : NULL;
 }
 
 /* The client's output ceiling on the tree path (after sanitize(), which may have mapped

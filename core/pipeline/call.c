@@ -273,6 +273,8 @@ static void call_free(call_t *c)
     msgs_free(c);
     free(c->error_message);
     free(c->refusal_message);
+    free(c->refusal_param);
+    free(c->user);
     for (int i = 0; i < 3; i++) free(c->error_passed[i]);
     call_release(c);
 }
@@ -502,7 +504,7 @@ static void call_log(call_t *c)
     }
     mg_log_str(&l, "priority", c->priority);
     if (c->app) mg_log_str(&l, "application", c->app->name);
-    if (c->user[0]) mg_log_str(&l, "user_id", c->user);
+    if (call_user(c)[0]) mg_log_str(&l, "user_id", call_user(c));
     /* the prompt as the client sent it, hashed, never its text; bounded so that a huge body
        does not hold the loop (PROMPT_HASH_MAX) */
     if (req->body && req->body_len <= PROMPT_HASH_MAX) {

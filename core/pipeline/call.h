@@ -158,7 +158,8 @@ typedef struct call_s {
     int fast;                   /* the body was read as bytes (fb), not as a tree */
     const char *priority;       /* "P0".."P4" (static) */
     const mg_app_conf_t *app;   /* metadata.application, when configured */
-    char user[128];             /* metadata.user_id or the OpenAI "user" field, or "" */
+    char *user;                 /* owned: metadata.user_id or the OpenAI "user" field (at most
+                                   MG_CALL_USER_MAX bytes), NULL: none; read it with call_user */
     struct call_context_s *ctx; /* owned, may be NULL: the session and budget (context.c) */
     /* a model served through a provider's model_prefix rather than a logical model */
     mg_model_conf_t prefixed_model; /* routes: owned array; name: owned */
@@ -186,9 +187,8 @@ typedef struct call_s {
     /* the request as Lua sees it; its table (req_ref) is made only when a policy or adapter
        is called for the request: a kept plan and a kept encode answer need none */
     mg_lua_req_t lua_info; /* strings: static, in gen or call, or the two below */
-    char lua_request_id[MG_REQUEST_ID_LEN + 1];
-    char lua_pin[160];
-    int req_ref, state_ref; /* Lua registry references in gen (-1: none yet) */
+    char lua_request_id[MG_REQUEST_ID_LEN + 1]; /* (the pin is in.pin: set before, kept) */
+    int req_ref, state_ref;                     /* Lua registry references in gen (-1: none yet) */
     /* routing: four arrays in routing_buf, one entry per route of the model */
     void *routing_buf;     /* owned; kept with a spare call (see call.c) */
     size_t routing_cap;    /* routes routing_buf has room for */
@@ -303,8 +303,9 @@ typedef struct call_s {
                                      by charge_spend (NULL: none) */
     long long chunks;
     fail_kind_t last_fail;
-    char *refusal_message;   /* owned: the last "not for this route" refusal's reason */
-    char refusal_param[128]; /* the request field it named ("" = none) */
+    char *refusal_message; /* owned: the last "not for this route" refusal's reason */
+    char *refusal_param;   /* owned: the request field it named (NULL = none): on the heap,
+                              not in every call, as refusals are rare */
     int retry_after_ms;
     uint64_t t_start, t_dispatch, t_first; /* uv_hrtime() ns */
     int status;
@@ -316,6 +317,14 @@ typedef struct call_s {
                                     NULL for the other endpoints; c->ep is then MG_EP_CHAT,
                                     the engine's side of it */
 } call_t;
+
+/* The caller's user id as the call keeps it: on the heap, not in every call (most requests
+ * name none), cut at MG_CALL_USER_MAX bytes. */
+#define MG_CALL_USER_MAX 127
+static inline const char *call_user(const call_t *c)
+{
+    return c->user ? c->user : "";
+}
 
 /* A message about the call, with its request and trace ids (base/log.h). */
 #define call_msg(c, level, ...)                                                                    \

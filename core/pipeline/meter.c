@@ -123,7 +123,7 @@ void meter_finish(call_t *c, int answer_pending)
         e.key_id = c->auth.key_id;
     }
     e.application = c->app ? c->app->name : NULL;
-    e.user = c->user;
+    e.user = call_user(c);
     e.logical_model = c->model ? c->model->name : NULL;
     e.actual_model = c->provider ? c->upstream_model : NULL;
     e.provider = c->provider ? c->provider->id : NULL;

@@ -123,6 +123,40 @@ static size_t tf_next(term_finder_t *f, size_t from)
     return f->lf < f->cr ? f->lf : f->cr;
 }
 
+#define TRF_NONE ((size_t)-1)
+
+static size_t rfind_byte(const char *s, size_t before, char c)
+{
+    const char *q = before ? memrchr(s, c, before) : NULL;
+    return q ? (size_t)(q - s) : TRF_NONE;
+}
+
+/* tf_next's mirror, for scanning back: the last '\r' and '\n' found, each searched again only
+ * once the scan has passed it, so every byte is looked at once per terminator (with memrchr,
+ * not a byte at a time: an event's long data line is crossed at memory speed). */
+typedef struct {
+    const char *s;
+    size_t lf, cr; /* TRF_NONE: none before the scan's position */
+} term_rfinder_t;
+
+static void trf_init(term_rfinder_t *f, const char *s, size_t before)
+{
+    f->s = s;
+    f->lf = rfind_byte(s, before, '\n');
+    f->cr = rfind_byte(s, before, '\r');
+}
+
+/* Position of the last '\r' or '\n' before `before` (TRF_NONE if none). Calls must not go
+ * forwards. */
+static size_t trf_prev(term_rfinder_t *f, size_t before)
+{
+    if (f->lf != TRF_NONE && f->lf >= before) f->lf = rfind_byte(f->s, before, '\n');
+    if (f->cr != TRF_NONE && f->cr >= before) f->cr = rfind_byte(f->s, before, '\r');
+    if (f->lf == TRF_NONE) return f->cr;
+    if (f->cr == TRF_NONE) return f->lf;
+    return f->lf > f->cr ? f->lf : f->cr;
+}
+
 /* ---- SSE: one block of fields ---------------------------------------------------------- */
 
 /* The event being read: the fields seen since the last blank line. */
@@ -289,9 +323,10 @@ static size_t sse_held_block_start(const mg_sse_parser_t *p)
     const char *s = p->buf;
     size_t n = p->len;
     size_t last_blank = (n >= 2 && s[n - 2] == '\r' && s[n - 1] == '\n') ? n - 2 : n - 1;
-    for (size_t i = last_blank; i-- > 0;) {
+    term_rfinder_t f;
+    trf_init(&f, s, last_blank);
+    for (size_t i = trf_prev(&f, last_blank); i != TRF_NONE; i = trf_prev(&f, i)) {
         char c = s[i];
-        if (c != '\n' && c != '\r') continue;
         /* a terminator at a line start is a blank line; a '\n' after '\r' is half a "\r\n" */
         if (i > 0 && s[i - 1] != '\n' && !(s[i - 1] == '\r' && c != '\n')) continue;
         return i + 1 + (c == '\r' && s[i + 1] == '\n');

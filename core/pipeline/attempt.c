@@ -681,7 +681,8 @@ mg_step_rc_t step_encode(call_t *c)
         /* the model's other kind of route may serve it */
         free(c->refusal_message);
         c->refusal_message = strdup(why);
-        snprintf(c->refusal_param, sizeof(c->refusal_param), "%s", param);
+        free(c->refusal_param);
+        c->refusal_param = param && *param ? strdup(param) : NULL;
         if (c->last_fail == FAIL_NONE || c->last_fail == FAIL_ADAPTER) c->last_fail = FAIL_REFUSED;
         return entry_dropped(c);
     }

@@ -13,7 +13,7 @@
 #include "tenancy/wallet.h"
 #include "server.h"
 
-#include "cluster/control.h"
+#include "admin/control.h"
 
 #include "token/registry.h"
 
@@ -614,7 +614,7 @@ static int start_services(mg_server_t *s)
     mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
                           &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
     s->admin = mg_admin_new(&ad);
-    if (cfg->cluster.postgres.url) { /* the control plane shared through it (cluster/control.h) */
+    if (cfg->cluster.postgres.url) { /* the control plane shared through it (admin/control.h) */
         char err[512];
         mg_control_deps_t cd = {s->loop,           s->store, s->auth,
                                 mg_server_rebuild, s,        cfg->cluster.postgres.url};

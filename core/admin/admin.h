@@ -38,7 +38,7 @@
  * field, wrong type, out of range, duplicate name), 403 PERMISSION_DENIED (a tenant admin on
  * a platform endpoint), 404 NOT_FOUND, 409 CONFLICT (a revoked key cannot change), 500
  * INTERNAL_ERROR (storage; the detail goes to the log), 503 CONTROL_PLANE_UNAVAILABLE (with
- * cluster.postgres: PostgreSQL unreachable, nothing changed; cluster/control.h).
+ * cluster.postgres: PostgreSQL unreachable, nothing changed; admin/control.h).
  *
  * Requests are queued and run one at a time on a libuv worker thread (see admin.c): the
  * loop thread never waits for SQLite or a provider's test call. The answer is sent only

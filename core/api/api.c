@@ -1,6 +1,6 @@
 /* api: paths to handlers, the error shape, and the endpoints the gateway answers
  * itself; see api.h. */
-#include "cluster/control.h"
+#include "admin/control.h"
 #include "cluster/idem.h"
 #include "cluster/limits.h"
 #include "cluster/redis.h"

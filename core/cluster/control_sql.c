@@ -7,7 +7,7 @@
 
 #include "base/json.h"
 
-/* The control plane: what an admin write changes (cluster/control.h). Per-node state
+/* The control plane: what an admin write changes (admin/control.h). Per-node state
  * (provider runtime state, usage, caches) is not here. */
 static const struct {
     const char *name, *pk;

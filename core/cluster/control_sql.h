@@ -1,4 +1,4 @@
-/* control_sql: the SQLite side of the replicated control plane (cluster/control.h): the
+/* control_sql: the SQLite side of the replicated control plane (admin/control.h): the
  * control tables, the statements built from their columns (capture triggers, upsert,
  * append, delete), applying one log entry, and the per-node bookkeeping table. No
  * PostgreSQL here; every function runs on the caller's thread with the caller's
@@ -58,5 +58,9 @@ int cp_json_expr(const cp_table_t *t, const char *prefix, struct mg_buf_s *b);
 /* Apply one entry (op "put", "del" or "add") of table ti. 0 or -1 with err set. */
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
              const char *row, char *err, size_t errlen);
+
+/* The advisory lock's key that serialises writers of PostgreSQL's control_log (the admin
+ * writes of admin/control.h and migrate-store). */
+#define MG_CONTROL_LOCK "7021778593650832486"
 
 #endif

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/json.h"
-#include "cluster/control.h"
 #include "cluster/control_sql.h"
 #include "store/pg_schema.h"
 #include "store/store.h"
@@ -155,6 +155,55 @@ static int wallet_filter(PGconn *c, mg_buf_t *w, char *err, size_t errlen)
     return e ? -1 : 0;
 }
 
+/* One control_log entry per row of every control table of db, appended on c (inside the
+ * caller's PostgreSQL transaction, which holds the lock). 0 and *rows, or -1 with err. */
+static int control_export(sqlite3 *db, PGconn *c, const char *node, int64_t *rows, char *err,
+                          size_t errlen)
+{
+    cp_schema_t s;
+    *rows = 0;
+    if (cp_schema_build(&s, db, err, errlen) != 0) return -1;
+    char at[24];
+    snprintf(at, sizeof(at), "%lld", (long long)time(NULL) * 1000);
+    int rc = 0;
+    for (int i = 0; i < CP_NTABLES && rc == 0; i++) {
+        const cp_table_t *t = &s.t[i];
+        mg_buf_t q = {0};
+        int e = mg_buf_append_str(&q, "SELECT \"") | mg_buf_append_str(&q, t->pk) |
+                mg_buf_append_str(&q, "\", ") | cp_json_expr(t, "", &q) |
+                mg_buf_append_str(&q, " FROM main.\"") | mg_buf_append_str(&q, t->name) |
+                mg_buf_append_str(&q, "\" ORDER BY rowid");
+        sqlite3_stmt *st = NULL;
+        if (e || sqlite3_prepare_v2(db, q.data, -1, &st, NULL) != SQLITE_OK) {
+            snprintf(err, errlen, "%s: %s", t->name, e ? "out of memory" : sqlite3_errmsg(db));
+            rc = -1;
+        }
+        mg_buf_free(&q);
+        while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+            const char *p[6] = {t->name,
+                                (const char *)sqlite3_column_text(st, 0),
+                                (t->flags & CT_APPEND) ? "add" : "put",
+                                (const char *)sqlite3_column_text(st, 1),
+                                node,
+                                at};
+            PGresult *r = PQexecParams(c,
+                                       "INSERT INTO control_log(tbl, pk, op, row, node, at)"
+                                       " VALUES ($1, $2, $3, $4, $5, $6)",
+                                       6, NULL, p, NULL, NULL, 0);
+            if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                snprintf(err, errlen, "PostgreSQL: %s", PQerrorMessage(c));
+                rc = -1;
+            } else {
+                (*rows)++;
+            }
+            PQclear(r);
+        }
+        sqlite3_finalize(st);
+    }
+    cp_schema_free(&s);
+    return rc;
+}
+
 /* Everything, in the caller's transaction on c (the lock held). */
 static int copy_all(sqlite3 *db, PGconn *c, int force, int64_t *last, char *err, size_t errlen)
 {
@@ -174,7 +223,7 @@ static int copy_all(sqlite3 *db, PGconn *c, int force, int64_t *last, char *err,
         return -1;
     }
     int64_t rows = 0;
-    if (mg_control_export(db, c, NODE, &rows, err, errlen) != 0) return -1;
+    if (control_export(db, c, NODE, &rows, err, errlen) != 0) return -1;
     long events = 0, wallets = 0, entries = 0, holds = 0, topups = 0;
     mg_buf_t w = {0};
     copy_t ev = {"usage_events", "seq", NULL};

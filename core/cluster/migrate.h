@@ -1,7 +1,7 @@
 /* migrate: `moongate migrate-store --from sqlite:PATH --to postgres:URL [--force]`, which moves
  * a single node's installation into a cluster's PostgreSQL.
  *
- * In one PostgreSQL transaction holding the control log's lock (cluster/control.h): the
+ * In one PostgreSQL transaction holding the control log's lock (admin/control.h): the
  * store's control plane (every row of every control table) is appended to control_log, so an
  * instance started on an empty SQLite with that PostgreSQL catches up and serves it; its
  * usage events are copied into usage_events (ON CONFLICT DO NOTHING: a rerun adds nothing;

@@ -147,7 +147,7 @@ static const char *const migrations[] = {
     " PERFORM mg_ledger_entry(p_tenant, 'topup', p_micros, 0, NULL, p_event, NULL, p_actor,"
     "  p_at);"
     " RETURN true; END $$;",
-    /* 3: the control plane's change log (cluster/control.h): one row per changed row of a
+    /* 3: the control plane's change log (admin/control.h): one row per changed row of a
      * control table, in commit order (appended only under pg_advisory_xact_lock, so ids
      * increase as transactions commit); row is the whole row as JSON ('put', 'add') or NULL
      * ('del'); node the instance that wrote it, at unix ms */

@@ -253,7 +253,7 @@ enum {
                                   nothing was changed */
 };
 
-/* A hook around every admin transaction (cluster/control.h installs it when the control
+/* A hook around every admin transaction (admin/control.h installs it when the control
  * plane is shared): lock runs before BEGIN IMMEDIATE (so a wait for a cluster-wide lock never
  * holds the database's write lock), begin inside the open transaction right after it,
  * commit just before COMMIT (a failure of any of them rolls the transaction back and the call

@@ -1,7 +1,7 @@
 // Scale-out, the control plane (issue 24): three moongate instances, each with its own SQLite,
 // sharing one throw-away PostgreSQL. An admin change on one instance is appended to
 // PostgreSQL's control_log under a cluster-wide lock and followed by the others
-// (cluster/control.h): a tenant, project, key, provider, model and price made on A answer the
+// (admin/control.h): a tenant, project, key, provider, model and price made on A answer the
 // same on B and C and serve there; a key revoked on B is refused by A and C; concurrent
 // creations on two instances get distinct ids and converge; with PostgreSQL stopped, admin
 // writes answer 503 CONTROL_PLANE_UNAVAILABLE while serving and reads go on, and they work

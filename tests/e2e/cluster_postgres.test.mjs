@@ -57,7 +57,7 @@ const chatBody = (extra = {}) => ({ model: 'chat', messages: [{ role: 'user', co
 const estimate = (body) => (Math.floor(Buffer.byteLength(JSON.stringify(body)) / 4) + (body.max_tokens ?? 256)) * PER_TOKEN;
 
 /** A tenant and a key made once, on instance 0, and used everywhere: the control plane is
- * shared (cluster/control.h); keys[name] holds the same key for each instance. */
+ * shared (admin/control.h); keys[name] holds the same key for each instance. */
 async function tenantEverywhere(name, billing) {
     const t = await admin(0, 'POST', 'tenants', { name });
     assert.equal(t.status, 201, t.text);

@@ -1,6 +1,6 @@
 /* control: the control plane replicated through PostgreSQL's control_log; see control.h.
  * The SQLite statements are in control_sql.c. */
-#include "cluster/control.h"
+#include "admin/control.h"
 
 #include <fcntl.h>
 #include <libpq-fe.h>
@@ -688,51 +688,4 @@ void mg_control_stats(mg_control_t *cp, mg_control_stats_t *out)
     pthread_mutex_lock(&cp->mu);
     *out = cp->stats;
     pthread_mutex_unlock(&cp->mu);
-}
-
-int mg_control_export(sqlite3 *db, PGconn *c, const char *node, int64_t *rows, char *err,
-                      size_t errlen)
-{
-    cp_schema_t s;
-    *rows = 0;
-    if (cp_schema_build(&s, db, err, errlen) != 0) return -1;
-    char at[24];
-    snprintf(at, sizeof(at), "%lld", (long long)time(NULL) * 1000);
-    int rc = 0;
-    for (int i = 0; i < CP_NTABLES && rc == 0; i++) {
-        const cp_table_t *t = &s.t[i];
-        mg_buf_t q = {0};
-        int e = mg_buf_append_str(&q, "SELECT \"") | mg_buf_append_str(&q, t->pk) |
-                mg_buf_append_str(&q, "\", ") | cp_json_expr(t, "", &q) |
-                mg_buf_append_str(&q, " FROM main.\"") | mg_buf_append_str(&q, t->name) |
-                mg_buf_append_str(&q, "\" ORDER BY rowid");
-        sqlite3_stmt *st = NULL;
-        if (e || sqlite3_prepare_v2(db, q.data, -1, &st, NULL) != SQLITE_OK) {
-            snprintf(err, errlen, "%s: %s", t->name, e ? "out of memory" : sqlite3_errmsg(db));
-            rc = -1;
-        }
-        mg_buf_free(&q);
-        while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-            const char *p[6] = {t->name,
-                                (const char *)sqlite3_column_text(st, 0),
-                                (t->flags & CT_APPEND) ? "add" : "put",
-                                (const char *)sqlite3_column_text(st, 1),
-                                node,
-                                at};
-            PGresult *r = PQexecParams(c,
-                                       "INSERT INTO control_log(tbl, pk, op, row, node, at)"
-                                       " VALUES ($1, $2, $3, $4, $5, $6)",
-                                       6, NULL, p, NULL, NULL, 0);
-            if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-                snprintf(err, errlen, "PostgreSQL: %s", PQerrorMessage(c));
-                rc = -1;
-            } else {
-                (*rows)++;
-            }
-            PQclear(r);
-        }
-        sqlite3_finalize(st);
-    }
-    cp_schema_free(&s);
-    return rc;
 }

@@ -30,8 +30,8 @@
  *
  * Secrets: a provider's api key is replicated as its ciphertext (every instance has the
  * same MOONGATE_SECRET_KEY); a customer key only as its digest and display form. */
-#ifndef MG_CLUSTER_CONTROL_H
-#define MG_CLUSTER_CONTROL_H
+#ifndef MG_ADMIN_CONTROL_H
+#define MG_ADMIN_CONTROL_H
 
 #include <stdint.h>
 #include <uv.h>
@@ -68,14 +68,5 @@ typedef struct mg_control_stats_s {
     int follower_connected;
 } mg_control_stats_t;
 void mg_control_stats(mg_control_t *c, mg_control_stats_t *out);
-
-/* ---- shared with the migration tool (main.c: migrate-store) ---- */
-struct pg_conn;
-/* Append one entry per row of every control table of db to the log on c (inside the
- * caller's PostgreSQL transaction, which holds the lock). 0 and *rows, or -1 with err. */
-int mg_control_export(struct sqlite3 *db, struct pg_conn *c, const char *node, int64_t *rows,
-                      char *err, size_t errlen);
-/* The advisory lock's key that serialises writers of the log. */
-#define MG_CONTROL_LOCK "7021778593650832486"
 
 #endif

@@ -76,14 +76,9 @@ local REFUSED = { logprobs = "logprobs", top_logprobs = "logprobs", seed = "seed
 
 function M.check(provider)
     local url = provider.base_url
-    if type(url) ~= "string" or url == "" then
-        return "anthropic: base_url is required (e.g. https://api.anthropic.com)"
-    end
-    if not url:match("^https?://") then
-        return "anthropic: base_url must start with http:// or https:// (got " .. url .. ")"
-    end
-    if url:sub(-1) == "/" then
-        return "anthropic: base_url must not end with '/' (/v1/messages is appended)"
+    local bad = util.check_base_url("anthropic", url, "https://api.anthropic.com", "/v1/messages is")
+    if bad then
+        return bad
     end
     if url:match("/v1$") then
         return "anthropic: base_url must be the API root (e.g. https://api.anthropic.com), "

@@ -52,14 +52,9 @@ local FINISH = { stop = "stop", length = "length" }
 
 function M.check(provider)
     local url = provider.base_url
-    if type(url) ~= "string" or url == "" then
-        return "ollama: base_url is required (e.g. http://127.0.0.1:11434)"
-    end
-    if not url:match("^https?://") then
-        return "ollama: base_url must start with http:// or https:// (got " .. url .. ")"
-    end
-    if url:sub(-1) == "/" then
-        return "ollama: base_url must not end with '/' (paths such as /api/chat are appended)"
+    local bad = util.check_base_url("ollama", url, "http://127.0.0.1:11434", "paths such as /api/chat are")
+    if bad then
+        return bad
     end
     if url:match("/v1$") then
         return "ollama: base_url must be the server root (e.g. http://127.0.0.1:11434), not /v1;"
@@ -408,10 +403,7 @@ end
 -- list_models(route): the models Ollama has pulled (GET /api/tags), for GET /v1/models on a
 -- provider with a model_prefix.
 function M.list_models(route)
-    local headers = {}
-    if type(route.api_key) == "string" and route.api_key ~= "" then
-        headers["Authorization"] = "Bearer " .. route.api_key
-    end
+    local headers = util.bearer_headers(route)
     return { path = "/api/tags", headers = headers }
 end
 
@@ -443,10 +435,7 @@ function M.encode(req, route)
     else
         out = encode_embed(route, body)
     end
-    local headers = {}
-    if type(route.api_key) == "string" and route.api_key ~= "" then
-        headers["Authorization"] = "Bearer " .. route.api_key
-    end
+    local headers = util.bearer_headers(route)
     return { method = "POST", path = path, headers = headers, body = out,
              stream_format = "ndjson" }
 end

@@ -14,49 +14,21 @@
 -- https://api.openai.com/v1; api_key optional), with `adapter: openai_responses`.
 
 local util = require("moongate.util")
+local wire = require("moongate.openai_wire")
 
 local M = { name = "openai_responses", version = 1 }
 
 M.passthrough = true
 M.entry_wire = "responses"
 
--- Provider data: where each endpoint lives under base_url.
-local PATHS = {
-    chat = "/chat/completions",
-    completions = "/completions",
-    embeddings = "/embeddings",
-}
 local RESPONSES_PATH = "/responses"
 
 function M.check(provider)
-    local url = provider.base_url
-    if type(url) ~= "string" or url == "" then
-        return "openai_responses: base_url is required (e.g. https://api.openai.com/v1)"
-    end
-    if not url:match("^https?://") then
-        return "openai_responses: base_url must start with http:// or https:// (got " .. url .. ")"
-    end
-    if url:sub(-1) == "/" then
-        return "openai_responses: base_url must not end with '/' (paths such as /responses are appended)"
-    end
-    return nil
+    return wire.check("openai_responses", provider)
 end
 
-local function auth_headers(route)
-    local headers = {}
-    if type(route.api_key) == "string" and route.api_key ~= "" then
-        headers["Authorization"] = "Bearer " .. route.api_key
-    end
-    return headers
-end
-
-function M.list_models(route)
-    return { path = "/models", headers = auth_headers(route) }
-end
-
-function M.decode_models(resp)
-    return util.list_ids(resp)
-end
+M.list_models = wire.list_models
+M.decode_models = wire.decode_models
 
 -- encode(req, route): a Responses client's request (req.entry.wire == "responses", set by the
 -- core for this adapter's routes) goes to /responses; any other to its chat-wire path. The
@@ -67,12 +39,12 @@ function M.encode(req, route)
     if type(entry) == "table" and entry.wire == "responses" then
         path = RESPONSES_PATH
     else
-        path = PATHS[req.endpoint]
+        path = wire.PATHS[req.endpoint]
     end
     if not path then
         util.not_for_route("openai_responses: unsupported endpoint " .. tostring(req.endpoint))
     end
-    return { method = "POST", path = path, headers = auth_headers(route), body = nil,
+    return { method = "POST", path = path, headers = wire.auth_headers(route), body = nil,
              stream_format = "sse" }
 end
 

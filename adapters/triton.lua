@@ -44,14 +44,9 @@ local DEFAULT_MAX_TOKENS = 512
 
 function M.check(provider)
     local url = provider.base_url
-    if type(url) ~= "string" or url == "" then
-        return "triton: base_url is required (e.g. http://127.0.0.1:8000)"
-    end
-    if not url:match("^https?://") then
-        return "triton: base_url must start with http:// or https:// (got " .. url .. ")"
-    end
-    if url:sub(-1) == "/" then
-        return "triton: base_url must not end with '/' (paths such as /v2/models/... are appended)"
+    local bad = util.check_base_url("triton", url, "http://127.0.0.1:8000", "paths such as /v2/models/... are")
+    if bad then
+        return bad
     end
     if url:match("/v2$") or url:match("/v1$") then
         return "triton: base_url must be the server root (e.g. http://127.0.0.1:8000), without /v2"
@@ -158,10 +153,7 @@ function M.encode(req, route)
         stop_words = stop_words(body.stop),
         stream = req.stream and true or false,
     }
-    local headers = {}
-    if type(route.api_key) == "string" and route.api_key ~= "" then
-        headers["Authorization"] = "Bearer " .. route.api_key
-    end
+    local headers = util.bearer_headers(route)
     local path = "/v2/models/" .. route.model .. (req.stream and "/generate_stream" or "/generate")
     return { method = "POST", path = path, headers = headers, body = up, stream_format = "sse" }
 end

@@ -152,6 +152,33 @@ function util.list_ids(resp)
     return ids
 end
 
+-- util.check_base_url(name, url, example, appended): the checks every adapter makes of a
+-- provider's base_url (present, http(s), no trailing '/'); nil when they pass, else the
+-- message, prefixed with the adapter's name. appended says what is put after it, e.g.
+-- "paths such as /chat/completions are".
+function util.check_base_url(name, url, example, appended)
+    if type(url) ~= "string" or url == "" then
+        return name .. ": base_url is required (e.g. " .. example .. ")"
+    end
+    if not url:match("^https?://") then
+        return name .. ": base_url must start with http:// or https:// (got " .. url .. ")"
+    end
+    if url:sub(-1) == "/" then
+        return name .. ": base_url must not end with '/' (" .. appended .. " appended)"
+    end
+    return nil
+end
+
+-- util.bearer_headers(route): {Authorization = "Bearer <key>"} when the route has a key, else
+-- {} (keyless local servers).
+function util.bearer_headers(route)
+    local headers = {}
+    if type(route.api_key) == "string" and route.api_key ~= "" then
+        headers["Authorization"] = "Bearer " .. route.api_key
+    end
+    return headers
+end
+
 local function refuse(kind, message, param)
     error(setmetatable({ refusal = kind, message = tostring(message),
                          param = param ~= nil and tostring(param) or nil }, util.refusal_mt), 0)

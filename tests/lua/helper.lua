@@ -60,6 +60,19 @@ function h.sse(path)
     return events
 end
 
+-- h.req(endpoint, ...): a core request table for an adapter's encode (request id, logical
+-- model, not streamed), with the fields of each further table put over it in order.
+function h.req(endpoint, ...)
+    local r = { request_id = "req-1", endpoint = endpoint, model = "general-chat",
+                stream = false, created = 1700000000 }
+    for _, extra in ipairs({ ... }) do
+        for k, v in pairs(extra) do
+            r[k] = v
+        end
+    end
+    return r
+end
+
 -- h.adapter(name): a fresh copy of adapters/<name>.lua, loaded as the core loads it.
 function h.adapter(name)
     return dofile("adapters/" .. name .. ".lua")

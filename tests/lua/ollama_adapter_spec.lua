@@ -7,12 +7,7 @@ local route = { provider = "local-ollama", model = "llama3.2", base_url = "http:
 
 -- A request as the core hands it to a non-passthrough adapter: body sanitized, arrays marked.
 local function req(endpoint, body, extra)
-    local r = { request_id = "req-1", endpoint = endpoint, model = "general-chat",
-                stream = false, created = 1700000000, body = body or {} }
-    for k, v in pairs(extra or {}) do
-        r[k] = v
-    end
-    return r
+    return h.req(endpoint, { body = body or {} }, extra or {})
 end
 
 local function msgs(...)

@@ -5,14 +5,7 @@ describe("adapters/openai.lua", function()
     local route = { provider = "local-vllm", model = "qwen3-8b-int4",
                     base_url = "http://127.0.0.1:8001/v1", pool = "main", ["local"] = true }
 
-    local function req(endpoint, extra)
-        local r = { request_id = "req-1", endpoint = endpoint, model = "general-chat",
-                    stream = false, created = 1700000000 }
-        for k, v in pairs(extra or {}) do
-            r[k] = v
-        end
-        return r
-    end
+    local req = h.req
 
     before_each(function()
         openai = h.adapter("openai")

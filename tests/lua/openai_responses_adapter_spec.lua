@@ -5,14 +5,7 @@ describe("adapters/openai_responses.lua", function()
     local route = { provider = "openai-responses", model = "gpt-5-mini",
                     base_url = "https://api.openai.com/v1", pool = "fallback" }
 
-    local function req(endpoint, extra)
-        local r = { request_id = "req-1", endpoint = endpoint, model = "general-chat",
-                    stream = false, created = 1700000000 }
-        for k, v in pairs(extra or {}) do
-            r[k] = v
-        end
-        return r
-    end
+    local req = h.req
 
     before_each(function()
         a = h.adapter("openai_responses")

@@ -81,3 +81,26 @@ describe("moongate.json", function()
         end
     end)
 end)
+
+describe("moongate.util: the adapters' shared checks", function()
+    local util = h.util
+
+    it("checks a base_url the same way for every adapter", function()
+        local function bad(url)
+            return util.check_base_url("x", url, "http://h:1/v1", "paths such as /p are")
+        end
+        assert.is_nil(bad("http://127.0.0.1:8001/v1"))
+        assert.is_nil(bad("https://api.example.com"))
+        assert.equal("x: base_url is required (e.g. http://h:1/v1)", bad(nil))
+        assert.equal("x: base_url is required (e.g. http://h:1/v1)", bad(""))
+        assert.equal("x: base_url is required (e.g. http://h:1/v1)", bad(42))
+        assert.equal("x: base_url must start with http:// or https:// (got ftp://h)", bad("ftp://h"))
+        assert.equal("x: base_url must not end with '/' (paths such as /p are appended)", bad("http://h/v1/"))
+    end)
+
+    it("sends a route's key as a Bearer token, nothing without one", function()
+        assert.same({}, util.bearer_headers({}))
+        assert.same({}, util.bearer_headers({ api_key = "" }))
+        assert.same({ Authorization = "Bearer sk-1" }, util.bearer_headers({ api_key = "sk-1" }))
+    end)
+end)

@@ -5,6 +5,7 @@
  * back transaction takes its triggers with it and the next one recreates them, and a
  * connection without the triggers (the writer's, the follower's) captures nothing. */
 #include "mgtest.h"
+#include "store_fixture.h"
 #include "cluster/control_sql.h"
 #include "base/json.h"
 #include "store/store.h"
@@ -202,8 +203,7 @@ static void test_state(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/mg-control-sql-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (mgt_tmpdir(dir, sizeof(dir), "control-sql") != 0) return 1;
     char err[256];
     a = open_store("a.db", &sa);
     b = open_store("b.db", &sb);
@@ -220,8 +220,6 @@ int main(void)
     sqlite3_close(b);
     mg_store_close(sa);
     mg_store_close(sb);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    if (mgt_rmtree(dir) != 0) fprintf(stderr, "cannot remove %s\n", dir);
     return mg_test_summary();
 }

@@ -7,6 +7,7 @@
  * journal until a drain; a ring of the first version (records summed byte by byte) that a kill
  * left with records is read, and summed the new way once drained. */
 #include "mgtest.h"
+#include "store_fixture.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
 #include "store/journal.h"
@@ -221,23 +222,9 @@ static void test_version_1_ring(void)
     mg_journal_close(j);
 }
 
-static long long q_at(const char *db_path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    long long v = -1;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
 static long long q(const char *sql)
 {
-    return q_at(path, sql);
+    return mgt_db_int(path, sql);
 }
 
 static mg_usage_event_t ev(const char *id, int64_t in)
@@ -353,10 +340,10 @@ static void test_backup_holds_the_journal(void)
     char err[256];
     CHECK(mg_store_backup(path, without, NULL, err, sizeof(err)) == 0);
     CHECK(mg_store_backup(path, with, mg_usage_journal_replay, err, sizeof(err)) == 0);
-    CHECK_EQ_INT(q_at(without, "SELECT COUNT(*) FROM usage_events"), 0);
-    CHECK_EQ_INT(q_at(with, "SELECT COUNT(*) FROM usage_events"), EVENTS);
-    CHECK_EQ_INT(q_at(with, "SELECT SUM(requests) FROM usage_hourly"), EVENTS);
-    CHECK_EQ_INT(q_at(with, "SELECT SUM(input_tokens) FROM usage_hourly"),
+    CHECK_EQ_INT(mgt_db_int(without, "SELECT COUNT(*) FROM usage_events"), 0);
+    CHECK_EQ_INT(mgt_db_int(with, "SELECT COUNT(*) FROM usage_events"), EVENTS);
+    CHECK_EQ_INT(mgt_db_int(with, "SELECT SUM(requests) FROM usage_hourly"), EVENTS);
+    CHECK_EQ_INT(mgt_db_int(with, "SELECT SUM(input_tokens) FROM usage_hourly"),
                  EVENTS * (EVENTS - 1) / 2);
     CHECK_EQ_INT(header_u64(jpath, 24), head); /* the live journal untouched */
     CHECK_EQ_INT(header_u64(jpath, 32), tail);
@@ -386,8 +373,7 @@ static void test_fallback_off_loop(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/mg-journal-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (mgt_tmpdir(dir, sizeof(dir), "journal") != 0) return 1;
     snprintf(path, sizeof(path), "%s/m.db", dir);
     snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
     MG_RUN(test_ring_wrap_and_full);
@@ -396,8 +382,6 @@ int main(void)
     MG_RUN(test_replay_after_kill);
     MG_RUN(test_backup_holds_the_journal);
     MG_RUN(test_fallback_off_loop);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 1;
+    if (mgt_rmtree(dir) != 0) return 1;
     return mg_test_summary();
 }

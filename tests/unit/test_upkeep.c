@@ -11,34 +11,11 @@
 #include <sqlite3.h>
 
 #include "mgtest.h"
+#include "store_fixture.h"
 #include "store/store.h"
 #include "store/upkeep.h"
 
 static char tmpdir[256];
-
-static void make_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/mg-upkeep-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
-
-static long long count_rows(const char *path, const char *table)
-{
-    sqlite3 *db = NULL;
-    long long n = -1;
-    char sql[128];
-    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", table);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return n;
-}
 
 static int integrity_ok(const char *path)
 {
@@ -80,10 +57,10 @@ static void test_backup_while_writing(void)
     write_rows(s, 2000, 2000); /* still committing while the copy runs */
     CHECK(mg_store_backup(db, dest, NULL, err, sizeof(err)) == 0);
     mg_store_flush(s);
-    long long copied = count_rows(dest, "upkeep_probe");
+    long long copied = mgt_db_int(dest, "SELECT COUNT(*) FROM upkeep_probe");
     CHECK(copied >= 2000 && copied <= 4000);
     CHECK(integrity_ok(dest));
-    CHECK(count_rows(dest, "schema_migrations") > 0);
+    CHECK(mgt_db_int(dest, "SELECT COUNT(*) FROM schema_migrations") > 0);
     char tmp[600];
     snprintf(tmp, sizeof(tmp), "%s.tmp", dest);
     CHECK(access(tmp, F_OK) != 0); /* renamed into place */
@@ -167,12 +144,10 @@ static void test_upkeep_thread(void)
 
 int main(void)
 {
-    make_tmpdir();
+    if (mgt_tmpdir(tmpdir, sizeof(tmpdir), "upkeep") != 0) return 1;
     MG_RUN(test_backup_while_writing);
     MG_RUN(test_backup_failure_leaves_nothing);
     MG_RUN(test_upkeep_thread);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    if (mgt_rmtree(tmpdir) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
     return mg_test_summary();
 }

@@ -6,6 +6,7 @@
  * and leaves the buckets; the histogram bins; the price in force and the cost arithmetic (ceil,
  * versions, the cost_per_1k shorthand). */
 #include "mgtest.h"
+#include "store_fixture.h"
 #include "obs/price.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
@@ -21,16 +22,7 @@ static char dir[64], path[160];
 
 static long long q(const char *sql)
 {
-    sqlite3 *db = NULL;
-    long long v = -1;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
+    return mgt_db_int(path, sql);
 }
 
 static mg_usage_event_t ev(const char *id, int64_t at_ms, const char *status, int64_t in,
@@ -367,10 +359,7 @@ static void test_batch_rollups_equal_per_event(void)
 /* Run one statement on the database behind the store's back (a crash's leftovers). */
 static void raw_exec(const char *db_path, const char *sql)
 {
-    sqlite3 *db = NULL;
-    CHECK(sqlite3_open(db_path, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
-    sqlite3_close(db);
+    CHECK(mgt_db_exec(db_path, sql) == 0);
 }
 
 /* The roll-ups are written with the watermark; events committed after the last flush (a
@@ -492,8 +481,7 @@ out:
 
 int main(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/mg-usage-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (mgt_tmpdir(dir, sizeof(dir), "usage") != 0) return 1;
     snprintf(path, sizeof(path), "%s/m.db", dir);
     MG_RUN(test_events_and_rollups);
     MG_RUN(test_batch_rollups_equal_per_event);
@@ -501,8 +489,6 @@ int main(void)
     MG_RUN(test_prices);
     MG_RUN(test_watermark_recovery);
     MG_RUN(test_event_row);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 1;
+    if (mgt_rmtree(dir) != 0) return 1;
     return mg_test_summary();
 }

@@ -8,6 +8,7 @@
  * journal adds nothing; a database of before migration 24 has the new tables back-filled
  * from the hourly ones. */
 #include "mgtest.h"
+#include "store_fixture.h"
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
 #include "store/store.h"
@@ -26,27 +27,12 @@ static char dir[64], path[160], jpath[200];
 
 static long long q(const char *sql)
 {
-    sqlite3 *db = NULL;
-    long long v = -1;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
+    return mgt_db_int(path, sql);
 }
 
 static void raw_exec(const char *sql)
 {
-    sqlite3 *db = NULL;
-    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
-    char *msg = NULL;
-    CHECK(sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK);
-    if (msg) fprintf(stderr, "%s: %s\n", sql, msg);
-    sqlite3_free(msg);
-    sqlite3_close(db);
+    CHECK(mgt_db_exec(path, sql) == 0);
 }
 
 /* journal header offsets (store/journal.c): tail 32 */
@@ -304,15 +290,12 @@ static void test_migration_backfills(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/mg-daily-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
+    if (mgt_tmpdir(dir, sizeof(dir), "daily") != 0) return 1;
     snprintf(path, sizeof(path), "%s/m.db", dir);
     snprintf(jpath, sizeof(jpath), "%s.usage-journal", path);
     MG_RUN(test_daily_equals_hourly_and_events);
     MG_RUN(test_daily_after_kill);
     MG_RUN(test_migration_backfills);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) return 1;
+    if (mgt_rmtree(dir) != 0) return 1;
     return mg_test_summary();
 }

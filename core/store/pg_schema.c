@@ -194,7 +194,7 @@ static const char *const migrations[] = {
     "  ELSE LEAST(24, 65 - position('1' IN latency_ms::bit(64)::text)) END,"
     " ttft_bin = CASE WHEN ttft_ms IS NULL THEN NULL WHEN ttft_ms <= 0 THEN 0"
     "  ELSE LEAST(24, 65 - position('1' IN ttft_ms::bit(64)::text)) END;"
-    "CREATE UNIQUE INDEX idx_usage_events_seq ON usage_events(seq);"
+    "CREATE INDEX idx_usage_events_seq ON usage_events(seq);"
     "ALTER TABLE usage_hourly ADD COLUMN cache_hits BIGINT NOT NULL DEFAULT 0,"
     " ADD COLUMN missing_usage BIGINT NOT NULL DEFAULT 0;"
     "UPDATE usage_hourly h SET cache_hits = e.hits, missing_usage = e.miss FROM ("

@@ -41,7 +41,9 @@
 #include <time.h>
 
 #include "admin/req.h"
+#include "base/log.h"
 #include "obs/usage.h"
+#include "store/pg.h"
 #include "store/sqlq.h"
 
 #define MAX_GROUPS 1000
@@ -126,14 +128,46 @@ static int tenant_filter(admin_t *a, char *buf, size_t cap, const char **out)
     return 0;
 }
 
-/* One stats call: its admin request, the tenant it may see (NULL: all) and one read
- * connection in one read transaction, so the pieces of a range (below) and the periods of
- * an answer are one snapshot of the roll-ups. */
+/* One stats call: its admin request, the tenant it may see (NULL: all) and where it reads.
+ * Embedded: one SQLite read connection in one read transaction, so the pieces of a range
+ * (below) and the periods of an answer are one snapshot of the roll-ups. With
+ * cluster.postgres (pg set): the cluster's PostgreSQL, where every instance's events and
+ * roll-ups are (store/pg_schema.c, migrations 1 and 5), so every instance answers the same;
+ * each query there is a connection of its own (mg_pg_query_sync, with a connect timeout). */
 typedef struct {
     admin_t *a;
     const char *tenant;
     mg_store_read_t *rd;
+    mg_pg_t *pg;
 } stats_t;
+
+/* One query of the analytics on the backend of c, written once for both: SQLite's "?N"
+ * parameters become PostgreSQL's "$N" (the texts below hold no '?' elsewhere), all
+ * parameters are text either way (a parameter PostgreSQL could not type, "?3 IS NULL", is
+ * CAST where it is tested). An error is answered: 503 when PostgreSQL could not be
+ * read (as the cluster's books, admin/billing.c), 500 for the local store. 0 or -1. */
+static int stats_query(stats_t *c, const char *sql, int n, const char *const *p,
+                       void (*cb)(void *, int, const char *const *), void *ud)
+{
+    char err[256];
+    if (!c->pg) {
+        if (mg_store_read_query(c->rd, sql, n, p, cb, ud, err, sizeof(err)) == 0) return 0;
+        adm_storage_error(c->a, err);
+        return -1;
+    }
+    char text[MG_SQLQ_TEXT + 512];
+    size_t len = strlen(sql);
+    if (len >= sizeof(text)) {
+        adm_set_error(c->a, 500, "INTERNAL_ERROR", "the analytics query did not fit");
+        return -1;
+    }
+    for (size_t i = 0; i <= len; i++) text[i] = sql[i] == '?' ? '$' : sql[i];
+    if (mg_pg_query_sync(c->pg, text, n, p, cb, ud, err, sizeof(err)) == 0) return 0;
+    mg_log_msg(MG_LOG_ERROR, c->a->request_id, "admin %s: %s", c->a->action, err);
+    adm_set_error(c->a, 503, "RESOURCE_EXHAUSTED",
+                  "the cluster's usage store cannot be read now (%s)", err);
+    return -1;
+}
 
 /* ---- sums over the roll-ups ---- */
 
@@ -232,12 +266,12 @@ static int64_t ceil_to(int64_t v, int64_t unit)
     return v <= 0 ? 0 : (v + unit - 1) / unit * unit;
 }
 
-static int pieces(int64_t from, int64_t to, piece_t out[3])
+static int pieces(int64_t from, int64_t to, int hourly_only, piece_t out[3])
 {
     int64_t f = ceil_to(from, 3600), t = ceil_to(to, 3600);
     int64_t d0 = ceil_to(f, 86400), d1 = t / 86400 * 86400;
     int n = 0;
-    if (d0 >= d1) {
+    if (hourly_only || d0 >= d1) { /* PostgreSQL keeps the hourly tables only */
         if (f < t) out[n++] = (piece_t){0, f, t};
         return n;
     }
@@ -268,24 +302,22 @@ static int sums(stats_t *c, groups_t *gs, const char *group_expr, const char *wh
                 int64_t to, const char *extra, int prev)
 {
     piece_t pc[3];
-    int n = pieces(from, to, pc);
+    int n = pieces(from, to, c->pg != NULL, pc);
     gs->key_cols = group_expr != NULL;
     gs->into_prev = prev;
     for (int i = 0; i < n; i++) {
-        char sql[1400], f[24], t[24], err[256];
-        snprintf(sql, sizeof(sql),
-                 "SELECT %s%s" SUM_COLUMNS " FROM %s WHERE %s >= ?1 AND %s < ?2"
-                 " AND (?3 IS NULL OR tenant_id = ?3) AND (?4 IS NULL OR %s = ?4)%s",
-                 group_expr ? group_expr : "", group_expr ? ", " : "", sums_table(&pc[i]),
-                 time_col(&pc[i]), time_col(&pc[i]), where ? where : "1",
-                 group_expr ? " GROUP BY 1" : "");
+        char sql[1400], f[24], t[24];
+        snprintf(
+            sql, sizeof(sql),
+            "SELECT %s%s" SUM_COLUMNS " FROM %s WHERE %s >= ?1 AND %s < ?2"
+            " AND (CAST(?3 AS BIGINT) IS NULL OR tenant_id = ?3) AND (CAST(?4 AS TEXT) IS NULL OR %s = ?4)%s",
+            group_expr ? group_expr : "", group_expr ? ", " : "", sums_table(&pc[i]),
+            time_col(&pc[i]), time_col(&pc[i]), where ? where : "''",
+            group_expr ? " GROUP BY 1" : "");
         fmt(f, sizeof(f), pc[i].lo);
         fmt(t, sizeof(t), pc[i].hi);
         const char *p[4] = {f, t, c->tenant, extra};
-        if (mg_store_read_query(c->rd, sql, 4, p, sums_row, gs, err, sizeof(err)) != 0) {
-            adm_storage_error(c->a, err);
-            return -1;
-        }
+        if (stats_query(c, sql, 4, p, sums_row, gs) != 0) return -1;
     }
     return 0;
 }
@@ -413,18 +445,20 @@ static void series_row(void *ud, int ncols, const char *const *c)
  * hour and tenant, whatever the keys, projects, providers and models. */
 static cJSON *series(stats_t *c, int64_t width, int64_t from, int64_t to)
 {
-    char sql[900], f[24], t[24], w[24], err[256];
-    snprintf(sql, sizeof(sql),
-             "SELECT hour / ?4 * ?4, " SUM_COLUMNS " FROM usage_tenant_hourly WHERE hour >= ?1"
-             " AND hour < ?2 AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1 ORDER BY 1");
+    char sql[900], f[24], t[24], w[24];
+    /* PostgreSQL keeps no per-tenant copy: its usage_hourly holds the same sums */
+    snprintf(
+        sql, sizeof(sql),
+        "SELECT hour / ?4 * ?4, " SUM_COLUMNS " FROM %s WHERE hour >= ?1"
+        " AND hour < ?2 AND (CAST(?3 AS BIGINT) IS NULL OR tenant_id = ?3) GROUP BY 1 ORDER BY 1",
+        c->pg ? "usage_hourly" : "usage_tenant_hourly");
     fmt(f, sizeof(f), from);
     fmt(t, sizeof(t), to);
     fmt(w, sizeof(w), width);
     const char *p[4] = {f, t, c->tenant, w};
     series_t s = {cJSON_CreateArray()};
-    if (mg_store_read_query(c->rd, sql, 4, p, series_row, &s, err, sizeof(err)) != 0) {
+    if (stats_query(c, sql, 4, p, series_row, &s) != 0) {
         cJSON_Delete(s.rows);
-        adm_storage_error(c->a, err);
         return NULL;
     }
     /* fill: one entry per bucket, in order */
@@ -586,20 +620,17 @@ static void usage_analytics(stats_t *c)
         sums(c, &gs, col, NULL, from - len, from, NULL, 1) != 0)
         goto out;
     piece_t pc[3];
-    int n = pieces(from, to, pc);
+    int n = pieces(from, to, c->pg != NULL, pc);
     for (int i = 0; i < n; i++) {
-        char sql[600], f[24], t[24], err[256];
+        char sql[600], f[24], t[24];
         snprintf(sql, sizeof(sql),
                  "SELECT %s, kind, bin, SUM(n) FROM %s WHERE %s >= ?1 AND %s < ?2"
-                 " AND (?3 IS NULL OR tenant_id = ?3) GROUP BY 1, 2, 3",
+                 " AND (CAST(?3 AS BIGINT) IS NULL OR tenant_id = ?3) GROUP BY 1, 2, 3",
                  col, hist_table(&pc[i]), time_col(&pc[i]), time_col(&pc[i]));
         fmt(f, sizeof(f), pc[i].lo);
         fmt(t, sizeof(t), pc[i].hi);
         const char *p[3] = {f, t, c->tenant};
-        if (mg_store_read_query(c->rd, sql, 3, p, hist_row, &gs, err, sizeof(err)) != 0) {
-            adm_storage_error(a, err);
-            goto out;
-        }
+        if (stats_query(c, sql, 3, p, hist_row, &gs) != 0) goto out;
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "usage.analytics");
@@ -704,22 +735,40 @@ static void ints_row(void *ud, int ncols, const char *const *c)
  * wider as a seq bound loses no event (the at_ms terms stay, so none is shown too many). */
 #define EVENT_TIME_SLACK_MS 60000
 
+/* seq_at on PostgreSQL, one statement (each is a connection of its own there, so no probes):
+ * the least seq in [lo, hi) of an event at or after at_ms, over the at_ms or the seq index,
+ * or hi. */
+static int64_t seq_at_pg(stats_t *c, int64_t at_ms, int64_t lo, int64_t hi)
+{
+    char l[24], h[24], t[24];
+    fmt(l, sizeof(l), lo);
+    fmt(h, sizeof(h), hi);
+    fmt(t, sizeof(t), at_ms);
+    const char *p[3] = {l, h, t};
+    ints_t r = {{0, 0}, {0, 0}};
+    if (stats_query(c,
+                    "SELECT COALESCE(min(seq), ?2) FROM usage_events WHERE seq >= ?1"
+                    " AND seq < ?2 AND at_ms >= ?3",
+                    3, p, ints_row, &r) != 0)
+        return -1;
+    return r.has[0] ? r.v[0] : hi;
+}
+
 /* The first seq in [lo, hi) whose event is at or after at_ms (hi when none): a binary search
  * over the rowid, each probe one seek, about log2(hi - lo) of them. -1 on a storage error. */
-static int64_t seq_at(admin_t *a, mg_store_read_t *rd, int64_t at_ms, int64_t lo, int64_t hi)
+static int64_t seq_at(stats_t *c, int64_t at_ms, int64_t lo, int64_t hi)
 {
-    char m[24], err[256];
+    char m[24];
     const char *p[1] = {m};
+    if (c->pg) return seq_at_pg(c, at_ms, lo, hi);
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         fmt(m, sizeof(m), mid);
         ints_t r = {{0, 0}, {0, 0}};
-        if (mg_store_read_query(
-                rd, "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1", 1,
-                p, ints_row, &r, err, sizeof(err)) != 0) {
-            adm_storage_error(a, err);
+        if (stats_query(c,
+                        "SELECT seq, at_ms FROM usage_events WHERE seq >= ?1 ORDER BY seq LIMIT 1",
+                        1, p, ints_row, &r) != 0)
             return -1;
-        }
         if (!r.has[0] || r.v[0] >= hi || r.v[1] >= at_ms) hi = mid;
         else lo = r.v[0] + 1;
     }
@@ -762,9 +811,9 @@ typedef struct {
     int limit, scan;
 } events_args_t;
 
-static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g);
+static void events_read(stats_t *c, const events_args_t *g);
 
-static void usage_events(admin_t *a, const char *tenant)
+static void usage_events(admin_t *a, const char *tenant, mg_pg_t *pg)
 {
     char key[24], proj[24], status[16], cursor[24], lim[8], rid[80], scan_s[16];
     int64_t from = 0, to = 0;
@@ -800,23 +849,23 @@ static void usage_events(admin_t *a, const char *tenant)
     }
     int hr = adm_query_param(a, "request_id", rid, sizeof(rid));
     char err[256];
+    stats_t c = {a, tenant, NULL, pg};
     /* one connection for all the queries below (the binary searches' probes) */
-    mg_store_read_t *rd = mg_store_read_open(a->store, err, sizeof(err));
-    if (!rd) {
+    if (!pg && !(c.rd = mg_store_read_open(a->store, err, sizeof(err)))) {
         adm_storage_error(a, err);
         return;
     }
-    events_read(a, rd,
-                &(events_args_t){tenant, hr ? rid : NULL, hf, from, ht, to, hc ? cursor : NULL,
-                                 hk ? key : NULL, hj ? proj : NULL, hs ? status : NULL, limit,
-                                 scan});
-    mg_store_read_close(rd);
+    events_read(&c, &(events_args_t){tenant, hr ? rid : NULL, hf, from, ht, to, hc ? cursor : NULL,
+                                     hk ? key : NULL, hj ? proj : NULL, hs ? status : NULL, limit,
+                                     scan});
+    if (c.rd) mg_store_read_close(c.rd);
 }
 
 /* The page of usage_events for args on rd; the answer or the error set. */
-static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g)
+static void events_read(stats_t *c, const events_args_t *g)
 {
-    char model[160], prov[160], n[16], f[24], t[24], lo_s[24], hi_s[24], err[256];
+    admin_t *a = c->a;
+    char model[160], prov[160], n[16], f[24], t[24], lo_s[24], hi_s[24];
     const char *tenant = g->tenant, *rid = g->rid, *key = g->key, *proj = g->proj,
                *status = g->status;
     int hr = rid != NULL, hf = g->hf, ht = g->ht, hk = key != NULL, hj = proj != NULL,
@@ -825,21 +874,18 @@ static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g)
 
     /* the seq range to read: [lo, hi) */
     ints_t mm = {{0, 0}, {0, 0}};
-    if (mg_store_read_query(rd,
-                            "SELECT (SELECT min(seq) FROM usage_events),"
-                            " (SELECT max(seq) FROM usage_events)",
-                            0, NULL, ints_row, &mm, err, sizeof(err)) != 0) {
-        adm_storage_error(a, err);
+    if (stats_query(c,
+                    "SELECT (SELECT min(seq) FROM usage_events),"
+                    " (SELECT max(seq) FROM usage_events)",
+                    0, NULL, ints_row, &mm) != 0)
         return;
-    }
     int64_t lo = mm.v[0], hi = mm.has[1] ? mm.v[1] + 1 : 0;
     if (g->cursor) {
-        int64_t c = strtoll(g->cursor, NULL, 10);
-        if (c < hi) hi = c;
+        int64_t cur = strtoll(g->cursor, NULL, 10);
+        if (cur < hi) hi = cur;
     }
-    if (hf && lo < hi && (lo = seq_at(a, rd, from * 1000 - EVENT_TIME_SLACK_MS, lo, hi)) < 0)
-        return;
-    if (ht && lo < hi && (hi = seq_at(a, rd, to * 1000 + EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
+    if (hf && lo < hi && (lo = seq_at(c, from * 1000 - EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
+    if (ht && lo < hi && (hi = seq_at(c, to * 1000 + EVENT_TIME_SLACK_MS, lo, hi)) < 0) return;
     /* one request is found by its unique index, wherever it is: no window */
     int windowed = !hr;
     int64_t win_lo = windowed && hi - lo > scan ? hi - scan : lo;
@@ -870,10 +916,8 @@ static void events_read(admin_t *a, mg_store_read_t *rd, const events_args_t *g)
         adm_set_error(a, 500, "INTERNAL_ERROR", "the events query did not fit");
         return;
     }
-    if (lo < hi &&
-        mg_store_read_query(rd, q.sql, q.nparams, q.params, event_row, &e, err, sizeof(err)) != 0) {
+    if (lo < hi && stats_query(c, q.sql, q.nparams, q.params, event_row, &e) != 0) {
         cJSON_Delete(e.data);
-        adm_storage_error(a, err);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -909,19 +953,24 @@ int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *ve
      * pending (this is the worker thread), so it sees every committed event; the turn
      * drains the usage journal first (store.h), so every answered request's event too */
     mg_store_sync_aggs(a->store);
+    /* with cluster.postgres the cluster's figures are read there; this instance's own events
+     * still queued for it are sent first (bounded: PostgreSQL away must not hold the worker;
+     * the read then fails with 503 anyway) */
+    mg_pg_t *pg = mg_store_pg(a->store);
+    if (pg) mg_pg_flush(pg, 2000);
     if (usage && !verb && id[0] == 'e') {
-        usage_events(a, tenant);
+        usage_events(a, tenant, pg);
         return 1;
     }
     char err[256];
-    stats_t c = {a, tenant, mg_store_read_open(a->store, err, sizeof(err))};
-    if (!c.rd) {
+    stats_t c = {a, tenant, NULL, pg};
+    if (!pg && !(c.rd = mg_store_read_open(a->store, err, sizeof(err)))) {
         adm_storage_error(a, err);
         return 1;
     }
     /* one read transaction: every query of the answer sees the same roll-ups (the close
-     * ends it) */
-    if (mg_store_read_query(c.rd, "BEGIN", 0, NULL, NULL, NULL, err, sizeof(err)) != 0) {
+     * ends it); on PostgreSQL each query is its own statement */
+    if (!pg && mg_store_read_query(c.rd, "BEGIN", 0, NULL, NULL, NULL, err, sizeof(err)) != 0) {
         adm_storage_error(a, err);
     } else if (usage && !verb) {
         usage_analytics(&c);
@@ -940,6 +989,6 @@ int adm_stats_route(admin_t *a, const char *coll, const char *id, const char *ve
         a->action = "admin.unknown";
         adm_set_error(a, 404, "NOT_FOUND", "no such admin endpoint");
     }
-    mg_store_read_close(c.rd);
+    if (c.rd) mg_store_read_close(c.rd);
     return 1;
 }

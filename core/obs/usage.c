@@ -39,9 +39,10 @@ static const char *const PG_INSERT_SQL =
     " key_id, application, user_id, logical_model, actual_model, provider_id, pool, attempts,"
     " status, http_status, error_code, stream, input_tokens, output_tokens, cached_read_tokens,"
     " cache_write_tokens, reasoning_tokens, input_estimated, output_estimated, latency_ms,"
-    " ttft_ms, queue_ms, cost_micros, price_version, degraded, cancelled, node_id)"
+    " ttft_ms, queue_ms, cost_micros, price_version, degraded, cancelled, latency_bin, ttft_bin,"
+    " node_id)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,"
-    " $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32)"
+    " $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)"
     " ON CONFLICT (request_id) DO NOTHING";
 
 #define INT(x) ((mg_store_val_t){MG_STORE_INT, (int64_t)(x), NULL, 0})
@@ -87,11 +88,12 @@ static void event_vals(const mg_usage_event_t *e, mg_store_val_t *v)
     v[32] = e->ttft_ms >= 0 ? INT(mg_usage_bin(e->ttft_ms)) : NUL;
 }
 
-/* The same values as text for PostgreSQL's client (store/pg.h), and the node id. */
+/* The same values as text for PostgreSQL's client (store/pg.h), the bins included (PG's
+ * migration 5 rolls them up as SQLite does), and the node id. */
 static void pg_write(mg_store_t *st, const mg_usage_event_t *e, const mg_store_val_t *v)
 {
     char num[MG_UP_NPARAMS][24];
-    const char *p[MG_UP_NPARAMS];
+    const char *p[MG_UP_NPARAMS + 1];
     for (int i = 0; i < MG_UP_NPARAMS; i++) {
         if (v[i].kind == MG_STORE_INT) {
             snprintf(num[i], sizeof(num[i]), "%" PRId64, v[i].i);
@@ -100,8 +102,8 @@ static void pg_write(mg_store_t *st, const mg_usage_event_t *e, const mg_store_v
             p[i] = v[i].kind == MG_STORE_TEXT ? v[i].s : NULL;
         }
     }
-    p[31] = mg_store_node_id(st);
-    if (mg_pg_exec(mg_store_pg(st), PG_INSERT_SQL, 32, p, 1, NULL, NULL) != 0)
+    p[MG_UP_NPARAMS] = mg_store_node_id(st);
+    if (mg_pg_exec(mg_store_pg(st), PG_INSERT_SQL, MG_UP_NPARAMS + 1, p, 1, NULL, NULL) != 0)
         mg_log_msg(MG_LOG_ERROR, e->request_id,
                    "usage: the event could not be queued for PostgreSQL (queue full; lost"
                    " there, kept in the local store)");

@@ -66,6 +66,8 @@ typedef struct mg_control_stats_s {
     uint64_t appended_total; /* entries this instance appended */
     uint64_t refused_total;  /* admin transactions refused: PostgreSQL unreachable */
     int follower_connected;
+    int64_t stalled_id;       /* the log entry this binary cannot apply (0: not stalled) */
+    char stalled_reason[256]; /* why (table, column, constraint names; never values) */
 } mg_control_stats_t;
 void mg_control_stats(mg_control_t *c, mg_control_stats_t *out);
 

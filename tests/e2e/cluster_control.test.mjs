@@ -5,7 +5,10 @@
 // same on B and C and serve there; a key revoked on B is refused by A and C; concurrent
 // creations on two instances get distinct ids and converge; with PostgreSQL stopped, admin
 // writes answer 503 CONTROL_PLANE_UNAVAILABLE while serving and reads go on, and they work
-// again once it is back. The lags are printed (figures, not assertions: the waits are bounded
+// again once it is back; a log entry this binary cannot apply (a newer version's table) stalls
+// every follower at it (/status "stalled" with the entry, moongate_cluster_control_stalled 1,
+// one log line per entry, admin writes refused, serving goes on), and once the entry is
+// applicable they resume on their own. The lags are printed (figures, not assertions: the waits are bounded
 // generously for a loaded machine).
 
 import { after, before, describe, test } from 'node:test';
@@ -191,6 +194,52 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             const { id: _b, ...exp } = want;
             assert.deepEqual(got, exp);
         }
+    });
+
+    test('an entry this binary cannot apply stalls the followers at it, visibly and once; applicable, they resume', async () => {
+        const stalledGauge = async (i) => {
+            const t = await (await fetch(`http://127.0.0.1:${gws[i].metricsPort}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
+            const m = /^moongate_cluster_control_stalled (\d)$/m.exec(t);
+            return m ? Number(m[1]) : null;
+        };
+        for (let i = 0; i < N; i++) assert.equal(await stalledGauge(i), 0);
+        const from = gws.map((g) => g.logs.length);
+        // a newer version's entry: a table this binary does not know, then an entry behind it
+        const [{ id }] = pg.rows(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('widgets', 'w1', 'put',
+            '{"id":"w1","secret_ish":"never-in-status"}', 'cp-node-future', 0) RETURNING id`);
+        pg.exec(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('system_config', 'cp_behind', 'put',
+            '{"key":"cp_behind","value":"1","description":"","updated_at":"2026-12-03 00:00:00"}', 'cp-node-future', 0)`);
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => (await control(i)).state === 'stalled', { ...WAIT, what: `instance ${i} stalled` });
+            const c = await control(i);
+            assert.equal(c.stalled_id, Number(id), JSON.stringify(c));
+            assert.equal(c.applied_id, Number(id) - 1, 'what came before it is applied, nothing after');
+            assert.match(c.stalled_reason, /widgets/);
+            assert.ok(!c.stalled_reason.includes('never-in-status'), 'no row values in /status');
+            assert.equal(await stalledGauge(i), 1);
+        }
+        // an instance that cannot follow the log does not write after it; serving goes on
+        const w = await admin(1, 'POST', 'tenants', { name: 'while-stalled' });
+        assert.equal(w.status, 503, w.text);
+        assert.equal((await chat(1, made.key.key, 'cp-chat')).status, 200);
+        // retried with backoff, logged once per entry (not at every 250 ms poll)
+        await new Promise((r) => setTimeout(r, 3500));
+        for (let i = 0; i < N; i++) {
+            const lines = gws[i].logs.slice(from[i]).filter((l) => (l.msg ?? '').startsWith(`control: stalled at log entry ${id}`));
+            assert.equal(lines.length, 1, `instance ${i}: ${lines.length} stall lines`);
+        }
+        // applicable again (as after an upgrade): the followers resume on their own
+        pg.exec(`UPDATE control_log SET tbl = 'system_config', pk = 'cp_future', row = '{"key":"cp_future","value":"2","description":"","updated_at":"2026-12-03 00:00:00"}' WHERE id = ${id}`);
+        const t0 = Date.now();
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => {
+                const c = await control(i);
+                return c.state === 'following' && c.applied_id >= Number(id) + 1;
+            }, { ...WAIT, timeoutMs: 40000, intervalMs: 100, what: `instance ${i} following again` });
+            assert.equal(await stalledGauge(i), 0);
+            assert.equal((await control(i)).stalled_id, undefined);
+        }
+        console.log(`# control plane: a stalled follower resumed ${Date.now() - t0} ms after its entry became applicable`);
     });
 
     test('PostgreSQL stopped: admin writes answer 503 CONTROL_PLANE_UNAVAILABLE, serving and reads go on; back: writes work', async () => {

@@ -205,8 +205,9 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         for (let i = 0; i < N; i++) assert.equal(await stalledGauge(i), 0);
         const from = gws.map((g) => g.logs.length);
         // a newer version's entry: a table this binary does not know, then an entry behind it
-        const [{ id }] = pg.rows(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('widgets', 'w1', 'put',
-            '{"id":"w1","secret_ish":"never-in-status"}', 'cp-node-future', 0) RETURNING id`);
+        pg.exec(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('widgets', 'w1', 'put',
+            '{"id":"w1","secret_ish":"never-in-status"}', 'cp-node-future', 0)`);
+        const [{ id }] = pg.rows(`SELECT max(id) AS id FROM control_log WHERE tbl = 'widgets'`);
         pg.exec(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('system_config', 'cp_behind', 'put',
             '{"key":"cp_behind","value":"1","description":"","updated_at":"2026-12-03 00:00:00"}', 'cp-node-future', 0)`);
         for (let i = 0; i < N; i++) {

@@ -27,6 +27,11 @@
  * whole log. Then memory follows as after a local admin write: keys, projects and tenants
  * into the auth state (records built on this thread, put on the loop thread), and a rebuild
  * of the generation when providers, models, applications, prices or settings changed.
+ * The log is the truth: a row whose secondary UNIQUE key a local row of another id holds
+ * replaces that row (control_sql.h). An entry this binary cannot apply (an unknown table or
+ * column: a newer version's) stalls the follower there: what came before commits, the stats
+ * say stalled_id and why (/status, moongate_cluster_control_stalled), one log line per
+ * entry, retried with backoff until it applies; admin writes fail meanwhile.
  *
  * Secrets: a provider's api key is replicated as its ciphertext (every instance has the
  * same MOONGATE_SECRET_KEY); a customer key only as its digest and display form. */

@@ -506,7 +506,7 @@ static void set_stall(mg_control_t *cp, int64_t id, const char *why)
     pthread_mutex_lock(&cp->mu);
     int64_t was = cp->stats.stalled_id;
     cp->stats.stalled_id = id;
-    snprintf(cp->stats.stalled_reason, sizeof(cp->stats.stalled_reason), "%s", id ? why : "");
+    snprintf(cp->stats.stalled_reason, sizeof(cp->stats.stalled_reason), "%.255s", id ? why : "");
     pthread_mutex_unlock(&cp->mu);
     if (id && id != was)
         mg_log_msg(MG_LOG_ERROR, NULL,

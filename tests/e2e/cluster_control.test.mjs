@@ -8,7 +8,9 @@
 // again once it is back; a log entry this binary cannot apply (a newer version's table) stalls
 // every follower at it (/status "stalled" with the entry, moongate_cluster_control_stalled 1,
 // one log line per entry, admin writes refused, serving goes on), and once the entry is
-// applicable they resume on their own. The lags are printed (figures, not assertions: the waits are bounded
+// applicable they resume on their own; `moongate rotate-encryption-key` on one instance, after
+// every instance was restarted with the new key, re-encrypts the provider keys in the log under
+// the writers' lock and every instance serves the provider again with the new key. The lags are printed (figures, not assertions: the waits are bounded
 // generously for a loaded machine).
 
 import { after, before, describe, test } from 'node:test';
@@ -16,11 +18,13 @@ import assert from 'node:assert/strict';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
+import { spawnSync } from 'node:child_process';
+import { adminCall, buildConfig, deadPort, gatewayBin, postJson, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-control-e2e-77a1';
 const ENC_KEY = 'c3'.repeat(32);
+const NEW_ENC_KEY = 'd4'.repeat(32);
 const PROVIDER_KEY = 'nvapi-controlplane-0123456789abcdef';
 const N = 3;
 const WAIT = { timeoutMs: 10000, intervalMs: 20 };
@@ -241,6 +245,48 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             assert.equal((await control(i)).stalled_id, undefined);
         }
         console.log(`# control plane: a stalled follower resumed ${Date.now() - t0} ms after its entry became applicable`);
+    });
+
+    test('rotate-encryption-key through the log: new key on every instance, then rotate, then all serve', async () => {
+        const lastRow = () => JSON.parse(pg.rows(`SELECT row FROM control_log WHERE tbl = 'providers' AND pk = '${made.provider.id}'
+            ORDER BY id DESC LIMIT 1`)[0].row);
+        const before = lastRow().api_key;
+        assert.match(before, /^v1:/);
+        // step 1: every instance restarted with the new key: the old ciphertext is not served
+        for (let i = 0; i < N; i++) {
+            await gws[i].close();
+            gws[i] = await startGateway(path.join(dirs[i], 'moongate.yaml'),
+                { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: NEW_ENC_KEY, CLUSTER_PG_URL: pg.url } });
+            await gws[i].waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
+        }
+        for (let i = 0; i < N; i++) assert.notEqual((await chat(i, made.key.key, 'cp-chat')).status, 200, `instance ${i} without a usable provider key`);
+        // step 2: the rotation, on instance 0's config (the running instances need no restart)
+        const run = (oldKey) => spawnSync(gatewayBin(), ['rotate-encryption-key', '-c', path.join(dirs[0], 'moongate.yaml')], {
+            encoding: 'utf8', timeout: 30000,
+            env: { ...process.env, MOONGATE_ENCRYPTION_KEY: oldKey, MOONGATE_NEW_ENCRYPTION_KEY: NEW_ENC_KEY, CLUSTER_PG_URL: pg.url },
+        });
+        const logBefore = logMax();
+        const wrong = run('e5'.repeat(32));
+        assert.equal(wrong.status, 1, wrong.stdout + wrong.stderr);
+        assert.match(wrong.stderr, /does not decrypt with the old key.*nothing changed/);
+        assert.equal(logMax(), logBefore, 'a failed rotation appends nothing');
+        const ok = run(ENC_KEY);
+        assert.equal(ok.status, 0, ok.stdout + ok.stderr);
+        assert.match(ok.stdout, /re-encrypted 1 provider key/);
+        assert.ok(!ok.stdout.includes(pg.url) && !ok.stderr.includes(PROVIDER_KEY));
+        // the log's row is the new ciphertext, never the clear key
+        const after = lastRow();
+        assert.match(after.api_key, /^v1:/);
+        assert.notEqual(after.api_key, before);
+        assert.ok(!JSON.stringify(after).includes(PROVIDER_KEY));
+        // every instance applies it and serves with the provider key decrypted by the new key
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => (await chat(i, made.key.key, 'cp-chat')).status === 200, { ...WAIT, what: `instance ${i} serving after the rotation` });
+            const seen = (await mock.requests((q) => q.path === '/v1/chat/completions')).at(-1);
+            assert.equal(seen.headers.authorization, `Bearer ${PROVIDER_KEY}`);
+            const got = await admin(i, 'GET', `providers/${made.provider.id}`);
+            assert.equal(got.status, 200, got.text);
+        }
     });
 
     test('PostgreSQL stopped: admin writes answer 503 CONTROL_PLANE_UNAVAILABLE, serving and reads go on; back: writes work', async () => {

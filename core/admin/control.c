@@ -34,11 +34,11 @@ typedef struct pend_s {
 } pend_t;
 
 /* One change for the loop thread's auth state. */
-enum { FX_PUT_KEY, FX_REMOVE_KEY, FX_PROJECT, FX_TENANT, FX_REBUILD };
+enum { FX_PUT_KEY, FX_REMOVE_KEY, FX_ROTATE_KEY, FX_PROJECT, FX_TENANT, FX_REBUILD };
 typedef struct fx_s {
     struct fx_s *next;
     int kind;
-    mg_key_record_t *rec; /* FX_PUT_KEY: one reference */
+    mg_key_record_t *rec; /* FX_PUT_KEY, FX_ROTATE_KEY (the new key): one reference */
     unsigned char digest[MG_KEY_DIGEST_LEN];
     mg_auth_project_t project;
     mg_auth_tenant_t tenant;
@@ -356,15 +356,39 @@ static int64_t col_i64(const char *s)
     return s ? strtoll(s, NULL, 10) : 0;
 }
 
+/* The record of the unrevoked key replaced_by names (a rotation's new key), or NULL. */
+static mg_key_record_t *replacement(mg_control_t *cp, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    mg_key_record_t *rec = NULL;
+    if (sqlite3_prepare_v2(cp->fdb,
+                           "SELECT " MG_AUTH_KEY_COLUMNS
+                           " FROM api_keys WHERE id = ?1 AND revoked_at IS NULL",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_count(st) == MG_AUTH_KEY_NCOLS) {
+        const char *cols[MG_AUTH_KEY_NCOLS];
+        for (int i = 0; i < MG_AUTH_KEY_NCOLS; i++)
+            cols[i] = (const char *)sqlite3_column_text(st, i);
+        rec = mg_auth_record_from_row(MG_AUTH_KEY_NCOLS, cols);
+    }
+    sqlite3_finalize(st);
+    return rec;
+}
+
 static void fx_from_row(rowfx_t *r, int ncols, const char *const *cols)
 {
     fx_t *f = calloc(1, sizeof(*f));
     if (!f) return;
     const char *name = r->cp->schema.t[r->ti].name;
     if (strcmp(name, "api_keys") == 0 && ncols > MG_AUTH_KEY_NCOLS) {
-        if (cols[MG_AUTH_KEY_NCOLS]) { /* revoked */
+        if (cols[MG_AUTH_KEY_NCOLS]) { /* revoked; replaced: a rotation, its level moves */
             f->kind = FX_REMOVE_KEY;
             if (!cols[3] || mg_auth_digest_parse(cols[3], f->digest) != 0) f->kind = -1;
+            else if (ncols > MG_AUTH_KEY_NCOLS + 1 && cols[MG_AUTH_KEY_NCOLS + 1] &&
+                     (f->rec = replacement(r->cp, cols[MG_AUTH_KEY_NCOLS + 1])))
+                f->kind = FX_ROTATE_KEY;
         } else {
             f->kind = FX_PUT_KEY;
             if (!(f->rec = mg_auth_record_from_row(MG_AUTH_KEY_NCOLS, cols))) f->kind = -1;
@@ -400,7 +424,8 @@ static void fx_from_row(rowfx_t *r, int ncols, const char *const *cols)
 static const char *row_sql(const char *name)
 {
     if (strcmp(name, "api_keys") == 0)
-        return "SELECT " MG_AUTH_KEY_COLUMNS ", revoked_at FROM api_keys WHERE id = ?1";
+        return "SELECT " MG_AUTH_KEY_COLUMNS
+               ", revoked_at, replaced_by FROM api_keys WHERE id = ?1";
     if (strcmp(name, "projects") == 0)
         return "SELECT id, tenant_id, rpm_limit, tpm_limit, max_concurrency,"
                " monthly_limit_micros, daily_limit_micros FROM projects WHERE id = ?1";
@@ -472,6 +497,19 @@ static void fx_free(fx_t *f)
     free(f);
 }
 
+/* A rotation replayed: the new key takes over the old one's level (its counters), as on the
+ * instance that rotated (mg_auth_rotate_key). The old key already gone (the same rotation's
+ * rows seen again): the new key is put. The new key already indexed (its row mirrored before
+ * the old one's): it is dropped first, so the old key's counters still move to it. */
+static int rotate_key(mg_auth_t *auth, const fx_t *f)
+{
+    int rc = mg_auth_rotate_key(auth, f->digest, f->rec);
+    if (rc == MG_KEYS_ENOENT) return mg_auth_put_key(auth, f->rec);
+    if (rc == MG_KEYS_EEXIST && mg_auth_remove_key(auth, f->rec->digest) == 0)
+        rc = mg_auth_rotate_key(auth, f->digest, f->rec);
+    return rc;
+}
+
 /* Loop thread: the replicated changes reach memory, as a local admin write's do. */
 static void on_async(uv_async_t *h)
 {
@@ -488,6 +526,7 @@ static void on_async(uv_async_t *h)
         int rc = 0;
         if (f->kind == FX_PUT_KEY && auth) rc = mg_auth_put_key(auth, f->rec);
         else if (f->kind == FX_REMOVE_KEY && auth) mg_auth_remove_key(auth, f->digest);
+        else if (f->kind == FX_ROTATE_KEY && auth) rc = rotate_key(auth, f);
         else if (f->kind == FX_PROJECT && auth) rc = mg_auth_put_project(auth, &f->project);
         else if (f->kind == FX_TENANT && auth) rc = mg_auth_put_tenant(auth, &f->tenant);
         else if (f->kind == FX_REBUILD) rebuild = 1;

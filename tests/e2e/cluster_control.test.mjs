@@ -247,6 +247,27 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         console.log(`# control plane: a stalled follower resumed ${Date.now() - t0} ms after its entry became applicable`);
     });
 
+    test('a key rotated on A keeps, on B, the counters the old key ran up on B (a nearly spent quota stays nearly spent)', async () => {
+        const k = await admin(0, 'POST', 'keys', { tenant_id: made.tenant.id, name: 'rotated-quota', rpm_limit: 3 });
+        assert.equal(k.status, 201, k.text);
+        await waitFor(async () => (await admin(1, 'GET', `keys/${k.json.id}`)).status === 200, { ...WAIT, what: 'the key on B' });
+        // two of the three requests a minute, through B
+        for (let n = 0; n < 2; n++) {
+            let r;
+            await waitFor(async () => (r = await chat(1, k.json.key, 'cp-chat')).status !== 401, { ...WAIT, what: 'the key served on B' });
+            assert.equal(r.status, 200, r.text);
+        }
+        const rot = await admin(0, 'POST', `keys/${k.json.id}/rotate`);
+        assert.equal(rot.status, 200, rot.text);
+        // on B the old key leaves memory in the same step the new one enters it
+        await waitFor(async () => (await chat(1, k.json.key, 'cp-chat')).status === 401, { ...WAIT, what: 'the old key refused on B' });
+        const third = await chat(1, rot.json.key, 'cp-chat');
+        assert.equal(third.status, 200, third.text);
+        const fourth = await chat(1, rot.json.key, 'cp-chat');
+        assert.equal(fourth.status, 429, `the new key on B carries the old key's count: ${fourth.text}`);
+        assert.equal(fourth.json.error.code, 'RATE_LIMITED');
+    });
+
     test('rotate-encryption-key through the log: new key on every instance, then rotate, then all serve', async () => {
         const lastRow = () => JSON.parse(pg.rows(`SELECT row FROM control_log WHERE tbl = 'providers' AND pk = '${made.provider.id}'
             ORDER BY id DESC LIMIT 1`)[0].row);

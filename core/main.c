@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "cluster/migrate.h"
+#include "cluster/rotate.h"
 #include "conf/config.h"
 #include "luavm/luavm.h"
 #include "conf/providers.h"
@@ -174,8 +175,23 @@ static int rotate_encryption_key(const char *path)
         fprintf(stderr, "moongate: new key: %s\n", err);
         goto out;
     }
-    if (mg_config_load(path, &cfg, err, sizeof(err)) != 0 ||
-        mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
+    if (mg_config_load(path, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "moongate: %s (nothing changed)\n", err);
+        goto out;
+    }
+    if (cfg->cluster.postgres.url) { /* the cluster's control plane: through control_log */
+        if (mg_cluster_rotate_providers(cfg->cluster.postgres.url, cfg->cluster.node_id, &old_key,
+                                        &new_key, &n, err, sizeof(err)) != 0) {
+            fprintf(stderr, "moongate: %s (nothing changed)\n", err);
+            goto out;
+        }
+        printf("re-encrypted %zu provider key(s) in the cluster's control log; every instance"
+               " applies them and decrypts them with the new key it holds\n",
+               n);
+        rc = 0;
+        goto out;
+    }
+    if (mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
         mg_providers_reencrypt(st, &old_key, &new_key, &n, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: %s (nothing changed)\n", err);
         goto out;

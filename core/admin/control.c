@@ -20,6 +20,8 @@
 #define POLL_MS 250      /* the follower's poll; NOTIFY wakes it sooner */
 #define FETCH_ROWS "500" /* log entries per round trip */
 #define CHANNEL "mg_control"
+#define STALL_MIN_MS 1000  /* a stalled follower's first retry */
+#define STALL_MAX_MS 15000 /* and its longest wait between two */
 #define RETRY_MS                                                                                   \
     1000 /* after a failed connect, admin writes fail at once this long (a dead                    \
             host's connect timeout is paid once a second at most) */
@@ -32,11 +34,11 @@ typedef struct pend_s {
 } pend_t;
 
 /* One change for the loop thread's auth state. */
-enum { FX_PUT_KEY, FX_REMOVE_KEY, FX_PROJECT, FX_TENANT, FX_REBUILD };
+enum { FX_PUT_KEY, FX_REMOVE_KEY, FX_ROTATE_KEY, FX_PROJECT, FX_TENANT, FX_REBUILD };
 typedef struct fx_s {
     struct fx_s *next;
     int kind;
-    mg_key_record_t *rec; /* FX_PUT_KEY: one reference */
+    mg_key_record_t *rec; /* FX_PUT_KEY, FX_ROTATE_KEY (the new key): one reference */
     unsigned char digest[MG_KEY_DIGEST_LEN];
     mg_auth_project_t project;
     mg_auth_tenant_t tenant;
@@ -62,6 +64,7 @@ struct mg_control_s {
     sqlite3 *fdb; /* the follower's own SQLite connection */
     PGconn *rconn;
     int wake[2]; /* a pipe: a committed transaction or the stop wakes the follower */
+    int64_t stall_wait_ms, stall_next_ms; /* stalled: the backoff, the next attempt */
     /* shared, under mu */
     pthread_mutex_t mu;
     int stopping;
@@ -107,9 +110,11 @@ static void pend_free(pend_t *p)
 }
 
 /* Apply the entries newer than *applied from c into db (its transaction open), in id order;
- * the rows of CT_AUTH tables onto *pend, the tables' flags into *touched. 0 or -1. */
+ * the rows of CT_AUTH tables onto *pend, the tables' flags into *touched. 0; -1 (PostgreSQL or
+ * SQLite failed: roll back, try again); 1: the entry after *applied cannot be applied by this
+ * binary (*stall its id, err the reason): what came before it may commit. */
 static int fetch_apply(mg_control_t *cp, PGconn *c, sqlite3 *db, int64_t *applied, pend_t **pend,
-                       int *touched, uint64_t *count, char *err, size_t errlen)
+                       int *touched, uint64_t *count, int64_t *stall, char *err, size_t errlen)
 {
     for (;;) {
         char from[24];
@@ -127,26 +132,26 @@ static int fetch_apply(mg_control_t *cp, PGconn *c, sqlite3 *db, int64_t *applie
         int n = PQntuples(r);
         for (int i = 0; i < n; i++) {
             const char *tbl = PQgetvalue(r, i, 1), *pk = PQgetvalue(r, i, 2);
-            int ti = cp_schema_find(&cp->schema, tbl);
-            if (ti < 0) {
-                mg_log_msg(MG_LOG_WARN, NULL, "control: log entry of unknown table %s skipped",
-                           tbl);
-            } else if (cp_apply(&cp->schema, db, ti, PQgetvalue(r, i, 3), pk,
-                                PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), err,
-                                errlen) != 0) {
+            int64_t id = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+            int ti = cp_schema_find(&cp->schema, tbl), rc = CP_UNAPPLICABLE;
+            if (ti < 0) snprintf(err, errlen, "a table this binary does not know: %.64s", tbl);
+            else
+                rc = cp_apply(&cp->schema, db, ti, PQgetvalue(r, i, 3), pk,
+                              PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), err, errlen);
+            if (rc != 0) {
                 PQclear(r);
-                return -1;
-            } else {
-                *touched |= cp->schema.t[ti].flags;
-                pend_t *e = (cp->schema.t[ti].flags & CT_AUTH) ? calloc(1, sizeof(*e)) : NULL;
-                if (e) {
-                    e->ti = ti;
-                    snprintf(e->pk, sizeof(e->pk), "%s", pk);
-                    e->next = *pend;
-                    *pend = e;
-                }
+                *stall = id;
+                return rc == CP_UNAPPLICABLE ? 1 : -1;
             }
-            *applied = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+            *touched |= cp->schema.t[ti].flags;
+            pend_t *e = (cp->schema.t[ti].flags & CT_AUTH) ? calloc(1, sizeof(*e)) : NULL;
+            if (e) {
+                e->ti = ti;
+                snprintf(e->pk, sizeof(e->pk), "%s", pk);
+                e->next = *pend;
+                *pend = e;
+            }
+            *applied = id;
             (*count)++;
         }
         PQclear(r);
@@ -236,10 +241,15 @@ static int hook_begin(void *ud, sqlite3 *db, char *err, size_t errlen)
         snprintf(err, errlen, "control_state unreadable");
         return -1;
     }
-    int64_t before = applied;
-    if (fetch_apply(cp, cp->wconn, db, &applied, &cp->tx_pend, &cp->tx_touched, &n, err, errlen) !=
-        0)
-        return -1;
+    int64_t before = applied, stall = 0;
+    char why[256];
+    int rc = fetch_apply(cp, cp->wconn, db, &applied, &cp->tx_pend, &cp->tx_touched, &n, &stall,
+                         why, sizeof(why));
+    if (rc == 1) /* an instance that cannot follow the log must not write after it */
+        snprintf(err, errlen, "control log entry %lld cannot be applied here: %s", (long long)stall,
+                 why);
+    else if (rc != 0) snprintf(err, errlen, "%s", why);
+    if (rc != 0) return -1;
     if (applied != before && cp_state_set(db, applied, err, errlen) != 0) return -1;
     cp->tx_applied = applied;
     cp->tx_count = n;
@@ -346,15 +356,39 @@ static int64_t col_i64(const char *s)
     return s ? strtoll(s, NULL, 10) : 0;
 }
 
+/* The record of the unrevoked key replaced_by names (a rotation's new key), or NULL. */
+static mg_key_record_t *replacement(mg_control_t *cp, const char *id)
+{
+    sqlite3_stmt *st = NULL;
+    mg_key_record_t *rec = NULL;
+    if (sqlite3_prepare_v2(cp->fdb,
+                           "SELECT " MG_AUTH_KEY_COLUMNS
+                           " FROM api_keys WHERE id = ?1 AND revoked_at IS NULL",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_count(st) == MG_AUTH_KEY_NCOLS) {
+        const char *cols[MG_AUTH_KEY_NCOLS];
+        for (int i = 0; i < MG_AUTH_KEY_NCOLS; i++)
+            cols[i] = (const char *)sqlite3_column_text(st, i);
+        rec = mg_auth_record_from_row(MG_AUTH_KEY_NCOLS, cols);
+    }
+    sqlite3_finalize(st);
+    return rec;
+}
+
 static void fx_from_row(rowfx_t *r, int ncols, const char *const *cols)
 {
     fx_t *f = calloc(1, sizeof(*f));
     if (!f) return;
     const char *name = r->cp->schema.t[r->ti].name;
     if (strcmp(name, "api_keys") == 0 && ncols > MG_AUTH_KEY_NCOLS) {
-        if (cols[MG_AUTH_KEY_NCOLS]) { /* revoked */
+        if (cols[MG_AUTH_KEY_NCOLS]) { /* revoked; replaced: a rotation, its level moves */
             f->kind = FX_REMOVE_KEY;
             if (!cols[3] || mg_auth_digest_parse(cols[3], f->digest) != 0) f->kind = -1;
+            else if (ncols > MG_AUTH_KEY_NCOLS + 1 && cols[MG_AUTH_KEY_NCOLS + 1] &&
+                     (f->rec = replacement(r->cp, cols[MG_AUTH_KEY_NCOLS + 1])))
+                f->kind = FX_ROTATE_KEY;
         } else {
             f->kind = FX_PUT_KEY;
             if (!(f->rec = mg_auth_record_from_row(MG_AUTH_KEY_NCOLS, cols))) f->kind = -1;
@@ -390,7 +424,8 @@ static void fx_from_row(rowfx_t *r, int ncols, const char *const *cols)
 static const char *row_sql(const char *name)
 {
     if (strcmp(name, "api_keys") == 0)
-        return "SELECT " MG_AUTH_KEY_COLUMNS ", revoked_at FROM api_keys WHERE id = ?1";
+        return "SELECT " MG_AUTH_KEY_COLUMNS
+               ", revoked_at, replaced_by FROM api_keys WHERE id = ?1";
     if (strcmp(name, "projects") == 0)
         return "SELECT id, tenant_id, rpm_limit, tpm_limit, max_concurrency,"
                " monthly_limit_micros, daily_limit_micros FROM projects WHERE id = ?1";
@@ -462,6 +497,19 @@ static void fx_free(fx_t *f)
     free(f);
 }
 
+/* A rotation replayed: the new key takes over the old one's level (its counters), as on the
+ * instance that rotated (mg_auth_rotate_key). The old key already gone (the same rotation's
+ * rows seen again): the new key is put. The new key already indexed (its row mirrored before
+ * the old one's): it is dropped first, so the old key's counters still move to it. */
+static int rotate_key(mg_auth_t *auth, const fx_t *f)
+{
+    int rc = mg_auth_rotate_key(auth, f->digest, f->rec);
+    if (rc == MG_KEYS_ENOENT) return mg_auth_put_key(auth, f->rec);
+    if (rc == MG_KEYS_EEXIST && mg_auth_remove_key(auth, f->rec->digest) == 0)
+        rc = mg_auth_rotate_key(auth, f->digest, f->rec);
+    return rc;
+}
+
 /* Loop thread: the replicated changes reach memory, as a local admin write's do. */
 static void on_async(uv_async_t *h)
 {
@@ -478,6 +526,7 @@ static void on_async(uv_async_t *h)
         int rc = 0;
         if (f->kind == FX_PUT_KEY && auth) rc = mg_auth_put_key(auth, f->rec);
         else if (f->kind == FX_REMOVE_KEY && auth) mg_auth_remove_key(auth, f->digest);
+        else if (f->kind == FX_ROTATE_KEY && auth) rc = rotate_key(auth, f);
         else if (f->kind == FX_PROJECT && auth) rc = mg_auth_put_project(auth, &f->project);
         else if (f->kind == FX_TENANT && auth) rc = mg_auth_put_tenant(auth, &f->tenant);
         else if (f->kind == FX_REBUILD) rebuild = 1;
@@ -490,10 +539,33 @@ static void on_async(uv_async_t *h)
 
 /* ---- the follower thread ------------------------------------------------------------------- */
 
+/* The follower is stalled at entry id (0: not stalled), for why. One log line per entry. */
+static void set_stall(mg_control_t *cp, int64_t id, const char *why)
+{
+    pthread_mutex_lock(&cp->mu);
+    int64_t was = cp->stats.stalled_id;
+    cp->stats.stalled_id = id;
+    snprintf(cp->stats.stalled_reason, sizeof(cp->stats.stalled_reason), "%.255s", id ? why : "");
+    pthread_mutex_unlock(&cp->mu);
+    if (id && id != was)
+        mg_log_msg(MG_LOG_ERROR, NULL,
+                   "control: stalled at log entry %lld, which this instance cannot apply: %s"
+                   " (retrying with backoff; an upgrade lets it resume)",
+                   (long long)id, why);
+    else if (!id && was)
+        mg_log_msg(MG_LOG_INFO, NULL, "control: log entry %lld applied, following again",
+                   (long long)was);
+    if (!id) cp->stall_wait_ms = 0;
+    else if (id != was) cp->stall_wait_ms = STALL_MIN_MS;
+    else if ((cp->stall_wait_ms *= 2) > STALL_MAX_MS) cp->stall_wait_ms = STALL_MAX_MS;
+    cp->stall_next_ms = (int64_t)(uv_hrtime() / 1000000) + cp->stall_wait_ms;
+}
+
 /* One turn: apply what the log has beyond this instance's SQLite. */
 static void follow_once(mg_control_t *cp)
 {
-    char err[512];
+    char err[512] = "";
+    if (cp->stall_wait_ms && (int64_t)(uv_hrtime() / 1000000) < cp->stall_next_ms) return;
     int64_t local = cp_state_applied(cp->fdb);
     PGresult *r = PQexec(cp->rconn, "SELECT COALESCE(max(id), 0) FROM control_log");
     int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
@@ -501,19 +573,23 @@ static void follow_once(mg_control_t *cp)
     PQclear(r);
     if (!ok || local < 0 || remote <= local) return;
     pend_t *pend = NULL;
-    int touched = 0;
+    int touched = 0, rc = -1;
     uint64_t n = 0;
+    int64_t stall = 0;
     if (sqlite3_exec(cp->fdb, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return;
     int64_t applied = cp_state_applied(cp->fdb); /* again, under the write lock */
-    if (applied < 0 ||
-        fetch_apply(cp, cp->rconn, cp->fdb, &applied, &pend, &touched, &n, err, sizeof(err)) != 0 ||
-        cp_state_set(cp->fdb, applied, err, sizeof(err)) != 0 ||
+    if (applied >= 0)
+        rc = fetch_apply(cp, cp->rconn, cp->fdb, &applied, &pend, &touched, &n, &stall, err,
+                         sizeof(err));
+    if (rc < 0 || cp_state_set(cp->fdb, applied, err, sizeof(err)) != 0 ||
         sqlite3_exec(cp->fdb, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
         sqlite3_exec(cp->fdb, "ROLLBACK", NULL, NULL, NULL);
         mg_log_msg(MG_LOG_ERROR, NULL, "control: cannot apply the log: %s", err);
         pend_free(pend);
         return;
     }
+    /* rc 1: the entries before the stalled one are committed; it is retried with backoff */
+    set_stall(cp, rc == 1 ? stall : 0, err);
     pthread_mutex_lock(&cp->mu);
     if (applied > cp->stats.applied_id) cp->stats.applied_id = applied;
     cp->stats.applied_total += n;

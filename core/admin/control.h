@@ -27,6 +27,11 @@
  * whole log. Then memory follows as after a local admin write: keys, projects and tenants
  * into the auth state (records built on this thread, put on the loop thread), and a rebuild
  * of the generation when providers, models, applications, prices or settings changed.
+ * The log is the truth: a row whose secondary UNIQUE key a local row of another id holds
+ * replaces that row (control_sql.h). An entry this binary cannot apply (an unknown table or
+ * column: a newer version's) stalls the follower there: what came before commits, the stats
+ * say stalled_id and why (/status, moongate_cluster_control_stalled), one log line per
+ * entry, retried with backoff until it applies; admin writes fail meanwhile.
  *
  * Secrets: a provider's api key is replicated as its ciphertext (every instance has the
  * same MOONGATE_SECRET_KEY); a customer key only as its digest and display form. */
@@ -66,6 +71,8 @@ typedef struct mg_control_stats_s {
     uint64_t appended_total; /* entries this instance appended */
     uint64_t refused_total;  /* admin transactions refused: PostgreSQL unreachable */
     int follower_connected;
+    int64_t stalled_id;       /* the log entry this binary cannot apply (0: not stalled) */
+    char stalled_reason[256]; /* why (table, column, constraint names; never values) */
 } mg_control_stats_t;
 void mg_control_stats(mg_control_t *c, mg_control_stats_t *out);
 

@@ -56,7 +56,14 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
     } else {
         mg_control_stats_t cs;
         mg_control_stats(s->control, &cs);
-        cJSON_AddStringToObject(cp, "state", cs.follower_connected ? "following" : "disconnected");
+        cJSON_AddStringToObject(cp, "state",
+                                !cs.follower_connected ? "disconnected"
+                                : cs.stalled_id        ? "stalled"
+                                                       : "following");
+        if (cs.stalled_id) {
+            cJSON_AddNumberToObject(cp, "stalled_id", (double)cs.stalled_id);
+            cJSON_AddStringToObject(cp, "stalled_reason", cs.stalled_reason);
+        }
         cJSON_AddNumberToObject(cp, "applied_id", (double)cs.applied_id);
         cJSON_AddNumberToObject(cp, "applied", (double)cs.applied_total);
         cJSON_AddNumberToObject(cp, "appended", (double)cs.appended_total);
@@ -549,6 +556,17 @@ void mg_api_handle_metrics(void *api, mg_http_req_t *req)
              "# TYPE moongate_node_info gauge\nmoongate_node_info{node_id=\"%s\"} 1\n",
              mg_gens_current(s->gens)->cfg->cluster.node_id);
     mg_buf_append_str(&b, line);
+    if (s->control) {
+        mg_control_stats_t cs;
+        mg_control_stats(s->control, &cs);
+        snprintf(line, sizeof(line),
+                 "# HELP moongate_cluster_control_stalled 1 while the control log's follower is"
+                 " stopped at an entry this binary cannot apply (/status cluster.control).\n"
+                 "# TYPE moongate_cluster_control_stalled gauge\n"
+                 "moongate_cluster_control_stalled %d\n",
+                 cs.stalled_id != 0);
+        mg_buf_append_str(&b, line);
+    }
     if (s->redis) {
         snprintf(line, sizeof(line),
                  "# HELP moongate_cluster_degraded 1 while a shared component is unreachable.\n"

@@ -117,6 +117,74 @@ static char *build_del(const cp_table_t *t)
     return rc ? NULL : b.data;
 }
 
+/* The text after an index's last " WHERE " (a partial index's condition), or NULL. */
+static const char *partial_where(const char *sql)
+{
+    const char *w = NULL;
+    for (const char *p = sql; p && (p = strstr(p, " WHERE ")); p++) w = p + 7;
+    return w;
+}
+
+/* One UNIQUE index's term of the eviction, "(c1 = json_extract(..) AND ..)", onto b; 0, 1
+ * (skipped: an expression index) or -1. */
+static int evict_term(sqlite3 *db, const char *index, const char *sql, mg_buf_t *b, int first)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_index_info(?1) ORDER BY seqno", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, index, -1, SQLITE_TRANSIENT);
+    mg_buf_t t = {0};
+    int rc = add(&t, first ? "(" : " OR ("), n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(st, 0);
+        if (!c) { /* an expression: not matched here (a conflict on it stalls instead) */
+            n = -1;
+            break;
+        }
+        rc |= add(&t, n++ ? " AND \"" : "\"") | add(&t, c) |
+              add(&t, "\" = json_extract(?1, '$.\"") | add(&t, c) | add(&t, "\"')");
+    }
+    sqlite3_finalize(st);
+    const char *w = sql ? partial_where(sql) : NULL;
+    if (w) rc |= add(&t, " AND (") | add(&t, w) | add(&t, ")");
+    rc |= add(&t, ")");
+    if (rc == 0 && n > 0) rc = add(b, t.data);
+    mg_buf_free(&t);
+    return rc ? -1 : (n > 0 ? 0 : 1);
+}
+
+/* DELETE the rows of other keys that hold one of the row's secondary UNIQUE keys; *out NULL
+ * when the table has none. 0 or -1. */
+static int build_evict(const cp_table_t *t, sqlite3 *db, char **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT l.name, m.sql FROM pragma_index_list(?1) l"
+                           " LEFT JOIN sqlite_master m ON m.type = 'index' AND m.name = l.name"
+                           " WHERE l.\"unique\" AND l.origin <> 'pk'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, t->name, -1, SQLITE_STATIC);
+    mg_buf_t b = {0};
+    int rc = add(&b, "DELETE FROM main.\"") | add(&b, t->name) | add(&b, "\" WHERE \"") |
+             add(&b, t->pk) | add(&b, "\" IS NOT json_extract(?1, '$.\"") | add(&b, t->pk) |
+             add(&b, "\"') AND (");
+    int terms = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        int e = evict_term(db, (const char *)sqlite3_column_text(st, 0),
+                           (const char *)sqlite3_column_text(st, 1), &b, terms == 0);
+        if (e < 0) rc = -1;
+        else if (e == 0) terms++;
+    }
+    sqlite3_finalize(st);
+    rc |= add(&b, ")");
+    if (rc == 0 && terms > 0) *out = b.data;
+    else mg_buf_free(&b);
+    return rc;
+}
+
 int cp_json_expr(const cp_table_t *t, const char *prefix, mg_buf_t *b)
 {
     int rc = add(b, "json_object(");
@@ -138,7 +206,7 @@ int cp_schema_build(cp_schema_t *s, sqlite3 *db, char *err, size_t errlen)
         t->upsert = build_upsert(t);
         t->append = build_append(t);
         t->del = build_del(t);
-        if (!t->upsert || !t->append || !t->del) {
+        if (!t->upsert || !t->append || !t->del || build_evict(t, db, &t->evict) != 0) {
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
@@ -158,6 +226,7 @@ void cp_schema_free(cp_schema_t *s)
         free(t->upsert);
         free(t->append);
         free(t->del);
+        free(t->evict);
     }
     memset(s, 0, sizeof(*s));
 }
@@ -255,6 +324,57 @@ int cp_outbox_clear(sqlite3 *db)
     return sqlite3_exec(db, "DELETE FROM temp.mg_outbox", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
+/* A key of the row's JSON object that is not a column here (a newer binary's): 0 none, 1
+ * (named in err), -1 not an object. */
+static int unknown_column(const cp_table_t *t, sqlite3 *db, const char *row, char *err,
+                          size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT key FROM json_each(?1) WHERE json_valid(?1)", -1, &st,
+                           NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "log entry of %s: its row is not JSON", t->name);
+        return -1;
+    }
+    sqlite3_bind_text(st, 1, row, -1, SQLITE_STATIC);
+    int found = 0, rows = 0;
+    while (!found && sqlite3_step(st) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        rows++;
+        found = 1;
+        for (int i = 0; k && i < t->ncols && found; i++)
+            if (strcmp(t->cols[i], k) == 0) found = 0;
+        if (found) snprintf(err, errlen, "%s has no column %.64s here", t->name, k ? k : "?");
+    }
+    sqlite3_finalize(st);
+    if (!found && rows == 0) {
+        snprintf(err, errlen, "log entry of %s: its row is not a JSON object", t->name);
+        return -1;
+    }
+    return found;
+}
+
+/* One statement with ?1 = arg: SQLite's result code. */
+static int run1(sqlite3 *db, const char *sql, const char *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) rc = sqlite3_extended_errcode(db);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+static int classify(int rc)
+{
+    rc &= 0xff;
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED || rc == SQLITE_NOMEM || rc == SQLITE_IOERR ||
+                   rc == SQLITE_FULL
+               ? CP_TRANSIENT
+               : CP_UNAPPLICABLE;
+}
+
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
              const char *row, char *err, size_t errlen)
 {
@@ -262,19 +382,23 @@ int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const ch
     const char *sql, *arg;
     if (strcmp(op, "del") == 0) sql = t->del, arg = pk;
     else if (strcmp(op, "add") == 0) sql = t->append, arg = row;
-    else sql = t->upsert, arg = row;
+    else if (strcmp(op, "put") == 0) sql = t->upsert, arg = row;
+    else {
+        snprintf(err, errlen, "log entry of %s with an unknown op %.16s", t->name, op);
+        return CP_UNAPPLICABLE;
+    }
     if (!arg) {
         snprintf(err, errlen, "log entry of %s without its row", t->name);
-        return -1;
+        return CP_UNAPPLICABLE;
     }
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "%s", sqlite3_errmsg(db));
-        return -1;
+    if (arg == row && unknown_column(t, db, row, err, errlen) != 0) return CP_UNAPPLICABLE;
+    int rc = run1(db, sql, arg);
+    if (rc == SQLITE_CONSTRAINT_UNIQUE && arg == row && t->evict && strcmp(op, "put") == 0) {
+        /* a secondary key held here by another row: the log's row wins */
+        rc = run1(db, t->evict, row);
+        if (rc == SQLITE_DONE) rc = run1(db, sql, arg);
     }
-    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-    if (rc != 0) snprintf(err, errlen, "%s %s %s: %s", op, t->name, pk, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return rc;
+    if (rc == SQLITE_DONE) return 0;
+    snprintf(err, errlen, "%s %s %s: %s", op, t->name, pk, sqlite3_errmsg(db));
+    return classify(rc);
 }

@@ -25,6 +25,8 @@ typedef struct cp_table_s {
     char *upsert; /* ?1 = the row as JSON */
     char *append; /* ?1 = the row as JSON; every column but the key */
     char *del;    /* ?1 = the key */
+    char *evict;  /* ?1 = the row as JSON: delete the other rows holding one of its secondary
+                     UNIQUE keys (NULL: the table has none) */
 } cp_table_t;
 
 #define CP_NTABLES 10
@@ -55,7 +57,13 @@ int cp_outbox_clear(sqlite3 *db);
 struct mg_buf_s;
 int cp_json_expr(const cp_table_t *t, const char *prefix, struct mg_buf_s *b);
 
-/* Apply one entry (op "put", "del" or "add") of table ti. 0 or -1 with err set. */
+/* Apply one entry (op "put", "del" or "add") of table ti. The log is the truth: a put whose
+ * secondary UNIQUE key (a tenant's name, a key's digest) is held here by a row of another
+ * primary key deletes that local row first, in the caller's transaction. 0; CP_TRANSIENT
+ * (the database busy, out of memory: try again); CP_UNAPPLICABLE (a column this binary does
+ * not know, a constraint the entry breaks even so: it cannot be applied until the binary or
+ * the data changes). err says why (names, never values). */
+enum { CP_TRANSIENT = -1, CP_UNAPPLICABLE = 1 };
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
              const char *row, char *err, size_t errlen);
 

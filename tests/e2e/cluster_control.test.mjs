@@ -5,7 +5,12 @@
 // same on B and C and serve there; a key revoked on B is refused by A and C; concurrent
 // creations on two instances get distinct ids and converge; with PostgreSQL stopped, admin
 // writes answer 503 CONTROL_PLANE_UNAVAILABLE while serving and reads go on, and they work
-// again once it is back. The lags are printed (figures, not assertions: the waits are bounded
+// again once it is back; a log entry this binary cannot apply (a newer version's table) stalls
+// every follower at it (/status "stalled" with the entry, moongate_cluster_control_stalled 1,
+// one log line per entry, admin writes refused, serving goes on), and once the entry is
+// applicable they resume on their own; `moongate rotate-encryption-key` on one instance, after
+// every instance was restarted with the new key, re-encrypts the provider keys in the log under
+// the writers' lock and every instance serves the provider again with the new key. The lags are printed (figures, not assertions: the waits are bounded
 // generously for a loaded machine).
 
 import { after, before, describe, test } from 'node:test';
@@ -13,11 +18,13 @@ import assert from 'node:assert/strict';
 import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
+import { spawnSync } from 'node:child_process';
+import { adminCall, buildConfig, deadPort, gatewayBin, postJson, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-control-e2e-77a1';
 const ENC_KEY = 'c3'.repeat(32);
+const NEW_ENC_KEY = 'd4'.repeat(32);
 const PROVIDER_KEY = 'nvapi-controlplane-0123456789abcdef';
 const N = 3;
 const WAIT = { timeoutMs: 10000, intervalMs: 20 };
@@ -190,6 +197,116 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             const { id: _a, ...got } = await rowOn(i);
             const { id: _b, ...exp } = want;
             assert.deepEqual(got, exp);
+        }
+    });
+
+    test('an entry this binary cannot apply stalls the followers at it, visibly and once; applicable, they resume', async () => {
+        const stalledGauge = async (i) => {
+            const t = await (await fetch(`http://127.0.0.1:${gws[i].metricsPort}/metrics`, { signal: AbortSignal.timeout(10000) })).text();
+            const m = /^moongate_cluster_control_stalled (\d)$/m.exec(t);
+            return m ? Number(m[1]) : null;
+        };
+        for (let i = 0; i < N; i++) assert.equal(await stalledGauge(i), 0);
+        const from = gws.map((g) => g.logs.length);
+        // a newer version's entry: a table this binary does not know, then an entry behind it
+        pg.exec(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('widgets', 'w1', 'put',
+            '{"id":"w1","secret_ish":"never-in-status"}', 'cp-node-future', 0)`);
+        const [{ id }] = pg.rows(`SELECT max(id) AS id FROM control_log WHERE tbl = 'widgets'`);
+        pg.exec(`INSERT INTO control_log(tbl, pk, op, row, node, at) VALUES ('system_config', 'cp_behind', 'put',
+            '{"key":"cp_behind","value":"1","description":"","updated_at":"2026-12-03 00:00:00"}', 'cp-node-future', 0)`);
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => (await control(i)).state === 'stalled', { ...WAIT, what: `instance ${i} stalled` });
+            const c = await control(i);
+            assert.equal(c.stalled_id, Number(id), JSON.stringify(c));
+            assert.equal(c.applied_id, Number(id) - 1, 'what came before it is applied, nothing after');
+            assert.match(c.stalled_reason, /widgets/);
+            assert.ok(!c.stalled_reason.includes('never-in-status'), 'no row values in /status');
+            assert.equal(await stalledGauge(i), 1);
+        }
+        // an instance that cannot follow the log does not write after it; serving goes on
+        const w = await admin(1, 'POST', 'tenants', { name: 'while-stalled' });
+        assert.equal(w.status, 503, w.text);
+        assert.equal((await chat(1, made.key.key, 'cp-chat')).status, 200);
+        // retried with backoff, logged once per entry (not at every 250 ms poll)
+        await new Promise((r) => setTimeout(r, 3500));
+        for (let i = 0; i < N; i++) {
+            const lines = gws[i].logs.slice(from[i]).filter((l) => (l.msg ?? '').startsWith(`control: stalled at log entry ${id}`));
+            assert.equal(lines.length, 1, `instance ${i}: ${lines.length} stall lines`);
+        }
+        // applicable again (as after an upgrade): the followers resume on their own
+        pg.exec(`UPDATE control_log SET tbl = 'system_config', pk = 'cp_future', row = '{"key":"cp_future","value":"2","description":"","updated_at":"2026-12-03 00:00:00"}' WHERE id = ${id}`);
+        const t0 = Date.now();
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => {
+                const c = await control(i);
+                return c.state === 'following' && c.applied_id >= Number(id) + 1;
+            }, { ...WAIT, timeoutMs: 40000, intervalMs: 100, what: `instance ${i} following again` });
+            assert.equal(await stalledGauge(i), 0);
+            assert.equal((await control(i)).stalled_id, undefined);
+        }
+        console.log(`# control plane: a stalled follower resumed ${Date.now() - t0} ms after its entry became applicable`);
+    });
+
+    test('a key rotated on A keeps, on B, the counters the old key ran up on B (a nearly spent quota stays nearly spent)', async () => {
+        const k = await admin(0, 'POST', 'keys', { tenant_id: made.tenant.id, name: 'rotated-quota', rpm_limit: 3 });
+        assert.equal(k.status, 201, k.text);
+        await waitFor(async () => (await admin(1, 'GET', `keys/${k.json.id}`)).status === 200, { ...WAIT, what: 'the key on B' });
+        // two of the three requests a minute, through B
+        for (let n = 0; n < 2; n++) {
+            let r;
+            await waitFor(async () => (r = await chat(1, k.json.key, 'cp-chat')).status !== 401, { ...WAIT, what: 'the key served on B' });
+            assert.equal(r.status, 200, r.text);
+        }
+        const rot = await admin(0, 'POST', `keys/${k.json.id}/rotate`);
+        assert.equal(rot.status, 200, rot.text);
+        // on B the old key leaves memory in the same step the new one enters it
+        await waitFor(async () => (await chat(1, k.json.key, 'cp-chat')).status === 401, { ...WAIT, what: 'the old key refused on B' });
+        const third = await chat(1, rot.json.key, 'cp-chat');
+        assert.equal(third.status, 200, third.text);
+        const fourth = await chat(1, rot.json.key, 'cp-chat');
+        assert.equal(fourth.status, 429, `the new key on B carries the old key's count: ${fourth.text}`);
+        assert.equal(fourth.json.error.code, 'RATE_LIMITED');
+    });
+
+    test('rotate-encryption-key through the log: new key on every instance, then rotate, then all serve', async () => {
+        const lastRow = () => JSON.parse(pg.rows(`SELECT row FROM control_log WHERE tbl = 'providers' AND pk = '${made.provider.id}'
+            ORDER BY id DESC LIMIT 1`)[0].row);
+        const before = lastRow().api_key;
+        assert.match(before, /^v1:/);
+        // step 1: every instance restarted with the new key: the old ciphertext is not served
+        for (let i = 0; i < N; i++) {
+            await gws[i].close();
+            gws[i] = await startGateway(path.join(dirs[i], 'moongate.yaml'),
+                { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: NEW_ENC_KEY, CLUSTER_PG_URL: pg.url } });
+            await gws[i].waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
+        }
+        for (let i = 0; i < N; i++) assert.notEqual((await chat(i, made.key.key, 'cp-chat')).status, 200, `instance ${i} without a usable provider key`);
+        // step 2: the rotation, on instance 0's config (the running instances need no restart)
+        const run = (oldKey) => spawnSync(gatewayBin(), ['rotate-encryption-key', '-c', path.join(dirs[0], 'moongate.yaml')], {
+            encoding: 'utf8', timeout: 30000,
+            env: { ...process.env, MOONGATE_ENCRYPTION_KEY: oldKey, MOONGATE_NEW_ENCRYPTION_KEY: NEW_ENC_KEY, CLUSTER_PG_URL: pg.url },
+        });
+        const logBefore = logMax();
+        const wrong = run('e5'.repeat(32));
+        assert.equal(wrong.status, 1, wrong.stdout + wrong.stderr);
+        assert.match(wrong.stderr, /does not decrypt with the old key.*nothing changed/);
+        assert.equal(logMax(), logBefore, 'a failed rotation appends nothing');
+        const ok = run(ENC_KEY);
+        assert.equal(ok.status, 0, ok.stdout + ok.stderr);
+        assert.match(ok.stdout, /re-encrypted 1 provider key/);
+        assert.ok(!ok.stdout.includes(pg.url) && !ok.stderr.includes(PROVIDER_KEY));
+        // the log's row is the new ciphertext, never the clear key
+        const after = lastRow();
+        assert.match(after.api_key, /^v1:/);
+        assert.notEqual(after.api_key, before);
+        assert.ok(!JSON.stringify(after).includes(PROVIDER_KEY));
+        // every instance applies it and serves with the provider key decrypted by the new key
+        for (let i = 0; i < N; i++) {
+            await waitFor(async () => (await chat(i, made.key.key, 'cp-chat')).status === 200, { ...WAIT, what: `instance ${i} serving after the rotation` });
+            const seen = (await mock.requests((q) => q.path === '/v1/chat/completions')).at(-1);
+            assert.equal(seen.headers.authorization, `Bearer ${PROVIDER_KEY}`);
+            const got = await admin(i, 'GET', `providers/${made.provider.id}`);
+            assert.equal(got.status, 200, got.text);
         }
     });
 

@@ -2,8 +2,11 @@
  * changes made on one store's connection are captured by the TEMP triggers (whole rows as
  * JSON, deletes by key, audit rows as appends), applied to a second store they give the same
  * rows, applying them again changes nothing (upserts), a delete removes the row, a rolled
- * back transaction takes its triggers with it and the next one recreates them, and a
- * connection without the triggers (the writer's, the follower's) captures nothing. */
+ * back transaction takes its triggers with it and the next one recreates them, a
+ * connection without the triggers (the writer's, the follower's) captures nothing; a put
+ * whose secondary UNIQUE key a local row of another id holds wins over that row (a partial
+ * index only where its condition holds), and an entry this binary cannot apply (a column it
+ * does not know, a constraint it breaks, an unknown op) says so as CP_UNAPPLICABLE. */
 #include "mgtest.h"
 #include "store_fixture.h"
 #include "cluster/control_sql.h"
@@ -201,6 +204,86 @@ static void test_state(void)
     CHECK_EQ_INT(cp_schema_find(&schema, "usage_events"), -1); /* per node: not replicated */
 }
 
+/* A row of table ti as the log would carry it: the row of db selected by where, with sets
+ * (json_set's arguments) applied. */
+static char *row_like(int ti, sqlite3 *db, const char *where, const char *sets)
+{
+    mg_buf_t q = {0};
+    mg_buf_append_str(&q, "SELECT json_set(");
+    cp_json_expr(&schema.t[ti], "", &q);
+    mg_buf_append_str(&q, ", ");
+    mg_buf_append_str(&q, sets);
+    mg_buf_append_str(&q, ") FROM ");
+    mg_buf_append_str(&q, schema.t[ti].name);
+    mg_buf_append_str(&q, " WHERE ");
+    mg_buf_append_str(&q, where);
+    sqlite3_stmt *st = NULL;
+    char *out = NULL;
+    if (sqlite3_prepare_v2(db, q.data, -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        out = strdup((const char *)sqlite3_column_text(st, 0));
+    else fprintf(stderr, "row_like: %s\n", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    mg_buf_free(&q);
+    return out;
+}
+
+static void test_the_log_wins_a_unique_conflict(void)
+{
+    char err[256];
+    int tt = cp_schema_find(&schema, "tenants"), kt = cp_schema_find(&schema, "api_keys");
+    CHECK(schema.t[tt].evict != NULL);
+    CHECK(schema.t[cp_schema_find(&schema, "system_config")].evict == NULL); /* none */
+    /* a tenant named 'taken' here with id 50; the log's 'taken' is id 60 */
+    CHECK_EQ_INT(exec(b, "INSERT INTO tenants(id, name, created_at) VALUES (50, 'taken', 1)"), 0);
+    char *t60 = row_like(tt, b, "id = 50", "'$.id', 60, '$.created_at', 7");
+    CHECK_EQ_INT(exec(b, "BEGIN IMMEDIATE"), 0);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", t60, err, sizeof(err)), 0);
+    CHECK_EQ_INT(exec(b, "COMMIT"), 0);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 50"), 0);
+    CHECK_EQ_INT(count(b, "SELECT created_at FROM tenants WHERE id = 60 AND name = 'taken'"), 7);
+    /* a key's name is unique per tenant among the unrevoked: a live local 'dup' goes, a
+     * revoked local 'old' stays (outside the partial index) */
+    CHECK_EQ_INT(exec(b, "INSERT INTO api_keys(id, tenant_id, name, digest, display, created_at)"
+                         " VALUES (70, 1, 'dup', 'd70', 'mg-…d70', 1),"
+                         " (72, 1, 'old', 'd72', 'mg-…d72', 1);"
+                         "UPDATE api_keys SET revoked_at = 5 WHERE id = 72"),
+                 0);
+    char *k71 = row_like(kt, b, "id = 70", "'$.id', 71, '$.digest', 'd71'");
+    char *k73 = row_like(kt, b, "id = 70", "'$.id', 73, '$.digest', 'd73', '$.name', 'old'");
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "71", k71, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "73", k73, err, sizeof(err)), 0);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id IN (71, 72, 73)"), 3);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id = 70"), 0);
+    /* the same digest under another id: the log's row wins too */
+    char *k74 = row_like(kt, b, "id = 71", "'$.id', 74, '$.name', 'other'");
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "74", k74, err, sizeof(err)), 0);
+    CHECK_EQ_INT(count(b, "SELECT id FROM api_keys WHERE digest = 'd71'"), 74);
+    free(t60);
+    free(k71);
+    free(k73);
+    free(k74);
+}
+
+static void test_an_entry_this_binary_cannot_apply(void)
+{
+    char err[256] = "";
+    int tt = cp_schema_find(&schema, "tenants");
+    char *future = row_like(tt, b, "id = 60", "'$.id', 61, '$.name', 'f', '$.region', 'eu'");
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "61", future, err, sizeof(err)), CP_UNAPPLICABLE);
+    CHECK(strstr(err, "region") != NULL);
+    CHECK(strstr(err, "eu") == NULL); /* names, never values */
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 61"), 0);
+    char *noname = row_like(tt, b, "id = 60", "'$.id', 62, '$.name', NULL");
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "62", noname, err, sizeof(err)), CP_UNAPPLICABLE);
+    CHECK(strstr(err, "NOT NULL") != NULL);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "merge", "60", noname, err, sizeof(err)),
+                 CP_UNAPPLICABLE);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", "[1,2]", err, sizeof(err)), CP_UNAPPLICABLE);
+    free(future);
+    free(noname);
+}
+
 int main(void)
 {
     if (mgt_tmpdir(dir, sizeof(dir), "control-sql") != 0) return 1;
@@ -215,6 +298,8 @@ int main(void)
     MG_RUN(test_apply_again_is_harmless);
     MG_RUN(test_rollback_takes_the_triggers);
     MG_RUN(test_state);
+    MG_RUN(test_the_log_wins_a_unique_conflict);
+    MG_RUN(test_an_entry_this_binary_cannot_apply);
     cp_schema_free(&schema);
     sqlite3_close(a);
     sqlite3_close(b);

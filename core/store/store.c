@@ -743,7 +743,9 @@ static void journal_row(void *ud, int n, const mg_store_val_t *v)
     int inserted = sqlite3_changes(d->s->db) > 0;
     int64_t rowid = (int64_t)sqlite3_last_insert_rowid(d->s->db);
     sqlite3_reset(d->st);
-    sqlite3_clear_bindings(d->st); /* the ring's bytes are not ours past this call */
+    /* the ring's bytes are not ours past this call: a record that binds every parameter
+     * leaves none of the last one's; the pass clears what is left at its end */
+    if (n != sqlite3_bind_parameter_count(d->st)) sqlite3_clear_bindings(d->st);
     if (step != SQLITE_DONE && step != SQLITE_ROW) {
         d->failed = 1;
         return;
@@ -768,6 +770,7 @@ static int drain_direct(mg_store_t *s, uint64_t *pos)
     if (exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE") != SQLITE_OK) goto fail;
     aggs_reset(s);
     *pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_row, &d);
+    sqlite3_clear_bindings(d.st);
     if (d.failed || exec_until_unlocked(s, &s->commit_st, "COMMIT") != SQLITE_OK) goto fail;
     if (!aggs_dirty(s)) s->aggs_flush_at_ms = now_ms() + MG_STORE_AGG_FLUSH_MS;
     aggs_committed(s);

@@ -73,7 +73,7 @@ typedef struct {
     ARRAY(hist_t) hist;
     ARRAY(provider_t) providers;
     ARRAY(daily_t) daily;
-    int owned;       /* the strings are copies (the pending sums) */
+    int owned;       /* the strings are copies (always, since a drain's are the ring's) */
     int failed;      /* out of memory: these sums miss something */
     int64_t max_seq; /* the last event summed */
 } sums_t;
@@ -274,7 +274,8 @@ static int sums_merge(sums_t *a, const sums_t *b)
 static void *rollup_create(void)
 {
     rollup_t *r = calloc(1, sizeof(rollup_t));
-    if (r) r->pending.owned = 1;
+    /* the batch's strings are copies too: a record's text lives during add only (store.h) */
+    if (r) r->pending.owned = r->batch.owned = 1;
     return r;
 }
 

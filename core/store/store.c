@@ -453,24 +453,28 @@ static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
     return 0;
 }
 
+/* The values of one typed write bound to st (text as SQLITE_STATIC: valid until the step). */
+static void bind_vals(sqlite3_stmt *st, int n, const mg_store_val_t *vals)
+{
+    for (int i = 0; i < n; i++) {
+        const mg_store_val_t *v = &vals[i];
+        if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, i + 1, v->i);
+        else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, i + 1, v->d);
+        else if (v->kind == MG_STORE_TEXT && v->s)
+            sqlite3_bind_text(st, i + 1, v->s, -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, i + 1);
+    }
+}
+
 static int run_job(mg_store_t *s, write_job_t *j)
 {
     sqlite3 *db = s->db;
     sqlite3_stmt *st = prepared(s, j->sql, j->vals != NULL);
     if (!st) return MG_STORE_ERROR;
-    for (int i = 0; i < j->nparams; i++) {
-        if (j->vals) {
-            const mg_store_val_t *v = &j->vals[i];
-            if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, i + 1, v->i);
-            else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, i + 1, v->d);
-            else if (v->kind == MG_STORE_TEXT)
-                sqlite3_bind_text(st, i + 1, v->s, -1, SQLITE_STATIC);
-            else sqlite3_bind_null(st, i + 1);
-        } else if (j->params[i]) {
-            sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
-        } else {
-            sqlite3_bind_null(st, i + 1);
-        }
+    if (j->vals) bind_vals(st, j->nparams, j->vals);
+    for (int i = 0; !j->vals && i < j->nparams; i++) {
+        if (j->params[i]) sqlite3_bind_text(st, i + 1, j->params[i], -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, i + 1);
     }
     int step = sqlite3_step(st), rc = 0;
     if (step != SQLITE_DONE && step != SQLITE_ROW) {
@@ -719,26 +723,105 @@ static void journal_job(void *ud, int n, const mg_store_val_t *v)
     list_push(batch, j);
 }
 
-/* The journal's records become the same writes the queue would have had, one transaction per
- * JOURNAL_BATCH records; the records are freed once their transaction is over (a record read
- * twice after a crash is a replay: INSERT OR IGNORE and the roll-ups skip it). */
+/* A drain's direct pass: its statement, its roll-up's state, what it did. */
+typedef struct {
+    mg_store_t *s;
+    sqlite3_stmt *st;
+    void *state; /* journal_agg's, or NULL when there is none */
+    uint64_t n;
+    int failed; /* a statement failed: the pass rolls back and the job path takes over */
+} drain_pass_t;
+
+/* One record, bound from the ring's bytes (valid during the call) and run at once; a row
+ * the INSERT OR IGNORE really inserted is summed, a replayed one is not. */
+static void journal_row(void *ud, int n, const mg_store_val_t *v)
+{
+    drain_pass_t *d = ud;
+    if (d->failed) return;
+    bind_vals(d->st, n, v);
+    int step = sqlite3_step(d->st);
+    int inserted = sqlite3_changes(d->s->db) > 0;
+    int64_t rowid = (int64_t)sqlite3_last_insert_rowid(d->s->db);
+    sqlite3_reset(d->st);
+    /* the ring's bytes are not ours past this call: a record that binds every parameter
+     * leaves none of the last one's; the pass clears what is left at its end */
+    if (n != sqlite3_bind_parameter_count(d->st)) sqlite3_clear_bindings(d->st);
+    if (step != SQLITE_DONE && step != SQLITE_ROW) {
+        d->failed = 1;
+        return;
+    }
+    if (d->state && inserted) d->s->journal_agg->add(d->state, rowid, n, v);
+    d->n++;
+}
+
+/* The common case of a drain: up to JOURNAL_BATCH records bound straight from the ring in
+ * one transaction (no job, no copy per record). 0 and *pos (release it: committed), or -1
+ * and nothing of it in the database (the roll-ups' adds discarded): the caller reads the
+ * same records again as jobs, whose path keeps each failure's own handling (a constraint,
+ * a lock, a full disk). */
+static int drain_direct(mg_store_t *s, uint64_t *pos)
+{
+    drain_pass_t d = {s, prepared(s, s->journal_sql, 1), NULL, 0, 0};
+    if (!d.st || !is_cached(s, d.st)) {
+        if (d.st) sqlite3_finalize(d.st);
+        return -1;
+    }
+    if (s->journal_agg && !(d.state = agg_state(s, s->journal_agg))) return -1;
+    if (exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE") != SQLITE_OK) goto fail;
+    aggs_reset(s);
+    *pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_row, &d);
+    sqlite3_clear_bindings(d.st);
+    if (d.failed || exec_until_unlocked(s, &s->commit_st, "COMMIT") != SQLITE_OK) goto fail;
+    if (!aggs_dirty(s)) s->aggs_flush_at_ms = now_ms() + MG_STORE_AGG_FLUSH_MS;
+    aggs_committed(s);
+    pthread_mutex_lock(&s->mu);
+    /* counted as batch_finished counts a batch; no callback is due, no queue room freed:
+     * the loop is not woken */
+    s->handed += d.n;
+    s->committed += d.n;
+    s->stats.writes_total += d.n;
+    if (d.n) s->stats.batches_total++;
+    if (d.n > s->stats.largest_batch) s->stats.largest_batch = d.n;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+fail:
+    mg_log_msg(MG_LOG_WARN, NULL, "store: a journal drain is retried record by record (%s)",
+               sqlite3_errmsg(s->db));
+    if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    aggs_reset(s);
+    return -1;
+}
+
+/* The same records as the jobs the queue would have had (drain_direct failed): one
+ * transaction through commit_batch, with its retries and its hold while the disk is full. */
+static uint64_t drain_jobs(mg_store_t *s)
+{
+    job_list_t batch = {0};
+    void *ud[2] = {s, &batch};
+    uint64_t pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_job, ud);
+    if (batch.n) {
+        pthread_mutex_lock(&s->mu);
+        s->handed += batch.n;
+        pthread_mutex_unlock(&s->mu);
+        commit_batch(s, &batch);
+        batch_finished(s, &batch);
+    }
+    return pos;
+}
+
+/* The journal's records become rows, one transaction per JOURNAL_BATCH records, released
+ * from the ring once committed (a record read twice after a crash is a replay: INSERT OR
+ * IGNORE and the roll-ups skip it). */
 static void journal_drain(mg_store_t *s)
 {
     if (!s->journal) return;
     atomic_store(&s->journal_woken, 0);
     s->journal_drain_at_ms = now_ms() + JOURNAL_DRAIN_MS;
     while (mg_journal_used(s->journal) > 0) {
-        job_list_t batch = {0};
-        void *ud[2] = {s, &batch};
-        uint64_t pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_job, ud);
-        if (batch.n) {
-            pthread_mutex_lock(&s->mu);
-            s->handed += batch.n;
-            pthread_mutex_unlock(&s->mu);
-            commit_batch(s, &batch);
-            batch_finished(s, &batch);
-            checkpoint_if_due(s);
-        }
+        uint64_t pos;
+        if (drain_direct(s, &pos) != 0) pos = drain_jobs(s);
+        checkpoint_if_due(s);
         mg_journal_release(s->journal, pos);
     }
 }

@@ -117,8 +117,9 @@ int mg_store_write_rows_nowait(mg_store_t *s, const char *sql, int nparams,
 /* A roll-up the writer keeps in C instead of a trigger: the writes that name it (below)
  * are summed per batch on the writer thread (`add`, with the row's rowid; only writes whose
  * statement changed a row, so an INSERT OR IGNORE that ignored a replay adds nothing; their
- * parameters stay valid until `committed` returned). When the batch commits, its sums join
- * the pending ones (`committed`, which copies what it keeps); a batch that rolls back adds
+ * parameters are valid during `add` only: a journal drain binds them from the ring's bytes,
+ * so `add` copies the text it keeps). When the batch commits, its sums join the pending ones
+ * (`committed`); a batch that rolls back adds
  * nothing. The pending sums are written about once a second (MG_STORE_AGG_FLUSH_MS), when
  * mg_store_sync_aggs or mg_store_flush asks, and at close, in a transaction of their own
  * (`flush`, which also stores the watermark: the last rowid summed; then `flushed`). Before

@@ -371,6 +371,52 @@ static void test_fallback_off_loop(void)
     mg_store_close(s);
 }
 
+/* A drain binds its records straight from the ring in one transaction; a record its INSERT
+ * refuses (here a trigger's ABORT) rolls that pass back, and the same records go record by record:
+ * the good ones land once, the refused one alone fails, a replayed one adds nothing, and the
+ * roll-ups sum exactly the rows inserted. */
+static void test_drain_falls_back_per_record(void)
+{
+    /* OR IGNORE skips a CHECK's refusal silently; a trigger's ABORT still fails the INSERT */
+    CHECK(mgt_db_exec(path, "CREATE TRIGGER refuse_one BEFORE INSERT ON usage_events"
+            " WHEN NEW.request_id = 'fallback-bad' BEGIN SELECT RAISE(ABORT, 'refused'); END") == 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    mg_store_t *s = open_store();
+    if (!s) return;
+    CHECK(mg_store_attach(s, &loop) == 0);
+    long long rows0 = q("SELECT COUNT(*) FROM usage_events");
+    long long req0 = q("SELECT COALESCE(SUM(requests), 0) FROM usage_hourly");
+    long long in0 = q("SELECT COALESCE(SUM(input_tokens), 0) FROM usage_hourly");
+    mg_store_stats_t before, after;
+    mg_store_stats(s, &before);
+    mg_usage_event_t good1 = ev("fallback-1", 1000), bad = ev("fallback-bad", 5000),
+                     good2 = ev("fallback-2", 20000);
+    CHECK(mg_usage_write(s, &good1, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &bad, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &good2, NULL, NULL) == 0);
+    CHECK(mg_usage_write(s, &good1, NULL, NULL) == 0); /* a replay of the first */
+    mg_store_flush(s);
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT(after.journaled_total - before.journaled_total, 4);
+    CHECK_EQ_INT(after.failed_total - before.failed_total, 1);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events") - rows0, 2);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'fallback-%'"), 2);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly") - req0, 2);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - in0, 21000);
+    /* the next drain takes the direct pass again: one more event, one more row and sum */
+    mg_usage_event_t good3 = ev("fallback-3", 300000);
+    CHECK(mg_usage_write(s, &good3, NULL, NULL) == 0);
+    mg_store_flush(s);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - in0, 321000);
+    CHECK_EQ_INT(header_u64(jpath, 24), header_u64(jpath, 32)); /* drained */
+    mg_store_detach(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    mg_store_close(s);
+    uv_loop_close(&loop);
+    CHECK(mgt_db_exec(path, "DROP TRIGGER refuse_one") == 0);
+}
+
 int main(void)
 {
     if (mgt_tmpdir(dir, sizeof(dir), "journal") != 0) return 1;
@@ -382,6 +428,7 @@ int main(void)
     MG_RUN(test_replay_after_kill);
     MG_RUN(test_backup_holds_the_journal);
     MG_RUN(test_fallback_off_loop);
+    MG_RUN(test_drain_falls_back_per_record);
     if (mgt_rmtree(dir) != 0) return 1;
     return mg_test_summary();
 }

@@ -31,6 +31,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -393,6 +394,31 @@ const cpuOf = (pid) => {
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return (Number(f[11]) + Number(f[12])) / TICK; // fields 14 and 15, counted after the name
 };
+// the whole machine's busy CPU seconds (every core; /proc/stat's first line less idle and iowait)
+const machineBusy = () => {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    return (f.reduce((a, b) => a + b, 0) - f[3] - f[4]) / TICK;
+};
+
+// moongate_loop_busy_seconds' cumulative buckets {le: count}, with its count and sum
+const loopBusy = (text) => {
+    const h = { buckets: new Map(), count: 0, sum: 0 };
+    for (const l of text.split('\n')) {
+        let m = /^moongate_loop_busy_seconds_bucket\{le="([^"]+)"\} (\S+)/.exec(l);
+        if (m) h.buckets.set(m[1], Number(m[2]));
+        m = /^moongate_loop_busy_seconds_(count|sum) (\S+)/.exec(l);
+        if (m) h[m[1]] = Number(m[2]);
+    }
+    return h;
+};
+// turns per bucket between two snapshots: how many loop turns took more than 1, 5 and 10 ms
+const loopSummary = (a, b) => {
+    const n = b.count - a.count;
+    if (!n) return 'no loop_busy metric';
+    const over = (le) => (b.buckets.has(le) ? `${n - (b.buckets.get(le) - (a.buckets.get(le) ?? 0))} > ${Number(le) * 1000} ms` : null);
+    const parts = ['0.001', '0.005', '0.01', '0.025'].map(over).filter(Boolean);
+    return `${n} turns, mean ${((b.sum - a.sum) / n * 1e6).toFixed(0)} us, ${parts.join(', ')}; buckets ${[...b.buckets.keys()].join(',')}`;
+};
 
 /* TRIALS_DEBUG_HEAP=1: where a process's RSS is (smaps: the heap, anonymous maps, the rest)
  * and what glibc's allocator holds in use and free per arena (malloc_info through gdb). */
@@ -486,11 +512,19 @@ async function slow() {
     const perf = process.env.TRIALS_DEBUG_PERF &&
         spawn('perf', ['record', '-g', '-o', process.env.TRIALS_DEBUG_PERF, '-p', String(pid)], { stdio: 'ignore' });
     cpu0 = cpuOf(pid);
-    const childCpu0 = cpuOf(child.pid);
+    // every process of the trial shares the two cores: each one's CPU over the loaded run
+    const others = { child: child.pid, big: big.child.pid, mock: env.mock.child.pid, parent: process.pid };
+    const others0 = Object.fromEntries(Object.entries(others).map(([k, p]) => [k, cpuOf(p)]));
+    const machine0 = machineBusy();
+    const loop0 = loopBusy(await env.gw.metrics());
     t0 = performance.now();
     const loaded = await latencies(env, Math.max(2000, (seconds - 8) * 1000));
     const loadedSecs = (performance.now() - t0) / 1000;
-    const cpuLoaded = (cpuOf(pid) - cpu0) / loadedSecs, cpuChild = (cpuOf(child.pid) - childCpu0) / loadedSecs;
+    const cpuLoaded = (cpuOf(pid) - cpu0) / loadedSecs;
+    const cpuOthers = Object.fromEntries(Object.entries(others).map(([k, p]) => [k, (cpuOf(p) - others0[k]) / loadedSecs]));
+    const cpuMachine = (machineBusy() - machine0) / loadedSecs;
+    const loadAvg = fs.readFileSync('/proc/loadavg', 'utf8').split(' ')[0];
+    const loop1 = loopBusy(await env.gw.metrics());
     if (perf) perf.kill('SIGINT');
     await new Promise((r) => child.once('exit', r));
     clearInterval(peakTimer);
@@ -520,8 +554,11 @@ async function slow() {
     // where the machine's time went: the gateway's CPU with and without the slow clients, and
     // the slow clients' own process (it shares the two cores with the gateway and the mocks)
     row('slow clients: CPU', 'unloaded, loaded runs',
-        `gateway ${cpuBase.toFixed(2)} -> ${cpuLoaded.toFixed(2)} CPU s/s, the slow clients' process ${cpuChild.toFixed(2)} CPU s/s`,
+        `gateway ${cpuBase.toFixed(2)} -> ${cpuLoaded.toFixed(2)} CPU s/s; loaded: slow clients ${cpuOthers.child.toFixed(2)}, big mock ${cpuOthers.big.toFixed(2)}, normal mock ${cpuOthers.mock.toFixed(2)}, measuring parent ${cpuOthers.parent.toFixed(2)}, machine ${cpuMachine.toFixed(2)} of ${os.cpus().length} (load ${loadAvg})`,
         'a figure', true);
+    // the loop's busy stretches during the loaded run (moongate_loop_busy_seconds): a long
+    // turn delays every request that arrives during it
+    row('slow clients: loop turns', 'loaded run', loopSummary(loop0, loop1), 'a figure', true);
     row('slow clients: closed by timeouts', `${stats.senders} senders, ${stats.readers} readers`,
         `${stats.sender_408} senders got 408, ${stats.sender_closed_other} closed otherwise, ${stats.reader_closed} readers reset (${stalled} client_stalled lines), ${stats.reader_completed} handed over whole, ${stats.open_at_end} left open, ${inFlight} in flight after`,
         'none left open, senders by 408', stats.open_at_end === 0 && stats.sender_closed_other === 0 && inFlight === 0);

@@ -378,8 +378,11 @@ static void test_fallback_off_loop(void)
 static void test_drain_falls_back_per_record(void)
 {
     /* OR IGNORE skips a CHECK's refusal silently; a trigger's ABORT still fails the INSERT */
-    CHECK(mgt_db_exec(path, "CREATE TRIGGER refuse_one BEFORE INSERT ON usage_events"
-            " WHEN NEW.request_id = 'fallback-bad' BEGIN SELECT RAISE(ABORT, 'refused'); END") == 0);
+    CHECK(mgt_db_exec(
+              path,
+              "CREATE TRIGGER refuse_one BEFORE INSERT ON usage_events"
+              " WHEN NEW.request_id = 'fallback-bad' BEGIN SELECT RAISE(ABORT, 'refused'); END") ==
+          0);
     uv_loop_t loop;
     uv_loop_init(&loop);
     mg_store_t *s = open_store();

@@ -69,8 +69,13 @@ describe('migrate-store', { skip }, () => {
         const adj = await admin(single, 'POST', `tenants/${t.json.id}/adjust`, { amount_micros: 50000000, reason: 'opening balance' });
         assert.equal(adj.status, 201, adj.text);
         for (let i = 0; i < 3; i++) assert.equal((await chat(single, k.json.key)).status, 200);
-        const w = await admin(single, 'GET', `tenants/${t.json.id}/wallet`);
-        assert.equal(w.status, 200, w.text);
+        // the last request's settle is written after its answer: the opening balance and
+        // three reserve + settle pairs, none held, before the wallet is what was made
+        let w;
+        await waitFor(async () => {
+            w = await admin(single, 'GET', `tenants/${t.json.id}/wallet`);
+            return w.status === 200 && w.json.entries === 7 && w.json.held_micros === 0;
+        }, { timeoutMs: 10000, what: 'the three requests settled' }).catch((e) => { throw new Error(`${e.message}: ${w?.text}`); });
         Object.assign(made, { tenant: t.json, project: p.json, key: k.json, wallet: w.json });
         made.tenantView = (await admin(single, 'GET', `tenants/${t.json.id}`)).json;
         made.keyView = (await admin(single, 'GET', `keys/${k.json.id}`)).json;
@@ -114,7 +119,10 @@ describe('migrate-store', { skip }, () => {
         await waitFor(async () => {
             w = await admin(member, 'GET', `tenants/${made.tenant.id}/wallet`);
             return w.json?.held_micros === 0 && added() >= 2 && added() % 2 === 0;
-        }, { timeoutMs: 10000, what: 'the request reserved and settled on the migrated wallet' }).catch((e) => { throw new Error(`${e.message}: ${JSON.stringify(w?.json)} (migrated ${JSON.stringify(made.wallet)})`); });
+        }, { timeoutMs: 10000, what: 'the request reserved and settled on the migrated wallet' }).catch((e) => {
+            const rows = pg.rows(`SELECT id, kind, amount_micros, hold_micros, request_id FROM ledger_entries WHERE tenant_id = ${made.tenant.id} ORDER BY id`);
+            throw new Error(`${e.message}: ${JSON.stringify(w?.json)} (migrated ${JSON.stringify(made.wallet)}); entries ${JSON.stringify(rows)}`);
+        });
         assert.ok(pg.rows(`SELECT 1 FROM ledger_entries WHERE tenant_id = ${made.tenant.id} AND kind = 'settle'`).length >= 1);
         assert.equal(w.json.balance_micros, made.wallet.balance_micros);
         assert.equal(w.json.held_micros, 0);

@@ -30,6 +30,7 @@
 // failed, lost or hung; no timing, no RSS), so it holds on busy cores.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -443,22 +444,62 @@ function heapReport(pid, label) {
     console.log(`${label}: RSS by map (KiB) ${JSON.stringify(Object.fromEntries(by))}; ${arenas.join('; ')}`);
 }
 
-/* Non-stream requests from 4 clients for ms; their latencies (ms). */
+/* One keep-alive connection's non-stream request: the answer's status, or a reason it failed
+ * (the measuring clients are raw sockets: fetch's own CPU per request would compete with the
+ * gateway on the two cores and land in the latencies). */
+function keepAliveClient(port) {
+    const s = net.connect(port, '127.0.0.1');
+    s.setNoDelay(true);
+    let buf = Buffer.alloc(0), want = null, done = null;
+    const fail = (why) => { if (done) { const d = done; done = null; d(why); } };
+    s.on('error', (e) => fail(e.code ?? 'error'));
+    s.on('close', () => fail('closed'));
+    s.on('data', (d) => {
+        buf = buf.length ? Buffer.concat([buf, d]) : d;
+        if (!want) {
+            const end = buf.indexOf('\r\n\r\n');
+            if (end < 0) return;
+            const head = buf.subarray(0, end).toString('latin1');
+            const len = /\r\ncontent-length: *(\d+)/i.exec(head);
+            if (!len) return fail('no content-length');
+            want = { status: Number(head.slice(9, 12)), total: end + 4 + Number(len[1]) };
+        }
+        if (buf.length < want.total) return;
+        const { status } = want;
+        buf = buf.subarray(want.total);
+        want = null;
+        const resolve = done;
+        done = null;
+        resolve?.(status);
+    });
+    const req = Buffer.from(rawRequest('POST', '/v1/chat/completions', { body: chatBody(false) }));
+    return {
+        ask: () => new Promise((resolve) => { done = resolve; s.write(req); }),
+        close: () => s.destroy(),
+    };
+}
+
+/* Non-stream requests from 4 keep-alive clients for ms; their latencies (ms). */
 async function latencies(env, ms) {
     const out = [];
     const until = Date.now() + ms;
     let failed = 0;
     const why = new Set();
+    const port = Number(new URL(env.api).port);
     const w = async () => {
+        let c = keepAliveClient(port);
         while (Date.now() < until) {
             const t0 = performance.now();
-            const r = await postJson(`${env.api}/chat/completions`, chatBody(false)).catch((e) => ({ status: e.name }));
-            if (r?.status === 200) out.push(performance.now() - t0);
+            const status = await c.ask();
+            if (status === 200) out.push(performance.now() - t0);
             else {
                 failed++;
-                why.add(`${r.status} ${r.json?.error?.code ?? ''}`.trim());
+                why.add(String(status));
+                c.close();
+                c = keepAliveClient(port); // a connection the gateway closed: a new one
             }
         }
+        c.close();
     };
     await Promise.all([w(), w(), w(), w()]);
     out.sort((a, b) => a - b);
@@ -466,8 +507,56 @@ async function latencies(env, ms) {
     return { n: out.length, failed, why: [...why].join(', '), p50: out[Math.floor(out.length * 0.5)], p99: out[Math.floor(out.length * 0.99)] };
 }
 
+/* The slow readers' upstream, in a process of its own: one OpenAI stream of 512 events of
+ * 16 KiB content (8 MiB: more than loopback's buffers hold) built once and written from that
+ * buffer for every request, paused while the gateway does not read, so that its own CPU
+ * is the kernel's copy and not a mock generating megabytes of JSON per reader. Prints its
+ * port as one JSON line. */
+const drainedOrClosed = (res) => new Promise((resolve) => {
+    const go = () => { res.off('drain', go); res.off('close', go); resolve(); };
+    res.on('drain', go);
+    res.on('close', go);
+});
+
+async function bigUpstream() {
+    const piece = 'x'.repeat(16384);
+    const frame = (delta, finish) => `data: ${JSON.stringify({ id: 'chatcmpl-big', object: 'chat.completion.chunk', created: 1, model: 'up-big', choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+    const body = Buffer.from(frame({ role: 'assistant', content: '' }, null) + frame({ content: piece }, null).repeat(512) +
+        frame({}, 'stop') + 'data: [DONE]\n\n');
+    const SLICE = 65536;
+    const server = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', async () => {
+            if (req.method !== 'POST') {
+                res.writeHead(200, { 'Content-Type': 'application/json' });
+                return res.end('{"object":"list","data":[{"id":"up-big","object":"model"}]}');
+            }
+            res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+            for (let at = 0; at < body.length && !res.destroyed; at += SLICE) {
+                if (!res.write(body.subarray(at, at + SLICE))) await drainedOrClosed(res);
+            }
+            res.end();
+        });
+    });
+    server.listen(0, '127.0.0.1', () => console.log(JSON.stringify({ port: server.address().port })));
+    await new Promise(() => {}); // serves until killed
+}
+
+/* The big upstream started as a child; { base, pid, close }. */
+async function startBigUpstream() {
+    const child = spawn(process.execPath, [fileURLToPath(import.meta.url), '--big-upstream'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    await waitFor(() => out.includes('port'), { timeoutMs: 30000, what: 'the big upstream' });
+    const { port } = JSON.parse(out.trim().split('\n')[0]);
+    return {
+        base: `http://127.0.0.1:${port}`, pid: child.pid,
+        close: () => new Promise((r) => { child.once('exit', r); child.kill(); }),
+    };
+}
+
 async function slow() {
-    const big = await startMock();
+    const big = await startBigUpstream();
     const timeouts = { header_read_ms: 5000, idle_ms: 60000, total_ms: 120000 };
     const env = await startEnv({
         timeouts,
@@ -484,7 +573,6 @@ async function slow() {
         }),
     });
     const fdLine = env.gw.logs.find((l) => l.msg === 'fd_limit');
-    await big.script({ model: 'up-big', action: { chunks: 512, piece_bytes: 16384 } }); // 8 MiB: more than the buffers hold
     const seconds = SHORT ? 12 : 30;
     const pid = env.gw.pid;
     await latencies(env, 2000); // warm up
@@ -513,7 +601,7 @@ async function slow() {
         spawn('perf', ['record', '-g', '-o', process.env.TRIALS_DEBUG_PERF, '-p', String(pid)], { stdio: 'ignore' });
     cpu0 = cpuOf(pid);
     // every process of the trial shares the two cores: each one's CPU over the loaded run
-    const others = { child: child.pid, big: big.child.pid, mock: env.mock.child.pid, parent: process.pid };
+    const others = { child: child.pid, big: big.pid, mock: env.mock.child.pid, parent: process.pid };
     const others0 = Object.fromEntries(Object.entries(others).map(([k, p]) => [k, cpuOf(p)]));
     const machine0 = machineBusy();
     const loop0 = loopBusy(await env.gw.metrics());
@@ -671,7 +759,8 @@ async function memory() {
     }
 }
 
-if (process.argv[2] === '--slow-child') await slowChild(Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]));
+if (process.argv[2] === '--big-upstream') await bigUpstream();
+else if (process.argv[2] === '--slow-child') await slowChild(Number(process.argv[3]), Number(process.argv[4]), Number(process.argv[5]));
 
 const only = TEST ? null : process.argv[2];
 const inTest = new Set(['sighup', 'kill9', 'state', 'upstream', 'hang']); // slow and memory measure: not in make test

@@ -13,7 +13,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define MG_MEMTRIM_MIN_BYTES (8u * 1024u * 1024u)
+/* Enough that a trim is worth its heap walk; small enough that the tail of a burst (the last
+ * slow readers' buffers, freed after the burst's trim) is given back too, once it is quiet. */
+#define MG_MEMTRIM_MIN_BYTES (1u * 1024u * 1024u)
 
 typedef struct mg_memtrim_s {
     uv_loop_t *loop;

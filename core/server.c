@@ -611,8 +611,17 @@ static int start_services(mg_server_t *s)
         s->pipeline.otlp = s->otlp;
     }
     s->pipeline.fulllog = &s->fulllog;
-    mg_admin_deps_t ad = {s->loop,  s->store,          s->auth, &s->metrics, &s->gens,
-                          &s->pool, mg_server_rebuild, s,       token,       &s->fulllog};
+    mg_admin_deps_t ad = {s->loop,
+                          s->store,
+                          s->auth,
+                          &s->metrics,
+                          &s->gens,
+                          &s->pool,
+                          mg_server_rebuild,
+                          s,
+                          token,
+                          &s->fulllog,
+                          cfg->cluster.postgres.url != NULL};
     s->admin = mg_admin_new(&ad);
     if (cfg->cluster.postgres.url) { /* the control plane shared through it (admin/control.h) */
         char err[512];

@@ -1075,7 +1075,7 @@ static void audit_row(audit_row_t *r, const char *actor, const char *action, con
                         action,
                         target && *target ? target : NULL,
                         r->status,
-                        request_id,
+                        request_id && *request_id ? request_id : NULL,
                         addr && *addr ? addr : NULL};
     memcpy(r->p, p, sizeof(p));
 }
@@ -1116,16 +1116,55 @@ static void audit_sync(admin_t *a)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
 
+static void admin_start(mg_admin_t *adm);
+
+/* The audit-only items a replicated instance may have waiting for the worker: past it (a flood
+ * of refused sign-ins, the control plane slow) a record is written here only. */
+#define AUDIT_QUEUE_MAX 256
+
+/* Replicated (cluster.postgres): a record written on the loop joins the worker's queue and is
+ * written in a transaction of its own there, as a request's is (audit_sync), so the control
+ * log carries it to the other instances. 0, or -1 when it stays with the caller. */
+static int audit_enqueue(mg_admin_t *adm, const char *actor, const char *action, const char *target,
+                         int status, const char *request_id, const char *addr)
+{
+    if (!adm->d.replicated || adm->audits_queued >= AUDIT_QUEUE_MAX) return -1;
+    admin_t *a = calloc(1, sizeof(*a));
+    if (!a) return -1;
+    a->adm = adm;
+    a->store = adm->d.store;
+    a->audit_only = 1;
+    a->action = action;
+    a->status = status;
+    snprintf(a->actor, sizeof(a->actor), "%s", actor);
+    snprintf(a->target, sizeof(a->target), "%s", target ? target : "");
+    snprintf(a->request_id, sizeof(a->request_id), "%s", request_id ? request_id : "");
+    snprintf(a->peer, sizeof(a->peer), "%s", addr ? addr : "");
+    admin_t **tail = &adm->queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = a;
+    adm->audits_queued++;
+    admin_start(adm);
+    return 0;
+}
+
+/* On the loop: through the worker when replicated, else by the store's writer. */
+static void audit_write(mg_admin_t *adm, const char *actor, const char *action, const char *target,
+                        int status, const char *request_id, const char *addr)
+{
+    if (audit_enqueue(adm, actor, action, target, status, request_id, addr) == 0) return;
+    audit_row_t r;
+    audit_row(&r, actor, action, target, status, request_id, addr);
+    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
+        audit_failed(request_id, actor, action, target, status, addr, "the store is not writable");
+}
+
 static void audit_async(mg_admin_t *adm, const mg_http_req_t *req, const char *actor,
                         const char *action, const char *target, int status)
 {
     char addr[80];
-    audit_row_t r;
     mg_http_peer(req, addr, sizeof(addr));
-    audit_row(&r, actor, action, target, status, req->request_id, addr);
-    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
-        audit_failed(req->request_id, actor, action, target, status, addr,
-                     "the store is not writable");
+    audit_write(adm, actor, action, target, status, req->request_id, addr);
 }
 
 void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *action,
@@ -1136,10 +1175,7 @@ void mg_admin_audit(mg_admin_t *adm, const mg_http_req_t *req, const char *actio
 
 void mg_admin_audit_system(mg_admin_t *adm, const char *action, const char *target)
 {
-    audit_row_t r;
-    audit_row(&r, SYSTEM_ACTOR, action, target, 200, NULL, NULL);
-    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
-        audit_failed(NULL, SYSTEM_ACTOR, action, target, 200, NULL, "the store is not writable");
+    audit_write(adm, SYSTEM_ACTOR, action, target, 200, NULL, NULL);
 }
 
 void mg_admin_audit_auth_failed(mg_admin_t *adm, const mg_http_req_t *req)
@@ -1150,13 +1186,15 @@ void mg_admin_audit_auth_failed(mg_admin_t *adm, const mg_http_req_t *req)
 /* ---- dispatch ----------------------------------------------------------------------------------
  */
 
-static void admin_start(mg_admin_t *adm);
-
 /* Worker thread: route, handle, audit. */
 static void admin_work(uv_work_t *w)
 {
     admin_t *a = w->data;
     char buf[256], *coll, *id, *verb;
+    if (a->audit_only) {
+        audit_sync(a);
+        return;
+    }
     if (!a->code && adm_scope_resolve(a) != 0) a->action = "admin.auth";
     if (!a->code) {
         if (strncmp(a->path, "/api/v2/", 8) != 0 ||
@@ -1286,6 +1324,7 @@ static void admin_done(uv_work_t *w, int status)
     mg_admin_t *adm = a->adm;
     (void)status;
     adm->running = NULL;
+    if (a->audit_only) adm->audits_queued--;
     if (a->unauthenticated) {
         char addr[64];
         mg_authfail_addr(a->peer, addr, sizeof(addr));

@@ -84,6 +84,9 @@ typedef struct mg_admin_deps_s {
     const char *token;     /* the platform admin token (MOONGATE_ADMIN_TOKEN), or NULL:
                               the admin API is off. Read once: only its digest is kept */
     mg_fulllog_t *fulllog; /* the full-mode logging window, switched by /api/v2/logging/full */
+    int replicated;        /* cluster.postgres (admin/control.h): the audit records written on the
+                              loop go through the worker's transaction too, so the cluster's control
+                              log carries them to every instance */
 } mg_admin_deps_t;
 
 /* NULL when out of memory. */

@@ -4,7 +4,9 @@
  * providers, models, applications, prices, system_config, audit_logs) in its own SQLite, as
  * a single node does; PostgreSQL holds their change log, control_log (store/pg_schema.c,
  * migration 3): one row per changed row, the whole row as JSON ('put'), its deletion ('del')
- * or an appended audit record ('add'), in the order the changes committed.
+ * or an appended audit record ('add'), in the order the changes committed. Every audit record
+ * is written in an admin transaction (admin.c sends the loop's own through the worker when
+ * replicated), so the log carries the whole audit trail.
  *
  * Writing (the admin worker, through the store's transaction hook, store/store.h): an admin
  * transaction first opens a PostgreSQL transaction and takes pg_advisory_xact_lock (one key

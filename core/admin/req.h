@@ -47,6 +47,7 @@ struct mg_admin_s {
     mg_admin_deps_t d;
     struct admin_s *queue;   /* requests waiting for the worker, in order */
     struct admin_s *running; /* the one on the worker */
+    int audits_queued;       /* audit-only items in the queue (replicated: bounded) */
     char token_digest[65];   /* SHA-256 of the platform admin token; "" = none */
     mg_authfail_t fails;     /* failed sign-ins per client address */
 };
@@ -65,6 +66,7 @@ typedef struct admin_s {
     mg_http_req_t *req;     /* loop thread only; NULL once the client left */
     mg_gen_t *gen;          /* one reference: the config the request is checked against */
     struct admin_s *next;   /* admin.c's queue: one request in the worker at a time */
+    int audit_only;         /* no request: a loop-side audit record to write (replicated) */
     uv_work_t work;
     int method; /* llhttp_method_t */
     char path[256];

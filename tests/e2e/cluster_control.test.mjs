@@ -200,6 +200,23 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         }
     });
 
+    test('a live read audited on A (answered on the loop) is in the audit trail of B and C, once', async () => {
+        const r = await admin(0, 'GET', 'pools');
+        assert.equal(r.status, 200, r.text);
+        const rid = r.headers.get('x-request-id');
+        const rowsOn = async (i) => {
+            const a = await admin(i, 'GET', 'audit?limit=500');
+            return (a.json.data ?? a.json.audit ?? a.json).filter((x) => x.request_id === rid);
+        };
+        for (const i of [0, 1, 2]) {
+            await waitFor(async () => (await rowsOn(i)).length > 0, { ...WAIT, what: `the read's audit row on ${i}` });
+            const rows = await rowsOn(i);
+            assert.equal(rows.length, 1, `once on ${i}: ${JSON.stringify(rows)}`);
+            assert.equal(rows[0].action, 'pools.read');
+            assert.equal(rows[0].status, 200);
+        }
+    });
+
     test('an entry this binary cannot apply stalls the followers at it, visibly and once; applicable, they resume', async () => {
         const stalledGauge = async (i) => {
             const t = await (await fetch(`http://127.0.0.1:${gws[i].metricsPort}/metrics`, { signal: AbortSignal.timeout(10000) })).text();

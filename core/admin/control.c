@@ -31,6 +31,7 @@ typedef struct pend_s {
     struct pend_s *next;
     int ti;
     char pk[32];
+    char gone_digest[2 * MG_KEY_DIGEST_LEN + 1]; /* "" or: a local key the log's row evicted */
 } pend_t;
 
 /* One change for the loop thread's auth state. */
@@ -109,6 +110,29 @@ static void pend_free(pend_t *p)
     }
 }
 
+/* A local api key deleted because the log's row holds its secondary UNIQUE key (cp_apply):
+ * memory forgets it by its digest, as for a revocation. Tenants and projects so deleted
+ * keep their (limits-only) entries in memory: nothing authenticates by them. */
+static void on_evicted(void *ud, int ti, sqlite3_stmt *row)
+{
+    mg_control_t *cp = ((void **)ud)[0];
+    pend_t **pend = ((void **)ud)[1];
+    if (strcmp(cp->schema.t[ti].name, "api_keys") != 0) return;
+    const char *id = NULL, *digest = NULL;
+    for (int i = 0; i < sqlite3_column_count(row); i++) {
+        const char *name = sqlite3_column_name(row, i);
+        if (strcmp(name, "id") == 0) id = (const char *)sqlite3_column_text(row, i);
+        else if (strcmp(name, "digest") == 0) digest = (const char *)sqlite3_column_text(row, i);
+    }
+    pend_t *e = digest ? calloc(1, sizeof(*e)) : NULL;
+    if (!e) return;
+    e->ti = ti;
+    snprintf(e->pk, sizeof(e->pk), "%s", id ? id : "");
+    snprintf(e->gone_digest, sizeof(e->gone_digest), "%s", digest);
+    e->next = *pend;
+    *pend = e;
+}
+
 /* Apply the entries newer than *applied from c into db (its transaction open), in id order;
  * the rows of CT_AUTH tables onto *pend, the tables' flags into *touched. 0; -1 (PostgreSQL or
  * SQLite failed: roll back, try again); 1: the entry after *applied cannot be applied by this
@@ -116,6 +140,7 @@ static void pend_free(pend_t *p)
 static int fetch_apply(mg_control_t *cp, PGconn *c, sqlite3 *db, int64_t *applied, pend_t **pend,
                        int *touched, uint64_t *count, int64_t *stall, char *err, size_t errlen)
 {
+    void *evicted_ud[2] = {cp, pend};
     for (;;) {
         char from[24];
         snprintf(from, sizeof(from), "%lld", (long long)*applied);
@@ -137,7 +162,8 @@ static int fetch_apply(mg_control_t *cp, PGconn *c, sqlite3 *db, int64_t *applie
             if (ti < 0) snprintf(err, errlen, "a table this binary does not know: %.64s", tbl);
             else
                 rc = cp_apply(&cp->schema, db, ti, PQgetvalue(r, i, 3), pk,
-                              PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), err, errlen);
+                              PQgetisnull(r, i, 4) ? NULL : PQgetvalue(r, i, 4), on_evicted,
+                              evicted_ud, err, errlen);
             if (rc != 0) {
                 PQclear(r);
                 *stall = id;
@@ -436,6 +462,18 @@ static const char *row_sql(const char *name)
 /* The effect of one changed row as it is now in fdb, prepended to r->fx. */
 static void row_effect(mg_control_t *cp, rowfx_t *r, const pend_t *p)
 {
+    if (p->gone_digest[0]) { /* evicted: no row to read any more */
+        fx_t *f = calloc(1, sizeof(*f));
+        if (!f) return;
+        f->kind = FX_REMOVE_KEY;
+        if (mg_auth_digest_parse(p->gone_digest, f->digest) != 0) {
+            free(f);
+            return;
+        }
+        f->next = r->fx;
+        r->fx = f;
+        return;
+    }
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(cp->fdb, row_sql(cp->schema.t[p->ti].name), -1, &st, NULL) != SQLITE_OK)
         return;

@@ -179,7 +179,7 @@ static int build_evict(const cp_table_t *t, sqlite3 *db, char **out)
         else if (e == 0) terms++;
     }
     sqlite3_finalize(st);
-    rc |= add(&b, ")");
+    rc |= add(&b, ") RETURNING *");
     if (rc == 0 && terms > 0) *out = b.data;
     else mg_buf_free(&b);
     return rc;
@@ -375,8 +375,23 @@ static int classify(int rc)
                : CP_UNAPPLICABLE;
 }
 
+/* Run t->evict for row; each deleted row to evicted (when not NULL). An SQLite code. */
+static int evict(const cp_table_t *t, int ti, sqlite3 *db, const char *row, cp_evicted_fn evicted,
+                 void *ud)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, t->evict, -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, row, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (evicted) evicted(ud, ti, st);
+    if (rc != SQLITE_DONE) rc = sqlite3_extended_errcode(db);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
-             const char *row, char *err, size_t errlen)
+             const char *row, cp_evicted_fn evicted, void *ud, char *err, size_t errlen)
 {
     const cp_table_t *t = &s->t[ti];
     const char *sql, *arg;
@@ -395,7 +410,7 @@ int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const ch
     int rc = run1(db, sql, arg);
     if (rc == SQLITE_CONSTRAINT_UNIQUE && arg == row && t->evict && strcmp(op, "put") == 0) {
         /* a secondary key held here by another row: the log's row wins */
-        rc = run1(db, t->evict, row);
+        rc = evict(t, ti, db, row, evicted, ud);
         if (rc == SQLITE_DONE) rc = run1(db, sql, arg);
     }
     if (rc == SQLITE_DONE) return 0;

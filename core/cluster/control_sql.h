@@ -62,10 +62,13 @@ int cp_json_expr(const cp_table_t *t, const char *prefix, struct mg_buf_s *b);
  * primary key deletes that local row first, in the caller's transaction. 0; CP_TRANSIENT
  * (the database busy, out of memory: try again); CP_UNAPPLICABLE (a column this binary does
  * not know, a constraint the entry breaks even so: it cannot be applied until the binary or
- * the data changes). err says why (names, never values). */
+ * the data changes). err says why (names, never values).
+ * evicted, when not NULL, sees each local row so deleted (its columns in row, as SELECT * has
+ * them), so that what mirrors the table elsewhere (the auth state) can forget it too. */
 enum { CP_TRANSIENT = -1, CP_UNAPPLICABLE = 1 };
+typedef void (*cp_evicted_fn)(void *ud, int ti, sqlite3_stmt *row);
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
-             const char *row, char *err, size_t errlen);
+             const char *row, cp_evicted_fn evicted, void *ud, char *err, size_t errlen);
 
 /* The advisory lock's key that serialises writers of PostgreSQL's control_log (the admin
  * writes of admin/control.h and migrate-store). */

@@ -19,7 +19,8 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { adminCall, buildConfig, deadPort, gatewayBin, postJson, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
+import crypto from 'node:crypto';
+import { adminCall, buildConfig, deadPort, gatewayBin, postJson, sqliteRows, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-control-e2e-77a1';
@@ -215,6 +216,25 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             assert.equal(rows[0].action, 'pools.read');
             assert.equal(rows[0].status, 200);
         }
+    });
+
+    test('a local key the log evicts (its name taken by the log\'s key) stops authenticating on that instance', async () => {
+        // C has a key of its own, not in the log (written behind its back while it was down)
+        const localKey = 'mg-' + 'L0ca1EvictedKey'.padEnd(40, 'x');
+        const digest = crypto.createHash('sha256').update(localKey).digest('hex');
+        await gws[2].close();
+        sqliteRows(path.join(dirs[2], 'moongate.db'), `INSERT INTO api_keys(id, tenant_id, name, digest, display, created_at)
+            VALUES (9001, ${made.tenant.id}, 'evicted-here', '${digest}', 'mg-…xxxx', 1)`);
+        gws[2] = await startGateway(path.join(dirs[2], 'moongate.yaml'),
+            { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: ENC_KEY, CLUSTER_PG_URL: pg.url } });
+        await gws[2].waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
+        // polled with a model that does not exist: a key held in memory gets 404, a gone one 401
+        assert.equal((await chat(2, localKey, 'no-such-model')).status, 404, 'the local key authenticates on C');
+        const k = await admin(0, 'POST', 'keys', { tenant_id: made.tenant.id, name: 'evicted-here' });
+        assert.equal(k.status, 201, k.text);
+        await waitFor(async () => (await chat(2, k.json.key, 'no-such-model')).status === 404, { ...WAIT, what: 'the log\'s key on C' });
+        assert.equal((await chat(2, localKey, 'no-such-model')).status, 401, 'the evicted key is gone from memory with its row');
+        assert.equal(sqliteRows(path.join(dirs[2], 'moongate.db'), 'SELECT id FROM api_keys WHERE id = 9001').length, 0);
     });
 
     test('an entry this binary cannot apply stalls the followers at it, visibly and once; applicable, they resume', async () => {

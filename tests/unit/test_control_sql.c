@@ -87,9 +87,10 @@ static int replay(const cp_schema_t *s, sqlite3 *src, sqlite3 *dst)
     exec(dst, "BEGIN IMMEDIATE");
     while (sqlite3_step(st) == SQLITE_ROW) {
         int ti = cp_schema_find(s, (const char *)sqlite3_column_text(st, 0));
-        if (ti < 0 || cp_apply(s, dst, ti, (const char *)sqlite3_column_text(st, 2),
-                               (const char *)sqlite3_column_text(st, 1),
-                               (const char *)sqlite3_column_text(st, 3), err, sizeof(err)) != 0) {
+        if (ti < 0 ||
+            cp_apply(s, dst, ti, (const char *)sqlite3_column_text(st, 2),
+                     (const char *)sqlite3_column_text(st, 1),
+                     (const char *)sqlite3_column_text(st, 3), NULL, NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "apply: %s\n", err);
             n = -1;
             break;
@@ -157,17 +158,18 @@ static void test_apply_again_is_harmless(void)
                       "\"max_concurrency\":0,\"monthly_limit_micros\":0,\"created_at\":2,"
                       "\"daily_limit_micros\":0}";
     for (int i = 0; i < 2; i++)
-        CHECK_EQ_INT(cp_apply(&schema, b, ti, "put", "1", row, err, sizeof(err)), 0);
+        CHECK_EQ_INT(cp_apply(&schema, b, ti, "put", "1", row, NULL, NULL, err, sizeof(err)), 0);
     char *after = dump(&schema, b, ti);
     CHECK_STR(after, before);
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM projects"), 1);
     free(before);
     free(after);
     CHECK_EQ_INT(cp_apply(&schema, b, cp_schema_find(&schema, "system_config"), "del", "b", NULL,
-                          err, sizeof(err)),
+                          NULL, NULL, err, sizeof(err)),
                  0);
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM system_config WHERE key = 'b'"), 0);
-    CHECK(cp_apply(&schema, b, ti, "put", "1", NULL, err, sizeof(err)) != 0); /* no row */
+    CHECK(cp_apply(&schema, b, ti, "put", "1", NULL, NULL, NULL, err, sizeof(err)) !=
+          0); /* no row */
 }
 
 static void test_rollback_takes_the_triggers(void)
@@ -228,8 +230,29 @@ static char *row_like(int ti, sqlite3 *db, const char *where, const char *sets)
     return out;
 }
 
+/* What cp_apply evicted: "<table>:<id>:<digest>" of each deleted row, space-separated. */
+typedef struct {
+    char seen[256];
+} evicted_t;
+
+static void on_evicted(void *ud, int ti, sqlite3_stmt *row)
+{
+    evicted_t *e = ud;
+    const char *id = NULL, *digest = "-";
+    for (int i = 0; i < sqlite3_column_count(row); i++) {
+        const char *name = sqlite3_column_name(row, i);
+        const char *v = (const char *)sqlite3_column_text(row, i);
+        if (strcmp(name, "id") == 0) id = v;
+        else if (strcmp(name, "digest") == 0 && v) digest = v;
+    }
+    size_t n = strlen(e->seen);
+    snprintf(e->seen + n, sizeof(e->seen) - n, "%s%s:%s:%s", n ? " " : "", schema.t[ti].name,
+             id ? id : "?", digest);
+}
+
 static void test_the_log_wins_a_unique_conflict(void)
 {
+    evicted_t ev = {""};
     char err[256];
     int tt = cp_schema_find(&schema, "tenants"), kt = cp_schema_find(&schema, "api_keys");
     CHECK(schema.t[tt].evict != NULL);
@@ -238,7 +261,7 @@ static void test_the_log_wins_a_unique_conflict(void)
     CHECK_EQ_INT(exec(b, "INSERT INTO tenants(id, name, created_at) VALUES (50, 'taken', 1)"), 0);
     char *t60 = row_like(tt, b, "id = 50", "'$.id', 60, '$.created_at', 7");
     CHECK_EQ_INT(exec(b, "BEGIN IMMEDIATE"), 0);
-    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", t60, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", t60, NULL, NULL, err, sizeof(err)), 0);
     CHECK_EQ_INT(exec(b, "COMMIT"), 0);
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 50"), 0);
     CHECK_EQ_INT(count(b, "SELECT created_at FROM tenants WHERE id = 60 AND name = 'taken'"), 7);
@@ -251,13 +274,16 @@ static void test_the_log_wins_a_unique_conflict(void)
                  0);
     char *k71 = row_like(kt, b, "id = 70", "'$.id', 71, '$.digest', 'd71'");
     char *k73 = row_like(kt, b, "id = 70", "'$.id', 73, '$.digest', 'd73', '$.name', 'old'");
-    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "71", k71, err, sizeof(err)), 0);
-    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "73", k73, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "71", k71, on_evicted, &ev, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "73", k73, on_evicted, &ev, err, sizeof(err)), 0);
+    CHECK_STR(ev.seen, "api_keys:70:d70"); /* the evicted row, for memory to forget */
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id IN (71, 72, 73)"), 3);
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id = 70"), 0);
     /* the same digest under another id: the log's row wins too */
     char *k74 = row_like(kt, b, "id = 71", "'$.id', 74, '$.name', 'other'");
-    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "74", k74, err, sizeof(err)), 0);
+    ev.seen[0] = '\0';
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "74", k74, on_evicted, &ev, err, sizeof(err)), 0);
+    CHECK_STR(ev.seen, "api_keys:71:d71");
     CHECK_EQ_INT(count(b, "SELECT id FROM api_keys WHERE digest = 'd71'"), 74);
     free(t60);
     free(k71);
@@ -270,16 +296,19 @@ static void test_an_entry_this_binary_cannot_apply(void)
     char err[256] = "";
     int tt = cp_schema_find(&schema, "tenants");
     char *future = row_like(tt, b, "id = 60", "'$.id', 61, '$.name', 'f', '$.region', 'eu'");
-    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "61", future, err, sizeof(err)), CP_UNAPPLICABLE);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "61", future, NULL, NULL, err, sizeof(err)),
+                 CP_UNAPPLICABLE);
     CHECK(strstr(err, "region") != NULL);
     CHECK(strstr(err, "eu") == NULL); /* names, never values */
     CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 61"), 0);
     char *noname = row_like(tt, b, "id = 60", "'$.id', 62, '$.name', NULL");
-    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "62", noname, err, sizeof(err)), CP_UNAPPLICABLE);
-    CHECK(strstr(err, "NOT NULL") != NULL);
-    CHECK_EQ_INT(cp_apply(&schema, b, tt, "merge", "60", noname, err, sizeof(err)),
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "62", noname, NULL, NULL, err, sizeof(err)),
                  CP_UNAPPLICABLE);
-    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", "[1,2]", err, sizeof(err)), CP_UNAPPLICABLE);
+    CHECK(strstr(err, "NOT NULL") != NULL);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "merge", "60", noname, NULL, NULL, err, sizeof(err)),
+                 CP_UNAPPLICABLE);
+    CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", "[1,2]", NULL, NULL, err, sizeof(err)),
+                 CP_UNAPPLICABLE);
     free(future);
     free(noname);
 }

@@ -789,7 +789,8 @@ static void audit_list(admin_t *a)
     if (q < 0) return;
     if (strtoll(limit, NULL, 10) > 1000) snprintf(limit, sizeof(limit), "1000");
     const char *p[1] = {limit};
-    adm_get_rows(a, NULL, "SELECT " AUDIT_JSON_COLUMNS " FROM audit_logs ORDER BY id DESC LIMIT ?1",
+    adm_get_rows(a, NULL,
+                 "SELECT " AUDIT_JSON_COLUMNS " FROM audit_logs ORDER BY at DESC, id DESC LIMIT ?1",
                  NULL, 1, p, audit_json, "record");
 }
 
@@ -1058,6 +1059,12 @@ static int parse_body(admin_t *a, const mg_http_req_t *req)
     "INSERT INTO audit_logs(at, actor, action, target, status, request_id, client_addr)"           \
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 
+/* Replicated, the control plane out of reach: the record stays here, listed as not shipped
+ * yet (store migration 25); the control follower appends it to the log once it is back. */
+#define AUDIT_INSERT_UNSHIPPED                                                                     \
+    "INSERT INTO audit_unshipped_new(at, actor, action, target, status, request_id, client_addr)"  \
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+
 typedef struct audit_row_s {
     char at[24], status[8];
     const char *p[7];
@@ -1110,8 +1117,9 @@ static void audit_sync(admin_t *a)
     if (rc == 0) rc = mg_store_tx_exec(tx, AUDIT_INSERT, 7, r.p, NULL, NULL, err, sizeof(err));
     if (rc >= 0) rc = mg_store_tx_commit(tx, err, sizeof(err));
     else if (rc != MG_STORE_EUNAVAIL) mg_store_tx_rollback(tx);
-    /* the shared control plane is down: keep the record here at least (not replicated) */
-    if (rc == MG_STORE_EUNAVAIL && mg_store_write(a->store, AUDIT_INSERT, 7, r.p) == 0) rc = 0;
+    /* the shared control plane is down: the record stays here until it is back */
+    if (rc == MG_STORE_EUNAVAIL && mg_store_write(a->store, AUDIT_INSERT_UNSHIPPED, 7, r.p) == 0)
+        rc = 0;
     if (rc < 0)
         audit_failed(a->request_id, a->actor, a->action, a->target, a->status, a->peer, err);
 }
@@ -1119,7 +1127,7 @@ static void audit_sync(admin_t *a)
 static void admin_start(mg_admin_t *adm);
 
 /* The audit-only items a replicated instance may have waiting for the worker: past it (a flood
- * of refused sign-ins, the control plane slow) a record is written here only. */
+ * of refused sign-ins, the control plane slow) a record is written here and shipped later. */
 #define AUDIT_QUEUE_MAX 256
 
 /* Replicated (cluster.postgres): a record written on the loop joins the worker's queue and is
@@ -1155,7 +1163,8 @@ static void audit_write(mg_admin_t *adm, const char *actor, const char *action, 
     if (audit_enqueue(adm, actor, action, target, status, request_id, addr) == 0) return;
     audit_row_t r;
     audit_row(&r, actor, action, target, status, request_id, addr);
-    if (mg_store_write(adm->d.store, AUDIT_INSERT, 7, r.p) != 0)
+    if (mg_store_write(adm->d.store, adm->d.replicated ? AUDIT_INSERT_UNSHIPPED : AUDIT_INSERT, 7,
+                       r.p) != 0)
         audit_failed(request_id, actor, action, target, status, addr, "the store is not writable");
 }
 

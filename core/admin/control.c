@@ -19,6 +19,7 @@
 
 #define POLL_MS 250      /* the follower's poll; NOTIFY wakes it sooner */
 #define FETCH_ROWS "500" /* log entries per round trip */
+#define SHIP_ROWS 200    /* unshipped audit records per turn */
 #define CHANNEL "mg_control"
 #define STALL_MIN_MS 1000  /* a stalled follower's first retry */
 #define STALL_MAX_MS 15000 /* and its longest wait between two */
@@ -110,9 +111,10 @@ static void pend_free(pend_t *p)
     }
 }
 
-/* A local api key deleted because the log's row holds its secondary UNIQUE key (cp_apply):
- * memory forgets it by its digest, as for a revocation. Tenants and projects so deleted
- * keep their (limits-only) entries in memory: nothing authenticates by them. */
+/* A local api key deleted by a 'del' of the log or because the log's row holds its secondary
+ * UNIQUE key (cp_apply): memory forgets it by its digest, as for a revocation. Tenants and
+ * projects so deleted keep their (limits-only) entries in memory: nothing authenticates by
+ * them. */
 static void on_evicted(void *ud, int ti, sqlite3_stmt *row)
 {
     mg_control_t *cp = ((void **)ud)[0];
@@ -599,7 +601,57 @@ static void set_stall(mg_control_t *cp, int64_t id, const char *why)
     cp->stall_next_ms = (int64_t)(uv_hrtime() / 1000000) + cp->stall_wait_ms;
 }
 
-/* One turn: apply what the log has beyond this instance's SQLite. */
+/* Append the oldest unshipped audit records (cp_schema_t.unshipped) to the log as this
+ * instance's 'add' entries, as its admin transactions do, and remove them from
+ * audit_unshipped: inside the follower's SQLite transaction, with the writers' lock held on
+ * rconn. An entry already in the log (the same node, record id and row: shipped before a
+ * crash lost the removal) is not appended twice. The last appended id into *last. 0 or -1. */
+static int ship_audit(mg_control_t *cp, int64_t *last, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(cp->fdb, cp->schema.unshipped, -1, &st, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "%s", sqlite3_errmsg(cp->fdb));
+        return -1;
+    }
+    sqlite3_bind_int(st, 1, SHIP_ROWS);
+    char at[24];
+    snprintf(at, sizeof(at), "%lld", (long long)time(NULL) * 1000);
+    int64_t upto = 0;
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        upto = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) continue; /* the record is gone */
+        const char *p[4] = {(const char *)sqlite3_column_text(st, 1),
+                            (const char *)sqlite3_column_text(st, 2), cp->node, at};
+        PGresult *r = PQexecParams(cp->rconn,
+                                   "INSERT INTO control_log(tbl, pk, op, row, node, at)"
+                                   " SELECT 'audit_logs', $1, 'add', $2, $3, $4 WHERE NOT EXISTS"
+                                   " (SELECT 1 FROM control_log WHERE node = $3"
+                                   " AND tbl = 'audit_logs' AND pk = $1 AND row = $2)"
+                                   " RETURNING id",
+                                   4, NULL, p, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            snprintf(err, errlen, "PostgreSQL: %s", PQerrorMessage(cp->rconn));
+            rc = -1;
+        } else if (PQntuples(r) == 1) {
+            *last = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+            pthread_mutex_lock(&cp->mu);
+            cp->stats.appended_total++;
+            cp->stats.shipped_total++;
+            pthread_mutex_unlock(&cp->mu);
+        }
+        PQclear(r);
+    }
+    sqlite3_finalize(st);
+    if (rc == 0 && upto > 0) rc = cp_unshipped_clear(cp->fdb, upto, err, errlen);
+    if (rc == 0 && *last > 0) rc = pg_cmd(cp->rconn, "NOTIFY " CHANNEL, err, errlen);
+    return rc;
+}
+
+/* One turn: apply what the log has beyond this instance's SQLite, and ship the audit records
+ * kept here while the log was out of reach. Shipping takes the writers' lock before SQLite's
+ * write lock, as an admin transaction does, and writes nothing past an entry this binary
+ * cannot apply. */
 static void follow_once(mg_control_t *cp)
 {
     char err[512] = "";
@@ -609,18 +661,37 @@ static void follow_once(mg_control_t *cp)
     int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
     int64_t remote = ok ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
     PQclear(r);
-    if (!ok || local < 0 || remote <= local) return;
+    int ship = ok && cp_unshipped_any(cp->fdb);
+    if (!ok || local < 0 || (remote <= local && !ship)) return;
+    if (ship && (pg_cmd(cp->rconn, "BEGIN", err, sizeof(err)) != 0 ||
+                 pg_cmd(cp->rconn, "SELECT pg_advisory_xact_lock(" MG_CONTROL_LOCK ")", err,
+                        sizeof(err)) != 0)) {
+        pg_cmd(cp->rconn, "ROLLBACK", err, sizeof(err));
+        mg_log_msg(MG_LOG_WARN, NULL, "control: cannot ship the audit records kept here: %s", err);
+        return;
+    }
     pend_t *pend = NULL;
     int touched = 0, rc = -1;
     uint64_t n = 0;
-    int64_t stall = 0;
-    if (sqlite3_exec(cp->fdb, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) return;
+    int64_t stall = 0, last = 0;
+    if (sqlite3_exec(cp->fdb, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        if (ship) pg_cmd(cp->rconn, "ROLLBACK", err, sizeof(err));
+        return;
+    }
     int64_t applied = cp_state_applied(cp->fdb); /* again, under the write lock */
     if (applied >= 0)
         rc = fetch_apply(cp, cp->rconn, cp->fdb, &applied, &pend, &touched, &n, &stall, err,
                          sizeof(err));
-    if (rc < 0 || cp_state_set(cp->fdb, applied, err, sizeof(err)) != 0 ||
-        sqlite3_exec(cp->fdb, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    if (rc == 0 && ship && ship_audit(cp, &last, err, sizeof(err)) != 0) rc = -1;
+    if (last > 0) applied = last; /* its own entries: applied already */
+    if (rc >= 0 && cp_state_set(cp->fdb, applied, err, sizeof(err)) != 0) rc = -1;
+    /* PostgreSQL commits first, as in an admin transaction: should SQLite's commit fail, the
+     * records are shipped again and found in the log */
+    char ignore[8];
+    if (ship && rc < 0) pg_cmd(cp->rconn, "ROLLBACK", ignore, sizeof(ignore));
+    else if (ship && pg_cmd(cp->rconn, "COMMIT", err, sizeof(err)) != 0) rc = -1;
+    if (rc >= 0 && sqlite3_exec(cp->fdb, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) rc = -1;
+    if (rc < 0) {
         sqlite3_exec(cp->fdb, "ROLLBACK", NULL, NULL, NULL);
         mg_log_msg(MG_LOG_ERROR, NULL, "control: cannot apply the log: %s", err);
         pend_free(pend);

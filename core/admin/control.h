@@ -17,7 +17,10 @@
  * TEMP outbox (generic by table: the triggers are built from the tables' columns). Before
  * SQLite's COMMIT, the outbox is appended to control_log and PostgreSQL commits; only then
  * does SQLite commit. PostgreSQL unreachable: the transaction rolls back and the admin API
- * answers 503 CONTROL_PLANE_UNAVAILABLE, with nothing changed anywhere. Because the log is
+ * answers 503 CONTROL_PLANE_UNAVAILABLE, with nothing changed anywhere; an audit record is
+ * then kept in SQLite, its id in audit_unshipped (admin.c), and the follower appends it to the
+ * log once PostgreSQL is back (under the same lock, in its own transaction: its 'add' entries
+ * and the removal of their ids; one already in the log is not appended twice). Because the log is
  * only appended under the lock, its ids increase in commit order: a follower that has
  * applied id N never sees a smaller id appear later.
  *
@@ -72,6 +75,7 @@ typedef struct mg_control_stats_s {
     uint64_t applied_total;  /* entries applied from the log (others' changes) */
     uint64_t appended_total; /* entries this instance appended */
     uint64_t refused_total;  /* admin transactions refused: PostgreSQL unreachable */
+    uint64_t shipped_total;  /* audit records kept here while it was, appended since */
     int follower_connected;
     int64_t stalled_id;       /* the log entry this binary cannot apply (0: not stalled) */
     char stalled_reason[256]; /* why (table, column, constraint names; never values) */

@@ -68,6 +68,7 @@ static void add_cluster_status(mg_api_t *s, const mg_gen_t *g, cJSON *root)
         cJSON_AddNumberToObject(cp, "applied", (double)cs.applied_total);
         cJSON_AddNumberToObject(cp, "appended", (double)cs.appended_total);
         cJSON_AddNumberToObject(cp, "refused", (double)cs.refused_total);
+        cJSON_AddNumberToObject(cp, "audit_shipped", (double)cs.shipped_total);
     }
     cJSON *rd = cJSON_AddObjectToObject(cl, "redis");
     cJSON_AddStringToObject(rd, "state", mg_redis_state_name(s->redis));

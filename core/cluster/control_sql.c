@@ -112,7 +112,7 @@ static char *build_del(const cp_table_t *t)
 {
     mg_buf_t b = {0};
     int rc = add(&b, "DELETE FROM main.\"") | add(&b, t->name) | add(&b, "\" WHERE \"") |
-             add(&b, t->pk) | add(&b, "\" = ?1");
+             add(&b, t->pk) | add(&b, "\" = ?1 RETURNING *");
     if (rc) mg_buf_free(&b);
     return rc ? NULL : b.data;
 }
@@ -194,6 +194,18 @@ int cp_json_expr(const cp_table_t *t, const char *prefix, mg_buf_t *b)
     return rc | add(b, ")");
 }
 
+/* The unshipped audit records, oldest first: their id, the record's id (NULL: gone) and the
+ * record as the capture trigger has it (?1: at most so many). */
+static char *build_unshipped(const cp_table_t *audit)
+{
+    mg_buf_t b = {0};
+    int rc = add(&b, "SELECT u.id, a.id, ") | cp_json_expr(audit, "a.", &b) |
+             add(&b, " FROM main.audit_unshipped u LEFT JOIN main.audit_logs a ON a.id = u.id"
+                     " ORDER BY u.id LIMIT ?1");
+    if (rc) mg_buf_free(&b);
+    return rc ? NULL : b.data;
+}
+
 int cp_schema_build(cp_schema_t *s, sqlite3 *db, char *err, size_t errlen)
 {
     memset(s, 0, sizeof(*s));
@@ -210,6 +222,10 @@ int cp_schema_build(cp_schema_t *s, sqlite3 *db, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory");
             goto fail;
         }
+    }
+    if (!(s->unshipped = build_unshipped(&s->t[cp_schema_find(s, "audit_logs")]))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
     }
     return 0;
 fail:
@@ -228,6 +244,7 @@ void cp_schema_free(cp_schema_t *s)
         free(t->del);
         free(t->evict);
     }
+    free(s->unshipped);
     memset(s, 0, sizeof(*s));
 }
 
@@ -375,14 +392,15 @@ static int classify(int rc)
                : CP_UNAPPLICABLE;
 }
 
-/* Run t->evict for row; each deleted row to evicted (when not NULL). An SQLite code. */
-static int evict(const cp_table_t *t, int ti, sqlite3 *db, const char *row, cp_evicted_fn evicted,
-                 void *ud)
+/* Run a DELETE ... RETURNING * with ?1 = arg; each deleted row to evicted (when not NULL). An
+ * SQLite code. */
+static int delete_rows(const char *sql, int ti, sqlite3 *db, const char *arg, cp_evicted_fn evicted,
+                       void *ud)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, t->evict, -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
-    sqlite3_bind_text(st, 1, row, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         if (evicted) evicted(ud, ti, st);
     if (rc != SQLITE_DONE) rc = sqlite3_extended_errcode(db);
@@ -407,13 +425,32 @@ int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const ch
         return CP_UNAPPLICABLE;
     }
     if (arg == row && unknown_column(t, db, row, err, errlen) != 0) return CP_UNAPPLICABLE;
-    int rc = run1(db, sql, arg);
+    int rc = sql == t->del ? delete_rows(sql, ti, db, pk, evicted, ud) : run1(db, sql, arg);
     if (rc == SQLITE_CONSTRAINT_UNIQUE && arg == row && t->evict && strcmp(op, "put") == 0) {
         /* a secondary key held here by another row: the log's row wins */
-        rc = evict(t, ti, db, row, evicted, ud);
+        rc = delete_rows(t->evict, ti, db, row, evicted, ud);
         if (rc == SQLITE_DONE) rc = run1(db, sql, arg);
     }
     if (rc == SQLITE_DONE) return 0;
     snprintf(err, errlen, "%s %s %s: %s", op, t->name, pk, sqlite3_errmsg(db));
     return classify(rc);
+}
+
+int cp_unshipped_any(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.audit_unshipped LIMIT 1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    int any = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return any;
+}
+
+int cp_unshipped_clear(sqlite3 *db, int64_t upto, char *err, size_t errlen)
+{
+    char sql[96];
+    snprintf(sql, sizeof(sql), "DELETE FROM main.audit_unshipped WHERE id <= %lld",
+             (long long)upto);
+    return exec(db, sql, err, errlen);
 }

@@ -33,6 +33,8 @@ typedef struct cp_table_s {
 
 typedef struct cp_schema_s {
     cp_table_t t[CP_NTABLES];
+    char *unshipped; /* ?1 = a row count: the oldest audit_unshipped ids, each with the record's
+                        id (NULL: it is gone) and the record as JSON, as a capture has it */
 } cp_schema_t;
 
 /* Build the statements from db's columns. 0, or -1 with err set. */
@@ -59,16 +61,25 @@ int cp_json_expr(const cp_table_t *t, const char *prefix, struct mg_buf_s *b);
 
 /* Apply one entry (op "put", "del" or "add") of table ti. The log is the truth: a put whose
  * secondary UNIQUE key (a tenant's name, a key's digest) is held here by a row of another
- * primary key deletes that local row first, in the caller's transaction. 0; CP_TRANSIENT
+ * primary key deletes that local row first, in the caller's transaction. (A put that changes
+ * a row's own secondary key is not looked at: no admin write changes a key's digest, a
+ * rotation makes a new row.) 0; CP_TRANSIENT
  * (the database busy, out of memory: try again); CP_UNAPPLICABLE (a column this binary does
  * not know, a constraint the entry breaks even so: it cannot be applied until the binary or
  * the data changes). err says why (names, never values).
- * evicted, when not NULL, sees each local row so deleted (its columns in row, as SELECT * has
- * them), so that what mirrors the table elsewhere (the auth state) can forget it too. */
+ * evicted, when not NULL, sees each local row so deleted or deleted by a 'del' (its columns in
+ * row, as SELECT * has them), so that what mirrors the table elsewhere (the auth state) can
+ * forget it too. */
 enum { CP_TRANSIENT = -1, CP_UNAPPLICABLE = 1 };
 typedef void (*cp_evicted_fn)(void *ud, int ti, sqlite3_stmt *row);
 int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const char *pk,
              const char *row, cp_evicted_fn evicted, void *ud, char *err, size_t errlen);
+
+/* The audit records kept here while the log was out of reach (store migration 25, shipped by
+ * admin/control.c with cp_schema_t.unshipped): any waiting (1 or 0), and those up to id
+ * removed once shipped (0 or -1). */
+int cp_unshipped_any(sqlite3 *db);
+int cp_unshipped_clear(sqlite3 *db, int64_t upto, char *err, size_t errlen);
 
 /* The advisory lock's key that serialises writers of PostgreSQL's control_log (the admin
  * writes of admin/control.h and migrate-store). */

@@ -258,6 +258,9 @@ static const char *const migrations[] = {
     "  DO UPDATE SET n = usage_hist.n + 1;"
     " END IF;"
     " RETURN NULL; END $$;",
+    /* 6: an instance's own entries by row key (admin/control.c's shipping of the audit records
+     * kept locally while PostgreSQL was unreachable looks up whether one is in the log) */
+    "CREATE INDEX idx_control_log_node_pk ON control_log(node, tbl, pk);",
 };
 
 #define N_MIGRATIONS ((int)(sizeof(migrations) / sizeof(migrations[0])))

@@ -544,6 +544,21 @@ static const char *const migrations[] = {
     " SUM(cache_write_tokens), SUM(reasoning_tokens), SUM(cache_hits), SUM(missing_usage),"
     " SUM(cost_micros), SUM(latency_ms_sum), SUM(ttft_ms_sum), SUM(ttft_count)"
     " FROM usage_hourly GROUP BY 1, 2;",
+    /* 25: the audit records of this instance that the cluster's control log does not carry
+     * yet (written while PostgreSQL was unreachable: admin/control.h), by id; the control
+     * follower ships them when it is back and removes them here. Per node, not a control
+     * table. audit_unshipped_new writes a record and its id in one statement (the store's
+     * writer runs one statement per write): an insert into the view is one into each table.
+     * IF NOT EXISTS: run again over itself, it makes nothing twice (unit/test_usage_daily). */
+    "CREATE TABLE IF NOT EXISTS audit_unshipped (id INTEGER PRIMARY KEY);"
+    "CREATE VIEW IF NOT EXISTS audit_unshipped_new AS SELECT at, actor, action, target,"
+    " status, request_id, client_addr FROM audit_logs WHERE 0;"
+    "CREATE TRIGGER IF NOT EXISTS audit_unshipped_new_insert"
+    " INSTEAD OF INSERT ON audit_unshipped_new BEGIN"
+    " INSERT INTO audit_logs(at, actor, action, target, status, request_id, client_addr)"
+    "  VALUES (NEW.at, NEW.actor, NEW.action, NEW.target, NEW.status, NEW.request_id,"
+    "  NEW.client_addr);"
+    " INSERT INTO audit_unshipped(id) SELECT MAX(id) FROM audit_logs; END;",
 };
 
 int mg_sqlite_exec(sqlite3 *db, const char *sql, char *err, size_t errlen)

@@ -349,13 +349,18 @@ describe('the control plane through PostgreSQL', { skip }, () => {
         }
     });
 
-    test('PostgreSQL stopped: admin writes answer 503 CONTROL_PLANE_UNAVAILABLE, serving and reads go on; back: writes work', async () => {
+    test('PostgreSQL stopped: admin writes answer 503 CONTROL_PLANE_UNAVAILABLE, serving and reads go on; back: writes work, the audit records kept meanwhile reach every instance once', async () => {
+        const kept = []; // request ids audited while the log was out of reach, [instance, id, action]
         pg.stop();
         try {
             for (let i = 0; i < N; i++) {
                 const w = await admin(i, 'POST', 'tenants', { name: `while-down-${i}` });
                 assert.equal(w.status, 503, w.text);
                 assert.equal(w.json.error.code, 'CONTROL_PLANE_UNAVAILABLE');
+                kept.push([i, w.headers.get('x-request-id'), 'tenant.create']);
+                const live = await admin(i, 'GET', 'pools'); // audited on the loop's side
+                assert.equal(live.status, 200, live.text);
+                kept.push([i, live.headers.get('x-request-id'), 'pools.read']);
                 const rd = await admin(i, 'GET', `tenants/${made.tenant.id}`);
                 assert.equal(rd.status, 200, rd.text);
                 const c = await chat(i, made.key.key, 'cp-chat');
@@ -382,5 +387,20 @@ describe('the control plane through PostgreSQL', { skip }, () => {
             { ...WAIT, timeoutMs: 20000, what: `the write after the restart on ${i}` });
         await waitFor(async () => (await Promise.all([0, 1, 2].map(control))).every((c) => c.state === 'following'),
             { ...WAIT, what: 'every follower connected again' });
+        // what each instance audited while the log was out of reach is shipped once it is back
+        const audit = async (i) => { const a = await admin(i, 'GET', 'audit?limit=1000'); return a.json.data ?? a.json.audit ?? a.json; };
+        for (let i = 0; i < N; i++) {
+            let rows;
+            await waitFor(async () => {
+                rows = await audit(i);
+                return kept.every(([, rid]) => rows.some((x) => x.request_id === rid));
+            }, { ...WAIT, timeoutMs: 20000, what: `the records kept while down, on ${i}` });
+            for (const [from, rid, action] of kept) {
+                const got = rows.filter((x) => x.request_id === rid);
+                assert.equal(got.length, 1, `${action} of ${from} once on ${i}: ${JSON.stringify(got)}`);
+                assert.equal(got[0].action, action);
+            }
+        }
+        for (let i = 0; i < N; i++) assert.ok((await control(i)).audit_shipped >= 2, `shipped by ${i}`);
     });
 });

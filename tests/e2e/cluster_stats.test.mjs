@@ -133,7 +133,9 @@ after(async () => {
 
 describe('cluster analytics read PostgreSQL', { skip }, () => {
     test('migration 5 ran once: the histograms and the new columns are there, kept by the trigger', () => {
-        assert.deepEqual(pg.rows('SELECT version FROM mg_schema ORDER BY version').map((r) => r.version), [1, 2, 3, 4, 5]);
+        const versions = pg.rows('SELECT version FROM mg_schema ORDER BY version').map((r) => r.version);
+        assert.deepEqual(versions, versions.map((_, i) => i + 1)); // each once, 5 among them
+        assert.ok(versions.includes(5));
         const [h] = pg.rows("SELECT COALESCE(SUM(n), 0) AS n FROM usage_hist WHERE kind = 'latency'");
         assert.equal(Number(h.n), TOTAL, 'one latency bin per event');
         const bins = pg.rows('SELECT latency_ms, latency_bin FROM usage_events');

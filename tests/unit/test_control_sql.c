@@ -6,7 +6,9 @@
  * connection without the triggers (the writer's, the follower's) captures nothing; a put
  * whose secondary UNIQUE key a local row of another id holds wins over that row (a partial
  * index only where its condition holds), and an entry this binary cannot apply (a column it
- * does not know, a constraint it breaks, an unknown op) says so as CP_UNAPPLICABLE. */
+ * does not know, a constraint it breaks, an unknown op) says so as CP_UNAPPLICABLE; a 'del'
+ * reports the row it deleted; the audit records kept while the log was out of reach are listed
+ * for shipping and removed once shipped. */
 #include "mgtest.h"
 #include "store_fixture.h"
 #include "cluster/control_sql.h"
@@ -291,6 +293,58 @@ static void test_the_log_wins_a_unique_conflict(void)
     free(k74);
 }
 
+static void test_a_del_reports_the_deleted_key(void)
+{
+    evicted_t ev = {""};
+    char err[256];
+    int kt = cp_schema_find(&schema, "api_keys");
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "del", "73", NULL, on_evicted, &ev, err, sizeof(err)), 0);
+    CHECK_STR(ev.seen, "api_keys:73:d73"); /* memory forgets it by its digest */
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id = 73"), 0);
+    ev.seen[0] = '\0';
+    CHECK_EQ_INT(cp_apply(&schema, b, kt, "del", "73", NULL, on_evicted, &ev, err, sizeof(err)), 0);
+    CHECK_STR(ev.seen, ""); /* gone already: nothing to forget */
+}
+
+/* Audit records kept while the log was out of reach: written through the view (one statement:
+ * the record and its id), listed oldest first with the row a capture would have made, a
+ * record gone meanwhile listed with a NULL id, and removed up to an id once shipped. */
+static void test_unshipped_audit_records(void)
+{
+    char err[256];
+    CHECK_EQ_INT(cp_unshipped_any(b), 0);
+    CHECK_EQ_INT(exec(b, "INSERT INTO audit_unshipped_new(at, actor, action, target, status)"
+                         " VALUES (5, 'admin', 'tenant.create', NULL, 503);"
+                         "INSERT INTO audit_logs(at, actor, action, status)"
+                         " VALUES (6, 'admin', 'shipped.already', 200);"
+                         "INSERT INTO audit_unshipped_new(at, actor, action, target, status)"
+                         " VALUES (7, 'system', 'config.reload', 'x', 200);"),
+                 0);
+    CHECK_EQ_INT(cp_unshipped_any(b), 1);
+    long long first = count(b, "SELECT id FROM audit_logs WHERE action = 'tenant.create'");
+    long long second = count(b, "SELECT id FROM audit_logs WHERE action = 'config.reload'");
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_unshipped"), 2);
+    CHECK_EQ_INT(count(b, "SELECT MIN(id) FROM audit_unshipped"), first);
+    CHECK_EQ_INT(count(b, "SELECT MAX(id) FROM audit_unshipped"), second);
+    CHECK_EQ_INT(exec(b, "DELETE FROM audit_logs WHERE action = 'config.reload'"), 0);
+    sqlite3_stmt *st = NULL;
+    CHECK_EQ_INT(sqlite3_prepare_v2(b, schema.unshipped, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_int(st, 1, 10);
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK_EQ_INT(sqlite3_column_int64(st, 1), first);
+    const char *row = (const char *)sqlite3_column_text(st, 2);
+    CHECK(row && strstr(row, "\"action\":\"tenant.create\"") && strstr(row, "\"status\":503"));
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK_EQ_INT(sqlite3_column_int64(st, 0), second);
+    CHECK_EQ_INT(sqlite3_column_type(st, 1), SQLITE_NULL); /* the record is gone */
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    CHECK_EQ_INT(cp_unshipped_clear(b, first, err, sizeof(err)), 0);
+    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_unshipped"), 1);
+    CHECK_EQ_INT(cp_unshipped_clear(b, second, err, sizeof(err)), 0);
+    CHECK_EQ_INT(cp_unshipped_any(b), 0);
+}
+
 static void test_an_entry_this_binary_cannot_apply(void)
 {
     char err[256] = "";
@@ -328,6 +382,8 @@ int main(void)
     MG_RUN(test_rollback_takes_the_triggers);
     MG_RUN(test_state);
     MG_RUN(test_the_log_wins_a_unique_conflict);
+    MG_RUN(test_a_del_reports_the_deleted_key);
+    MG_RUN(test_unshipped_audit_records);
     MG_RUN(test_an_entry_this_binary_cannot_apply);
     cp_schema_free(&schema);
     sqlite3_close(a);

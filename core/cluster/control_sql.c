@@ -264,24 +264,34 @@ int cp_state_ensure(sqlite3 *db, char *err, size_t errlen)
                 err, errlen);
 }
 
-int64_t cp_state_applied(sqlite3 *db)
+/* The first column of sql's first row, or none (no row, or it failed). */
+static int64_t first_int(sqlite3 *db, const char *sql, int64_t none)
 {
     sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(db, "SELECT applied FROM main.control_state WHERE id = 1", -1, &st,
-                           NULL) != SQLITE_OK)
-        return -1;
+    int64_t v = none;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return none;
     if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     return v;
 }
 
+/* sql_fmt with its one %lld: id. 0 or -1 with err set. */
+static int exec_with_id(sqlite3 *db, const char *sql_fmt, int64_t id, char *err, size_t errlen)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), sql_fmt, (long long)id);
+    return exec(db, sql, err, errlen);
+}
+
+int64_t cp_state_applied(sqlite3 *db)
+{
+    return first_int(db, "SELECT applied FROM main.control_state WHERE id = 1", -1);
+}
+
 int cp_state_set(sqlite3 *db, int64_t id, char *err, size_t errlen)
 {
-    char sql[96];
-    snprintf(sql, sizeof(sql), "UPDATE main.control_state SET applied = %lld WHERE id = 1",
-             (long long)id);
-    return exec(db, sql, err, errlen);
+    return exec_with_id(db, "UPDATE main.control_state SET applied = %lld WHERE id = 1", id, err,
+                        errlen);
 }
 
 /* The three triggers of one table: AFTER INSERT and UPDATE capture the new row, AFTER
@@ -438,19 +448,10 @@ int cp_apply(const cp_schema_t *s, sqlite3 *db, int ti, const char *op, const ch
 
 int cp_unshipped_any(sqlite3 *db)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.audit_unshipped LIMIT 1", -1, &st, NULL) !=
-        SQLITE_OK)
-        return 0;
-    int any = sqlite3_step(st) == SQLITE_ROW;
-    sqlite3_finalize(st);
-    return any;
+    return first_int(db, "SELECT 1 FROM main.audit_unshipped LIMIT 1", 0) == 1;
 }
 
 int cp_unshipped_clear(sqlite3 *db, int64_t upto, char *err, size_t errlen)
 {
-    char sql[96];
-    snprintf(sql, sizeof(sql), "DELETE FROM main.audit_unshipped WHERE id <= %lld",
-             (long long)upto);
-    return exec(db, sql, err, errlen);
+    return exec_with_id(db, "DELETE FROM main.audit_unshipped WHERE id <= %lld", upto, err, errlen);
 }

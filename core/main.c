@@ -179,26 +179,18 @@ static int rotate_encryption_key(const char *path)
         fprintf(stderr, "moongate: %s (nothing changed)\n", err);
         goto out;
     }
-    if (cfg->cluster.postgres.url) { /* the cluster's control plane: through control_log */
-        if (mg_cluster_rotate_providers(cfg->cluster.postgres.url, cfg->cluster.node_id, &old_key,
-                                        &new_key, &n, err, sizeof(err)) != 0) {
-            fprintf(stderr, "moongate: %s (nothing changed)\n", err);
-            goto out;
-        }
-        printf("re-encrypted %zu provider key(s) in the cluster's control log; every instance"
-               " applies them and decrypts them with the new key it holds\n",
-               n);
-        rc = 0;
-        goto out;
-    }
-    if (mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
-        mg_providers_reencrypt(st, &old_key, &new_key, &n, err, sizeof(err)) != 0) {
+    int shared = cfg->cluster.postgres.url != NULL; /* the cluster's: through control_log */
+    if (shared ? mg_cluster_rotate_providers(cfg->cluster.postgres.url, cfg->cluster.node_id,
+                                             &old_key, &new_key, &n, err, sizeof(err)) != 0
+               : mg_store_open(cfg->storage_path, &st, err, sizeof(err)) != 0 ||
+                     mg_providers_reencrypt(st, &old_key, &new_key, &n, err, sizeof(err)) != 0) {
         fprintf(stderr, "moongate: %s (nothing changed)\n", err);
         goto out;
     }
-    printf("re-encrypted %zu provider key(s); restart the gateway with "
-           "MOONGATE_ENCRYPTION_KEY set to the new key\n",
-           n);
+    printf("re-encrypted %zu provider key(s)%s\n", n,
+           shared ? " in the cluster's control log; every instance applies them and decrypts"
+                    " them with the new key it holds"
+                  : "; restart the gateway with MOONGATE_ENCRYPTION_KEY set to the new key");
     rc = 0;
 out:
     if (st) mg_store_close(st);

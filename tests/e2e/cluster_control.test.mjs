@@ -15,12 +15,12 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
-import { adminCall, buildConfig, deadPort, gatewayBin, postJson, sqliteRows, startGateway, startMock, toYaml, waitFor } from './lib/harness.mjs';
+import { adminCall, buildConfig, deadPort, gatewayBin, postJson, sqliteRows, startGateway, startMock, waitFor } from './lib/harness.mjs';
+import { closeInstances, startInstances } from './lib/instances.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-control-e2e-77a1';
@@ -84,21 +84,16 @@ before(async () => {
     pg = await startPostgres();
     mock = await startMock();
     const dead = await deadPort();
-    dirs = await Promise.all(Array.from({ length: N }, () => fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-control-'))));
-    const started = await Promise.all(dirs.map(async (dir, i) => {
-        const p = path.join(dir, 'moongate.yaml');
-        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: ENC_KEY, CLUSTER_PG_URL: pg.url } });
-    }));
-    gws.push(...started);
+    const up = await startInstances(N, 'control', (dir, i) => config(dir, i, dead), { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, MOONGATE_ENCRYPTION_KEY: ENC_KEY, CLUSTER_PG_URL: pg.url } });
+    dirs = up.dirs;
+    gws.push(...up.gws);
     for (const g of gws) await g.waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
 });
 
 after(async () => {
-    for (const g of gws) await g.close().catch(() => {});
+    await closeInstances(gws, dirs);
     await mock?.close().catch(() => {});
     await pg?.close();
-    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 });
 
 describe('the control plane through PostgreSQL', { skip }, () => {

@@ -8,16 +8,14 @@
 // a twin elsewhere runs the key.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import OpenAI from 'openai';
 
-import {
-    REPO_ROOT, buildConfig, deadPort, sseData, startGateway, startMock, toYaml, waitFor,
-} from './lib/harness.mjs';
+import { REPO_ROOT, buildConfig, deadPort, sseData, startMock, waitFor } from './lib/harness.mjs';
+import { closeInstances, startInstances } from './lib/instances.mjs';
 import { startRedis } from './lib/redis.mjs';
 
 const N = 3;
@@ -72,22 +70,17 @@ before(async () => {
     // a slow answer: the twins arrive while it runs
     await mock.script({ model: 'up-slow', action: { delay_first_byte_ms: 600 } });
     const dead = await deadPort();
-    for (let i = 0; i < N; i++) dirs.push(await fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-cidem-')));
-    const started = await Promise.all(dirs.map(async (dir, i) => {
-        const p = path.join(dir, 'moongate.yaml');
-        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p);
-    }));
-    gws.push(...started);
+    const up = await startInstances(N, 'cidem', (dir, i) => config(dir, i, dead));
+    dirs.push(...up.dirs);
+    gws.push(...up.gws);
     for (let i = 0; i < N; i++)
         await waitFor(async () => (await status(i)).cluster.redis.state === 'up', { what: `node-${i} redis up` });
 });
 
 after(async () => {
-    for (const g of gws) await g.close().catch(() => {});
+    await closeInstances(gws, dirs);
     await mock?.close().catch(() => {});
     await redis?.stop();
-    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 });
 
 describe('idempotency keys shared through redis', () => {

@@ -8,14 +8,12 @@
 // through is given back to the shared windows (reconciled).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import {
-    REPO_ROOT, adminCall, buildConfig, deadPort, startGateway, startMock, toYaml, waitFor,
-} from './lib/harness.mjs';
+import { REPO_ROOT, adminCall, buildConfig, deadPort, startMock, waitFor } from './lib/harness.mjs';
+import { closeInstances, startInstances } from './lib/instances.mjs';
 import { startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-limits-e2e-77a1';
@@ -112,22 +110,17 @@ before(async () => {
     await mock.script({ model: 'up-slow', action: { delay_first_byte_ms: 30000 } });
     await mock.script({ model: 'up-priced', action: { delay_first_byte_ms: 400 } });
     const dead = await deadPort();
-    for (let i = 0; i < N; i++) dirs.push(await fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-limits-')));
-    const started = await Promise.all(dirs.map(async (dir, i) => {
-        const p = path.join(dir, 'moongate.yaml');
-        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
-    }));
-    gws.push(...started);
+    const up = await startInstances(N, 'limits', (dir, i) => config(dir, i, dead), { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN } });
+    dirs.push(...up.dirs);
+    gws.push(...up.gws);
     for (let i = 0; i < N; i++)
         await waitFor(async () => (await status(i)).cluster.redis.state === 'up', { what: `node-${i} redis up` });
 });
 
 after(async () => {
-    for (const g of gws) await g.close().catch(() => {});
+    await closeInstances(gws, dirs);
     await mock?.close().catch(() => {});
     await redis?.stop();
-    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 });
 
 describe('limits shared through redis', () => {

@@ -13,13 +13,11 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
-import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import {
-    REPO_ROOT, adminCall, buildConfig, deadPort, gatewayBin, postJson, startGateway, startMock, toYaml, waitFor,
-} from './lib/harness.mjs';
+import { REPO_ROOT, adminCall, buildConfig, deadPort, gatewayBin, postJson, startMock, waitFor } from './lib/harness.mjs';
+import { closeInstances, startInstances } from './lib/instances.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-pg-e2e-5c1d9e';
@@ -128,22 +126,17 @@ before(async () => {
         },
     });
     const dead = await deadPort();
-    dirs = await Promise.all(Array.from({ length: N }, () => fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-cluster-'))));
     // all at once, against an empty database: the migrations' advisory lock is what keeps
     // three instances from creating the same tables together
-    const started = await Promise.all(dirs.map(async (dir, i) => {
-        const p = path.join(dir, 'moongate.yaml');
-        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url, CLUSTER_TOPUP_SECRET: SECRET } });
-    }));
-    gws.push(...started);
+    const up = await startInstances(N, 'cluster', (dir, i) => config(dir, i, dead), { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url, CLUSTER_TOPUP_SECRET: SECRET } });
+    dirs = up.dirs;
+    gws.push(...up.gws);
 });
 
 after(async () => {
-    for (const g of gws) await g.close().catch(() => {});
+    await closeInstances(gws, dirs);
     await mock?.close().catch(() => {});
     await pg?.close();
-    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 });
 
 describe('cluster.postgres', { skip }, () => {

@@ -8,12 +8,10 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import {
-    REPO_ROOT, adminCall, buildConfig, deadPort, postJson, startGateway, startMock, toYaml, waitFor,
-} from './lib/harness.mjs';
+import { REPO_ROOT, adminCall, buildConfig, deadPort, postJson, startMock, waitFor } from './lib/harness.mjs';
+import { closeInstances, startInstances } from './lib/instances.mjs';
 import { postgresAvailable, startPostgres } from './lib/postgres.mjs';
 
 const ADMIN_TOKEN = 'adm-cluster-stats-e2e-83f1a2';
@@ -84,13 +82,9 @@ before(async () => {
     pg = await startPostgres();
     mock = await startMock();
     const dead = await deadPort();
-    dirs = await Promise.all(Array.from({ length: N }, () => fsp.mkdtemp(path.join(os.tmpdir(), 'moongate-e2e-cstats-'))));
-    const started = await Promise.all(dirs.map(async (dir, i) => {
-        const p = path.join(dir, 'moongate.yaml');
-        await fsp.writeFile(p, toYaml(config(dir, i, dead)));
-        return startGateway(p, { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url } });
-    }));
-    gws.push(...started);
+    const up = await startInstances(N, 'cstats', (dir, i) => config(dir, i, dead), { env: { MOONGATE_ADMIN_TOKEN: ADMIN_TOKEN, CLUSTER_PG_URL: pg.url } });
+    dirs = up.dirs;
+    gws.push(...up.gws);
     for (const g of gws) await g.waitLog((l) => /^postgres: connected/.test(l.msg ?? ''), { timeoutMs: 20000, what: 'connected' });
     // tenants, keys and tenant admins made on instance 0: the control plane is shared
     for (const name of ['alpha', 'beta']) {
@@ -125,10 +119,9 @@ before(async () => {
 });
 
 after(async () => {
-    for (const g of gws) await g.close().catch(() => {});
+    await closeInstances(gws, dirs);
     await mock?.close().catch(() => {});
     await pg?.close();
-    if (!process.env.MOONGATE_E2E_KEEP) for (const d of dirs) await fsp.rm(d, { recursive: true, force: true }).catch(() => {});
 });
 
 describe('cluster analytics read PostgreSQL', { skip }, () => {

@@ -687,7 +687,7 @@ static void follow_once(mg_control_t *cp)
     if (rc >= 0 && cp_state_set(cp->fdb, applied, err, sizeof(err)) != 0) rc = -1;
     /* PostgreSQL commits first, as in an admin transaction: should SQLite's commit fail, the
      * records are shipped again and found in the log */
-    char ignore[8];
+    char ignore[64];
     if (ship && rc < 0) pg_cmd(cp->rconn, "ROLLBACK", ignore, sizeof(ignore));
     else if (ship && pg_cmd(cp->rconn, "COMMIT", err, sizeof(err)) != 0) rc = -1;
     if (rc >= 0 && sqlite3_exec(cp->fdb, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) rc = -1;

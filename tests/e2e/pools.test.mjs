@@ -15,7 +15,7 @@ import fsp from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import {
-    REPO_ROOT, startMock, startGateway, deadPort, toYaml, postJson, postStream, waitFor, withTimeout, sleep,
+    REPO_ROOT, startMock, startGateway, deadPort, toYaml, postJson, postStream, waitFor, withTimeout, sleep, sqliteRows,
 } from './lib/harness.mjs';
 import { contentFor } from '../mock/engine.mjs';
 
@@ -672,6 +672,12 @@ describe('kill -9 while a route breaker is open', { timeout: 25000 }, () => {
         for (let i = 0; i < 3; i++) assert.equal((await sc.chat('bk')).status, 502);
         assert.equal(await routeBreaker('bk-a', 'up-bk-a'), 'open');
         const opened = Date.now();
+        // the opening is written by the store's writer after the answer: what must survive
+        // the kill is the committed state, so the kill waits for its row (a kill in the same
+        // millisecond may beat the commit, as it may any write's)
+        await waitFor(() => sqliteRows(path.join(sc.dir, 'moongate.db'),
+            "SELECT 1 FROM breaker_state WHERE provider_id = 'bk-a' AND model = 'up-bk-a'").length === 1,
+        { timeoutMs: 5000, what: 'the open breaker committed' });
         sc.gw.child.kill('SIGKILL');
         await sc.gw.waitExit(5000);
         sc.gw = await startGateway(sc.configPath, { env: sc.env });

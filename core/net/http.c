@@ -1232,6 +1232,9 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->handles_open > 0) return;
     if (c->refusing) c->listener->n_refusals_open--;
     if (c->spare) req_free(c->spare);
+    /* a crowd of connections leaving (slow clients timed out, say) frees many small blocks
+     * that glibc keeps in the heap: they count towards a trim as large buffers do */
+    if (c->listener->limits.trim) mg_memtrim_note(c->listener->limits.trim, sizeof(*c) + c->in_cap);
     free(c->in);
     free(c);
 }

@@ -115,7 +115,7 @@ typedef struct mg_http_limits_s {
     const char *const *reserve_paths; /* borrowed, NULL-terminated path prefixes, or NULL */
     const char *name;                 /* static: the listener's name in logs and metrics */
     mg_conn_stats_t *stats;           /* borrowed: where the listener counts, or NULL */
-    struct mg_memtrim_s *trim;        /* borrowed: told of freed output buffers, or NULL */
+    struct mg_memtrim_s *trim;        /* borrowed: told of freed buffers, connections */
 } mg_http_limits_t;
 
 struct mg_listener_s {

@@ -10,6 +10,7 @@
  * Threads: the loop thread only records what happened (counters read by the client with
  * atomics); CHECKs run on the client thread during a scenario, or on the main thread
  * after the loop has returned. */
+#include "base/memtrim.h"
 #include "net/http.h"
 #include "mgtest.h"
 
@@ -1216,6 +1217,31 @@ static void test_connection_close(void)
     CHECK(S.requests >= 4);
 }
 
+/* Connections that send half a request head and leave: nothing is answered or written. */
+static void sc_open_and_leave(void)
+{
+    for (int i = 0; i < 8; i++) {
+        cli_t c;
+        if (cli_open(&c) != 0) return;
+        CHECK_EQ_INT(cli_sends(&c, "GET /echo HT"), 0);
+        cli_close(&c);
+    }
+}
+
+/* A crowd of connections leaving frees many small blocks: each closed connection counts
+ * towards the memory trim (base/memtrim.h), not only the large output buffers. The trim
+ * here is on no loop, so its notes only add up. */
+static void test_closed_connections_noted_for_trim(void)
+{
+    mg_memtrim_t trim;
+    memset(&trim, 0, sizeof(trim));
+    mg_http_limits_t lim = default_limits();
+    lim.trim = &trim;
+    run_scenario(&lim, sc_open_and_leave);
+    CHECK_EQ_INT(S.requests, 0);
+    CHECK(trim.freed >= 8 * sizeof(llhttp_t)); /* a connection holds its parser, at least */
+}
+
 static void sc_expect_continue(void)
 {
     cli_t c;
@@ -1901,6 +1927,7 @@ int main(void)
     RUN(test_keepalive_idle);
     RUN(test_client_disconnect);
     RUN(test_connection_close);
+    RUN(test_closed_connections_noted_for_trim);
     RUN(test_expect_continue);
     RUN(test_headers_and_query);
     RUN(test_chunked_response);

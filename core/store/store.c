@@ -27,6 +27,7 @@
 
 #include "base/log.h"
 #include "store/journal.h"
+#include "store/rowgroup.h"
 #include "store/schema.h"
 
 /* One queued write, in one allocation: the struct, the parameter array, then the SQL and
@@ -112,6 +113,11 @@ struct mg_store_s {
     int64_t journal_drain_at_ms; /* the writer's next drain (writer thread) */
     _Atomic int journal_woken;   /* the loop signalled the writer: more than half full */
     _Atomic uint64_t journaled_total, journal_fallback_total;
+    /* the drain's multi-row INSERT (store/rowgroup.h), writer thread: prepared at the first
+     * drain after the start's (journal_replayed); group_off when journal_sql has no such form */
+    sqlite3_stmt *journal_group_st;
+    mg_rowgroup_t *journal_group;
+    int journal_group_off, journal_replayed;
 };
 
 struct mg_store_tx_s {
@@ -453,17 +459,24 @@ static int is_cached(const mg_store_t *s, const sqlite3_stmt *st)
     return 0;
 }
 
-/* The values of one typed write bound to st (text as SQLITE_STATIC: valid until the step). */
-static void bind_vals(sqlite3_stmt *st, int n, const mg_store_val_t *vals)
+/* The values of one typed write bound to st as its parameters first + 1 to first + n (text as
+ * SQLITE_STATIC: valid until the step). */
+static void bind_vals_at(sqlite3_stmt *st, int first, int n, const mg_store_val_t *vals)
 {
     for (int i = 0; i < n; i++) {
         const mg_store_val_t *v = &vals[i];
-        if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, i + 1, v->i);
-        else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, i + 1, v->d);
+        int at = first + i + 1;
+        if (v->kind == MG_STORE_INT) sqlite3_bind_int64(st, at, v->i);
+        else if (v->kind == MG_STORE_REAL) sqlite3_bind_double(st, at, v->d);
         else if (v->kind == MG_STORE_TEXT && v->s)
-            sqlite3_bind_text(st, i + 1, v->s, -1, SQLITE_STATIC);
-        else sqlite3_bind_null(st, i + 1);
+            sqlite3_bind_text(st, at, v->s, -1, SQLITE_STATIC);
+        else sqlite3_bind_null(st, at);
     }
+}
+
+static void bind_vals(sqlite3_stmt *st, int n, const mg_store_val_t *vals)
+{
+    bind_vals_at(st, 0, n, vals);
 }
 
 static int run_job(mg_store_t *s, write_job_t *j)
@@ -723,21 +736,23 @@ static void journal_job(void *ud, int n, const mg_store_val_t *v)
     list_push(batch, j);
 }
 
-/* A drain's direct pass: its statement, its roll-up's state, what it did. */
+/* A drain's direct pass: its statements, its roll-up's state, what it did. */
 typedef struct {
     mg_store_t *s;
     sqlite3_stmt *st;
+    sqlite3_stmt *group_st; /* the multi-row statement and its rows, or NULL: row by row */
+    mg_rowgroup_t *group;
     void *state; /* journal_agg's, or NULL when there is none */
-    uint64_t n;
-    int failed; /* a statement failed: the pass rolls back and the job path takes over */
+    uint64_t n, grouped;
+    int failed;      /* a statement failed: the pass rolls back and the job path takes over */
+    const char *why; /* the failure when it is not SQLite's error */
 } drain_pass_t;
 
-/* One record, bound from the ring's bytes (valid during the call) and run at once; a row
- * the INSERT OR IGNORE really inserted is summed, a replayed one is not. */
-static void journal_row(void *ud, int n, const mg_store_val_t *v)
+/* One record, bound from its values (the ring's bytes, valid during the read's call, or
+ * the group's copy) and run at once; a row the INSERT OR IGNORE really inserted is summed,
+ * a replayed one is not. */
+static void insert_one(drain_pass_t *d, int n, const mg_store_val_t *v)
 {
-    drain_pass_t *d = ud;
-    if (d->failed) return;
     bind_vals(d->st, n, v);
     int step = sqlite3_step(d->st);
     int inserted = sqlite3_changes(d->s->db) > 0;
@@ -754,6 +769,88 @@ static void journal_row(void *ud, int n, const mg_store_val_t *v)
     d->n++;
 }
 
+/* A full group's rows in one statement. Each must be new: which row of a multi-row INSERT
+ * OR IGNORE was the ignored one is not told, so a repeated row fails the pass and the
+ * records go by the job path, which sums only the rows really inserted (only a start's
+ * replay repeats rows, and that drain goes row by row). */
+static void insert_group(drain_pass_t *d)
+{
+    mg_rowgroup_t *g = d->group;
+    for (int r = 0; r < g->rows; r++)
+        bind_vals_at(d->group_st, r * g->nparams, g->nparams, g->vals[r]);
+    int step = sqlite3_step(d->group_st);
+    int inserted = sqlite3_changes(d->s->db);
+    int64_t rowid = (int64_t)sqlite3_last_insert_rowid(d->s->db);
+    sqlite3_reset(d->group_st);
+    if ((step != SQLITE_DONE && step != SQLITE_ROW) || inserted != g->rows) {
+        d->failed = 1;
+        if (step == SQLITE_DONE) d->why = "a row of a group is already stored";
+        return;
+    }
+    /* the roll-ups keep the last rowid summed as their watermark: the group's last serves */
+    for (int r = 0; d->state && r < g->rows; r++)
+        d->s->journal_agg->add(d->state, rowid, g->nparams, g->vals[r]);
+    d->n += (uint64_t)g->rows;
+    d->grouped += (uint64_t)g->rows;
+    mg_rowgroup_clear(g);
+}
+
+/* The rows held, fewer than a group: one by one. */
+static void insert_held(drain_pass_t *d)
+{
+    mg_rowgroup_t *g = d->group;
+    for (int r = 0; r < g->rows && !d->failed; r++) insert_one(d, g->nparams, g->vals[r]);
+    mg_rowgroup_clear(g);
+}
+
+/* One record of the drain: gathered into the group (inserted once it is full), or alone. */
+static void journal_row(void *ud, int n, const mg_store_val_t *v)
+{
+    drain_pass_t *d = ud;
+    if (d->failed) return;
+    if (!d->group) {
+        insert_one(d, n, v);
+        return;
+    }
+    if (!mg_rowgroup_add(d->group, n, v)) {
+        /* the rows held go first (the table keeps the journal's order), then this one: into
+         * the emptied group, or alone when it never fits one */
+        insert_held(d);
+        if (d->failed) return;
+        if (!mg_rowgroup_add(d->group, n, v)) {
+            insert_one(d, n, v);
+            return;
+        }
+    }
+    if (d->group->rows == MG_ROWGROUP_ROWS) insert_group(d);
+}
+
+/* The drain's multi-row statement for `one`'s SQL, prepared once, or NULL (row by row):
+ * not before the start's replay is done (a replay repeats rows, which a group cannot
+ * insert), nor when the SQL has no multi-row form. */
+static sqlite3_stmt *group_statement(mg_store_t *s, sqlite3_stmt *one)
+{
+    if (s->journal_group_st || s->journal_group_off || !s->journal_replayed)
+        return s->journal_group_st;
+    int nparams = sqlite3_bind_parameter_count(one);
+    char *sql = mg_rowgroup_sql(s->journal_sql, nparams, MG_ROWGROUP_ROWS);
+    s->journal_group = sql ? malloc(sizeof(*s->journal_group)) : NULL;
+    if (!s->journal_group || sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                                &s->journal_group_st, NULL) != SQLITE_OK) {
+        mg_log_msg(MG_LOG_INFO, NULL, "store: the journal's drain inserts row by row (%s)",
+                   sql ? sqlite3_errmsg(s->db) : "its INSERT has no multi-row form");
+        sqlite3_finalize(s->journal_group_st);
+        s->journal_group_st = NULL;
+        free(s->journal_group);
+        s->journal_group = NULL;
+        s->journal_group_off = 1;
+    } else {
+        mg_rowgroup_init(s->journal_group, nparams);
+    }
+    free(sql);
+    return s->journal_group_st;
+}
+
 /* The common case of a drain: up to JOURNAL_BATCH records bound straight from the ring in
  * one transaction (no job, no copy per record). 0 and *pos (release it: committed), or -1
  * and nothing of it in the database (the roll-ups' adds discarded): the caller reads the
@@ -761,16 +858,19 @@ static void journal_row(void *ud, int n, const mg_store_val_t *v)
  * a lock, a full disk). */
 static int drain_direct(mg_store_t *s, uint64_t *pos)
 {
-    drain_pass_t d = {s, prepared(s, s->journal_sql, 1), NULL, 0, 0};
+    drain_pass_t d = {s, prepared(s, s->journal_sql, 1), NULL, NULL, NULL, 0, 0, 0, NULL};
     if (!d.st || !is_cached(s, d.st)) {
         if (d.st) sqlite3_finalize(d.st);
         return -1;
     }
+    if ((d.group_st = group_statement(s, d.st))) d.group = s->journal_group;
     if (s->journal_agg && !(d.state = agg_state(s, s->journal_agg))) return -1;
     if (exec_until_unlocked(s, &s->begin_st, "BEGIN IMMEDIATE") != SQLITE_OK) goto fail;
     aggs_reset(s);
     *pos = mg_journal_read(s->journal, JOURNAL_BATCH, journal_row, &d);
+    if (d.group && !d.failed) insert_held(&d);
     sqlite3_clear_bindings(d.st);
+    if (d.group_st) sqlite3_clear_bindings(d.group_st);
     if (d.failed || exec_until_unlocked(s, &s->commit_st, "COMMIT") != SQLITE_OK) goto fail;
     if (!aggs_dirty(s)) s->aggs_flush_at_ms = now_ms() + MG_STORE_AGG_FLUSH_MS;
     aggs_committed(s);
@@ -780,6 +880,7 @@ static int drain_direct(mg_store_t *s, uint64_t *pos)
     s->handed += d.n;
     s->committed += d.n;
     s->stats.writes_total += d.n;
+    s->stats.journal_grouped_total += d.grouped;
     if (d.n) s->stats.batches_total++;
     if (d.n > s->stats.largest_batch) s->stats.largest_batch = d.n;
     pthread_cond_broadcast(&s->done_cv);
@@ -787,9 +888,10 @@ static int drain_direct(mg_store_t *s, uint64_t *pos)
     return 0;
 fail:
     mg_log_msg(MG_LOG_WARN, NULL, "store: a journal drain is retried record by record (%s)",
-               sqlite3_errmsg(s->db));
+               d.why ? d.why : sqlite3_errmsg(s->db));
     if (!sqlite3_get_autocommit(s->db)) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     aggs_reset(s);
+    if (d.group) mg_rowgroup_clear(d.group);
     return -1;
 }
 
@@ -824,6 +926,7 @@ static void journal_drain(mg_store_t *s)
         checkpoint_if_due(s);
         mg_journal_release(s->journal, pos);
     }
+    s->journal_replayed = 1; /* the first drain was the start's: what a kill left is in */
 }
 
 /* Under mu, on the writer: is it the journal's turn (its period passed with records in it,
@@ -1443,6 +1546,8 @@ void mg_store_close(mg_store_t *s)
     }
     sqlite3_finalize(s->begin_st);
     sqlite3_finalize(s->commit_st);
+    sqlite3_finalize(s->journal_group_st);
+    free(s->journal_group);
     aggs_destroy(s);
     mg_journal_close(s->journal); /* what is left in it (appended after the last drain) is
                                      replayed by the next start */

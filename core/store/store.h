@@ -170,10 +170,12 @@ int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_st
  * The writer drains the ring every JOURNAL_DRAIN_MS (50 ms), at once when it is more than
  * half full, and before a roll-up turn (mg_store_sync_aggs, mg_store_flush, mg_store_use_agg,
  * the close), one transaction per drain, as the queue's writes (roll-ups, INSERT OR IGNORE,
- * the full disk all alike): readers of those rows see them within about 50 ms, or after
- * mg_store_flush. Call once, before serving, after mg_store_use_agg(agg): records a killed
- * run left are replayed before it returns (they must be idempotent: INSERT OR IGNORE on a
- * unique key). 0, or -1 (logged; the writes then take the queue). */
+ * the full disk all alike; when sql's last clause is its VALUES list, ?1 to ?N in order, a
+ * drain inserts its records MG_ROWGROUP_ROWS a statement, store/rowgroup.h): readers of those rows
+ * see them within about 50 ms, or after mg_store_flush. Call once, before serving, after
+ * mg_store_use_agg(agg): records a killed run left are replayed before it returns (they must be
+ * idempotent: INSERT OR IGNORE on a unique key). 0, or -1 (logged; the writes then take the queue).
+ */
 int mg_store_use_journal(mg_store_t *s, const char *sql, const mg_store_agg_t *agg, size_t bytes);
 /* A write of the journal's sql and agg: journaled when on the loop thread and the ring has
  * room, else (another thread, full, no journal) mg_store_write_vals (counted in
@@ -210,7 +212,8 @@ typedef struct mg_store_stats_s {
                                           once) */
     uint64_t journaled_total;          /* writes appended to the journal (mg_store_use_journal) */
     uint64_t journal_fallback_total;   /* journal writes queued instead (ring full, not the loop) */
-    uint64_t journal_used_bytes;       /* the journal's bytes not yet drained */
+    uint64_t journal_grouped_total; /* journal rows a drain inserted MG_ROWGROUP_ROWS at a time */
+    uint64_t journal_used_bytes;    /* the journal's bytes not yet drained */
 } mg_store_stats_t;
 void mg_store_stats(mg_store_t *s, mg_store_stats_t *out);
 /* The writer found the disk full and holds its writes in memory (until it has room): a write's

@@ -29,17 +29,25 @@ MGT_UNUSED static int mgt_rmtree(const char *dir)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* The first column of sql's first row, read-only; -1 (and a line on stderr) when it fails. */
+/* The first column of sql's first row on an open connection; -1 when it fails. */
+MGT_UNUSED static long long mgt_sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    long long v = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The same on a database file, read-only; -1 (and a line on stderr) when it fails. */
 MGT_UNUSED static long long mgt_db_int(const char *db_path, const char *sql)
 {
     sqlite3 *db = NULL;
     long long v = -1;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    else fprintf(stderr, "query failed: %s: %s\n", sql, sqlite3_errmsg(db));
-    sqlite3_finalize(st);
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK)
+        v = mgt_sql_int(db, sql);
+    if (v == -1) fprintf(stderr, "query failed or -1: %s: %s\n", sql, sqlite3_errmsg(db));
     sqlite3_close(db);
     return v;
 }

@@ -46,16 +46,6 @@ static int exec(sqlite3 *db, const char *sql)
     return rc == SQLITE_OK ? 0 : -1;
 }
 
-static long long count(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    long long n = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
-}
-
 /* Every row of table ti as JSON text, in key order: what two stores must agree on. */
 static char *dump(const cp_schema_t *s, sqlite3 *db, int ti)
 {
@@ -127,9 +117,10 @@ static void test_capture_and_apply(void)
              "DELETE FROM system_config WHERE key = 'a';"
              "INSERT INTO audit_logs(at, actor, action, status) VALUES (5, 'admin', 't', 201);"),
         0);
-    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox"), 9);
-    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'del' AND pk = 'a'"), 1);
-    CHECK_EQ_INT(count(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'add'"), 1);
+    CHECK_EQ_INT(mgt_sql_int(a, "SELECT COUNT(*) FROM temp.mg_outbox"), 9);
+    CHECK_EQ_INT(
+        mgt_sql_int(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'del' AND pk = 'a'"), 1);
+    CHECK_EQ_INT(mgt_sql_int(a, "SELECT COUNT(*) FROM temp.mg_outbox WHERE op = 'add'"), 1);
     CHECK_EQ_INT(replay(&schema, a, b), 9);
     CHECK_EQ_INT(exec(a, "COMMIT"), 0);
     const char *tables[] = {"tenants", "projects", "api_keys", "providers", "system_config"};
@@ -141,14 +132,14 @@ static void test_capture_and_apply(void)
         free(x);
         free(y);
     }
-    CHECK_EQ_INT(count(b, "SELECT rpm_limit FROM projects WHERE id = 1"), 10);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM system_config WHERE key = 'a'"), 0);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_logs WHERE action = 't'"), 1);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT rpm_limit FROM projects WHERE id = 1"), 10);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM system_config WHERE key = 'a'"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM audit_logs WHERE action = 't'"), 1);
     /* the next id is the same on both sides */
     exec(a, "INSERT INTO tenants(name, created_at) VALUES ('next', 1)");
     exec(b, "INSERT INTO tenants(name, created_at) VALUES ('next', 1)");
-    CHECK_EQ_INT(count(a, "SELECT id FROM tenants WHERE name = 'next'"),
-                 count(b, "SELECT id FROM tenants WHERE name = 'next'"));
+    CHECK_EQ_INT(mgt_sql_int(a, "SELECT id FROM tenants WHERE name = 'next'"),
+                 mgt_sql_int(b, "SELECT id FROM tenants WHERE name = 'next'"));
 }
 
 static void test_apply_again_is_harmless(void)
@@ -163,13 +154,13 @@ static void test_apply_again_is_harmless(void)
         CHECK_EQ_INT(cp_apply(&schema, b, ti, "put", "1", row, NULL, NULL, err, sizeof(err)), 0);
     char *after = dump(&schema, b, ti);
     CHECK_STR(after, before);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM projects"), 1);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM projects"), 1);
     free(before);
     free(after);
     CHECK_EQ_INT(cp_apply(&schema, b, cp_schema_find(&schema, "system_config"), "del", "b", NULL,
                           NULL, NULL, err, sizeof(err)),
                  0);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM system_config WHERE key = 'b'"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM system_config WHERE key = 'b'"), 0);
     CHECK(cp_apply(&schema, b, ti, "put", "1", NULL, NULL, NULL, err, sizeof(err)) !=
           0); /* no row */
 }
@@ -185,15 +176,15 @@ static void test_rollback_takes_the_triggers(void)
     CHECK_EQ_INT(exec(c, "BEGIN IMMEDIATE"), 0);
     CHECK_EQ_INT(cp_capture_ensure(&schema, c, err, sizeof(err)), 0);
     CHECK_EQ_INT(exec(c, "ROLLBACK"), 0);
-    CHECK_EQ_INT(count(c, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
+    CHECK_EQ_INT(mgt_sql_int(c, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
     CHECK_EQ_INT(exec(c, "BEGIN IMMEDIATE"), 0);
     CHECK_EQ_INT(cp_capture_ensure(&schema, c, err, sizeof(err)), 0);
     exec(c, "INSERT INTO tenants(name, created_at) VALUES ('again', 1)");
-    CHECK_EQ_INT(count(c, "SELECT COUNT(*) FROM temp.mg_outbox WHERE tbl = 'tenants'"), 1);
+    CHECK_EQ_INT(mgt_sql_int(c, "SELECT COUNT(*) FROM temp.mg_outbox WHERE tbl = 'tenants'"), 1);
     CHECK_EQ_INT(exec(c, "COMMIT"), 0);
     /* another connection has no triggers: its writes are not captured */
     exec(b, "INSERT INTO tenants(name, created_at) VALUES ('local', 1)");
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM sqlite_temp_master"), 0);
     sqlite3_close(c);
 }
 
@@ -265,8 +256,9 @@ static void test_the_log_wins_a_unique_conflict(void)
     CHECK_EQ_INT(exec(b, "BEGIN IMMEDIATE"), 0);
     CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "60", t60, NULL, NULL, err, sizeof(err)), 0);
     CHECK_EQ_INT(exec(b, "COMMIT"), 0);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 50"), 0);
-    CHECK_EQ_INT(count(b, "SELECT created_at FROM tenants WHERE id = 60 AND name = 'taken'"), 7);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM tenants WHERE id = 50"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT created_at FROM tenants WHERE id = 60 AND name = 'taken'"),
+                 7);
     /* a key's name is unique per tenant among the unrevoked: a live local 'dup' goes, a
      * revoked local 'old' stays (outside the partial index) */
     CHECK_EQ_INT(exec(b, "INSERT INTO api_keys(id, tenant_id, name, digest, display, created_at)"
@@ -279,14 +271,14 @@ static void test_the_log_wins_a_unique_conflict(void)
     CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "71", k71, on_evicted, &ev, err, sizeof(err)), 0);
     CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "73", k73, on_evicted, &ev, err, sizeof(err)), 0);
     CHECK_STR(ev.seen, "api_keys:70:d70"); /* the evicted row, for memory to forget */
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id IN (71, 72, 73)"), 3);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id = 70"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM api_keys WHERE id IN (71, 72, 73)"), 3);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM api_keys WHERE id = 70"), 0);
     /* the same digest under another id: the log's row wins too */
     char *k74 = row_like(kt, b, "id = 71", "'$.id', 74, '$.name', 'other'");
     ev.seen[0] = '\0';
     CHECK_EQ_INT(cp_apply(&schema, b, kt, "put", "74", k74, on_evicted, &ev, err, sizeof(err)), 0);
     CHECK_STR(ev.seen, "api_keys:71:d71");
-    CHECK_EQ_INT(count(b, "SELECT id FROM api_keys WHERE digest = 'd71'"), 74);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT id FROM api_keys WHERE digest = 'd71'"), 74);
     free(t60);
     free(k71);
     free(k73);
@@ -300,7 +292,7 @@ static void test_a_del_reports_the_deleted_key(void)
     int kt = cp_schema_find(&schema, "api_keys");
     CHECK_EQ_INT(cp_apply(&schema, b, kt, "del", "73", NULL, on_evicted, &ev, err, sizeof(err)), 0);
     CHECK_STR(ev.seen, "api_keys:73:d73"); /* memory forgets it by its digest */
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM api_keys WHERE id = 73"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM api_keys WHERE id = 73"), 0);
     ev.seen[0] = '\0';
     CHECK_EQ_INT(cp_apply(&schema, b, kt, "del", "73", NULL, on_evicted, &ev, err, sizeof(err)), 0);
     CHECK_STR(ev.seen, ""); /* gone already: nothing to forget */
@@ -321,11 +313,11 @@ static void test_unshipped_audit_records(void)
                          " VALUES (7, 'system', 'config.reload', 'x', 200);"),
                  0);
     CHECK_EQ_INT(cp_unshipped_any(b), 1);
-    long long first = count(b, "SELECT id FROM audit_logs WHERE action = 'tenant.create'");
-    long long second = count(b, "SELECT id FROM audit_logs WHERE action = 'config.reload'");
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_unshipped"), 2);
-    CHECK_EQ_INT(count(b, "SELECT MIN(id) FROM audit_unshipped"), first);
-    CHECK_EQ_INT(count(b, "SELECT MAX(id) FROM audit_unshipped"), second);
+    long long first = mgt_sql_int(b, "SELECT id FROM audit_logs WHERE action = 'tenant.create'");
+    long long second = mgt_sql_int(b, "SELECT id FROM audit_logs WHERE action = 'config.reload'");
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM audit_unshipped"), 2);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT MIN(id) FROM audit_unshipped"), first);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT MAX(id) FROM audit_unshipped"), second);
     CHECK_EQ_INT(exec(b, "DELETE FROM audit_logs WHERE action = 'config.reload'"), 0);
     sqlite3_stmt *st = NULL;
     CHECK_EQ_INT(sqlite3_prepare_v2(b, schema.unshipped, -1, &st, NULL), SQLITE_OK);
@@ -340,7 +332,7 @@ static void test_unshipped_audit_records(void)
     CHECK_EQ_INT(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
     CHECK_EQ_INT(cp_unshipped_clear(b, first, err, sizeof(err)), 0);
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM audit_unshipped"), 1);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM audit_unshipped"), 1);
     CHECK_EQ_INT(cp_unshipped_clear(b, second, err, sizeof(err)), 0);
     CHECK_EQ_INT(cp_unshipped_any(b), 0);
 }
@@ -354,7 +346,7 @@ static void test_an_entry_this_binary_cannot_apply(void)
                  CP_UNAPPLICABLE);
     CHECK(strstr(err, "region") != NULL);
     CHECK(strstr(err, "eu") == NULL); /* names, never values */
-    CHECK_EQ_INT(count(b, "SELECT COUNT(*) FROM tenants WHERE id = 61"), 0);
+    CHECK_EQ_INT(mgt_sql_int(b, "SELECT COUNT(*) FROM tenants WHERE id = 61"), 0);
     char *noname = row_like(tt, b, "id = 60", "'$.id', 62, '$.name', NULL");
     CHECK_EQ_INT(cp_apply(&schema, b, tt, "put", "62", noname, NULL, NULL, err, sizeof(err)),
                  CP_UNAPPLICABLE);

@@ -11,6 +11,7 @@
 #include "obs/usage.h"
 #include "obs/usage_rollup.h"
 #include "store/journal.h"
+#include "store/rowgroup.h"
 #include "store/store.h"
 #include "store/upkeep.h"
 
@@ -371,6 +372,35 @@ static void test_fallback_off_loop(void)
     mg_store_close(s);
 }
 
+/* The store opened and attached to a loop of its own (events are journaled on its thread). */
+static mg_store_t *open_attached(uv_loop_t *loop)
+{
+    uv_loop_init(loop);
+    mg_store_t *s = open_store();
+    if (s) CHECK(mg_store_attach(s, loop) == 0);
+    return s;
+}
+
+static void close_attached(mg_store_t *s, uv_loop_t *loop)
+{
+    mg_store_detach(s);
+    uv_run(loop, UV_RUN_DEFAULT);
+    mg_store_close(s);
+    uv_loop_close(loop);
+}
+
+/* The events' rows and the roll-ups' sums, to compare before and after a test's writes. */
+typedef struct {
+    long long rows, requests, input;
+} totals_t;
+
+static totals_t totals(void)
+{
+    return (totals_t){q("SELECT COUNT(*) FROM usage_events"),
+                      q("SELECT COALESCE(SUM(requests), 0) FROM usage_hourly"),
+                      q("SELECT COALESCE(SUM(input_tokens), 0) FROM usage_hourly")};
+}
+
 /* A drain binds its records straight from the ring in one transaction; a record its INSERT
  * refuses (here a trigger's ABORT) rolls that pass back, and the same records go record by record:
  * the good ones land once, the refused one alone fails, a replayed one adds nothing, and the
@@ -384,13 +414,9 @@ static void test_drain_falls_back_per_record(void)
               " WHEN NEW.request_id = 'fallback-bad' BEGIN SELECT RAISE(ABORT, 'refused'); END") ==
           0);
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    mg_store_t *s = open_store();
+    mg_store_t *s = open_attached(&loop);
     if (!s) return;
-    CHECK(mg_store_attach(s, &loop) == 0);
-    long long rows0 = q("SELECT COUNT(*) FROM usage_events");
-    long long req0 = q("SELECT COALESCE(SUM(requests), 0) FROM usage_hourly");
-    long long in0 = q("SELECT COALESCE(SUM(input_tokens), 0) FROM usage_hourly");
+    totals_t t0 = totals();
     mg_store_stats_t before, after;
     mg_store_stats(s, &before);
     mg_usage_event_t good1 = ev("fallback-1", 1000), bad = ev("fallback-bad", 5000),
@@ -403,21 +429,86 @@ static void test_drain_falls_back_per_record(void)
     mg_store_stats(s, &after);
     CHECK_EQ_INT(after.journaled_total - before.journaled_total, 4);
     CHECK_EQ_INT(after.failed_total - before.failed_total, 1);
-    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events") - rows0, 2);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events") - t0.rows, 2);
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events WHERE request_id LIKE 'fallback-%'"), 2);
-    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly") - req0, 2);
-    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - in0, 21000);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly") - t0.requests, 2);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - t0.input, 21000);
     /* the next drain takes the direct pass again: one more event, one more row and sum */
     mg_usage_event_t good3 = ev("fallback-3", 300000);
     CHECK(mg_usage_write(s, &good3, NULL, NULL) == 0);
     mg_store_flush(s);
-    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - in0, 321000);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - t0.input, 321000);
     CHECK_EQ_INT(header_u64(jpath, 24), header_u64(jpath, 32)); /* drained */
-    mg_store_detach(s);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    mg_store_close(s);
-    uv_loop_close(&loop);
+    close_attached(s, &loop);
     CHECK(mgt_db_exec(path, "DROP TRIGGER refuse_one") == 0);
+}
+
+/* Events on the loop thread, then one drain. */
+static void write_events(mg_store_t *s, const char *prefix, int from, int to, int64_t in)
+{
+    for (int i = from; i < to; i++) {
+        char id[48];
+        snprintf(id, sizeof(id), "%s-%d", prefix, i);
+        mg_usage_event_t e = ev(id, in);
+        CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+    }
+    mg_store_flush(s);
+}
+
+/* After the start's drain, a drain inserts its records MG_ROWGROUP_ROWS a statement and the
+ * rest one by one, each once, the roll-ups exact; a group holding a row already in the table
+ * (a repeated request id) goes record by record instead: the new rows land, the repeated
+ * one is not summed twice, and nothing is counted as failed. */
+static void test_drain_in_groups(void)
+{
+    uv_loop_t loop;
+    mg_store_t *s = open_attached(&loop);
+    if (!s) return;
+    totals_t t0 = totals();
+    mg_store_stats_t before, after;
+    mg_store_stats(s, &before);
+    write_events(s, "group", 0, 2 * MG_ROWGROUP_ROWS + 5, 3);
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT(after.journal_grouped_total - before.journal_grouped_total, 2 * MG_ROWGROUP_ROWS);
+    CHECK_EQ_INT(after.writes_total - before.writes_total, 2 * MG_ROWGROUP_ROWS + 5);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events") - t0.rows, 2 * MG_ROWGROUP_ROWS + 5);
+    CHECK_EQ_INT(q("SELECT COUNT(DISTINCT request_id) FROM usage_events"
+                   " WHERE request_id LIKE 'group-%'"),
+                 2 * MG_ROWGROUP_ROWS + 5);
+    CHECK_EQ_INT(q("SELECT SUM(requests) FROM usage_hourly") - t0.requests,
+                 2 * MG_ROWGROUP_ROWS + 5);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - t0.input,
+                 3 * (2 * MG_ROWGROUP_ROWS + 5));
+    /* the journal's order is the table's: seq follows the request ids' numbers */
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events a JOIN usage_events b"
+                   " ON a.request_id LIKE 'group-%' AND b.request_id LIKE 'group-%'"
+                   " AND CAST(substr(a.request_id, 7) AS INTEGER)"
+                   " < CAST(substr(b.request_id, 7) AS INTEGER) AND a.seq > b.seq"),
+                 0);
+    /* a full group, one of its rows already stored ("group-3" again) */
+    totals_t t1 = totals();
+    mg_store_stats(s, &before);
+    for (int i = 0; i < MG_ROWGROUP_ROWS; i++) {
+        char id[48];
+        snprintf(id, sizeof(id), i == 5 ? "group-3" : "again-%d", i);
+        mg_usage_event_t e = ev(id, 1000);
+        CHECK(mg_usage_write(s, &e, NULL, NULL) == 0);
+    }
+    mg_store_flush(s);
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT(after.journal_grouped_total - before.journal_grouped_total, 0);
+    CHECK_EQ_INT(after.failed_total - before.failed_total, 0);
+    CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events") - t1.rows, MG_ROWGROUP_ROWS - 1);
+    CHECK_EQ_INT(q("SELECT input_tokens FROM usage_events WHERE request_id = 'group-3'"), 3);
+    CHECK_EQ_INT(q("SELECT SUM(input_tokens) FROM usage_hourly") - t1.input,
+                 1000 * (MG_ROWGROUP_ROWS - 1));
+    /* and the next drain goes in groups again */
+    mg_store_stats(s, &before);
+    write_events(s, "later", 0, MG_ROWGROUP_ROWS, 1);
+    mg_store_stats(s, &after);
+    CHECK_EQ_INT(after.journal_grouped_total - before.journal_grouped_total, MG_ROWGROUP_ROWS);
+    CHECK_EQ_INT(header_u64(jpath, 24), header_u64(jpath, 32)); /* drained */
+    close_attached(s, &loop);
 }
 
 int main(void)
@@ -432,6 +523,7 @@ int main(void)
     MG_RUN(test_backup_holds_the_journal);
     MG_RUN(test_fallback_off_loop);
     MG_RUN(test_drain_falls_back_per_record);
+    MG_RUN(test_drain_in_groups);
     if (mgt_rmtree(dir) != 0) return 1;
     return mg_test_summary();
 }

@@ -188,16 +188,6 @@ static void test_daily_equals_hourly_and_events(void)
 
 #define ROUND 60
 
-static long long events_in(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    long long v = -1;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* The child: events journaled on the loop thread, drained (committed) by the writer, and a
  * kill -9 before the roll-ups' next flush (a second after the last), with a few more events
  * still in the journal. A round whose flush came first is followed by another. */
@@ -218,10 +208,10 @@ static void child_dies_between_flushes(void)
             mg_usage_event_t e = varied(n, id, sizeof(id));
             if (mg_usage_write(s, &e, NULL, NULL) != 0) _exit(3);
         }
-        for (int w = 0; w < 400 && events_in(db, "SELECT COUNT(*) FROM usage_events") < n; w++)
+        for (int w = 0; w < 400 && mgt_sql_int(db, "SELECT COUNT(*) FROM usage_events") < n; w++)
             usleep(5000);
-        if (events_in(db, "SELECT seq FROM usage_rollup_mark") <
-            events_in(db, "SELECT MAX(seq) FROM usage_events")) {
+        if (mgt_sql_int(db, "SELECT seq FROM usage_rollup_mark") <
+            mgt_sql_int(db, "SELECT MAX(seq) FROM usage_events")) {
             for (int i = 0; i < 7; i++, n++) {
                 mg_usage_event_t e = varied(n, id, sizeof(id));
                 if (mg_usage_write(s, &e, NULL, NULL) != 0) _exit(3);

@@ -22,7 +22,13 @@
  * parser stop (HPE_PAUSED) right after that piece; the unparsed rest is copied to
  * the connection's own small buffer and reading stops until mg_h1_resume().
  * The parser also pauses at the end of each message, so the transfer ends (and
- * the connection goes back to the pool) outside llhttp's callbacks.
+ * the connection goes back to the pool) outside llhttp's callbacks. A loop turn
+ * reads at most TURN_READ_BYTES and one buffer more from all upstreams together:
+ * past it, every transfer's connection stops reading until the turn ends (a
+ * uv_check, after the poll; libuv then skips their ready events), so that a burst
+ * of fast upstreams relaying big answers cannot hold the loop while every other
+ * request waits (libuv reads up to 32 buffers of one socket per event: 2 MiB, and
+ * as much again from each ready socket).
  *
  * Lifetimes: user callbacks may cancel their own transfer, start others (which
  * may take the connection just pooled) or close the client. A transfer that ends
@@ -41,7 +47,8 @@
 #include <strings.h>
 
 #define READ_BUF_SIZE (64 * 1024)
-#define INLINE_BODY_MAX (16 * 1024) /* bodies up to this go in the same buffer as the head */
+#define TURN_READ_BYTES (256 * 1024) /* from all upstreams in one loop turn; see above */
+#define INLINE_BODY_MAX (16 * 1024)  /* bodies up to this go in the same buffer as the head */
 #define DNS_TTL_MS 30000
 #define DEFAULT_IDLE_MS 60000
 #define DEFAULT_MAX_IDLE 256
@@ -90,6 +97,8 @@ struct conn_s {
     size_t hcap, hlen;
     char *pend; /* owned: input held back while paused */
     size_t pend_off, pend_len, pend_cap;
+    conn_t *dnext, *dprev; /* on the client's deferred list (its turn's reading is done) */
+    unsigned deferred : 1;
 };
 
 struct host_s {
@@ -124,7 +133,12 @@ struct mg_h1_s {
     int idle_ms;
     size_t max_idle;
     int closing;
-    char *rbuf; /* owned: shared read buffer */
+    char *rbuf;         /* owned: shared read buffer */
+    size_t turn_read;   /* bytes read from upstreams in this loop turn */
+    conn_t *deferred;   /* active connections waiting for the next turn to read again */
+    uv_check_t turn;    /* after each poll: the turn ends */
+    int turn_open;      /* turn's handle is not closed yet */
+    uint64_t deferrals; /* reads put off to the next turn, ever (mg_h1_deferrals) */
 };
 
 struct mg_h1_xfer_s {
@@ -729,9 +743,60 @@ static void conn_on_closed(uv_handle_t *hd)
     client_maybe_free(c);
 }
 
+/* ---- the turn's read budget ---- */
+
+static void defer_remove(conn_t *cn)
+{
+    if (!cn->deferred) return;
+    if (cn->dprev) cn->dprev->dnext = cn->dnext;
+    else cn->c->deferred = cn->dnext;
+    if (cn->dnext) cn->dnext->dprev = cn->dprev;
+    cn->dnext = cn->dprev = NULL;
+    cn->deferred = 0;
+}
+
+/* This connection reads again in the next turn. */
+static void defer_read(conn_t *cn)
+{
+    mg_h1_t *c = cn->c;
+    uv_read_stop((uv_stream_t *)&cn->tcp);
+    cn->reading = 0;
+    cn->deferred = 1;
+    cn->dprev = NULL;
+    cn->dnext = c->deferred;
+    if (c->deferred) c->deferred->dprev = cn;
+    c->deferred = cn;
+    c->deferrals++;
+}
+
+/* The turn's budget is spent: no transfer reads more in this turn. */
+static void defer_all(mg_h1_t *c)
+{
+    for (mg_h1_xfer_t *x = c->xfers; x; x = x->next) {
+        conn_t *cn = x->cn;
+        if (cn && cn->state == C_ACTIVE && cn->reading && !cn->deferred) defer_read(cn);
+    }
+}
+
+/* After the poll: a new turn's budget, and the deferred connections read again (those whose
+ * transfer paused or ended meanwhile stay as they are). */
+static void on_turn_end(uv_check_t *h)
+{
+    mg_h1_t *c = h->data;
+    c->turn_read = 0;
+    while (c->deferred) {
+        conn_t *cn = c->deferred;
+        defer_remove(cn);
+        mg_h1_xfer_t *x = cn->x;
+        if (cn->state != C_ACTIVE || !x || x->ended || x->paused || cn->reading) continue;
+        if (conn_read_start(cn) != 0) xfer_fail(x, MG_XFER_ERROR, "cannot read from upstream");
+    }
+}
+
 static void conn_close(conn_t *cn)
 {
     if (cn->state == C_CLOSING) return;
+    defer_remove(cn);
     pool_unlink(cn);
     cn->state = C_CLOSING;
     cn->x = NULL;
@@ -1184,6 +1249,11 @@ static void conn_on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     cn->got_bytes = 1;
     conn_feed(cn, buf->base, (size_t)n, 0);
+    /* cn outlives the feed (a close frees it after this turn); back in the pool, it keeps
+     * reading for the peer's EOF */
+    mg_h1_t *c = cn->c;
+    c->turn_read += (size_t)n;
+    if (c->turn_read >= TURN_READ_BYTES && cn->state == C_ACTIVE && cn->reading) defer_all(c);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1204,7 +1274,17 @@ mg_h1_t *mg_h1_new(uv_loop_t *loop)
     c->rbuf = rbuf;
     c->idle_ms = DEFAULT_IDLE_MS;
     c->max_idle = DEFAULT_MAX_IDLE;
+    uv_check_init(loop, &c->turn);
+    c->turn.data = c;
+    uv_check_start(&c->turn, on_turn_end);
+    uv_unref((uv_handle_t *)&c->turn); /* it never keeps the loop alive */
+    c->turn_open = 1;
     return c;
+}
+
+uint64_t mg_h1_deferrals(const mg_h1_t *c)
+{
+    return c->deferrals;
 }
 
 void mg_h1_set_keepalive(mg_h1_t *c, int idle_ms, size_t max_idle_per_host)
@@ -1221,7 +1301,7 @@ size_t mg_h1_active(const mg_h1_t *c)
 /* Free a closing client once no handle and no lookup refers to it. */
 static void client_maybe_free(mg_h1_t *c)
 {
-    if (!c->closing || c->conns_open > 0 || c->n_resolving > 0) return;
+    if (!c->closing || c->conns_open > 0 || c->n_resolving > 0 || c->turn_open) return;
     while (c->hosts) {
         host_t *h = c->hosts;
         c->hosts = h->next;
@@ -1237,10 +1317,18 @@ static void client_maybe_free(mg_h1_t *c)
     free(c);
 }
 
+static void on_turn_closed(uv_handle_t *h)
+{
+    mg_h1_t *c = h->data;
+    c->turn_open = 0;
+    client_maybe_free(c);
+}
+
 void mg_h1_close(mg_h1_t *c)
 {
     if (c->closing) return;
     c->closing = 1;
+    uv_close((uv_handle_t *)&c->turn, on_turn_closed);
     while (c->xfers) mg_h1_cancel(c->xfers);
     for (host_t *h = c->hosts; h; h = h->next) {
         while (h->idle) conn_close(h->idle);

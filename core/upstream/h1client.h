@@ -96,5 +96,7 @@ char *mg_h1_take_error_headers(mg_h1_xfer_t *x, size_t *len);
 
 /* Transfers started and not yet ended (done or cancelled). */
 size_t mg_h1_active(const mg_h1_t *c);
+/* Reads put off to the next loop turn because the turn's read budget was spent (h1client.c). */
+uint64_t mg_h1_deferrals(const mg_h1_t *c);
 
 #endif

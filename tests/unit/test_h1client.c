@@ -245,6 +245,22 @@ static void echo_response(sconn_t *c, const char *x_test)
     free(body);
 }
 
+#define BIG_BYTES (8u << 20)
+
+/* An 8 MiB body in one write: the kernel takes what its buffers hold at once, libuv the rest
+ * as the client reads, so the client finds megabytes waiting in its socket. */
+static void big_response(sconn_t *c)
+{
+    char head[128];
+    int hl =
+        snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Length: %u\r\n\r\n", BIG_BYTES);
+    swrite_t *w = malloc(sizeof(*w) + (size_t)hl + BIG_BYTES);
+    memcpy(w->data, head, (size_t)hl);
+    memset(w->data + hl, 'b', BIG_BYTES);
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)hl + BIG_BYTES);
+    if (uv_write(&w->w, (uv_stream_t *)&c->tcp, &b, 1, on_swrite) != 0) free(w);
+}
+
 static void start_script(sconn_t *c)
 {
     for (size_t i = 0; i < N_SCRIPTS; i++)
@@ -286,6 +302,11 @@ static void try_request(sconn_t *c)
     memmove(c->in, c->in + head_len + body_len, c->in_len - head_len - body_len);
     c->in_len -= head_len + body_len;
 
+    if (strcmp(SV.last_path, "/big") == 0) {
+        big_response(c);
+        try_request(c);
+        return;
+    }
     if (strcmp(SV.last_path, "/echo") == 0) {
         char xt[128] = "(none)";
         const char *h = strcasestr(head, "\r\nx-test:");
@@ -474,6 +495,7 @@ struct rec_s {
     char data[8192];
     size_t len;
     int data_calls;
+    size_t total; /* body bytes delivered in all */
     int done_calls;
     int read_ends;       /* on_read_end calls */
     int data_since_read; /* on_data calls since the last on_read_end */
@@ -523,6 +545,7 @@ static int cb_data(void *ud, const char *data, size_t len)
 {
     rec_t *r = ud;
     r->data_calls++;
+    r->total += len;
     r->data_since_read++;
     if (r->paused) r->data_while_paused++;
     if (r->in_resume) r->data_in_resume++;
@@ -1505,6 +1528,63 @@ static int bench_keepalive(int n)
     return mg_test_summary();
 }
 
+/* The bytes delivered to the transfers of turn_recs between two loop turns (a uv_prepare runs
+ * before each poll). */
+static rec_t **turn_recs;
+static size_t turn_last, turn_max;
+
+static size_t delivered(void)
+{
+    size_t n = 0;
+    for (int i = 0; turn_recs[i]; i++) n += turn_recs[i]->total;
+    return n;
+}
+
+static void on_turn_start(uv_prepare_t *h)
+{
+    size_t now = delivered();
+    if (now - turn_last > turn_max) turn_max = now - turn_last;
+    turn_last = now;
+}
+
+/* 8 MiB answers on `n` transfers at once, each loop turn's reading measured: all arrive whole,
+ * and no turn took more than the budget and one buffer (h1client.c: 256 + 64 KiB). */
+static void big_answers_in_turns(rec_t **recs, int n)
+{
+    uv_prepare_t prep;
+    uv_prepare_init(&L, &prep);
+    turn_recs = recs;
+    for (int i = 0; i < n; i++) rec_init(recs[i]);
+    turn_last = turn_max = 0;
+    uv_prepare_start(&prep, on_turn_start);
+    for (int i = 0; i < n; i++) start(recs[i], "/big", NULL, 0);
+    CHECK(run_until(all_done, recs, 5000));
+    for (int i = 0; i < n; i++) {
+        expect_result(recs[i], MG_XFER_OK);
+        CHECK_EQ_INT(recs[i]->total, BIG_BYTES);
+    }
+    if (turn_max > (256 + 64) * 1024) fprintf(stderr, "  %zu bytes in one turn\n", turn_max);
+    CHECK(turn_max <= (256 + 64) * 1024);
+    uv_close((uv_handle_t *)&prep, NULL);
+    run_for(10); /* prep lives on this stack: let it close */
+}
+
+/* One loop turn reads at most the turn's budget and one buffer more from all the upstreams
+ * together, however much waits in their sockets: other connections' events are not held
+ * behind big answers, whose reading is put off to the next turn again and again. */
+static void test_turn_read_budget(void)
+{
+    setup();
+    rec_t a, b, c;
+    rec_t *one[] = {&a, NULL}, *three[] = {&a, &b, &c, NULL};
+    big_answers_in_turns(one, 1);
+    uint64_t deferrals = mg_h1_deferrals(C);
+    CHECK(deferrals >= BIG_BYTES / ((256 + 64) * 1024)); /* each turn's tail was put off */
+    big_answers_in_turns(three, 3);
+    CHECK(mg_h1_deferrals(C) > deferrals);
+    teardown();
+}
+
 /* Found by fuzz_h1client: an interim answer's body bytes reached on_data before on_headers,
  * as if they were the final answer's; and a status below 100 was taken for an interim one. */
 static void test_interim_body_and_status_zero(void)
@@ -1540,6 +1620,7 @@ int main(void)
     MG_RUN(test_cancel_inside_callbacks);
     MG_RUN(test_close_inside_callback);
     MG_RUN(test_pause_resume);
+    MG_RUN(test_turn_read_budget);
     MG_RUN(test_status_and_headers);
     MG_RUN(test_broken_responses);
     MG_RUN(test_names_and_literals);

@@ -19,24 +19,19 @@ void mg_rowgroup_clear(mg_rowgroup_t *g)
     g->text_used = 0;
 }
 
-static size_t text_bytes(int n, const mg_store_val_t *v)
-{
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++)
-        if (v[i].kind == MG_STORE_TEXT && v[i].s) bytes += strlen(v[i].s) + 1;
-    return bytes;
-}
-
 int mg_rowgroup_add(mg_rowgroup_t *g, int n, const mg_store_val_t *v)
 {
     if (n != g->nparams || g->rows == MG_ROWGROUP_ROWS) return 0;
-    size_t need = text_bytes(n, v);
-    if (need > MG_ROWGROUP_TEXT - g->text_used) return 0;
+    size_t start = g->text_used; /* a row that does not fit leaves the arena as it was */
     mg_store_val_t *row = g->vals[g->rows];
     for (int i = 0; i < n; i++) {
         row[i] = v[i];
         if (v[i].kind != MG_STORE_TEXT || !v[i].s) continue;
         size_t len = strlen(v[i].s) + 1;
+        if (len > MG_ROWGROUP_TEXT - g->text_used) {
+            g->text_used = start;
+            return 0;
+        }
         char *copy = g->text + g->text_used;
         memcpy(copy, v[i].s, len);
         g->text_used += len;

@@ -4,9 +4,9 @@
  * and whether the end was handed over (`handed`). The end leaves when pending reaches 0
  * after the hand-over; the hold is freed when, in addition, no commit is pending, so a
  * late callback never finds freed memory (the client may leave in between: the abort hook
- * forgets the request and the hold waits for its commits alone). Commits arrive from the
- * store's async handle, never inside the call that queued them, so a hold made, expected
- * and handed over in one go always sees its commits afterwards. */
+ * forgets the request and the hold waits for its commits alone). A commit arrives from the
+ * store's async handle, or inside the call that queued it (a write durable at once, as the
+ * usage journal's): before the hand-over either way, the hold only counts it. */
 #include "net/hold.h"
 
 #include <stdlib.h>
@@ -90,6 +90,13 @@ void mg_hold_unexpect(mg_hold_t *h)
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
+}
+
+mg_hold_t *mg_hold_unless_settled(mg_hold_t *h)
+{
+    if (h->handed || h->pending) return h;
+    hold_free(h);
+    return NULL;
 }
 
 /* Take the end's bytes and the request; -1 when out of memory (then it is sent now). */

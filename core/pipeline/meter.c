@@ -1,9 +1,11 @@
 /* meter: a finished call's usage event and its cost; see call.h and obs/usage.h.
  *
- * Built on the loop at the call's one finish from what the call knows, handed to the
- * store's writer (obs/usage.c: INSERT OR IGNORE; obs/usage_rollup.c: the roll-ups, summed per
- * batch, in the same transaction). The answer's last bytes wait for that commit (net/hold.h), which
- * is what makes "the client saw its whole answer" imply "its event is in the database". */
+ * Built on the loop at the call's one finish from what the call knows and appended to the
+ * usage journal (obs/usage.h, store/journal.h), durable there at once; the store's writer
+ * later makes it a row (INSERT OR IGNORE) and sums the roll-ups. Only when the journal cannot
+ * take it (full, or not open) does the event go through the writer's queue, and then the
+ * answer's last bytes wait for its commit (net/hold.h): either way "the client saw its whole
+ * answer" implies "its event is durable". */
 #include "pipeline/call.h"
 
 #include <string.h>
@@ -147,5 +149,6 @@ void meter_finish(call_t *c, int answer_pending)
     if (h) mg_hold_expect(h);
     if (mg_usage_write(c->pl->store, &e, h ? mg_hold_committed : NULL, h) != 0 && h)
         mg_hold_unexpect(h);
-    c->end_hold = h;
+    /* in the journal already (the common case): nothing to hold the end for */
+    c->end_hold = h ? mg_hold_unless_settled(h) : NULL;
 }

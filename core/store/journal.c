@@ -172,13 +172,17 @@ size_t mg_journal_capacity(const mg_journal_t *j)
     return j->cap;
 }
 
-static size_t payload_size(int n, const mg_store_val_t *v)
+/* The payload's size; each text's length goes to len[] (measured once: serialize uses it). */
+static size_t payload_size(int n, const mg_store_val_t *v, uint32_t *len)
 {
     size_t size = 4;
     for (int i = 0; i < n; i++) {
         size += 1;
         if (v[i].kind == MG_STORE_INT) size += 8;
-        else if (v[i].kind == MG_STORE_TEXT && v[i].s) size += 4 + strlen(v[i].s);
+        else if (v[i].kind == MG_STORE_TEXT && v[i].s) {
+            len[i] = (uint32_t)strlen(v[i].s);
+            size += 4 + len[i];
+        }
     }
     return size;
 }
@@ -189,7 +193,7 @@ static void put(unsigned char **p, const void *src, size_t n)
     *p += n;
 }
 
-static void serialize(unsigned char *p, int n, const mg_store_val_t *v)
+static void serialize(unsigned char *p, int n, const mg_store_val_t *v, const uint32_t *len)
 {
     uint32_t un = (uint32_t)n;
     put(&p, &un, 4);
@@ -199,9 +203,8 @@ static void serialize(unsigned char *p, int n, const mg_store_val_t *v)
         put(&p, &kind, 1);
         if (kind == MG_STORE_INT) put(&p, &v[i].i, 8);
         if (kind != MG_STORE_TEXT) continue;
-        uint32_t len = (uint32_t)strlen(v[i].s);
-        put(&p, &len, 4);
-        put(&p, v[i].s, len);
+        put(&p, &len[i], 4);
+        put(&p, v[i].s, len[i]);
     }
 }
 
@@ -211,7 +214,8 @@ int mg_journal_append(mg_journal_t *j, int n, const mg_store_val_t *v)
     for (int i = 0; i < n; i++)
         if (v[i].kind == MG_STORE_REAL) return -1;
     header_t *h = j->h;
-    size_t payload = payload_size(n, v), rec = (8 + payload + 7) / 8 * 8;
+    uint32_t lens[MG_JOURNAL_VALS_MAX];
+    size_t payload = payload_size(n, v, lens), rec = (8 + payload + 7) / 8 * 8;
     if (rec > j->cap / 4) return -1;
     uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
@@ -223,7 +227,7 @@ int mg_journal_append(mg_journal_t *j, int n, const mg_store_val_t *v)
         off = 0;
     }
     unsigned char *r = j->ring + off;
-    serialize(r + 8, n, v);
+    serialize(r + 8, n, v, lens);
     uint32_t len = (uint32_t)payload, sum = checksum(j, r + 8, payload);
     memcpy(r, &len, 4);
     memcpy(r + 4, &sum, 4);

@@ -13,7 +13,7 @@
  * Durable (what a client may rely on): on the loop thread the event is appended to the usage
  * journal (store/journal.h, mg_usage_journal_open), a memory-mapped ring file that is in the
  * OS page cache as soon as it is written, and the answer goes on at once; the writer drains it
- * into usage_events every ~50 ms and a start replays what a kill left. Without the journal
+ * into usage_events every ~250 ms and a start replays what a kill left. Without the journal
  * (ring full, another thread) the pipeline holds the last bytes of an answer until the
  * transaction with its event committed (net/hold.h). Either way a client that received its
  * complete answer has its event: kill -9 loses none of them (a power loss may lose the

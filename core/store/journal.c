@@ -375,7 +375,7 @@ int mg_journal_copy(const char *path, const char *dest, char *err, size_t errlen
     }
     /* The appender writes only past the head; a drain frees records behind the tail, and the
      * next appends may overwrite them. A copy is one state when the tail did not move while
-     * it was read (drains are ~50 ms apart, a copy takes about a millisecond). */
+     * it was read (drains are ~250 ms apart, a copy takes about a millisecond). */
     int rc = -1, tries = 0;
     for (; tries < 100; tries++) {
         if (read_all(fd, buf, len) != 0) {

@@ -167,12 +167,12 @@ int mg_store_write_vals(mg_store_t *s, const char *sql, int nparams, const mg_st
  * values to the mapped ring (memory only: no syscall, no wake) and calls done at once, rc 0,
  * inside the call: the record is in the OS page cache, durable against kill -9 as a WAL
  * commit with synchronous=normal is (not against power loss, even with synchronous=full).
- * The writer drains the ring every JOURNAL_DRAIN_MS (50 ms), at once when it is more than
+ * The writer drains the ring every JOURNAL_DRAIN_MS (250 ms), at once when it is more than
  * half full, and before a roll-up turn (mg_store_sync_aggs, mg_store_flush, mg_store_use_agg,
  * the close), one transaction per drain, as the queue's writes (roll-ups, INSERT OR IGNORE,
  * the full disk all alike; when sql's last clause is its VALUES list, ?1 to ?N in order, a
  * drain inserts its records MG_ROWGROUP_ROWS a statement, store/rowgroup.h): readers of those rows
- * see them within about 50 ms, or after mg_store_flush. Call once, before serving, after
+ * see them within about 250 ms, or after mg_store_flush. Call once, before serving, after
  * mg_store_use_agg(agg): records a killed run left are replayed before it returns (they must be
  * idempotent: INSERT OR IGNORE on a unique key). 0, or -1 (logged; the writes then take the queue).
  */

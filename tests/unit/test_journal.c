@@ -303,7 +303,7 @@ static void test_replay_after_kill(void)
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     if (WIFEXITED(status)) fprintf(stderr, "child exited %d\n", WEXITSTATUS(status));
     uint64_t head = header_u64(jpath, 24), tail = header_u64(jpath, 32);
-    CHECK(head > tail); /* undrained records were left (the kill came within the 50 ms) */
+    CHECK(head > tail); /* undrained records were left (the kill came within the drain period) */
     /* the next start replays them before serving: every event once, the roll-ups right */
     mg_store_t *s = open_store();
     CHECK_EQ_INT(q("SELECT COUNT(*) FROM usage_events"), EVENTS);

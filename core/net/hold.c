@@ -92,13 +92,6 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-mg_hold_t *mg_hold_unless_settled(mg_hold_t *h)
-{
-    if (h->handed || h->pending) return h;
-    hold_free(h);
-    return NULL;
-}
-
 /* Take the end's bytes and the request; -1 when out of memory (then it is sent now). */
 static int take(mg_hold_t *h, mg_http_req_t *req, int status, const char *content_type,
                 const char *extra, const char *data, size_t len)
@@ -114,24 +107,23 @@ static int take(mg_hold_t *h, mg_http_req_t *req, int status, const char *conten
     return 0;
 }
 
-/* The hand-over: hold the end until the commits arrived, or send it now. */
+/* The hand-over of an end that waits: the hold takes the request's hooks until the commits
+ * arrived. */
 static void handed_over(mg_hold_t *h)
 {
     h->handed = 1;
-    if (h->pending) {
-        h->req->on_abort = on_abort;
-        h->req->on_drain = NULL;
-        h->req->hook_data = h;
-    }
-    settle(h);
+    h->req->on_abort = on_abort;
+    h->req->on_drain = NULL;
+    h->req->hook_data = h;
 }
 
 void mg_hold_respond(mg_hold_t *h, mg_http_req_t *req, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t len)
 {
     h->kind = END_RESPOND;
-    if (take(h, req, status, content_type, extra_headers, body, len) != 0) {
-        /* out of memory: the answer goes now, unheld, rather than not at all */
+    /* nothing to wait for (every commit arrived already, or none was expected), or no memory
+     * for the copy (the answer goes unheld rather than not at all): sent now, uncopied */
+    if (!h->pending || take(h, req, status, content_type, extra_headers, body, len) != 0) {
         h->req = NULL;
         h->handed = 1;
         mg_http_respond(req, status, content_type, extra_headers, body, len);
@@ -147,7 +139,7 @@ void mg_hold_stream_end(mg_hold_t *h, mg_http_req_t *req, int head, int status,
 {
     h->kind = END_STREAM;
     h->head = head;
-    if (take(h, req, status, content_type, extra_headers, data, len) != 0) {
+    if (!h->pending || take(h, req, status, content_type, extra_headers, data, len) != 0) {
         h->req = NULL;
         h->handed = 1;
         if (head) mg_http_stream_open(req, status, content_type, extra_headers, data, len, 1);

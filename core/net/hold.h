@@ -35,12 +35,8 @@ void mg_hold_committed(void *h, int rc);
 /* The write expected last could not be queued (its callback will never come). */
 void mg_hold_unexpect(mg_hold_t *h);
 
-/* Before the hand-over: a hold whose expected commits all arrived already (a write made
- * durable inside the call that queued it, as the usage journal's) has nothing to wait for:
- * it is freed and NULL returned, so the end goes out unheld and uncopied. Otherwise h. */
-mg_hold_t *mg_hold_unless_settled(mg_hold_t *h);
-
-/* Hand over a whole response (as mg_http_respond). Copies everything. */
+/* Hand over a whole response (as mg_http_respond). Copies everything when it must wait; with
+ * no commit pending (all arrived, as a write durable inside its call has) it sends at once. */
 void mg_hold_respond(mg_hold_t *h, mg_http_req_t *req, int status, const char *content_type,
                      const char *extra_headers, const char *body, size_t len);
 

@@ -149,6 +149,5 @@ void meter_finish(call_t *c, int answer_pending)
     if (h) mg_hold_expect(h);
     if (mg_usage_write(c->pl->store, &e, h ? mg_hold_committed : NULL, h) != 0 && h)
         mg_hold_unexpect(h);
-    /* in the journal already (the common case): nothing to hold the end for */
-    c->end_hold = h ? mg_hold_unless_settled(h) : NULL;
+    c->end_hold = h; /* journaled (the common case): its commit came already, nothing waits */
 }

@@ -721,10 +721,9 @@ static int aggs_due(mg_store_t *s)
 /* ---- the journal's drain (writer thread) ---- */
 
 /* A drain's commit rewrites the right edge's partial pages and pays its BEGIN/COMMIT and WAL
- * writes once, so the period sets their share per event at a low rate (bench/README.md:
- * 50 ms cost ~7 us of writer CPU per event at ~1,000 req/s, 250 ms ~3.7); a busy gateway
- * drains on half full before it. Readers through the store's API never wait for it (a
- * roll-up turn drains first). */
+ * writes once, so at a low rate the period sets their share per event (bench/README.md); a
+ * busy gateway drains on half full before it. Readers through the store's API never wait
+ * for it (a roll-up turn drains first). */
 #define JOURNAL_DRAIN_MS 250
 #define JOURNAL_BATCH 4096
 
